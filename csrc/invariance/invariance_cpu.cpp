@@ -1,0 +1,110 @@
+// CPU kernels for the invariance metrics: fused per-pair distance/cosine and the
+// streamed pairwise log-sum-exp used by uniformity.
+#include <torch/extension.h>
+#include <torch/library.h>
+#include <ATen/Parallel.h>
+
+#include <cmath>
+#include <limits>
+
+namespace invfast {
+namespace {
+
+void check_pair_inputs(const at::Tensor& z_ref, const at::Tensor& z_t) {
+  TORCH_CHECK(z_ref.dim() == 2, "pair_scores: z_ref must be [N, D], got ", z_ref.dim(), " dims");
+  TORCH_CHECK(z_t.dim() == 3, "pair_scores: z_t must be [N, P, D], got ", z_t.dim(), " dims");
+  TORCH_CHECK(z_ref.size(0) == z_t.size(0), "pair_scores: N differs (", z_ref.size(0), " vs ", z_t.size(0), ")");
+  TORCH_CHECK(z_ref.size(1) == z_t.size(2), "pair_scores: D differs (", z_ref.size(1), " vs ", z_t.size(2), ")");
+  TORCH_CHECK(z_ref.scalar_type() == z_t.scalar_type(), "pair_scores: z_ref and z_t must share a dtype");
+}
+
+template <typename T>
+void pair_scores_rows(const T* zr, const T* zt, T* dist, T* cosv, int64_t P, int64_t D, int64_t begin, int64_t end) {
+  for (int64_t r = begin; r < end; ++r) {
+    const T* a = zr + (r / P) * D;
+    const T* b = zt + r * D;
+    double sdd = 0.0, sab = 0.0, saa = 0.0, sbb = 0.0;
+#pragma omp simd reduction(+ : sdd, sab, saa, sbb)
+    for (int64_t d = 0; d < D; ++d) {
+      const double x = static_cast<double>(a[d]);
+      const double y = static_cast<double>(b[d]);
+      const double diff = x - y;
+      sdd += diff * diff;
+      sab += x * y;
+      saa += x * x;
+      sbb += y * y;
+    }
+    const double denom = std::sqrt(saa) * std::sqrt(sbb);
+    dist[r] = static_cast<T>(std::sqrt(sdd));
+    cosv[r] = static_cast<T>(denom > 0.0 ? sab / denom : 0.0);
+  }
+}
+
+std::tuple<at::Tensor, at::Tensor> pair_scores_cpu(const at::Tensor& z_ref_in, const at::Tensor& z_t_in) {
+  check_pair_inputs(z_ref_in, z_t_in);
+  const auto z_ref = z_ref_in.contiguous();
+  const auto z_t = z_t_in.contiguous();
+  const int64_t N = z_t.size(0), P = z_t.size(1), D = z_t.size(2);
+  auto dist = at::empty({N, P}, z_t.options());
+  auto cosv = at::empty({N, P}, z_t.options());
+  if (N * P == 0) return {dist, cosv};
+  const int64_t grain = std::max<int64_t>(1, 32768 / std::max<int64_t>(D, 1));
+  AT_DISPATCH_FLOATING_TYPES(z_t.scalar_type(), "pair_scores_cpu", [&] {
+    const scalar_t* zr = z_ref.data_ptr<scalar_t>();
+    const scalar_t* zt = z_t.data_ptr<scalar_t>();
+    scalar_t* dp = dist.data_ptr<scalar_t>();
+    scalar_t* cp = cosv.data_ptr<scalar_t>();
+    at::parallel_for(0, N * P, grain, [&](int64_t b, int64_t e) { pair_scores_rows<scalar_t>(zr, zt, dp, cp, P, D, b, e); });
+  });
+  return {dist, cosv};
+}
+
+at::Tensor sqdist_logsumexp_cpu(const at::Tensor& rows_in, const at::Tensor& x_in, int64_t row_offset, double scale) {
+  TORCH_CHECK(rows_in.dim() == 2 && x_in.dim() == 2, "sqdist_logsumexp: rows and x must be 2-D");
+  TORCH_CHECK(rows_in.size(1) == x_in.size(1), "sqdist_logsumexp: D differs");
+  TORCH_CHECK(rows_in.scalar_type() == x_in.scalar_type(), "sqdist_logsumexp: rows and x must share a dtype");
+  const auto rows = rows_in.contiguous();
+  const auto x = x_in.contiguous();
+  const int64_t B = rows.size(0), N = x.size(0);
+  auto out = at::empty({B}, rows.options().dtype(at::kDouble));
+  if (B == 0) return out;
+  const auto gram = at::mm(rows, x.t()).contiguous();
+  const auto sq_rows = rows.to(at::kDouble).pow(2).sum(1).contiguous();
+  const auto sq_x = x.to(at::kDouble).pow(2).sum(1).contiguous();
+  const double* sr = sq_rows.data_ptr<double>();
+  const double* sx = sq_x.data_ptr<double>();
+  double* op = out.data_ptr<double>();
+  AT_DISPATCH_FLOATING_TYPES(gram.scalar_type(), "sqdist_logsumexp_cpu", [&] {
+    const scalar_t* g = gram.data_ptr<scalar_t>();
+    at::parallel_for(0, B, 1, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        const scalar_t* gi = g + i * N;
+        const int64_t self = row_offset + i;
+        double m = -std::numeric_limits<double>::infinity();
+        for (int64_t j = 0; j < N; ++j) {
+          if (j == self) continue;
+          const double d2 = std::max(sr[i] + sx[j] - 2.0 * static_cast<double>(gi[j]), 0.0);
+          m = std::max(m, -scale * d2);
+        }
+        if (!std::isfinite(m)) { op[i] = m; continue; }
+        double s = 0.0;
+        for (int64_t j = 0; j < N; ++j) {
+          if (j == self) continue;
+          const double d2 = std::max(sr[i] + sx[j] - 2.0 * static_cast<double>(gi[j]), 0.0);
+          s += std::exp(-scale * d2 - m);
+        }
+        op[i] = m + std::log(s);
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(invfast, CPU, m) {
+  m.impl("pair_scores", &pair_scores_cpu);
+  m.impl("sqdist_logsumexp", &sqdist_logsumexp_cpu);
+}
+
+}  // namespace invfast

@@ -1,0 +1,50 @@
+"""invfast: measure, control and exploit the invariances of learned representations, fast.
+
+The foundation (statistics, metrics, significance) is imported eagerly and is light; the
+larger subpackages (transforms, synthetic, models, pretrain, probes, measure) load on
+first attribute access.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+from invfast import _loader
+
+_loader.load()
+
+from invfast import backend  # noqa: E402
+from invfast.backend import backend_info  # noqa: E402
+from invfast.metrics import (  # noqa: E402
+    acr,
+    aggregate_scores,
+    alignment,
+    class_distance_ratio,
+    invariance_scores,
+    mahalanobis,
+    sensitivity_ratio,
+    standardized_cosine,
+    uniformity,
+)
+from invfast.significance import HoeffdingResult, hoeffding_test, most_invariant  # noqa: E402
+from invfast.stats import FeatureStats  # noqa: E402
+
+_SUBPACKAGES = ("transforms", "synthetic", "models", "pretrain", "probes", "report", "measure")
+_LAZY = {"measure_invariance": ("invfast.measure", "measure_invariance")}
+
+__all__ = [
+    "FeatureStats", "HoeffdingResult", "acr", "aggregate_scores", "alignment", "backend", "backend_info",
+    "class_distance_ratio", "hoeffding_test", "invariance_scores", "mahalanobis", "most_invariant",
+    "sensitivity_ratio", "standardized_cosine", "uniformity", *_SUBPACKAGES, *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBPACKAGES:
+        return importlib.import_module(f"invfast.{name}")
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        return getattr(importlib.import_module(mod), attr)
+    raise AttributeError(f"module 'invfast' has no attribute {name!r}")

@@ -1,0 +1,5 @@
+import sys
+
+from invfast.cli import main
+
+sys.exit(main())

@@ -1,0 +1,45 @@
+"""Input checks shared by the public functions: clear errors that name the argument."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+def as_features(x: Any, name: str, ndim: int | None = 2, finite: bool = True) -> torch.Tensor:
+    """``x`` as a floating tensor of ``ndim`` dims (None: any >= 1), checked for NaN/Inf."""
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    if x.dtype not in _FLOATS:
+        raise TypeError(f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}; "
+                        f"convert with {name}.float()")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
+    if ndim is None and x.dim() < 1:
+        raise ValueError(f"{name} must have at least 1 dimension, got a scalar")
+    if finite and x.numel() and not bool(torch.isfinite(x).all()):
+        bad = int((~torch.isfinite(x)).sum())
+        raise ValueError(f"{name} contains {bad} NaN/Inf values; remove or impute them first "
+                         "(nothing is dropped silently)")
+    return x
+
+
+def as_labels(y: Any, name: str, n: int | None = None) -> torch.Tensor:
+    """``y`` as a 1-D int64 tensor of length ``n``."""
+    if isinstance(y, np.ndarray):
+        y = torch.from_numpy(y)
+    if not isinstance(y, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(y).__name__}")
+    if y.dim() != 1:
+        raise ValueError(f"{name} must be 1-D, got shape {tuple(y.shape)}")
+    if y.is_floating_point():
+        if not bool((y == y.round()).all()):
+            raise TypeError(f"{name} must hold integer class labels")
+    if n is not None and y.shape[0] != n:
+        raise ValueError(f"{name} has {y.shape[0]} labels but there are {n} samples")
+    return y.long()

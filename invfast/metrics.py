@@ -1,0 +1,241 @@
+"""Invariance metrics (SPEC §1.2-1.4): Mahalanobis distance, standardised cosine, their
+aggregates, alignment, uniformity, ACR, sensitivity ratio and class distance ratio."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from invfast._validate import as_features, as_labels
+from invfast.ops.invariance import pair_scores, sqdist_logsumexp
+from invfast.stats import FeatureStats
+
+_CHUNK_BYTES = 32 << 20
+
+
+def _check_pair(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, nan_policy: str):
+    if not isinstance(stats, FeatureStats):
+        raise TypeError(f"stats must be a FeatureStats, got {type(stats).__name__}")
+    if nan_policy not in ("raise", "propagate"):
+        raise ValueError(f"nan_policy must be 'raise' or 'propagate', got {nan_policy!r}")
+    finite = nan_policy == "raise"
+    f_ref = as_features(f_ref, "f_ref", ndim=2, finite=finite)
+    f_t = as_features(f_t, "f_t", ndim=None, finite=finite)
+    squeeze = f_t.dim() == 2
+    if squeeze:
+        f_t = f_t.unsqueeze(1)
+    if f_t.dim() != 3:
+        raise ValueError(f"f_t must be [N, D] or [N, P, D], got shape {tuple(f_t.shape)}")
+    if f_ref.shape[0] != f_t.shape[0]:
+        raise ValueError(f"f_ref has N={f_ref.shape[0]} rows but f_t has N={f_t.shape[0]}; pair them row by row")
+    if f_t.shape[1] == 0:
+        raise ValueError("f_t has P=0 transformation parameters; give at least one")
+    if f_ref.shape[1] != f_t.shape[2]:
+        raise ValueError(f"f_ref has D={f_ref.shape[1]} but f_t has D={f_t.shape[2]}")
+    if stats.dim != f_ref.shape[1]:
+        raise ValueError(f"features have D={f_ref.shape[1]} but stats were accumulated with D={stats.dim}")
+    if stats.whitener_ is None:
+        raise ValueError("stats is not finalized: call stats.finalize() first")
+    return f_ref, f_t, squeeze
+
+
+def invariance_scores(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, *,
+                      nan_policy: str = "raise", precision: str = "auto") -> dict[str, torch.Tensor]:
+    """Per-pair Mahalanobis distance and standardised cosine (Ericsson eq. C.1-C.3).
+
+    Args:
+        f_ref: [N, D] features of the untransformed images.
+        f_t: [N, P, D] features of each image under P transformation parameters ([N, D] for P = 1).
+        stats: finalized reference :class:`FeatureStats`.
+        nan_policy: 'raise' (default) or 'propagate' (NaN features give NaN scores).
+        precision: 'auto' (float64 inputs whiten in float64, others in float32) or 'float64'.
+
+    Returns:
+        {'distance': [N, P], 'cosine': [N, P]} ([N] each when f_t was [N, D]). Whitening is one
+        GEMM per chunk of rows with ``C⁻¹``; the reduction is one fused pass (float64 sums).
+    """
+    f_ref, f_t, squeeze = _check_pair(f_ref, f_t, stats, nan_policy)
+    if precision not in ("auto", "float64"):
+        raise ValueError(f"precision must be 'auto' or 'float64', got {precision!r}")
+    n, p, d = f_t.shape
+    dtype = torch.float64 if (precision == "float64" or f_t.dtype == torch.float64) else torch.float32
+    w, shift = stats.whitening(dtype, f_t.device)
+    out_dtype = dtype
+    dist = torch.empty(n, p, dtype=out_dtype, device=f_t.device)
+    cos = torch.empty(n, p, dtype=out_dtype, device=f_t.device)
+    rows = max(1, _CHUNK_BYTES // max(1, p * d * (8 if dtype == torch.float64 else 4)))
+    needs_grad = f_ref.requires_grad or f_t.requires_grad
+    outs_d, outs_c = [], []
+    for s in range(0, n, rows):
+        e = min(n, s + rows)
+        z_r = torch.addmm(shift, f_ref[s:e].to(dtype), w, beta=-1)
+        z_t = torch.addmm(shift, f_t[s:e].reshape(-1, d).to(dtype), w, beta=-1).view(e - s, p, d)
+        dd, cc = pair_scores(z_r, z_t)
+        if needs_grad:
+            outs_d.append(dd)
+            outs_c.append(cc)
+        else:
+            dist[s:e], cos[s:e] = dd, cc
+    if needs_grad:
+        dist, cos = torch.cat(outs_d), torch.cat(outs_c)
+    if squeeze:
+        dist, cos = dist[:, 0], cos[:, 0]
+    return {"distance": dist, "cosine": cos}
+
+
+def mahalanobis(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, **kw: Any) -> torch.Tensor:
+    """``‖C⁻¹(f_ref − f_t)‖`` per pair: [N] for f_t [N, D], [N, P] for f_t [N, P, D]. Low = invariant."""
+    return invariance_scores(f_ref, f_t, stats, **kw)["distance"]
+
+
+def standardized_cosine(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, **kw: Any) -> torch.Tensor:
+    """Cosine between whitened features per pair: [N] or [N, P]. 1 = invariant."""
+    return invariance_scores(f_ref, f_t, stats, **kw)["cosine"]
+
+
+def aggregate_scores(scores: torch.Tensor, identity: torch.Tensor | None = None, *,
+                     nan_policy: str = "raise") -> dict[str, Any]:
+    """Summaries of per-pair scores ``[N, P]`` (SPEC §1.3).
+
+    Returns 'mean' (over images and non-identity parameters), 'per_param' [P] (mean over images),
+    'per_image' [N] (mean over non-identity parameters), 'identity_mean' (mean over identity
+    parameters, None when there are none). ``identity`` is a bool mask [P] of identity parameters.
+    ``nan_policy='omit'`` ignores NaN scores explicitly; 'raise' (default) refuses them.
+    """
+    s = as_features(scores, "scores", ndim=2, finite=False).to(torch.float64)
+    if nan_policy not in ("raise", "omit"):
+        raise ValueError(f"nan_policy must be 'raise' or 'omit', got {nan_policy!r}")
+    if nan_policy == "raise" and bool(torch.isnan(s).any()):
+        raise ValueError("scores contain NaN; pass nan_policy='omit' to ignore them explicitly")
+    p = s.shape[1]
+    mask = torch.zeros(p, dtype=torch.bool, device=s.device) if identity is None else torch.as_tensor(identity, dtype=torch.bool, device=s.device)
+    if mask.shape != (p,):
+        raise ValueError(f"identity must be a bool mask of shape [{p}], got {tuple(mask.shape)}")
+    if bool(mask.all()):
+        raise ValueError("every parameter is marked identity; nothing left to average")
+    keep = s[:, ~mask]
+    return {
+        "mean": float(torch.nanmean(keep)),
+        "per_param": torch.nanmean(s, dim=0),
+        "per_image": torch.nanmean(keep, dim=1),
+        "identity_mean": float(torch.nanmean(s[:, mask])) if bool(mask.any()) else None,
+    }
+
+
+def alignment(a: torch.Tensor, b: torch.Tensor, alpha: float = 2.0) -> torch.Tensor:
+    """``E ‖â − b̂‖^α`` over paired rows of ``a, b [N, D]`` after L2 normalisation (Wang & Isola)."""
+    a = as_features(a, "a")
+    b = as_features(b, "b")
+    if a.shape != b.shape:
+        raise ValueError(f"a and b must have the same shape, got {tuple(a.shape)} and {tuple(b.shape)}")
+    if a.shape[0] == 0:
+        raise ValueError("a and b are empty")
+    if not alpha > 0:
+        raise ValueError(f"alpha must be > 0, got {alpha}")
+    an = torch.nn.functional.normalize(a.to(torch.float64), dim=1)
+    bn = torch.nn.functional.normalize(b.to(torch.float64), dim=1)
+    return torch.linalg.vector_norm(an - bn, dim=1).pow(alpha).mean()
+
+
+def uniformity(x: torch.Tensor, t: float = 2.0, *, normalize: bool = True, block_rows: int | None = None) -> torch.Tensor:
+    """``log E_{i≠j} exp(−t ‖x̂_i − x̂_j‖²)`` over all ordered pairs, streamed in row blocks.
+
+    Memory is O(block_rows · N); the N×N matrix is never formed. Returns a float64 scalar.
+    """
+    x = as_features(x, "x")
+    n = x.shape[0]
+    if n < 2:
+        raise ValueError(f"uniformity needs at least 2 samples, got {n}")
+    if not t > 0:
+        raise ValueError(f"t must be > 0, got {t}")
+    if normalize:
+        x = torch.nn.functional.normalize(x if x.dtype == torch.float64 else x.float(), dim=1)
+    elif x.dtype not in (torch.float32, torch.float64):
+        x = x.float()
+    if block_rows is None:
+        block_rows = max(1, min(n, (64 << 20) // (8 * n)))
+    parts = [sqdist_logsumexp(x[s:s + block_rows], x, s, t) for s in range(0, n, block_rows)]
+    return torch.logsumexp(torch.cat(parts), 0) - math.log(n * (n - 1))
+
+
+def acr(views: torch.Tensor, k: int = 10, *, block_rows: int = 1024) -> float:
+    """Average confusion ratio (Wang et al., ICLR 2022) of ``views [N, C, D]``.
+
+    Every view is an anchor; among its ``k`` nearest other views (Euclidean, on L2-normalised
+    features, over all N·C views) count those that come from a different image. ACR is the mean
+    of that count over ``k``: 0 = the views of each image cluster together, 1 = total confusion.
+    ``k = 1`` is the nearest-neighbour form of the authors' code.
+    """
+    v = as_features(views, "views", ndim=3)
+    n, c, d = v.shape
+    if n < 2 or c < 1:
+        raise ValueError(f"views must be [N >= 2, C >= 1, D], got {tuple(v.shape)}")
+    if not 1 <= k <= n * c - 1:
+        raise ValueError(f"k must be in [1, {n * c - 1}], got {k}")
+    flat = torch.nn.functional.normalize(v.reshape(n * c, d).float(), dim=1)
+    owner = torch.arange(n, device=v.device).repeat_interleave(c)
+    confused = 0
+    for s in range(0, n * c, block_rows):
+        e = min(n * c, s + block_rows)
+        dist = torch.cdist(flat[s:e], flat)
+        dist[torch.arange(e - s), torch.arange(s, e)] = float("inf")
+        nn_idx = dist.topk(k, dim=1, largest=False).indices
+        confused += int((owner[nn_idx] != owner[s:e, None]).sum())
+    return confused / (n * c * k)
+
+
+def sensitivity_ratio(g_x: torch.Tensor, g_x2: torch.Tensor, *, n_pairs: int = 10_000, seed: int = 0) -> float:
+    """Speicher's sensitivity ``E‖g(x) − g(x′)‖ / E‖g(a) − g(b)‖``; lower = more invariant.
+
+    ``g_x, g_x2 [N, D]``: features of samples that differ only in the sampled transformation.
+    ``(a, b)`` are ``n_pairs`` random pairs of distinct rows of ``g_x`` (b = a + U{1..N−1} mod N,
+    never a sample with itself). The numerator averages over ``n_pairs`` rows drawn with the
+    same seeded generator (all rows when N ≤ n_pairs).
+    """
+    g_x = as_features(g_x, "g_x")
+    g_x2 = as_features(g_x2, "g_x2")
+    if g_x.shape != g_x2.shape:
+        raise ValueError(f"g_x and g_x2 must have the same shape, got {tuple(g_x.shape)} and {tuple(g_x2.shape)}")
+    n = g_x.shape[0]
+    if n < 2:
+        raise ValueError(f"sensitivity_ratio needs at least 2 samples, got {n}")
+    if n_pairs < 1:
+        raise ValueError(f"n_pairs must be >= 1, got {n_pairs}")
+    gen = torch.Generator().manual_seed(seed)
+    rows = torch.arange(n) if n <= n_pairs else torch.randperm(n, generator=gen)[:n_pairs]
+    a = torch.randint(0, n, (n_pairs,), generator=gen)
+    b = (a + torch.randint(1, n, (n_pairs,), generator=gen)) % n
+    rows, a, b = rows.to(g_x.device), a.to(g_x.device), b.to(g_x.device)
+    x64, x264 = g_x.to(torch.float64), g_x2.to(torch.float64)
+    num = torch.linalg.vector_norm(x64[rows] - x264[rows], dim=1).mean()
+    den = torch.linalg.vector_norm(x64[a] - x64[b], dim=1).mean()
+    if den == 0:
+        raise ValueError("all random pairs have identical features (denominator 0); the features are constant")
+    return float(num / den)
+
+
+def class_distance_ratio(x: torch.Tensor, y: torch.Tensor, *, block_rows: int = 2048) -> float:
+    """Mean L2 distance between samples of different classes over the mean distance within a class
+    (all pairs, self-pairs excluded). Higher = classes easier to separate."""
+    x = as_features(x, "x")
+    y = as_labels(y, "y", n=x.shape[0]).to(x.device)
+    if int(y.unique().numel()) < 2:
+        raise ValueError("class_distance_ratio needs at least 2 classes in y")
+    xf = x.to(torch.float64)
+    n = xf.shape[0]
+    within = between = 0.0
+    n_within = n_between = 0
+    for s in range(0, n, block_rows):
+        e = min(n, s + block_rows)
+        dist = torch.cdist(xf[s:e], xf)
+        same = y[s:e, None] == y[None, :]
+        same[torch.arange(e - s), torch.arange(s, e)] = False
+        diff = y[s:e, None] != y[None, :]
+        within += float(dist[same].sum())
+        n_within += int(same.sum())
+        between += float(dist[diff].sum())
+        n_between += int(diff.sum())
+    if n_within == 0:
+        raise ValueError("every class has a single sample: no within-class pairs to compare against")
+    return (between / n_between) / (within / n_within)

@@ -1,0 +1,92 @@
+"""Invariance-metric ops: fused per-pair scores and the streamed pairwise log-sum-exp."""
+from __future__ import annotations
+
+import torch
+
+from invfast import _loader, backend
+
+
+@backend.register_reference("pair_scores")
+def pair_scores_reference(z_ref: torch.Tensor, z_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """z_ref [N, D], z_t [N, P, D] -> (distance [N, P], cosine [N, P]), float64 sums."""
+    out_dtype = torch.float32 if z_t.dtype in (torch.float16, torch.bfloat16) else z_t.dtype
+    a = z_ref.to(torch.float64).unsqueeze(1)
+    b = z_t.to(torch.float64)
+    dist = torch.linalg.vector_norm(a - b, dim=-1)
+    denom = torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)
+    dot = (a * b).sum(-1)
+    cos = torch.where(denom > 0, dot / torch.where(denom > 0, denom, torch.ones_like(denom)), torch.zeros_like(dot))
+    return dist.to(out_dtype), cos.to(out_dtype)
+
+
+@backend.register_reference("sqdist_logsumexp")
+def sqdist_logsumexp_reference(rows: torch.Tensor, x: torch.Tensor, row_offset: int, scale: float) -> torch.Tensor:
+    """rows [B, D], x [N, D] -> [B] float64 log-sum-exp of -scale*||rows_i - x_j||^2 over j != row_offset + i."""
+    r = rows.to(torch.float64)
+    xx = x.to(torch.float64)
+    d2 = torch.cdist(r, xx).pow(2)
+    v = -scale * d2
+    idx = torch.arange(r.shape[0], device=r.device) + row_offset
+    valid = idx < xx.shape[0]
+    v[torch.arange(r.shape[0], device=r.device)[valid], idx[valid]] = float("-inf")
+    return torch.logsumexp(v, dim=1)
+
+
+def pair_scores(z_ref: torch.Tensor, z_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distance and cosine between each z_ref[n] and every z_t[n, p] (compiled when available)."""
+    return backend.call("pair_scores", z_ref, z_t)
+
+
+def sqdist_logsumexp(rows: torch.Tensor, x: torch.Tensor, row_offset: int, scale: float) -> torch.Tensor:
+    fn = None if (rows.requires_grad or x.requires_grad) else backend.compiled_for("sqdist_logsumexp", rows, x)
+    if fn is None:
+        return sqdist_logsumexp_reference(rows, x, row_offset, scale)
+    return fn(rows, x, int(row_offset), float(scale))
+
+
+def _register_compiled() -> None:
+    if _loader.load() is None:
+        return
+
+    @torch.library.register_fake("invfast::pair_scores")
+    def _(z_ref, z_t):
+        out_dtype = torch.float32 if z_t.dtype in (torch.float16, torch.bfloat16) else z_t.dtype
+        shape = (z_t.shape[0], z_t.shape[1])
+        return z_t.new_empty(shape, dtype=out_dtype), z_t.new_empty(shape, dtype=out_dtype)
+
+    @torch.library.register_fake("invfast::sqdist_logsumexp")
+    def _(rows, x, row_offset, scale):
+        return rows.new_empty((rows.shape[0],), dtype=torch.float64)
+
+    def setup_context(ctx, inputs, output):
+        z_ref, z_t = inputs
+        dist, cos = output
+        ctx.save_for_backward(z_ref, z_t, dist, cos)
+
+    def backward(ctx, g_dist, g_cos):
+        z_ref, z_t, dist, cos = ctx.saved_tensors
+        a = z_ref.unsqueeze(1)
+        na = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
+        nb = torch.linalg.vector_norm(z_t, dim=-1, keepdim=True)
+        diff = a - z_t
+        safe_d = torch.where(dist > 0, dist, torch.ones_like(dist)).unsqueeze(-1)
+        gd = torch.where(dist.unsqueeze(-1) > 0, diff / safe_d, torch.zeros_like(diff))
+        g_a = torch.zeros_like(z_t)
+        g_b = torch.zeros_like(z_t)
+        if g_dist is not None:
+            g_a = g_a + g_dist.unsqueeze(-1) * gd
+            g_b = g_b - g_dist.unsqueeze(-1) * gd
+        if g_cos is not None:
+            ok = (na * nb) > 0
+            inv = torch.where(ok, 1.0 / torch.where(ok, na * nb, torch.ones_like(na)), torch.zeros_like(na))
+            c = cos.unsqueeze(-1)
+            ga_c = z_t * inv - c * a / torch.where(na > 0, na * na, torch.ones_like(na))
+            gb_c = a * inv - c * z_t / torch.where(nb > 0, nb * nb, torch.ones_like(nb))
+            g_a = g_a + g_cos.unsqueeze(-1) * torch.where(ok, ga_c, torch.zeros_like(ga_c))
+            g_b = g_b + g_cos.unsqueeze(-1) * torch.where(ok, gb_c, torch.zeros_like(gb_c))
+        return g_a.sum(1).to(z_ref.dtype), g_b.to(z_t.dtype)
+
+    torch.library.register_autograd("invfast::pair_scores", backward, setup_context=setup_context)
+
+
+_register_compiled()

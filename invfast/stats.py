@@ -1,0 +1,236 @@
+"""Streaming reference statistics of features: mean, covariance, shrinkage, Cholesky whitening.
+
+All sums are float64 and mergeable (Chan et al. pairwise update, extended to the fourth
+moment that Ledoit-Wolf needs), so batches, shards and ranks combine exactly.
+"""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import torch
+
+from invfast._validate import as_features
+
+_SHRINKAGE = ("trace", "ledoit-wolf", "none")
+
+
+class FeatureStats:
+    """Mean and covariance of features ``x [B, D]``, accumulated in float64.
+
+    ``update`` adds a batch, ``merge`` adds another partial state (exactly), ``finalize``
+    chooses the shrinkage and factors ``Σ_λ = C Cᵀ``; ``whiten`` maps features to
+    ``z = C⁻¹ (x − mean)``. Nothing is inverted explicitly.
+
+    Shrinkage (``finalize(shrinkage=...)``):
+      - ``"trace"`` (default): ``Σ + λI`` with ``λ = eps · tr(Σ) / D`` and ``Σ`` the unbiased covariance;
+      - ``"ledoit-wolf"``: ``(1 − ρ) S + ρ μ I`` with ``S`` the biased covariance and ρ, μ as
+        :func:`sklearn.covariance.ledoit_wolf`; ``lambda_`` reports ``ρ μ`` and ``rho_`` reports ρ;
+      - ``"none"`` or a float: exactly that ``λ`` added to ``Σ``.
+    """
+
+    def __init__(self, dim: int | None = None, device: torch.device | str = "cpu") -> None:
+        self.dim = dim
+        self.device = torch.device(device)
+        self.n = 0
+        self.mean: torch.Tensor | None = None  # [D]
+        self.m2: torch.Tensor | None = None  # [D, D]  Σ (x-μ)(x-μ)ᵀ
+        self.m3: torch.Tensor | None = None  # [D]     Σ ‖x-μ‖² (x-μ)
+        self.m4: torch.Tensor | None = None  # []      Σ ‖x-μ‖⁴
+        self._reset_factor()
+        if dim is not None:
+            self._init_state(dim)
+
+    # ------------------------------------------------------------------ accumulation
+    def _init_state(self, dim: int) -> None:
+        z = dict(dtype=torch.float64, device=self.device)
+        self.dim = dim
+        self.mean = torch.zeros(dim, **z)
+        self.m2 = torch.zeros(dim, dim, **z)
+        self.m3 = torch.zeros(dim, **z)
+        self.m4 = torch.zeros((), **z)
+
+    def _reset_factor(self) -> None:
+        self.cov_: torch.Tensor | None = None
+        self.chol_: torch.Tensor | None = None
+        self.whitener_: torch.Tensor | None = None
+        self.lambda_: float | None = None
+        self.rho_: float | None = None
+        self.shrinkage_: str | None = None
+        self._cast_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def update(self, x: torch.Tensor) -> "FeatureStats":
+        """Add a batch of features ``x [B, D]`` (any float dtype). Returns self."""
+        x = as_features(x, "x", ndim=2)
+        if x.shape[0] == 0:
+            return self
+        if self.dim is None:
+            self._init_state(x.shape[1])
+        if x.shape[1] != self.dim:
+            raise ValueError(f"x has D={x.shape[1]} features but these stats have D={self.dim}")
+        x = x.to(device=self.device, dtype=torch.float64)
+        b = x.shape[0]
+        mean = x.mean(0)
+        c = x - mean
+        sq = (c * c).sum(1)
+        part = FeatureStats(device=self.device)
+        part.dim, part.n, part.mean = self.dim, b, mean
+        part.m2 = c.T @ c
+        part.m3 = (sq.unsqueeze(1) * c).sum(0)
+        part.m4 = (sq * sq).sum()
+        return self.merge(part)
+
+    def merge(self, other: "FeatureStats") -> "FeatureStats":
+        """Add another partial state into this one, exactly. Returns self."""
+        if not isinstance(other, FeatureStats):
+            raise TypeError(f"merge expects a FeatureStats, got {type(other).__name__}")
+        if other.n == 0:
+            return self
+        if self.dim is None:
+            self._init_state(other.dim)
+        if other.dim != self.dim:
+            raise ValueError(f"cannot merge stats of D={other.dim} into stats of D={self.dim}")
+        na, nb = self.n, other.n
+        n = na + nb
+        ob = [t.to(self.device) for t in (other.mean, other.m2, other.m3, other.m4)]
+        mean = self.mean + (ob[0] - self.mean) * (nb / n)
+        pa = _shift(na, self.mean, self.m2, self.m3, self.m4, mean)
+        pb = _shift(nb, ob[0], ob[1], ob[2], ob[3], mean)
+        self.m2 = pa[0] + pb[0]
+        self.m3 = pa[1] + pb[1]
+        self.m4 = pa[2] + pb[2]
+        self.mean, self.n = mean, n
+        self._reset_factor()
+        return self
+
+    @classmethod
+    def from_features(cls, x: torch.Tensor, **finalize_kwargs: Any) -> "FeatureStats":
+        """Stats of ``x [N, D]`` in one call, finalized with ``finalize_kwargs``."""
+        return cls().update(x).finalize(**finalize_kwargs)
+
+    # ------------------------------------------------------------------ factorisation
+    @property
+    def covariance(self) -> torch.Tensor:
+        """Unbiased covariance ``Σ [D, D]`` (float64), before shrinkage."""
+        self._need(2)
+        return self.m2 / (self.n - 1)
+
+    def finalize(self, shrinkage: str | float = "trace", eps: float = 1e-6) -> "FeatureStats":
+        """Choose the shrinkage, factor ``Σ_λ = C Cᵀ`` and prepare whitening. Returns self."""
+        self._need(2)
+        if not (math.isfinite(eps) and eps >= 0):
+            raise ValueError(f"eps must be a finite number >= 0, got {eps}")
+        d = self.dim
+        eye = torch.eye(d, dtype=torch.float64, device=self.device)
+        if isinstance(shrinkage, str):
+            if shrinkage not in _SHRINKAGE:
+                raise ValueError(f"shrinkage must be one of {_SHRINKAGE} or a float λ >= 0, got {shrinkage!r}")
+            if shrinkage == "ledoit-wolf":
+                s = self.m2 / self.n
+                rho, mu = _ledoit_wolf(s, self.m4.item(), self.n)
+                cov = (1 - rho) * s + rho * mu * eye
+                lam, self.rho_ = rho * mu, rho
+            else:
+                cov = self.covariance
+                lam = eps * torch.trace(cov).item() / d if shrinkage == "trace" else 0.0
+                cov = cov + lam * eye
+        else:
+            lam = float(shrinkage)
+            if not (math.isfinite(lam) and lam >= 0):
+                raise ValueError(f"an explicit shrinkage λ must be finite and >= 0, got {shrinkage}")
+            cov = self.covariance + lam * eye
+            shrinkage = "explicit"
+        chol, info = torch.linalg.cholesky_ex(cov)
+        if info.item() != 0:
+            raise ValueError(
+                f"the covariance (D={d}, n={self.n}) is not positive definite after shrinkage "
+                f"'{shrinkage}' (λ={lam:.3g}); use a larger eps (e.g. finalize(eps=1e-3)), "
+                "shrinkage='ledoit-wolf', or more reference samples"
+            )
+        self.cov_, self.chol_, self.lambda_, self.shrinkage_ = cov, chol, float(lam), str(shrinkage)
+        self.whitener_ = torch.linalg.solve_triangular(chol, eye, upper=False).T.contiguous()
+        self._cast_cache = {}
+        return self
+
+    def whitening(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """(W [D, D], shift [D]) in ``dtype`` on ``device`` with ``z = x @ W − shift`` = ``C⁻¹(x − mean)``."""
+        if self.whitener_ is None:
+            raise ValueError("FeatureStats is not finalized: call stats.finalize() before whitening")
+        key = (dtype, device)
+        if key not in self._cast_cache:
+            w = self.whitener_
+            self._cast_cache[key] = (w.to(device=device, dtype=dtype), (self.mean @ w).to(device=device, dtype=dtype))
+        return self._cast_cache[key]
+
+    def whiten(self, x: torch.Tensor) -> torch.Tensor:
+        """``z = C⁻¹ (x − mean)`` for ``x [..., D]``; float32 stays float32, float64 stays float64."""
+        x = as_features(x, "x", ndim=None)
+        if x.shape[-1] != self.dim:
+            raise ValueError(f"x has D={x.shape[-1]} features but these stats have D={self.dim}")
+        dtype = x.dtype if x.dtype == torch.float64 else torch.float32
+        w, shift = self.whitening(dtype, x.device)
+        flat = x.reshape(-1, self.dim).to(dtype)
+        return torch.addmm(shift, flat, w, beta=-1).reshape(x.shape)
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        self._need(1)
+        return {"n": self.n, "mean": self.mean.cpu(), "m2": self.m2.cpu(), "m3": self.m3.cpu(), "m4": self.m4.cpu(),
+                "format": "invfast.FeatureStats/1"}
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any], device: torch.device | str = "cpu") -> "FeatureStats":
+        if state.get("format") != "invfast.FeatureStats/1":
+            raise ValueError(f"not an invfast FeatureStats state (format={state.get('format')!r})")
+        out = cls(device=device)
+        out.dim = int(state["mean"].shape[0])
+        out.n = int(state["n"])
+        out.mean, out.m2, out.m3, out.m4 = (state[k].to(device=out.device, dtype=torch.float64)
+                                            for k in ("mean", "m2", "m3", "m4"))
+        return out
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the accumulated state (not the factorisation) to ``path`` atomically."""
+        tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "FeatureStats":
+        if not os.path.exists(path):
+            raise FileNotFoundError(f"no FeatureStats file at {os.fspath(path)!r}")
+        return cls.from_state_dict(torch.load(path, map_location="cpu", weights_only=True), device=device)
+
+    def _need(self, k: int) -> None:
+        if self.n < k:
+            raise ValueError(f"FeatureStats needs at least {k} reference samples, has {self.n}: update() with more features")
+
+    def __repr__(self) -> str:
+        fin = f", shrinkage={self.shrinkage_!r}, λ={self.lambda_:.3g}" if self.chol_ is not None else ""
+        return f"FeatureStats(n={self.n}, dim={self.dim}{fin})"
+
+
+def _shift(n: int, mean: torch.Tensor, m2: torch.Tensor, m3: torch.Tensor, m4: torch.Tensor,
+           new_mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Central moments of a part about ``new_mean`` instead of its own mean."""
+    delta = new_mean - mean  # y = x - mean has Σy = 0; moments of y - delta
+    c = delta @ delta
+    m2d = m2 @ delta
+    tr = torch.trace(m2)
+    m2_new = m2 + n * torch.outer(delta, delta)
+    m3_new = m3 - 2 * m2d - delta * (tr + n * c)
+    m4_new = m4 - 4 * (delta @ m3) + 4 * (delta @ m2d) + 2 * c * tr + n * c * c
+    return m2_new, m3_new, m4_new
+
+
+def _ledoit_wolf(s: torch.Tensor, m4: float, n: int) -> tuple[float, float]:
+    """Ledoit-Wolf shrinkage ρ and target scale μ from the biased covariance and Σ‖x-μ‖⁴."""
+    d = s.shape[0]
+    mu = torch.trace(s).item() / d
+    delta_ = (s * s).sum().item()
+    beta = (m4 / n - delta_) / (d * n)
+    delta = (delta_ - 2 * mu * torch.trace(s).item() + d * mu * mu) / d
+    beta = min(beta, delta)
+    rho = 0.0 if beta == 0 else beta / delta
+    return float(rho), float(mu)

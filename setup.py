@@ -1,0 +1,42 @@
+"""Build invfast and its compiled core ``invfast._C``.
+
+Always install with ``pip install --no-build-isolation -e .`` against an installed torch.
+The CUDA sources are compiled only when the installed torch is a CUDA build
+(``torch.version.cuda`` is set) and ``INVFAST_NO_CUDA`` is not set.
+"""
+import glob
+import os
+
+from setuptools import setup
+
+
+def _extensions():
+    try:
+        import torch
+        from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, CUDA_HOME
+    except ImportError:  # no torch: pure-Python install, the reference path serves
+        print("invfast: torch not found at build time; installing without the compiled core")
+        return [], {}
+    if os.environ.get("INVFAST_NO_EXT"):
+        return [], {}
+    root = os.path.dirname(os.path.abspath(__file__))
+    cpp = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "csrc", "**", "*.cpp"), recursive=True))
+    cu = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "csrc", "**", "*.cu"), recursive=True))
+    cxx = ["-O3", "-fopenmp", "-std=c++17"]
+    with_cuda = bool(torch.version.cuda) and CUDA_HOME is not None and not os.environ.get("INVFAST_NO_CUDA")
+    include = [os.path.join(root, "csrc")]
+    if with_cuda:
+        ext = CUDAExtension(
+            "invfast._C", cpp + cu, include_dirs=include,
+            define_macros=[("WITH_CUDA", None)],
+            extra_compile_args={"cxx": cxx, "nvcc": ["-O3", "-std=c++17"]},
+            extra_link_args=["-fopenmp"],
+        )
+    else:
+        ext = CppExtension("invfast._C", cpp, include_dirs=include,
+                           extra_compile_args={"cxx": cxx}, extra_link_args=["-fopenmp"])
+    return [ext], {"build_ext": BuildExtension.with_options(use_ninja=True)}
+
+
+ext_modules, cmdclass = _extensions()
+setup(ext_modules=ext_modules, cmdclass=cmdclass)
