@@ -1,0 +1,614 @@
+"""Invariance measurement: model + images + transforms -> :class:`InvarianceResult` (SPEC §1).
+
+Two passes: reference statistics (:class:`invfast.FeatureStats` over the untransformed images)
+unless the caller gives them, then scores. For each transform, every image batch is transformed
+under all grid parameters in chunks, pushed through the model and scored with
+:func:`invfast.invariance_scores`; only float64 per-parameter sums and per-image means are kept
+(O(P + N) memory per transform), per-pair scores go to disk when asked. Images are sharded over
+the ranks of an initialised ``torch.distributed`` group; partial state is written atomically so a
+killed run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+import torch
+
+from invfast.measure_data import as_source
+from invfast.measure_result import InvarianceResult, TransformResult
+from invfast.measure_state import (Shard, barrier, current_shard, gather_objects, load_state, merge_stats,
+                                   save_state, state_file, sum_in_rank_order)
+from invfast.metrics import invariance_scores
+from invfast.stats import FeatureStats
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+FAMILIES = ("spatial", "appearance")
+
+__all__ = ["measure_invariance", "measure_real_world", "resolve_transforms", "load_model", "FeatureExtractor",
+           "InvarianceResult", "TransformResult"]
+
+
+# ---------------------------------------------------------------------------------------------- inputs
+def resolve_transforms(transforms: Any) -> list[Any]:
+    """Transform objects from 'all' | 'spatial' | 'appearance' | 'rotation,hue' | a list of names/objects.
+
+    A transform is any object with ``.name``, ``.family``, ``.grid(k)``, ``.is_identity(params)`` and
+    ``.apply(images, params)`` (the :mod:`invfast.transforms` interface).
+    """
+    if isinstance(transforms, str):
+        items: list[Any] = [s.strip() for s in transforms.split(",") if s.strip()]
+        if not items:
+            raise ValueError("transforms is empty; give 'all', 'spatial', 'appearance' or names like 'rotation,hue'")
+    elif isinstance(transforms, Iterable):
+        items = list(transforms)
+        if not items:
+            raise ValueError("transforms is empty; give at least one transform")
+    else:
+        items = [transforms]
+    out: list[Any] = []
+    for it in items:
+        if isinstance(it, str):
+            out.extend(_named_transforms(it))
+        else:
+            missing = [a for a in ("name", "family", "grid", "is_identity", "apply") if not hasattr(it, a)]
+            if missing:
+                raise TypeError(f"transform {it!r} lacks {missing}; a transform needs .name, .family, .grid(k), "
+                                ".is_identity(params) and .apply(images, params)")
+            out.append(it)
+    names = [t.name for t in out]
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise ValueError(f"transforms {dup} are listed more than once")
+    return out
+
+
+def _named_transforms(name: str) -> list[Any]:
+    try:
+        from invfast import transforms as T
+    except ImportError as e:  # the registry is part of the package; this only guards partial checkouts
+        raise ValueError(f"transform names need invfast.transforms, which cannot be imported ({e}); "
+                         "pass transform objects instead") from e
+    names = list(T.SYNTHETIC)
+    if name == "all":
+        return [T.get(n) for n in names]
+    if name in FAMILIES:
+        return [t for t in (T.get(n) for n in names) if t.family == name]
+    try:
+        return [T.get(name)]
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"unknown transform {name!r}; choose 'all', 'spatial', 'appearance' or names from "
+                         f"{names}") from e
+
+
+def load_model(name: str, checkpoint: str | os.PathLike | None = None, **kw: Any) -> torch.nn.Module:
+    """An invfast model by name (``invfast.models.create``), with weights from ``checkpoint`` if given.
+
+    The checkpoint may be a state dict, or a dict holding one under 'state_dict', 'model', 'backbone'
+    or 'encoder' (keys prefixed 'module.', 'backbone.', 'encoder_q.' or 'encoder.' are accepted).
+    A checkpoint that does not match the model raises ValueError naming the mismatching keys.
+    """
+    from invfast import models
+
+    try:
+        model = models.create(name, **kw)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"unknown model {name!r}; choose one of {list(getattr(models, 'ARCHITECTURES', []))}") from e
+    if checkpoint is not None:
+        load_checkpoint(model, checkpoint)
+    return model
+
+
+def load_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLike) -> None:
+    """Load weights into ``model`` strictly; ValueError names the missing / unexpected / mis-shaped keys."""
+    path = os.fspath(checkpoint)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {path!r} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"cannot read checkpoint {path!r} as a torch file ({type(e).__name__}: {e})") from e
+    sd = obj
+    for key in ("state_dict", "model", "backbone", "encoder"):
+        if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
+            sd = sd[key]
+            break
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ValueError(f"checkpoint {path!r} holds no state dict of tensors")
+    own = model.state_dict()
+    for prefix in ("", "module.", "backbone.", "encoder_q.", "encoder.", "module.encoder_q."):
+        cand = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+        if cand and set(own) <= set(cand):
+            sd = {k: cand[k] for k in own}
+            break
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    shapes = sorted(k for k in set(own) & set(sd) if tuple(own[k].shape) != tuple(sd[k].shape))
+    if missing or unexpected or shapes:
+        def show(ks: list[str]) -> str:
+            return ", ".join(ks[:5]) + (f" (+{len(ks) - 5} more)" if len(ks) > 5 else "")
+        parts = [f"missing {show(missing)}" if missing else "", f"unexpected {show(unexpected)}" if unexpected else "",
+                 f"wrong shape {show(shapes)}" if shapes else ""]
+        raise ValueError(f"checkpoint {path!r} does not match the model {type(model).__name__}: "
+                         + "; ".join(p for p in parts if p) + ". Pass the architecture it was trained with.")
+    model.load_state_dict(sd, strict=True)
+
+
+# ---------------------------------------------------------------------------------------------- features
+@dataclass
+class FeatureExtractor:
+    """Images -> pooled features ``[B, D]`` float32: scaling to [0, 1], optional centre crop,
+    ImageNet normalisation, ``channels_last`` and autocast (bf16/fp16) where asked, in chunks of
+    ``forward_batch`` images."""
+
+    model: Callable[[torch.Tensor], torch.Tensor]
+    device: torch.device
+    dtype: torch.dtype | None = None
+    channels_last: bool = False
+    crop: int | None = None
+    normalize: bool = True
+    forward_batch: int = 256
+
+    def __post_init__(self) -> None:
+        self._mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
+        self._std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
+        self.calls = 0
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.device, non_blocking=True)
+        x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+        if self.crop is not None:
+            h, w = x.shape[-2:]
+            if self.crop > min(h, w):
+                raise ValueError(f"crop={self.crop} is larger than the images ({h}x{w})")
+            t, l = (h - self.crop) // 2, (w - self.crop) // 2
+            x = x[..., t:t + self.crop, l:l + self.crop]
+        if self.normalize:
+            if x.shape[1] != 3:
+                raise ValueError(f"ImageNet normalisation needs 3-channel images, got {x.shape[1]} channels; "
+                                 "pass normalize=False")
+            x = (x - self._mean) / self._std
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        outs = []
+        for s in range(0, images.shape[0], self.forward_batch):
+            x = self.prepare(images[s:s + self.forward_batch])
+            ctx = (torch.autocast(self.device.type, dtype=self.dtype) if self.dtype in (torch.bfloat16, torch.float16)
+                   else contextlib.nullcontext())
+            with ctx:
+                f = self.model(x)
+            self.calls += 1
+            if not isinstance(f, torch.Tensor) or f.dim() != 2 or f.shape[0] != x.shape[0]:
+                shape = tuple(f.shape) if isinstance(f, torch.Tensor) else type(f).__name__
+                raise ValueError(f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
+                                 "pass a feature extractor (e.g. model.forward_features or the backbone without its head)")
+            outs.append(f.float())
+        return torch.cat(outs)
+
+
+def _model_checksum(model: Any) -> Any:
+    if isinstance(model, torch.nn.Module):
+        with torch.no_grad():
+            ps = [p.detach().double().sum().item() for p in model.state_dict().values() if p.is_floating_point()]
+        return [type(model).__name__, len(ps), float(sum(ps))]
+    return [type(model).__name__]
+
+
+def _setup_model(model: Any, checkpoint: Any, device: torch.device, dtype: Any, channels_last: bool | None):
+    if isinstance(model, str):
+        model = load_model(model, checkpoint)
+    elif checkpoint is not None:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("checkpoint can only be loaded into an nn.Module")
+        load_checkpoint(model, checkpoint)
+    if not callable(model):
+        raise TypeError(f"model must be an nn.Module, a callable images -> features or a model name, got {type(model).__name__}")
+    if dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be None, torch.float32, torch.bfloat16 or torch.float16, got {dtype}")
+    if channels_last is None:
+        channels_last = device.type == "cuda"
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device).eval()
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+    return model, channels_last
+
+
+# ---------------------------------------------------------------------------------------------- engine
+class _Run:
+    """Shared machinery of one measurement: source, extractor, shard, state file, progress."""
+
+    def __init__(self, model: Any, data: Any, *, n_images: int | None, batch_size: int, forward_batch: int,
+                 device: Any, dtype: Any, channels_last: bool | None, crop: int | None, normalize: bool,
+                 checkpoint: Any, resize: int, strict: bool, state_path: Any, save_every: float,
+                 progress: bool, shard: Shard | None) -> None:
+        if not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if not isinstance(forward_batch, int) or forward_batch < 1:
+            raise ValueError(f"forward_batch must be a positive integer, got {forward_batch!r}")
+        if save_every < 0:
+            raise ValueError(f"save_every must be >= 0 seconds, got {save_every}")
+        self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model_fp = _model_checksum(model) if not isinstance(model, str) else [model, os.fspath(checkpoint or "")]
+        self.model_name = model if isinstance(model, str) else type(model).__name__
+        model, channels_last = _setup_model(model, checkpoint, self.device, dtype, channels_last)
+        self.source = as_source(data, n=n_images, resize=resize, strict=strict)
+        self.n = len(self.source)
+        self.extract = FeatureExtractor(model, self.device, dtype, bool(channels_last), crop, normalize, forward_batch)
+        self.batch_size = batch_size
+        self.shard = shard or current_shard()
+        self.start, self.stop = self.shard.bounds(self.n)
+        self.state_path = None if state_path is None else state_file(state_path, self.shard)
+        self.save_every = save_every
+        self.progress = progress and self.shard.rank == 0
+        self.bad: set[int] = set()
+        self._last_save = time.monotonic()
+        self.state: dict[str, Any] = {}
+
+    def batches(self, start: int | None = None) -> Iterable[tuple[int, int]]:
+        s = self.start if start is None else start
+        while s < self.stop:
+            e = min(self.stop, s + self.batch_size)
+            yield s, e
+            s = e
+
+    def load(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        x, ok = self.source.load(torch.arange(s, e))
+        for i in torch.nonzero(~ok).flatten().tolist():
+            self.bad.add(s + i)
+        return x[ok], torch.arange(s, e)[ok]
+
+    def bar(self, total: int, desc: str, initial: int = 0):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=initial, desc=desc, unit="img", disable=not self.progress, leave=True,
+                    dynamic_ncols=True)
+
+    def resume(self, fingerprint: dict[str, Any]) -> None:
+        self.fingerprint = fingerprint
+        if self.state_path is not None:
+            st = load_state(self.state_path, fingerprint)
+            if st is not None:
+                self.state = st
+                self.bad = set(st.get("bad", []))
+        self.state.setdefault("transforms", {})
+
+    def checkpoint(self, force: bool = False, before: Callable[[], Any] | None = None) -> None:
+        """Save the state if ``save_every`` seconds passed (or ``force``); ``before`` runs first (flushes)."""
+        if self.state_path is None:
+            return
+        now = time.monotonic()
+        if force or now - self._last_save >= self.save_every:
+            if before is not None:
+                before()
+            save_state(self.state_path, {**self.state, "fingerprint": self.fingerprint, "bad": sorted(self.bad)})
+            self._last_save = now
+
+    def reference_stats(self, stats: FeatureStats | None, shrinkage: Any, eps: float) -> FeatureStats:
+        """Given stats (finalized if needed) or the first pass over this rank's images, merged over ranks."""
+        if stats is not None:
+            if not isinstance(stats, FeatureStats):
+                raise TypeError(f"stats must be an invfast.FeatureStats, got {type(stats).__name__}")
+            if stats.whitener_ is None:
+                stats.finalize(shrinkage=shrinkage, eps=eps)
+            return stats
+        st = self.state.get("stats")
+        local = FeatureStats() if st is None or st["local"] is None else FeatureStats.from_state_dict(st["local"])
+        nxt = self.start if st is None else st["next"]
+        bar = self.bar(self.stop - self.start, "reference statistics", initial=nxt - self.start)
+        for s, e in self.batches(nxt):
+            x, _ = self.load(s, e)
+            if x.shape[0]:
+                local.update(self.extract(x).double())
+            self.state["stats"] = {"local": local.state_dict() if local.n else None, "next": e}
+            bar.update(e - s)
+            self.checkpoint()
+        bar.close()
+        if "stats" not in self.state:
+            self.state["stats"] = {"local": None, "next": self.stop}
+        self.checkpoint(force=True)
+        merged = merge_stats(local, self.shard)
+        if merged.n < 2:
+            raise ValueError(f"only {merged.n} reference image(s) could be read; the statistics need at least 2")
+        return merged.finalize(shrinkage=shrinkage, eps=eps)
+
+    def errors(self) -> dict[str, Any]:
+        bad = sorted(set().union(*gather_objects(sorted(self.bad), self.shard)))
+        examples = []
+        files = getattr(self.source, "files", None)
+        reasons = {p: r for p, r in getattr(getattr(self.source, "errors", None), "examples", [])}
+        for i in bad[:20]:
+            path = files[i] if files is not None else f"image {i}"
+            examples.append([path, reasons.get(path, "could not be read")])
+        return {"count": len(bad), "examples": examples}
+
+
+def _stats_info(stats: FeatureStats) -> dict[str, Any]:
+    return {"n": stats.n, "dim": stats.dim, "shrinkage": stats.shrinkage_, "lambda": stats.lambda_, "rho": stats.rho_}
+
+
+def _pair_files(dir_: str, name: str, n: int, p: int, shard: Shard, fresh: bool) -> dict[str, np.memmap]:
+    os.makedirs(dir_, exist_ok=True)
+    paths = {m: os.path.join(dir_, f"{name}.{m}.npy") for m in ("distance", "cosine")}
+    if shard.rank == 0:
+        for path in paths.values():
+            if fresh or not os.path.exists(path):
+                mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, p))
+                mm[:] = np.nan
+                mm.flush()
+                del mm
+    barrier(shard)
+    return {m: np.lib.format.open_memmap(path, mode="r+") for m, path in paths.items()}
+
+
+def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats: FeatureStats | None = None,
+                       grid_size: int = 256, batch_size: int = 32, forward_batch: int = 256,
+                       n_images: int | None = None, device: Any = None, dtype: torch.dtype | None = None,
+                       channels_last: bool | None = None, crop: int | None = None, normalize: bool = True,
+                       checkpoint: str | os.PathLike | None = None, shrinkage: str | float = "trace", eps: float = 1e-6,
+                       pair_scores_dir: str | os.PathLike | None = None, state_path: str | os.PathLike | None = None,
+                       save_every: float = 60.0, strict: bool = False, resize: int = 256, progress: bool = False,
+                       name: str | None = None, shard: Shard | None = None) -> InvarianceResult:
+    """How invariant ``model`` is to each transform, on the images of ``data`` (SPEC §1.1–1.3).
+
+    Args:
+        model: an ``nn.Module`` (or callable) mapping normalised images ``[B, 3, H, W]`` to pooled
+            features ``[B, D]``, or an invfast model name (``invfast.models.create``) with ``checkpoint``.
+        data: images ``[N, C, H, W]`` (uint8 0..255 or float 0..1), a folder path (``'folder:PATH'`` or
+            PATH; read with PIL, shorter side resized to ``resize``, centre-cropped square),
+            ``'synthetic:objects=10,n=1000,...'``, a map-style dataset (``invfast.synthetic.Transforms2D``),
+            or a source from :mod:`invfast.measure_data`.
+        transforms: 'all' | 'spatial' | 'appearance' | 'rotation,hue' | list of names or transform objects.
+        stats: reference :class:`FeatureStats`; by default a first pass over the untransformed images.
+        grid_size: k of each transform's ``grid(k)``.
+        batch_size: images per batch; ``forward_batch``: images x parameters per model call.
+        n_images: keep the first n images of ``data``.
+        device, dtype: where to run; ``dtype`` torch.bfloat16/float16 runs the model under autocast
+            (features are scored in float32). ``channels_last`` defaults to True on CUDA.
+        crop: centre crop (pixels) after the transform, before the model (224 for 256-px ImageNet loading).
+        normalize: ImageNet mean/std normalisation before the model.
+        shrinkage, eps: passed to ``FeatureStats.finalize`` when the stats are computed here.
+        pair_scores_dir: write every per-pair score to ``<dir>/<transform>.{distance,cosine}.npy``
+            (float32 [N, P] memory maps, NaN rows for unreadable images).
+        state_path: resumable partial state (one file per rank); written atomically every
+            ``save_every`` seconds and after each transform; a rerun with the same arguments resumes.
+        strict: stop at the first unreadable image file instead of counting and skipping it.
+        shard: rank/world size; by default that of the initialised ``torch.distributed`` group.
+
+    Returns:
+        :class:`InvarianceResult` (identical on every rank). Means exclude identity parameters.
+    """
+    t0 = time.monotonic()
+    if not isinstance(grid_size, int) or grid_size < 1:
+        raise ValueError(f"grid_size must be a positive integer, got {grid_size!r}")
+    tlist = resolve_transforms(transforms)
+    run = _Run(model, data, n_images=n_images, batch_size=batch_size, forward_batch=forward_batch, device=device,
+               dtype=dtype, channels_last=channels_last, crop=crop, normalize=normalize, checkpoint=checkpoint,
+               resize=resize, strict=strict, state_path=state_path, save_every=save_every, progress=progress,
+               shard=shard)
+    grids = []
+    for t in tlist:
+        params = torch.as_tensor(t.grid(grid_size))
+        ident = torch.as_tensor(t.is_identity(params), dtype=torch.bool).reshape(-1)
+        if params.dim() not in (1, 2) or params.shape[0] == 0 or ident.shape[0] != params.shape[0]:
+            raise ValueError(f"transform {t.name!r} gave a grid of shape {tuple(params.shape)} and an identity mask of "
+                             f"shape {tuple(ident.shape)}; expected [P] or [P, m] and [P]")
+        if t.family not in FAMILIES:
+            raise ValueError(f"transform {t.name!r} has family {t.family!r}; expected one of {FAMILIES}")
+        grids.append((t, params, ident))
+    fingerprint = {"data": run.source.describe(), "model": run.model_fp, "grid_size": grid_size,
+                   "transforms": [[t.name, int(p.shape[0])] for t, p, _ in grids], "crop": crop, "normalize": normalize,
+                   "stats": None if stats is None else [stats.n, stats.dim, float(stats.mean.double().sum())],
+                   "shrinkage": [str(shrinkage), eps], "world_size": run.shard.world_size,
+                   "pair_scores": None if pair_scores_dir is None else os.path.abspath(os.fspath(pair_scores_dir))}
+    run.resume(fingerprint)
+    ref_stats = run.reference_stats(stats, shrinkage, eps)
+    n_pairs_total = 0
+    results: dict[str, TransformResult] = {}
+    with torch.inference_mode():
+        for t, params, ident in grids:
+            acc = _score_transform(run, t, params, ident, ref_stats, pair_scores_dir)
+            results[t.name] = _finish_transform(run, t, params, ident, acc, pair_scores_dir)
+            n_pairs_total += results[t.name].n_pairs
+    errors = run.errors()
+    elapsed = time.monotonic() - t0
+    meta = {"data": run.source.describe(), "grid_size": grid_size, "device": str(run.device),
+            "dtype": None if dtype is None else str(dtype), "world_size": run.shard.world_size, "crop": crop,
+            "elapsed_s": elapsed, "pairs_per_s": n_pairs_total / elapsed if elapsed > 0 else None,
+            "mode": "synthetic"}
+    return InvarianceResult(model=name or run.model_name, transforms=results, n_images=run.n,
+                            stats=_stats_info(ref_stats), errors=errors, meta=meta)
+
+
+def _score_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tensor, stats: FeatureStats,
+                     pair_dir: Any) -> dict[str, Any]:
+    p = params.shape[0]
+    keep = ~ident
+    n_keep = int(keep.sum())
+    acc = run.state["transforms"].get(t.name)
+    fresh = acc is None
+    if fresh:
+        z = lambda: torch.zeros(p, dtype=torch.float64)  # noqa: E731
+        acc = {"sum_d": z(), "sum_c": z(), "sq_d": z(), "sq_c": z(), "count": 0, "next": run.start,
+               "img_d": torch.full((run.stop - run.start,), float("nan"), dtype=torch.float64),
+               "img_c": torch.full((run.stop - run.start,), float("nan"), dtype=torch.float64)}
+        run.state["transforms"][t.name] = acc
+    mm = _pair_files(os.fspath(pair_dir), t.name, run.n, p, run.shard, fresh and acc["next"] == run.start) \
+        if pair_dir is not None else None
+    bar = run.bar(run.stop - run.start, t.name, initial=acc["next"] - run.start)
+    for s, e in run.batches(acc["next"]):
+        x, idx = run.load(s, e)
+        b = x.shape[0]
+        if b:
+            f_ref = run.extract(x)
+            pc = max(1, run.extract.forward_batch // b)
+            img_d = torch.zeros(b, dtype=torch.float64)
+            img_c = torch.zeros(b, dtype=torch.float64)
+            for ps in range(0, p, pc):
+                pe = min(p, ps + pc)
+                xt = t.apply(x, params[ps:pe])
+                if xt.dim() != 5 or xt.shape[:2] != (b, pe - ps):
+                    raise ValueError(f"transform {t.name!r}.apply returned shape {tuple(xt.shape)}, expected "
+                                     f"[{b}, {pe - ps}, C, H, W]")
+                f_t = run.extract(xt.flatten(0, 1)).view(b, pe - ps, -1)
+                sc = invariance_scores(f_ref, f_t, stats)
+                d, c = sc["distance"].double().cpu(), sc["cosine"].double().cpu()
+                acc["sum_d"][ps:pe] += d.sum(0)
+                acc["sum_c"][ps:pe] += c.sum(0)
+                acc["sq_d"][ps:pe] += (d * d).sum(0)
+                acc["sq_c"][ps:pe] += (c * c).sum(0)
+                k = keep[ps:pe]
+                img_d += d[:, k].sum(1)
+                img_c += c[:, k].sum(1)
+                if mm is not None:
+                    rows = idx.numpy()
+                    mm["distance"][rows, ps:pe] = d.float().numpy()
+                    mm["cosine"][rows, ps:pe] = c.float().numpy()
+            acc["count"] += b
+            if n_keep:
+                acc["img_d"][idx - run.start] = img_d / n_keep
+                acc["img_c"][idx - run.start] = img_c / n_keep
+        acc["next"] = e
+        bar.update(e - s)
+        run.checkpoint(before=(lambda: [m.flush() for m in mm.values()]) if mm is not None else None)
+    bar.close()
+    if mm is not None:
+        for m in mm.values():
+            m.flush()
+    run.checkpoint(force=True)
+    return acc
+
+
+def _finish_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tensor, acc: dict[str, Any],
+                      pair_dir: Any) -> TransformResult:
+    sh = run.shard
+    sums = {k: sum_in_rank_order(acc[k], sh) for k in ("sum_d", "sum_c", "sq_d", "sq_c")}
+    count = int(sum_in_rank_order(torch.tensor([float(acc["count"])], dtype=torch.float64), sh).item())
+    img_d = torch.cat(gather_objects(acc["img_d"], sh))
+    img_c = torch.cat(gather_objects(acc["img_c"], sh))
+    keep = ~ident
+    if count == 0:
+        raise ValueError(f"no image could be read for transform {t.name!r}")
+    mean_d, mean_c = sums["sum_d"] / count, sums["sum_c"] / count
+    std_d = (sums["sq_d"] / count - mean_d ** 2).clamp_min(0).sqrt()
+    std_c = (sums["sq_c"] / count - mean_c ** 2).clamp_min(0).sqrt()
+
+    def over(mask: torch.Tensor, key: str) -> float | None:
+        return float(sums[key][mask].sum() / (count * int(mask.sum()))) if bool(mask.any()) else None
+
+    pair = None
+    if pair_dir is not None:
+        pair = {m: os.path.abspath(os.path.join(os.fspath(pair_dir), f"{t.name}.{m}.npy")) for m in ("distance", "cosine")}
+    return TransformResult(name=t.name, family=t.family, mean_distance=over(keep, "sum_d"), mean_cosine=over(keep, "sum_c"),
+                           n_images=count, params=params.double().cpu(), identity=ident.cpu(), distance=mean_d,
+                           cosine=mean_c, distance_std=std_d, cosine_std=std_c, identity_distance=over(ident, "sum_d"),
+                           identity_cosine=over(ident, "sum_c"), per_image_distance=img_d if bool(keep.any()) else None,
+                           per_image_cosine=img_c if bool(keep.any()) else None, pair_scores=pair,
+                           n_pairs=count * int(params.shape[0]))
+
+
+# ---------------------------------------------------------------------------------------------- real world
+def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str = "real-world", family: str = "real-world",
+                       stats: FeatureStats | None = None, batch_size: int = 32, forward_batch: int = 256,
+                       n_images: int | None = None, device: Any = None, dtype: torch.dtype | None = None,
+                       channels_last: bool | None = None, crop: int | None = None, normalize: bool = True,
+                       checkpoint: Any = None, shrinkage: str | float = "trace", eps: float = 1e-6,
+                       state_path: Any = None, save_every: float = 60.0, strict: bool = False, resize: int = 256,
+                       progress: bool = False, model_name: str | None = None, shard: Shard | None = None,
+                       pair_block: int = 64) -> InvarianceResult:
+    """Real-world invariance (SPEC §1.4, Ericsson BMVC §4.2): no reference image; for every group
+    (object / scene folder, or ``groups`` ids for tensors) the scores of all pairs of distinct views
+    are averaged, then the group means are averaged. Reference statistics come from all views
+    unless ``stats`` is given. Per-group means are the result's per-image values (for significance);
+    groups with fewer than two readable views are skipped and counted in ``meta['skipped_groups']``.
+    """
+    t0 = time.monotonic()
+    if groups is not None and not isinstance(data, (torch.Tensor, np.ndarray)):
+        raise ValueError("groups can only be given with in-memory images; folders group by subfolder")
+    src = as_source(data, n=n_images, resize=resize, strict=strict, groups=groups) if groups is not None else data
+    run = _Run(model, src, n_images=None if groups is not None else n_images, batch_size=batch_size,
+               forward_batch=forward_batch, device=device, dtype=dtype, channels_last=channels_last, crop=crop,
+               normalize=normalize, checkpoint=checkpoint, resize=resize, strict=strict, state_path=state_path,
+               save_every=save_every, progress=progress, shard=shard)
+    g = run.source.groups
+    if g is None:
+        raise ValueError("real-world mode needs groups of views: a folder with one subfolder per object/scene, "
+                         "or groups=[group id per image] with in-memory images")
+    n_groups = int(g.max()) + 1
+    members = [torch.nonzero(g == i).flatten() for i in range(n_groups)]
+    fingerprint = {"data": run.source.describe(), "model": run.model_fp, "mode": "real-world", "name": name,
+                   "groups": [int(m.numel()) for m in members], "crop": crop, "normalize": normalize,
+                   "stats": None if stats is None else [stats.n, stats.dim, float(stats.mean.double().sum())],
+                   "shrinkage": [str(shrinkage), eps], "world_size": run.shard.world_size}
+    run.resume(fingerprint)
+    ref_stats = run.reference_stats(stats, shrinkage, eps)
+    g0, g1 = run.shard.bounds(n_groups)
+    acc = run.state["transforms"].get(name)
+    if acc is None:
+        acc = {"next": g0, "grp_d": torch.full((g1 - g0,), float("nan"), dtype=torch.float64),
+               "grp_c": torch.full((g1 - g0,), float("nan"), dtype=torch.float64),
+               "pair_d": torch.zeros(1, dtype=torch.float64), "pair_c": torch.zeros(1, dtype=torch.float64),
+               "pairs": 0, "views": 0}
+        run.state["transforms"][name] = acc
+    bar = run.bar(g1 - g0, name, initial=acc["next"] - g0)
+    bar.unit = "group"
+    with torch.inference_mode():
+        for gi in range(acc["next"], g1):
+            idx = members[gi]
+            feats = []
+            for s in range(0, idx.numel(), run.batch_size):
+                sub = idx[s:s + run.batch_size]
+                x, ok = run.source.load(sub)
+                for i in sub[~ok].tolist():
+                    run.bad.add(int(i))
+                if bool(ok.any()):
+                    feats.append(run.extract(x[ok]))
+            f = torch.cat(feats) if feats else torch.zeros(0, 1)
+            v = f.shape[0]
+            if v >= 2:
+                sd = sc = 0.0
+                for r in range(0, v, pair_block):
+                    re = min(v, r + pair_block)
+                    out = invariance_scores(f[r:re], f.unsqueeze(0).expand(re - r, v, f.shape[1]), ref_stats)
+                    off = torch.ones(re - r, v, dtype=torch.bool)
+                    off[torch.arange(re - r), torch.arange(r, re)] = False
+                    sd += float(out["distance"].double()[off].sum())
+                    sc += float(out["cosine"].double()[off].sum())
+                npairs = v * (v - 1)
+                acc["grp_d"][gi - g0] = sd / npairs
+                acc["grp_c"][gi - g0] = sc / npairs
+                acc["pair_d"] += sd
+                acc["pair_c"] += sc
+                acc["pairs"] += npairs
+                acc["views"] += v
+            acc["next"] = gi + 1
+            bar.update(1)
+            run.checkpoint()
+    bar.close()
+    run.checkpoint(force=True)
+    sh = run.shard
+    grp_d = torch.cat(gather_objects(acc["grp_d"], sh))
+    grp_c = torch.cat(gather_objects(acc["grp_c"], sh))
+    tot = sum_in_rank_order(torch.cat([acc["pair_d"], acc["pair_c"],
+                                       torch.tensor([float(acc["pairs"]), float(acc["views"])], dtype=torch.float64)]), sh)
+    valid = ~torch.isnan(grp_d)
+    if not bool(valid.any()):
+        raise ValueError("no group has two readable views; real-world mode compares views within a group")
+    tr = TransformResult(name=name, family=family, mean_distance=float(grp_d[valid].mean()),
+                         mean_cosine=float(grp_c[valid].mean()), n_images=int(tot[3]), per_image_distance=grp_d,
+                         per_image_cosine=grp_c, n_pairs=int(tot[2]))
+    elapsed = time.monotonic() - t0
+    meta = {"data": run.source.describe(), "mode": "real-world", "device": str(run.device), "groups": n_groups,
+            "skipped_groups": int((~valid).sum()), "pair_weighted_distance": float(tot[0] / tot[2]),
+            "pair_weighted_cosine": float(tot[1] / tot[2]), "world_size": sh.world_size, "elapsed_s": elapsed,
+            "group_names": list(getattr(run.source, "group_names", []))}
+    return InvarianceResult(model=model_name or run.model_name, transforms={name: tr}, n_images=run.n,
+                            stats=_stats_info(ref_stats), errors=run.errors(), meta=meta)

@@ -1,0 +1,121 @@
+"""Sharding and resumable state for invariance measurement.
+
+Ranks split the images into contiguous blocks; every accumulator is a float64 tensor that is
+combined across ranks by gathering all parts and adding them in rank order (deterministic, the
+same on every rank), and ``FeatureStats`` are merged in rank order. Each rank writes its partial
+state to its own file atomically, so a killed run resumes where it stopped.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from invfast.stats import FeatureStats
+
+STATE_FORMAT = "invfast.measure-state/1"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """This process's part of the work: images [start, stop) of N, rank of world_size."""
+
+    rank: int = 0
+    world_size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def bounds(self, n: int) -> tuple[int, int]:
+        return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
+
+
+def current_shard() -> Shard:
+    """Rank and world size of the initialised default process group (1 process otherwise)."""
+    if dist.is_available() and dist.is_initialized():
+        return Shard(dist.get_rank(), dist.get_world_size())
+    return Shard()
+
+
+def _comm_device() -> torch.device:
+    if dist.is_initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def sum_in_rank_order(t: torch.Tensor, shard: Shard) -> torch.Tensor:
+    """Sum of ``t`` over ranks, added in rank order (bitwise identical on every rank)."""
+    if not shard.distributed:
+        return t
+    dev = _comm_device()
+    x = t.detach().to(dev).contiguous()
+    parts = [torch.empty_like(x) for _ in range(shard.world_size)]
+    dist.all_gather(parts, x)
+    out = parts[0].clone()
+    for p in parts[1:]:
+        out += p
+    return out.to(t.device)
+
+
+def merge_stats(local: FeatureStats, shard: Shard) -> FeatureStats:
+    """All ranks' FeatureStats merged in rank order (every rank gets the same result)."""
+    if not shard.distributed:
+        return local
+    state = local.state_dict() if local.n > 0 else None
+    states: list[Any] = [None] * shard.world_size
+    dist.all_gather_object(states, state)
+    out = FeatureStats(device=local.device)
+    for s in states:
+        if s is not None:
+            out.merge(FeatureStats.from_state_dict(s, device=local.device))
+    return out
+
+
+def gather_objects(obj: Any, shard: Shard) -> list[Any]:
+    if not shard.distributed:
+        return [obj]
+    out: list[Any] = [None] * shard.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier(shard: Shard) -> None:
+    if shard.distributed:
+        dist.barrier()
+
+
+def state_file(path: str | os.PathLike, shard: Shard) -> str:
+    """The state file of this rank: ``path`` itself for one process, ``path.rank<r>`` otherwise."""
+    p = os.fspath(path)
+    return p if not shard.distributed else f"{p}.rank{shard.rank}"
+
+
+def save_state(path: str, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` atomically (a kill leaves the previous state intact)."""
+    d = os.path.dirname(os.path.abspath(path))
+    os.makedirs(d, exist_ok=True)
+    tmp = f"{path}.tmp-{os.getpid()}"
+    torch.save({**state, "format": STATE_FORMAT}, tmp)
+    os.replace(tmp, path)
+
+
+def load_state(path: str, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
+    """The saved state at ``path`` if it belongs to the run described by ``fingerprint``; None if absent."""
+    if not os.path.exists(path):
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"cannot read the measurement state file {path!r} ({e}); delete it to start over") from e
+    if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+        raise ValueError(f"{path!r} is not an invfast measurement state file; delete it or choose another state path")
+    if state.get("fingerprint") != fingerprint:
+        old, new = state.get("fingerprint", {}), fingerprint
+        diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        raise ValueError(f"the state file {path!r} belongs to another run (differs in: {', '.join(diff)}); "
+                         "use another state path / output folder, or delete it to start over")
+    return state

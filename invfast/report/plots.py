@@ -1,0 +1,134 @@
+"""Plots of invariance results (matplotlib, no pyplot state): per-parameter curves, a radar chart of
+the spatial and appearance families, and a heatmap of models x transforms. Each returns a
+``matplotlib.figure.Figure`` and saves it to ``path`` when given."""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Sequence
+
+import numpy as np
+
+from invfast.measure_result import InvarianceResult
+from invfast.report.tables import FAMILY_ORDER, as_results, ordered_transforms
+
+_LABELS = {"distance": "Mahalanobis distance", "cosine": "standardised cosine"}
+
+
+def _figure(w: float, h: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(w, h), layout="constrained")
+
+
+def _save(fig: Any, path: str | os.PathLike | None) -> Any:
+    if path is not None:
+        d = os.path.dirname(os.path.abspath(os.fspath(path)))
+        os.makedirs(d, exist_ok=True)
+        fig.savefig(os.fspath(path), dpi=110)
+    return fig
+
+
+def _check_metric(metric: str) -> None:
+    if metric not in _LABELS:
+        raise ValueError(f"metric must be 'distance' or 'cosine', got {metric!r}")
+
+
+def plot_curves(results: InvarianceResult | Sequence[InvarianceResult], *, metric: str = "cosine",
+                transforms: Sequence[str] | None = None, path: str | os.PathLike | None = None, cols: int = 6) -> Any:
+    """Mean ``metric`` over images for each grid parameter, one panel per transform, one line per model.
+    1-D grids are plotted against the parameter value, multi-dimensional grids against the index;
+    identity parameters are marked with open circles."""
+    results = as_results(results)
+    _check_metric(metric)
+    names = [n for n, _ in ordered_transforms(results) if transforms is None or n in transforms]
+    names = [n for n in names if any(n in r.transforms and r[n].params.numel() for r in results)]
+    if not names:
+        raise ValueError("no transform with a parameter grid to plot (real-world results have no curves)")
+    cols = max(1, min(cols, len(names)))
+    rows = math.ceil(len(names) / cols)
+    fig = _figure(2.6 * cols, 2.1 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    for ax, name in zip(axes.flat, names):
+        for r in results:
+            if name not in r.transforms:
+                continue
+            t = r[name]
+            y = getattr(t, metric).numpy()
+            x = t.params.numpy() if t.params.dim() == 1 else np.arange(t.params.shape[0])
+            style = "-" if len(y) > 1 else "o"
+            line = ax.plot(x, y, style, label=r.model, lw=1.2, ms=4)[0]
+            ident = t.identity.numpy()
+            if ident.any():
+                ax.plot(x[ident], y[ident], "o", mfc="none", color=line.get_color(), ms=5)
+        fam = results[0].transforms[name].family if name in results[0].transforms else ""
+        ax.set_title(f"{name} ({fam})", fontsize=9)
+        ax.tick_params(labelsize=7)
+        multi = any(name in r.transforms and r[name].params.dim() == 2 for r in results)
+        ax.set_xlabel("parameter index" if multi else "parameter", fontsize=7)
+    for ax in list(axes.flat)[len(names):]:
+        ax.set_visible(False)
+    axes.flat[0].set_ylabel(_LABELS[metric], fontsize=8)
+    if len(results) > 1:
+        axes.flat[0].legend(fontsize=7)
+    return _save(fig, path)
+
+
+def plot_radar(results: InvarianceResult | Sequence[InvarianceResult], *, metric: str = "cosine",
+               path: str | os.PathLike | None = None) -> Any:
+    """Radar charts of the mean ``metric`` per transform, one for each family (spatial, appearance;
+    other families get their own), one polygon per model."""
+    results = as_results(results)
+    _check_metric(metric)
+    cols = ordered_transforms(results)
+    fams = [f for f in FAMILY_ORDER if any(c[1] == f for c in cols)]
+    fams += sorted({f for _, f in cols} - set(fams))
+    fig = _figure(4.2 * len(fams), 4.4)
+    for k, fam in enumerate(fams):
+        names = [n for n, f in cols if f == fam]
+        ax = fig.add_subplot(1, len(fams), k + 1, projection="polar")
+        ang = np.linspace(0, 2 * np.pi, len(names), endpoint=False)
+        for r in results:
+            vals = [getattr(r.transforms[n], f"mean_{metric}") if n in r.transforms else None for n in names]
+            v = np.array([np.nan if x is None else x for x in vals], dtype=float)
+            ax.plot(np.append(ang, ang[:1]), np.append(v, v[:1]), "-o", ms=3, lw=1.2, label=r.model)
+            ax.fill(np.append(ang, ang[:1]), np.nan_to_num(np.append(v, v[:1])), alpha=0.08)
+        ax.set_xticks(ang)
+        ax.set_xticklabels(names, fontsize=8)
+        ax.tick_params(axis="y", labelsize=7)
+        ax.set_title(f"{fam} — {_LABELS[metric]}", fontsize=9)
+    if len(results) > 1:
+        fig.axes[0].legend(fontsize=7, loc="upper right", bbox_to_anchor=(1.25, 1.12))
+    return _save(fig, path)
+
+
+def plot_heatmap(results: InvarianceResult | Sequence[InvarianceResult], *, metric: str = "cosine",
+                 path: str | os.PathLike | None = None, digits: int = 2) -> Any:
+    """Models (rows) x transforms (columns, spatial then appearance) coloured by the mean ``metric``,
+    with the values written in the cells."""
+    results = as_results(results)
+    _check_metric(metric)
+    cols = ordered_transforms(results)
+    m = np.full((len(results), len(cols)), np.nan)
+    for i, r in enumerate(results):
+        for j, (n, _) in enumerate(cols):
+            v = getattr(r.transforms[n], f"mean_{metric}") if n in r.transforms else None
+            m[i, j] = np.nan if v is None else v
+    fig = _figure(max(4.0, 0.62 * len(cols) + 2.0), max(2.0, 0.45 * len(results) + 1.6))
+    ax = fig.add_subplot(1, 1, 1)
+    cmap = "viridis" if metric == "cosine" else "viridis_r"
+    im = ax.imshow(m, aspect="auto", cmap=cmap)
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels([f"{n}\n({f[:3]})" for n, f in cols], fontsize=7, rotation=60, ha="right")
+    ax.set_yticks(range(len(results)))
+    ax.set_yticklabels([r.model for r in results], fontsize=8)
+    finite = m[np.isfinite(m)]
+    mid = float(finite.mean()) if finite.size else 0.0
+    for i in range(m.shape[0]):
+        for j in range(m.shape[1]):
+            if np.isfinite(m[i, j]):
+                good = m[i, j] > mid if metric == "cosine" else m[i, j] < mid
+                ax.text(j, i, f"{m[i, j]:.{digits}f}", ha="center", va="center", fontsize=6,
+                        color="black" if good else "white")
+    fig.colorbar(im, ax=ax, label=_LABELS[metric])
+    return _save(fig, path)

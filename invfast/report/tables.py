@@ -1,0 +1,136 @@
+"""Tables of invariance results: rows, data frames, Table-1-style markdown, JSON, significance marks."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any, Sequence
+
+from invfast.measure_result import InvarianceResult, common_images
+from invfast.significance import most_invariant
+
+FAMILY_ORDER = ("spatial", "appearance")
+_HEADINGS = {"distance": "Mahalanobis distance (lower = more invariant)",
+             "cosine": "standardised cosine similarity (1 = invariant)"}
+
+
+def as_results(results: InvarianceResult | Sequence[InvarianceResult]) -> list[InvarianceResult]:
+    """A list of results with distinct model names, checked."""
+    lst = [results] if isinstance(results, InvarianceResult) else list(results)
+    if not lst:
+        raise ValueError("no results given")
+    for r in lst:
+        if not isinstance(r, InvarianceResult):
+            raise TypeError(f"expected InvarianceResult objects, got {type(r).__name__}")
+    names = [r.model for r in lst]
+    if len(set(names)) != len(names):
+        raise ValueError(f"results need distinct model names to be compared, got {names}; pass name=... to "
+                         "measure_invariance or set result.model")
+    return lst
+
+
+def ordered_transforms(results: Sequence[InvarianceResult]) -> list[tuple[str, str]]:
+    """(name, family) of every transform in any result: spatial first, then appearance, then the rest."""
+    seen: dict[str, str] = {}
+    for r in results:
+        for t in r.transforms.values():
+            seen.setdefault(t.name, t.family)
+    rank = {f: i for i, f in enumerate(FAMILY_ORDER)}
+    return sorted(seen.items(), key=lambda kv: rank.get(kv[1], len(rank)))
+
+
+def significance(results: Sequence[InvarianceResult], *, delta: float = 0.05) -> dict[str, str | None]:
+    """Transform -> the model that is significantly most invariant by standardised cosine (SPEC §1.5:
+    Hoeffding with Bonferroni over the comparisons, on per-image scores of the same images), or None.
+    Transforms that some model lacks or kept no per-image scores for are left out."""
+    results = as_results(results)
+    out: dict[str, str | None] = {}
+    if len(results) < 2:
+        return out
+    for name, _ in ordered_transforms(results):
+        if not all(name in r.transforms and r[name].per_image_cosine is not None for r in results):
+            continue
+        vals = common_images(results, name, "cosine")
+        if next(iter(vals.values())).numel() == 0:
+            continue
+        out[name] = most_invariant(vals, delta=delta, bounds=(-2.0, 2.0), higher_is_more_invariant=True)
+    return out
+
+
+def to_rows(results: InvarianceResult | Sequence[InvarianceResult], *, delta: float = 0.05) -> list[dict[str, Any]]:
+    """One dict per (model, transform): mean distance / cosine (identity excluded), identity values,
+    number of images and pairs, and ``best`` (significantly most invariant by cosine)."""
+    results = as_results(results)
+    best = significance(results, delta=delta)
+    rows = []
+    for r in results:
+        for t in r.transforms.values():
+            rows.append({"model": r.model, "transform": t.name, "family": t.family, "distance": t.mean_distance,
+                         "cosine": t.mean_cosine, "identity_distance": t.identity_distance,
+                         "identity_cosine": t.identity_cosine, "n_images": t.n_images, "n_pairs": t.n_pairs,
+                         "best": best.get(t.name) == r.model})
+    return rows
+
+
+def to_frame(results: InvarianceResult | Sequence[InvarianceResult], *, delta: float = 0.05) -> Any:
+    """A pandas DataFrame of :func:`to_rows` when pandas is installed, else the list of row dicts."""
+    rows = to_rows(results, delta=delta)
+    try:
+        import pandas as pd
+    except ImportError:
+        return rows
+    return pd.DataFrame(rows)
+
+
+def _fmt(v: float | None, digits: int) -> str:
+    return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
+
+
+def to_markdown(results: InvarianceResult | Sequence[InvarianceResult], *, metrics: Sequence[str] = ("distance", "cosine"),
+                digits: int = 2, delta: float = 0.05, marks: bool = True) -> str:
+    """Table 1 of Ericsson et al.: one row per model, transforms as columns grouped spatial | appearance
+    (a family row above the names), one block per metric. With several models, the cosine of the
+    model that is significantly most invariant to a transform is marked •."""
+    results = as_results(results)
+    for m in metrics:
+        if m not in _HEADINGS:
+            raise ValueError(f"metrics must be 'distance' and/or 'cosine', got {m!r}")
+    cols = ordered_transforms(results)
+    best = significance(results, delta=delta) if marks else {}
+    out = []
+    for m in metrics:
+        out.append(f"**{_HEADINGS[m]}**\n")
+        fam_row, prev = [], None
+        for _, fam in cols:
+            fam_row.append(fam if fam != prev else "")
+            prev = fam
+        out.append("| model | " + " | ".join(n for n, _ in cols) + " |")
+        out.append("|---|" + "|".join("---:" for _ in cols) + "|")
+        out.append("| *family* | " + " | ".join(f"*{f}*" if f else "" for f in fam_row) + " |")
+        for r in results:
+            cells = []
+            for name, _ in cols:
+                t = r.transforms.get(name)
+                v = None if t is None else getattr(t, f"mean_{m}")
+                cell = _fmt(v, digits)
+                if m == "cosine" and best.get(name) == r.model:
+                    cell += " •"
+                cells.append(cell)
+            out.append(f"| {r.model} | " + " | ".join(cells) + " |")
+        out.append("")
+    if marks and len(results) > 1 and "cosine" in metrics:
+        out.append(f"• significantly most invariant (Hoeffding, δ = {delta} Bonferroni-corrected, per-image cosine).")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def to_json(results: InvarianceResult | Sequence[InvarianceResult], path: str | os.PathLike | None = None, *,
+            per_image: bool = False, delta: float = 0.05, indent: int | None = 2) -> str:
+    """JSON with every result (per-image values only if ``per_image``) and the significance marks."""
+    results = as_results(results)
+    doc = {"results": [r.to_dict(per_image=per_image) for r in results], "best": significance(results, delta=delta)}
+    text = json.dumps(doc, indent=indent, allow_nan=False)
+    if path is not None:
+        from invfast.measure_result import _atomic_write
+
+        _atomic_write(os.fspath(path), text)
+    return text
