@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+import torch
+
+from invfast import FeatureStats
+
+
+def _np_stats(x):
+    mean = x.mean(0)
+    cov = np.cov(x, rowvar=False)
+    return mean, cov
+
+
+@pytest.mark.parametrize("n,d", [(50, 8), (300, 32), (40, 100)])
+def test_streaming_matches_numpy(rng, n, d):
+    x = rng.normal(size=(n, d)) * rng.uniform(0.1, 5, size=d) + rng.normal(size=d) * 10
+    st = FeatureStats()
+    for chunk in np.array_split(x, 7):
+        st.update(torch.from_numpy(chunk))
+    mean, cov = _np_stats(x)
+    np.testing.assert_allclose(st.mean.numpy(), mean, rtol=1e-10, atol=1e-10)
+    np.testing.assert_allclose(st.covariance.numpy(), cov, rtol=1e-9, atol=1e-10)
+    c = x - mean
+    np.testing.assert_allclose(st.m4.item(), ((c * c).sum(1) ** 2).sum(), rtol=1e-9)
+    np.testing.assert_allclose(st.m3.numpy(), ((c * c).sum(1)[:, None] * c).sum(0), rtol=1e-8, atol=1e-8)
+
+
+def test_merge_of_shards_equals_one_pass(rng):
+    x = torch.from_numpy(rng.normal(size=(257, 16)) + 3.0)
+    one = FeatureStats().update(x)
+    shards = [FeatureStats().update(s) for s in torch.tensor_split(x, [10, 11, 100, 200])]
+    merged = FeatureStats()
+    for s in shards[::-1]:
+        merged.merge(s)
+    assert merged.n == one.n == 257
+    for a, b in [(merged.mean, one.mean), (merged.m2, one.m2), (merged.m3, one.m3), (merged.m4, one.m4)]:
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-9)
+
+
+def test_ledoit_wolf_matches_sklearn(rng):
+    sk = pytest.importorskip("sklearn.covariance")
+    x = rng.normal(size=(60, 40)) @ rng.normal(size=(40, 40)) * 0.3
+    st = FeatureStats()
+    for chunk in np.array_split(x, 3):
+        st.update(torch.from_numpy(chunk))
+    st.finalize(shrinkage="ledoit-wolf")
+    cov_ref, rho_ref = sk.ledoit_wolf(x)
+    np.testing.assert_allclose(st.rho_, rho_ref, rtol=1e-9)
+    np.testing.assert_allclose(st.cov_.numpy(), cov_ref, rtol=1e-8, atol=1e-12)
+    assert st.lambda_ == pytest.approx(rho_ref * np.trace(np.cov(x, rowvar=False, bias=True)) / 40)
+
+
+def test_trace_shrinkage_makes_rank_deficient_covariance_factor(rng):
+    x = torch.from_numpy(rng.normal(size=(20, 64)))  # D > N: rank <= 19
+    st = FeatureStats().update(x)
+    with pytest.raises(ValueError, match="not positive definite.*eps"):
+        st.finalize(shrinkage="none")
+    st.finalize()  # default trace shrinkage, eps = 1e-6
+    lam = 1e-6 * np.trace(np.cov(x.numpy(), rowvar=False)) / 64
+    assert st.lambda_ == pytest.approx(lam, rel=1e-10)
+    torch.testing.assert_close(st.chol_ @ st.chol_.T, st.covariance + lam * torch.eye(64, dtype=torch.float64))
+
+
+def test_whitening_gives_identity_covariance(rng):
+    a = rng.normal(size=(12, 12))
+    x = torch.from_numpy(rng.normal(size=(4000, 12)) @ a + 5.0)
+    st = FeatureStats.from_features(x, shrinkage="none")
+    z = st.whiten(x)
+    assert z.dtype == torch.float64
+    torch.testing.assert_close(torch.cov(z.T), torch.eye(12, dtype=torch.float64), atol=1e-9, rtol=0)
+    torch.testing.assert_close(z.mean(0), torch.zeros(12, dtype=torch.float64), atol=1e-9, rtol=0)
+    assert st.whiten(x.float()).dtype == torch.float32
+
+
+def test_save_load_roundtrip(tmp_path, rng):
+    x = torch.from_numpy(rng.normal(size=(30, 5)))
+    st = FeatureStats().update(x)
+    st.save(tmp_path / "s.pt")
+    back = FeatureStats.load(tmp_path / "s.pt")
+    assert back.n == 30
+    torch.testing.assert_close(back.m2, st.m2, rtol=0, atol=0)
+    torch.testing.assert_close(back.finalize().chol_, st.finalize().chol_)
+    with pytest.raises(FileNotFoundError, match="no FeatureStats file"):
+        FeatureStats.load(tmp_path / "missing.pt")
+
+
+def test_bad_inputs():
+    st = FeatureStats()
+    with pytest.raises(ValueError, match="at least 2 reference samples"):
+        st.finalize()
+    st.update(torch.randn(1, 4))
+    with pytest.raises(ValueError, match="at least 2"):
+        st.finalize()
+    with pytest.raises(ValueError, match="D=5"):
+        st.update(torch.randn(3, 5))
+    with pytest.raises(ValueError, match="NaN"):
+        st.update(torch.tensor([[1.0, float("nan"), 0.0, 0.0]]))
+    with pytest.raises(TypeError, match="floating dtype"):
+        st.update(torch.ones(3, 4, dtype=torch.int64))
+    with pytest.raises(ValueError, match="2 dimensions"):
+        st.update(torch.randn(4))
+    with pytest.raises(ValueError, match="shrinkage must be one of"):
+        FeatureStats().update(torch.randn(5, 2)).finalize(shrinkage="oas")
+    with pytest.raises(ValueError, match="not finalized"):
+        FeatureStats().update(torch.randn(5, 2)).whiten(torch.randn(3, 2))
+    with pytest.raises(TypeError, match="FeatureStats"):
+        FeatureStats().merge("x")
