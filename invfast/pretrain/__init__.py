@@ -1,0 +1,25 @@
+"""Contrastive pretraining: MoCo-v2, SimCLR and amortised invariance learning (AI-MoCo, AI-SimCLR).
+
+- losses as pure functions: :func:`infonce` (queue negatives), :func:`nt_xent` (in-batch negatives);
+- MoCo machinery: :class:`KeyQueue`, :func:`momentum_update`, :func:`default_queue_size`;
+- methods: :class:`MoCoV2`, :class:`SimCLR`, :class:`AmortisedMoCo`, :class:`AmortisedSimCLR`;
+- :class:`Trainer` / :class:`TrainConfig`: CPU, one GPU or DDP over torchrun processes, atomic
+  checkpoints with exact resume, JSON/CSV metrics, periodic invariance measurement;
+- image sources: :class:`ArraySource`, :class:`FolderSource`, :class:`SyntheticSource`.
+
+See docs/pretrain.md and ``invfast pretrain --help``.
+"""
+from invfast.pretrain.data import ArraySource, FolderSource, SyntheticSource, open_source
+from invfast.pretrain.descriptors import descriptor_set
+from invfast.pretrain.heads import ProjectionHead
+from invfast.pretrain.key_queue import KeyQueue, default_queue_size
+from invfast.pretrain.losses import infonce, nt_xent
+from invfast.pretrain.methods import METHODS, AmortisedMoCo, AmortisedSimCLR, ContrastiveMethod, MoCoV2, SimCLR
+from invfast.pretrain.momentum import momentum_update
+from invfast.pretrain.trainer import TrainConfig, Trainer
+
+__all__ = [
+    "METHODS", "AmortisedMoCo", "AmortisedSimCLR", "ArraySource", "ContrastiveMethod", "FolderSource", "KeyQueue",
+    "MoCoV2", "ProjectionHead", "SimCLR", "SyntheticSource", "TrainConfig", "Trainer", "default_queue_size",
+    "descriptor_set", "infonce", "momentum_update", "nt_xent", "open_source",
+]

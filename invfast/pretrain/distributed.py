@@ -1,0 +1,85 @@
+"""The few ``torch.distributed`` pieces pretraining needs: process-group setup from torchrun's
+environment, and all-gathers with and without gradient. Everything degrades to the identity in
+a single process."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class DistInfo:
+    """Where this process sits: ``rank`` of ``world_size`` processes, ``local_rank`` on its node."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def info() -> DistInfo:
+    """Rank and world size of the initialised process group (0 of 1 without one)."""
+    if dist.is_available() and dist.is_initialized():
+        return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank())))
+    return DistInfo()
+
+
+def init_from_env(device: str = "auto") -> tuple[DistInfo, torch.device]:
+    """Initialise the process group when launched by torchrun (``WORLD_SIZE`` > 1) and pick the device.
+
+    ``device``: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda' or 'cuda:N'. Multi-process runs
+    use NCCL on CUDA and gloo on CPU; each process takes GPU ``LOCAL_RANK``.
+    """
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device={device!r} was asked for but this torch has no usable CUDA; use --device cpu")
+        if dev.index is None:
+            dev = torch.device("cuda", local_rank if world > 1 else torch.cuda.current_device())
+        torch.cuda.set_device(dev)
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    return info(), dev
+
+
+def all_gather_nograd(x: torch.Tensor) -> torch.Tensor:
+    """Concatenate ``x [b, ...]`` from every rank in rank order -> ``[world·b, ...]`` (no gradient)."""
+    d = info()
+    if d.world_size == 1:
+        return x
+    out = [torch.empty_like(x) for _ in range(d.world_size)]
+    dist.all_gather(out, x.contiguous())
+    return torch.cat(out, dim=0)
+
+
+class _GatherWithGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        d = info()
+        ctx.rank, ctx.b = d.rank, x.shape[0]
+        out = [torch.empty_like(x) for _ in range(d.world_size)]
+        dist.all_gather(out, x.contiguous())
+        return torch.cat(out, dim=0)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        grad = grad.contiguous()
+        dist.all_reduce(grad, op=dist.ReduceOp.SUM)
+        return grad[ctx.rank * ctx.b:(ctx.rank + 1) * ctx.b]
+
+
+def all_gather_grad(x: torch.Tensor) -> torch.Tensor:
+    """Like :func:`all_gather_nograd`, but gradients flow back to every rank's slice (summed over ranks)."""
+    if info().world_size == 1:
+        return x
+    return _GatherWithGrad.apply(x)

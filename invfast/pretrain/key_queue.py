@@ -1,0 +1,60 @@
+"""The MoCo dictionary: a FIFO queue of L2-normalised keys, one per invariance descriptor."""
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class KeyQueue(nn.Module):
+    """``n_queues`` ring buffers of ``size`` keys of dimension ``dim``.
+
+    ``enqueue(keys, which)`` overwrites the oldest ``len(keys)`` entries of queue ``which``; the
+    number of keys enqueued at once must divide ``size`` (as in MoCo), so a queue always holds
+    exactly the last ``size`` keys it was given once it has been filled. Before that it holds
+    random unit vectors drawn from ``generator`` (MoCo's initialisation). State (keys and write
+    pointers) is in buffers, so it is saved with the model's ``state_dict``.
+    """
+
+    def __init__(self, size: int, dim: int, n_queues: int = 1, generator: torch.Generator | None = None) -> None:
+        super().__init__()
+        if size < 1 or dim < 1 or n_queues < 1:
+            raise ValueError(f"queue size, dim and n_queues must be >= 1, got {size}, {dim}, {n_queues}")
+        self.size, self.dim, self.n_queues = int(size), int(dim), int(n_queues)
+        init = torch.randn(n_queues, size, dim, generator=generator)
+        self.register_buffer("keys", F.normalize(init, dim=2))
+        self.register_buffer("ptr", torch.zeros(n_queues, dtype=torch.long))
+
+    def get(self, which: int = 0) -> torch.Tensor:
+        """The keys of queue ``which`` ``[size, dim]`` (a view; clone before enqueueing if you keep it)."""
+        return self.keys[which]
+
+    @torch.no_grad()
+    def enqueue(self, keys: torch.Tensor, which: int = 0) -> None:
+        """Replace the oldest ``len(keys)`` entries of queue ``which`` with ``keys [n, dim]`` (normalised here)."""
+        n = keys.shape[0]
+        if keys.dim() != 2 or keys.shape[1] != self.dim:
+            raise ValueError(f"keys must be [n, {self.dim}], got shape {tuple(keys.shape)}")
+        if self.size % n != 0:
+            raise ValueError(f"the queue size ({self.size}) must be divisible by the number of keys enqueued per step "
+                             f"({n} = global batch size); choose a queue size that is a multiple of {n}")
+        p = int(self.ptr[which])
+        self.keys[which, p:p + n] = F.normalize(keys.detach().to(self.keys.dtype), dim=1)
+        self.ptr[which] = (p + n) % self.size
+
+    def extra_repr(self) -> str:
+        return f"size={self.size}, dim={self.dim}, n_queues={self.n_queues}"
+
+
+def default_queue_size(n_images: int, global_batch: int, cap: int = 65536) -> int:
+    """MoCo-v2's 65 536 scaled down to the data: the largest multiple of ``global_batch`` that is
+    at most ``min(cap, n_images − global_batch)``, so a key is never a negative of its own image
+    within one epoch (at least one batch). Raises when the data has fewer than two batches."""
+    if global_batch < 1:
+        raise ValueError(f"batch size must be >= 1, got {global_batch}")
+    limit = min(cap, n_images - global_batch)
+    size = (limit // global_batch) * global_batch
+    if size < global_batch:
+        raise ValueError(f"a MoCo queue needs at least two batches of data: {n_images} images with global batch "
+                         f"{global_batch}; lower the batch size or give a queue size explicitly")
+    return size

@@ -1,0 +1,412 @@
+"""The pretraining loop: single process (CPU or one GPU) or several processes with DDP.
+
+Everything random is keyed by (seed, step) — the data order by (seed, epoch), the descriptor by
+(seed, step), the augmentations by (seed, step, rank) — so a run resumed from a checkpoint at
+step s continues exactly as the uninterrupted run would have (bit-identical on CPU), and the
+checkpoint needs no generator objects beyond the step counter. The global torch (and CUDA)
+RNG states of every rank are saved as well, for anything else that draws from them.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import json
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from invfast.pretrain import distributed as D
+from invfast.pretrain import invariance as inv
+from invfast.pretrain.methods import ContrastiveMethod
+
+CHECKPOINT_FORMAT = "invfast.pretrain/1"
+CHECKPOINT_NAME = "checkpoint.pt"
+
+# TrainConfig fields that may change between a run and its resumption (they do not affect the result).
+RESUMABLE_FIELDS = ("checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
+                    "invariance_transforms", "device")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and bookkeeping of a pretraining run (MoCo-v2 defaults).
+
+    batch_size is the GLOBAL batch (split evenly over processes). lr None means 0.03·batch_size/256
+    (MoCo-v2's linear scaling). schedule 'cosine' decays the LR per step to 0 over the run
+    (no warm-up, as MoCo-v2), 'constant' keeps it. steps overrides epochs when set. size is the
+    side of the views the policies produce (used to preprocess the held-out batch).
+    """
+
+    batch_size: int = 256
+    epochs: int = 200
+    steps: int | None = None
+    lr: float | None = None
+    weight_decay: float = 1e-4
+    sgd_momentum: float = 0.9
+    schedule: str = "cosine"
+    seed: int = 0
+    size: int = 224
+    checkpoint_every: int = 500
+    log_every: int = 10
+    progress: bool = True
+    invariance_every: int = 0
+    invariance_images: int = 256
+    invariance_transforms: tuple[str, ...] = inv.DEFAULT_TRANSFORMS
+    device: str = "cpu"
+
+    def base_lr(self) -> float:
+        return 0.03 * self.batch_size / 256 if self.lr is None else float(self.lr)
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.epochs < 1 and self.steps is None:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
+        for name in ("checkpoint_every", "log_every", "invariance_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.base_lr() <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+def _mix(*parts: int) -> int:
+    """A 63-bit seed from integers (splitmix64 steps): independent streams keyed by (seed, stream, counters)."""
+    h = 0x9E3779B97F4A7C15
+    for p in parts:
+        h = (h ^ (int(p) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 31
+        h = h * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
+        h ^= h >> 29
+    return h & 0x7FFFFFFFFFFFFFFF
+
+
+_STREAM_DATA, _STREAM_DESC, _STREAM_AUG = 1, 2, 3
+
+
+def generator(seed: int, stream: int, *counters: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A fresh ``torch.Generator`` on ``device`` seeded from (seed, stream, counters)."""
+    return torch.Generator(device=device).manual_seed(_mix(seed, stream, *counters))
+
+
+class CosineSchedule:
+    """LR multiplier ``½(1 + cos(π·step/total))`` (picklable, for LambdaLR)."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+
+    def __call__(self, step: int) -> float:
+        return 0.5 * (1.0 + math.cos(math.pi * min(step, self.total) / self.total))
+
+
+class ConstantSchedule:
+    def __call__(self, step: int) -> float:
+        return 1.0
+
+
+def atomic_save(obj: Any, path: str) -> None:
+    """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``."""
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    try:
+        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def config_difference(saved: dict, current: dict) -> list[str]:
+    """Names (with both values) of the fields where two run configurations differ."""
+    keys = sorted(set(saved) | set(current))
+    return [f"{k}: checkpoint has {saved.get(k, '<absent>')!r}, this run has {current.get(k, '<absent>')!r}"
+            for k in keys if _norm(saved.get(k, "<absent>")) != _norm(current.get(k, "<absent>"))]
+
+
+def _norm(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+class Trainer:
+    """Trains a :class:`ContrastiveMethod` on an image source.
+
+    Args:
+        method: the method (owns encoder, heads, key network, queues, policies).
+        source: an image source (``len``, ``get(indices) -> uint8 [B, 3, H, W]``, ``spec``).
+        config: :class:`TrainConfig`.
+        out: folder for ``checkpoint.pt``, ``metrics.jsonl`` / ``metrics.csv`` and ``model.pt``
+            (None: nothing is written, no resume).
+        heldout: images for the periodic invariance measurement (a source; default: ``source``).
+        meta: extra identity of the run (e.g. architecture and policy names), checked on resume.
+
+    Call :meth:`fit`. Launch several processes with ``torchrun`` and initialise the process group
+    first (:func:`invfast.pretrain.distributed.init_from_env`); ``config.batch_size`` is global.
+    """
+
+    def __init__(self, method: ContrastiveMethod, source: Any, config: TrainConfig | None = None, *,
+                 out: str | os.PathLike | None = None, heldout: Any = None, meta: dict | None = None,
+                 device: torch.device | str | None = None) -> None:
+        self.method = method
+        self.source = source
+        self.config = config or TrainConfig()
+        self.config.validate()
+        self.out = os.fspath(out) if out is not None else None
+        self.heldout = heldout if heldout is not None else source
+        self.meta = dict(meta or {})
+        self.dist = D.info()
+        self.device = torch.device(device if device is not None else self.config.device)
+        cfg = self.config
+        n = len(source)
+        if cfg.batch_size > n:
+            raise ValueError(f"batch_size {cfg.batch_size} is larger than the data set ({n} images); "
+                             f"use --batch-size <= {n}")
+        if cfg.batch_size % self.dist.world_size:
+            raise ValueError(f"the global batch size {cfg.batch_size} must be divisible by the number of "
+                             f"processes ({self.dist.world_size})")
+        self.local_batch = cfg.batch_size // self.dist.world_size
+        self.steps_per_epoch = n // cfg.batch_size
+        self.total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * self.steps_per_epoch
+        queue = getattr(method, "queue", None)
+        if queue is not None and queue.size % cfg.batch_size:
+            raise ValueError(f"the queue size ({queue.size}) must be divisible by the global batch size "
+                             f"({cfg.batch_size}); e.g. use queue size {max(1, queue.size // cfg.batch_size) * cfg.batch_size}")
+        method.to(self.device)
+        params = [p for p in method.online.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.SGD(params, lr=cfg.base_lr(), momentum=cfg.sgd_momentum,
+                                         weight_decay=cfg.weight_decay)
+        sched = CosineSchedule(self.total_steps) if cfg.schedule == "cosine" else ConstantSchedule()
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, sched)
+        self.online = method.online
+        if self.dist.world_size > 1:
+            self.online = DistributedDataParallel(
+                method.online, device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=method.n_descriptors > 1)
+        self.step = 0
+        self._perm_epoch: int | None = None
+        self._perm: torch.Tensor | None = None
+        self.history: list[dict] = []
+
+    # ------------------------------------------------------------------ identity
+    def run_config(self) -> dict:
+        """Everything that determines the result; a checkpoint resumes only under the same values."""
+        cfg = {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_FIELDS}
+        cfg["lr"] = self.config.base_lr()
+        cfg.update({f"method.{k}": v for k, v in self.method.config().items()})
+        cfg.update({"data": getattr(self.source, "spec", type(self.source).__name__), "n_images": len(self.source),
+                    "world_size": self.dist.world_size, "total_steps": self.total_steps})
+        cfg.update(self.meta)
+        return cfg
+
+    # ------------------------------------------------------------------ data
+    def batch_indices(self, step: int) -> torch.Tensor:
+        """This rank's image indices [local_batch] for global step ``step`` (drop-last epochs)."""
+        epoch, pos = divmod(step, self.steps_per_epoch)
+        if self._perm_epoch != epoch:
+            self._perm = torch.randperm(len(self.source), generator=generator(self.config.seed, _STREAM_DATA, epoch))
+            self._perm_epoch = epoch
+        g = self._perm[pos * self.config.batch_size:(pos + 1) * self.config.batch_size]
+        r = self.dist.rank
+        return g[r * self.local_batch:(r + 1) * self.local_batch]
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def checkpoint_path(self) -> str | None:
+        return None if self.out is None else os.path.join(self.out, CHECKPOINT_NAME)
+
+    def _rng_states(self) -> list[dict]:
+        mine = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            mine["cuda"] = torch.cuda.get_rng_state(self.device)
+        if self.dist.world_size == 1:
+            return [mine]
+        out: list[Any] = [None] * self.dist.world_size
+        dist.all_gather_object(out, mine)
+        return out
+
+    def save_checkpoint(self) -> None:
+        """Write the full training state to ``out/checkpoint.pt`` atomically (rank 0 writes)."""
+        if self.out is None:
+            return
+        rng = self._rng_states()
+        if self.dist.is_main:
+            epoch, pos = divmod(self.step, self.steps_per_epoch)
+            atomic_save({
+                "format": CHECKPOINT_FORMAT, "config": self.run_config(), "step": self.step,
+                "data_position": {"epoch": epoch, "batch_in_epoch": pos, "images_seen": self.step * self.config.batch_size},
+                "model": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "rng": rng,
+            }, self.checkpoint_path)
+            self._write_csv()
+        if self.dist.world_size > 1:
+            dist.barrier()
+
+    def load_checkpoint(self, path: str) -> None:
+        """Restore the state saved by :meth:`save_checkpoint`; refuses another configuration."""
+        ck = torch.load(path, map_location="cpu", weights_only=False)
+        if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"{path!r} is not an invfast pretraining checkpoint")
+        diff = config_difference(ck["config"], self.run_config())
+        if diff:
+            raise ValueError(f"cannot resume from {path!r}: it was written by a run with another configuration "
+                             f"({'; '.join(diff)}); use the same settings or another --out folder")
+        self.method.load_state_dict(ck["model"])
+        self.optimizer.load_state_dict(ck["optimizer"])
+        self.scheduler.load_state_dict(ck["scheduler"])
+        rng = ck["rng"][self.dist.rank]
+        torch.set_rng_state(rng["cpu"])
+        if "cuda" in rng and self.device.type == "cuda":
+            torch.cuda.set_rng_state(rng["cuda"], self.device)
+        self.step = int(ck["step"])
+        self._truncate_log()
+
+    # ------------------------------------------------------------------ metrics log
+    def _log_path(self, ext: str) -> str:
+        return os.path.join(self.out, f"metrics.{ext}")
+
+    def _truncate_log(self) -> None:
+        """Drop log records written after the checkpoint (the steps the resumed run redoes)."""
+        self.history = []
+        if self.out is None or not self.dist.is_main or not os.path.exists(self._log_path("jsonl")):
+            return
+        with open(self._log_path("jsonl")) as f:
+            recs = [json.loads(line) for line in f if line.strip()]
+        self.history = [r for r in recs if r["step"] <= self.step]
+        tmp = self._log_path("jsonl") + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in self.history)
+        os.replace(tmp, self._log_path("jsonl"))
+
+    def _log(self, rec: dict) -> None:
+        self.history.append(rec)
+        if self.out is not None and self.dist.is_main:
+            with open(self._log_path("jsonl"), "a") as f:
+                f.write(json.dumps(rec) + "\n")
+
+    def _write_csv(self) -> None:
+        if self.out is None or not self.history:
+            return
+        keys = list(dict.fromkeys(k for r in self.history for k in r))
+        tmp = self._log_path("csv") + ".tmp"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=keys)
+            w.writeheader()
+            w.writerows(self.history)
+        os.replace(tmp, self._log_path("csv"))
+
+    # ------------------------------------------------------------------ invariance
+    def measure_invariance(self) -> dict[str, float]:
+        """Standardised cosine per transform of the current encoder on the held-out batch
+        (``invariance/<transform>`` keys; ``invariance/<descriptor>/<transform>`` for amortised methods)."""
+        n = min(self.config.invariance_images, len(self.heldout))
+        images = self.heldout.get(torch.arange(n))
+        m = self.method
+        was = m.training
+        m.eval()
+        out = {}
+        try:
+            for d in range(m.n_descriptors) if m.n_descriptors <= 3 else [m.n_descriptors - 1]:
+                scores = inv.measure(lambda x, d=d: m.features(x, d), images, self.config.size,
+                                     self.config.invariance_transforms, device=self.device)
+                prefix = "invariance/" if m.n_descriptors == 1 else f"invariance/{m.descriptor_names[d]}/"
+                out.update({prefix + k: v for k, v in scores.items()})
+        finally:
+            m.train(was)
+        return out
+
+    # ------------------------------------------------------------------ training
+    def fit(self, resume: bool = False, until_step: int | None = None) -> list[dict]:
+        """Train to the end (or to global step ``until_step``); returns the metric records.
+
+        ``resume=True`` continues from ``out/checkpoint.pt`` when it exists (and starts fresh when
+        it does not); without it an existing checkpoint in ``out`` is an error, never overwritten.
+        """
+        cfg = self.config
+        if self.out is not None:
+            os.makedirs(self.out, exist_ok=True)
+            if os.path.exists(self.checkpoint_path):
+                if not resume:
+                    raise FileExistsError(f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
+                                          "(--resume) to continue it or choose another output folder")
+                self.load_checkpoint(self.checkpoint_path)
+            elif self.dist.is_main:
+                for ext in ("jsonl", "csv"):
+                    if os.path.exists(self._log_path(ext)):
+                        os.remove(self._log_path(ext))
+        end = self.total_steps if until_step is None else min(until_step, self.total_steps)
+        self.method.train()
+        bar = None
+        if cfg.progress and self.dist.is_main:
+            from tqdm.auto import tqdm
+            bar = tqdm(total=self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}",
+                       unit="step", dynamic_ncols=True)
+        loss_sum, n_loss, t_aug, t_win, t_start = 0.0, 0, 0.0, 0.0, time.perf_counter()
+        try:
+            while self.step < end:
+                s = self.step
+                t0 = time.perf_counter()
+                images = self.source.get(self.batch_indices(s)).to(self.device, non_blocking=True)
+                d = self.method.sample_descriptor(generator(cfg.seed, _STREAM_DESC, s))
+                g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank, device=self.device)
+                v1, v2 = self.method.make_views(images, d, g)
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                t1 = time.perf_counter()
+                loss = self.method.training_loss(v1, v2, d, online=self.online)
+                self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self.optimizer.step()
+                self.scheduler.step()
+                self.step = s + 1
+                lv = loss.detach()
+                if not torch.isfinite(lv):
+                    raise FloatingPointError(f"the loss became {lv.item()} at step {s}; lower the learning rate")
+                loss_sum += float(lv)
+                n_loss += 1
+                t_aug += t1 - t0
+                t_win += time.perf_counter() - t0
+                if bar is not None:
+                    bar.update(1)
+                log_now = cfg.log_every and (self.step % cfg.log_every == 0 or self.step == end)
+                inv_now = cfg.invariance_every and (self.step % cfg.invariance_every == 0 or self.step == self.total_steps)
+                if log_now or inv_now:
+                    stat = torch.tensor([loss_sum, n_loss], dtype=torch.float64)
+                    if self.dist.world_size > 1:
+                        dist.all_reduce(stat)
+                    rec = {"step": self.step, "epoch": self.step / self.steps_per_epoch,
+                           "loss": float(stat[0] / stat[1]), "lr": self.optimizer.param_groups[0]["lr"],
+                           "images_per_s": n_loss * cfg.batch_size / max(t_win, 1e-9),
+                           "augment_share": t_aug / max(t_win, 1e-9),
+                           "descriptor": self.method.descriptor_names[d]}
+                    if inv_now and self.dist.is_main:
+                        rec.update(self.measure_invariance())
+                    self._log(rec)
+                    if bar is not None:
+                        bar.set_postfix(loss=f"{rec['loss']:.4f}", img_s=f"{rec['images_per_s']:.0f}")
+                    loss_sum, n_loss, t_aug, t_win = 0.0, 0, 0.0, 0.0
+                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+                    self.save_checkpoint()
+        finally:
+            if bar is not None:
+                bar.close()
+        if self.step == self.total_steps and self.out is not None:
+            self.save_checkpoint()
+            if self.dist.is_main:
+                atomic_save({"format": "invfast.pretrained/1", "config": self.run_config(),
+                             "encoder": self.method.encoder.state_dict(), "method": self.method.state_dict(),
+                             "seconds": time.perf_counter() - t_start}, os.path.join(self.out, "model.pt"))
+        return self.history
