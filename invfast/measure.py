@@ -331,6 +331,13 @@ class _Run:
         return {"count": len(bad), "examples": examples}
 
 
+def _check_stats(stats: Any) -> None:
+    if stats is not None and not isinstance(stats, FeatureStats):
+        raise TypeError(f"stats must be an invfast.FeatureStats (or None to compute them), got {type(stats).__name__}")
+    if stats is not None and stats.n < 2:
+        raise ValueError(f"the given stats hold {stats.n} sample(s); reference statistics need at least 2")
+
+
 def _stats_info(stats: FeatureStats) -> dict[str, Any]:
     return {"n": stats.n, "dim": stats.dim, "shrinkage": stats.shrinkage_, "lambda": stats.lambda_, "rho": stats.rho_}
 
@@ -389,6 +396,7 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
     t0 = time.monotonic()
     if not isinstance(grid_size, int) or grid_size < 1:
         raise ValueError(f"grid_size must be a positive integer, got {grid_size!r}")
+    _check_stats(stats)
     tlist = resolve_transforms(transforms)
     run = _Run(model, data, n_images=n_images, batch_size=batch_size, forward_batch=forward_batch, device=device,
                dtype=dtype, channels_last=channels_last, crop=crop, normalize=normalize, checkpoint=checkpoint,
@@ -531,6 +539,7 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
     groups with fewer than two readable views are skipped and counted in ``meta['skipped_groups']``.
     """
     t0 = time.monotonic()
+    _check_stats(stats)
     if groups is not None and not isinstance(data, (torch.Tensor, np.ndarray)):
         raise ValueError("groups can only be given with in-memory images; folders group by subfolder")
     src = as_source(data, n=n_images, resize=resize, strict=strict, groups=groups) if groups is not None else data

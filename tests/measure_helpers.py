@@ -1,6 +1,9 @@
 """Small exact transforms and models for the measurement tests (independent of invfast.transforms)."""
 from __future__ import annotations
 
+import os
+import socket
+
 import torch
 
 
@@ -82,7 +85,7 @@ class Rot90Averaged(torch.nn.Module):
         self.inner = inner
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        fs = torch.stack([self.inner(torch.rot90(x, k, dims=(-2, -1))) for k in range(4)])
+        fs = torch.stack([self.inner(torch.rot90(x, k, dims=(-2, -1)).contiguous()) for k in range(4)])
         return fs.sort(dim=0).values.sum(0) / 4  # sorted sum: bitwise identical for every rotation
 
 
@@ -92,3 +95,29 @@ def random_images(n: int, size: int = 16, seed: int = 0) -> torch.Tensor:
     x = torch.nn.functional.interpolate(base, size=(size, size), mode="bilinear", align_corners=False)
     x = x + 0.15 * torch.rand(n, 3, size, size, generator=g)
     return (x.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dist_worker(rank: int, world: int, port: int, images_path: str, out_dir: str) -> None:
+    """One rank of the sharded test: measure, rank 0 writes the result JSON."""
+    import torch.distributed as dist
+
+    from invfast.measure import measure_invariance
+
+    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        x = torch.load(images_path)
+        r = measure_invariance(small_net(dim=6), x, [Rot90(), Brightness()], grid_size=5, batch_size=4,
+                               forward_batch=64, pair_scores_dir=os.path.join(out_dir, "pairs"),
+                               state_path=os.path.join(out_dir, "state.pt"), save_every=0)
+        if rank == 0:
+            r.to_json(os.path.join(out_dir, "result.json"))
+    finally:
+        dist.destroy_process_group()
