@@ -1,0 +1,216 @@
+"""``invfast measure``: how invariant a model is to each transform, written to an output folder.
+
+    invfast measure --model resnet18-cifar --checkpoint ckpt.pt --data synthetic:n=1000 --out report/
+    invfast measure --model resnet50 --data folder:/data/imagenet/val --transforms spatial --images 1000 \
+        --crop 224 --out report/
+    torchrun --nproc-per-node 4 -m invfast measure ...        # or --world-size 4 (local gloo processes)
+    invfast measure --model resnet50 --data folder:/data/coil100 --real-world --out coil/
+
+The folder gets ``result.json`` (every number, per-image values included), ``table.md`` (the
+Table-1 layout, also printed), and ``curves.png`` / ``radar.png`` / ``heatmap.png``. Partial state
+lives in ``<out>/state/`` while the run is going; rerunning the same command resumes. A folder holding
+a finished report is never overwritten unless ``--overwrite`` is given, and even then only once the new
+report is complete.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import shutil
+import sys
+from typing import Any
+
+import torch
+
+RESULT_FILE = "result.json"
+STATE_DIR = "state"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = __doc__.split("\n\n", 1)[1]
+    parser.add_argument("--model", required=True,
+                        help="invfast model name (e.g. resnet18-cifar, resnet50) or 'module:factory' returning an nn.Module")
+    parser.add_argument("--checkpoint", help="weights for the model (state dict, or dict with 'state_dict'/'model')")
+    parser.add_argument("--data", required=True, help="folder:PATH | PATH | synthetic[:objects=10,n=1000,size=32,seed=0,...]")
+    parser.add_argument("--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)")
+    parser.add_argument("--images", type=int, default=1000, help="first N images of the data (default 1000; 0 = all)")
+    parser.add_argument("--grid-size", type=int, default=256, help="parameters per transform, k of grid(k) (default 256)")
+    parser.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
+    parser.add_argument("--forward-batch", type=int, default=256, help="images x parameters per model call (default 256)")
+    parser.add_argument("--resize", type=int, default=256, help="folder images: shorter side resized to this, centre-cropped square")
+    parser.add_argument("--crop", type=int, default=None, help="centre crop after the transform, before the model (e.g. 224)")
+    parser.add_argument("--no-normalize", action="store_true", help="do not apply ImageNet mean/std normalisation")
+    parser.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available)")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
+                        help="model precision (autocast on GPU; default float32)")
+    parser.add_argument("--stats", help="a saved FeatureStats file to use as reference statistics")
+    parser.add_argument("--real-world", action="store_true",
+                        help="real-world mode: one subfolder per object/scene, all pairs of views within each")
+    parser.add_argument("--name", help="model label in the tables (default: --model)")
+    parser.add_argument("--out", required=True, help="output folder")
+    parser.add_argument("--pair-scores", action="store_true", help="also write every per-pair score to <out>/pairs/*.npy")
+    parser.add_argument("--strict", action="store_true", help="stop at the first unreadable image file")
+    parser.add_argument("--overwrite", action="store_true", help="replace a finished report in --out (once the new one is complete)")
+    parser.add_argument("--world-size", type=int, default=1, help="shard over N local processes (gloo) when not under torchrun")
+    parser.add_argument("--save-every", type=float, default=60.0, help="seconds between partial-state saves (default 60)")
+    parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def build_model(spec: str, checkpoint: str | None) -> Any:
+    """An invfast model name, or 'module:attr' where attr is an nn.Module class/factory (called without arguments)."""
+    if ":" in spec:
+        mod_name, _, attr = spec.partition(":")
+        try:
+            obj = getattr(importlib.import_module(mod_name), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"cannot import model factory {spec!r} ({e})") from e
+        model = obj() if callable(obj) and not isinstance(obj, torch.nn.Module) else obj
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(f"{spec!r} did not give an nn.Module (got {type(model).__name__})")
+        if checkpoint:
+            from invfast.measure import load_checkpoint
+
+            load_checkpoint(model, checkpoint)
+        return model
+    from invfast.measure import load_model
+
+    return load_model(spec, checkpoint)
+
+
+def _check_out(args: argparse.Namespace) -> None:
+    out = args.out
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise ValueError(f"--out {out!r} exists and is not a folder")
+    done = os.path.join(out, RESULT_FILE)
+    if os.path.exists(done) and not args.overwrite:
+        raise ValueError(f"--out {out!r} already holds a finished report ({RESULT_FILE}); choose a new folder, or pass "
+                         "--overwrite to replace it once the new run is complete")
+    if os.path.isdir(out) and not os.path.exists(done) and not os.path.isdir(os.path.join(out, STATE_DIR)):
+        foreign = [f for f in os.listdir(out) if not f.startswith(".")]
+        if foreign:
+            raise ValueError(f"--out {out!r} holds other files ({', '.join(sorted(foreign)[:3])}...) and no invfast run; "
+                             "choose an empty or new folder")
+
+
+def _measure(args: argparse.Namespace, rank_env: dict[str, Any] | None = None) -> int:
+    import torch.distributed as dist
+
+    from invfast.measure import measure_invariance, measure_real_world
+    from invfast.measure_state import current_shard
+    from invfast.stats import FeatureStats
+
+    shard = current_shard()
+    device = args.device
+    if device is None:
+        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
+    if str(device).startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    dtype = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
+    model = build_model(args.model, args.checkpoint)
+    stats = FeatureStats.load(args.stats) if args.stats else None
+    state_dir = os.path.join(args.out, STATE_DIR)
+    if args.overwrite and shard.rank == 0 and os.path.exists(os.path.join(args.out, RESULT_FILE)):
+        shutil.rmtree(state_dir, ignore_errors=True)
+    if shard.distributed:
+        dist.barrier()
+    common = dict(stats=stats, batch_size=args.batch_size, forward_batch=args.forward_batch,
+                  n_images=args.images or None, device=device, dtype=dtype, crop=args.crop,
+                  normalize=not args.no_normalize, shrinkage="trace", state_path=os.path.join(state_dir, "state.pt"),
+                  save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress)
+    label = args.name or args.model
+    if args.real_world:
+        result = measure_real_world(model, args.data, name=os.path.basename(os.path.normpath(str(args.data).replace("folder:", ""))),
+                                    model_name=label, **common)
+    else:
+        result = measure_invariance(model, args.data, args.transforms, grid_size=args.grid_size, name=label,
+                                    pair_scores_dir=os.path.join(args.out, "pairs") if args.pair_scores else None,
+                                    **common)
+    if shard.rank == 0:
+        _write(result, args)
+    if shard.distributed:
+        dist.barrier()
+    shutil.rmtree(state_dir, ignore_errors=True) if shard.rank == 0 else None
+    return 0
+
+
+def _write(result: Any, args: argparse.Namespace) -> None:
+    from invfast import report
+
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    table = report.to_markdown([result])
+    with open(os.path.join(out, "table.md.tmp"), "w") as f:
+        f.write(table)
+    if not args.no_plots:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report.plot_radar([result], path=os.path.join(out, "radar.png"))
+            report.plot_heatmap([result], path=os.path.join(out, "heatmap.png"))
+            if not args.real_world:
+                report.plot_curves([result], path=os.path.join(out, "curves.png"))
+    os.replace(os.path.join(out, "table.md.tmp"), os.path.join(out, "table.md"))
+    result.to_json(os.path.join(out, RESULT_FILE))  # last: its presence marks a finished report
+    print(table)
+    err = result.errors
+    if err["count"]:
+        first = ", ".join(os.path.basename(p) for p, _ in err["examples"][:3])
+        print(f"{err['count']} file(s) could not be read and were skipped (first: {first}); see {RESULT_FILE} 'errors'",
+              file=sys.stderr)
+    pps = result.meta.get("pairs_per_s")
+    rate = f", {pps:.0f} image-parameter pairs/s" if pps else ""
+    print(f"wrote {out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr)
+
+
+def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
+    torch.set_num_threads(max(1, torch.get_num_threads() // world))
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        _measure(args)
+    finally:
+        dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch.distributed as dist
+
+    try:
+        for k in ("images", "grid_size", "batch_size", "forward_batch", "world_size"):
+            v = getattr(args, k)
+            if v < (0 if k == "images" else 1):
+                raise ValueError(f"--{k.replace('_', '-')} must be {'>= 0' if k == 'images' else '>= 1'}, got {v}")
+        under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+        if under_torchrun:
+            if args.world_size > 1:
+                raise ValueError("--world-size is for local processes; under torchrun use --nproc-per-node")
+            if not dist.is_initialized():
+                dist.init_process_group("nccl" if torch.cuda.is_available() and args.device != "cpu" else "gloo")
+            _check_out(args)  # every rank reads the same folder and reaches the same verdict
+            return _measure(args)
+        _check_out(args)
+        if args.world_size > 1:
+            import socket
+
+            import torch.multiprocessing as mp
+
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            try:
+                mp.spawn(_spawned, args=(args.world_size, port, args), nprocs=args.world_size, join=True)
+            except mp.ProcessRaisedException as e:
+                last = str(e).strip().splitlines()[-1]
+                print(f"invfast measure: error in a worker process: {last}", file=sys.stderr)
+                return 2
+            return 0
+        return _measure(args)
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        print(f"invfast measure: error: {e}", file=sys.stderr)
+        return 2
