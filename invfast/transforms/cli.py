@@ -1,0 +1,53 @@
+"""``invfast transforms``: list the test transforms and render a contact sheet.
+
+    invfast transforms --preview out.png [--image astronaut] [--k 8] [--tile 96] [--names rotation hflip]
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from invfast.transforms.registry import SYNTHETIC, get
+
+_SKIMAGE = ("astronaut", "chelsea", "coffee", "rocket")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--preview", metavar="OUT.png", help="write a contact sheet of the transforms to this PNG")
+    parser.add_argument("--image", default="astronaut",
+                        help=f"an image file, or a scikit-image sample ({', '.join(_SKIMAGE)}); default astronaut")
+    parser.add_argument("--names", nargs="+", default=None, metavar="NAME",
+                        help=f"transforms to show (default: all 18): {' '.join(SYNTHETIC)}")
+    parser.add_argument("--k", type=int, default=8, help="grid points per transform (columns)")
+    parser.add_argument("--tile", type=int, default=96, help="thumbnail side in pixels")
+
+
+def _load(image: str) -> torch.Tensor:
+    import numpy as np
+
+    if image in _SKIMAGE:
+        import skimage.data
+
+        arr = getattr(skimage.data, image)()
+    else:
+        from PIL import Image
+
+        arr = np.asarray(Image.open(image).convert("RGB"))
+    return torch.from_numpy(np.ascontiguousarray(arr[..., :3])).permute(2, 0, 1).unsqueeze(0)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.names:
+        for n in args.names:
+            get(n)  # unknown names raise a ValueError listing the valid ones
+    if not args.preview:
+        for n in SYNTHETIC:
+            t = get(n)
+            print(f"{n:12s} {t.family:10s} grid {tuple(t.grid(256).shape)}")
+        return 0
+    from invfast.transforms.contact_sheet import save_contact_sheet
+
+    sheet = save_contact_sheet(args.preview, _load(args.image), args.names, k=args.k, tile=args.tile)
+    print(f"wrote {args.preview} ({sheet.shape[1]}x{sheet.shape[0]} px, {len(args.names or SYNTHETIC)} transforms)")
+    return 0

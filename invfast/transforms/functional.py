@@ -1,0 +1,404 @@
+"""Batched image operations behind the test transforms and the pretraining policies.
+
+All functions work on float32 images in [0, 1] shaped ``[..., 3, H, W]`` unless stated, and never
+loop over images in Python. Geometry uses pixel-centre coordinates: pixel ``(x, y)`` is the point
+``(x, y)``, the image centre is ``((W-1)/2, (H-1)/2)`` (the same point as torchvision's/PIL's
+``(W/2, H/2)`` in corner coordinates).
+
+Colour operations follow the torchvision definitions (``torchvision.transforms.functional``):
+blending with a degenerate image (black / grey mean / grayscale / smoothed) and clamping to [0, 1].
+"""
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
+
+# ----------------------------------------------------------------------------------------------
+# dtype handling
+
+
+def to_float(images: torch.Tensor) -> torch.Tensor:
+    """uint8 0..255 -> float32 0..1; float64 stays float64, other floats -> float32 (values unchanged)."""
+    if images.dtype == torch.uint8:
+        return images.to(torch.float32).div_(255.0)
+    if images.dtype == torch.float64:
+        return images
+    return images.to(torch.float32)
+
+
+def from_float(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float 0..1 -> ``dtype`` (uint8: rounded to the nearest level and clamped; float: clamped)."""
+    if dtype == torch.uint8:
+        return x.mul(255.0).round_().clamp_(0, 255).to(torch.uint8)
+    return x.clamp(0.0, 1.0).to(dtype)
+
+
+def quantize(x: torch.Tensor) -> torch.Tensor:
+    """float 0..1 -> uint8 levels (round to nearest), used by the integer-valued ops on float input."""
+    return x.mul(255.0).round_().clamp_(0, 255).to(torch.uint8)
+
+
+# ----------------------------------------------------------------------------------------------
+# geometry: one sampler for every warp
+
+
+def _fill_vector(fill: float | Sequence[float], channels: int) -> torch.Tensor:
+    f = torch.as_tensor(fill, dtype=torch.float32).flatten()
+    if f.numel() == 1:
+        f = f.expand(channels)
+    if f.numel() != channels:
+        raise ValueError(f"fill must be one value or {channels} values (one per channel), got {f.numel()}")
+    return f
+
+
+def warp(images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[float] = 0.0) -> torch.Tensor:
+    """Bilinear sampling of ``images`` at source coordinates, with a constant fill outside.
+
+    Args:
+        images: float [B, C, H, W].
+        coords: float [P, Ho, Wo, 2] (the same warps for every image) or [B, P, Ho, Wo, 2] (per image);
+            ``coords[..., 0]`` is the source x, ``coords[..., 1]`` the source y, in pixel-centre units.
+        fill: value(s) in image units for samples whose bilinear neighbours fall outside the image
+            (each of the four neighbours outside contributes ``fill`` with its bilinear weight).
+
+    Returns:
+        float32 [B, P, C, Ho, Wo]. Integer source coordinates reproduce pixels exactly, so flips,
+        90-degree rotations and integer translations are exact.
+    """
+    B, C, H, W = images.shape
+    per_image = coords.dim() == 5
+    P, Ho, Wo = coords.shape[-4], coords.shape[-3], coords.shape[-2]
+    x = coords[..., 0]
+    y = coords[..., 1]
+    x0f = torch.floor(x)
+    y0f = torch.floor(y)
+    fx = x - x0f
+    fy = y - y0f
+    x0 = x0f.to(torch.int64)
+    y0 = y0f.to(torch.int64)
+    x1 = x0 + 1
+    y1 = y0 + 1
+    n = H * W
+    vx0 = (x0 >= 0) & (x0 < W)
+    vx1 = (x1 >= 0) & (x1 < W)
+    vy0 = (y0 >= 0) & (y0 < H)
+    vy1 = (y1 >= 0) & (y1 < H)
+    sentinel = torch.tensor(n, dtype=torch.int64)
+    idx = [
+        torch.where(vy & vx, yy * W + xx, sentinel)
+        for (yy, vy) in ((y0, vy0), (y1, vy1))
+        for (xx, vx) in ((x0, vx0), (x1, vx1))
+    ]
+    gx = 1.0 - fx
+    gy = 1.0 - fy
+    weights = [gx * gy, fx * gy, gx * fy, fx * fy]
+    fillv = _fill_vector(fill, C).to(images.dtype)
+    if not per_image:
+        # [B*C, H*W + 1]: the last column holds the fill value
+        flat = torch.cat([images.reshape(B * C, n), fillv.repeat(B).reshape(B * C, 1)], dim=1)
+        out = None
+        for i, w in zip(idx, weights):
+            v = flat.index_select(1, i.reshape(-1)).mul_(w.reshape(1, -1))
+            out = v if out is None else out.add_(v)
+        return out.reshape(B, C, P, Ho, Wo).transpose(1, 2)
+    # per-image warps: offset each image's indices into a [C, B*(H*W+1)] table
+    flat = torch.cat([images.permute(1, 0, 2, 3).reshape(C, B, n), fillv.reshape(C, 1, 1).expand(C, B, 1)], dim=2)
+    flat = flat.reshape(C, B * (n + 1))
+    offset = (torch.arange(B, dtype=torch.int64) * (n + 1)).view(B, 1, 1, 1)
+    out = None
+    for i, w in zip(idx, weights):
+        v = flat.index_select(1, (i + offset).reshape(-1)).mul_(w.reshape(1, -1))
+        out = v if out is None else out.add_(v)
+    return out.reshape(C, B, P, Ho, Wo).permute(1, 2, 0, 3, 4)
+
+
+def _snap(m: torch.Tensor, tol: float = 1e-9) -> torch.Tensor:
+    """Round entries within ``tol`` of an integer (cos 90 deg = 6e-17 -> 0) so exact warps stay exact."""
+    r = torch.round(m)
+    return torch.where((m - r).abs() < tol, r, m)
+
+
+def affine_coords(A: torch.Tensor, b: torch.Tensor, out_size: tuple[int, int]) -> torch.Tensor:
+    """Source coordinates of an affine warp.
+
+    ``src = A @ (p - c_out) + b`` for every output pixel ``p``, with ``c_out`` the output centre.
+
+    Args:
+        A: [..., 2, 2] inverse linear part (output -> source), float64 preferred.
+        b: [..., 2] source point that the output centre maps to (pixel-centre units).
+        out_size: (Ho, Wo).
+
+    Returns:
+        float32 [..., Ho, Wo, 2].
+    """
+    Ho, Wo = out_size
+    A = _snap(A.to(torch.float64)).to(torch.float32)
+    b = _snap(b.to(torch.float64)).to(torch.float32)
+    u = torch.arange(Wo, dtype=torch.float32) - (Wo - 1) / 2.0
+    v = torch.arange(Ho, dtype=torch.float32) - (Ho - 1) / 2.0
+    lead = A.shape[:-2]
+    A = A.reshape(*lead, 1, 1, 2, 2)
+    b = b.reshape(*lead, 1, 1, 2)
+    uu = u.view(1, Wo)
+    vv = v.view(Ho, 1)
+    sx = A[..., 0, 0] * uu + A[..., 0, 1] * vv + b[..., 0]
+    sy = A[..., 1, 0] * uu + A[..., 1, 1] * vv + b[..., 1]
+    return torch.stack([sx, sy], dim=-1)
+
+
+def rotation_matrix(degrees: torch.Tensor) -> torch.Tensor:
+    """Inverse linear part [..., 2, 2] of a counter-clockwise rotation (torchvision/PIL ``rotate``)."""
+    t = torch.deg2rad(degrees.to(torch.float64))
+    c, s = torch.cos(t), torch.sin(t)
+    return torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)
+
+
+def shear_matrix(sx_deg: torch.Tensor, sy_deg: torch.Tensor) -> torch.Tensor:
+    """Inverse linear part of torchvision's ``affine(shear=(sx, sy))`` (determinant 1)."""
+    tx = torch.tan(torch.deg2rad(sx_deg.to(torch.float64)))
+    ty = torch.tan(torch.deg2rad(sy_deg.to(torch.float64)))
+    one = torch.ones_like(tx)
+    return torch.stack([torch.stack([1 + tx * ty, tx], -1), torch.stack([ty, one], -1)], -2)
+
+
+def centre(h: int, w: int) -> torch.Tensor:
+    return torch.tensor([(w - 1) / 2.0, (h - 1) / 2.0], dtype=torch.float64)
+
+
+def crop_box_affine(top: torch.Tensor, left: torch.Tensor, height: torch.Tensor, width: torch.Tensor,
+                    out_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(A, b) that resize the box (top, left, height, width, in source pixels) to ``out_size``."""
+    Ho, Wo = out_size
+    top, left, height, width = (t.to(torch.float64) for t in (top, left, height, width))
+    zero = torch.zeros_like(top)
+    A = torch.stack([torch.stack([width / Wo, zero], -1), torch.stack([zero, height / Ho], -1)], -2)
+    b = torch.stack([left + width / 2.0 - 0.5, top + height / 2.0 - 0.5], -1)
+    return A, b
+
+
+# ----------------------------------------------------------------------------------------------
+# elastic deformation
+
+
+def gaussian_smooth_periodic(noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """Gaussian filter (std ``sigma`` px) with periodic boundaries, via the FFT.
+
+    Args:
+        noise: float [..., H, W].
+        sigma: [P] standard deviations in pixels (> 0).
+
+    Returns:
+        float64 [P, ..., H, W].
+    """
+    H, W = noise.shape[-2:]
+    spec = torch.fft.rfft2(noise.to(torch.float64))
+    fy = torch.fft.fftfreq(H, dtype=torch.float64).view(H, 1)
+    fx = torch.fft.rfftfreq(W, dtype=torch.float64).view(1, -1)
+    s2 = sigma.to(torch.float64).view(-1, *([1] * noise.dim())) ** 2
+    transfer = torch.exp(-2.0 * math.pi ** 2 * s2 * (fx ** 2 + fy ** 2))
+    return torch.fft.irfft2(spec.unsqueeze(0) * transfer, s=(H, W))
+
+
+def elastic_displacement(sigma: torch.Tensor, size: tuple[int, int], alpha: float, seed: int) -> torch.Tensor:
+    """Smooth random displacement fields, one per ``sigma``, from one seeded white-noise draw.
+
+    Uniform noise U(-1, 1) [2, H, W] (from ``torch.Generator().manual_seed(seed)``) is smoothed with a
+    periodic Gaussian of std ``sigma`` and rescaled so the displacement has RMS ``alpha`` px.
+
+    Returns:
+        float64 [P, H, W, 2] displacements (dx, dy) in pixels.
+    """
+    H, W = size
+    g = torch.Generator().manual_seed(int(seed))
+    noise = torch.rand((2, H, W), generator=g, dtype=torch.float64) * 2.0 - 1.0
+    field = gaussian_smooth_periodic(noise, sigma)  # [P, 2, H, W]
+    rms = field.pow(2).mean(dim=(1, 2, 3), keepdim=True).sqrt().clamp_min(1e-12)
+    return (field * (alpha / rms)).permute(0, 2, 3, 1)
+
+
+def identity_coords(h: int, w: int) -> torch.Tensor:
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+    return torch.stack([xs, ys], dim=-1)
+
+
+# ----------------------------------------------------------------------------------------------
+# colour (torchvision semantics, float in [0, 1])
+
+
+def grayscale(x: torch.Tensor) -> torch.Tensor:
+    """Luma [..., 1, H, W] of RGB ``x`` [..., 3, H, W]."""
+    r, g, b = x.unbind(dim=-3)
+    return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
+
+
+def blend(a: torch.Tensor, b: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """``ratio * a + (1 - ratio) * b`` clamped to [0, 1] (torchvision ``_blend``)."""
+    return (ratio * a + (1.0 - ratio) * b).clamp_(0.0, 1.0)
+
+
+def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
+    return (x * factor).clamp_(0.0, 1.0)
+
+
+def adjust_contrast(x: torch.Tensor, factor: torch.Tensor, gray_mean: torch.Tensor | None = None) -> torch.Tensor:
+    """Blend with the per-image mean of the grayscale image."""
+    if gray_mean is None:
+        gray_mean = grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
+    return blend(x, gray_mean, factor)
+
+
+def adjust_saturation(x: torch.Tensor, factor: torch.Tensor, gray: torch.Tensor | None = None) -> torch.Tensor:
+    """Blend with the grayscale image."""
+    if gray is None:
+        gray = grayscale(x)
+    return blend(x, gray, factor)
+
+
+def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
+    """RGB [..., 3, H, W] in [0, 1] -> HSV with hue in [0, 1) (torchvision ``_rgb2hsv``)."""
+    r, g, b = x.unbind(dim=-3)
+    maxc = x.amax(dim=-3)
+    minc = x.amin(dim=-3)
+    eqc = maxc == minc
+    cr = maxc - minc
+    ones = torch.ones_like(maxc)
+    s = cr / torch.where(eqc, ones, maxc)
+    crd = torch.where(eqc, ones, cr)
+    rc = (maxc - r) / crd
+    gc = (maxc - g) / crd
+    bc = (maxc - b) / crd
+    hr = (maxc == r) * (bc - gc)
+    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
+    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
+    h = torch.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
+    return torch.stack((h, s, maxc), dim=-3)
+
+
+def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
+    """Inverse of :func:`rgb_to_hsv` (torchvision ``_hsv2rgb``)."""
+    h, s, v = hsv.unbind(dim=-3)
+    h6 = h * 6.0
+    i = torch.floor(h6)
+    f = h6 - i
+    i = i.to(torch.int64) % 6
+    p = (v * (1.0 - s)).clamp_(0.0, 1.0)
+    q = (v * (1.0 - s * f)).clamp_(0.0, 1.0)
+    t = (v * (1.0 - s * (1.0 - f))).clamp_(0.0, 1.0)
+    # sector table: (r, g, b) for i = 0..5
+    cand = torch.stack([v, q, p, t], dim=0)  # index 0:v 1:q 2:p 3:t
+    table = torch.tensor([[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]], dtype=torch.int64)
+    sel = table[i]  # [..., H, W, 3]
+    out = torch.gather(cand, 0, sel.movedim(-1, 0))  # [3, ..., H, W]
+    return out.movedim(0, -3)
+
+
+def adjust_hue(x: torch.Tensor, shift: torch.Tensor, hsv: torch.Tensor | None = None) -> torch.Tensor:
+    """Rotate hue by ``shift`` (fraction of the colour circle, [-0.5, 0.5])."""
+    if hsv is None:
+        hsv = rgb_to_hsv(x)
+    h, s, v = hsv.unbind(dim=-3)
+    shift = shift.squeeze(-3) if shift.dim() == hsv.dim() else shift
+    h = torch.remainder(h + shift, 1.0)
+    return hsv_to_rgb(torch.stack((h, s, v), dim=-3))
+
+
+def sharpness_degenerate(x: torch.Tensor, quantise: bool) -> torch.Tensor:
+    """torchvision/PIL SMOOTH filter (3x3, centre 5, /13) on the interior; the border is kept."""
+    lead = x.shape[:-2]
+    H, W = x.shape[-2:]
+    k = torch.ones(3, 3, dtype=x.dtype)
+    k[1, 1] = 5.0
+    k /= k.sum()
+    flat = x.reshape(-1, 1, H, W)
+    smooth = F.conv2d(flat, k.view(1, 1, 3, 3))
+    if quantise:
+        smooth = smooth.mul(255.0).round_().div_(255.0)
+    out = flat.clone()
+    out[:, :, 1:-1, 1:-1] = smooth
+    return out.reshape(*lead, H, W)
+
+
+def gaussian_kernels(sigma: torch.Tensor, truncate: float = 3.0, max_radius: int | None = None) -> torch.Tensor:
+    """Normalised 1-D Gaussian kernels [P, 2R+1], each of radius ``int(truncate*sigma + 0.5)`` (scipy's
+    rule), zero-padded to the largest radius R; radii above ``max_radius`` are cut there."""
+    sigma = sigma.to(torch.float64)
+    radius = (truncate * sigma + 0.5).floor().to(torch.int64)
+    if max_radius is not None:
+        radius = radius.clamp(max=max_radius)
+    R = int(radius.max()) if radius.numel() else 0
+    xs = torch.arange(-R, R + 1, dtype=torch.float64)
+    s = sigma.clamp_min(1e-12).view(-1, 1)
+    k = torch.exp(-0.5 * (xs / s) ** 2)
+    k = torch.where(xs.abs().view(1, -1) <= radius.view(-1, 1), k, torch.zeros_like(k))
+    k[:, R] = torch.where(radius == 0, torch.ones_like(k[:, R]), k[:, R])
+    return (k / k.sum(dim=1, keepdim=True)).to(torch.float32)
+
+
+def blur_grid(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """Gaussian blur of every image with every sigma, reflect padding (torchvision ``gaussian_blur``).
+
+    Args:
+        x: float [B, C, H, W]; sigma: [P] (px, >= 0).
+
+    Returns:
+        float32 [B, P, C, H, W].
+    """
+    B, C, H, W = x.shape
+    P = sigma.shape[0]
+    k = gaussian_kernels(sigma, max_radius=min(H, W) - 1).to(x.dtype)
+    R = (k.shape[1] - 1) // 2
+    flat = x.reshape(B * C, 1, H, W)
+    if R == 0:
+        return flat.expand(B * C, P, H, W).reshape(B, C, P, H, W).transpose(1, 2).clone()
+    h = F.conv2d(F.pad(flat, (R, R, 0, 0), mode="reflect"), k.view(P, 1, 1, -1))
+    v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), k.view(P, 1, -1, 1), groups=P)
+    return v.reshape(B, C, P, H, W).transpose(1, 2)
+
+
+def blur_per_image(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """Gaussian blur with one sigma per image: x [N, C, H, W], sigma [N] -> [N, C, H, W]."""
+    N, C, H, W = x.shape
+    if N == 0:
+        return x
+    k = gaussian_kernels(sigma, max_radius=min(H, W) - 1).to(x.dtype)
+    R = (k.shape[1] - 1) // 2
+    if R == 0:
+        return x.clone()
+    kk = k.repeat_interleave(C, dim=0)  # [N*C, K]
+    flat = x.reshape(1, N * C, H, W)
+    h = F.conv2d(F.pad(flat, (R, R, 0, 0), mode="reflect"), kk.view(N * C, 1, 1, -1), groups=N * C)
+    v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), kk.view(N * C, 1, -1, 1), groups=N * C)
+    return v.reshape(N, C, H, W)
+
+
+# ----------------------------------------------------------------------------------------------
+# integer-valued ops (uint8 levels)
+
+
+def equalize_u8(v: torch.Tensor) -> torch.Tensor:
+    """Per-channel histogram equalisation of uint8 images [..., H, W] (PIL ``ImageOps.equalize``)."""
+    shape = v.shape
+    H, W = shape[-2:]
+    n = H * W
+    flat = v.reshape(-1, n).to(torch.int64)
+    N = flat.shape[0]
+    hist = torch.zeros(N, 256, dtype=torch.int64).scatter_add_(1, flat, torch.ones_like(flat))
+    last = flat.amax(dim=1, keepdim=True)  # last non-empty bin
+    step = (n - hist.gather(1, last)) // 255  # [N, 1]
+    safe = step.clamp_min(1)
+    lut = (torch.cumsum(hist, 1) + safe // 2) // safe
+    lut = torch.cat([torch.zeros(N, 1, dtype=torch.int64), lut[:, :-1]], dim=1).clamp_(0, 255)
+    out = lut.gather(1, flat)
+    out = torch.where(step == 0, flat, out)
+    return out.to(torch.uint8).reshape(shape)
+
+
+def posterize_u8(v: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
+    """Keep the ``bits`` most significant bits: v [B, C, H, W] uint8, bits [P] -> [B, P, C, H, W]."""
+    mask = (255 - (2 ** (8 - bits.to(torch.int64)) - 1)).to(torch.uint8).view(1, -1, 1, 1, 1)
+    return v.unsqueeze(1) & mask

@@ -1,0 +1,326 @@
+"""Pretraining augmentation policies (SPEC §2.2): MoCo-v2 Default, Spatial, Appearance,
+Solarize-Default, custom lists, and the amortised-invariance descriptors (K = 2 groups, K = 5 switches).
+
+Every random choice is drawn per sample from the caller's ``torch.Generator`` in a fixed order, so the
+same seed gives the same views. Sampling follows torchvision: RandomResizedCrop (10 attempts, then the
+central fallback), ColorJitter (brightness/contrast/saturation/hue in a random order per sample),
+RandomGrayscale, MoCo's GaussianBlur (sigma ~ U[0.1, 2]), RandomHorizontalFlip, Solarize (threshold 0.5).
+
+Differences from torchvision on PIL images (documented, deliberate): images stay float between the
+ops (no rounding to uint8 after each op), and the resized crop is one bilinear warp without an
+antialiasing pre-filter (the crop is folded together with the flip into a single sampling pass).
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from invfast.transforms import functional as Fn
+from invfast.transforms._checks import as_images
+from invfast.transforms.preprocess import center_crop, resize
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+AUGMENTATIONS = ("crop", "flip", "jitter", "grayscale", "blur", "solarize")
+POLICIES = ("default", "spatial", "appearance", "solarize-default")
+SWITCHES_5 = ("crop", "flip", "jitter", "grayscale", "blur")
+# the K = 5 binary descriptors with at least two augmentations on (Chavhan et al.): 26 of them
+VALID_DESCRIPTORS: tuple[tuple[int, ...], ...] = tuple(
+    d for d in itertools.product((0, 1), repeat=5) if sum(d) >= 2
+)
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """What a policy does. Sizes in pixels of the output view; sigmas at 224 px, scaled by size/224.
+
+    Attributes:
+        size: output side (224 for ImageNet-style data, 32 for synthetic/CIFAR-style data).
+        crop: RandomResizedCrop(size, crop_scale, crop_ratio); when off, resize the shorter side to
+            round(size * 256/224) and centre-crop ``size`` (the Appearance policy).
+        flip / jitter / grayscale / blur / solarize: switch each augmentation on or off.
+    """
+
+    size: int = 224
+    crop: bool = True
+    flip: bool = True
+    jitter: bool = True
+    grayscale: bool = True
+    blur: bool = True
+    solarize: bool = False
+    crop_scale: tuple[float, float] = (0.2, 1.0)
+    crop_ratio: tuple[float, float] = (3.0 / 4.0, 4.0 / 3.0)
+    jitter_strength: tuple[float, float, float, float] = (0.4, 0.4, 0.4, 0.1)
+    p_flip: float = 0.5
+    p_jitter: float = 0.8
+    p_grayscale: float = 0.2
+    p_blur: float = 0.5
+    blur_sigma: tuple[float, float] = (0.1, 2.0)
+    p_solarize: float = 0.5
+    solarize_threshold: float = 0.5
+    resize_ratio: float = 256.0 / 224.0
+    normalize: bool = True
+    mean: tuple[float, float, float] = IMAGENET_MEAN
+    std: tuple[float, float, float] = IMAGENET_STD
+
+    def __post_init__(self) -> None:
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 2:
+            raise ValueError(f"size must be an int >= 2, got {self.size!r}")
+        for name in ("p_flip", "p_jitter", "p_grayscale", "p_blur", "p_solarize"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {v}")
+        lo, hi = self.crop_scale
+        if not 0.0 < lo <= hi <= 1.0:
+            raise ValueError(f"crop_scale must satisfy 0 < lo <= hi <= 1, got {self.crop_scale}")
+        if not 0.0 < self.crop_ratio[0] <= self.crop_ratio[1]:
+            raise ValueError(f"crop_ratio must satisfy 0 < lo <= hi, got {self.crop_ratio}")
+        if min(self.jitter_strength) < 0 or self.jitter_strength[3] > 0.5:
+            raise ValueError("jitter_strength must be >= 0 and the hue strength <= 0.5, "
+                             f"got {self.jitter_strength}")
+        if not 0.0 < self.blur_sigma[0] <= self.blur_sigma[1]:
+            raise ValueError(f"blur_sigma must satisfy 0 < lo <= hi, got {self.blur_sigma}")
+
+    @property
+    def augmentations(self) -> tuple[str, ...]:
+        return tuple(a for a in AUGMENTATIONS if getattr(self, a))
+
+
+_NAMED = {
+    "default": dict(crop=True, flip=True, jitter=True, grayscale=True, blur=True, solarize=False),
+    "spatial": dict(crop=True, flip=True, jitter=False, grayscale=False, blur=False, solarize=False),
+    "appearance": dict(crop=False, flip=False, jitter=True, grayscale=True, blur=True, solarize=False),
+    "solarize-default": dict(crop=True, flip=True, jitter=True, grayscale=True, blur=True, solarize=True),
+}
+
+
+class Policy:
+    """A pretraining augmentation policy producing two independently augmented views.
+
+    ``policy(images, generator)`` -> ``(view1, view2)``, each float32 [B, 3, size, size], normalised with
+    ``config.mean``/``config.std`` (when ``config.normalize``).
+    """
+
+    def __init__(self, config: PolicyConfig, name: str = "custom") -> None:
+        self.config = config
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"Policy({self.name!r}, size={self.config.size}, augmentations={self.config.augmentations})"
+
+    def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+        images = as_images(images)
+        x = Fn.to_float(images)
+        v1 = self.apply(x, self.sample(images.shape[0], x.shape[-2:], generator))
+        v2 = self.apply(x, self.sample(images.shape[0], x.shape[-2:], generator))
+        return v1, v2
+
+    def view(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """One augmented view [B, 3, size, size]."""
+        images = as_images(images)
+        x = Fn.to_float(images)
+        return self.apply(x, self.sample(images.shape[0], x.shape[-2:], generator))
+
+    # ------------------------------------------------------------------------------------------
+    def sample(self, batch: int, image_size: Sequence[int], generator: torch.Generator | None = None
+               ) -> dict[str, torch.Tensor]:
+        """Per-sample random parameters for ``batch`` images of ``image_size`` (H, W).
+
+        Returns a dict of [B] (or [B, k]) tensors: 'crop' (top, left, height, width) in pixels,
+        'flip', 'jitter', 'grayscale', 'blur', 'solarize' (bool: applied), 'factors' [B, 4]
+        (brightness, contrast, saturation, hue), 'order' [B, 4] (jitter op order, a permutation of
+        0..3), 'sigma' (blur std in px). All draws happen whatever the switches, in a fixed order.
+        """
+        c = self.config
+        H, W = int(image_size[0]), int(image_size[1])
+        g = generator
+        B = batch
+
+        def u(*shape: int) -> torch.Tensor:
+            return torch.rand(shape, generator=g, dtype=torch.float64)
+
+        # RandomResizedCrop: 10 attempts, the first that fits wins, else the central fallback
+        area = H * W
+        target = area * (c.crop_scale[0] + (c.crop_scale[1] - c.crop_scale[0]) * u(B, 10))
+        lr = (math.log(c.crop_ratio[0]), math.log(c.crop_ratio[1]))
+        ratio = torch.exp(lr[0] + (lr[1] - lr[0]) * u(B, 10))
+        w = torch.round(torch.sqrt(target * ratio))
+        h = torch.round(torch.sqrt(target / ratio))
+        ok = (w > 0) & (w <= W) & (h > 0) & (h <= H)
+        first = torch.argmax(ok.to(torch.int64), dim=1, keepdim=True)
+        any_ok = ok.any(dim=1)
+        w = w.gather(1, first).squeeze(1)
+        h = h.gather(1, first).squeeze(1)
+        in_ratio = W / H
+        if in_ratio < c.crop_ratio[0]:
+            fw, fh = W, int(round(W / c.crop_ratio[0]))
+        elif in_ratio > c.crop_ratio[1]:
+            fw, fh = int(round(H * c.crop_ratio[1])), H
+        else:
+            fw, fh = W, H
+        w = torch.where(any_ok, w, torch.full_like(w, fw))
+        h = torch.where(any_ok, h, torch.full_like(h, fh))
+        ui, uj = u(B), u(B)
+        top = torch.where(any_ok, torch.floor(ui * (H - h + 1)), torch.full_like(h, (H - fh) // 2))
+        left = torch.where(any_ok, torch.floor(uj * (W - w + 1)), torch.full_like(w, (W - fw) // 2))
+
+        bs, cs, ss, hs = c.jitter_strength
+        lo = torch.tensor([max(0.0, 1 - bs), max(0.0, 1 - cs), max(0.0, 1 - ss), -hs], dtype=torch.float64)
+        hi = torch.tensor([1 + bs, 1 + cs, 1 + ss, hs], dtype=torch.float64)
+        factors = lo + (hi - lo) * u(B, 4)
+        order = torch.argsort(u(B, 4), dim=1)
+        p_jit, p_gray, p_blur, p_flip, p_sol = u(B), u(B), u(B), u(B), u(B)
+        scale = c.size / 224.0
+        sigma = (c.blur_sigma[0] + (c.blur_sigma[1] - c.blur_sigma[0]) * u(B)) * scale
+        return {
+            "crop": torch.stack([top, left, h, w], dim=1),
+            "jitter": (p_jit < c.p_jitter) & c.jitter,
+            "factors": factors,
+            "order": order,
+            "grayscale": (p_gray < c.p_grayscale) & c.grayscale,
+            "blur": (p_blur < c.p_blur) & c.blur,
+            "sigma": sigma,
+            "flip": (p_flip < c.p_flip) & c.flip,
+            "solarize": (p_sol < c.p_solarize) & c.solarize,
+        }
+
+    # ------------------------------------------------------------------------------------------
+    def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Apply sampled ``params`` to float images ``x`` [B, 3, H, W] in [0, 1] -> [B, 3, size, size]."""
+        c = self.config
+        S = c.size
+        B = x.shape[0]
+        flip = params["flip"]
+        if c.crop:
+            box = params["crop"]
+            A, b = Fn.crop_box_affine(box[:, 0], box[:, 1], box[:, 2], box[:, 3], (S, S))
+            A[:, 0, 0] = torch.where(flip, -A[:, 0, 0], A[:, 0, 0])
+            x = Fn.warp(x, Fn.affine_coords(A, b, (S, S)).unsqueeze(1)).squeeze(1)
+        else:
+            x = center_crop(resize(x, max(S, int(round(S * c.resize_ratio)))), S)
+            x = torch.where(flip.view(B, 1, 1, 1), x.flip(-1), x)
+        x = x.contiguous()
+        if c.jitter:
+            x = _jitter(x, params["jitter"], params["factors"].to(torch.float32), params["order"])
+        if c.grayscale:
+            x = _masked(x, params["grayscale"], lambda s: Fn.grayscale(s).expand_as(s))
+        if c.blur:
+            sig = params["sigma"]
+            x = _masked(x, params["blur"], lambda s, idx: Fn.blur_per_image(s, sig[idx]), with_index=True)
+        if c.solarize:
+            t = c.solarize_threshold
+            x = _masked(x, params["solarize"], lambda s: torch.where(s >= t, 1.0 - s, s))
+        if c.normalize:
+            mean = torch.tensor(c.mean, dtype=x.dtype).view(1, 3, 1, 1)
+            std = torch.tensor(c.std, dtype=x.dtype).view(1, 3, 1, 1)
+            x = (x - mean) / std
+        return x
+
+
+def _masked(x: torch.Tensor, mask: torch.Tensor, fn: Any, with_index: bool = False) -> torch.Tensor:
+    idx = torch.nonzero(mask, as_tuple=False).flatten()
+    if idx.numel() == 0:
+        return x
+    sub = x.index_select(0, idx)
+    res = fn(sub, idx) if with_index else fn(sub)
+    return x.index_copy(0, idx, res.to(x.dtype))
+
+
+def _jitter(x: torch.Tensor, on: torch.Tensor, f: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
+    """torchvision ColorJitter with per-sample factors and op order (0 b, 1 c, 2 s, 3 h)."""
+    for step in range(4):
+        for op in range(4):
+            mask = on & (order[:, step] == op)
+            idx = torch.nonzero(mask, as_tuple=False).flatten()
+            if idx.numel() == 0:
+                continue
+            sub = x.index_select(0, idx)
+            fac = f.index_select(0, idx)[:, op].view(-1, 1, 1, 1)
+            if op == 0:
+                sub = Fn.adjust_brightness(sub, fac)
+            elif op == 1:
+                sub = Fn.adjust_contrast(sub, fac)
+            elif op == 2:
+                sub = Fn.adjust_saturation(sub, fac)
+            else:
+                sub = Fn.adjust_hue(sub, fac.view(-1, 1, 1))
+            x = x.index_copy(0, idx, sub)
+    return x
+
+
+def policy(name: str | Sequence[str], size: int = 224, backend: str = "torch", **overrides: Any) -> Any:
+    """A pretraining policy by name ('default', 'spatial', 'appearance', 'solarize-default') or by a list
+    of augmentations (subset of ``AUGMENTATIONS``: crop, flip, jitter, grayscale, blur, solarize).
+
+    Args:
+        size: output side in pixels (224 ImageNet-style, 32 for synthetic/CIFAR-style data).
+        backend: 'torch' (any machine) or 'dali' (needs nvidia-dali; see ``invfast.transforms.dali``).
+        overrides: any other :class:`PolicyConfig` field (e.g. ``p_blur=0.0``).
+
+    Returns:
+        a :class:`Policy` (torch) or ``invfast.transforms.dali.DaliPolicy``.
+    """
+    if isinstance(name, str):
+        if name not in _NAMED:
+            raise ValueError(f"unknown policy {name!r}; valid names: {', '.join(POLICIES)} "
+                             f"(or a list of augmentations from {AUGMENTATIONS})")
+        switches = dict(_NAMED[name])
+        label = name
+    else:
+        names = list(name)
+        bad = [n for n in names if n not in AUGMENTATIONS]
+        if bad or not names:
+            raise ValueError(f"unknown augmentation(s) {bad if bad else names}; valid augmentations: "
+                             f"{', '.join(AUGMENTATIONS)}")
+        switches = {a: a in names for a in AUGMENTATIONS}
+        label = "+".join(a for a in AUGMENTATIONS if a in names)
+    fields = {f.name for f in dataclasses.fields(PolicyConfig)}
+    unknown = set(overrides) - fields
+    if unknown:
+        raise ValueError(f"unknown policy option(s) {sorted(unknown)}; valid options: {sorted(fields)}")
+    config = PolicyConfig(size=size, **{**switches, **overrides})
+    if backend == "torch":
+        return Policy(config, name=label)
+    if backend == "dali":
+        from invfast.transforms import dali
+
+        return dali.DaliPolicy(config, name=label)
+    raise ValueError(f"unknown backend {backend!r}; valid backends: 'torch', 'dali'")
+
+
+def policy_from_descriptor(i: int | Sequence[float] | torch.Tensor, size: int = 224, backend: str = "torch",
+                           **overrides: Any) -> Any:
+    """The policy of an amortised-invariance descriptor.
+
+    ``i`` is either a binary vector of length 2 ([spatial, appearance]: [1, 1] default, [1, 0] spatial,
+    [0, 1] appearance) or of length 5 (switches for crop, flip, jitter, grayscale, blur; at least two
+    on), or an int index into ``VALID_DESCRIPTORS`` (the 26 valid K = 5 descriptors).
+    """
+    if isinstance(i, int) and not isinstance(i, bool):
+        if not 0 <= i < len(VALID_DESCRIPTORS):
+            raise ValueError(f"descriptor index must be in 0..{len(VALID_DESCRIPTORS) - 1}, got {i}")
+        d = VALID_DESCRIPTORS[i]
+    else:
+        t = torch.as_tensor(i, dtype=torch.float64).flatten()
+        if t.numel() not in (2, 5):
+            raise ValueError(f"descriptor must have 2 (spatial, appearance) or 5 {SWITCHES_5} entries, got {t.numel()}")
+        if not bool(((t == 0) | (t == 1)).all()):
+            raise ValueError(f"descriptor entries must be 0 or 1 (binary), got {t.tolist()}")
+        d = tuple(int(v) for v in t.tolist())
+    if len(d) == 2:
+        names = {(1, 1): "default", (1, 0): "spatial", (0, 1): "appearance"}
+        if d not in names:
+            raise ValueError("descriptor [0, 0] switches every augmentation off; valid K=2 descriptors: "
+                             "[1, 1] default, [1, 0] spatial, [0, 1] appearance")
+        return policy(names[d], size=size, backend=backend, **overrides)
+    if sum(d) < 2:
+        raise ValueError(f"descriptor {list(d)} has fewer than two augmentations on; the 26 valid ones are "
+                         "invfast.transforms.VALID_DESCRIPTORS")
+    return policy([a for a, on in zip(SWITCHES_5, d) if on], size=size, backend=backend, **overrides)
