@@ -1,0 +1,97 @@
+"""`invfast measure`: report folder, resume state, refusal to overwrite, decode errors, bad input."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from PIL import Image
+
+from invfast.cli import main
+from measure_helpers import random_images
+
+BASE = ["measure", "--model", "measure_helpers:small_net", "--transforms", "rotation,hflip,brightness",
+        "--grid-size", "4", "--resize", "24", "--images", "0", "--no-progress"]
+
+
+@pytest.fixture
+def folder(tmp_path):
+    pytest.importorskip("invfast.transforms")
+    x = random_images(12, size=30, seed=3).permute(0, 2, 3, 1).numpy()
+    d = tmp_path / "imgs"
+    d.mkdir()
+    for i in range(12):
+        Image.fromarray(x[i]).save(d / f"{i:02d}.png")
+    (d / "zz_bad.png").write_bytes(b"not a png")
+    return d
+
+
+def test_cli_writes_report(folder, tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(out)]) == 0
+    files = sorted(os.listdir(out))
+    assert files == ["curves.png", "heatmap.png", "radar.png", "result.json", "table.md"]  # state removed when done
+    doc = json.loads((out / "result.json").read_text())
+    assert [t["name"] for t in doc["transforms"]] == ["rotation", "hflip", "brightness"]
+    assert doc["errors"]["count"] == 1 and doc["transforms"][0]["n_images"] == 12
+    printed = capsys.readouterr()
+    assert "| model | rotation | hflip | brightness |" in printed.out
+    assert "could not be read" in printed.err
+    # a finished report is never overwritten without --overwrite
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(out)]) == 2
+    assert "finished report" in capsys.readouterr().err
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(out), "--overwrite", "--no-plots"]) == 0
+
+
+def test_cli_strict_stops(folder, tmp_path, capsys):
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "o"), "--strict"]) == 2
+    assert "zz_bad.png" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "result.json").exists()
+
+
+def test_cli_refuses_foreign_folder_and_bad_input(folder, tmp_path, capsys):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "thesis.tex").write_text("x")
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(other)]) == 2
+    assert "no invfast run" in capsys.readouterr().err
+    assert main(BASE[:4] + ["nope", "--data", f"folder:{folder}", "--out", str(tmp_path / "x")]) == 2
+    assert "unknown transform 'nope'" in capsys.readouterr().err
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "y"), "--batch-size", "0"]) == 2
+    assert main(["measure", "--model", "measure_helpers:nothing", "--data", str(folder), "--out", str(tmp_path / "z")]) == 2
+    assert "cannot import model factory" in capsys.readouterr().err
+
+
+def _partial(folder, state, transforms):
+    """Leave a partial state behind: a run killed after two model calls."""
+    from invfast.measure import measure_invariance
+    from measure_helpers import small_net
+
+    m = small_net()
+    orig, calls = m.forward, {"n": 0}
+
+    def forward(x):
+        calls["n"] += 1
+        if calls["n"] > 2:
+            raise KeyboardInterrupt("simulated kill")
+        return orig(x)
+
+    m.forward = forward
+    with pytest.raises(KeyboardInterrupt):
+        measure_invariance(m, f"folder:{folder}", transforms, resize=24, grid_size=4, batch_size=32,
+                           state_path=state, save_every=0)
+
+
+def test_cli_resumes_partial_state_and_refuses_other_runs_state(folder, tmp_path, capsys):
+    clean = tmp_path / "clean"
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(clean)]) == 0
+    out = tmp_path / "out"
+    _partial(folder, out / "state" / "state.pt", "rotation,hflip,brightness")
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(out)]) == 0
+    a = json.loads((clean / "result.json").read_text())["transforms"]
+    b = json.loads((out / "result.json").read_text())["transforms"]
+    assert [t["mean_cosine"] for t in a] == pytest.approx([t["mean_cosine"] for t in b], rel=1e-9)
+    other = tmp_path / "other"
+    _partial(folder, other / "state" / "state.pt", "hflip")
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(other)]) == 2
+    assert "another run" in capsys.readouterr().err
