@@ -1,0 +1,158 @@
+"""RBF kernel ridge regression with cross-validation over (α, γ).
+
+Features (and targets) are standardised on each training fold, as
+``Pipeline([StandardScaler(), KernelRidge(kernel='rbf')])`` inside ``GridSearchCV`` would do.
+Per fold the squared distances are computed once; per γ one eigendecomposition of the training
+kernel K = U diag(s) Uᵀ gives the dual coefficients of every α as U diag(1/(s+α)) Uᵀ y.
+``solver='cholesky'`` instead factors K + αI for each α (cheaper when there are only one or two α).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from invfast.probes._base import (ProbeBase, RegressorMixin, as_targets, as_tensor, check_penalties,
+                                  cv_record, output_like)
+from invfast.probes.folds import resolve_cv
+from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
+from invfast.probes.ridge import r2_scores
+
+_F64 = torch.float64
+
+
+def _scaler(a: torch.Tensor, on: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and std (ddof=0; a zero std becomes 1, as StandardScaler) of the rows of ``a``."""
+    if not on:
+        return torch.zeros(a.shape[1], dtype=a.dtype, device=a.device), torch.ones(a.shape[1], dtype=a.dtype,
+                                                                                  device=a.device)
+    mean = a.mean(0)
+    std = a.std(0, unbiased=False)
+    return mean, torch.where(std > 10 * torch.finfo(a.dtype).eps * mean.abs().clamp_min(1), std, torch.ones_like(std))
+
+
+def sq_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Squared Euclidean distances [n_a, n_b] (clamped at 0)."""
+    d = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+    return d.clamp_min_(0)
+
+
+def _path_predict(k_tr: torch.Tensor, k_te: torch.Tensor, y: torch.Tensor, alphas: torch.Tensor,
+                  solver: str) -> torch.Tensor:
+    """Predictions [A, n_te, t] of kernel ridge for every α (standardised target space)."""
+    if solver == "eigh":
+        s, u = torch.linalg.eigh(k_tr)
+        c = u.T @ y
+        q = k_te @ u
+        return torch.matmul(q, c / (s[None, :, None] + alphas[:, None, None]))
+    out = []
+    eye = torch.eye(k_tr.shape[0], dtype=k_tr.dtype, device=k_tr.device)
+    for a in alphas:
+        chol = torch.linalg.cholesky(k_tr + a * eye)
+        out.append(k_te @ torch.cholesky_solve(y, chol))
+    return torch.stack(out)
+
+
+class KernelRidgeCV(RegressorMixin, ProbeBase):
+    """RBF kernel ridge regression with (α, γ) chosen by K-fold cross-validation (SPEC §4).
+
+    Parameters
+    ----------
+    alphas : sequence of float or None — ridge α (scikit-learn's ``KernelRidge(alpha=...)`` on
+        standardised targets). None: 1e-4 … 1e0 (5 values).
+    gammas : sequence of float or None — RBF γ in exp(−γ‖x − x′‖²) on standardised features.
+        None: 1e-5 … 1e2 (8 values).
+    cv : int, splitter or iterable of (train, test); an int gives ``KFold(cv)`` folds.
+    standardize : standardise features and targets with training-fold statistics (default True).
+    solver : "eigh" (one eigendecomposition per γ gives all α), "cholesky" (one factorisation per
+        (α, γ)) or "auto" (eigh when there are 3 or more α).
+    shuffle, random_state, verbose : as in ``RidgeCV``.
+
+    Fitted attributes: alpha_, gamma_, best_score_, dual_coef_ [n, t], cv_results_ (with 'params',
+    a list of {'alpha', 'gamma'} in GridSearchCV order, and 'penalties' [P, 2] = (α, γ)), n_features_in_.
+    """
+
+    def __init__(self, alphas: Any = None, gammas: Any = None, cv: Any = 5, standardize: bool = True,
+                 solver: str = "auto", shuffle: bool = False, random_state: int | None = None, verbose: bool = False):
+        self.alphas = alphas
+        self.gammas = gammas
+        self.cv = cv
+        self.standardize = standardize
+        self.solver = solver
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def fit(self, X: Any, y: Any) -> "KernelRidgeCV":
+        """Cross-validate every (α, γ) on X [n, d], y [n] or [n, t]; refit on all data at the best pair."""
+        if self.solver not in ("auto", "eigh", "cholesky"):
+            raise ValueError(f"solver must be 'auto', 'eigh' or 'cholesky', got {self.solver!r}")
+        self._numpy_ = not isinstance(X, torch.Tensor)
+        x = as_tensor(X, "X")
+        n, d = x.shape
+        yt, one_d = as_targets(y if not isinstance(y, torch.Tensor) else y.to(x.device), "y", n)
+        x, yt = x.to(_F64), yt.to(device=x.device, dtype=_F64)
+        alphas = check_penalties(KERNEL_ALPHAS if self.alphas is None else self.alphas, "alphas")
+        gammas = check_penalties(KERNEL_GAMMAS if self.gammas is None else self.gammas, "gammas")
+        solver = self.solver if self.solver != "auto" else ("eigh" if alphas.size >= 3 else "cholesky")
+        a_t = torch.as_tensor(alphas, dtype=_F64, device=x.device)
+        splits = resolve_cv(self.cv, n, shuffle=self.shuffle, seed=self.random_state)
+        scores = np.zeros((alphas.size, gammas.size, len(splits), yt.shape[1]))
+        for f, (train, test) in enumerate(tqdm(splits, desc="kernel ridge folds", disable=not self.verbose,
+                                               leave=False)):
+            tr = torch.as_tensor(train, device=x.device)
+            te = torch.as_tensor(test, device=x.device)
+            xm, xs = _scaler(x[tr], self.standardize)
+            ym, ys = _scaler(yt[tr], self.standardize)
+            a, b = (x[tr] - xm) / xs, (x[te] - xm) / xs
+            d_tr, d_te = sq_distances(a, a), sq_distances(b, a)
+            y_s = (yt[tr] - ym) / ys
+            for g, gamma in enumerate(gammas):
+                pred = _path_predict(torch.exp(-gamma * d_tr), torch.exp(-gamma * d_te), y_s, a_t, solver)
+                scores[:, g, f] = r2_scores(pred * ys + ym, yt[te]).cpu().numpy()
+        per_target = scores.reshape(alphas.size * gammas.size, len(splits), -1)
+        pairs = np.array([(a_, g_) for a_ in alphas for g_ in gammas])
+        self.cv_results_ = cv_record(pairs, per_target.mean(-1), fold_scores_per_target=per_target,
+                                     mean_score_per_target=per_target.mean(1),
+                                     params=[{"alpha": float(a_), "gamma": float(g_)} for a_, g_ in pairs])
+        best = self.cv_results_["best_index"]
+        self.alpha_, self.gamma_ = float(pairs[best, 0]), float(pairs[best, 1])
+        self.best_score_ = self.cv_results_["best_score"]
+        xm, xs = _scaler(x, self.standardize)
+        ym, ys = _scaler(yt, self.standardize)
+        xf = (x - xm) / xs
+        k = torch.exp(-self.gamma_ * sq_distances(xf, xf))
+        k.diagonal().add_(self.alpha_)
+        dual = torch.linalg.solve(k, (yt - ym) / ys)
+        self._state = (xf, xm, xs, ym, ys, dual, one_d)
+        self.dual_coef_ = output_like(dual[:, 0] if one_d else dual, self._numpy_)
+        self.n_features_in_ = d
+        return self
+
+    def predict(self, X: Any) -> Any:
+        """Predictions [n] (1-D y at fit) or [n, t]; numpy for numpy input, else a tensor."""
+        if not hasattr(self, "_state"):
+            raise RuntimeError("this KernelRidgeCV is not fitted yet; call fit(X, y) first")
+        xf, xm, xs, ym, ys, dual, one_d = self._state
+        is_np = not isinstance(X, torch.Tensor)
+        x = as_tensor(X, "X")
+        if x.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {x.shape[1]} features but the model was fit with {self.n_features_in_}")
+        xn = (x.to(device=xf.device, dtype=_F64) - xm) / xs
+        p = torch.exp(-self.gamma_ * sq_distances(xn, xf)) @ dual * ys + ym
+        p = p[:, 0] if one_d else p
+        if not is_np:
+            p = p.to(x.device)
+        return output_like(p, is_np)
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Mean R² over targets."""
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by invfast probes")
+        x = as_tensor(X, "X")
+        yt, _ = as_targets(y, "y", x.shape[0])
+        p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
+        p = p[:, None] if p.dim() == 1 else p
+        return float(r2_scores(p, yt.to(_F64).cpu()).mean())

@@ -1,0 +1,255 @@
+"""Multinomial L2 logistic regression with cross-validation over a penalty path.
+
+All folds are solved together by one batched L-BFGS (``invfast.probes.lbfgs``), and the path is
+walked from strong to weak regularisation, each value warm-started from the previous solution.
+Matrix products run in ``dtype`` (float32 by default); losses, gradients' accumulation into the
+optimiser and its state are float64.
+
+Objective per fold (n training samples), identical up to the factor 1/n to scikit-learn's::
+
+    (1/n) Σ_i CE(y_i, W x_i + b)  +  λ/(2n) ‖W‖²        λ = penalty = 1 / C
+
+Two classes use the binomial model (one weight vector, as ``LogisticRegression``), more use the
+full softmax parameterisation.
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from invfast.probes._base import (ClassifierMixin, ProbeBase, as_class_labels, as_tensor, check_penalties,
+                                  cv_record, output_like)
+from invfast.probes.folds import resolve_cv
+from invfast.probes.grids import penalty_grid
+from invfast.probes.lbfgs import lbfgs
+
+_DTYPES = {"float32": torch.float32, "float64": torch.float64}
+
+
+class ConvergenceWarning(UserWarning):
+    """Some logistic fits stopped before the gradient tolerance was met."""
+
+
+def _design(x: torch.Tensor, fit_intercept: bool) -> torch.Tensor:
+    return torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], 1) if fit_intercept else x
+
+
+def _pad_folds(xd: torch.Tensor, codes: torch.Tensor, index_sets: list[torch.Tensor]):
+    """Stack fold subsets into [F, m, D] with zero-weight padding; weights sum to 1 per fold."""
+    m = max(int(i.numel()) for i in index_sets)
+    nf = len(index_sets)
+    xs = xd.new_zeros((nf, m, xd.shape[1]))
+    cs = torch.zeros((nf, m), dtype=torch.long, device=xd.device)
+    w = torch.zeros((nf, m), dtype=torch.float64, device=xd.device)
+    for f, idx in enumerate(index_sets):
+        k = idx.numel()
+        xs[f, :k] = xd[idx]
+        cs[f, :k] = codes[idx]
+        w[f, :k] = 1.0 / k
+    return xs, cs, w
+
+
+class _Multinomial:
+    """Objective and gradient of the penalised softmax (or binomial) loss for F stacked problems."""
+
+    def __init__(self, xs: torch.Tensor, codes: torch.Tensor, weights: torch.Tensor, n_classes: int,
+                 fit_intercept: bool):
+        self.xs, self.codes, self.weights = xs, codes, weights
+        self.binary = n_classes == 2
+        self.k = n_classes
+        d = xs.shape[2]
+        self.mask = torch.ones(d, 1, dtype=torch.float64, device=xs.device)
+        if fit_intercept:
+            self.mask[-1] = 0.0
+        self.n = (weights > 0).sum(1).to(torch.float64)   # [F]
+        self.lam = torch.zeros_like(self.n)                # [F], set per path value
+        self._wcast = weights.to(xs.dtype)[..., None]
+
+    def logits(self, w: torch.Tensor, xs: torch.Tensor | None = None) -> torch.Tensor:
+        z = torch.bmm(self.xs if xs is None else xs, w.to(self.xs.dtype))
+        if self.binary:
+            z = torch.cat([torch.zeros_like(z), z], -1)
+        return z
+
+    def __call__(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = self.logits(w)
+        lse = torch.logsumexp(z, -1)
+        true = z.gather(-1, self.codes[..., None])[..., 0]
+        ce = ((lse - true).to(torch.float64) * self.weights).sum(1)
+        reg = self.lam / self.n
+        loss = ce + 0.5 * reg * ((w * self.mask) ** 2).sum((1, 2))
+        p = torch.softmax(z, -1)
+        p.scatter_add_(-1, self.codes[..., None], -torch.ones_like(p[..., :1]))
+        p = p * self._wcast
+        if self.binary:
+            p = p[..., 1:]
+        grad = torch.bmm(self.xs.transpose(1, 2), p).to(torch.float64) + reg[:, None, None] * w * self.mask
+        return loss, grad
+
+
+def class_scores(pred: torch.Tensor, truth: torch.Tensor, n_classes: int) -> tuple[float, float]:
+    """Accuracy and mean per-class accuracy (recall averaged over classes present in ``truth``)."""
+    acc = float((pred == truth).double().mean())
+    hits = torch.bincount(truth[pred == truth], minlength=n_classes).double()
+    counts = torch.bincount(truth, minlength=n_classes).double()
+    present = counts > 0
+    return acc, float((hits[present] / counts[present]).mean())
+
+
+class LogisticCV(ClassifierMixin, ProbeBase):
+    """Multinomial L2 logistic regression, penalty chosen by stratified K-fold cross-validation.
+
+    Parameters
+    ----------
+    penalties : sequence of float or None
+        λ values; λ = 1/C of ``sklearn.linear_model.LogisticRegression``. None: ``penalty_grid(n_models)``.
+    cv : int, splitter or iterable of (train, test)
+        An int gives stratified folds identical to ``StratifiedKFold(cv)`` (shuffled with ``shuffle``),
+        or plain K-fold with ``stratify=False`` (the fallback when a class has fewer members than folds).
+    scoring : "accuracy" or "mean_per_class_accuracy"
+        The CV score that picks the penalty; both are always reported in ``cv_results_``.
+    tol, max_iter : L-BFGS stops when max |gradient| <= tol (scipy's gtol, as sklearn) or after max_iter
+        iterations per penalty value. Fits that stop early are reported (``converged_``, a warning).
+    dtype : "float32" or "float64"
+        Precision of the matrix products (optimiser state is always float64).
+    warm_start : walk the path from strong to weak regularisation reusing solutions (default True).
+    fit_intercept, n_models, shuffle, random_state, verbose : as in ``RidgeCV``.
+
+    Fitted attributes: classes_, coef_ [K, d] ([1, d] for two classes), intercept_, penalty_, best_score_,
+    cv_results_ (also 'mean_accuracy', 'mean_class_accuracy', 'n_iter', 'converged'), n_iter_, converged_.
+    """
+
+    def __init__(self, penalties: Any = None, cv: Any = 5, scoring: str = "accuracy", tol: float = 1e-4,
+                 max_iter: int = 500, dtype: str = "float32", fit_intercept: bool = True, warm_start: bool = True,
+                 n_models: int = 1, stratify: bool = True, shuffle: bool = False, random_state: int | None = None,
+                 verbose: bool = False):
+        self.penalties = penalties
+        self.cv = cv
+        self.scoring = scoring
+        self.tol = tol
+        self.max_iter = max_iter
+        self.dtype = dtype
+        self.fit_intercept = fit_intercept
+        self.warm_start = warm_start
+        self.n_models = n_models
+        self.stratify = stratify
+        self.shuffle = shuffle
+        self.random_state = random_state
+        self.verbose = verbose
+
+    def _solve(self, obj: _Multinomial, w0: torch.Tensor, lam: float):
+        obj.lam = torch.full_like(obj.n, lam)
+        return lbfgs(obj, w0, tol=self.tol, max_iter=self.max_iter)
+
+    def fit(self, X: Any, y: Any) -> "LogisticCV":
+        """Cross-validate every penalty on X [n, d] with labels y [n], then refit on all data at the best."""
+        if self.scoring not in ("accuracy", "mean_per_class_accuracy"):
+            raise ValueError(f"scoring must be 'accuracy' or 'mean_per_class_accuracy', got {self.scoring!r}")
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
+        if not (self.tol > 0 and int(self.max_iter) >= 1):
+            raise ValueError("tol must be > 0 and max_iter >= 1")
+        self._numpy_ = not isinstance(X, torch.Tensor)
+        x = as_tensor(X, "X")
+        n, d = x.shape
+        codes, classes = as_class_labels(y, "y", n)
+        k = classes.size
+        dev, dt = x.device, _DTYPES[self.dtype]
+        codes = codes.to(dev)
+        grid = penalty_grid(self.n_models) if self.penalties is None else check_penalties(self.penalties)
+        splits = resolve_cv(self.cv, n, codes=codes.cpu().numpy() if self.stratify else None,
+                            shuffle=self.shuffle, seed=self.random_state, classes=classes)
+        xd = _design(x.to(dt), self.fit_intercept)
+        tr = [torch.as_tensor(a, device=dev) for a, _ in splits]
+        te = [torch.as_tensor(b, device=dev) for _, b in splits]
+        obj = _Multinomial(*_pad_folds(xd, codes, tr), k, self.fit_intercept)
+        xv, cv_codes, _ = _pad_folds(xd, codes, te)
+        nf, n_out = len(splits), (1 if k == 2 else k)
+        order = np.argsort(-grid, kind="stable")  # strong -> weak
+        w = torch.zeros(nf, xd.shape[1], n_out, dtype=torch.float64, device=dev)
+        acc = np.zeros((grid.size, nf))
+        bacc = np.zeros((grid.size, nf))
+        n_iter = np.zeros((grid.size, nf), dtype=np.int64)
+        conv = np.zeros((grid.size, nf), dtype=bool)
+        sols = torch.zeros((grid.size,) + tuple(w.shape), dtype=torch.float64, device=dev)
+        for j in tqdm(order, desc="logistic path", disable=not self.verbose, leave=False):
+            res = self._solve(obj, w if self.warm_start else torch.zeros_like(w), float(grid[j]))
+            w = res.x
+            sols[j] = w
+            n_iter[j], conv[j] = res.n_iter.cpu().numpy(), res.converged.cpu().numpy()
+            pred = obj.logits(w, xv).argmax(-1)
+            for f in range(nf):
+                m = te[f].numel()
+                acc[j, f], bacc[j, f] = class_scores(pred[f, :m], cv_codes[f, :m], k)
+        sel = acc if self.scoring == "accuracy" else bacc
+        self.cv_results_ = cv_record(grid, sel, mean_accuracy=acc.mean(1), std_accuracy=acc.std(1),
+                                     fold_accuracy=acc, mean_class_accuracy=bacc.mean(1),
+                                     std_class_accuracy=bacc.std(1), fold_class_accuracy=bacc,
+                                     n_iter=n_iter, converged=conv)
+        best = self.cv_results_["best_index"]
+        self.penalty_ = float(grid[best])
+        self.best_score_ = self.cv_results_["best_score"]
+        full = _Multinomial(*_pad_folds(xd, codes, [torch.arange(n, device=dev)]), k, self.fit_intercept)
+        res = self._solve(full, sols[best].mean(0, keepdim=True), self.penalty_)
+        self.n_iter_ = int(res.n_iter[0])
+        self.converged_ = bool(res.converged[0])
+        bad = int((~conv).sum()) + (0 if self.converged_ else 1)
+        if bad:
+            warnings.warn(f"LogisticCV: {bad} of {conv.size + 1} fits stopped before max|grad| <= tol={self.tol} "
+                          f"(max_iter={self.max_iter}); see cv_results_['converged']. Raise max_iter, standardise "
+                          "the features, or use dtype='float64' for very small tol.", ConvergenceWarning, stacklevel=2)
+        wf = res.x[0]
+        self._w = wf
+        self.classes_ = classes
+        coef = (wf[:-1] if self.fit_intercept else wf).T
+        icpt = wf[-1] if self.fit_intercept else torch.zeros(n_out, dtype=torch.float64, device=dev)
+        self.coef_ = output_like(coef, self._numpy_)
+        self.intercept_ = output_like(icpt, self._numpy_)
+        self.n_features_in_ = d
+        return self
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "_w"):
+            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
+
+    def _logits(self, X: Any) -> torch.Tensor:
+        self._check_fitted()
+        x = as_tensor(X, "X")
+        if x.shape[1] != self.n_features_in_:
+            raise ValueError(f"X has {x.shape[1]} features but the model was fit with {self.n_features_in_}")
+        xd = _design(x.to(device=self._w.device, dtype=torch.float64), self.fit_intercept)
+        z = xd @ self._w
+        return torch.cat([torch.zeros_like(z), z], 1) if self._w.shape[1] == 1 else z
+
+    def decision_function(self, X: Any) -> Any:
+        """Class scores [n, K] ([n] for two classes, as scikit-learn)."""
+        z = self._logits(X)
+        z = z[:, 1] if self.classes_.size == 2 else z
+        return output_like(z, not isinstance(X, torch.Tensor))
+
+    def predict_proba(self, X: Any) -> Any:
+        """Class probabilities [n, K]."""
+        return output_like(torch.softmax(self._logits(X), 1), not isinstance(X, torch.Tensor))
+
+    def predict(self, X: Any) -> Any:
+        """Predicted labels [n] (values from ``classes_``; a tensor for tensor input when labels are numeric)."""
+        idx = self._logits(X).argmax(1).cpu().numpy()
+        labels = self.classes_[idx]
+        if isinstance(X, torch.Tensor) and labels.dtype.kind in "iufb":
+            return torch.as_tensor(labels, device=X.device)
+        return labels
+
+    def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
+        """Accuracy on (X, y)."""
+        if sample_weight is not None:
+            raise ValueError("sample_weight is not supported by invfast probes")
+        pred = self.predict(X)
+        pred = pred.cpu().numpy() if isinstance(pred, torch.Tensor) else pred
+        truth = y.cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+        if truth.shape[0] != pred.shape[0]:
+            raise ValueError(f"y has {truth.shape[0]} labels but X has {pred.shape[0]} samples")
+        return float((pred == truth).mean())
