@@ -238,12 +238,18 @@ def parse_synthetic_spec(spec: str) -> dict[str, Any]:
 
 
 def synthetic_source(spec: str | dict[str, Any], n: int | None = None) -> DatasetSource:
-    """A Transforms-2D data set (``invfast.synthetic``) as a measurement source."""
+    """A Transforms-2D data set (``invfast.synthetic``) as a measurement source.
+
+    Spec keys: objects (number of built-in objects, default 10), transforms ('+'-joined Transforms-2D
+    types sampled into the images, default none), size (default 32), n (default 1000, or ``n``),
+    seed, split (default 'test').
+    """
     from invfast import synthetic
 
     kw = parse_synthetic_spec(spec) if isinstance(spec, str) else dict(spec)
     n_objects = kw.pop("objects", 10)
-    transforms = kw.pop("transforms", tuple(synthetic.TRANSFORMATIONS))
+    transforms = kw.pop("transforms", ())  # prototypes on random backgrounds; the test transforms do the rest
+    kw.setdefault("split", "test")
     total = kw.pop("n", n if n is not None else 1000)
     ds = synthetic.Transforms2D(synthetic.builtin_objects(n=n_objects), transforms, n=total, **kw)
     return DatasetSource(ds, n=n, name="synthetic:" + (spec if isinstance(spec, str) else repr(spec)))

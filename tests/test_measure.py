@@ -329,3 +329,42 @@ def test_json_round_trip():
     _same(r, back)
     doc = json.loads(r.to_json(per_image=False))
     assert "per_image_distance" not in doc["transforms"][0]
+
+
+# ---------------------------------------------------------------------------------------------- real registry
+def test_real_transform_registry_and_synthetic_data():
+    T = pytest.importorskip("invfast.transforms")
+    pytest.importorskip("invfast.synthetic")
+    model = small_net(seed=12, dim=6)
+    r = measure_invariance(model, "synthetic:objects=4,n=16,size=32,seed=1", "all", grid_size=3, batch_size=8,
+                           forward_batch=64)
+    assert list(r.transforms) == list(T.SYNTHETIC)
+    assert {t.family for t in r.transforms.values()} == {"spatial", "appearance"}
+    assert r.n_images == 16 and r.meta["data"]["n"] == 16
+    for t in r.transforms.values():
+        ident = t.identity
+        if bool((~ident).any()):
+            assert np.isfinite(t.mean_cosine) and t.per_image_cosine.shape == (16,)
+        assert t.params.shape[0] == t.distance.shape[0] == ident.shape[0]
+    hf = r["hflip"]  # binary transform: the 'not flipped' half is the identity and is excluded
+    assert hf.identity.tolist() == [True, False] and hf.identity_distance == pytest.approx(0.0, abs=1e-5)
+    assert hf.mean_distance == pytest.approx(float(hf.distance[1]), rel=1e-9)
+    spatial = measure_invariance(model, "synthetic:objects=4,n=16,size=32,seed=1", "spatial", grid_size=3, batch_size=8)
+    assert all(t.family == "spatial" for t in spatial.transforms.values())
+    assert spatial["rotation"].mean_cosine == pytest.approx(r["rotation"].mean_cosine, rel=1e-5)
+    with pytest.raises(ValueError, match="unknown transform 'nope'"):
+        measure_invariance(model, random_images(8), "rotation,nope")
+
+
+def test_real_transforms_against_direct_metrics():
+    T = pytest.importorskip("invfast.transforms")
+    x = random_images(20, size=32, seed=13)
+    model = small_net(seed=13, dim=6)
+    tfs = [T.get("rotation"), T.get("hue"), T.get("translation")]
+    r = measure_invariance(model, x, tfs, grid_size=5, batch_size=6, forward_batch=9)
+    _, ref = _direct(model, x, tfs, 5)
+    for t in tfs:
+        for m in ("distance", "cosine"):
+            agg = ref[t.name][m][0]
+            assert getattr(r[t.name], f"mean_{m}") == pytest.approx(agg["mean"], rel=1e-5, abs=1e-6)
+            torch.testing.assert_close(getattr(r[t.name], m), agg["per_param"], rtol=1e-5, atol=1e-5)

@@ -93,6 +93,12 @@ def plot_radar(results: InvarianceResult | Sequence[InvarianceResult], *, metric
             v = np.array([np.nan if x is None else x for x in vals], dtype=float)
             ax.plot(np.append(ang, ang[:1]), np.append(v, v[:1]), "-o", ms=3, lw=1.2, label=r.model)
             ax.fill(np.append(ang, ang[:1]), np.nan_to_num(np.append(v, v[:1])), alpha=0.08)
+        vals_all = np.array([getattr(r.transforms[n], f"mean_{metric}") if n in r.transforms
+                             and getattr(r.transforms[n], f"mean_{metric}") is not None else np.nan
+                             for r in results for n in names], dtype=float)
+        top = np.nanmax(vals_all) if np.isfinite(vals_all).any() else 1.0
+        low = np.nanmin(vals_all) if np.isfinite(vals_all).any() else 0.0
+        ax.set_ylim(min(0.0, low), 1.0 if metric == "cosine" else 1.05 * top)
         ax.set_xticks(ang)
         ax.set_xticklabels(names, fontsize=8)
         ax.tick_params(axis="y", labelsize=7)
