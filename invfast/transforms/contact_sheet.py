@@ -22,14 +22,15 @@ def _pick(grid: torch.Tensor, k: int) -> torch.Tensor:
 
 def _label(p: torch.Tensor) -> str:
     vals = p.flatten().tolist()
-    return ",".join(f"{v:.3g}" for v in vals)
+    return ",".join(f"{v:.2g}" if len(vals) > 2 else f"{v:.3g}" for v in vals)
 
 
 def contact_sheet(image: torch.Tensor, names: Sequence[str] | None = None, k: int = 8, tile: int = 96,
                   label: bool = True) -> np.ndarray:
     """Render ``names`` (default: all 18) across ``k`` evenly spaced points of their default grids.
 
-    For rotation the default grid (256 points over 0..360) with k = 8 gives 0, 45, 90, ..., 315 degrees.
+    Scalar transforms show their k-point grid (rotation, k = 8: 0, 45, 90, ..., 315 degrees); vector
+    ones (crop, shear, translation) k evenly spaced points of their 256-point grid.
 
     Args:
         image: one RGB image [3, H, W] or [1, 3, H, W], uint8 or float in [0, 1].
@@ -63,7 +64,9 @@ def contact_sheet(image: torch.Tensor, names: Sequence[str] | None = None, k: in
     labels = []
     for r, name in enumerate(names):
         t = get(name)
-        params = _pick(t.grid(256), k)
+        # scalar grids: the k-point grid itself (rotation k=8: 0, 45, 90, ...); vector grids: k of the 256
+        params = t.grid(k) if t.param_dim == 1 else _pick(t.grid(256), k)
+        params = _pick(params, k)
         views = t.apply(img, params)[0]  # [P, 3, tile, tile]
         for c in range(views.shape[0]):
             y0 = r * cell_h
