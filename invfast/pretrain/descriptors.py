@@ -11,7 +11,7 @@ import itertools
 import torch
 
 GROUP_NAMES = ("default", "spatial", "appearance")
-INDIVIDUAL_AUGMENTATIONS = ("crop", "flip", "color_jitter", "grayscale", "blur")
+INDIVIDUAL_AUGMENTATIONS = ("crop", "flip", "jitter", "grayscale", "blur")
 DESCRIPTOR_SETS = ("groups", "individual")
 
 

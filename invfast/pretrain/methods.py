@@ -220,11 +220,7 @@ def _policies_for(set_name: str, size: int) -> tuple[list[Augment], torch.Tensor
         raise ImportError("amortised methods without explicit `augments` need invfast.transforms "
                           f"(policy / policy_from_descriptor): {e}") from e
     names = [describe(set_name, row) for row in desc]
-    if set_name == "groups":
-        pols = [T.policy(n, size=size) for n in names]
-    else:
-        pols = [T.policy_from_descriptor(row, size=size) for row in desc]
-    return pols, desc, names
+    return [T.policy_from_descriptor(row, size=size) for row in desc], desc, names
 
 
 class _Amortised:

@@ -1,0 +1,199 @@
+"""``invfast pretrain``: contrastive pretraining from the command line (torchrun-compatible).
+
+    invfast pretrain --method mocov2 --policy spatial --data synthetic:n=5000,transforms=all \\
+        --arch resnet18-cifar --epochs 50 --out runs/spatial [--resume]
+    torchrun --nproc-per-node 4 -m invfast pretrain ...      # DDP, global --batch-size
+    invfast pretrain ... --nproc 2                           # the same, spawned locally
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import sys
+from typing import Any
+
+import torch
+
+from invfast.pretrain.invariance import DEFAULT_TRANSFORMS
+
+METHOD_NAMES = ("mocov2", "simclr", "ai-moco", "ai-simclr")
+POLICY_NAMES = ("default", "spatial", "appearance", "solarize-default")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--method", default="mocov2", help=f"one of {', '.join(METHOD_NAMES)} (default mocov2)")
+    p.add_argument("--policy", default=None,
+                   help=f"augmentation policy of mocov2/simclr: {', '.join(POLICY_NAMES)} (default 'default')")
+    p.add_argument("--descriptors", default="groups",
+                   help="amortised methods: 'groups' (K=2: default/spatial/appearance) or 'individual' (K=5, 26)")
+    p.add_argument("--data", required=True,
+                   help="synthetic:objects=61,transforms=all,n=5000,size=32,seed=0 | folder:PATH | npy:FILE.npy")
+    p.add_argument("--arch", default="resnet18-cifar",
+                   help="encoder architecture from invfast.models (amortised methods use its hyper- variant), "
+                        "or 'module:factory' returning an encoder (called with k=K for amortised methods)")
+    p.add_argument("--size", type=int, default=None,
+                   help="side of the augmented views (default: the synthetic/array image size, 224 for folders)")
+    p.add_argument("--load-size", type=int, default=None, help="folder images are resized to this on load "
+                   "(default round(size*256/224))")
+    p.add_argument("--epochs", type=int, default=200)
+    p.add_argument("--steps", type=int, default=None, help="train this many steps instead of --epochs")
+    p.add_argument("--batch-size", type=int, default=256, help="global batch size (over all processes)")
+    p.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.03*batch/256)")
+    p.add_argument("--weight-decay", type=float, default=1e-4)
+    p.add_argument("--sgd-momentum", type=float, default=0.9)
+    p.add_argument("--schedule", default="cosine", choices=("cosine", "constant"))
+    p.add_argument("--tau", type=float, default=0.2, help="temperature")
+    p.add_argument("--queue-size", type=int, default=None,
+                   help="MoCo queue length (default 65536 scaled down to the data set, a multiple of the batch)")
+    p.add_argument("--key-momentum", type=float, default=0.999, help="MoCo key-encoder momentum")
+    p.add_argument("--proj-dim", type=int, default=128)
+    p.add_argument("--proj-hidden", type=int, default=None, help="MLP head hidden size (default: feature dim)")
+    p.add_argument("--aug-backend", default="auto", choices=("auto", "torch", "dali"),
+                   help="augmentation pipeline: DALI on GPU when installed (auto), else torch")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", required=True, help="output folder (checkpoint.pt, metrics.jsonl/csv, model.pt)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
+    p.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints (0: only at the end)")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--invariance-every", type=int, default=0,
+                   help="measure the encoder's invariance on held-out images every N steps (0: never)")
+    p.add_argument("--invariance-images", type=int, default=256)
+    p.add_argument("--invariance-transforms", default=",".join(DEFAULT_TRANSFORMS),
+                   help="comma-separated: rot90, hflip, grayscale, brightness or invfast.transforms test transforms")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    p.add_argument("--workers", type=int, default=2, help="threads decoding folder images")
+    p.add_argument("--nproc", type=int, default=1, help="spawn this many local DDP processes (not under torchrun)")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def _encoder(arch: str, amortised: bool, k: int) -> torch.nn.Module:
+    if ":" in arch:  # a user's own encoder factory, 'package.module:callable'
+        import importlib
+        mod, _, attr = arch.partition(":")
+        try:
+            factory = getattr(importlib.import_module(mod), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"cannot load encoder factory {arch!r}: {e}") from e
+        return factory(k=k) if amortised else factory()
+    try:
+        from invfast import models
+    except ImportError as e:
+        raise ValueError(f"invfast.models is not available ({e})") from e
+    names = tuple(getattr(models, "ARCHITECTURES", ()))
+    if amortised:
+        name = arch if arch.startswith("hyper-") else f"hyper-{arch}"
+        if name not in names:
+            raise ValueError(f"amortised methods need a descriptor-conditioned encoder; no architecture {name!r}; "
+                             f"known: {', '.join(n for n in names if n.startswith('hyper-'))}")
+        return models.create(name, inv_dim=k)
+    if arch not in names:
+        raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(names)}")
+    return models.create(arch)
+
+
+def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tuple[Any, Any]:
+    """(method, trainer) from parsed arguments; raises ValueError/FileNotFoundError on bad input."""
+    from invfast.pretrain import data as D
+    from invfast.pretrain.descriptors import descriptor_set
+    from invfast.pretrain.key_queue import default_queue_size
+    from invfast.pretrain.methods import AmortisedMoCo, AmortisedSimCLR, MoCoV2, SimCLR
+    from invfast.pretrain.trainer import TrainConfig, Trainer
+
+    if args.method not in METHOD_NAMES:
+        raise ValueError(f"unknown method {args.method!r}; choose one of {', '.join(METHOD_NAMES)}")
+    amortised = args.method.startswith("ai-")
+    if amortised and args.policy is not None:
+        raise ValueError("amortised methods use one policy per descriptor; drop --policy and pick --descriptors")
+    policy_name = args.policy or "default"
+    if policy_name not in POLICY_NAMES:
+        raise ValueError(f"unknown policy {policy_name!r}; choose one of {', '.join(POLICY_NAMES)}")
+    for k in ("epochs", "batch_size", "nproc"):
+        if getattr(args, k) < 1:
+            raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}")
+
+    probe = D.open_source(args.data, load_size=1, workers=args.workers) if not args.data.startswith("folder:") else None
+    size = args.size
+    if size is None:
+        size = int(probe.get(torch.tensor([0])).shape[-1]) if probe is not None else 224
+    load_size = args.load_size or round(size * 256 / 224)
+    source = probe if probe is not None else D.open_source(args.data, load_size=load_size, workers=args.workers)
+    if args.batch_size > len(source):
+        raise ValueError(f"--batch-size {args.batch_size} is larger than the data set ({len(source)} images)")
+    heldout = D.heldout_source(args.data, source)
+
+    aug_backend = args.aug_backend
+    if aug_backend == "auto":
+        from invfast.backend import backend_info
+        aug_backend = "dali" if device.type == "cuda" and backend_info()["dali"] else "torch"
+    from invfast import transforms as T
+
+    desc = descriptor_set(args.descriptors) if amortised else None
+    torch.manual_seed(args.seed)  # identical initial weights on every rank
+    encoder = _encoder(args.arch, amortised, 0 if desc is None else desc.shape[1])
+    common = dict(tau=args.tau, proj_dim=args.proj_dim, proj_hidden=args.proj_hidden)
+    moco = dict(key_momentum=args.key_momentum, queue_seed=args.seed,
+                queue_size=args.queue_size or default_queue_size(len(source), args.batch_size))
+    if amortised:
+        augs = [T.policy_from_descriptor(r, size=size, backend=aug_backend) for r in desc]
+        cls = AmortisedMoCo if args.method == "ai-moco" else AmortisedSimCLR
+        method = cls(encoder, augs, descriptors=args.descriptors, **common, **(moco if cls is AmortisedMoCo else {}))
+    else:
+        aug = T.policy(policy_name, size=size, backend=aug_backend)
+        method = MoCoV2(encoder, aug, **common, **moco) if args.method == "mocov2" else SimCLR(encoder, aug, **common)
+    cfg = TrainConfig(batch_size=args.batch_size, epochs=args.epochs, steps=args.steps, lr=args.lr,
+                      weight_decay=args.weight_decay, sgd_momentum=args.sgd_momentum, schedule=args.schedule,
+                      seed=args.seed, size=size, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
+                      progress=not args.no_progress, invariance_every=args.invariance_every,
+                      invariance_images=args.invariance_images,
+                      invariance_transforms=tuple(t for t in args.invariance_transforms.split(",") if t),
+                      device=str(device))
+    meta = {"arch": args.arch, "policy": None if amortised else policy_name,
+            "descriptors": args.descriptors if amortised else None, "aug_backend": aug_backend}
+    return method, Trainer(method, source, cfg, out=args.out, heldout=heldout, meta=meta, device=device)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from invfast.pretrain import distributed as Dist
+
+    info, device = Dist.init_from_env(args.device)
+    _, trainer = build(args, device, info.world_size)
+    hist = trainer.fit(resume=args.resume)
+    if info.is_main and hist:
+        last = hist[-1]
+        print(f"invfast pretrain: step {last['step']}/{trainer.total_steps}, loss {last['loss']:.4f}; "
+              f"wrote {os.path.join(args.out, 'model.pt') if trainer.step == trainer.total_steps else args.out}")
+    return 0
+
+
+def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    try:
+        _train(args)
+    finally:
+        import torch.distributed as dist
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+            import torch.multiprocessing as mp
+            if args.nproc < 1:
+                raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                port = s.getsockname()[1]
+            try:
+                mp.spawn(_spawned, args=(args.nproc, port, args), nprocs=args.nproc, join=True)
+            except mp.ProcessRaisedException as e:
+                last = str(e).strip().splitlines()[-1]
+                print(f"invfast pretrain: error in a worker process: {last}", file=sys.stderr)
+                return 2
+            return 0
+        return _train(args)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as e:
+        print(f"invfast pretrain: error: {e}", file=sys.stderr)
+        return 2
