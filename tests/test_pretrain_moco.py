@@ -159,7 +159,7 @@ def test_individual_descriptors_need_26_policies():
     with pytest.raises(ValueError, match="26 descriptors, got 3"):
         AmortisedMoCo(TinyEncoder(k=5), [RandomAug()] * 3, descriptors="individual")
     m = AmortisedSimCLR(TinyEncoder(k=5), [RandomAug()] * 26, descriptors="individual")
-    assert m.descriptor_names[-1] == "crop+flip+color_jitter+grayscale+blur"
+    assert m.descriptor_names[-1] == "crop+flip+jitter+grayscale+blur"
 
 
 def test_method_bad_input():

@@ -1,0 +1,109 @@
+"""``invfast pretrain`` end to end on small data, and every bad input named in the issue."""
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from invfast.cli import main
+from test_pretrain_fixtures import blob_images
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TINY = "test_pretrain_fixtures:TinyEncoder"
+
+
+@pytest.fixture(autouse=True)
+def _importable_fixtures(monkeypatch):
+    monkeypatch.syspath_prepend(HERE)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def npy(tmp_path):
+    p = tmp_path / "x.npy"
+    np.save(p, blob_images(48, size=16).numpy())
+    return str(p)
+
+
+def args(npy, out, *extra):
+    return ["pretrain", "--data", f"npy:{npy}", "--arch", TINY, "--epochs", "2", "--batch-size", "16",
+            "--out", str(out), "--no-progress", "--log-every", "1", *extra]
+
+
+def test_cli_trains_resumes_and_refuses_other_configs(npy, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(args(npy, out, "--policy", "spatial", "--checkpoint-every", "2")) == 0
+    recs = [json.loads(x) for x in open(out / "metrics.jsonl")]
+    assert [r["step"] for r in recs] == list(range(1, 7))
+    ck = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert ck["config"]["policy"] == "spatial" and ck["config"]["method.queue_size"] == 32  # 48 images, batch 16
+    assert ck["config"]["arch"] == TINY and (out / "model.pt").exists()
+    # same run again without --resume: refused, nothing overwritten
+    assert main(args(npy, out, "--policy", "spatial")) == 2
+    assert "--resume" in capsys.readouterr().err
+    # resume with another policy: the differing field is named
+    assert main(args(npy, out, "--policy", "appearance", "--resume")) == 2
+    err = capsys.readouterr().err
+    assert "policy: checkpoint has 'spatial', this run has 'appearance'" in err
+    assert main(args(npy, out, "--policy", "spatial", "--resume", "--lr", "0.1")) == 2
+    assert "lr: checkpoint has" in capsys.readouterr().err
+    # resume of a finished run with the same configuration is a no-op that succeeds
+    assert main(args(npy, out, "--policy", "spatial", "--resume")) == 0
+
+
+@pytest.mark.parametrize("extra,message", [
+    (["--method", "byol"], "unknown method 'byol'"),
+    (["--policy", "colour"], "unknown policy 'colour'"),
+    (["--arch", "resnet7"], "architecture"),
+    (["--batch-size", "64"], "larger than the data set (48 images)"),
+    (["--queue-size", "40"], "must be divisible by the global batch size (16)"),
+    (["--method", "ai-moco", "--policy", "spatial"], "drop --policy"),
+    (["--descriptors", "pairs", "--method", "ai-simclr"], "unknown descriptor set 'pairs'"),
+])
+def test_cli_bad_input(npy, tmp_path, capsys, extra, message):
+    assert main(args(npy, tmp_path / "o", *extra)) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_missing_data(tmp_path, capsys):
+    base = ["pretrain", "--arch", TINY, "--out", str(tmp_path / "o"), "--no-progress"]
+    assert main(base + ["--data", f"folder:{tmp_path / 'nothing'}"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(base + ["--data", "imagenet"]) == 2
+    assert "must be 'synthetic:...', 'folder:PATH' or 'npy:FILE'" in capsys.readouterr().err
+    assert main(base + ["--data", "synthetic:objects=3,colour=1"]) == 2
+    assert "unknown synthetic data option(s) ['colour']" in capsys.readouterr().err
+
+
+def test_cli_amortised_with_real_policies(npy, tmp_path):
+    pytest.importorskip("invfast.transforms")
+    out = tmp_path / "ai"
+    assert main(args(npy, out, "--method", "ai-moco", "--descriptors", "individual")) == 0
+    ck = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert ck["model"]["queue.keys"].shape == (26, 32, 128)
+    assert ck["model"]["online.descriptors"].shape == (26, 5)
+    names = {json.loads(x)["descriptor"] for x in open(out / "metrics.jsonl")}
+    assert names and all("+" in n for n in names)
+
+
+def test_cli_synthetic_data_and_folder(tmp_path):
+    pytest.importorskip("invfast.synthetic")
+    out = tmp_path / "syn"
+    assert main(["pretrain", "--data", "synthetic:objects=4,transforms=rotate,n=40,size=16", "--arch", TINY,
+                 "--method", "simclr", "--steps", "2", "--batch-size", "8", "--out", str(out), "--no-progress",
+                 "--invariance-every", "2", "--invariance-images", "16"]) == 0
+    rec = [json.loads(x) for x in open(out / "metrics.jsonl")][-1]
+    assert rec["step"] == 2 and "invariance/rot90" in rec
+    from PIL import Image
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(10):
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (20 + i, 24, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
+    assert main(["pretrain", "--data", f"folder:{folder}", "--arch", TINY, "--size", "16", "--steps", "2",
+                 "--batch-size", "4", "--out", str(tmp_path / "fold"), "--no-progress"]) == 0
+    assert torch.load(tmp_path / "fold" / "checkpoint.pt", weights_only=False)["config"]["data"].startswith("folder:")
