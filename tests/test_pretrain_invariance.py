@@ -1,0 +1,71 @@
+"""Invariance measured during training: exact cases, and the paper's finding on synthetic data
+(a Spatial-pretrained model is more rotation-invariant than an Appearance-pretrained one)."""
+import pytest
+import torch
+
+from invfast.pretrain import MoCoV2, TrainConfig, Trainer
+from invfast.pretrain import invariance as inv
+from test_pretrain_fixtures import TinyEncoder, blob_images
+
+
+def test_exactly_invariant_features_score_one():
+    images = blob_images(40, size=16)
+
+    def pooled(x):  # per-channel mean and mean square: invariant to rot90 and flips, not to grayscale
+        return torch.cat([x.mean((2, 3)), (x * x).mean((2, 3))], dim=1)
+
+    s = inv.measure(pooled, images, size=16, transforms=("rot90", "hflip", "grayscale", "brightness"))
+    assert s["rot90"] == pytest.approx(1.0, abs=1e-6)
+    assert s["hflip"] == pytest.approx(1.0, abs=1e-6)
+    assert s["grayscale"] < 0.9 and s["brightness"] < 0.99
+
+
+def test_measure_matches_direct_computation():
+    import invfast as ivf
+    images = blob_images(30, size=16)
+    torch.manual_seed(0)
+    enc = TinyEncoder(dim=8).eval()
+    got = inv.measure(enc, images, size=16, transforms=("rot90",))["rot90"]
+    x = images.float() / 255
+    with torch.no_grad():
+        f = enc(inv.to_input(x, 16)).double()
+        ft = torch.stack([enc(inv.to_input(torch.rot90(x, k, dims=(2, 3)), 16)).double() for k in (1, 2, 3)], 1)
+    stats = ivf.FeatureStats().update(f).finalize(shrinkage="ledoit-wolf")
+    z = stats.whiten(f)
+    zt = stats.whiten(ft)
+    cos = torch.nn.functional.cosine_similarity(z.unsqueeze(1), zt, dim=2)
+    assert got == pytest.approx(cos.mean().item(), abs=1e-6)
+
+
+def test_unknown_transform_is_named():
+    with pytest.raises(ValueError, match="unknown invariance transform 'twirl'"):
+        inv.measure(lambda x: x.mean((2, 3)), blob_images(8, size=16), 16, transforms=("twirl",))
+
+
+def test_spatial_model_more_rotation_invariant_than_appearance():
+    T = pytest.importorskip("invfast.transforms")
+    pytest.importorskip("invfast.synthetic")
+    from invfast.pretrain.data import heldout_source, open_source
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        spec = "synthetic:objects=10,transforms=none,n=512,size=32"
+        src = open_source(spec)
+        held = heldout_source(spec, src)
+        scores = {}
+        for pol in ("spatial", "appearance"):
+            torch.manual_seed(0)
+            m = MoCoV2(TinyEncoder(dim=64, bn=True), T.policy(pol, size=32), proj_dim=32, queue_size=256,
+                       key_momentum=0.99)
+            cfg = TrainConfig(batch_size=64, epochs=8, size=32, lr=0.06, checkpoint_every=0, log_every=8,
+                              progress=False, invariance_every=64, invariance_images=128,
+                              invariance_transforms=("rot90", "rotation", "grayscale", "hue"))
+            scores[pol] = Trainer(m, src, cfg, heldout=held).fit()[-1]
+    finally:
+        torch.set_num_threads(n)
+    sp, ap = scores["spatial"], scores["appearance"]
+    msg = {k: (round(sp[k], 3), round(ap[k], 3)) for k in sp if k.startswith("invariance/")}
+    assert sp["invariance/rotation"] > ap["invariance/rotation"] + 0.03, msg
+    assert sp["invariance/rot90"] > ap["invariance/rot90"], msg
+    assert (ap["invariance/grayscale"] + ap["invariance/hue"]) > (sp["invariance/grayscale"] + sp["invariance/hue"]), msg
