@@ -76,7 +76,11 @@ def lbfgs(fun: Objective, x0: torch.Tensor, tol: float = 1e-4, max_iter: int = 1
             trial = x + t[:, None] * p
             ft, gt = fun(trial.view(shape))
             gt = gt.reshape(nf, -1)
-            ok = (ft <= f + c1 * t * gp) & torch.isfinite(ft) & ~accepted
+            armijo = ft <= f + c1 * t * gp
+            # near the optimum the decrease drops below float64 resolution of f: accept a step that
+            # keeps f within roundoff and shrinks the gradient (approximate Armijo, Hager & Zhang 2005)
+            approx = (ft - f <= 1e-12 * f.abs()) & (gt.abs().amax(1) < g.abs().amax(1))
+            ok = (armijo | approx) & torch.isfinite(ft) & ~accepted
             if bool(ok.any()):
                 x_new[ok], f_new[ok], g_new[ok] = trial[ok], ft[ok], gt[ok]
                 accepted |= ok

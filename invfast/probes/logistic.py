@@ -2,8 +2,8 @@
 
 All folds are solved together by one batched L-BFGS (``invfast.probes.lbfgs``), and the path is
 walked from strong to weak regularisation, each value warm-started from the previous solution.
-Matrix products run in ``dtype`` (float32 by default); losses, gradients' accumulation into the
-optimiser and its state are float64.
+The two products with X run in ``dtype`` (float32 by default); logits are promoted to float64 for
+the loss and softmax, and the optimiser state is float64.
 
 Objective per fold (n training samples), identical up to the factor 1/n to scikit-learn's::
 
@@ -67,7 +67,6 @@ class _Multinomial:
             self.mask[-1] = 0.0
         self.n = (weights > 0).sum(1).to(torch.float64)   # [F]
         self.lam = torch.zeros_like(self.n)                # [F], set per path value
-        self._wcast = weights.to(xs.dtype)[..., None]
 
     def logits(self, w: torch.Tensor, xs: torch.Tensor | None = None) -> torch.Tensor:
         z = torch.bmm(self.xs if xs is None else xs, w.to(self.xs.dtype))
@@ -76,18 +75,21 @@ class _Multinomial:
         return z
 
     def __call__(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        z = self.logits(w)
+        # the [F, m, K] logits are small next to X: loss and softmax in float64 keep the line search
+        # exact enough for tight tolerances; the two products with X stay in the compute dtype
+        z = self.logits(w).to(torch.float64)
         lse = torch.logsumexp(z, -1)
         true = z.gather(-1, self.codes[..., None])[..., 0]
-        ce = ((lse - true).to(torch.float64) * self.weights).sum(1)
+        ce = ((lse - true) * self.weights).sum(1)
         reg = self.lam / self.n
         loss = ce + 0.5 * reg * ((w * self.mask) ** 2).sum((1, 2))
         p = torch.softmax(z, -1)
         p.scatter_add_(-1, self.codes[..., None], -torch.ones_like(p[..., :1]))
-        p = p * self._wcast
+        p = p * self.weights[..., None]
         if self.binary:
             p = p[..., 1:]
-        grad = torch.bmm(self.xs.transpose(1, 2), p).to(torch.float64) + reg[:, None, None] * w * self.mask
+        grad = torch.bmm(self.xs.transpose(1, 2), p.to(self.xs.dtype)).to(torch.float64)
+        grad = grad + reg[:, None, None] * w * self.mask
         return loss, grad
 
 
@@ -115,7 +117,8 @@ class LogisticCV(ClassifierMixin, ProbeBase):
     tol, max_iter : L-BFGS stops when max |gradient| <= tol (scipy's gtol, as sklearn) or after max_iter
         iterations per penalty value. Fits that stop early are reported (``converged_``, a warning).
     dtype : "float32" or "float64"
-        Precision of the matrix products (optimiser state is always float64).
+        Precision of the two products with X (optimiser state is always float64). float32 gradients
+        carry relative noise near 1e-7, so tolerances below about 1e-5 need "float64".
     warm_start : walk the path from strong to weak regularisation reusing solutions (default True).
     fit_intercept, n_models, shuffle, random_state, verbose : as in ``RidgeCV``.
 
@@ -201,7 +204,7 @@ class LogisticCV(ClassifierMixin, ProbeBase):
         if bad:
             warnings.warn(f"LogisticCV: {bad} of {conv.size + 1} fits stopped before max|grad| <= tol={self.tol} "
                           f"(max_iter={self.max_iter}); see cv_results_['converged']. Raise max_iter, standardise "
-                          "the features, or use dtype='float64' for very small tol.", ConvergenceWarning, stacklevel=2)
+                          "the features, or use dtype='float64' (float32 gradients bottom out near tol=1e-5).", ConvergenceWarning, stacklevel=2)
         wf = res.x[0]
         self._w = wf
         self.classes_ = classes

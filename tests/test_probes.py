@@ -1,0 +1,202 @@
+"""RidgeCV, grids, folds, fusion and the scikit-learn API of the probes, against scikit-learn."""
+import numpy as np
+import pytest
+import torch
+from sklearn.base import clone
+from sklearn.linear_model import Ridge
+from sklearn.linear_model import RidgeCV as SkRidgeCV
+from sklearn.model_selection import GridSearchCV, KFold, StratifiedKFold
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import StandardScaler
+
+import invfast.probes as P
+from invfast.probes.folds import kfold, stratified_kfold
+from invfast.probes.ridge import ridge_cv_predictions, ridge_loo_predictions
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Tiny problems run faster on one thread on this shared machine."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+
+def _structured(rng, n, d, t=3):
+    """Correlated features with a large common offset, a few relevant directions, noisy targets."""
+    base = rng.normal(size=(n, d)) @ (np.eye(d) + 0.5 * rng.normal(size=(d, d)) / np.sqrt(d))
+    x = 5.0 + base * rng.uniform(0.1, 3.0, size=d)
+    w = rng.normal(size=(d, t)) * (rng.uniform(size=(d, 1)) < 0.3)
+    y = x @ w + 0.5 * rng.normal(size=(n, t)) + 2.0
+    return x, y
+
+
+def _rel(a, b):
+    return np.abs(a - b) / np.maximum(np.abs(b), 1e-3)
+
+
+@pytest.mark.parametrize("n,d", [(80, 12), (30, 50)])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+@pytest.mark.parametrize("one_d", [False, True])
+def test_ridge_cv_scores_match_gridsearch(rng, n, d, fit_intercept, one_d):
+    x, y = _structured(rng, n, d)
+    y = y[:, 0] if one_d else y
+    grid = P.penalty_grid()
+    ours = P.RidgeCV(fit_intercept=fit_intercept).fit(x, y)
+    gs = GridSearchCV(Ridge(fit_intercept=fit_intercept), {"alpha": grid}, cv=5).fit(x, y)
+    assert _rel(ours.cv_results_["mean_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
+    assert np.abs(ours.cv_results_["std_score"] - gs.cv_results_["std_test_score"]).max() < 1e-6
+    for f in range(5):
+        assert _rel(ours.cv_results_["fold_scores"][:, f], gs.cv_results_[f"split{f}_test_score"]).max() < 1e-6
+    assert ours.penalty_ == pytest.approx(gs.best_params_["alpha"], rel=1e-12)
+    assert ours.best_score_ == pytest.approx(gs.best_score_, rel=1e-6)
+    sk = Ridge(alpha=ours.penalty_, fit_intercept=fit_intercept).fit(x, y)
+    assert ours.coef_.shape == sk.coef_.shape
+    np.testing.assert_allclose(ours.coef_, sk.coef_, rtol=1e-6, atol=1e-8 * np.abs(sk.coef_).max())
+    np.testing.assert_allclose(ours.intercept_, sk.intercept_, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(ours.predict(x), sk.predict(x), rtol=1e-6, atol=1e-8)
+    assert ours.score(x, y) == pytest.approx(sk.score(x, y), rel=1e-9)
+
+
+@pytest.mark.parametrize("n,d", [(60, 10), (25, 40)])
+def test_ridge_predictions_every_penalty_match_ridge(rng, n, d):
+    """Held-out predictions of every λ of every fold equal a fresh Ridge(alpha=λ) fit."""
+    x, y = _structured(rng, n, d, t=2)
+    grid = P.penalty_grid()
+    splits = kfold(n, 5)
+    preds = ridge_cv_predictions(torch.from_numpy(x), torch.from_numpy(y), splits, torch.from_numpy(grid))
+    for (train, test), pred in zip(splits, preds):
+        for j, lam in enumerate(grid):
+            sk = Ridge(alpha=lam).fit(x[train], y[train]).predict(x[test])
+            np.testing.assert_allclose(pred[j].numpy(), sk, rtol=1e-6, atol=1e-9 * np.abs(sk).max())
+
+
+@pytest.mark.parametrize("n,d", [(40, 8), (20, 30)])
+@pytest.mark.parametrize("fit_intercept", [True, False])
+def test_ridge_loo_equals_refitting(rng, n, d, fit_intercept):
+    x, y = _structured(rng, n, d, t=2)
+    grid = np.logspace(-3, 3, 7)
+    loo = ridge_loo_predictions(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(grid), fit_intercept)
+    for j, lam in enumerate(grid):
+        brute = np.stack([Ridge(alpha=lam, fit_intercept=fit_intercept).fit(np.delete(x, i, 0), np.delete(y, i, 0))
+                          .predict(x[i:i + 1])[0] for i in range(n)])
+        np.testing.assert_allclose(loo[j].numpy(), brute, rtol=1e-6, atol=1e-8 * np.abs(brute).max())
+
+
+def test_ridge_loo_mode_picks_sklearn_alpha(rng):
+    x, y = _structured(rng, 50, 10, t=1)
+    grid = P.penalty_grid()
+    ours = P.RidgeCV(cv="loo").fit(x, y[:, 0])
+    sk = SkRidgeCV(alphas=grid).fit(x, y[:, 0])
+    assert ours.penalty_ == pytest.approx(sk.alpha_)
+    assert ours.cv_results_["fold_scores"].shape == (45, 1)
+
+
+def test_ridge_custom_and_shuffled_splits_match(rng):
+    x, y = _structured(rng, 50, 6)
+    splitter = KFold(5, shuffle=True, random_state=3)
+    grid = np.logspace(-2, 2, 5)
+    ours = P.RidgeCV(penalties=grid, cv=splitter).fit(x, y)
+    gs = GridSearchCV(Ridge(), {"alpha": grid}, cv=splitter).fit(x, y)
+    assert _rel(ours.cv_results_["mean_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
+    # non-partition splits (train is not the complement of test) take the direct path
+    splits = [(np.arange(0, 30), np.arange(30, 50)), (np.arange(20, 50), np.arange(0, 10))]
+    ours = P.RidgeCV(penalties=grid, cv=splits).fit(x, y)
+    gs = GridSearchCV(Ridge(), {"alpha": grid}, cv=splits).fit(x, y)
+    assert _rel(ours.cv_results_["mean_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
+    a = P.RidgeCV(shuffle=True, random_state=1).fit(x, y).cv_results_["mean_score"]
+    b = P.RidgeCV(shuffle=True, random_state=1).fit(x, y).cv_results_["mean_score"]
+    np.testing.assert_array_equal(a, b)
+
+
+def test_ridge_torch_in_torch_out_and_per_target_r2(rng):
+    x, y = _structured(rng, 60, 8, t=2)
+    xt, yt = torch.from_numpy(x).float(), torch.from_numpy(y).float()
+    m = P.RidgeCV().fit(xt, yt)
+    assert isinstance(m.coef_, torch.Tensor) and isinstance(m.predict(xt), torch.Tensor)
+    assert m.predict(xt).dtype == torch.float32
+    mn = P.RidgeCV().fit(x, y)
+    assert isinstance(mn.coef_, np.ndarray)
+    np.testing.assert_allclose(m.cv_results_["mean_score"], mn.cv_results_["mean_score"], rtol=1e-5, atol=1e-6)
+    per = mn.cv_results_["mean_score_per_target"]
+    assert per.shape == (45, 2)
+    np.testing.assert_allclose(per.mean(1), mn.cv_results_["mean_score"], rtol=1e-12)
+    np.testing.assert_allclose(mn.r2_per_target_, per[mn.cv_results_["best_index"]])
+
+
+def test_penalty_grid_and_fuse():
+    g = P.penalty_grid()
+    assert g.shape == (45,) and g[0] == pytest.approx(1e-6) and g[-1] == pytest.approx(1e5)
+    assert np.allclose(np.diff(np.log10(g)), 11 / 44)
+    assert P.penalty_grid(2)[0] == pytest.approx(1e-5) and P.penalty_grid(2)[-1] == pytest.approx(1e6)
+    assert P.penalty_grid(3)[0] == pytest.approx(1e-4) and P.penalty_grid(3)[-1] == pytest.approx(1e7)
+    a, b = np.ones((4, 2)), np.zeros((4, 3))
+    assert P.fuse([a, b]).shape == (4, 5) and isinstance(P.fuse([a, b]), np.ndarray)
+    ft = P.fuse([torch.ones(4, 2), b])
+    assert isinstance(ft, torch.Tensor) and ft.shape == (4, 5) and ft.dtype == torch.float64
+    with pytest.raises(ValueError, match="same number of samples"):
+        P.fuse([a, np.ones((5, 2))])
+    with pytest.raises(TypeError, match="list"):
+        P.fuse(a)
+    with pytest.raises(ValueError, match="n_models"):
+        P.penalty_grid(0)
+
+
+def test_folds_equal_sklearn(rng):
+    n = 53
+    for (a, b), (c, d) in zip(kfold(n, 5), KFold(5).split(np.zeros(n))):
+        np.testing.assert_array_equal(a, c), np.testing.assert_array_equal(b, d)
+    y = np.concatenate([rng.integers(0, 4, n), np.repeat(np.arange(4), 5)])  # every class >= 5 members
+    for (a, b), (c, d) in zip(stratified_kfold(y, 5), StratifiedKFold(5).split(np.zeros(len(y)), y)):
+        np.testing.assert_array_equal(a, c), np.testing.assert_array_equal(b, d)
+
+
+@pytest.mark.parametrize("make", [lambda: P.RidgeCV(penalties=[0.1, 1.0, 10.0]),
+                                  lambda: P.LogisticCV(penalties=[0.1, 1.0, 10.0]),
+                                  lambda: P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.1, 1.0])])
+def test_sklearn_api_clone_pipeline(rng, make):
+    est = make()
+    c = clone(est)
+    assert type(c) is type(est) and c.get_params() == est.get_params()
+    c.set_params(cv=3)
+    assert c.cv == 3 and est.cv == 5
+    x = rng.normal(size=(60, 5))
+    y = (x[:, 0] > 0).astype(int) if isinstance(est, P.LogisticCV) else x[:, 0] + 0.1 * rng.normal(size=60)
+    pipe = Pipeline([("scale", StandardScaler()), ("probe", est)]).fit(x, y)
+    assert pipe.predict(x).shape == (60,)
+    assert np.isfinite(pipe.score(x, y))
+    fitted = pipe.named_steps["probe"]
+    assert hasattr(fitted, "cv_results_") and not hasattr(clone(fitted), "cv_results_")
+    for key in ("mean_score", "std_score", "best_penalty", "best_score", "best_std", "fold_scores"):
+        assert key in fitted.cv_results_
+
+
+def test_bad_input_ridge(rng):
+    x, y = rng.normal(size=(20, 3)), rng.normal(size=20)
+    bad = x.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        P.RidgeCV().fit(bad, y)
+    with pytest.raises(ValueError, match="NaN"):
+        P.RidgeCV().fit(x, np.where(np.arange(20) == 2, np.inf, y))
+    with pytest.raises(ValueError, match="must match"):
+        P.RidgeCV().fit(x, y[:15])
+    with pytest.raises(ValueError, match="folds"):
+        P.RidgeCV(cv=5).fit(x[:4], y[:4])
+    with pytest.raises(ValueError, match="> 0"):
+        P.RidgeCV(penalties=[1.0, -1.0]).fit(x, y)
+    with pytest.raises(ValueError, match="2 dimensions"):
+        P.RidgeCV().fit(x[None], y)
+    with pytest.raises(RuntimeError, match="not fitted"):
+        P.RidgeCV().predict(x)
+    with pytest.raises(ValueError, match="features"):
+        P.RidgeCV().fit(x, y).predict(x[:, :2])
+    with pytest.raises(TypeError):
+        P.RidgeCV().fit("abc", y)
+
+
+def test_invariance_probe_is_lazy():
+    assert "InvarianceProbe" in P.__all__
+    with pytest.raises(AttributeError):
+        P.__getattr__("NoSuchThing")
