@@ -1,7 +1,7 @@
 """The pretraining loop: single process (CPU or one GPU) or several processes with DDP.
 
 Everything random is keyed by (seed, step) — the data order by (seed, epoch), the descriptor by
-(seed, step), the augmentations by (seed, step, rank) — so a run resumed from a checkpoint at
+(seed, step), the augmentations by (seed, step, rank) through a fresh CPU ``torch.Generator`` — so a run resumed from a checkpoint at
 step s continues exactly as the uninterrupted run would have (bit-identical on CPU), and the
 checkpoint needs no generator objects beyond the step counter. The global torch (and CUDA)
 RNG states of every rank are saved as well, for anything else that draws from them.
@@ -14,6 +14,7 @@ import json
 import math
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -355,13 +356,18 @@ class Trainer:
             bar = tqdm(total=self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}",
                        unit="step", dynamic_ncols=True)
         loss_sum, n_loss, t_aug, t_win, t_start = 0.0, 0, 0.0, 0.0, time.perf_counter()
+        loader = ThreadPoolExecutor(1)  # loads the next batch while this one trains
+        pending = None
         try:
             while self.step < end:
                 s = self.step
                 t0 = time.perf_counter()
-                images = self.source.get(self.batch_indices(s)).to(self.device, non_blocking=True)
+                if pending is None:
+                    pending = loader.submit(self.source.get, self.batch_indices(s))
+                images = pending.result().to(self.device, non_blocking=True)
+                pending = loader.submit(self.source.get, self.batch_indices(s + 1)) if s + 1 < end else None
                 d = self.method.sample_descriptor(generator(cfg.seed, _STREAM_DESC, s))
-                g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank, device=self.device)
+                g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank)
                 v1, v2 = self.method.make_views(images, d, g)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
@@ -401,6 +407,7 @@ class Trainer:
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                     self.save_checkpoint()
         finally:
+            loader.shutdown(wait=True, cancel_futures=True)
             if bar is not None:
                 bar.close()
         if self.step == self.total_steps and self.out is not None:
