@@ -187,3 +187,11 @@ def test_short_run_lowers_the_loss(method):
     # record on the queue holds real keys. Learning must bring the loss clearly down from there.
     early, last = hist[1]["loss"], sum(r["loss"] for r in hist[-2:]) / 2
     assert last < early - 0.4, [round(r["loss"], 3) for r in hist]
+
+
+def test_bfloat16_autocast_runs_and_is_recorded(tmp_path):
+    m = make("simclr")
+    hist = Trainer(m, ArraySource(blob_images(32)), cfg(epochs=1, amp=True), out=tmp_path).fit()
+    assert all(torch.isfinite(torch.tensor(r["loss"])) for r in hist)
+    assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["config"]["amp"] is True
+    assert all(p.dtype == torch.float32 for p in m.parameters())

@@ -51,6 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proj-hidden", type=int, default=None, help="MLP head hidden size (default: feature dim)")
     p.add_argument("--aug-backend", default="auto", choices=("auto", "torch", "dali"),
                    help="augmentation pipeline: DALI on GPU when installed (auto), else torch")
+    p.add_argument("--amp", action="store_true", help="bfloat16 autocast for the forward passes (GPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder (checkpoint.pt, metrics.jsonl/csv, model.pt)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
@@ -125,7 +126,9 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     aug_backend = args.aug_backend
     if aug_backend == "auto":
         from invfast.backend import backend_info
-        aug_backend = "dali" if device.type == "cuda" and backend_info()["dali"] else "torch"
+        import importlib.util
+        has_dali = backend_info()["dali"] and importlib.util.find_spec("invfast.transforms.dali") is not None
+        aug_backend = "dali" if device.type == "cuda" and has_dali else "torch"
     from invfast import transforms as T
 
     desc = descriptor_set(args.descriptors) if amortised else None
@@ -147,7 +150,7 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
                       progress=not args.no_progress, invariance_every=args.invariance_every,
                       invariance_images=args.invariance_images,
                       invariance_transforms=tuple(t for t in args.invariance_transforms.split(",") if t),
-                      device=str(device))
+                      device=str(device), amp=args.amp)
     meta = {"arch": args.arch, "policy": None if amortised else policy_name,
             "descriptors": args.descriptors if amortised else None, "aug_backend": aug_backend}
     return method, Trainer(method, source, cfg, out=args.out, heldout=heldout, meta=meta, device=device)

@@ -41,7 +41,8 @@ class TrainConfig:
     batch_size is the GLOBAL batch (split evenly over processes). lr None means 0.03·batch_size/256
     (MoCo-v2's linear scaling). schedule 'cosine' decays the LR per step to 0 over the run
     (no warm-up, as MoCo-v2), 'constant' keeps it. steps overrides epochs when set. size is the
-    side of the views the policies produce (used to preprocess the held-out batch).
+    side of the views the policies produce (used to preprocess the held-out batch). amp runs the
+    forward passes under bfloat16 autocast (for GPUs; parameters and optimiser stay float32).
     """
 
     batch_size: int = 256
@@ -60,6 +61,7 @@ class TrainConfig:
     invariance_images: int = 256
     invariance_transforms: tuple[str, ...] = inv.DEFAULT_TRANSFORMS
     device: str = "cpu"
+    amp: bool = False
 
     def base_lr(self) -> float:
         return 0.03 * self.batch_size / 256 if self.lr is None else float(self.lr)
@@ -372,7 +374,8 @@ class Trainer:
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 t1 = time.perf_counter()
-                loss = self.method.training_loss(v1, v2, d, online=self.online)
+                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
+                    loss = self.method.training_loss(v1, v2, d, online=self.online)
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.optimizer.step()
