@@ -171,3 +171,14 @@ def test_method_bad_input():
         MoCoV2(TinyEncoder(), RandomAug(), key_momentum=2.0)
     with pytest.raises(ValueError, match="tau"):
         SimCLR(TinyEncoder(), RandomAug(), tau=0)
+
+
+def test_amortised_default_policies_come_from_transforms():
+    T = pytest.importorskip("invfast.transforms")
+    m = AmortisedMoCo(TinyEncoder(k=5), descriptors="individual", size=16, queue_size=8)
+    assert [tuple(int(v) for v in r) for r in m.online.descriptors.tolist()] == list(T.VALID_DESCRIPTORS)
+    assert m.augments[0].config.size == 16
+    g = AmortisedSimCLR(TinyEncoder(k=2), descriptors="groups", size=16)
+    assert [p.name for p in g.augments] == ["default", "spatial", "appearance"]
+    v1, v2 = g.make_views((torch.rand(4, 3, 16, 16) * 255).to(torch.uint8), 1, torch.Generator().manual_seed(0))
+    assert v1.shape == v2.shape == (4, 3, 16, 16) and not torch.equal(v1, v2)

@@ -1,7 +1,6 @@
 """Projection heads: MoCo-v2 / SimCLR 2-layer MLP on top of the pooled features."""
 from __future__ import annotations
 
-import torch
 import torch.nn as nn
 
 
@@ -15,6 +14,3 @@ class ProjectionHead(nn.Sequential):
         hidden = in_dim if hidden is None else hidden
         super().__init__(nn.Linear(in_dim, hidden), nn.ReLU(inplace=True), nn.Linear(hidden, out_dim))
         self.in_dim, self.hidden, self.out_dim = in_dim, hidden, out_dim
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        return super().forward(x)

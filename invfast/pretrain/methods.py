@@ -223,23 +223,20 @@ def _policies_for(set_name: str, size: int) -> tuple[list[Augment], torch.Tensor
     return [T.policy_from_descriptor(row, size=size) for row in desc], desc, names
 
 
-class _Amortised:
-    """Mixin constructor logic shared by AI-MoCo and AI-SimCLR."""
-
-    @staticmethod
-    def resolve(descriptors: str | torch.Tensor, augments: Sequence[Augment] | None, size: int,
-                names: Sequence[str] | None) -> tuple[list[Augment], torch.Tensor, list[str]]:
-        if isinstance(descriptors, str):
-            if augments is None:
-                return _policies_for(descriptors, size)
-            desc = descriptor_set(descriptors)
-            return list(augments), desc, [describe(descriptors, r) for r in desc]
-        desc = torch.as_tensor(descriptors, dtype=torch.float32)
-        if desc.dim() != 2:
-            raise ValueError(f"descriptors must be a set name or a [n, K] tensor, got shape {tuple(desc.shape)}")
+def _resolve_descriptors(descriptors: str | torch.Tensor, augments: Sequence[Augment] | None, size: int,
+                         names: Sequence[str] | None) -> tuple[list[Augment], torch.Tensor, list[str]]:
+    """(policies, descriptors [n, K], names) of an amortised method's constructor arguments."""
+    if isinstance(descriptors, str):
         if augments is None:
-            raise ValueError("explicit descriptor tensors need explicit augments (one policy per row)")
-        return list(augments), desc, list(names) if names is not None else [str(r.tolist()) for r in desc]
+            return _policies_for(descriptors, size)
+        desc = descriptor_set(descriptors)
+        return list(augments), desc, [describe(descriptors, r) for r in desc]
+    desc = torch.as_tensor(descriptors, dtype=torch.float32)
+    if desc.dim() != 2:
+        raise ValueError(f"descriptors must be a set name or a [n, K] tensor, got shape {tuple(desc.shape)}")
+    if augments is None:
+        raise ValueError("explicit descriptor tensors need explicit augments (one policy per row)")
+    return list(augments), desc, list(names) if names is not None else [str(r.tolist()) for r in desc]
 
 
 class AmortisedMoCo(MoCoV2):
@@ -257,7 +254,7 @@ class AmortisedMoCo(MoCoV2):
     def __init__(self, encoder: nn.Module, augments: Sequence[Augment] | None = None, *,
                  descriptors: str | torch.Tensor = "groups", size: int = 224,
                  descriptor_names: Sequence[str] | None = None, **kw) -> None:
-        augs, desc, names = _Amortised.resolve(descriptors, augments, size, descriptor_names)
+        augs, desc, names = _resolve_descriptors(descriptors, augments, size, descriptor_names)
         super().__init__(encoder, augs, descriptors=desc, descriptor_names=names, **kw)
 
 
@@ -269,7 +266,7 @@ class AmortisedSimCLR(SimCLR):
     def __init__(self, encoder: nn.Module, augments: Sequence[Augment] | None = None, *,
                  descriptors: str | torch.Tensor = "groups", size: int = 224,
                  descriptor_names: Sequence[str] | None = None, **kw) -> None:
-        augs, desc, names = _Amortised.resolve(descriptors, augments, size, descriptor_names)
+        augs, desc, names = _resolve_descriptors(descriptors, augments, size, descriptor_names)
         super().__init__(encoder, augs, descriptors=desc, descriptor_names=names, **kw)
 
 
