@@ -2,8 +2,9 @@
 
 Tolerance: parameters, momentum buffers and queues agree to 2e-5 absolute after 6 steps (float32
 gradients are averaged by an all-reduce instead of summed in one batch, so the last bits differ).
-The encoder has no BatchNorm here: BatchNorm statistics are per process in DDP (as in MoCo without
-shuffled BN), which legitimately changes the result. The views are deterministic because the
+The encoder has no BatchNorm here: BatchNorm statistics are per process in DDP, which legitimately
+changes the result; without BatchNorm, MoCo's shuffled-BN key path must give exactly the keys of the
+unshuffled one, which checks its permutation bookkeeping. The views are deterministic because the
 augmentation randomness is keyed by rank (each process draws its own).
 """
 import datetime
@@ -23,8 +24,9 @@ TOL = 2e-5
 
 def build(method: str):
     torch.manual_seed(0)
-    if method == "moco":
-        return MoCoV2(TinyEncoder(), FixedAug(), queue_size=32, proj_dim=8, key_momentum=0.9)
+    if method in ("moco", "moco-noshuffle"):  # shuffled BN (default) permutes the key batch across ranks
+        return MoCoV2(TinyEncoder(), FixedAug(), queue_size=32, proj_dim=8, key_momentum=0.9,
+                      shuffle_bn=method == "moco")
     if method == "simclr":
         return SimCLR(TinyEncoder(), FixedAug(), proj_dim=8)
     return AmortisedMoCo(TinyEncoder(k=2), [FixedAug() for _ in range(3)], queue_size=32, proj_dim=8)
@@ -40,7 +42,7 @@ def run(method: str, out: str | None):
     return m, t
 
 
-METHODS = ("moco", "simclr", "amortised")
+METHODS = ("moco", "moco-noshuffle", "simclr", "amortised")
 
 
 def _worker(rank: int, world: int, folder: str) -> None:

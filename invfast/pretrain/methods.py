@@ -132,11 +132,13 @@ class ContrastiveMethod(nn.Module):
         return self.online.features(x, d)
 
     def training_loss(self, v1: torch.Tensor, v2: torch.Tensor, d: int = 0,
-                      online: nn.Module | None = None) -> torch.Tensor:
+                      online: nn.Module | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
         """The loss of one step on views ``v1, v2 [b, 3, S, S]`` (this rank's share of the batch).
 
         ``online`` is the network to call for gradients (a DDP wrapper of ``self.online`` in
         multi-process runs); state updates of the method (queue, key network) happen here too.
+        ``generator``: a CPU generator in the same state on every rank for this step (MoCo uses it
+        to shuffle the key batch across processes).
         """
         raise NotImplementedError
 
@@ -153,7 +155,9 @@ class MoCoV2(ContrastiveMethod):
     Defaults are MoCo-v2's: τ 0.2, key momentum 0.999, 2-layer MLP head to 128-d, queue 65 536
     (callers scale it to the data with :func:`invfast.pretrain.key_queue.default_queue_size`). In a
     multi-process run the keys of all ranks are gathered before they are enqueued, so every rank
-    holds the same queue. No shuffled BatchNorm: BatchNorm statistics are per process.
+    holds the same queue, and with ``shuffle_bn`` (default) the key batch is shuffled across
+    processes before the key network (MoCo's shuffled BN). A single process needs no shuffle
+    (BatchNorm sees the whole batch, as in the shuffle-free variant).
     """
 
     method_name = "mocov2"
@@ -161,9 +165,10 @@ class MoCoV2(ContrastiveMethod):
     def __init__(self, encoder: nn.Module, augment: Augment | Sequence[Augment], *, queue_size: int = 65536,
                  key_momentum: float = 0.999, tau: float = 0.2, proj_hidden: int | None = None,
                  proj_dim: int = 128, descriptors: torch.Tensor | None = None,
-                 descriptor_names: Sequence[str] | None = None, queue_seed: int = 0) -> None:
+                 descriptor_names: Sequence[str] | None = None, queue_seed: int = 0, shuffle_bn: bool = True) -> None:
         super().__init__(encoder, augment, descriptors=descriptors, descriptor_names=descriptor_names, tau=tau,
                          proj_hidden=proj_hidden, proj_dim=proj_dim)
+        self.shuffle_bn = bool(shuffle_bn)
         if not 0.0 <= key_momentum <= 1.0:
             raise ValueError(f"key_momentum must be in [0, 1], got {key_momentum}")
         self.key_momentum = float(key_momentum)
@@ -173,19 +178,43 @@ class MoCoV2(ContrastiveMethod):
         g = torch.Generator().manual_seed(int(queue_seed))
         self.queue = KeyQueue(int(queue_size), proj_dim, self.n_descriptors, generator=g)
 
-    def training_loss(self, v1, v2, d=0, online=None):  # noqa: D102 (documented on the base)
+    def training_loss(self, v1, v2, d=0, online=None, generator=None):  # noqa: D102 (documented on the base)
         online = self.online if online is None else online
         q = online(v1, d)
         with torch.no_grad():
             momentum_update(self.key, self.online, self.key_momentum)
-            k = F.normalize(self.key(v2, d), dim=1)
+            if self.shuffle_bn and D.info().world_size > 1:
+                k, keys = self._shuffled_keys(v2, d, generator)
+            else:
+                k = F.normalize(self.key(v2, d), dim=1)
+                keys = D.all_gather_nograd(k)
         loss = infonce(q, k, self.queue.get(d).clone(), self.tau)
-        keys = D.all_gather_nograd(k)
         self.queue.enqueue(keys, d)
         return loss
 
+    def _shuffled_keys(self, v2: torch.Tensor, d: int, generator: torch.Generator | None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """MoCo's shuffled BN: the key network sees a random mix of all ranks' images, so BatchNorm
+        statistics cannot leak which key belongs to which query. Returns (this rank's keys, all keys)."""
+        dist = D.info()
+        all_v = D.all_gather_nograd(v2)
+        n = all_v.shape[0]
+        if generator is not None:
+            perm = torch.randperm(n, generator=generator).to(v2.device)
+        else:
+            perm = torch.randperm(n).to(v2.device)
+            torch.distributed.broadcast(perm, src=0)
+        b = v2.shape[0]
+        mine = perm[dist.rank * b:(dist.rank + 1) * b]
+        k_shuf = F.normalize(self.key(all_v[mine], d), dim=1)
+        gathered = D.all_gather_nograd(k_shuf)  # row j is the key of image perm[j]
+        keys = torch.empty_like(gathered)
+        keys[perm] = gathered
+        return keys[dist.rank * b:(dist.rank + 1) * b], keys
+
     def config(self) -> dict:  # noqa: D102
-        return {**super().config(), "queue_size": self.queue.size, "key_momentum": self.key_momentum}
+        return {**super().config(), "queue_size": self.queue.size, "key_momentum": self.key_momentum,
+                "shuffle_bn": self.shuffle_bn}
 
 
 class SimCLR(ContrastiveMethod):
@@ -195,7 +224,7 @@ class SimCLR(ContrastiveMethod):
 
     method_name = "simclr"
 
-    def training_loss(self, v1, v2, d=0, online=None):  # noqa: D102
+    def training_loss(self, v1, v2, d=0, online=None, generator=None):  # noqa: D102
         online = self.online if online is None else online
         b = v1.shape[0]
         z = online(torch.cat([v1, v2], dim=0), d)

@@ -93,7 +93,7 @@ def _mix(*parts: int) -> int:
     return h & 0x7FFFFFFFFFFFFFFF
 
 
-_STREAM_DATA, _STREAM_DESC, _STREAM_AUG = 1, 2, 3
+_STREAM_DATA, _STREAM_DESC, _STREAM_AUG, _STREAM_SHUFFLE = 1, 2, 3, 4
 
 
 def generator(seed: int, stream: int, *counters: int, device: torch.device | str = "cpu") -> torch.Generator:
@@ -375,7 +375,8 @@ class Trainer:
                     torch.cuda.synchronize(self.device)
                 t1 = time.perf_counter()
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-                    loss = self.method.training_loss(v1, v2, d, online=self.online)
+                    loss = self.method.training_loss(v1, v2, d, online=self.online,
+                                                     generator=generator(cfg.seed, _STREAM_SHUFFLE, s))
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.optimizer.step()
