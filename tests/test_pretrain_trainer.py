@@ -59,6 +59,8 @@ def test_resume_is_bit_identical(tmp_path, method):
     first = make(method)
     Trainer(first, data, cfg(), out=tmp_path / "run").fit(until_step=8)
     resumed = make(method, seed=123)  # a fresh process would build a fresh model
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as f:
+        f.write('{"step": 9, "lo')  # a record cut short by the kill
     t = Trainer(resumed, data, cfg(checkpoint_every=5, log_every=1), out=tmp_path / "run")
     hist = t.fit(resume=True)
     assert t.step == 12

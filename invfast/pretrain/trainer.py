@@ -286,8 +286,13 @@ class Trainer:
         self.history = []
         if self.out is None or not self.dist.is_main or not os.path.exists(self._log_path("jsonl")):
             return
+        recs = []
         with open(self._log_path("jsonl")) as f:
-            recs = [json.loads(line) for line in f if line.strip()]
+            for line in f:
+                try:
+                    recs.append(json.loads(line))
+                except json.JSONDecodeError:  # a line cut short by the kill
+                    continue
         self.history = [r for r in recs if r["step"] <= self.step]
         tmp = self._log_path("jsonl") + ".tmp"
         with open(tmp, "w") as f:
