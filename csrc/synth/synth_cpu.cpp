@@ -1,10 +1,14 @@
-// CPU kernel of synth_composite: one pass over the batch, gathering each background by index.
+// CPU kernels of the synthetic-data ops: per-sample loops (at::parallel_for over the batch), so a
+// sample's bytes never depend on the batch it is generated in.
 #include <ATen/ATen.h>
-#include <torch/library.h>
 #include <ATen/Parallel.h>
-#include <cmath>
+#include <torch/library.h>
 
-// Bit-identical to the torch reference: no fused multiply-add contraction in this file.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+// Bit-compatibility with the torch references: no fused multiply-add contraction in this file.
 #if defined(__clang__)
 #pragma clang fp contract(off)
 #elif defined(__GNUC__)
@@ -13,15 +17,27 @@
 
 namespace invfast {
 namespace {
+
+void check_obj(const at::Tensor& pm, const char* op) {
+  TORCH_CHECK(pm.dim() == 4 && pm.size(1) == 4 && pm.scalar_type() == at::kFloat, op,
+              ": obj must be float32 [B, 4, H, W] premultiplied RGBA, got ", pm.sizes());
+}
+
+void check_vec(const at::Tensor& v, int64_t B, at::ScalarType t, const char* op, const char* name) {
+  TORCH_CHECK(v.dim() == 1 && v.size(0) == B && v.scalar_type() == t, op, ": ", name, " must be a 1-D ",
+              t, " tensor of length ", B);
+}
+
+int64_t grain_for(int64_t HW) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(HW, 1)); }
+
+// ---------------------------------------------------------------------------- composite
 at::Tensor synth_composite_cpu(const at::Tensor& obj_in, const at::Tensor& bgs_in, const at::Tensor& idx_in) {
-  TORCH_CHECK(obj_in.dim() == 4 && obj_in.size(1) == 4 && obj_in.scalar_type() == at::kFloat,
-              "synth_composite: obj must be float32 [B, 4, H, W]");
+  check_obj(obj_in, "synth_composite");
   TORCH_CHECK(bgs_in.dim() == 4 && bgs_in.size(1) == 3 && bgs_in.scalar_type() == at::kByte,
               "synth_composite: backgrounds must be uint8 [N, 3, H, W]");
   TORCH_CHECK(bgs_in.size(2) == obj_in.size(2) && bgs_in.size(3) == obj_in.size(3),
               "synth_composite: background and object sizes differ");
-  TORCH_CHECK(idx_in.dim() == 1 && idx_in.size(0) == obj_in.size(0) && idx_in.scalar_type() == at::kLong,
-              "synth_composite: bg_index must be int64 [B]");
+  check_vec(idx_in, obj_in.size(0), at::kLong, "synth_composite", "bg_index");
   const auto obj = obj_in.contiguous();
   const auto bgs = bgs_in.contiguous();
   const auto idx = idx_in.contiguous();
@@ -33,7 +49,7 @@ at::Tensor synth_composite_cpu(const at::Tensor& obj_in, const at::Tensor& bgs_i
   uint8_t* dst = out.data_ptr<uint8_t>();
   for (int64_t b = 0; b < B; ++b)
     TORCH_CHECK(ip[b] >= 0 && ip[b] < N, "synth_composite: bg_index[", b, "] = ", ip[b], " out of range");
-  at::parallel_for(0, B, std::max<int64_t>(1, 16384 / std::max<int64_t>(HW, 1)), [&](int64_t b0, int64_t b1) {
+  at::parallel_for(0, B, grain_for(HW), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* o = op + b * 4 * HW;
       const float* a = o + 3 * HW;
@@ -50,8 +66,7 @@ at::Tensor synth_composite_cpu(const at::Tensor& obj_in, const at::Tensor& bgs_i
           const float t2 = oc[p] * 255.0f;
           float v = t1 + t2;
           v = v < 0.0f ? 0.0f : (v > 255.0f ? 255.0f : v);
-          // round half to even for 0 <= v <= 255 (exact: 1.5 * 2^23 shifts the fraction out)
-          v = (v + 12582912.0f) - 12582912.0f;
+          v = (v + 12582912.0f) - 12582912.0f;  // round half to even (exact for 0 <= v <= 255)
           dc[p] = static_cast<uint8_t>(v);
         }
       }
@@ -59,7 +74,242 @@ at::Tensor synth_composite_cpu(const at::Tensor& obj_in, const at::Tensor& bgs_i
   });
   return out;
 }
+
+// ---------------------------------------------------------------------------- colour
+constexpr int64_t kHue = 1, kBrightness = 2, kContrast = 4, kGrayscale = 8, kPosterize = 16, kInvert = 32;
+
+inline float clamp01(float v) { return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v); }
+
+inline void hue_px(float& r, float& g, float& b, float shift) {
+  const float maxc = std::max(std::max(r, g), b);
+  const float minc = std::min(std::min(r, g), b);
+  const bool eqc = maxc == minc;
+  const float cr = maxc - minc;
+  const float s = cr / (eqc ? 1.0f : maxc);
+  const float cr_div = eqc ? 1.0f : cr;
+  const float rc = (maxc - r) / cr_div, gc = (maxc - g) / cr_div, bc = (maxc - b) / cr_div;
+  float h;
+  if (maxc == r) h = bc - gc;
+  else if (maxc == g) h = 2.0f + rc - bc;
+  else h = 4.0f + gc - rc;
+  h = h / 6.0f + 1.0f;
+  h = h - std::floor(h);  // == fmod(h, 1) exactly for 0 <= h < 2^23
+  h = h + shift;
+  h = h - std::floor(h);  // python-style remainder by 1
+  if (h >= 1.0f) h = 0.0f;
+  const float v = maxc;
+  const float i_f = std::floor(h * 6.0f);
+  const float f = h * 6.0f - i_f;
+  const int i = static_cast<int>(i_f) % 6;
+  const float p = clamp01(v * (1.0f - s));
+  const float q = clamp01(v * (1.0f - s * f));
+  const float t = clamp01(v * (1.0f - s * (1.0f - f)));
+  switch (i) {
+    case 0: r = v; g = t; b = p; break;
+    case 1: r = q; g = v; b = p; break;
+    case 2: r = p; g = v; b = t; break;
+    case 3: r = p; g = q; b = v; break;
+    case 4: r = t; g = p; b = v; break;
+    default: r = v; g = p; b = q; break;
+  }
+}
+
+inline float luma(float r, float g, float b) { return r * 0.2989f + g * 0.587f + b * 0.114f; }
+
+at::Tensor synth_color_cpu(const at::Tensor& pm_in, const at::Tensor& hue_in, const at::Tensor& bright_in,
+                           const at::Tensor& contrast_in, const at::Tensor& flags_in, int64_t posterize_bits) {
+  check_obj(pm_in, "synth_color");
+  const int64_t B = pm_in.size(0), HW = pm_in.size(2) * pm_in.size(3);
+  check_vec(hue_in, B, at::kFloat, "synth_color", "hue");
+  check_vec(bright_in, B, at::kFloat, "synth_color", "brightness");
+  check_vec(contrast_in, B, at::kFloat, "synth_color", "contrast");
+  check_vec(flags_in, B, at::kLong, "synth_color", "flags");
+  TORCH_CHECK(posterize_bits >= 1 && posterize_bits <= 8, "synth_color: posterize_bits must be in 1..8");
+  const auto pm = pm_in.contiguous();
+  const auto hue = hue_in.contiguous(), bright = bright_in.contiguous(), con = contrast_in.contiguous();
+  const auto flags = flags_in.contiguous();
+  auto out = at::empty_like(pm);
+  const float* src = pm.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  const float* hp = hue.data_ptr<float>();
+  const float* bp = bright.data_ptr<float>();
+  const float* cp = con.data_ptr<float>();
+  const int64_t* fp = flags.data_ptr<int64_t>();
+  const float step = static_cast<float>(1 << (8 - posterize_bits));
+  at::parallel_for(0, B, grain_for(HW), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* s = src + b * 4 * HW;
+      float* d = dst + b * 4 * HW;
+      const int64_t fl = fp[b];
+      const float* a = s + 3 * HW;
+      double lum_sum = 0.0, a_sum = 0.0;
+      for (int64_t p = 0; p < HW; ++p) {
+        const float ap = a[p];
+        float r = 0.0f, g = 0.0f, bl = 0.0f;
+        if (ap > 0.0f) {
+          r = clamp01(s[p] / ap);
+          g = clamp01(s[HW + p] / ap);
+          bl = clamp01(s[2 * HW + p] / ap);
+        }
+        if (fl & kHue) hue_px(r, g, bl, hp[b]);
+        if (fl & kBrightness) {
+          r = clamp01(r * bp[b]); g = clamp01(g * bp[b]); bl = clamp01(bl * bp[b]);
+        }
+        d[p] = r; d[HW + p] = g; d[2 * HW + p] = bl;
+        if (fl & kContrast) {
+          lum_sum += static_cast<double>(luma(r, g, bl)) * static_cast<double>(ap);
+          a_sum += static_cast<double>(ap);
+        }
+      }
+      const float mean = static_cast<float>(lum_sum / std::max(a_sum, 1e-12));
+      const float cf = cp[b];
+      for (int64_t p = 0; p < HW; ++p) {
+        float r = d[p], g = d[HW + p], bl = d[2 * HW + p];
+        if (fl & kContrast) {
+          const float om = mean * (1.0f - cf);
+          r = clamp01(r * cf + om); g = clamp01(g * cf + om); bl = clamp01(bl * cf + om);
+        }
+        if (fl & kGrayscale) { r = g = bl = luma(r, g, bl); }
+        if (fl & kPosterize) {
+          r = std::floor(std::nearbyint(r * 255.0f) / step) * (step / 255.0f);
+          g = std::floor(std::nearbyint(g * 255.0f) / step) * (step / 255.0f);
+          bl = std::floor(std::nearbyint(bl * 255.0f) / step) * (step / 255.0f);
+        }
+        if (fl & kInvert) { r = 1.0f - r; g = 1.0f - g; bl = 1.0f - bl; }
+        const float ap = a[p];
+        d[p] = r * ap; d[HW + p] = g * ap; d[2 * HW + p] = bl * ap; d[3 * HW + p] = ap;
+      }
+    }
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------- separable blur
+inline int64_t edge_index(int64_t i, int64_t n, bool reflect) {
+  if (reflect) {
+    if (i < 0) return -i;
+    if (i >= n) return 2 * n - 2 - i;
+    return i;
+  }
+  return i < 0 ? 0 : (i >= n ? n - 1 : i);
+}
+
+at::Tensor synth_blur_cpu(const at::Tensor& x_in, const at::Tensor& taps_in) {
+  TORCH_CHECK(x_in.dim() == 4 && x_in.scalar_type() == at::kFloat, "synth_blur: x must be float32 [B, C, H, W]");
+  TORCH_CHECK(taps_in.dim() == 2 && taps_in.size(0) == x_in.size(0) && taps_in.scalar_type() == at::kFloat &&
+                  taps_in.size(1) % 2 == 1,
+              "synth_blur: taps must be float32 [B, K] with K odd");
+  const auto x = x_in.contiguous();
+  const auto taps = taps_in.contiguous();
+  const int64_t B = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3), K = taps.size(1), pad = K / 2;
+  const bool reflect = pad < std::min(H, W);
+  auto out = at::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* tp = taps.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, B, grain_for(C * H * W), [&](int64_t b0, int64_t b1) {
+    // rows padded by `pad` on each side; the inner loops run over contiguous j (vectorisable) and
+    // sum the taps in order k = 0..K-1, exactly as the reference's shifted-slice sum.
+    std::vector<float> row(W + 2 * pad), tmp(H * W), acc(W);
+    std::vector<const float*> rows(K);
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* w = tp + b * K;
+      for (int64_t c = 0; c < C; ++c) {
+        const float* s = xp + (b * C + c) * H * W;
+        float* d = op + (b * C + c) * H * W;
+        for (int64_t i = 0; i < H; ++i) {
+          const float* si = s + i * W;
+          for (int64_t j = -pad; j < W + pad; ++j) row[j + pad] = si[edge_index(j, W, reflect)];
+          float* ti = tmp.data() + i * W;
+          const float* r = row.data();
+          const float w0 = w[0];
+          for (int64_t j = 0; j < W; ++j) ti[j] = r[j] * w0;
+          for (int64_t k = 1; k < K; ++k) {
+            const float wk = w[k];
+            const float* rk = r + k;
+            for (int64_t j = 0; j < W; ++j) ti[j] = ti[j] + rk[j] * wk;
+          }
+        }
+        for (int64_t i = 0; i < H; ++i) {
+          float* di = d + i * W;
+          const float* t0 = tmp.data() + edge_index(i - pad, H, reflect) * W;
+          const float w0 = w[0];
+          for (int64_t j = 0; j < W; ++j) di[j] = t0[j] * w0;
+          for (int64_t k = 1; k < K; ++k) {
+            const float* tk = tmp.data() + edge_index(i + k - pad, H, reflect) * W;
+            const float wk = w[k];
+            for (int64_t j = 0; j < W; ++j) di[j] = di[j] + tk[j] * wk;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+// ---------------------------------------------------------------------------- affine warp
+at::Tensor synth_warp_cpu(const at::Tensor& pm_in, const at::Tensor& inv_in, const at::Tensor& off_in) {
+  TORCH_CHECK(pm_in.dim() == 4 && pm_in.scalar_type() == at::kFloat, "synth_warp: x must be float32 [B, C, H, W]");
+  const int64_t B = pm_in.size(0), C = pm_in.size(1), H = pm_in.size(2), W = pm_in.size(3);
+  TORCH_CHECK(inv_in.dim() == 3 && inv_in.size(0) == B && inv_in.size(1) == 2 && inv_in.size(2) == 2 &&
+                  inv_in.scalar_type() == at::kFloat,
+              "synth_warp: inv must be float32 [B, 2, 2]");
+  TORCH_CHECK(off_in.dim() == 2 && off_in.size(0) == B && off_in.size(1) == 2 && off_in.scalar_type() == at::kFloat,
+              "synth_warp: offset must be float32 [B, 2]");
+  const auto x = pm_in.contiguous();
+  const auto inv = inv_in.contiguous();
+  const auto off = off_in.contiguous();
+  auto out = at::empty_like(x);
+  const float* xp = x.data_ptr<float>();
+  const float* ip = inv.data_ptr<float>();
+  const float* fp = off.data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  at::parallel_for(0, B, grain_for(C * H * W), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const float* m = ip + b * 4;
+      const float ox = fp[b * 2], oy = fp[b * 2 + 1];
+      const float* s = xp + b * C * H * W;
+      float* d = op + b * C * H * W;
+      for (int64_t i = 0; i < H; ++i) {
+        const float ys = (static_cast<float>(i) * 2.0f + 1.0f) / static_cast<float>(H) - 1.0f;
+        const float dy = ys - oy;
+        for (int64_t j = 0; j < W; ++j) {
+          const float xs = (static_cast<float>(j) * 2.0f + 1.0f) / static_cast<float>(W) - 1.0f;
+          const float dx = xs - ox;
+          const float gx = dx * m[0] + dy * m[1];
+          const float gy = dx * m[2] + dy * m[3];
+          const float fx = ((gx + 1.0f) * static_cast<float>(W) - 1.0f) / 2.0f;
+          const float fy = ((gy + 1.0f) * static_cast<float>(H) - 1.0f) / 2.0f;
+          const float x0f = std::floor(fx), y0f = std::floor(fy);
+          const float wx1 = fx - x0f, wy1 = fy - y0f, wx0 = 1.0f - wx1, wy0 = 1.0f - wy1;
+          const int64_t x0 = static_cast<int64_t>(x0f), y0 = static_cast<int64_t>(y0f);
+          const bool vx0 = x0 >= 0 && x0 < W, vx1 = x0 + 1 >= 0 && x0 + 1 < W;
+          const bool vy0 = y0 >= 0 && y0 < H, vy1 = y0 + 1 >= 0 && y0 + 1 < H;
+          const float w00 = (vy0 && vx0) ? wy0 * wx0 : 0.0f, w01 = (vy0 && vx1) ? wy0 * wx1 : 0.0f;
+          const float w10 = (vy1 && vx0) ? wy1 * wx0 : 0.0f, w11 = (vy1 && vx1) ? wy1 * wx1 : 0.0f;
+          const int64_t cx0 = std::min<int64_t>(std::max<int64_t>(x0, 0), W - 1);
+          const int64_t cx1 = std::min<int64_t>(std::max<int64_t>(x0 + 1, 0), W - 1);
+          const int64_t cy0 = std::min<int64_t>(std::max<int64_t>(y0, 0), H - 1);
+          const int64_t cy1 = std::min<int64_t>(std::max<int64_t>(y0 + 1, 0), H - 1);
+          for (int64_t c = 0; c < C; ++c) {
+            const float* sc = s + c * H * W;
+            const float v = sc[cy0 * W + cx0] * w00 + sc[cy0 * W + cx1] * w01 + sc[cy1 * W + cx0] * w10 +
+                            sc[cy1 * W + cx1] * w11;
+            d[c * H * W + i * W + j] = v;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
 }  // namespace
 }  // namespace invfast
 
-TORCH_LIBRARY_IMPL(invfast, CPU, m) { m.impl("synth_composite", &invfast::synth_composite_cpu); }
+TORCH_LIBRARY_IMPL(invfast, CPU, m) {
+  m.impl("synth_composite", &invfast::synth_composite_cpu);
+  m.impl("synth_color", &invfast::synth_color_cpu);
+  m.impl("synth_blur", &invfast::synth_blur_cpu);
+  m.impl("synth_warp", &invfast::synth_warp_cpu);
+}

@@ -1,4 +1,7 @@
-"""Synthetic-data ops: alpha-compositing a batch of transformed objects onto background images."""
+"""Synthetic-data ops (Transforms-2D): fused colour ops, separable blur and affine warp of premultiplied
+RGBA objects, and alpha-compositing onto backgrounds. The compiled kernels loop per sample, so a
+sample's result never depends on the batch it is computed in; the torch references below define
+the semantics."""
 from __future__ import annotations
 
 import torch
@@ -34,6 +37,75 @@ def synth_composite_reference(obj: torch.Tensor, backgrounds: torch.Tensor, bg_i
     return out.clamp_(0.0, 255.0).round_().to(torch.uint8)
 
 
+COLOR_FLAGS = {"hue": 1, "brightness": 2, "contrast": 4, "grayscale": 8, "posterize": 16, "invert": 32}
+
+
+@backend.register_reference("synth_color")
+def synth_color_reference(obj: torch.Tensor, hue: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor,
+                          flags: torch.Tensor, posterize_bits: int) -> torch.Tensor:
+    """Per-sample colour ops on the straight colour of premultiplied RGBA ``obj`` [B, 4, H, W], alpha kept.
+
+    ``flags`` [B] int64 bitmask (COLOR_FLAGS) selects, in this order: hue shift by ``hue`` [B],
+    brightness factor, contrast factor (blend with the alpha-weighted mean luma), grayscale,
+    posterize to ``posterize_bits``, invert.
+    """
+    from invfast.synthetic import ops2d
+
+    rgb, a = ops2d.unpremultiply(obj)
+
+    def sel(name: str) -> torch.Tensor:
+        return (flags & COLOR_FLAGS[name]) != 0
+
+    for name, fn in (("hue", lambda x, m: ops2d.hue_shift(x, hue[m])),
+                     ("brightness", lambda x, m: ops2d.brightness(x, brightness[m])),
+                     ("contrast", lambda x, m: ops2d.contrast(x, a[m], contrast[m])),
+                     ("grayscale", lambda x, m: ops2d.grayscale(x)),
+                     ("posterize", lambda x, m: ops2d.posterize(x, posterize_bits)),
+                     ("invert", lambda x, m: ops2d.invert(x))):
+        m = sel(name)
+        if bool(m.any()):
+            rgb[m] = fn(rgb[m], m)
+    return ops2d.premultiply(rgb, a)
+
+
+@backend.register_reference("synth_blur")
+def synth_blur_reference(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """Separable blur of x [B, C, H, W] with per-sample odd taps [B, K] (reflect padding where it fits)."""
+    from invfast.synthetic import ops2d
+
+    return ops2d.separable_blur(x, taps)
+
+
+@backend.register_reference("synth_warp")
+def synth_warp_reference(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """Bilinear affine warp (zeros outside, align_corners=False): output pixel p samples x at
+    inv @ (p - offset), coordinates normalised to [-1, 1]; inv [B, 2, 2], offset [B, 2] float32."""
+    from invfast.synthetic import ops2d
+
+    return ops2d.affine_warp(x, inv, offset)
+
+
+def color(obj: torch.Tensor, hue: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor,
+          flags: torch.Tensor, posterize_bits: int = 1) -> torch.Tensor:
+    """See :func:`synth_color_reference` (compiled when available)."""
+    args = (obj.contiguous(), hue.to(torch.float32).contiguous(), brightness.to(torch.float32).contiguous(),
+            contrast.to(torch.float32).contiguous(), flags.to(torch.int64).contiguous())
+    return backend.call("synth_color", *args, int(posterize_bits))
+
+
+def blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """See :func:`synth_blur_reference` (compiled when available)."""
+    if taps.dim() != 2 or taps.shape[0] != x.shape[0] or taps.shape[1] % 2 != 1:
+        raise ValueError(f"synth_blur: taps must be [B={x.shape[0]}, K odd], got {tuple(taps.shape)}")
+    return backend.call("synth_blur", x.contiguous(), taps.to(torch.float32).contiguous())
+
+
+def warp(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+    """See :func:`synth_warp_reference` (compiled when available)."""
+    return backend.call("synth_warp", x.contiguous(), inv.to(torch.float32).contiguous(),
+                        offset.to(torch.float32).contiguous())
+
+
 def composite(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tensor) -> torch.Tensor:
     """Alpha-composite premultiplied RGBA objects over backgrounds[bg_index] (compiled when available)."""
     _check(obj, backgrounds, bg_index)
@@ -54,6 +126,23 @@ def _register_compiled() -> None:
     @torch.library.register_fake("invfast::synth_composite")
     def _(obj, backgrounds, bg_index):
         return obj.new_empty((obj.shape[0], 3, obj.shape[2], obj.shape[3]), dtype=torch.uint8)
+
+    try:
+        torch.ops.invfast.synth_color
+    except (AttributeError, RuntimeError):
+        return
+
+    @torch.library.register_fake("invfast::synth_color")
+    def _(obj, hue, brightness, contrast, flags, posterize_bits):
+        return torch.empty_like(obj)
+
+    @torch.library.register_fake("invfast::synth_blur")
+    def _(x, taps):
+        return torch.empty_like(x)
+
+    @torch.library.register_fake("invfast::synth_warp")
+    def _(x, inv, offset):
+        return torch.empty_like(x)
 
 
 _register_compiled()

@@ -11,7 +11,8 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 import torch
 
-from invfast.ops.synth import composite
+from invfast.ops import synth as synth_ops
+from invfast.ops.synth import COLOR_FLAGS, composite
 from invfast.synthetic import ops2d, rng
 from invfast.synthetic.banks import ObjectBank, bank_checksum, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects
 from invfast.synthetic.recipe import IDENTITY, PARAM_NAMES, Recipe, TRANSFORMATIONS, canonical, sample
@@ -19,6 +20,7 @@ from invfast.synthetic.recipe import IDENTITY, PARAM_NAMES, Recipe, TRANSFORMATI
 FORMAT_VERSION = 1
 DEFAULT_SIZES = {"train": 50_000, "val": 10_000, "test": 10_000}
 RANDOM_BACKGROUNDS = "uniform-random"
+_CHUNK = 256  # samples rendered together: intermediates stay in cache
 
 Batch = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
 
@@ -180,7 +182,20 @@ class Transforms2D(torch.utils.data.Dataset):
         params dict[str, float64 Tensor [B]]). Independent of batch composition and order."""
         idx = _as_indices(indices, self.n)
         keys = rng.sample_keys(self.seed, self.split, idx)
-        return self._render(keys)
+        if idx.size <= _CHUNK:
+            return self._render(keys)
+        # cache-sized chunks: samples are batch-independent, so chunking changes no byte
+        S = self.size
+        images = torch.empty(idx.size, 3, S, S, dtype=torch.uint8)
+        labels = torch.empty(idx.size, dtype=torch.int64)
+        params = {k: torch.empty(idx.size, dtype=torch.float64) for k in PARAM_NAMES}
+        for c0 in range(0, idx.size, _CHUNK):
+            im, lab, par = self._render(keys[c0:c0 + _CHUNK])
+            images[c0:c0 + _CHUNK] = im
+            labels[c0:c0 + _CHUNK] = lab
+            for k in PARAM_NAMES:
+                params[k][c0:c0 + _CHUNK] = par[k]
+        return images, labels, params
 
     def _render(self, keys: np.ndarray, labels: np.ndarray | None = None) -> Batch:
         B, S, rec, T = keys.shape[0], self.size, self.recipe, set(self.transforms)
@@ -195,27 +210,23 @@ class Transforms2D(torch.utils.data.Dataset):
         def mask(name: str) -> torch.Tensor:
             return torch.from_numpy(p[name] > 0.5)
 
-        # 1. colour (straight colour, alpha kept)
-        if T & {"hue", "brightness", "contrast", "grayscale", "posterize", "invert", "sharpen"}:
-            rgb, a = ops2d.unpremultiply(pm)
-            if "hue" in T:
-                rgb = ops2d.hue_shift(rgb, torch.from_numpy(p["hue"]))
-            if "brightness" in T:
-                rgb = ops2d.brightness(rgb, torch.from_numpy(p["brightness"]))
-            if "contrast" in T:
-                rgb = ops2d.contrast(rgb, a, torch.from_numpy(p["contrast"]))
-            for name, fn in (("grayscale", ops2d.grayscale),
-                             ("posterize", lambda x: ops2d.posterize(x, rec.posterize_bits)),
-                             ("invert", ops2d.invert),
-                             ("sharpen", lambda x: ops2d.sharpen(x, rec.sharpen_factor))):
-                if name in T:
-                    m = mask(name)
-                    if bool(m.any()):
-                        rgb[m] = fn(rgb[m])
-            pm = ops2d.premultiply(rgb, a)
+        # 1. colour (straight colour, alpha kept), fused in one op; sharpen is a neighbourhood op
+        colour = [t for t in COLOR_FLAGS if t in T]
+        if colour:
+            flags = np.zeros(B, np.int64)
+            for t in colour:
+                on = p[t] > 0.5 if t in ("grayscale", "posterize", "invert") else np.ones(B, bool)
+                flags |= np.where(on, COLOR_FLAGS[t], 0)
+            pm = synth_ops.color(pm, torch.from_numpy(p["hue"]), torch.from_numpy(p["brightness"]),
+                                 torch.from_numpy(p["contrast"]), torch.from_numpy(flags), rec.posterize_bits)
+        if "sharpen" in T:
+            m = mask("sharpen")
+            if bool(m.any()):
+                rgb, a = ops2d.unpremultiply(pm[m])
+                pm[m] = ops2d.premultiply(ops2d.sharpen(rgb, rec.sharpen_factor), a)
         # 2. corruptions in the object's frame
         if "blur" in T:
-            pm = ops2d.separable_blur(pm, ops2d.gaussian_kernels(torch.from_numpy(p["blur_sigma"]), rec.blur_kernel))
+            pm = synth_ops.blur(pm, ops2d.gaussian_kernels(torch.from_numpy(p["blur_sigma"]), rec.blur_kernel))
         if "pixelate" in T:
             m = mask("pixelate")
             if bool(m.any()):
@@ -297,7 +308,7 @@ class Transforms2D(torch.utils.data.Dataset):
             offset[:, 1] = lo_y + u[:, 1] * (hi_y - lo_y)
         p["x"] = (offset[:, 0] + 1.0) / 2.0
         p["y"] = (offset[:, 1] + 1.0) / 2.0
-        return ops2d.affine_warp(pm, torch.from_numpy(inv), torch.from_numpy(offset))
+        return synth_ops.warp(pm, torch.from_numpy(inv), torch.from_numpy(offset))
 
     # ------------------------------------------------------------------ identity and storage
     def config(self) -> dict[str, Any]:
