@@ -267,7 +267,8 @@ class _Run:
         x, ok = self.source.load(torch.arange(s, e))
         for i in torch.nonzero(~ok).flatten().tolist():
             self.bad.add(s + i)
-        return x[ok], torch.arange(s, e)[ok]
+        # on a GPU the batched transforms run there too
+        return x[ok].to(self.device, non_blocking=True), torch.arange(s, e)[ok]
 
     def reference_features(self, s: int, x: torch.Tensor) -> torch.Tensor:
         """Features of the untransformed batch starting at image ``s``, kept in memory while they fit
@@ -336,14 +337,17 @@ class _Run:
         return merged.finalize(shrinkage=shrinkage, eps=eps)
 
     def errors(self) -> dict[str, Any]:
-        bad = sorted(set().union(*gather_objects(sorted(self.bad), self.shard)))
-        examples = []
+        """Unreadable images over all ranks: count and the first 20 (path, reason)."""
         files = getattr(self.source, "files", None)
         reasons = {p: r for p, r in getattr(getattr(self.source, "errors", None), "examples", [])}
-        for i in bad[:20]:
+        local = []
+        for i in sorted(self.bad)[:20]:
             path = files[i] if files is not None else f"image {i}"
-            examples.append([path, reasons.get(path, "could not be read")])
-        return {"count": len(bad), "examples": examples}
+            local.append((i, path, reasons.get(path, "could not be read")))
+        parts = gather_objects((sorted(self.bad), local), self.shard)
+        bad = sorted(set().union(*(set(b) for b, _ in parts)))
+        examples = sorted((e for _, ex in parts for e in ex), key=lambda e: e[0])[:20]
+        return {"count": len(bad), "examples": [[p, r] for _, p, r in examples]}
 
 
 def _check_stats(stats: Any) -> None:

@@ -251,8 +251,9 @@ def synthetic_source(spec: str | dict[str, Any], n: int | None = None) -> Datase
     transforms = kw.pop("transforms", ())  # prototypes on random backgrounds; the test transforms do the rest
     kw.setdefault("split", "test")
     total = kw.pop("n", n if n is not None else 1000)
+    keep = None if n is None else min(n, total)  # the spec's n bounds the images asked for
     ds = synthetic.Transforms2D(synthetic.builtin_objects(n=n_objects), transforms, n=total, **kw)
-    return DatasetSource(ds, n=n, name="synthetic:" + (spec if isinstance(spec, str) else repr(spec)))
+    return DatasetSource(ds, n=keep, name="synthetic:" + (spec if isinstance(spec, str) else repr(spec)))
 
 
 def as_source(data: Any, *, n: int | None = None, resize: int = 256, strict: bool = False,

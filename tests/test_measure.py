@@ -369,3 +369,15 @@ def test_real_transforms_against_direct_metrics():
             agg = ref[t.name][m][0]
             assert getattr(r[t.name], f"mean_{m}") == pytest.approx(agg["mean"], rel=1e-5, abs=1e-6)
             torch.testing.assert_close(getattr(r[t.name], m), agg["per_param"], rtol=1e-5, atol=1e-5)
+
+
+def test_bfloat16_autocast_and_callable_model():
+    x = random_images(20, seed=14)
+    net = small_net(seed=14, dim=6)
+    tfs = [Rot90(), Brightness()]
+    r32 = measure_invariance(net, x, tfs, grid_size=3, batch_size=10)
+    r16 = measure_invariance(lambda im: net(im), x, tfs, grid_size=3, batch_size=10, dtype=torch.bfloat16)
+    for name in ("rot90", "brightness"):
+        assert r16[name].mean_cosine == pytest.approx(r32[name].mean_cosine, abs=0.1)
+    with pytest.raises(ValueError, match="dtype"):
+        measure_invariance(net, x, tfs, dtype=torch.float64)

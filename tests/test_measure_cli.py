@@ -95,3 +95,21 @@ def test_cli_resumes_partial_state_and_refuses_other_runs_state(folder, tmp_path
     _partial(folder, other / "state" / "state.pt", "hflip")
     assert main(BASE + ["--data", f"folder:{folder}", "--out", str(other)]) == 2
     assert "another run" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_cli_world_size_two_equals_one(folder, tmp_path):
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(one), "--no-plots"]) == 0
+    env = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = os.path.dirname(__file__) + (os.pathsep + env if env else "")
+    try:
+        assert main(BASE + ["--data", f"folder:{folder}", "--out", str(two), "--no-plots", "--world-size", "2"]) == 0
+    finally:
+        os.environ["PYTHONPATH"] = env
+    a = json.loads((one / "result.json").read_text())
+    b = json.loads((two / "result.json").read_text())
+    assert b["meta"]["world_size"] == 2 and b["errors"]["count"] == a["errors"]["count"] == 1
+    for ta, tb in zip(a["transforms"], b["transforms"]):
+        assert ta["mean_distance"] == pytest.approx(tb["mean_distance"], rel=1e-5)
+        assert ta["mean_cosine"] == pytest.approx(tb["mean_cosine"], rel=1e-4, abs=1e-6)
