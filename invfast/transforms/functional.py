@@ -33,8 +33,8 @@ def to_float(images: torch.Tensor) -> torch.Tensor:
 
 def from_float(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """float 0..1 -> ``dtype`` (uint8: rounded to the nearest level and clamped; float: clamped)."""
-    if dtype == torch.uint8:
-        return x.mul(255.0).round_().clamp_(0, 255).to(torch.uint8)
+    if dtype == torch.uint8:  # + 0.5 then truncation: round half up, one pass fewer than round()
+        return x.mul(255.0).add_(0.5).clamp_(0, 255).to(torch.uint8)
     return x.clamp(0.0, 1.0).to(dtype)
 
 
@@ -67,54 +67,67 @@ def warp(images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[floa
             (each of the four neighbours outside contributes ``fill`` with its bilinear weight).
 
     Returns:
-        float32 [B, P, C, Ho, Wo]. Integer source coordinates reproduce pixels exactly, so flips,
-        90-degree rotations and integer translations are exact.
+        [B, P, C, Ho, Wo] in the dtype of ``images``. Warps whose source coordinates are all integers
+        (flips, 90-degree rotations, integer translations) copy pixels exactly (a gather); the others
+        go through one ``grid_sample`` call over all images and warps at once.
     """
     B, C, H, W = images.shape
     per_image = coords.dim() == 5
     P, Ho, Wo = coords.shape[-4], coords.shape[-3], coords.shape[-2]
-    x = coords[..., 0]
-    y = coords[..., 1]
-    x0f = torch.floor(x)
-    y0f = torch.floor(y)
-    fx = x - x0f
-    fy = y - y0f
-    x0 = x0f.to(torch.int64)
-    y0 = y0f.to(torch.int64)
-    x1 = x0 + 1
-    y1 = y0 + 1
-    n = H * W
-    vx0 = (x0 >= 0) & (x0 < W)
-    vx1 = (x1 >= 0) & (x1 < W)
-    vy0 = (y0 >= 0) & (y0 < H)
-    vy1 = (y1 >= 0) & (y1 < H)
-    sentinel = torch.tensor(n, dtype=torch.int64)
-    idx = [
-        torch.where(vy & vx, yy * W + xx, sentinel)
-        for (yy, vy) in ((y0, vy0), (y1, vy1))
-        for (xx, vx) in ((x0, vx0), (x1, vx1))
-    ]
-    gx = 1.0 - fx
-    gy = 1.0 - fy
-    weights = [gx * gy, fx * gy, gx * fy, fx * fy]
     fillv = _fill_vector(fill, C).to(images.dtype)
-    if not per_image:
-        # [B*C, H*W + 1]: the last column holds the fill value
-        flat = torch.cat([images.reshape(B * C, n), fillv.repeat(B).reshape(B * C, 1)], dim=1)
-        out = None
-        for i, w in zip(idx, weights):
-            v = flat.index_select(1, i.reshape(-1)).mul_(w.reshape(1, -1))
-            out = v if out is None else out.add_(v)
-        return out.reshape(B, C, P, Ho, Wo).transpose(1, 2)
-    # per-image warps: offset each image's indices into a [C, B*(H*W+1)] table
-    flat = torch.cat([images.permute(1, 0, 2, 3).reshape(C, B, n), fillv.reshape(C, 1, 1).expand(C, B, 1)], dim=2)
-    flat = flat.reshape(C, B * (n + 1))
-    offset = (torch.arange(B, dtype=torch.int64) * (n + 1)).view(B, 1, 1, 1)
-    out = None
-    for i, w in zip(idx, weights):
-        v = flat.index_select(1, (i + offset).reshape(-1)).mul_(w.reshape(1, -1))
-        out = v if out is None else out.add_(v)
-    return out.reshape(C, B, P, Ho, Wo).permute(1, 2, 0, 3, 4)
+    c = coords if per_image else coords.unsqueeze(0)
+    integer = (c == torch.round(c)).flatten(2).all(dim=2).all(dim=0)  # [P]
+    if bool(integer.all()):
+        return _gather_nearest(images, c, fillv)
+    if not bool(integer.any()):
+        return _bilinear(images, c, fillv)
+    ii = torch.nonzero(integer).flatten()
+    jj = torch.nonzero(~integer).flatten()
+    out = torch.empty((B, P, C, Ho, Wo), dtype=images.dtype)
+    out.index_copy_(1, ii, _gather_nearest(images, c.index_select(1, ii), fillv))
+    out.index_copy_(1, jj, _bilinear(images, c.index_select(1, jj), fillv))
+    return out
+
+
+def _gather_nearest(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -> torch.Tensor:
+    """Exact copy for integer coordinates [1 or B, P, Ho, Wo, 2] -> [B, P, C, Ho, Wo]."""
+    B, C, H, W = images.shape
+    G, P, Ho, Wo = coords.shape[:4]
+    n = H * W
+    x = coords[..., 0].to(torch.int64)
+    y = coords[..., 1].to(torch.int64)
+    inside = (x >= 0) & (x < W) & (y >= 0) & (y < H)
+    idx = torch.where(inside, y * W + x, torch.full_like(x, n))  # [G, P, Ho, Wo]
+    table = torch.cat([images.reshape(B, C, n), fillv.view(1, C, 1).expand(B, C, 1)], dim=2)  # [B, C, n+1]
+    if G == 1:
+        res = table.reshape(B * C, n + 1).index_select(1, idx.reshape(-1))
+        return res.reshape(B, C, P, Ho, Wo).transpose(1, 2)
+    flat = table.transpose(0, 1).reshape(C, B * (n + 1))
+    off = (torch.arange(B, dtype=torch.int64) * (n + 1)).view(B, 1, 1, 1)
+    res = flat.index_select(1, (idx + off).reshape(-1))
+    return res.reshape(C, B, P, Ho, Wo).permute(1, 2, 0, 3, 4)
+
+
+def _bilinear(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -> torch.Tensor:
+    """Bilinear sampling at coords [1 or B, P, Ho, Wo, 2] -> [B, P, C, Ho, Wo] via ``grid_sample``."""
+    B, C, H, W = images.shape
+    G, P, Ho, Wo = coords.shape[:4]
+    g = torch.empty(coords.shape, dtype=images.dtype)
+    g[..., 0] = (2.0 * coords[..., 0] + 1.0) / W - 1.0
+    g[..., 1] = (2.0 * coords[..., 1] + 1.0) / H - 1.0
+    g = g.reshape(G, P * Ho, Wo, 2)
+    if G == 1:  # the same warps for all images: the images become channels of one sample
+        inp = images.reshape(1, B * C, H, W)
+    else:
+        inp = images
+    res = F.grid_sample(inp, g, mode="bilinear", padding_mode="zeros", align_corners=False)
+    res = res.reshape(B, C, P, Ho, Wo).transpose(1, 2)
+    if bool((fillv != 0).any()):
+        ones = torch.ones((G, 1, H, W), dtype=images.dtype)
+        covered = F.grid_sample(ones, g, mode="bilinear", padding_mode="zeros", align_corners=False)
+        covered = covered.reshape(G, P, 1, Ho, Wo)
+        res = res + (1.0 - covered) * fillv.view(1, 1, C, 1, 1)
+    return res
 
 
 def _snap(m: torch.Tensor, tol: float = 1e-9) -> torch.Tensor:

@@ -1,0 +1,225 @@
+"""Transforms benchmarks: invfast against what a user would otherwise run, in the same run.
+
+1. A test-transform grid on a batch (issue: the full 256-point grid on 64 images at 224 px):
+   invfast ``get(name).apply(images, grid)`` vs a per-image, per-parameter PIL loop (the published
+   measurement code). PIL is timed on a random subset of (image, parameter) pairs and scaled to the
+   full grid, so the baseline stays affordable; the ratio is per (image, parameter).
+2. The Default MoCo-v2 policy, two views, at 224 px (from 256-px images) and at 32 px:
+   invfast (torch) vs kornia's equivalent AugmentationSequential vs DALI CPU used naively
+   (a pipeline fed from memory, one call per batch), when those packages are installed.
+
+Run:   python -m pytest benchmarks/bench_transforms.py --benchmark-only -o addopts=""
+Small: INVFAST_BENCH_SMALL=1 (8 images, 16 grid points); or set INVFAST_BENCH_B / _P / _SIZE / _PIL_PAIRS /
+       INVFAST_BENCH_NAMES (comma-separated transforms).
+"""
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import random
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import invfast.transforms as T
+
+# This machine's glibc returns every large freed block to the OS, so each fresh torch temporary
+# page-faults anew (20x slower elementwise ops here). Keep freed memory for reuse, as a tuned
+# deployment (jemalloc/tcmalloc or MALLOC_MMAP_THRESHOLD_) would; INVFAST_BENCH_MALLOC=0 turns this off.
+if os.environ.get("INVFAST_BENCH_MALLOC", "1") == "1":
+    try:
+        _libc = ctypes.CDLL("libc.so.6")
+        _libc.mallopt(-3, 1 << 30)  # M_MMAP_THRESHOLD
+        _libc.mallopt(-1, 1 << 30)  # M_TRIM_THRESHOLD
+    except OSError:
+        pass
+# PIL runs on one core; so does invfast unless INVFAST_BENCH_THREADS says otherwise.
+torch.set_num_threads(int(os.environ.get("INVFAST_BENCH_THREADS", "1")))
+
+SMALL = os.environ.get("INVFAST_BENCH_SMALL", "0") == "1"
+B = int(os.environ.get("INVFAST_BENCH_B", 8 if SMALL else 64))
+P = int(os.environ.get("INVFAST_BENCH_P", 16 if SMALL else 256))
+SIZE = int(os.environ.get("INVFAST_BENCH_SIZE", 224))
+PIL_PAIRS = int(os.environ.get("INVFAST_BENCH_PIL_PAIRS", 64 if SMALL else 256))
+NAMES = [n for n in os.environ.get("INVFAST_BENCH_NAMES", ",".join(T.SYNTHETIC)).split(",") if n]
+POLICY_B = int(os.environ.get("INVFAST_BENCH_POLICY_B", 16 if SMALL else 64))
+
+
+def _photos(n: int, size: int) -> torch.Tensor:
+    import skimage.data as d
+
+    names = ("astronaut", "chelsea", "coffee", "rocket")
+    imgs = [torch.from_numpy(np.ascontiguousarray(getattr(d, k)()[..., :3])).permute(2, 0, 1)[None] for k in names]
+    base = torch.cat([T.preprocess(x, resize=size, crop=size) for x in imgs])
+    return base.repeat((n + 3) // 4, 1, 1, 1)[:n].contiguous()
+
+
+def _grid(name: str, k: int) -> torch.Tensor:
+    g = T.get(name).grid(256)
+    if g.shape[0] > k:
+        g = g[torch.linspace(0, g.shape[0] - 1, k).round().long()]
+    return g
+
+
+# ------------------------------------------------------------------------------------------
+# per-image PIL baseline (what Ericsson et al.'s code does, one image and one parameter at a time)
+
+
+def _pil_op(name: str):
+    from PIL import Image, ImageEnhance, ImageFilter, ImageOps
+
+    def affine(im, A, shift=(0.0, 0.0)):
+        w, h = im.size
+        c = np.array([w / 2.0, h / 2.0])
+        b = c - np.asarray(shift)
+        off = b - A @ c
+        return im.transform((w, h), Image.AFFINE, (A[0, 0], A[0, 1], off[0], A[1, 0], A[1, 1], off[1]),
+                            resample=Image.BILINEAR)
+
+    def shear(im, p):
+        tx, ty = np.tan(np.radians(p[0])), np.tan(np.radians(p[1]))
+        return affine(im, np.array([[1 + tx * ty, tx], [ty, 1.0]]))
+
+    def crop(im, p):
+        w, h = im.size
+        top, left, hh, ww = p
+        return im.resize((w, h), Image.BILINEAR, box=(left * w, top * h, (left + ww) * w, (top + hh) * h))
+
+    def hue(im, p):
+        hsv = np.array(im.convert("HSV"))
+        hsv[..., 0] = (hsv[..., 0].astype(np.int32) + int(round(p * 255))) % 256
+        return Image.fromarray(hsv, "HSV").convert("RGB")
+
+    def deform(im, p):
+        import scipy.ndimage as ndi
+
+        a = np.asarray(im).astype(np.float32)
+        h, w = a.shape[:2]
+        rng = np.random.default_rng(0)
+        dx = ndi.gaussian_filter(rng.uniform(-1, 1, (h, w)), p, mode="wrap")
+        dy = ndi.gaussian_filter(rng.uniform(-1, 1, (h, w)), p, mode="wrap")
+        yy, xx = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+        out = [ndi.map_coordinates(a[..., c], [yy + dy, xx + dx], order=1) for c in range(3)]
+        return Image.fromarray(np.stack(out, -1).astype(np.uint8))
+
+    ops = {
+        "crop": crop,
+        "hflip": lambda im, p: im.transpose(Image.FLIP_LEFT_RIGHT) if p else im.copy(),
+        "vflip": lambda im, p: im.transpose(Image.FLIP_TOP_BOTTOM) if p else im.copy(),
+        "scale": lambda im, p: affine(im, np.eye(2) / p),
+        "shear": shear,
+        "rotation": lambda im, p: im.rotate(p, resample=Image.BILINEAR),
+        "translation": lambda im, p: affine(im, np.eye(2), p),
+        "deform": deform,
+        "grayscale": lambda im, p: im.convert("L").convert("RGB") if p else im.copy(),
+        "brightness": lambda im, p: ImageEnhance.Brightness(im).enhance(p),
+        "contrast": lambda im, p: ImageEnhance.Contrast(im).enhance(p),
+        "saturation": lambda im, p: ImageEnhance.Color(im).enhance(p),
+        "hue": hue,
+        "blur": lambda im, p: im.filter(ImageFilter.GaussianBlur(p)),
+        "sharpness": lambda im, p: ImageEnhance.Sharpness(im).enhance(p),
+        "equalize": lambda im, p: ImageOps.equalize(im) if p else im.copy(),
+        "posterize": lambda im, p: ImageOps.posterize(im, int(p)),
+        "invert": lambda im, p: ImageOps.invert(im) if p else im.copy(),
+    }
+    return ops[name]
+
+
+def _pil_time_per_pair(name: str, images: torch.Tensor, grid: torch.Tensor, pairs: int) -> float:
+    from PIL import Image
+
+    op = _pil_op(name)
+    pils = [Image.fromarray(x.permute(1, 2, 0).numpy()) for x in images]
+    params = grid.tolist()
+    rng = random.Random(0)
+    chosen = [(rng.randrange(len(pils)), rng.randrange(len(params))) for _ in range(pairs)]
+    t0 = time.perf_counter()
+    for i, j in chosen:
+        np.asarray(op(pils[i], params[j]))
+    return (time.perf_counter() - t0) / pairs
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_grid_vs_pil(benchmark, name):
+    images = _photos(B, SIZE)
+    grid = _grid(name, P)
+    t = T.get(name)
+    chunk = 32  # parameters per call, so the [B, P, 3, H, W] output of a full grid is never held at once
+
+    def run():
+        for s in range(0, grid.shape[0], chunk):
+            t.apply(images, grid[s:s + chunk])
+
+    benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0)
+    pairs = B * grid.shape[0]
+    ours = benchmark.stats.stats.mean / pairs
+    pil = _pil_time_per_pair(name, images, grid, min(PIL_PAIRS, pairs))
+    benchmark.extra_info.update({
+        "images": B, "grid_points": int(grid.shape[0]), "size": SIZE,
+        "invfast_ms_per_image_param": ours * 1e3, "pil_ms_per_image_param": pil * 1e3,
+        "pil_full_grid_s_estimate": pil * pairs, "speedup_vs_pil": pil / ours,
+    })
+    print(f"\n{name:12s} B={B} P={grid.shape[0]} {SIZE}px: invfast {ours * 1e3:.3f} ms, PIL {pil * 1e3:.3f} ms "
+          f"per image-param -> {pil / ours:.1f}x")
+
+
+# ------------------------------------------------------------------------------------------
+# Default policy, two views
+
+
+def _kornia_default(size: int):
+    import kornia.augmentation as K
+
+    k = 2 * int(round(3 * 2.0 * size / 224)) + 1  # covers 3 sigma of the largest blur, like ours
+    return K.AugmentationSequential(
+        K.RandomResizedCrop((size, size), scale=(0.2, 1.0)),
+        K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8),
+        K.RandomGrayscale(p=0.2),
+        K.RandomGaussianBlur((k, k), (0.1 * size / 224, 2.0 * size / 224), p=0.5),
+        K.RandomHorizontalFlip(),
+        K.Normalize(torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])),
+    )
+
+
+def _time(fn, repeats: int = 2) -> float:
+    fn()  # warm-up
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+@pytest.mark.parametrize("size", [224, 32])
+def test_default_policy_two_views(benchmark, size):
+    src = 256 if size == 224 else 32
+    images = _photos(POLICY_B, src)
+    pol = T.policy("default", size=size)
+    gen = torch.Generator().manual_seed(0)
+    benchmark.pedantic(lambda: pol(images, generator=gen), rounds=3, iterations=1, warmup_rounds=1)
+    ours = benchmark.stats.stats.min
+    info = {"images": POLICY_B, "size": size, "invfast_s": ours}
+    msg = f"\nDefault policy, 2 views, B={POLICY_B}, {size}px: invfast {ours * 1e3:.1f} ms"
+    if importlib.util.find_spec("kornia") is not None:
+        aug = _kornia_default(size)
+        xf = images.float() / 255
+        kt = _time(lambda: (aug(xf), aug(xf)))
+        info.update({"kornia_s": kt, "speedup_vs_kornia": kt / ours})
+        msg += f", kornia {kt * 1e3:.1f} ms ({kt / ours:.1f}x)"
+    else:
+        msg += ", kornia not installed"
+    if importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None:
+        from invfast.transforms import dali
+
+        dp = dali.DaliPolicy(pol.config, name="default", batch_size=POLICY_B, num_threads=2)
+        dt = _time(lambda: dp(images, seed=0))
+        info.update({"dali_cpu_s": dt, "speedup_vs_dali_cpu": dt / ours})
+        msg += f", DALI CPU {dt * 1e3:.1f} ms ({dt / ours:.1f}x)"
+    else:
+        msg += ", DALI not installed"
+    benchmark.extra_info.update(info)
+    print(msg)
