@@ -1,0 +1,132 @@
+"""ResNets, Prompt-ViT, the registry, input checks and checkpoints."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from invfast.models import ARCHITECTURES, PromptViT, ResNet, create, resnet18, resnet50
+
+
+def test_parameter_counts_match_the_standard_nets():
+    # torchvision resnet18/50 have 11,689,512 / 25,557,032 parameters including the fc head
+    # (512*1000+1000 / 2048*1000+1000); the CIFAR stem swaps 7x7x3x64 for 3x3x3x64.
+    r18 = resnet18(stem="imagenet")
+    assert sum(p.numel() for p in r18.parameters()) == 11_689_512 - 513_000
+    assert r18.feature_dim == 512
+    r18c = resnet18(stem="cifar")
+    assert sum(p.numel() for p in r18c.parameters()) == 11_689_512 - 513_000 - (49 - 9) * 3 * 64
+    r50 = resnet50(stem="imagenet")
+    assert sum(p.numel() for p in r50.parameters()) == 25_557_032 - 2_049_000
+    assert r50.feature_dim == 2048
+
+
+@pytest.mark.parametrize("depth,stem,size", [(18, "cifar", 32), (18, "imagenet", 64), (50, "cifar", 32),
+                                             (50, "imagenet", 32), (34, "cifar", 16)])
+def test_forward_shapes(depth, stem, size):
+    m = ResNet(depth, stem=stem, width=8)
+    x = torch.randn(2, 3, size, size)
+    f = m(x)
+    assert f.shape == (2, m.feature_dim)
+    torch.testing.assert_close(m.forward_features(x), f)
+
+
+def test_resnet_block_against_functional_definition():
+    """One BasicBlock written out with F.conv2d / F.batch_norm (train-mode batch statistics)."""
+    torch.manual_seed(0)
+    m = ResNet(18, stem="cifar", width=4)
+    blk = m.blocks[2]  # first block of stage 2: stride 2 with a downsample conv
+    x = torch.randn(3, 4, 8, 8)
+
+    def bn(y, mod):
+        return F.batch_norm(y, None, None, mod.weight, mod.bias, training=True, eps=mod.eps)
+
+    y = F.relu(bn(F.conv2d(x, blk.conv1.weight, stride=2, padding=1), blk.bn_conv1))
+    y = bn(F.conv2d(y, blk.conv2.weight, padding=1), blk.bn_conv2)
+    s = bn(F.conv2d(x, blk.downsample.weight, stride=2), blk.bn_downsample)
+    torch.testing.assert_close(blk(x), F.relu(y + s))
+
+
+def test_bad_images():
+    m = resnet18(stem="cifar", width=8)
+    with pytest.raises(ValueError, match="stem='imagenet'"):
+        m(torch.randn(1, 3, 224, 224))
+    with pytest.raises(ValueError, match=r"\[B, 3, H, W\]"):
+        m(torch.randn(3, 32, 32))
+    with pytest.raises(TypeError, match="floating"):
+        m(torch.zeros(1, 3, 32, 32, dtype=torch.uint8))
+    with pytest.raises(ValueError, match="stem='cifar'"):
+        resnet18(stem="imagenet", width=8)(torch.randn(1, 3, 16, 16))
+    with pytest.raises(ValueError, match="stem must be"):
+        resnet18(stem="tiny")
+    with pytest.raises(ValueError, match="depth"):
+        ResNet(20)
+
+
+def test_registry():
+    assert set(ARCHITECTURES) == {"resnet18-cifar", "resnet18", "resnet50-cifar", "resnet50", "hyper-resnet18-cifar",
+                                  "hyper-resnet18", "hyper-resnet50", "prompt-vit"}
+    for name in ARCHITECTURES:
+        kw = {"width": 4} if "resnet" in name else {"dim": 16, "depth": 1, "heads": 2}
+        m = create(name, **kw)
+        assert m.arch == name
+        size = 32 if ("cifar" in name or name == "prompt-vit") else 64
+        x = torch.randn(2, 3, size, size)
+        f = m(x) if name.startswith("resnet") else m(x, torch.tensor([0.0, 1.0]))
+        assert f.shape == (2, m.feature_dim)
+    with pytest.raises(ValueError, match="choose one of"):
+        create("vgg16")
+
+
+def test_state_dict_weights_only_roundtrip(tmp_path):
+    m = create("resnet18-cifar", width=8).eval()
+    torch.save(m.state_dict(), tmp_path / "r.pt")
+    m2 = create("resnet18-cifar", width=8).eval()
+    m2.load_state_dict(torch.load(tmp_path / "r.pt", weights_only=True))
+    x = torch.randn(2, 3, 32, 32)
+    torch.testing.assert_close(m2(x), m(x), atol=0, rtol=0)
+
+
+def test_checkpoint_of_another_architecture_names_keys(tmp_path):
+    torch.save(create("resnet18-cifar", width=8).state_dict(), tmp_path / "r18.pt")
+    sd = torch.load(tmp_path / "r18.pt", weights_only=True)
+    with pytest.raises(ValueError, match=r"'resnet50-cifar'.*missing keys: .*conv3"):
+        create("resnet50-cifar", width=8).load_state_dict(sd)
+    with pytest.raises(ValueError, match=r"unexpected keys: .*blocks\.0\.conv1\.weight"):
+        create("hyper-resnet18-cifar", width=8).load_state_dict(sd)
+    with pytest.raises(ValueError, match=r"shape mismatches: stem\.conv\.weight: checkpoint \(8, 3, 3, 3\)"):
+        create("resnet18", width=8).load_state_dict(sd)
+    with pytest.raises(ValueError, match="shape mismatches"):
+        create("resnet18-cifar", width=16).load_state_dict(sd)
+
+
+def test_prompt_vit_prompt_and_descriptors(rng):
+    torch.manual_seed(0)
+    m = PromptViT(dim=32, depth=2, heads=4, inv_dim=3, n_projectors=5).eval()
+    x = torch.randn(3, 3, 32, 32)
+    i = torch.from_numpy(rng.random((3, 3))).float()
+    # l_prompt = mean over projectors of Linear . ReLU . Linear, checked one projector at a time
+    ref = torch.stack([F.linear(F.relu(F.linear(i, m.prompt_w1[p], m.prompt_b1[p])), m.prompt_w2[p], m.prompt_b2[p])
+                       for p in range(5)]).mean(0)
+    torch.testing.assert_close(m.prompt(i), ref)
+    with torch.no_grad():
+        batched = m(x, i)
+        alone = torch.cat([m(x[b:b + 1], i[b]) for b in range(3)])
+        torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
+        assert not torch.allclose(m(x, torch.zeros(3)), m(x, torch.ones(3)))
+    with pytest.raises(ValueError, match="img_size"):
+        m(torch.randn(1, 3, 64, 64), i[0])
+    with pytest.raises(ValueError, match=r"K=3"):
+        m(x, torch.rand(2))
+    with pytest.raises(ValueError, match=r"\[0, 1\]"):
+        m(x, torch.tensor([0.0, 2.0, 0.5]))
+    with pytest.raises(ValueError, match="multiple"):
+        PromptViT(img_size=30, patch=4)
+
+
+def test_prompt_vit_token_order():
+    """The prompt is the last token: with attention restricted away from it nothing would change,
+    so check instead that changing i changes the CLS output and that the patch count is right."""
+    m = PromptViT(dim=16, depth=1, heads=2)
+    assert m.pos_embed.shape == (1, 65, 16)  # CLS + 8x8 patches; the prompt token carries no position
+    i = torch.tensor([0.2, 0.9], requires_grad=True)
+    m(torch.randn(2, 3, 32, 32), i).sum().backward()
+    assert float(i.grad.abs().sum()) > 0
