@@ -224,7 +224,6 @@ def test_translate_keeps_object_inside_and_spreads():
             # pure translation: object fully inside => mass equals the centred object's mass
             a0, _ = alpha_of((), idx)
             assert float(((mass_t - a0.sum((1, 2))).abs() / a0.sum((1, 2))).max()) < 0.01
-            assert float(a_t[:, 0, :].max()) <= 0.02 or True
     p = make(("translate",), n=2000).generate(range(2000))[2]
     assert float(p["x"].min()) < 0.3 and float(p["x"].max()) > 0.7
     assert float(p["y"].min()) < 0.3 and float(p["y"].max()) > 0.7

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
 
 // Bit-compatibility with the torch references: no fused multiply-add contraction in this file.
@@ -80,41 +81,48 @@ constexpr int64_t kHue = 1, kBrightness = 2, kContrast = 4, kGrayscale = 8, kPos
 
 inline float clamp01(float v) { return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v); }
 
-inline void hue_px(float& r, float& g, float& b, float shift) {
-  const float maxc = std::max(std::max(r, g), b);
-  const float minc = std::min(std::min(r, g), b);
-  const bool eqc = maxc == minc;
-  const float cr = maxc - minc;
-  const float s = cr / (eqc ? 1.0f : maxc);
-  const float cr_div = eqc ? 1.0f : cr;
-  const float rc = (maxc - r) / cr_div, gc = (maxc - g) / cr_div, bc = (maxc - b) / cr_div;
-  float h;
-  if (maxc == r) h = bc - gc;
-  else if (maxc == g) h = 2.0f + rc - bc;
-  else h = 4.0f + gc - rc;
-  h = h / 6.0f + 1.0f;
-  h = h - std::floor(h);  // == fmod(h, 1) exactly for 0 <= h < 2^23
-  h = h + shift;
-  h = h - std::floor(h);  // python-style remainder by 1
-  if (h >= 1.0f) h = 0.0f;
-  const float v = maxc;
-  const float i_f = std::floor(h * 6.0f);
-  const float f = h * 6.0f - i_f;
-  const int i = static_cast<int>(i_f) % 6;
-  const float p = clamp01(v * (1.0f - s));
-  const float q = clamp01(v * (1.0f - s * f));
-  const float t = clamp01(v * (1.0f - s * (1.0f - f)));
-  switch (i) {
-    case 0: r = v; g = t; b = p; break;
-    case 1: r = q; g = v; b = p; break;
-    case 2: r = p; g = v; b = t; break;
-    case 3: r = p; g = q; b = v; break;
-    case 4: r = t; g = p; b = v; break;
-    default: r = v; g = p; b = q; break;
-  }
+// floor for |x| < 2^22 without a libm call (vectorisable with plain SSE2); exact.
+inline float floor_small(float x) {
+  const float t = static_cast<float>(static_cast<int32_t>(x));
+  return t > x ? t - 1.0f : t;
 }
 
 inline float luma(float r, float g, float b) { return r * 0.2989f + g * 0.587f + b * 0.114f; }
+
+// Hue rotation in HSV (torchvision adjust_hue semantics), branch-free so the loop vectorises.
+void hue_rows(float* R, float* G, float* Bc, int64_t n, float shift) {
+  for (int64_t p = 0; p < n; ++p) {
+    const float r = R[p], g = G[p], b = Bc[p];
+    const float maxc = std::max(std::max(r, g), b);
+    const float minc = std::min(std::min(r, g), b);
+    const bool eqc = maxc == minc;
+    const float cr = maxc - minc;
+    const float s = cr / (eqc ? 1.0f : maxc);
+    const float cr_div = eqc ? 1.0f : cr;
+    const float rc = (maxc - r) / cr_div, gc = (maxc - g) / cr_div, bc = (maxc - b) / cr_div;
+    const float hr = bc - gc, hg = 2.0f + rc - bc, hb = 4.0f + gc - rc;
+    float h = maxc == r ? hr : (maxc == g ? hg : hb);
+    h = h / 6.0f + 1.0f;
+    h = h - floor_small(h);  // == fmod(h, 1) for 0 <= h < 2^22
+    h = h + shift;
+    h = h - floor_small(h);  // python-style remainder by 1
+    const float v = maxc;
+    const float i = floor_small(h * 6.0f);  // 0..6 (6 only when h rounds to 1, same as 0)
+    const float f = h * 6.0f - i;
+    const float pp = clamp01(v * (1.0f - s));
+    const float q = clamp01(v * (1.0f - s * f));
+    const float t = clamp01(v * (1.0f - s * (1.0f - f)));
+    // sector i (0..5; 6 == 0) picks (r, g, b) from (v, q, p, t); bitwise ops keep the loop branch-free
+    const bool i0 = (i == 0.0f) | (i == 6.0f), i1 = i == 1.0f, i2 = i == 2.0f, i3 = i == 3.0f, i4 = i == 4.0f,
+               i5 = i == 5.0f;
+    const float ro = (i0 | i5) ? v : (i1 ? q : ((i2 | i3) ? pp : t));
+    const float go = i0 ? t : ((i1 | i2) ? v : (i3 ? q : pp));
+    const float bo = (i0 | i1) ? pp : (i2 ? t : ((i3 | i4) ? v : q));
+    R[p] = ro;
+    G[p] = go;
+    Bc[p] = bo;
+  }
+}
 
 at::Tensor synth_color_cpu(const at::Tensor& pm_in, const at::Tensor& hue_in, const at::Tensor& bright_in,
                            const at::Tensor& contrast_in, const at::Tensor& flags_in, int64_t posterize_bits) {
@@ -136,49 +144,60 @@ at::Tensor synth_color_cpu(const at::Tensor& pm_in, const at::Tensor& hue_in, co
   const float* cp = con.data_ptr<float>();
   const int64_t* fp = flags.data_ptr<int64_t>();
   const float step = static_cast<float>(1 << (8 - posterize_bits));
+  const float step_scale = step / 255.0f;
   at::parallel_for(0, B, grain_for(HW), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* s = src + b * 4 * HW;
-      float* d = dst + b * 4 * HW;
-      const int64_t fl = fp[b];
       const float* a = s + 3 * HW;
-      double lum_sum = 0.0, a_sum = 0.0;
-      for (int64_t p = 0; p < HW; ++p) {
-        const float ap = a[p];
-        float r = 0.0f, g = 0.0f, bl = 0.0f;
-        if (ap > 0.0f) {
-          r = clamp01(s[p] / ap);
-          g = clamp01(s[HW + p] / ap);
-          bl = clamp01(s[2 * HW + p] / ap);
-        }
-        if (fl & kHue) hue_px(r, g, bl, hp[b]);
-        if (fl & kBrightness) {
-          r = clamp01(r * bp[b]); g = clamp01(g * bp[b]); bl = clamp01(bl * bp[b]);
-        }
-        d[p] = r; d[HW + p] = g; d[2 * HW + p] = bl;
-        if (fl & kContrast) {
-          lum_sum += static_cast<double>(luma(r, g, bl)) * static_cast<double>(ap);
-          a_sum += static_cast<double>(ap);
+      float* d = dst + b * 4 * HW;
+      float *R = d, *G = d + HW, *Bc = d + 2 * HW, *A = d + 3 * HW;
+      const int64_t fl = fp[b];
+      for (int64_t c = 0; c < 3; ++c) {
+        const float* sc = s + c * HW;
+        float* dc = d + c * HW;
+        for (int64_t p = 0; p < HW; ++p) {
+          const float ap = a[p];
+          const float q = sc[p] / (ap > 0.0f ? ap : 1.0f);
+          dc[p] = ap > 0.0f ? clamp01(q) : 0.0f;
         }
       }
-      const float mean = static_cast<float>(lum_sum / std::max(a_sum, 1e-12));
-      const float cf = cp[b];
-      for (int64_t p = 0; p < HW; ++p) {
-        float r = d[p], g = d[HW + p], bl = d[2 * HW + p];
-        if (fl & kContrast) {
-          const float om = mean * (1.0f - cf);
-          r = clamp01(r * cf + om); g = clamp01(g * cf + om); bl = clamp01(bl * cf + om);
-        }
-        if (fl & kGrayscale) { r = g = bl = luma(r, g, bl); }
-        if (fl & kPosterize) {
-          r = std::floor(std::nearbyint(r * 255.0f) / step) * (step / 255.0f);
-          g = std::floor(std::nearbyint(g * 255.0f) / step) * (step / 255.0f);
-          bl = std::floor(std::nearbyint(bl * 255.0f) / step) * (step / 255.0f);
-        }
-        if (fl & kInvert) { r = 1.0f - r; g = 1.0f - g; bl = 1.0f - bl; }
-        const float ap = a[p];
-        d[p] = r * ap; d[HW + p] = g * ap; d[2 * HW + p] = bl * ap; d[3 * HW + p] = ap;
+      if (fl & kHue) hue_rows(R, G, Bc, HW, hp[b]);
+      if (fl & kBrightness) {
+        const float f = bp[b];
+        for (int64_t p = 0; p < 3 * HW; ++p) d[p] = clamp01(d[p] * f);
       }
+      if (fl & kContrast) {
+        double lum_sum = 0.0, a_sum = 0.0;
+        for (int64_t p = 0; p < HW; ++p) {
+          lum_sum += static_cast<double>(luma(R[p], G[p], Bc[p])) * static_cast<double>(a[p]);
+          a_sum += static_cast<double>(a[p]);
+        }
+        const float mean = static_cast<float>(lum_sum / std::max(a_sum, 1e-12));
+        const float cf = cp[b];
+        const float om = mean * (1.0f - cf);
+        for (int64_t p = 0; p < 3 * HW; ++p) d[p] = clamp01(d[p] * cf + om);
+      }
+      if (fl & kGrayscale) {
+        for (int64_t p = 0; p < HW; ++p) {
+          const float l = luma(R[p], G[p], Bc[p]);
+          R[p] = l; G[p] = l; Bc[p] = l;
+        }
+      }
+      if (fl & kPosterize) {
+        for (int64_t p = 0; p < 3 * HW; ++p) {
+          float v = d[p] * 255.0f;
+          v = (v + 12582912.0f) - 12582912.0f;  // round half to even (|v| < 2^22)
+          d[p] = floor_small(v / step) * step_scale;
+        }
+      }
+      if (fl & kInvert) {
+        for (int64_t p = 0; p < 3 * HW; ++p) d[p] = 1.0f - d[p];
+      }
+      for (int64_t c = 0; c < 3; ++c) {
+        float* dc = d + c * HW;
+        for (int64_t p = 0; p < HW; ++p) dc[p] = dc[p] * a[p];
+      }
+      for (int64_t p = 0; p < HW; ++p) A[p] = a[p];
     }
   });
   return out;
