@@ -86,21 +86,46 @@ def _named_transforms(name: str) -> list[Any]:
                          f"{names}") from e
 
 
-def load_model(name: str, checkpoint: str | os.PathLike | None = None, **kw: Any) -> torch.nn.Module:
+class WithDescriptor(torch.nn.Module):
+    """An amortised model (``forward(x, i)``) at a fixed invariance descriptor ``i [K]``: ``forward(x)``."""
+
+    def __init__(self, model: torch.nn.Module, invariance: Sequence[float]) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("invariance", torch.as_tensor(list(invariance), dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x, self.invariance.to(x.device))
+
+
+def load_model(name: str, checkpoint: str | os.PathLike | None = None, *,
+               invariance: Sequence[float] | None = None, **kw: Any) -> torch.nn.Module:
     """An invfast model by name (``invfast.models.create``), with weights from ``checkpoint`` if given.
 
-    The checkpoint may be a state dict, or a dict holding one under 'state_dict', 'model', 'backbone'
-    or 'encoder' (keys prefixed 'module.', 'backbone.', 'encoder_q.' or 'encoder.' are accepted).
+    Amortised models (Hyper-ResNet, Prompt-ViT) are measured at the descriptor ``invariance``
+    (e.g. ``[1, 0]``: spatial), which they need.
+
+    The checkpoint may be a state dict, or a dict holding one under 'encoder' (``invfast pretrain``'s
+    model.pt), 'state_dict', 'model' (its checkpoint.pt) or 'backbone'; keys prefixed 'module.',
+    'backbone.', 'encoder_q.' or 'encoder.' are accepted.
     A checkpoint that does not match the model raises ValueError naming the mismatching keys.
     """
     from invfast import models
 
+    amortised = name.startswith(("hyper-", "prompt-"))
+    if amortised and invariance is None:
+        raise ValueError(f"model {name!r} is amortised: give the invariance descriptor to measure it at "
+                         "(invariance=[1, 0] / --invariance 1,0)")
+    if invariance is not None and not amortised:
+        raise ValueError(f"model {name!r} takes no invariance descriptor; drop invariance / --invariance")
     try:
         model = models.create(name, **kw)
     except (KeyError, ValueError) as e:
         raise ValueError(f"unknown model {name!r}; choose one of {list(getattr(models, 'ARCHITECTURES', []))}") from e
     if checkpoint is not None:
         load_checkpoint(model, checkpoint)
+    if invariance is not None:
+        model = WithDescriptor(model, invariance)
     return model
 
 
@@ -114,7 +139,7 @@ def load_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLike) -> No
     except Exception as e:
         raise ValueError(f"cannot read checkpoint {path!r} as a torch file ({type(e).__name__}: {e})") from e
     sd = obj
-    for key in ("state_dict", "model", "backbone", "encoder"):
+    for key in ("encoder", "state_dict", "model", "backbone"):
         if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
             sd = sd[key]
             break

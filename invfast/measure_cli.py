@@ -32,6 +32,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = __doc__.split("\n\n", 1)[1]
     parser.add_argument("--model", required=True,
                         help="invfast model name (e.g. resnet18-cifar, resnet50) or 'module:factory' returning an nn.Module")
+    parser.add_argument("--invariance", help="descriptor for amortised models (hyper-*, prompt-vit), e.g. 1,0")
     parser.add_argument("--checkpoint", help="weights for the model (state dict, or dict with 'state_dict'/'model')")
     parser.add_argument("--data", required=True, help="folder:PATH | PATH | synthetic[:objects=10,n=1000,size=32,seed=0,...]")
     parser.add_argument("--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)")
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def build_model(spec: str, checkpoint: str | None) -> Any:
+def build_model(spec: str, checkpoint: str | None, invariance: str | None = None) -> Any:
     """An invfast model name, or 'module:attr' where attr is an nn.Module class/factory (called without arguments)."""
     if ":" in spec:
         mod_name, _, attr = spec.partition(":")
@@ -77,7 +78,13 @@ def build_model(spec: str, checkpoint: str | None) -> Any:
         return model
     from invfast.measure import load_model
 
-    return load_model(spec, checkpoint)
+    desc = None
+    if invariance:
+        try:
+            desc = [float(v) for v in invariance.split(",")]
+        except ValueError:
+            raise ValueError(f"--invariance must be comma-separated numbers like 1,0, got {invariance!r}") from None
+    return load_model(spec, checkpoint, invariance=desc)
 
 
 def _check_out(args: argparse.Namespace) -> None:
@@ -109,7 +116,7 @@ def _measure(args: argparse.Namespace, rank_env: dict[str, Any] | None = None) -
     if str(device).startswith("cuda"):
         torch.cuda.set_device(torch.device(device))
     dtype = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
-    model = build_model(args.model, args.checkpoint)
+    model = build_model(args.model, args.checkpoint, args.invariance)
     stats = FeatureStats.load(args.stats) if args.stats else None
     state_dir = os.path.join(args.out, STATE_DIR)
     if args.overwrite and shard.rank == 0 and os.path.exists(os.path.join(args.out, RESULT_FILE)):

@@ -381,3 +381,39 @@ def test_bfloat16_autocast_and_callable_model():
         assert r16[name].mean_cosine == pytest.approx(r32[name].mean_cosine, abs=0.1)
     with pytest.raises(ValueError, match="dtype"):
         measure_invariance(net, x, tfs, dtype=torch.float64)
+
+
+def test_invfast_models_by_name_and_checkpoint(tmp_path):
+    M = pytest.importorskip("invfast.models")
+    from invfast.measure import load_model
+
+    torch.manual_seed(0)
+    net = M.create("resnet18-cifar").eval()
+    torch.save({"format": "invfast.pretrained/1", "encoder": net.state_dict()}, tmp_path / "model.pt")
+    x = random_images(6, size=32, seed=15)
+    by_name = measure_invariance("resnet18-cifar", x, [HFlip()], checkpoint=tmp_path / "model.pt", batch_size=6)
+    direct = measure_invariance(net, x, [HFlip()], batch_size=6)
+    assert by_name["hflip"].mean_distance == pytest.approx(direct["hflip"].mean_distance, rel=1e-5)
+    assert by_name.model == "resnet18-cifar"
+    partial = {k: v for k, v in net.state_dict().items() if not k.startswith("stem.")}
+    torch.save(partial, tmp_path / "partial.pt")
+    with pytest.raises(ValueError, match="does not match.*missing stem"):
+        load_model("resnet18-cifar", tmp_path / "partial.pt")
+    with pytest.raises(ValueError, match="unknown model 'nope'"):
+        load_model("nope")
+    with pytest.raises(ValueError, match="amortised"):
+        load_model("hyper-resnet18-cifar")
+    with pytest.raises(ValueError, match="no invariance descriptor"):
+        load_model("resnet18-cifar", invariance=[1, 0])
+
+
+def test_descriptor_wrapper_fixes_the_invariance():
+    from invfast.measure import WithDescriptor
+
+    class Amortised(torch.nn.Module):
+        def forward(self, x, i):
+            return x.mean((2, 3)) * i.sum() + i[0]
+
+    x = torch.rand(3, 3, 8, 8)
+    w = WithDescriptor(Amortised(), [1.0, 0.5])
+    torch.testing.assert_close(w(x), x.mean((2, 3)) * 1.5 + 1.0)
