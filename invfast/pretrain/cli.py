@@ -32,6 +32,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--arch", default="resnet18-cifar",
                    help="encoder architecture from invfast.models (amortised methods use its hyper- variant), "
                         "or 'module:factory' returning an encoder (called with k=K for amortised methods)")
+    p.add_argument("--width", type=int, default=None,
+                   help="ResNet channels after the stem (architecture default 64; smaller is faster on CPU)")
     p.add_argument("--size", type=int, default=None,
                    help="side of the augmented views (default: the synthetic/array image size, 224 for folders)")
     p.add_argument("--load-size", type=int, default=None, help="folder images are resized to this on load "
@@ -68,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
-def _encoder(arch: str, amortised: bool, k: int) -> torch.nn.Module:
+def _encoder(arch: str, amortised: bool, k: int, width: int | None = None) -> torch.nn.Module:
     if ":" in arch:  # a user's own encoder factory, 'package.module:callable'
         import importlib
         mod, _, attr = arch.partition(":")
@@ -76,21 +78,23 @@ def _encoder(arch: str, amortised: bool, k: int) -> torch.nn.Module:
             factory = getattr(importlib.import_module(mod), attr)
         except (ImportError, AttributeError) as e:
             raise ValueError(f"cannot load encoder factory {arch!r}: {e}") from e
-        return factory(k=k) if amortised else factory()
+        kw = {} if width is None else {"width": width}
+        return factory(k=k, **kw) if amortised else factory(**kw)
     try:
         from invfast import models
     except ImportError as e:
         raise ValueError(f"invfast.models is not available ({e})") from e
     names = tuple(getattr(models, "ARCHITECTURES", ()))
+    kw = {} if width is None else {"width": width}
     if amortised:
         name = arch if arch.startswith("hyper-") else f"hyper-{arch}"
         if name not in names:
             raise ValueError(f"amortised methods need a descriptor-conditioned encoder; no architecture {name!r}; "
                              f"known: {', '.join(n for n in names if n.startswith('hyper-'))}")
-        return models.create(name, inv_dim=k)
+        return models.create(name, inv_dim=k, **kw)
     if arch not in names:
         raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(names)}")
-    return models.create(arch)
+    return models.create(arch, **kw)
 
 
 def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tuple[Any, Any]:
@@ -133,7 +137,9 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
 
     desc = descriptor_set(args.descriptors) if amortised else None
     torch.manual_seed(args.seed)  # identical initial weights on every rank
-    encoder = _encoder(args.arch, amortised, 0 if desc is None else desc.shape[1])
+    if args.width is not None and args.width < 1:
+        raise ValueError(f"--width must be >= 1, got {args.width}")
+    encoder = _encoder(args.arch, amortised, 0 if desc is None else desc.shape[1], args.width)
     common = dict(tau=args.tau, proj_dim=args.proj_dim, proj_hidden=args.proj_hidden)
     moco = dict(key_momentum=args.key_momentum, queue_seed=args.seed,
                 queue_size=args.queue_size or default_queue_size(len(source), args.batch_size))
@@ -151,7 +157,7 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
                       invariance_images=args.invariance_images,
                       invariance_transforms=tuple(t for t in args.invariance_transforms.split(",") if t),
                       device=str(device), amp=args.amp)
-    meta = {"arch": args.arch, "policy": None if amortised else policy_name,
+    meta = {"arch": args.arch, "width": args.width, "policy": None if amortised else policy_name,
             "descriptors": args.descriptors if amortised else None, "aug_backend": aug_backend}
     return method, Trainer(method, source, cfg, out=args.out, heldout=heldout, meta=meta, device=device)
 
