@@ -22,3 +22,10 @@ def test_cli_demo_and_info(capsys, tmp_path):
     assert main(["demo", "--images", "8", "--reference", "40", "--size", "32", "--json", str(tmp_path / "d.json")]) == 0
     out = capsys.readouterr().out
     assert "| convnet-d4 (cosine) |" in out and (tmp_path / "d.json").exists()
+
+
+def test_cli_bench_runs(capsys):
+    from invfast.bench import run_bench
+
+    rows = run_bench(n=8, p=3, d=16, n_uniform=50, repeat=1)
+    assert len(rows) == 2 and all(r["auto_s"] > 0 and r["reference_s"] > 0 for r in rows)
