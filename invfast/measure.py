@@ -262,9 +262,9 @@ class _Run:
         if save_every < 0:
             raise ValueError(f"save_every must be >= 0 seconds, got {save_every}")
         self.device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.model_fp = _model_checksum(model) if not isinstance(model, str) else [model, os.fspath(checkpoint or "")]
         self.model_name = model if isinstance(model, str) else type(model).__name__
         model, channels_last = _setup_model(model, checkpoint, self.device, dtype, channels_last)
+        self.model_fp = _model_checksum(model)  # after the checkpoint is loaded: the weights measured
         self.source = as_source(data, n=n_images, resize=resize, strict=strict)
         self.n = len(self.source)
         self.extract = FeatureExtractor(model, self.device, dtype, bool(channels_last), crop, normalize, forward_batch)
