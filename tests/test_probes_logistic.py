@@ -53,6 +53,7 @@ def test_logistic_cv_matches_sklearn_each_C(rng, k):
     assert ours.score(x, y) == pytest.approx(sk.score(x, y), abs=0.01)
 
 
+@pytest.mark.filterwarnings("ignore::invfast.probes.ConvergenceWarning")
 def test_logistic_float32_and_best_value_well_conditioned(rng):
     """Default float32 products: same best value as sklearn's loop on a well-conditioned problem."""
     x, y = _blobs(rng, 200, 5, 3, spread=2.5)

@@ -4,7 +4,9 @@ Features (and targets) are standardised on each training fold, as
 ``Pipeline([StandardScaler(), KernelRidge(kernel='rbf')])`` inside ``GridSearchCV`` would do.
 Per fold the squared distances are computed once; per γ one eigendecomposition of the training
 kernel K = U diag(s) Uᵀ gives the dual coefficients of every α as U diag(1/(s+α)) Uᵀ y.
-``solver='cholesky'`` instead factors K + αI for each α (cheaper when there are only one or two α).
+``solver='cholesky'`` instead factors K + αI for each α; that is cheaper for short α grids (the default
+grid has 5 values and an eigendecomposition costs 7-20 Choleskys), so ``solver='auto'`` takes the
+eigendecomposition from 16 α values up.
 """
 from __future__ import annotations
 
@@ -21,6 +23,9 @@ from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
 from invfast.probes.ridge import r2_scores
 
 _F64 = torch.float64
+# LAPACK's symmetric eigensolver costs 7x (n=400) to 20x (n=1600) one Cholesky factorisation
+# (measured, one CPU thread), so one eigh per γ only pays off for long α grids.
+_EIGH_MIN_ALPHAS = 16
 
 
 def _scaler(a: torch.Tensor, on: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +72,7 @@ class KernelRidgeCV(RegressorMixin, ProbeBase):
     cv : int, splitter or iterable of (train, test); an int gives ``KFold(cv)`` folds.
     standardize : standardise features and targets with training-fold statistics (default True).
     solver : "eigh" (one eigendecomposition per γ gives all α), "cholesky" (one factorisation per
-        (α, γ)) or "auto" (eigh when there are 3 or more α).
+        (α, γ)) or "auto" (eigh from 16 α values up, Cholesky below).
     shuffle, random_state, verbose : as in ``RidgeCV``.
 
     Fitted attributes: alpha_, gamma_, best_score_, dual_coef_ [n, t], cv_results_ (with 'params',
@@ -96,7 +101,7 @@ class KernelRidgeCV(RegressorMixin, ProbeBase):
         x, yt = x.to(_F64), yt.to(device=x.device, dtype=_F64)
         alphas = check_penalties(KERNEL_ALPHAS if self.alphas is None else self.alphas, "alphas")
         gammas = check_penalties(KERNEL_GAMMAS if self.gammas is None else self.gammas, "gammas")
-        solver = self.solver if self.solver != "auto" else ("eigh" if alphas.size >= 3 else "cholesky")
+        solver = self.solver if self.solver != "auto" else ("eigh" if alphas.size >= _EIGH_MIN_ALPHAS else "cholesky")
         a_t = torch.as_tensor(alphas, dtype=_F64, device=x.device)
         splits = resolve_cv(self.cv, n, shuffle=self.shuffle, seed=self.random_state)
         scores = np.zeros((alphas.size, gammas.size, len(splits), yt.shape[1]))
