@@ -223,9 +223,6 @@ def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fil
         disp = Fn.elastic_displacement(p, (H, W), t.alpha * min(H, W), t.seed)
         coords = (Fn.identity_coords(H, W).unsqueeze(0) + disp).to(torch.float32)
         return Fn.warp(x, coords, fill)
-    if t.family == "spatial":
-        A, b = _affine_params(t, p, H, W)
-        return Fn.warp(x, Fn.affine_coords(A, b, (H, W)), fill)
     if name == "grayscale":
         g = ctx["gray"].expand(B, C, H, W).unsqueeze(1)
         if was_u8:  # the uint8 grayscale image holds rounded levels
