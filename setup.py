@@ -22,7 +22,8 @@ def _extensions():
     root = os.path.dirname(os.path.abspath(__file__))
     cpp = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "csrc", "**", "*.cpp"), recursive=True))
     cu = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "csrc", "**", "*.cu"), recursive=True))
-    cxx = ["-O3", "-fopenmp", "-std=c++17"]
+    # -fno-trapping-math lets float selects/max vectorise; invfast never relies on FP exceptions
+    cxx = ["-O3", "-fopenmp", "-fno-trapping-math", "-std=c++17"]
     with_cuda = bool(torch.version.cuda) and CUDA_HOME is not None and not os.environ.get("INVFAST_NO_CUDA")
     include = [os.path.join(root, "csrc")]
     if with_cuda:
