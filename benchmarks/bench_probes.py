@@ -59,7 +59,7 @@ def _regression_data(n, d, t, seed=0):
 def _classification_data(n, d, k, seed=0):
     rng = np.random.default_rng(seed)
     y = rng.integers(0, k, n)
-    x = (0.35 * rng.normal(size=(k, d))[y] + rng.normal(size=(n, d))).astype(np.float32)
+    x = (0.12 * rng.normal(size=(k, d))[y] + rng.normal(size=(n, d))).astype(np.float32)  # not separable
     return x, y
 
 

@@ -20,7 +20,7 @@ from invfast.probes._base import (ProbeBase, RegressorMixin, as_targets, as_tens
                                   cv_record, output_like)
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
-from invfast.probes.ridge import r2_scores
+from invfast.probes.ridge import r2_scores, scaled_products
 
 _F64 = torch.float64
 # LAPACK's symmetric eigensolver costs 7x (n=400) to 20x (n=1600) one Cholesky factorisation
@@ -51,7 +51,7 @@ def _path_predict(k_tr: torch.Tensor, k_te: torch.Tensor, y: torch.Tensor, alpha
         s, u = torch.linalg.eigh(k_tr)
         c = u.T @ y
         q = k_te @ u
-        return torch.matmul(q, c / (s[None, :, None] + alphas[:, None, None]))
+        return scaled_products(q, c, 1.0 / (s[None, :] + alphas[:, None]))
     out = []
     eye = torch.eye(k_tr.shape[0], dtype=k_tr.dtype, device=k_tr.device)
     for a in alphas:

@@ -38,58 +38,71 @@ def _design(x: torch.Tensor, fit_intercept: bool) -> torch.Tensor:
     return torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], 1) if fit_intercept else x
 
 
-def _pad_folds(xd: torch.Tensor, codes: torch.Tensor, index_sets: list[torch.Tensor]):
-    """Stack fold subsets into [F, m, D] with zero-weight padding; weights sum to 1 per fold."""
-    m = max(int(i.numel()) for i in index_sets)
-    nf = len(index_sets)
-    xs = xd.new_zeros((nf, m, xd.shape[1]))
-    cs = torch.zeros((nf, m), dtype=torch.long, device=xd.device)
-    w = torch.zeros((nf, m), dtype=torch.float64, device=xd.device)
+def _fold_weights(n: int, index_sets: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """[F, n] sample weights: 1/|train_f| on fold f's training samples, 0 elsewhere."""
+    w = torch.zeros((len(index_sets), n), dtype=torch.float64, device=device)
     for f, idx in enumerate(index_sets):
-        k = idx.numel()
-        xs[f, :k] = xd[idx]
-        cs[f, :k] = codes[idx]
-        w[f, :k] = 1.0 / k
-    return xs, cs, w
+        w[f, idx] = 1.0 / idx.numel()
+    return w
 
 
 class _Multinomial:
-    """Objective and gradient of the penalised softmax (or binomial) loss for F stacked problems."""
+    """Objective and gradient of the penalised softmax (or binomial) loss of F problems sharing X.
 
-    def __init__(self, xs: torch.Tensor, codes: torch.Tensor, weights: torch.Tensor, n_classes: int,
-                 fit_intercept: bool):
-        self.xs, self.codes, self.weights = xs, codes, weights
+    Fold f sees every sample with weight ``weights[f]`` (zero off its training set), so the F weight
+    matrices are stacked side by side and each evaluation is one GEMM X [n, D] @ [D, F·K] and one
+    GEMM back, over row chunks that bound the float64 logits to about ``chunk_elems`` entries.
+    """
+
+    def __init__(self, x: torch.Tensor, codes: torch.Tensor, weights: torch.Tensor, n_classes: int,
+                 fit_intercept: bool, chunk_elems: int = 1 << 24):
+        self.x, self.codes, self.weights = x, codes, weights
+        self.wt = weights.T.contiguous()                   # [n, F]
         self.binary = n_classes == 2
         self.k = n_classes
-        d = xs.shape[2]
-        self.mask = torch.ones(d, 1, dtype=torch.float64, device=xs.device)
+        self.nf = weights.shape[0]
+        self.mask = torch.ones(x.shape[1], 1, dtype=torch.float64, device=x.device)
         if fit_intercept:
             self.mask[-1] = 0.0
         self.n = (weights > 0).sum(1).to(torch.float64)   # [F]
         self.lam = torch.zeros_like(self.n)                # [F], set per path value
+        self.rows = max(1, chunk_elems // (self.nf * n_classes))
 
-    def logits(self, w: torch.Tensor, xs: torch.Tensor | None = None) -> torch.Tensor:
-        z = torch.bmm(self.xs if xs is None else xs, w.to(self.xs.dtype))
-        if self.binary:
-            z = torch.cat([torch.zeros_like(z), z], -1)
-        return z
+    def _stack(self, w: torch.Tensor) -> torch.Tensor:
+        return w.permute(1, 0, 2).reshape(w.shape[1], -1).to(self.x.dtype)   # [D, F*Kout]
+
+    def _z(self, xc: torch.Tensor, ws: torch.Tensor) -> torch.Tensor:
+        """float64 logits [r, F, K] of a row chunk (sample-major: no transposes on the hot path)."""
+        z = (xc @ ws).to(torch.float64).view(xc.shape[0], self.nf, -1)
+        return torch.cat([torch.zeros_like(z), z], -1) if self.binary else z
+
+    def logits(self, w: torch.Tensor) -> torch.Tensor:
+        """Logits [F, n, K] of every sample under every fold's weights."""
+        ws = self._stack(w)
+        z = torch.cat([self._z(self.x[i:i + self.rows], ws) for i in range(0, self.x.shape[0], self.rows)], 0)
+        return z.transpose(0, 1)
 
     def __call__(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # the [F, m, K] logits are small next to X: loss and softmax in float64 keep the line search
-        # exact enough for tight tolerances; the two products with X stay in the compute dtype
-        z = self.logits(w).to(torch.float64)
-        lse = torch.logsumexp(z, -1)
-        true = z.gather(-1, self.codes[..., None])[..., 0]
-        ce = ((lse - true) * self.weights).sum(1)
+        # logits, loss and softmax in float64 keep the line search exact enough for tight
+        # tolerances; only the two products with X run in the compute dtype
+        ws = self._stack(w)
+        ce = torch.zeros(self.nf, dtype=torch.float64, device=w.device)
+        gs = torch.zeros(ws.shape, dtype=torch.float64, device=w.device)
+        for i in range(0, self.x.shape[0], self.rows):
+            xc, cc, wc = self.x[i:i + self.rows], self.codes[i:i + self.rows], self.wt[i:i + self.rows]
+            z = self._z(xc, ws)                                   # [r, F, K]
+            lse = torch.logsumexp(z, -1, keepdim=True)
+            idx = cc[:, None, None].expand(-1, self.nf, 1)
+            ce += ((lse - z.gather(-1, idx))[..., 0] * wc).sum(0)
+            p = torch.exp(z - lse)
+            p.scatter_add_(-1, idx, -torch.ones_like(p[..., :1]))
+            p *= wc[..., None]
+            if self.binary:
+                p = p[..., 1:]
+            gs += (xc.T @ p.reshape(xc.shape[0], -1).to(xc.dtype)).to(torch.float64)
         reg = self.lam / self.n
         loss = ce + 0.5 * reg * ((w * self.mask) ** 2).sum((1, 2))
-        p = torch.softmax(z, -1)
-        p.scatter_add_(-1, self.codes[..., None], -torch.ones_like(p[..., :1]))
-        p = p * self.weights[..., None]
-        if self.binary:
-            p = p[..., 1:]
-        grad = torch.bmm(self.xs.transpose(1, 2), p.to(self.xs.dtype)).to(torch.float64)
-        grad = grad + reg[:, None, None] * w * self.mask
+        grad = gs.view(w.shape[1], self.nf, -1).transpose(0, 1) + reg[:, None, None] * w * self.mask
         return loss, grad
 
 
@@ -169,8 +182,7 @@ class LogisticCV(ClassifierMixin, ProbeBase):
         xd = _design(x.to(dt), self.fit_intercept)
         tr = [torch.as_tensor(a, device=dev) for a, _ in splits]
         te = [torch.as_tensor(b, device=dev) for _, b in splits]
-        obj = _Multinomial(*_pad_folds(xd, codes, tr), k, self.fit_intercept)
-        xv, cv_codes, _ = _pad_folds(xd, codes, te)
+        obj = _Multinomial(xd, codes, _fold_weights(n, tr, dev), k, self.fit_intercept)
         nf, n_out = len(splits), (1 if k == 2 else k)
         order = np.argsort(-grid, kind="stable")  # strong -> weak
         w = torch.zeros(nf, xd.shape[1], n_out, dtype=torch.float64, device=dev)
@@ -178,26 +190,28 @@ class LogisticCV(ClassifierMixin, ProbeBase):
         bacc = np.zeros((grid.size, nf))
         n_iter = np.zeros((grid.size, nf), dtype=np.int64)
         conv = np.zeros((grid.size, nf), dtype=bool)
-        sols = torch.zeros((grid.size,) + tuple(w.shape), dtype=torch.float64, device=dev)
+        best_j, best_w, best_score = -1, w, -np.inf
         for j in tqdm(order, desc="logistic path", disable=not self.verbose, leave=False):
             res = self._solve(obj, w if self.warm_start else torch.zeros_like(w), float(grid[j]))
             w = res.x
-            sols[j] = w
             n_iter[j], conv[j] = res.n_iter.cpu().numpy(), res.converged.cpu().numpy()
-            pred = obj.logits(w, xv).argmax(-1)
+            pred = obj.logits(w).argmax(-1)
             for f in range(nf):
-                m = te[f].numel()
-                acc[j, f], bacc[j, f] = class_scores(pred[f, :m], cv_codes[f, :m], k)
+                acc[j, f], bacc[j, f] = class_scores(pred[f, te[f]], codes[te[f]], k)
+            # keep the solutions of the value cv_record will pick (first in grid order among ties)
+            score = (acc if self.scoring == "accuracy" else bacc)[j].mean()
+            if score > best_score or (score == best_score and j < best_j):
+                best_j, best_w, best_score = int(j), w, score
         sel = acc if self.scoring == "accuracy" else bacc
         self.cv_results_ = cv_record(grid, sel, mean_accuracy=acc.mean(1), std_accuracy=acc.std(1),
                                      fold_accuracy=acc, mean_class_accuracy=bacc.mean(1),
                                      std_class_accuracy=bacc.std(1), fold_class_accuracy=bacc,
                                      n_iter=n_iter, converged=conv)
-        best = self.cv_results_["best_index"]
+        best = self.cv_results_["best_index"]  # == best_j: same means, same tie rule
         self.penalty_ = float(grid[best])
         self.best_score_ = self.cv_results_["best_score"]
-        full = _Multinomial(*_pad_folds(xd, codes, [torch.arange(n, device=dev)]), k, self.fit_intercept)
-        res = self._solve(full, sols[best].mean(0, keepdim=True), self.penalty_)
+        full = _Multinomial(xd, codes, _fold_weights(n, [torch.arange(n, device=dev)], dev), k, self.fit_intercept)
+        res = self._solve(full, best_w.mean(0, keepdim=True), self.penalty_)
         self.n_iter_ = int(res.n_iter[0])
         self.converged_ = bool(res.converged[0])
         bad = int((~conv).sum()) + (0 if self.converged_ else 1)

@@ -41,6 +41,16 @@ def r2_scores(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, r2, const)
 
 
+def scaled_products(left: torch.Tensor, right: torch.Tensor, inv: torch.Tensor) -> torch.Tensor:
+    """``left @ diag(inv[p]) @ right`` for every row p of ``inv`` as one GEMM.
+
+    left [k, r], right [r, t], inv [P, r] -> [P, k, t]. (Broadcasting ``left`` against a [P, r, t]
+    stack would copy it P times.)
+    """
+    stacked = (right[None] * inv[:, :, None]).permute(1, 0, 2).reshape(right.shape[0], -1)   # [r, P*t]
+    return (left @ stacked).view(left.shape[0], inv.shape[0], right.shape[1]).transpose(0, 1)
+
+
 @dataclass
 class _Centred:
     """Training statistics of one fold in a frame already centred on the full-data mean."""
@@ -56,8 +66,7 @@ def _path_predict_primal(st: _Centred, x_test: torch.Tensor, lam: torch.Tensor) 
     s = s.clamp_min(0)
     b = v.T @ st.xty                                    # [d, t]
     proj = (x_test - st.x_mean) @ v                      # [k, d]
-    coefs = b / (s[None, :, None] + lam[:, None, None])  # [P, d, t]
-    return torch.matmul(proj, coefs) + st.y_mean
+    return scaled_products(proj, b, 1.0 / (s[None, :] + lam[:, None])) + st.y_mean
 
 
 def _path_predict_dual(xc: torch.Tensor, yc: torch.Tensor, x_test_c: torch.Tensor, y_mean: torch.Tensor,
@@ -67,20 +76,20 @@ def _path_predict_dual(xc: torch.Tensor, yc: torch.Tensor, x_test_c: torch.Tenso
     s = s.clamp_min(0)
     c = u.T @ yc                                         # [m, t]
     q = (x_test_c @ xc.T) @ u                            # [k, m]
-    coefs = c / (s[None, :, None] + lam[:, None, None])
-    return torch.matmul(q, coefs) + y_mean
+    return scaled_products(q, c, 1.0 / (s[None, :] + lam[:, None])) + y_mean
 
 
 def ridge_cv_predictions(x: torch.Tensor, y: torch.Tensor, splits: list[tuple[np.ndarray, np.ndarray]],
-                         penalties: torch.Tensor, fit_intercept: bool = True,
-                         progress: bool = False) -> list[torch.Tensor]:
+                         penalties: torch.Tensor, fit_intercept: bool = True, progress: bool = False,
+                         full_gram: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
     """Held-out predictions of ridge for every penalty and fold.
 
     x [n, d], y [n, t] (float64, same device), penalties [P]. Returns one [P, n_test_f, t] tensor per fold.
+    ``full_gram``: (x0ᵀx0, x0ᵀy) with x0 = x centred on its mean (or x itself without intercept),
+    if already computed.
     """
     n, d = x.shape
     x0 = x - x.mean(0) if fit_intercept else x
-    full_gram = None
     out = []
     for train, test in tqdm(splits, desc="ridge folds", disable=not progress, leave=False):
         tr = torch.as_tensor(train, device=x.device)
@@ -123,22 +132,24 @@ def ridge_loo_predictions(x: torch.Tensor, y: torch.Tensor, penalties: torch.Ten
         xv = xc @ v                                          # [n, d]
         b = v.T @ (xc.T @ yc)
         inv = 1.0 / (s[None, :] + penalties[:, None])         # [P, d]
-        fitted = torch.matmul(xv, b[None] * inv[:, :, None]) + ym
+        fitted = scaled_products(xv, b, inv) + ym
         hat = h0 + (xv ** 2) @ inv.T                          # [n, P]
     else:
         s, u = torch.linalg.eigh(xc @ xc.T)
         s = s.clamp_min(0)
         c = u.T @ yc
         shrink = s[None, :] / (s[None, :] + penalties[:, None])  # [P, n]
-        fitted = torch.matmul(u, c[None] * shrink[:, :, None]) + ym
+        fitted = scaled_products(u, c, shrink) + ym
         hat = h0 + (u ** 2) @ shrink.T
     resid = (y - fitted) / (1.0 - hat.T[:, :, None]).clamp_min(1e-12)
     return y - resid
 
 
-def ridge_solve(x: torch.Tensor, y: torch.Tensor, penalty: float,
-                fit_intercept: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """One ridge fit: coefficients [d, t] and intercept [t] (float64, primal or kernel form)."""
+def ridge_solve(x: torch.Tensor, y: torch.Tensor, penalty: float, fit_intercept: bool = True,
+                full_gram: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One ridge fit: coefficients [d, t] and intercept [t] (float64, primal or kernel form).
+
+    ``full_gram`` as in :func:`ridge_cv_predictions` saves recomputing the Gram matrix."""
     n, d = x.shape
     if fit_intercept:
         xm, ym = x.mean(0), y.mean(0)
@@ -148,9 +159,9 @@ def ridge_solve(x: torch.Tensor, y: torch.Tensor, penalty: float,
         ym = torch.zeros(y.shape[1], dtype=y.dtype, device=y.device)
         xc, yc = x, y
     if n >= d:
-        a = xc.T @ xc
+        a, b = (xc.T @ xc, xc.T @ yc) if full_gram is None else (full_gram[0].clone(), full_gram[1])
         a.diagonal().add_(penalty)
-        w = torch.linalg.solve(a, xc.T @ yc)
+        w = torch.linalg.solve(a, b)
     else:
         k = xc @ xc.T
         k.diagonal().add_(penalty)
@@ -201,6 +212,7 @@ class RidgeCV(RegressorMixin, ProbeBase):
         yt, one_d = as_targets(y if not isinstance(y, torch.Tensor) else y.to(x.device), "y", n)
         x = x.to(_F64)
         yt = yt.to(device=x.device, dtype=_F64)
+        full_gram = None
         grid = penalty_grid(self.n_models) if self.penalties is None else check_penalties(self.penalties)
         lam = torch.as_tensor(grid, dtype=_F64, device=x.device)
         if isinstance(self.cv, str):
@@ -212,7 +224,11 @@ class RidgeCV(RegressorMixin, ProbeBase):
             per_target = r2_scores(pred, yt)[:, None, :]      # [P, 1, t]
         else:
             splits = resolve_cv(self.cv, n, shuffle=self.shuffle, seed=self.random_state)
-            preds = ridge_cv_predictions(x, yt, splits, lam, self.fit_intercept, progress=self.verbose)
+            if n > d:
+                x0 = x - x.mean(0) if self.fit_intercept else x
+                full_gram = (x0.T @ x0, x0.T @ yt)
+            preds = ridge_cv_predictions(x, yt, splits, lam, self.fit_intercept, progress=self.verbose,
+                                         full_gram=full_gram)
             te_idx = [torch.as_tensor(te, device=x.device) for _, te in splits]
             per_target = torch.stack([r2_scores(p, yt[te]) for p, te in zip(preds, te_idx)], dim=1)  # [P, F, t]
         per_target_np = per_target.cpu().numpy()
@@ -222,7 +238,7 @@ class RidgeCV(RegressorMixin, ProbeBase):
         best = self.cv_results_["best_index"]
         self.penalty_ = float(grid[best])
         self.best_score_ = self.cv_results_["best_score"]
-        w, b = ridge_solve(x, yt, self.penalty_, self.fit_intercept)
+        w, b = ridge_solve(x, yt, self.penalty_, self.fit_intercept, full_gram=full_gram)
         self._w, self._b, self._one_d = w, b, one_d
         r2t = torch.as_tensor(per_target_np.mean(1)[best])
         self.r2_per_target_ = output_like(r2t, self._numpy_)
