@@ -200,3 +200,24 @@ def test_invariance_probe_is_lazy():
     assert "InvarianceProbe" in P.__all__
     with pytest.raises(AttributeError):
         P.__getattr__("NoSuchThing")
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_probes_on_cuda_match_cpu(rng):
+    x, y = _structured(rng, 80, 12, t=2)
+    labels = (x[:, 0] > np.median(x[:, 0])).astype(int) + (x[:, 1] > np.median(x[:, 1])).astype(int)
+    xc = torch.from_numpy(x).cuda()
+    cpu = P.RidgeCV().fit(x, y)
+    gpu = P.RidgeCV().fit(xc, torch.from_numpy(y).cuda())
+    assert gpu.coef_.is_cuda and gpu.predict(xc).is_cuda
+    np.testing.assert_allclose(gpu.cv_results_["mean_score"], cpu.cv_results_["mean_score"], rtol=1e-6, atol=1e-9)
+    lc = P.LogisticCV(penalties=[0.1, 1.0, 10.0], dtype="float64", tol=1e-8, max_iter=2000).fit(x, labels)
+    lg = P.LogisticCV(penalties=[0.1, 1.0, 10.0], dtype="float64", tol=1e-8, max_iter=2000).fit(xc, labels)
+    np.testing.assert_allclose(lg.cv_results_["mean_accuracy"], lc.cv_results_["mean_accuracy"])
+    kc = P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.01, 0.1]).fit(x, y)
+    kg = P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.01, 0.1]).fit(xc, torch.from_numpy(y).cuda())
+    np.testing.assert_allclose(kg.cv_results_["mean_score"], kc.cv_results_["mean_score"], rtol=1e-6, atol=1e-9)
+    a = P.few_shot(x, labels, n_way=2, k_shot=2, n_query=3, episodes=20, seed=1)
+    b = P.few_shot(xc, labels, n_way=2, k_shot=2, n_query=3, episodes=20, seed=1)
+    np.testing.assert_allclose(a.scores, b.scores)

@@ -62,7 +62,7 @@ def fuse(features: Sequence[Any]) -> Any:
         return np.concatenate(features, axis=1)
     ref = next(f for f in features if isinstance(f, torch.Tensor))
     ts = [torch.as_tensor(f, device=ref.device) for f in features]
-    dtype = torch.promote_types(ts[0].dtype, ts[0].dtype)
+    dtype = ts[0].dtype
     for t in ts[1:]:
         dtype = torch.promote_types(dtype, t.dtype)
     return torch.cat([t.to(dtype) for t in ts], dim=1)
