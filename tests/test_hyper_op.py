@@ -35,9 +35,9 @@ SIZES = [9, 64 * 3 * 9, 5000, 1, 64 * 64, 0, 700]
 
 
 @pytest.mark.parametrize("mode", ["auto", "reference"])
-@pytest.mark.parametrize("b", [1, 4])
-def test_forward_matches_per_kernel_linear(mode, b, rng):
-    hidden, weight, bias, offs, linears = _problem(SIZES, b, seed=int(rng.integers(2**31)))
+@pytest.mark.parametrize("b,h", [(1, 32), (4, 32), (1, 7), (2, 7)])
+def test_forward_matches_per_kernel_linear(mode, b, h, rng):
+    hidden, weight, bias, offs, linears = _problem(SIZES, b, h=h, seed=int(rng.integers(2**31)))
     with backend.using(mode):
         out = hyper.generate(hidden, weight, bias, offs)
     assert out.shape == (b, offs[-1])
