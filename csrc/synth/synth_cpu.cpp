@@ -267,7 +267,8 @@ at::Tensor synth_blur_cpu(const at::Tensor& x_in, const at::Tensor& taps_in) {
 }
 
 // ---------------------------------------------------------------------------- affine warp
-at::Tensor synth_warp_cpu(const at::Tensor& pm_in, const at::Tensor& inv_in, const at::Tensor& off_in) {
+at::Tensor synth_warp_cpu(const at::Tensor& pm_in, const at::Tensor& inv_in, const at::Tensor& off_in,
+                          bool premultiplied) {
   TORCH_CHECK(pm_in.dim() == 4 && pm_in.scalar_type() == at::kFloat, "synth_warp: x must be float32 [B, C, H, W]");
   const int64_t B = pm_in.size(0), C = pm_in.size(1), H = pm_in.size(2), W = pm_in.size(3);
   TORCH_CHECK(inv_in.dim() == 3 && inv_in.size(0) == B && inv_in.size(1) == 2 && inv_in.size(2) == 2 &&
@@ -283,6 +284,7 @@ at::Tensor synth_warp_cpu(const at::Tensor& pm_in, const at::Tensor& inv_in, con
   const float* ip = inv.data_ptr<float>();
   const float* fp = off.data_ptr<float>();
   float* op = out.data_ptr<float>();
+  const bool skip_clear = C == 4 && premultiplied;
   at::parallel_for(0, B, grain_for(C * H * W), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const float* m = ip + b * 4;
@@ -297,9 +299,12 @@ at::Tensor synth_warp_cpu(const at::Tensor& pm_in, const at::Tensor& inv_in, con
           const float dx = xs - ox;
           const float gx = dx * m[0] + dy * m[1];
           const float gy = dx * m[2] + dy * m[3];
-          const float fx = ((gx + 1.0f) * static_cast<float>(W) - 1.0f) / 2.0f;
-          const float fy = ((gy + 1.0f) * static_cast<float>(H) - 1.0f) / 2.0f;
-          const float x0f = std::floor(fx), y0f = std::floor(fy);
+          float fx = ((gx + 1.0f) * static_cast<float>(W) - 1.0f) / 2.0f;
+          float fy = ((gy + 1.0f) * static_cast<float>(H) - 1.0f) / 2.0f;
+          // far outside the image (or NaN): every tap is out of range; keeps floor_small exact
+          fx = fx > -2.0f ? (fx < static_cast<float>(W) + 1.0f ? fx : static_cast<float>(W) + 1.0f) : -2.0f;
+          fy = fy > -2.0f ? (fy < static_cast<float>(H) + 1.0f ? fy : static_cast<float>(H) + 1.0f) : -2.0f;
+          const float x0f = floor_small(fx), y0f = floor_small(fy);
           const float wx1 = fx - x0f, wy1 = fy - y0f, wx0 = 1.0f - wx1, wy0 = 1.0f - wy1;
           const int64_t x0 = static_cast<int64_t>(x0f), y0 = static_cast<int64_t>(y0f);
           const bool vx0 = x0 >= 0 && x0 < W, vx1 = x0 + 1 >= 0 && x0 + 1 < W;
@@ -310,10 +315,19 @@ at::Tensor synth_warp_cpu(const at::Tensor& pm_in, const at::Tensor& inv_in, con
           const int64_t cx1 = std::min<int64_t>(std::max<int64_t>(x0 + 1, 0), W - 1);
           const int64_t cy0 = std::min<int64_t>(std::max<int64_t>(y0, 0), H - 1);
           const int64_t cy1 = std::min<int64_t>(std::max<int64_t>(y0 + 1, 0), H - 1);
+          const int64_t o00 = cy0 * W + cx0, o01 = cy0 * W + cx1, o10 = cy1 * W + cx0, o11 = cy1 * W + cx1;
+          if (skip_clear) {
+            // premultiplied RGBA: all four alpha taps zero (or weightless) => every channel is zero
+            const float* sa = s + 3 * H * W;
+            if ((sa[o00] == 0.0f || w00 == 0.0f) && (sa[o01] == 0.0f || w01 == 0.0f) &&
+                (sa[o10] == 0.0f || w10 == 0.0f) && (sa[o11] == 0.0f || w11 == 0.0f)) {
+              for (int64_t c = 0; c < C; ++c) d[c * H * W + i * W + j] = 0.0f;
+              continue;
+            }
+          }
           for (int64_t c = 0; c < C; ++c) {
             const float* sc = s + c * H * W;
-            const float v = sc[cy0 * W + cx0] * w00 + sc[cy0 * W + cx1] * w01 + sc[cy1 * W + cx0] * w10 +
-                            sc[cy1 * W + cx1] * w11;
+            const float v = sc[o00] * w00 + sc[o01] * w01 + sc[o10] * w10 + sc[o11] * w11;
             d[c * H * W + i * W + j] = v;
           }
         }

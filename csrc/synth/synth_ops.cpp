@@ -17,5 +17,7 @@ TORCH_LIBRARY_FRAGMENT(invfast, m) {
   m.def("synth_blur(Tensor x, Tensor taps) -> Tensor");
   // Bilinear affine warp (zeros outside, align_corners=False): output pixel p samples x at
   // inv @ (p - offset) in normalised [-1, 1] coordinates; inv [B, 2, 2], offset [B, 2] float32.
-  m.def("synth_warp(Tensor x, Tensor inv, Tensor offset) -> Tensor");
+  // premultiplied=True promises x is premultiplied RGBA (C == 4, colour 0 wherever alpha is 0): pixels
+  // whose alpha taps are all 0 are then written as 0 without reading the colour (same result).
+  m.def("synth_warp(Tensor x, Tensor inv, Tensor offset, bool premultiplied=False) -> Tensor");
 }

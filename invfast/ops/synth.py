@@ -77,9 +77,11 @@ def synth_blur_reference(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
 
 
 @backend.register_reference("synth_warp")
-def synth_warp_reference(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+def synth_warp_reference(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor,
+                         premultiplied: bool = False) -> torch.Tensor:
     """Bilinear affine warp (zeros outside, align_corners=False): output pixel p samples x at
-    inv @ (p - offset), coordinates normalised to [-1, 1]; inv [B, 2, 2], offset [B, 2] float32."""
+    inv @ (p - offset), coordinates normalised to [-1, 1]; inv [B, 2, 2], offset [B, 2] float32.
+    ``premultiplied`` only lets the compiled kernel skip fully transparent pixels (same result)."""
     from invfast.synthetic import ops2d
 
     return ops2d.affine_warp(x, inv, offset)
@@ -100,10 +102,10 @@ def blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     return backend.call("synth_blur", x.contiguous(), taps.to(torch.float32).contiguous())
 
 
-def warp(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor) -> torch.Tensor:
+def warp(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor, premultiplied: bool = False) -> torch.Tensor:
     """See :func:`synth_warp_reference` (compiled when available)."""
     return backend.call("synth_warp", x.contiguous(), inv.to(torch.float32).contiguous(),
-                        offset.to(torch.float32).contiguous())
+                        offset.to(torch.float32).contiguous(), bool(premultiplied))
 
 
 def composite(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tensor) -> torch.Tensor:
@@ -141,7 +143,7 @@ def _register_compiled() -> None:
         return torch.empty_like(x)
 
     @torch.library.register_fake("invfast::synth_warp")
-    def _(x, inv, offset):
+    def _(x, inv, offset, premultiplied=False):
         return torch.empty_like(x)
 
 

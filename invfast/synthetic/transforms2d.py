@@ -308,7 +308,7 @@ class Transforms2D(torch.utils.data.Dataset):
             offset[:, 1] = lo_y + u[:, 1] * (hi_y - lo_y)
         p["x"] = (offset[:, 0] + 1.0) / 2.0
         p["y"] = (offset[:, 1] + 1.0) / 2.0
-        return synth_ops.warp(pm, torch.from_numpy(inv), torch.from_numpy(offset))
+        return synth_ops.warp(pm, torch.from_numpy(inv), torch.from_numpy(offset), True)
 
     # ------------------------------------------------------------------ identity and storage
     def config(self) -> dict[str, Any]:
