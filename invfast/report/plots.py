@@ -56,7 +56,7 @@ def plot_curves(results: InvarianceResult | Sequence[InvarianceResult], *, metri
             t = r[name]
             y = getattr(t, metric).numpy()
             x = t.params.numpy() if t.params.dim() == 1 else np.arange(t.params.shape[0])
-            style = "-" if len(y) > 1 else "o"
+            style = "-" if len(y) > 8 else "o-"
             line = ax.plot(x, y, style, label=r.model, lw=1.2, ms=4)[0]
             ident = t.identity.numpy()
             if ident.any():
