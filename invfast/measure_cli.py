@@ -33,7 +33,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True,
                         help="invfast model name (e.g. resnet18-cifar, resnet50) or 'module:factory' returning an nn.Module")
     parser.add_argument("--invariance", help="descriptor for amortised models (hyper-*, prompt-vit), e.g. 1,0")
-    parser.add_argument("--checkpoint", help="weights for the model (state dict, or dict with 'state_dict'/'model')")
+    parser.add_argument("--checkpoint", help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, or a dict with 'state_dict'")
     parser.add_argument("--data", required=True, help="folder:PATH | PATH | synthetic[:objects=10,n=1000,size=32,seed=0,...]")
     parser.add_argument("--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)")
     parser.add_argument("--images", type=int, default=1000, help="first N images of the data (default 1000; 0 = all)")
