@@ -293,21 +293,18 @@ def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
 
 
 def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`rgb_to_hsv` (torchvision ``_hsv2rgb``)."""
+    """Inverse of :func:`rgb_to_hsv` (same values as torchvision ``_hsv2rgb``), written without a sector
+    table: channel n in (5, 3, 1) for (r, g, b) is ``v - v s clamp(min(k, 4 - k), 0, 1)``,
+    ``k = (n + 6 h) mod 6``."""
     h, s, v = hsv.unbind(dim=-3)
     h6 = h * 6.0
-    i = torch.floor(h6)
-    f = h6 - i
-    i = i.to(torch.int64) % 6
-    p = (v * (1.0 - s)).clamp_(0.0, 1.0)
-    q = (v * (1.0 - s * f)).clamp_(0.0, 1.0)
-    t = (v * (1.0 - s * (1.0 - f))).clamp_(0.0, 1.0)
-    # sector table: (r, g, b) for i = 0..5
-    cand = torch.stack([v, q, p, t], dim=0)  # index 0:v 1:q 2:p 3:t
-    table = torch.tensor([[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]], dtype=torch.int64)
-    sel = table[i]  # [..., H, W, 3]
-    out = torch.gather(cand, 0, sel.movedim(-1, 0))  # [3, ..., H, W]
-    return out.movedim(0, -3)
+    vs = v * s
+    out = []
+    for n in (5.0, 3.0, 1.0):
+        k = torch.remainder(h6 + n, 6.0)
+        a = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
+        out.append((v - vs * a).clamp_(0.0, 1.0))
+    return torch.stack(out, dim=-3)
 
 
 def adjust_hue(x: torch.Tensor, shift: torch.Tensor, hsv: torch.Tensor | None = None) -> torch.Tensor:
