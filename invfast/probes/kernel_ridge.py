@@ -20,7 +20,7 @@ from invfast.probes._base import (ProbeBase, RegressorMixin, as_targets, as_tens
                                   cv_record, output_like)
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
-from invfast.probes.ridge import r2_scores, scaled_products
+from invfast.probes.ridge import r2_scores, scaled_products, sym_eigh
 
 _F64 = torch.float64
 # LAPACK's symmetric eigensolver costs 7x (n=400) to 20x (n=1600) one Cholesky factorisation
@@ -46,9 +46,9 @@ def sq_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _path_predict(k_tr: torch.Tensor, k_te: torch.Tensor, y: torch.Tensor, alphas: torch.Tensor,
                   solver: str) -> torch.Tensor:
-    """Predictions [A, n_te, t] of kernel ridge for every α (standardised target space)."""
+    """Predictions [A, n_te, t] of kernel ridge for every α (standardised target space); k_tr is consumed."""
     if solver == "eigh":
-        s, u = torch.linalg.eigh(k_tr)
+        s, u = sym_eigh(k_tr)
         c = u.T @ y
         q = k_te @ u
         return scaled_products(q, c, 1.0 / (s[None, :] + alphas[:, None]))
