@@ -20,7 +20,7 @@ from invfast.synthetic.recipe import IDENTITY, PARAM_NAMES, Recipe, TRANSFORMATI
 FORMAT_VERSION = 1
 DEFAULT_SIZES = {"train": 50_000, "val": 10_000, "test": 10_000}
 RANDOM_BACKGROUNDS = "uniform-random"
-_CHUNK = 256  # samples rendered together: intermediates stay in cache
+_CHUNK_PER_THREAD = 256  # samples per thread rendered together: intermediates stay in cache
 
 Batch = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
 
@@ -182,19 +182,20 @@ class Transforms2D(torch.utils.data.Dataset):
         params dict[str, float64 Tensor [B]]). Independent of batch composition and order."""
         idx = _as_indices(indices, self.n)
         keys = rng.sample_keys(self.seed, self.split, idx)
-        if idx.size <= _CHUNK:
+        chunk = _CHUNK_PER_THREAD * max(1, torch.get_num_threads())
+        if idx.size <= chunk:
             return self._render(keys)
         # cache-sized chunks: samples are batch-independent, so chunking changes no byte
         S = self.size
         images = torch.empty(idx.size, 3, S, S, dtype=torch.uint8)
         labels = torch.empty(idx.size, dtype=torch.int64)
         params = {k: torch.empty(idx.size, dtype=torch.float64) for k in PARAM_NAMES}
-        for c0 in range(0, idx.size, _CHUNK):
-            im, lab, par = self._render(keys[c0:c0 + _CHUNK])
-            images[c0:c0 + _CHUNK] = im
-            labels[c0:c0 + _CHUNK] = lab
+        for c0 in range(0, idx.size, chunk):
+            im, lab, par = self._render(keys[c0:c0 + chunk])
+            images[c0:c0 + chunk] = im
+            labels[c0:c0 + chunk] = lab
             for k in PARAM_NAMES:
-                params[k][c0:c0 + _CHUNK] = par[k]
+                params[k][c0:c0 + chunk] = par[k]
         return images, labels, params
 
     def _render(self, keys: np.ndarray, labels: np.ndarray | None = None) -> Batch:
