@@ -223,3 +223,25 @@ def test_default_policy_two_views(benchmark, size):
         msg += ", DALI not installed"
     benchmark.extra_info.update(info)
     print(msg)
+
+
+# ------------------------------------------------------------------------------------------
+# the compiled affine warp (csrc/augment) against the torch path it replaces
+
+
+@pytest.mark.parametrize("name", ["rotation", "scale"])
+def test_compiled_warp_vs_torch_path(benchmark, name):
+    import invfast.backend as backend
+
+    if "warp_affine" not in backend.compiled_ops():
+        pytest.skip("compiled core without warp_affine")
+    images = _photos(B, SIZE)
+    grid = _grid(name, min(P, 32))
+    t = T.get(name)
+    benchmark.pedantic(lambda: t.apply(images, grid), rounds=2, iterations=1, warmup_rounds=1)
+    ours = benchmark.stats.stats.min
+    with backend.using("reference"):
+        ref = _time(lambda: t.apply(images, grid))
+    benchmark.extra_info.update({"compiled_s": ours, "torch_path_s": ref, "speedup_vs_torch_path": ref / ours})
+    print(f"\n{name} warp B={B} P={grid.shape[0]} {SIZE}px: compiled {ours * 1e3:.1f} ms, torch path "
+          f"{ref * 1e3:.1f} ms -> {ref / ours:.1f}x")

@@ -24,6 +24,9 @@ def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int
     sx = m[:, 0, 0].view(-1, 1, 1) * u + m[:, 0, 1].view(-1, 1, 1) * v + m[:, 0, 2].view(-1, 1, 1)
     sy = m[:, 1, 0].view(-1, 1, 1) * u + m[:, 1, 1].view(-1, 1, 1) * v + m[:, 1, 2].view(-1, 1, 1)
     coords = torch.stack([sx, sy], dim=-1).to(torch.float32)
+    if bool((coords == torch.round(coords)).all()):  # pure pixel copies: an exact gather in any dtype
+        f = torch.floor(fill.to(torch.float64) + 0.5) if images.dtype == torch.uint8 else fill
+        return Fn.warp(images, coords, f.tolist())
     if images.dtype == torch.uint8:
         out = Fn.warp(images.to(torch.float32), coords, (fill.to(torch.float32)).tolist())
         return out.add_(0.5).clamp_(0, 255).to(torch.uint8)
@@ -33,7 +36,9 @@ def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int
 def warp_affine(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int,
                 fill: torch.Tensor) -> torch.Tensor:
     """Compiled on CPU when the core is built, the torch reference otherwise (and on other devices)."""
-    if images.device.type != "cpu":
+    integral = bool((matrix == torch.round(matrix)).all())
+    if images.device.type != "cpu" or integral:
+        # flips / 90-degree rotations / integer shifts: the torch gather copies faster than the kernel samples
         return warp_affine_reference(images, matrix, out_h, out_w, fill)
     return backend.call("warp_affine", images, matrix, int(out_h), int(out_w), fill)
 
