@@ -67,6 +67,7 @@ class _Multinomial:
         self.n = (weights > 0).sum(1).to(torch.float64)   # [F]
         self.lam = torch.zeros_like(self.n)                # [F], set per path value
         self.rows = max(1, chunk_elems // (self.nf * n_classes))
+        self._last: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
     def _stack(self, w: torch.Tensor) -> torch.Tensor:
         return w.permute(1, 0, 2).reshape(w.shape[1], -1).to(self.x.dtype)   # [D, F*Kout]
@@ -85,6 +86,18 @@ class _Multinomial:
     def __call__(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         # logits, loss and softmax in float64 keep the line search exact enough for tight
         # tolerances; only the two products with X run in the compute dtype
+        if self._last is not None and torch.equal(self._last[0], w):
+            ce, gs = self._last[1], self._last[2]   # warm start: same point, only λ changed
+        else:
+            ce, gs = self._data_term(w)
+            self._last = (w.clone(), ce, gs)
+        reg = self.lam / self.n
+        loss = ce + 0.5 * reg * ((w * self.mask) ** 2).sum((1, 2))
+        grad = gs.view(w.shape[1], self.nf, -1).transpose(0, 1) + reg[:, None, None] * w * self.mask
+        return loss, grad
+
+    def _data_term(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Weighted mean cross-entropy [F] and its gradient, stacked [D, F*Kout] (float64)."""
         ws = self._stack(w)
         ce = torch.zeros(self.nf, dtype=torch.float64, device=w.device)
         gs = torch.zeros(ws.shape, dtype=torch.float64, device=w.device)
@@ -100,10 +113,7 @@ class _Multinomial:
             if self.binary:
                 p = p[..., 1:]
             gs += (xc.T @ p.reshape(xc.shape[0], -1).to(xc.dtype)).to(torch.float64)
-        reg = self.lam / self.n
-        loss = ce + 0.5 * reg * ((w * self.mask) ** 2).sum((1, 2))
-        grad = gs.view(w.shape[1], self.nf, -1).transpose(0, 1) + reg[:, None, None] * w * self.mask
-        return loss, grad
+        return ce, gs
 
 
 def class_scores(pred: torch.Tensor, truth: torch.Tensor, n_classes: int) -> tuple[float, float]:
