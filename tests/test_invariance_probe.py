@@ -53,11 +53,21 @@ def test_recovers_corner_descriptor_classification(rng):
     assert set(probe.predict(x).unique().tolist()) <= {0, 1}
 
 
-def test_quantisation_straight_through(rng):
-    x, y = _toy(rng, [0.9, 0.1])
-    probe = InvarianceProbe(MixtureExtractor(), task="regression", epochs=40, batch_size=128, quantize_bits=1).fit(x, y)
-    torch.testing.assert_close(probe.i_, torch.tensor([1.0, 0.0]))
-    assert torch.equal(quantize(torch.tensor([0.0, 0.3, 0.5, 0.8]), 2), torch.tensor([0.0, 1 / 3, 2 / 3, 2 / 3]))
+@pytest.mark.parametrize("bits,target", [(2, [2 / 3, 1 / 3]), (3, [6 / 7, 2 / 7])])
+def test_quantisation_straight_through(bits, target, rng):
+    """A target generated at a quantisation level is recovered exactly through Q(i; b)."""
+    x, y = _toy(rng, target)
+    probe = InvarianceProbe(MixtureExtractor(), task="regression", epochs=40, batch_size=128,
+                            quantize_bits=bits).fit(x, y)
+    torch.testing.assert_close(probe.i_, torch.tensor(target))
+    torch.testing.assert_close(quantize(probe.i_continuous_, bits), probe.i_)
+
+
+def test_quantize_levels():
+    torch.testing.assert_close(quantize(torch.tensor([0.0, 0.3, 0.5, 0.8, 1.0]), 2),
+                               torch.tensor([0.0, 1 / 3, 2 / 3, 2 / 3, 1.0]))
+    with pytest.raises(ValueError, match="bits"):
+        quantize(torch.tensor([0.5]), 0)
 
 
 def test_model_left_unchanged_and_on_hyper_resnet():
