@@ -1,7 +1,6 @@
 """``invfast pretrain`` end to end on small data, and every bad input named in the issue."""
 import json
 import os
-import sys
 
 import numpy as np
 import pytest

@@ -9,7 +9,6 @@ augmentation randomness is keyed by rank (each process draws its own).
 """
 import datetime
 import os
-import sys
 
 import pytest
 import torch

@@ -1,7 +1,6 @@
 """MoCo machinery (queue, momentum update, queue sizing), descriptor sets and the methods' steps."""
 import copy
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
