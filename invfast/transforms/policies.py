@@ -205,7 +205,7 @@ class Policy:
             x = Fn.warp(x, Fn.affine_coords(A, b, (S, S)).unsqueeze(1)).squeeze(1)
         else:
             x = center_crop(resize(x, max(S, int(round(S * c.resize_ratio)))), S)
-            x = torch.where(flip.view(B, 1, 1, 1), x.flip(-1), x)
+            x = torch.where(flip.view(B, 1, 1, 1), x.flip(-1), x)  # a fresh tensor: safe to edit in place
         x = x.contiguous()
         if c.jitter:
             x = _jitter(x, params["jitter"], params["factors"].to(torch.float32), params["order"])
@@ -230,7 +230,7 @@ def _masked(x: torch.Tensor, mask: torch.Tensor, fn: Any, with_index: bool = Fal
         return x
     sub = x.index_select(0, idx)
     res = fn(sub, idx) if with_index else fn(sub)
-    return x.index_copy(0, idx, res.to(x.dtype))
+    return x.index_copy_(0, idx, res.to(x.dtype))
 
 
 def _jitter(x: torch.Tensor, on: torch.Tensor, f: torch.Tensor, order: torch.Tensor) -> torch.Tensor:
@@ -251,7 +251,7 @@ def _jitter(x: torch.Tensor, on: torch.Tensor, f: torch.Tensor, order: torch.Ten
                 sub = Fn.adjust_saturation(sub, fac)
             else:
                 sub = Fn.adjust_hue(sub, fac.view(-1, 1, 1))
-            x = x.index_copy(0, idx, sub)
+            x.index_copy_(0, idx, sub)
     return x
 
 
