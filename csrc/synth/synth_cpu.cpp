@@ -90,8 +90,9 @@ inline float floor_small(float x) {
 inline float luma(float r, float g, float b) { return r * 0.2989f + g * 0.587f + b * 0.114f; }
 
 // Hue rotation in HSV (torchvision adjust_hue semantics), branch-free so the loop vectorises.
-void hue_rows(float* R, float* G, float* Bc, int64_t n, float shift) {
+void hue_rows(float* R, float* G, float* Bc, const float* alpha, int64_t n, float shift) {
   for (int64_t p = 0; p < n; ++p) {
+    if (alpha[p] == 0.0f) continue;  // premultiplied by 0 at the end: the colour cannot matter
     const float r = R[p], g = G[p], b = Bc[p];
     const float maxc = std::max(std::max(r, g), b);
     const float minc = std::min(std::min(r, g), b);
@@ -161,7 +162,7 @@ at::Tensor synth_color_cpu(const at::Tensor& pm_in, const at::Tensor& hue_in, co
           dc[p] = ap > 0.0f ? clamp01(q) : 0.0f;
         }
       }
-      if (fl & kHue) hue_rows(R, G, Bc, HW, hp[b]);
+      if (fl & kHue) hue_rows(R, G, Bc, a, HW, hp[b]);
       if (fl & kBrightness) {
         const float f = bp[b];
         for (int64_t p = 0; p < 3 * HW; ++p) d[p] = clamp01(d[p] * f);
@@ -229,7 +230,7 @@ at::Tensor synth_blur_cpu(const at::Tensor& x_in, const at::Tensor& taps_in) {
   at::parallel_for(0, B, grain_for(C * H * W), [&](int64_t b0, int64_t b1) {
     // rows padded by `pad` on each side; the inner loops run over contiguous j (vectorisable) and
     // sum the taps in order k = 0..K-1, exactly as the reference's shifted-slice sum.
-    std::vector<float> row(W + 2 * pad), tmp(H * W), acc(W);
+    std::vector<float> row(W + 2 * pad), tmp(H * W);
     std::vector<const float*> rows(K);
     for (int64_t b = b0; b < b1; ++b) {
       const float* w = tp + b * K;
@@ -238,8 +239,8 @@ at::Tensor synth_blur_cpu(const at::Tensor& x_in, const at::Tensor& taps_in) {
         float* d = op + (b * C + c) * H * W;
         for (int64_t i = 0; i < H; ++i) {
           const float* si = s + i * W;
-          for (int64_t j = -pad; j < W + pad; ++j) row[j + pad] = si[edge_index(j, W, reflect)];
           float* ti = tmp.data() + i * W;
+          for (int64_t j = -pad; j < W + pad; ++j) row[j + pad] = si[edge_index(j, W, reflect)];
           const float* r = row.data();
           const float w0 = w[0];
           for (int64_t j = 0; j < W; ++j) ti[j] = r[j] * w0;
