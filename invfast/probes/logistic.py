@@ -228,7 +228,8 @@ class LogisticCV(ClassifierMixin, ProbeBase):
         if bad:
             warnings.warn(f"LogisticCV: {bad} of {conv.size + 1} fits stopped before max|grad| <= tol={self.tol} "
                           f"(max_iter={self.max_iter}); see cv_results_['converged']. Raise max_iter, standardise "
-                          "the features, or use dtype='float64' (float32 gradients bottom out near tol=1e-5).", ConvergenceWarning, stacklevel=2)
+                          "the features, or use dtype='float64' (float32 gradients bottom out near tol=1e-5).",
+                          ConvergenceWarning, stacklevel=2)
         wf = res.x[0]
         self._w = wf
         self.classes_ = classes
