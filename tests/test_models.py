@@ -123,8 +123,8 @@ def test_prompt_vit_prompt_and_descriptors(rng):
 
 
 def test_prompt_vit_token_order():
-    """The prompt is the last token: with attention restricted away from it nothing would change,
-    so check instead that changing i changes the CLS output and that the patch count is right."""
+    """Position embeddings cover CLS + patches only (the prompt is appended after them), and the
+    CLS features depend on i through attention to the prompt token."""
     m = PromptViT(dim=16, depth=1, heads=2)
     assert m.pos_embed.shape == (1, 65, 16)  # CLS + 8x8 patches; the prompt token carries no position
     i = torch.tensor([0.2, 0.9], requires_grad=True)
