@@ -292,10 +292,47 @@ at::Tensor synth_warp_cpu(const at::Tensor& pm_in, const at::Tensor& inv_in, con
       const float ox = fp[b * 2], oy = fp[b * 2 + 1];
       const float* s = xp + b * C * H * W;
       float* d = op + b * C * H * W;
-      for (int64_t i = 0; i < H; ++i) {
+      int64_t ilo = 0, ihi = H, jlo = 0, jhi = W;
+      if (skip_clear) {
+        // Only output pixels near the forward image of the input's alpha box can be non-zero:
+        // zero the sample, then visit a conservative box (input box widened by 1 px for the
+        // bilinear taps, output box widened by 2 px for rounding).
+        std::fill(d, d + C * H * W, 0.0f);
+        const float* sa = s + 3 * H * W;
+        int64_t ay0 = H, ay1 = -1, ax0 = W, ax1 = -1;
+        for (int64_t i = 0; i < H; ++i)
+          for (int64_t j = 0; j < W; ++j)
+            if (sa[i * W + j] != 0.0f) {
+              ay0 = std::min(ay0, i); ay1 = std::max(ay1, i); ax0 = std::min(ax0, j); ax1 = std::max(ax1, j);
+            }
+        if (ay1 < 0) continue;
+        const double det = static_cast<double>(m[0]) * m[3] - static_cast<double>(m[1]) * m[2];
+        if (std::isfinite(det) && std::abs(det) > 1e-12) {
+          const double f00 = m[3] / det, f01 = -m[1] / det, f10 = -m[2] / det, f11 = m[0] / det;
+          const double qx[2] = {2.0 * (ax0 - 1) / W - 1.0, 2.0 * (ax1 + 2) / W - 1.0};
+          const double qy[2] = {2.0 * (ay0 - 1) / H - 1.0, 2.0 * (ay1 + 2) / H - 1.0};
+          double pxmin = 1e30, pxmax = -1e30, pymin = 1e30, pymax = -1e30;
+          for (int u = 0; u < 2; ++u)
+            for (int v = 0; v < 2; ++v) {
+              const double px = f00 * qx[u] + f01 * qy[v] + ox, py = f10 * qx[u] + f11 * qy[v] + oy;
+              pxmin = std::min(pxmin, px); pxmax = std::max(pxmax, px);
+              pymin = std::min(pymin, py); pymax = std::max(pymax, py);
+            }
+          auto lo = [](double pmin, int64_t n) {
+            const double k = std::floor((pmin + 1.0) * n / 2.0 - 0.5) - 2.0;
+            return static_cast<int64_t>(std::max(0.0, std::min(static_cast<double>(n), k)));
+          };
+          auto hi = [](double pmax, int64_t n) {
+            const double k = std::ceil((pmax + 1.0) * n / 2.0 - 0.5) + 3.0;
+            return static_cast<int64_t>(std::max(0.0, std::min(static_cast<double>(n), k)));
+          };
+          jlo = lo(pxmin, W); jhi = hi(pxmax, W); ilo = lo(pymin, H); ihi = hi(pymax, H);
+        }
+      }
+      for (int64_t i = ilo; i < ihi; ++i) {
         const float ys = (static_cast<float>(i) * 2.0f + 1.0f) / static_cast<float>(H) - 1.0f;
         const float dy = ys - oy;
-        for (int64_t j = 0; j < W; ++j) {
+        for (int64_t j = jlo; j < jhi; ++j) {
           const float xs = (static_cast<float>(j) * 2.0f + 1.0f) / static_cast<float>(W) - 1.0f;
           const float dx = xs - ox;
           const float gx = dx * m[0] + dy * m[1];
