@@ -499,11 +499,24 @@ def _score_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tenso
     mm = _pair_files(os.fspath(pair_dir), t.name, run.n, p, run.shard, fresh and acc["next"] == run.start) \
         if pair_dir is not None else None
     bar = run.bar(run.stop - run.start, t.name, initial=acc["next"] - run.start)
-    for s, e in run.batches(acc["next"]):
-        x, idx = run.load(s, e)
-        b = x.shape[0]
+    # transforms with few parameters take several image batches per model call, so every call
+    # carries about forward_batch images (the reference features stay cached per image batch)
+    group = max(1, run.extract.forward_batch // max(1, p * run.batch_size))
+    batches = list(run.batches(acc["next"]))
+    for g in range(0, len(batches), group):
+        span = batches[g:g + group]
+        s, e = span[0][0], span[-1][1]
+        xs, idxs, refs = [], [], []
+        for bs, be in span:
+            xb, ib = run.load(bs, be)
+            if xb.shape[0]:
+                xs.append(xb)
+                idxs.append(ib)
+                refs.append(run.reference_features(bs, xb))
+        b = sum(xb.shape[0] for xb in xs)
         if b:
-            f_ref = run.reference_features(s, x)
+            x, idx = (xs[0], idxs[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(idxs))
+            f_ref = refs[0] if len(refs) == 1 else torch.cat(refs)
             pc = max(1, run.extract.forward_batch // b)
             img_d = torch.zeros(b, dtype=torch.float64)
             img_c = torch.zeros(b, dtype=torch.float64)

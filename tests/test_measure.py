@@ -44,7 +44,8 @@ def test_streamed_equals_direct(tmp_path):
     x = random_images(30, seed=1)
     model = small_net(seed=1, dim=6)
     tfs = [Rot90(), HFlip(), Brightness()]
-    r = measure_invariance(model, x, tfs, grid_size=7, batch_size=7, forward_batch=10,
+    # forward_batch=30: rot90 (P=4) and brightness (P=7) split the grid, hflip (P=2) groups two image batches
+    r = measure_invariance(model, x, tfs, grid_size=7, batch_size=7, forward_batch=30,
                            pair_scores_dir=tmp_path / "pairs")
     stats, ref = _direct(model, x, tfs, 7)
     assert r.stats["n"] == 30 and r.stats["lambda"] == pytest.approx(stats.lambda_, rel=1e-9)
