@@ -15,6 +15,8 @@ import math
 import torch
 import torch.nn.functional as F
 
+from invfast.transforms.functional import rgb_to_hsv
+
 _GRAY = (0.2989, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
 
 
@@ -43,23 +45,8 @@ def gray(rgb: torch.Tensor) -> torch.Tensor:
 
 def hue_shift(rgb: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     """Rotate hue by ``shift`` [B] (fraction of the colour circle) in HSV, as torchvision's adjust_hue."""
-    r, g, b = rgb[:, 0], rgb[:, 1], rgb[:, 2]
-    maxc = torch.maximum(torch.maximum(r, g), b)
-    minc = torch.minimum(torch.minimum(r, g), b)
-    eqc = maxc == minc
-    cr = maxc - minc
-    ones = torch.ones_like(maxc)
-    s = cr / torch.where(eqc, ones, maxc)
-    cr_div = torch.where(eqc, ones, cr)
-    rc = (maxc - r) / cr_div
-    gc = (maxc - g) / cr_div
-    bc = (maxc - b) / cr_div
-    hr = (maxc == r) * (bc - gc)
-    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
-    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
-    h = torch.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
+    h, s, v = rgb_to_hsv(rgb).unbind(dim=1)
     h = torch.remainder(h + shift.to(torch.float32).view(-1, 1, 1), 1.0)
-    v = maxc
     i = torch.floor(h * 6.0)
     f = h * 6.0 - i
     i = i.to(torch.int64) % 6
