@@ -4,22 +4,13 @@ Run: python -m pytest benchmarks --benchmark-only -o addopts=""
 Set INVFAST_BENCH_SMALL=1 for reduced sizes (a quick smoke run, not the published numbers).
 """
 import os
-import time
 
 import pytest
 
+from invfast.bench import best_time  # noqa: F401  (re-exported for the suites)
+
 SMALL = bool(os.environ.get("INVFAST_BENCH_SMALL"))
 _RATIOS: list[tuple[str, float, str]] = []
-
-
-def best_time(fn, repeat: int = 3) -> float:
-    """Best wall time of ``repeat`` calls of ``fn`` (seconds)."""
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
 
 
 @pytest.fixture

@@ -13,7 +13,8 @@ from invfast.metrics import invariance_scores, uniformity
 from invfast.stats import FeatureStats
 
 
-def _best(fn: Callable[[], object], repeat: int) -> float:
+def best_time(fn: Callable[[], object], repeat: int = 3) -> float:
+    """Best wall time in seconds of ``repeat`` calls of ``fn``."""
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -37,8 +38,8 @@ def run_bench(n: int = 200, p: int = 64, d: int = 512, n_uniform: int = 4000, re
     for name, (fn, items) in cases.items():
         t_ref = None
         with backend.using("reference"):
-            t_ref = _best(fn, repeat)
-        t_auto = _best(fn, repeat)
+            t_ref = best_time(fn, repeat)
+        t_auto = best_time(fn, repeat)
         rows.append({"case": name, "auto_s": t_auto, "reference_s": t_ref, "speedup": t_ref / t_auto,
                      "items_per_s": items / t_auto})
     return rows

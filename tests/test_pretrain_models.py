@@ -16,12 +16,7 @@ from invfast.pretrain.data import heldout_source, open_source  # noqa: E402
 SYN = "synthetic:objects=6,transforms=rotate+hue,n=48,size=16"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_cli_resnet18_cifar_on_synthetic_data_resumes(tmp_path):

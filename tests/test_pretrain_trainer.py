@@ -41,12 +41,7 @@ def assert_bit_identical(a, b):
         assert torch.equal(a[k], b[k]), f"{k} differs"
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.parametrize("method", ["moco", "simclr", "amortised"])

@@ -14,13 +14,7 @@ from invfast.probes.folds import kfold, stratified_kfold
 from invfast.probes.ridge import ridge_cv_predictions, ridge_loo_predictions
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Tiny problems run faster on one thread on this shared machine."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _structured(rng, n, d, t=3):

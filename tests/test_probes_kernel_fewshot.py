@@ -13,12 +13,7 @@ import invfast.probes as P
 from invfast.cli import main as cli_main
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _sk_kernel_search(alphas, gammas):

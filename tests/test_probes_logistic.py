@@ -12,12 +12,7 @@ import invfast.probes as P
 from invfast.probes.lbfgs import lbfgs
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _blobs(rng, n, d, k, spread=1.5):
