@@ -12,10 +12,11 @@
 #endif
 
 TORCH_LIBRARY(invfast, m) {
-  // z_ref [N, D], z_t [N, P, D] (whitened features) -> (distance [N, P], cosine [N, P]).
-  // Reductions accumulate in float64; outputs are float32 for half/bfloat16 inputs,
+  // z_ref [N, D], z_t [N, P, D] (whitened, uncentred) and shift [D] -> (distance [N, P], cosine [N, P])
+  // of a = z_ref[n] - shift and b = z_t[n, p] - shift. Taking the centring here keeps it out of the
+  // whitening GEMM. Reductions accumulate in float64; outputs are float32 for half/bfloat16 inputs,
   // the input dtype otherwise.
-  m.def("pair_scores(Tensor z_ref, Tensor z_t) -> (Tensor, Tensor)");
+  m.def("pair_scores(Tensor z_ref, Tensor z_t, Tensor shift) -> (Tensor, Tensor)");
   // rows [B, D], x [N, D] -> [B] float64: log sum_{j != row_offset + i} exp(-scale * ||rows_i - x_j||^2).
   m.def("sqdist_logsumexp(Tensor rows, Tensor x, int row_offset, float scale) -> Tensor");
 }

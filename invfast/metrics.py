@@ -19,9 +19,10 @@ def _check_pair(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, nan
         raise TypeError(f"stats must be a FeatureStats, got {type(stats).__name__}")
     if nan_policy not in ("raise", "propagate"):
         raise ValueError(f"nan_policy must be 'raise' or 'propagate', got {nan_policy!r}")
-    finite = nan_policy == "raise"
-    f_ref = as_features(f_ref, "f_ref", ndim=2, finite=finite)
-    f_t = as_features(f_t, "f_t", ndim=None, finite=finite)
+    # finiteness is checked on the scores (a NaN/Inf feature always makes its pair's scores non-finite),
+    # which costs nothing next to a pass over f_t
+    f_ref = as_features(f_ref, "f_ref", ndim=2, finite=False)
+    f_t = as_features(f_t, "f_t", ndim=None, finite=False)
     squeeze = f_t.dim() == 2
     if squeeze:
         f_t = f_t.unsqueeze(1)
@@ -61,24 +62,23 @@ def invariance_scores(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStat
     n, p, d = f_t.shape
     dtype = torch.float64 if (precision == "float64" or f_t.dtype == torch.float64) else torch.float32
     w, shift = stats.whitening(dtype, f_t.device)
-    out_dtype = dtype
-    dist = torch.empty(n, p, dtype=out_dtype, device=f_t.device)
-    cos = torch.empty(n, p, dtype=out_dtype, device=f_t.device)
     rows = max(1, _CHUNK_BYTES // max(1, p * d * (8 if dtype == torch.float64 else 4)))
-    needs_grad = f_ref.requires_grad or f_t.requires_grad
     outs_d, outs_c = [], []
     for s in range(0, n, rows):
         e = min(n, s + rows)
-        z_r = torch.addmm(shift, f_ref[s:e].to(dtype), w, beta=-1)
-        z_t = torch.addmm(shift, f_t[s:e].reshape(-1, d).to(dtype), w, beta=-1).view(e - s, p, d)
-        dd, cc = pair_scores(z_r, z_t)
-        if needs_grad:
-            outs_d.append(dd)
-            outs_c.append(cc)
-        else:
-            dist[s:e], cos[s:e] = dd, cc
-    if needs_grad:
-        dist, cos = torch.cat(outs_d), torch.cat(outs_c)
+        # z = x W; the centring (− mean W) happens inside the fused reduction
+        z_r = torch.mm(f_ref[s:e].to(dtype), w)
+        z_t = torch.mm(f_t[s:e].reshape(-1, d).to(dtype), w).view(e - s, p, d)
+        dd, cc = pair_scores(z_r, z_t, shift)
+        outs_d.append(dd)
+        outs_c.append(cc)
+    dist, cos = (torch.cat(outs_d), torch.cat(outs_c)) if len(outs_d) > 1 else (outs_d[0], outs_c[0])
+    if nan_policy == "raise" and not bool(torch.isfinite(dist).all() & torch.isfinite(cos).all()):
+        # NaN/Inf anywhere in a pair's features makes its scores non-finite: name the culprit
+        as_features(f_ref, "f_ref", ndim=2)
+        as_features(f_t, "f_t", ndim=3)
+        raise ValueError("the scores overflowed to Inf/NaN although the features are finite; the features are too "
+                         "large for float32 whitening: pass precision='float64'")
     if squeeze:
         dist, cos = dist[:, 0], cos[:, 0]
     return {"distance": dist, "cosine": cos}

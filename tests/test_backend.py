@@ -20,13 +20,13 @@ def test_backend_info_keys():
 def test_modes():
     with pytest.raises(ValueError, match="backend mode must be one of"):
         backend.use("fast")
-    z_ref, z_t = torch.randn(3, 4), torch.randn(3, 2, 4)
+    z_ref, z_t, shift = torch.randn(3, 4), torch.randn(3, 2, 4), torch.randn(4)
     with backend.using("reference"):
-        assert backend.compiled_for("pair_scores", z_ref, z_t) is None
+        assert backend.compiled_for("pair_scores", z_ref, z_t, shift) is None
     assert backend.mode() == "auto"
     if ivf.backend_info()["cpp"]:
         with backend.using("compiled"):
-            assert backend.compiled_for("pair_scores", z_ref, z_t) is not None
+            assert backend.compiled_for("pair_scores", z_ref, z_t, shift) is not None
 
 
 def test_import_without_compiled_core_warns_and_falls_back(tmp_path):

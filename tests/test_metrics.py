@@ -54,10 +54,19 @@ def test_scores_match_scipy(rng, n, p, d, mode):
 def test_compiled_pair_scores_equal_reference(rng, dtype):
     z_ref = torch.from_numpy(rng.normal(size=(33, 70))).to(dtype)
     z_t = torch.from_numpy(rng.normal(size=(33, 9, 70))).to(dtype)
+    shift = torch.from_numpy(rng.normal(size=70)).to(dtype)
     z_t[0, 0] = z_ref[0]  # identical pair: distance exactly 0, cosine 1
-    z_t[1, 1] = 0  # zero vector: cosine defined as 0
-    d_c, c_c = torch.ops.invfast.pair_scores(z_ref, z_t)
-    d_r, c_r = backend.reference("pair_scores")(z_ref, z_t)
+    z_t[1, 1] = shift  # zero vector after centring: cosine defined as 0
+    d_c, c_c = torch.ops.invfast.pair_scores(z_ref, z_t, shift)
+    d_r, c_r = backend.reference("pair_scores")(z_ref, z_t, shift)
+    # independent float64 numpy
+    a = z_ref.double().numpy() - shift.double().numpy()
+    b = z_t.double().numpy() - shift.double().numpy()
+    d_np = np.linalg.norm(a[:, None] - b, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c_np = np.nan_to_num((a[:, None] * b).sum(-1) / (np.linalg.norm(a, axis=-1)[:, None] * np.linalg.norm(b, axis=-1)))
+    np.testing.assert_allclose(d_c.double().numpy(), d_np, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6)
+    np.testing.assert_allclose(c_c.double().numpy(), c_np, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6)
     tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(d_c, d_r, **tol)
     torch.testing.assert_close(c_c, c_r, **tol)
@@ -93,7 +102,9 @@ def test_any_square_root_of_precision_gives_same_scores(rng):
 def test_opcheck_pair_scores(rng):
     z_ref = torch.from_numpy(rng.normal(size=(4, 6))).requires_grad_()
     z_t = torch.from_numpy(rng.normal(size=(4, 3, 6))).requires_grad_()
-    torch.library.opcheck(torch.ops.invfast.pair_scores.default, (z_ref, z_t))
+    shift = torch.from_numpy(rng.normal(size=6)).requires_grad_()
+    torch.library.opcheck(torch.ops.invfast.pair_scores.default, (z_ref, z_t, shift))
+    assert torch.autograd.gradcheck(torch.ops.invfast.pair_scores, (z_ref, z_t, shift))
     torch.library.opcheck(torch.ops.invfast.sqdist_logsumexp.default, (z_t[0].detach(), z_ref.detach(), 1, 2.0))
 
 

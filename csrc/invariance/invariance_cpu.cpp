@@ -12,24 +12,28 @@
 namespace invfast {
 namespace {
 
-void check_pair_inputs(const at::Tensor& z_ref, const at::Tensor& z_t) {
+void check_pair_inputs(const at::Tensor& z_ref, const at::Tensor& z_t, const at::Tensor& shift) {
   TORCH_CHECK(z_ref.dim() == 2, "pair_scores: z_ref must be [N, D], got ", z_ref.dim(), " dims");
   TORCH_CHECK(z_t.dim() == 3, "pair_scores: z_t must be [N, P, D], got ", z_t.dim(), " dims");
   TORCH_CHECK(z_ref.size(0) == z_t.size(0), "pair_scores: N differs (", z_ref.size(0), " vs ", z_t.size(0), ")");
   TORCH_CHECK(z_ref.size(1) == z_t.size(2), "pair_scores: D differs (", z_ref.size(1), " vs ", z_t.size(2), ")");
-  TORCH_CHECK(z_ref.scalar_type() == z_t.scalar_type(), "pair_scores: z_ref and z_t must share a dtype");
+  TORCH_CHECK(z_ref.scalar_type() == z_t.scalar_type() && shift.scalar_type() == z_t.scalar_type(),
+              "pair_scores: z_ref, z_t and shift must share a dtype");
+  TORCH_CHECK(shift.dim() == 1 && shift.size(0) == z_t.size(2), "pair_scores: shift must be [D]");
 }
 
 template <typename T>
-void pair_scores_rows(const T* zr, const T* zt, T* dist, T* cosv, int64_t P, int64_t D, int64_t begin, int64_t end) {
+void pair_scores_rows(const T* zr, const T* zt, const T* sh, T* dist, T* cosv, int64_t P, int64_t D, int64_t begin,
+                      int64_t end) {
   for (int64_t r = begin; r < end; ++r) {
     const T* a = zr + (r / P) * D;
     const T* b = zt + r * D;
     double sdd = 0.0, sab = 0.0, saa = 0.0, sbb = 0.0;
 #pragma omp simd reduction(+ : sdd, sab, saa, sbb)
     for (int64_t d = 0; d < D; ++d) {
-      const double x = static_cast<double>(a[d]);
-      const double y = static_cast<double>(b[d]);
+      const double c = static_cast<double>(sh[d]);
+      const double x = static_cast<double>(a[d]) - c;
+      const double y = static_cast<double>(b[d]) - c;
       const double diff = x - y;
       sdd += diff * diff;
       sab += x * y;
@@ -42,8 +46,10 @@ void pair_scores_rows(const T* zr, const T* zt, T* dist, T* cosv, int64_t P, int
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> pair_scores_cpu(const at::Tensor& z_ref_in, const at::Tensor& z_t_in) {
-  check_pair_inputs(z_ref_in, z_t_in);
+std::tuple<at::Tensor, at::Tensor> pair_scores_cpu(const at::Tensor& z_ref_in, const at::Tensor& z_t_in,
+                                                   const at::Tensor& shift_in) {
+  check_pair_inputs(z_ref_in, z_t_in, shift_in);
+  const auto shift = shift_in.contiguous();
   const auto z_ref = z_ref_in.contiguous();
   const auto z_t = z_t_in.contiguous();
   const int64_t N = z_t.size(0), P = z_t.size(1), D = z_t.size(2);
@@ -54,9 +60,10 @@ std::tuple<at::Tensor, at::Tensor> pair_scores_cpu(const at::Tensor& z_ref_in, c
   AT_DISPATCH_FLOATING_TYPES(z_t.scalar_type(), "pair_scores_cpu", [&] {
     const scalar_t* zr = z_ref.data_ptr<scalar_t>();
     const scalar_t* zt = z_t.data_ptr<scalar_t>();
+    const scalar_t* sh = shift.data_ptr<scalar_t>();
     scalar_t* dp = dist.data_ptr<scalar_t>();
     scalar_t* cp = cosv.data_ptr<scalar_t>();
-    at::parallel_for(0, N * P, grain, [&](int64_t b, int64_t e) { pair_scores_rows<scalar_t>(zr, zt, dp, cp, P, D, b, e); });
+    at::parallel_for(0, N * P, grain, [&](int64_t b, int64_t e) { pair_scores_rows<scalar_t>(zr, zt, sh, dp, cp, P, D, b, e); });
   });
   return {dist, cosv};
 }

@@ -49,26 +49,28 @@ __device__ inline double block_max(double v, double* shared) {
 }
 
 template <typename T, typename O>
-__global__ void pair_scores_kernel(const T* __restrict__ zr, const T* __restrict__ zt, O* __restrict__ dist,
+__global__ void pair_scores_kernel(const T* __restrict__ zr, const T* __restrict__ zt, const T* __restrict__ sh,
+                                   O* __restrict__ dist,
                                    O* __restrict__ cosv, int64_t P, int64_t D) {
-  __shared__ double sh[4][kThreads / 32];
+  __shared__ double red[4][kThreads / 32];
   const int64_t r = blockIdx.x;
   const T* a = zr + (r / P) * D;
   const T* b = zt + r * D;
   double sdd = 0.0, sab = 0.0, saa = 0.0, sbb = 0.0;
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    const double x = static_cast<double>(a[d]);
-    const double y = static_cast<double>(b[d]);
+    const double c = static_cast<double>(sh[d]);
+    const double x = static_cast<double>(a[d]) - c;
+    const double y = static_cast<double>(b[d]) - c;
     const double diff = x - y;
     sdd += diff * diff;
     sab += x * y;
     saa += x * x;
     sbb += y * y;
   }
-  sdd = block_sum(sdd, sh[0]);
-  sab = block_sum(sab, sh[1]);
-  saa = block_sum(saa, sh[2]);
-  sbb = block_sum(sbb, sh[3]);
+  sdd = block_sum(sdd, red[0]);
+  sab = block_sum(sab, red[1]);
+  saa = block_sum(saa, red[2]);
+  sbb = block_sum(sbb, red[3]);
   if (threadIdx.x == 0) {
     const double denom = sqrt(saa) * sqrt(sbb);
     dist[r] = static_cast<O>(sqrt(sdd));
@@ -76,11 +78,15 @@ __global__ void pair_scores_kernel(const T* __restrict__ zr, const T* __restrict
   }
 }
 
-std::tuple<at::Tensor, at::Tensor> pair_scores_cuda(const at::Tensor& z_ref_in, const at::Tensor& z_t_in) {
+std::tuple<at::Tensor, at::Tensor> pair_scores_cuda(const at::Tensor& z_ref_in, const at::Tensor& z_t_in,
+                                                    const at::Tensor& shift_in) {
   TORCH_CHECK(z_ref_in.dim() == 2 && z_t_in.dim() == 3, "pair_scores: expected z_ref [N, D] and z_t [N, P, D]");
   TORCH_CHECK(z_ref_in.size(0) == z_t_in.size(0) && z_ref_in.size(1) == z_t_in.size(2), "pair_scores: shapes differ");
-  TORCH_CHECK(z_ref_in.scalar_type() == z_t_in.scalar_type(), "pair_scores: z_ref and z_t must share a dtype");
+  TORCH_CHECK(z_ref_in.scalar_type() == z_t_in.scalar_type() && shift_in.scalar_type() == z_t_in.scalar_type(),
+              "pair_scores: z_ref, z_t and shift must share a dtype");
+  TORCH_CHECK(shift_in.dim() == 1 && shift_in.size(0) == z_t_in.size(2), "pair_scores: shift must be [D]");
   const c10::cuda::CUDAGuard guard(z_t_in.device());
+  const auto shift = shift_in.contiguous();
   const auto z_ref = z_ref_in.contiguous();
   const auto z_t = z_t_in.contiguous();
   const int64_t N = z_t.size(0), P = z_t.size(1), D = z_t.size(2);
@@ -93,7 +99,8 @@ std::tuple<at::Tensor, at::Tensor> pair_scores_cuda(const at::Tensor& z_ref_in, 
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, z_t.scalar_type(), "pair_scores_cuda", [&] {
     using out_t = typename std::conditional<std::is_same<scalar_t, double>::value, double, float>::type;
     pair_scores_kernel<scalar_t, out_t><<<N * P, kThreads, 0, stream>>>(
-        z_ref.data_ptr<scalar_t>(), z_t.data_ptr<scalar_t>(), dist.data_ptr<out_t>(), cosv.data_ptr<out_t>(), P, D);
+        z_ref.data_ptr<scalar_t>(), z_t.data_ptr<scalar_t>(), shift.data_ptr<scalar_t>(), dist.data_ptr<out_t>(),
+        cosv.data_ptr<out_t>(), P, D);
   });
   C10_CUDA_KERNEL_LAUNCH_CHECK();
   return {dist, cosv};

@@ -7,11 +7,13 @@ from invfast import _loader, backend
 
 
 @backend.register_reference("pair_scores")
-def pair_scores_reference(z_ref: torch.Tensor, z_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """z_ref [N, D], z_t [N, P, D] -> (distance [N, P], cosine [N, P]), float64 sums."""
+def pair_scores_reference(z_ref: torch.Tensor, z_t: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """z_ref [N, D], z_t [N, P, D], shift [D] -> (distance [N, P], cosine [N, P]) of the centred
+    vectors ``z_ref[n] − shift`` and ``z_t[n, p] − shift``, float64 sums."""
     out_dtype = torch.float32 if z_t.dtype in (torch.float16, torch.bfloat16) else z_t.dtype
-    a = z_ref.to(torch.float64).unsqueeze(1)
-    b = z_t.to(torch.float64)
+    c = shift.to(torch.float64)
+    a = (z_ref.to(torch.float64) - c).unsqueeze(1)
+    b = z_t.to(torch.float64) - c
     dist = torch.linalg.vector_norm(a - b, dim=-1)
     denom = torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)
     dot = (a * b).sum(-1)
@@ -32,9 +34,9 @@ def sqdist_logsumexp_reference(rows: torch.Tensor, x: torch.Tensor, row_offset: 
     return torch.logsumexp(v, dim=1)
 
 
-def pair_scores(z_ref: torch.Tensor, z_t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Distance and cosine between each z_ref[n] and every z_t[n, p] (compiled when available)."""
-    return backend.call("pair_scores", z_ref, z_t)
+def pair_scores(z_ref: torch.Tensor, z_t: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Distance and cosine between each ``z_ref[n] − shift`` and every ``z_t[n, p] − shift`` (compiled when available)."""
+    return backend.call("pair_scores", z_ref, z_t, shift)
 
 
 def sqdist_logsumexp(rows: torch.Tensor, x: torch.Tensor, row_offset: int, scale: float) -> torch.Tensor:
@@ -49,7 +51,7 @@ def _register_compiled() -> None:
         return
 
     @torch.library.register_fake("invfast::pair_scores")
-    def _(z_ref, z_t):
+    def _(z_ref, z_t, shift):
         out_dtype = torch.float32 if z_t.dtype in (torch.float16, torch.bfloat16) else z_t.dtype
         shape = (z_t.shape[0], z_t.shape[1])
         return z_t.new_empty(shape, dtype=out_dtype), z_t.new_empty(shape, dtype=out_dtype)
@@ -59,20 +61,21 @@ def _register_compiled() -> None:
         return rows.new_empty((rows.shape[0],), dtype=torch.float64)
 
     def setup_context(ctx, inputs, output):
-        z_ref, z_t = inputs
+        z_ref, z_t, shift = inputs
         dist, cos = output
-        ctx.save_for_backward(z_ref, z_t, dist, cos)
+        ctx.save_for_backward(z_ref, z_t, shift, dist, cos)
 
     def backward(ctx, g_dist, g_cos):
-        z_ref, z_t, dist, cos = ctx.saved_tensors
-        a = z_ref.unsqueeze(1)
+        z_ref, z_t, shift, dist, cos = ctx.saved_tensors
+        a = (z_ref - shift).unsqueeze(1)
+        b = z_t - shift
         na = torch.linalg.vector_norm(a, dim=-1, keepdim=True)
-        nb = torch.linalg.vector_norm(z_t, dim=-1, keepdim=True)
-        diff = a - z_t
+        nb = torch.linalg.vector_norm(b, dim=-1, keepdim=True)
+        diff = a - b
         safe_d = torch.where(dist > 0, dist, torch.ones_like(dist)).unsqueeze(-1)
         gd = torch.where(dist.unsqueeze(-1) > 0, diff / safe_d, torch.zeros_like(diff))
-        g_a = torch.zeros_like(z_t)
-        g_b = torch.zeros_like(z_t)
+        g_a = torch.zeros_like(b)
+        g_b = torch.zeros_like(b)
         if g_dist is not None:
             g_a = g_a + g_dist.unsqueeze(-1) * gd
             g_b = g_b - g_dist.unsqueeze(-1) * gd
@@ -80,11 +83,13 @@ def _register_compiled() -> None:
             ok = (na * nb) > 0
             inv = torch.where(ok, 1.0 / torch.where(ok, na * nb, torch.ones_like(na)), torch.zeros_like(na))
             c = cos.unsqueeze(-1)
-            ga_c = z_t * inv - c * a / torch.where(na > 0, na * na, torch.ones_like(na))
-            gb_c = a * inv - c * z_t / torch.where(nb > 0, nb * nb, torch.ones_like(nb))
+            ga_c = b * inv - c * a / torch.where(na > 0, na * na, torch.ones_like(na))
+            gb_c = a * inv - c * b / torch.where(nb > 0, nb * nb, torch.ones_like(nb))
             g_a = g_a + g_cos.unsqueeze(-1) * torch.where(ok, ga_c, torch.zeros_like(ga_c))
             g_b = g_b + g_cos.unsqueeze(-1) * torch.where(ok, gb_c, torch.zeros_like(gb_c))
-        return g_a.sum(1).to(z_ref.dtype), g_b.to(z_t.dtype)
+        g_ref = g_a.sum(1)
+        g_shift = -(g_ref.sum(0) + g_b.sum((0, 1))) if ctx.needs_input_grad[2] else None
+        return g_ref.to(z_ref.dtype), g_b.to(z_t.dtype), g_shift
 
     torch.library.register_autograd("invfast::pair_scores", backward, setup_context=setup_context)
 
