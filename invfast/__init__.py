@@ -32,7 +32,8 @@ from invfast.significance import HoeffdingResult, hoeffding_test, most_invariant
 from invfast.stats import FeatureStats  # noqa: E402
 
 _SUBPACKAGES = ("transforms", "synthetic", "models", "pretrain", "probes", "report", "measure")
-_LAZY = {"measure_invariance": ("invfast.measure", "measure_invariance")}
+_LAZY = {"measure_invariance": ("invfast.measure", "measure_invariance"),
+         "measure_real_world": ("invfast.measure", "measure_real_world")}
 
 __all__ = [
     "FeatureStats", "HoeffdingResult", "acr", "aggregate_scores", "alignment", "backend", "backend_info",
