@@ -47,33 +47,33 @@ class ReproduceConfig:
     seed: int = 0
     size: int = 32
     # main data: Transforms-2D objects under transformations of both families
-    objects: int = 20
+    objects: int = 10
     data_transforms: tuple[str, ...] = ("translate", "rotate", "scale", "hue")
-    n_pretrain: int = 3072
-    n_probe: int = 1500
-    n_measure: int = 128
+    n_pretrain: int = 2048
+    n_probe: int = 1000
+    n_measure: int = 96
     # models and MoCo-v2 pretraining
     arch: str = "resnet18-cifar"
     width: int = 16
     policies: tuple[str, ...] = ("default", "spatial", "appearance")
-    pretrain_epochs: int = 6
+    pretrain_epochs: int = 12
     batch_size: int = 128
     lr: float = 0.06
     key_momentum: float = 0.99
     proj_dim: int = 64
     # invariance measurement
     test_transforms: str = "all"
-    grid_size: int = 8
+    grid_size: int = 6
     # probes (SPEC §4: 45 penalties; logistic L-BFGS iterations per penalty value)
     folds: int = 5
-    n_penalties: int = 45
-    logistic_max_iter: int = 500
+    n_penalties: int = 23
+    logistic_max_iter: int = 60
     # same-vs-different transfer (Speicher): supervised pretraining on a source, linear probe on the target
     transfer_objects: int = 10
     transfer_transforms: int = 3
-    transfer_n_source: int = 1500
-    transfer_n_target: int = 600
-    transfer_epochs: int = 4
+    transfer_n_source: int = 1200
+    transfer_n_target: int = 500
+    transfer_epochs: int = 5
     # amortised model (--full)
     amortised: bool = False
     amortised_epochs: int = 10
@@ -142,7 +142,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  transfer_n_source=64, transfer_n_target=30, transfer_epochs=1, amortised=True, amortised_epochs=1, interp_points=3, ip_epochs=1, ip_n=24),
     "quick": {},
     "full": dict(objects=30, n_pretrain=10000, n_probe=3000, n_measure=256, width=32, pretrain_epochs=30,
-                 batch_size=256, grid_size=16, transfer_objects=30, transfer_n_source=5000, transfer_n_target=2000,
+                 batch_size=256, grid_size=16, n_penalties=45, logistic_max_iter=500, transfer_objects=30, transfer_n_source=5000, transfer_n_target=2000,
                  transfer_epochs=15, amortised=True, amortised_epochs=30, interp_points=9, ip_epochs=20, ip_n=1500),
 }
 
@@ -355,7 +355,9 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
     finally:
         bar.close()
     if log is not None:
-        log(f"report: {os.path.join(out, 'report.md')}")
+        for f in doc["findings"]:
+            log(f"SPEC §5.{f['id']}: {f['status']}")
+        log(f"report: {os.path.join(out, 'report.md')} ({(time.perf_counter() - t_start) / 60:.1f} min)")
     return doc
 
 

@@ -364,6 +364,12 @@ def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
 
     L.append("## 1. Invariances (Table 1)\n")
     L.append(table1)
+    n_img, n_models = cfg["n_measure"], len(doc["invariance"]["cosine"])
+    need = 4.0 * math.sqrt(math.log((n_models - 1) / 0.05) / (2 * n_img))
+    n_marks = sum(1 for v in doc["invariance"]["best"].values() if v)
+    L.append(f"\n{n_marks} of {len(doc['invariance']['best'])} transforms carry a significance mark. With "
+             f"{n_img} images, cosines bounded in [−2, 2] and {n_models - 1} Bonferroni comparisons, Hoeffding's test "
+             f"marks a model only when its mean per-image cosine exceeds every other model's by more than {need:.2f}.")
     L.append("\nMean standardised cosine per family:\n")
     L.append("| model | spatial | appearance |\n|---|---:|---:|")
     for m, fam in doc["invariance"]["family_means"].items():
