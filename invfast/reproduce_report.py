@@ -366,8 +366,10 @@ def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
              "at its seeded initialisation.")
     L.append(f"- Invariance: the {len(doc['invariance']['families'])} test transforms, grid size {cfg['grid_size']}, "
              "standardised cosine and Mahalanobis distance, identity parameters excluded.")
-    L.append(f"- Probes: {cfg['folds']}-fold CV over the 45-value penalty grid (shifted for fusions); logistic "
-             "regression for identity, ridge for the regressions.")
+    grid = "the SPEC §4 45-value" if cfg["n_penalties"] == 45 else f"a {cfg['n_penalties']}-value subset of the SPEC §4"
+    L.append(f"- Probes: {cfg['folds']}-fold CV over {grid} penalty range (shifted for fusions; at most "
+             f"{cfg['logistic_max_iter']} L-BFGS iterations per value); logistic regression for identity, ridge for "
+             "the regressions.")
     L.append(f"- Seeds: master seed {cfg['seed']}; stage seeds in `results.json` (`seeds`).\n")
 
     L.append("## 1. Invariances (Table 1)\n")
