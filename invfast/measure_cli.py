@@ -203,20 +203,9 @@ def run(args: argparse.Namespace) -> int:
             return _measure(args)
         _check_out(args)
         if args.world_size > 1:
-            import socket
+            from invfast.launch import spawn_local
 
-            import torch.multiprocessing as mp
-
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            try:
-                mp.spawn(_spawned, args=(args.world_size, port, args), nprocs=args.world_size, join=True)
-            except mp.ProcessRaisedException as e:
-                last = str(e).strip().splitlines()[-1]
-                print(f"invfast measure: error in a worker process: {last}", file=sys.stderr)
-                return 2
-            return 0
+            return spawn_local(_spawned, args.world_size, args, "invfast measure")
         return _measure(args)
     except (ValueError, TypeError, FileNotFoundError) as e:
         print(f"invfast measure: error: {e}", file=sys.stderr)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 from typing import Any
 
@@ -189,19 +188,9 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
 def run(args: argparse.Namespace) -> int:
     try:
         if args.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
-            import torch.multiprocessing as mp
-            if args.nproc < 1:
-                raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                port = s.getsockname()[1]
-            try:
-                mp.spawn(_spawned, args=(args.nproc, port, args), nprocs=args.nproc, join=True)
-            except mp.ProcessRaisedException as e:
-                last = str(e).strip().splitlines()[-1]
-                print(f"invfast pretrain: error in a worker process: {last}", file=sys.stderr)
-                return 2
-            return 0
+            from invfast.launch import spawn_local
+
+            return spawn_local(_spawned, args.nproc, args, "invfast pretrain")
         return _train(args)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as e:
         print(f"invfast pretrain: error: {e}", file=sys.stderr)
