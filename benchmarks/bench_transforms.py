@@ -25,6 +25,7 @@ import pytest
 import torch
 
 import invfast.transforms as T
+from invfast.bench import best_time
 
 # This machine's glibc returns every large freed block to the OS, so each fresh torch temporary
 # page-faults anew (20x slower elementwise ops here). Keep freed memory for reuse, as a tuned
@@ -186,12 +187,7 @@ def _kornia_default(size: int):
 
 def _time(fn, repeats: int = 2) -> float:
     fn()  # warm-up
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best
+    return best_time(fn, repeats)
 
 
 @pytest.mark.parametrize("size", [224, 32])

@@ -42,28 +42,24 @@ def test_unknown_transform_is_named():
         inv.measure(lambda x: x.mean((2, 3)), blob_images(8, size=16), 16, transforms=("twirl",))
 
 
+@pytest.mark.usefixtures("one_thread")
 def test_spatial_model_more_rotation_invariant_than_appearance():
     T = pytest.importorskip("invfast.transforms")
     pytest.importorskip("invfast.synthetic")
     from invfast.pretrain.data import heldout_source, open_source
 
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        spec = "synthetic:objects=10,transforms=none,n=512,size=32"
-        src = open_source(spec)
-        held = heldout_source(spec, src)
-        scores = {}
-        for pol in ("spatial", "appearance"):
-            torch.manual_seed(0)
-            m = MoCoV2(TinyEncoder(dim=64, bn=True), T.policy(pol, size=32), proj_dim=32, queue_size=256,
-                       key_momentum=0.99)
-            cfg = TrainConfig(batch_size=64, epochs=8, size=32, lr=0.06, checkpoint_every=0, log_every=8,
-                              progress=False, invariance_every=64, invariance_images=128,
-                              invariance_transforms=("rot90", "rotation", "grayscale", "hue"))
-            scores[pol] = Trainer(m, src, cfg, heldout=held).fit()[-1]
-    finally:
-        torch.set_num_threads(n)
+    spec = "synthetic:objects=10,transforms=none,n=512,size=32"
+    src = open_source(spec)
+    held = heldout_source(spec, src)
+    scores = {}
+    for pol in ("spatial", "appearance"):
+        torch.manual_seed(0)
+        m = MoCoV2(TinyEncoder(dim=64, bn=True), T.policy(pol, size=32), proj_dim=32, queue_size=256,
+                   key_momentum=0.99)
+        cfg = TrainConfig(batch_size=64, epochs=8, size=32, lr=0.06, checkpoint_every=0, log_every=8,
+                          progress=False, invariance_every=64, invariance_images=128,
+                          invariance_transforms=("rot90", "rotation", "grayscale", "hue"))
+        scores[pol] = Trainer(m, src, cfg, heldout=held).fit()[-1]
     sp, ap = scores["spatial"], scores["appearance"]
     msg = {k: (round(sp[k], 3), round(ap[k], 3)) for k in sp if k.startswith("invariance/")}
     assert sp["invariance/rotation"] > ap["invariance/rotation"] + 0.03, msg

@@ -244,11 +244,12 @@ def _photo_sources() -> list[tuple[str, np.ndarray]]:
         out.append((name, np.repeat(g[..., None], 3, axis=2)))
     try:
         from sklearn.datasets import load_sample_images
-
-        for fname, img in zip(load_sample_images().filenames, load_sample_images().images):
+    except ImportError:  # scikit-learn is optional
+        load_sample_images = None
+    if load_sample_images is not None:
+        sample = load_sample_images()
+        for fname, img in zip(sample.filenames, sample.images):
             out.append((os.path.basename(fname), np.ascontiguousarray(img)))
-    except Exception:
-        pass
     if not out:
         raise RuntimeError("builtin_backgrounds: no photographs found in scikit-image / scikit-learn; "
                            "install scikit-image, or pass backgrounds=load_backgrounds(folder)")
