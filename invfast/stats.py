@@ -192,9 +192,9 @@ class FeatureStats:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the accumulated state (not the factorisation) to ``path`` atomically."""
-        tmp = f"{os.fspath(path)}.tmp-{os.getpid()}"
-        torch.save(self.state_dict(), tmp)
-        os.replace(tmp, path)
+        from invfast.io import atomic_torch_save
+
+        atomic_torch_save(self.state_dict(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "FeatureStats":

@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from invfast.io import atomic_torch_save, config_difference
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
 from invfast.pretrain.methods import ContrastiveMethod
@@ -114,35 +115,6 @@ class CosineSchedule:
 class ConstantSchedule:
     def __call__(self, step: int) -> float:
         return 1.0
-
-
-def atomic_save(obj: Any, path: str) -> None:
-    """``torch.save`` to a temporary file in the same folder, fsync, then rename over ``path``."""
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "wb") as f:
-        torch.save(obj, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    try:
-        fd = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
-
-
-def config_difference(saved: dict, current: dict) -> list[str]:
-    """Names (with both values) of the fields where two run configurations differ."""
-    keys = sorted(set(saved) | set(current))
-    return [f"{k}: checkpoint has {saved.get(k, '<absent>')!r}, this run has {current.get(k, '<absent>')!r}"
-            for k in keys if _norm(saved.get(k, "<absent>")) != _norm(current.get(k, "<absent>"))]
-
-
-def _norm(v: Any) -> Any:
-    return list(v) if isinstance(v, tuple) else v
 
 
 class Trainer:
@@ -248,7 +220,7 @@ class Trainer:
         rng = self._rng_states()
         if self.dist.is_main:
             epoch, pos = divmod(self.step, self.steps_per_epoch)
-            atomic_save({
+            atomic_torch_save({
                 "format": CHECKPOINT_FORMAT, "config": self.run_config(), "step": self.step,
                 "data_position": {"epoch": epoch, "batch_in_epoch": pos, "images_seen": self.step * self.config.batch_size},
                 "model": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
@@ -263,7 +235,7 @@ class Trainer:
         ck = torch.load(path, map_location="cpu", weights_only=False)
         if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path!r} is not an invfast pretraining checkpoint")
-        diff = config_difference(ck["config"], self.run_config())
+        diff = config_difference(ck["config"], self.run_config(), "checkpoint")
         if diff:
             raise ValueError(f"cannot resume from {path!r}: it was written by a run with another configuration "
                              f"({'; '.join(diff)}); use the same settings or another --out folder")
@@ -422,7 +394,7 @@ class Trainer:
         if self.step == self.total_steps and self.out is not None:
             self.save_checkpoint()
             if self.dist.is_main:
-                atomic_save({"format": "invfast.pretrained/1", "config": self.run_config(),
+                atomic_torch_save({"format": "invfast.pretrained/1", "config": self.run_config(),
                              "encoder": self.method.encoder.state_dict(), "method": self.method.state_dict(),
                              "seconds": time.perf_counter() - t_start}, os.path.join(self.out, "model.pt"))
         return self.history
