@@ -25,7 +25,8 @@ from scipy.spatial.distance import cosine as scipy_cosine
 from scipy.spatial.distance import mahalanobis as scipy_mahalanobis
 
 from conftest import SMALL, best_time
-from invfast.measure import IMAGENET_MEAN, IMAGENET_STD, measure_invariance
+from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
+from invfast.measure import measure_invariance
 
 N = int(os.environ.get("INVFAST_BENCH_MEASURE_N", 16 if SMALL else 64))
 K = int(os.environ.get("INVFAST_BENCH_MEASURE_K", 4 if SMALL else 16))

@@ -9,14 +9,14 @@ import sys
 
 # name -> (module, one-line help). Modules that are not present in this checkout are left out.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "info": ("invfast.cli_info", "what this installation can run (compiled core, CUDA, DALI, threads)"),
+    "info": ("invfast.backend_cli", "what this installation can run (compiled core, CUDA, DALI, threads)"),
     "demo": ("invfast.demo", "minimal invariance demo on real photographs with exact transforms"),
     "transforms": ("invfast.transforms.cli", "preview the test transforms as a contact sheet"),
     "generate": ("invfast.synthetic.cli", "generate a Transforms-2D synthetic data set"),
-    "measure": ("invfast.measure_cli", "measure the invariances of a model"),
+    "measure": ("invfast.measure.cli", "measure the invariances of a model"),
     "pretrain": ("invfast.pretrain.cli", "contrastive pretraining (MoCo-v2, SimCLR, amortised)"),
     "probe": ("invfast.probes.cli", "linear probes with cross-validation on saved features"),
-    "reproduce": ("invfast.reproduce", "the papers' findings end to end on built-in synthetic data"),
+    "reproduce": ("invfast.reproduce.cli", "the papers' findings end to end on built-in synthetic data"),
     "bench": ("invfast.bench", "quick throughput numbers of the compiled ops"),
 }
 

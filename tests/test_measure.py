@@ -11,8 +11,8 @@ import torch.multiprocessing as mp
 
 from invfast import FeatureStats, aggregate_scores, invariance_scores
 from invfast.measure import measure_invariance, measure_real_world
-from invfast.measure_data import FolderSource, ImageDecodeError
-from invfast.measure_result import InvarianceResult
+from invfast.data import FolderSource, ImageDecodeError
+from invfast.measure import InvarianceResult
 from measure_helpers import (Brightness, HFlip, Rot90, Rot90Averaged, dist_worker, free_port, random_images,
                              small_net)
 

@@ -8,7 +8,7 @@ import torch
 
 from invfast import most_invariant, report
 from invfast.measure import measure_invariance
-from invfast.measure_result import InvarianceResult, TransformResult
+from invfast.measure import InvarianceResult, TransformResult
 from measure_helpers import Brightness, HFlip, Rot90, Rot90Averaged, random_images, small_net
 
 

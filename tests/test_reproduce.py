@@ -10,9 +10,10 @@ import shutil
 import numpy as np
 import pytest
 
-from invfast import reproduce as R
-from invfast import reproduce_report as RR
-from invfast import reproduce_stages as S
+from invfast.reproduce import config as RCfg
+from invfast.reproduce import pipeline as R
+from invfast.reproduce import report as RR
+from invfast.reproduce import stages as S
 from invfast.cli import main
 
 STATUSES = {RR.REPRODUCED, RR.PARTLY, RR.NOT, RR.NOT_RUN}
@@ -97,7 +98,7 @@ def test_tiny_end_to_end_report(tiny_run):
     # seeds, machine, versions, time per stage
     assert doc["seeds"]["master"] == 0 and len(doc["seeds"]) > 5
     assert doc["environment"]["versions"]["torch"]
-    assert set(doc["timings"]) == set(R.stage_names(R.preset("tiny")))
+    assert set(doc["timings"]) == set(R.stage_names(RCfg.preset("tiny")))
     md = (out / "report.md").read_text()
     for heading in ("## Verdict", "## 1. Invariances (Table 1)", "## 2. Probes (Table 2)",
                     "## 3. Same vs different transformations", "## 4. Amortised invariance", "## Findings in detail",
@@ -174,7 +175,7 @@ def test_bad_input(tmp_path, capsys):
     assert "must include" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     with pytest.raises(OSError, match="not enough disk space"):
-        R.check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)
+        RCfg.check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)
     assert main(["reproduce", "--preset", "tiny", "--print-config", "--out", str(tmp_path / "y")]) == 0
     assert json.loads(capsys.readouterr().out)["objects"] == 4
 

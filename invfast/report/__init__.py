@@ -1,6 +1,6 @@
 """Tables and plots of invariance results: one model or several side by side.
 
-``results`` everywhere is an :class:`invfast.measure_result.InvarianceResult` or a sequence of them
+``results`` everywhere is an :class:`invfast.measure.InvarianceResult` or a sequence of them
 (one per model, measured on the same images and transforms for significance marks).
 """
 from invfast.report.plots import plot_curves, plot_heatmap, plot_radar

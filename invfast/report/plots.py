@@ -9,8 +9,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from invfast.measure_result import InvarianceResult
-from invfast.report.tables import FAMILY_ORDER, as_results, ordered_transforms
+from invfast.report.tables import FAMILY_ORDER, InvarianceResult, as_results, ordered_transforms
 
 _LABELS = {"distance": "Mahalanobis distance", "cosine": "standardised cosine"}
 

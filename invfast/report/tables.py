@@ -4,9 +4,11 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Sequence
+from typing import Any, Protocol, Sequence
 
-from invfast.measure_result import InvarianceResult, common_images
+import torch
+
+from invfast.io import atomic_write_text
 from invfast.significance import most_invariant
 
 FAMILY_ORDER = ("spatial", "appearance")
@@ -14,13 +16,29 @@ _HEADINGS = {"distance": "Mahalanobis distance (lower = more invariant)",
              "cosine": "standardised cosine similarity (1 = invariant)"}
 
 
+class InvarianceResult(Protocol):
+    """What the report needs of an :class:`invfast.measure.InvarianceResult` (the report does not
+    import the measurement package, which depends on it)."""
+
+    model: str
+    transforms: dict[str, Any]
+
+    def to_dict(self, per_image: bool = ...) -> dict[str, Any]: ...
+
+    def __getitem__(self, name: str) -> Any: ...
+
+
+def _is_result(r: Any) -> bool:
+    return all(hasattr(r, a) for a in ("model", "transforms", "to_dict", "__getitem__")) and isinstance(r.transforms, dict)
+
+
 def as_results(results: InvarianceResult | Sequence[InvarianceResult]) -> list[InvarianceResult]:
     """A list of results with distinct model names, checked."""
-    lst = [results] if isinstance(results, InvarianceResult) else list(results)
+    lst = [results] if _is_result(results) else list(results)
     if not lst:
         raise ValueError("no results given")
     for r in lst:
-        if not isinstance(r, InvarianceResult):
+        if not _is_result(r):
             raise TypeError(f"expected InvarianceResult objects, got {type(r).__name__}")
     names = [r.model for r in lst]
     if len(set(names)) != len(names):
@@ -130,7 +148,24 @@ def to_json(results: InvarianceResult | Sequence[InvarianceResult], path: str | 
     doc = {"results": [r.to_dict(per_image=per_image) for r in results], "best": significance(results, delta=delta)}
     text = json.dumps(doc, indent=indent, allow_nan=False)
     if path is not None:
-        from invfast.measure_result import _atomic_write
-
-        _atomic_write(os.fspath(path), text)
+        atomic_write_text(path, text)
     return text
+
+
+def common_images(results: Sequence[InvarianceResult], transform: str, metric: str = "cosine") -> dict[str, torch.Tensor]:
+    """Per-image ``metric`` of each model on ``transform``, restricted to images every model scored."""
+    vals = {}
+    for r in results:
+        t = r[transform]
+        v = getattr(t, f"per_image_{metric}")
+        if v is None:
+            raise ValueError(f"model {r.model!r} kept no per-image scores for {transform!r}")
+        vals[r.model] = v
+    lengths = {k: v.shape[0] for k, v in vals.items()}
+    if len(set(lengths.values())) != 1:
+        raise ValueError(f"models were measured on different images for {transform!r} (counts {lengths}); "
+                         "significance needs the same images for every model")
+    keep = torch.ones(next(iter(lengths.values())), dtype=torch.bool)
+    for v in vals.values():
+        keep &= ~torch.isnan(v)
+    return {k: v[keep] for k, v in vals.items()}

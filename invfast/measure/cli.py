@@ -106,7 +106,7 @@ def _measure(args: argparse.Namespace, rank_env: dict[str, Any] | None = None) -
     import torch.distributed as dist
 
     from invfast.measure import measure_invariance, measure_real_world
-    from invfast.measure_state import current_shard
+    from invfast.measure.state import current_shard
     from invfast.stats import FeatureStats
 
     shard = current_shard()

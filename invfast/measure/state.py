@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from invfast.io import atomic_torch_save
 from invfast.stats import FeatureStats
 
 STATE_FORMAT = "invfast.measure-state/1"
@@ -96,11 +97,7 @@ def state_file(path: str | os.PathLike, shard: Shard) -> str:
 
 def save_state(path: str, state: dict[str, Any]) -> None:
     """Write ``state`` to ``path`` atomically (a kill leaves the previous state intact)."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    torch.save({**state, "format": STATE_FORMAT}, tmp)
-    os.replace(tmp, path)
+    atomic_torch_save({**state, "format": STATE_FORMAT}, path)
 
 
 def load_state(path: str, fingerprint: dict[str, Any]) -> dict[str, Any] | None:

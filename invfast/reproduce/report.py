@@ -20,8 +20,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from invfast.reproduce import FORMAT, ReproduceConfig, atomic_write_text
-from invfast.reproduce_stages import FUSIONS, LABELS, TASKS, TRANSFER_SOURCES, stage_seed
+from invfast.io import atomic_write_text
+from invfast.reproduce.config import FORMAT, ReproduceConfig
+from invfast.reproduce.stages import FUSIONS, LABELS, TASKS, TRANSFER_SOURCES, stage_seed
 
 REPRODUCED, PARTLY, DIRECTION, NOT, NOT_RUN = "reproduced", "partly reproduced", "direction only", "not reproduced", "not run"
 MODEL_ORDER = [*LABELS.values(), *(label for label, _ in FUSIONS.values())]
@@ -463,7 +464,7 @@ def write_report(out: str, cfg: ReproduceConfig, *, data: dict[str, Any], measur
                  timings: dict[str, dict[str, Any]], total_elapsed_s: float, cache: str) -> dict[str, Any]:
     """Compute the findings, write ``results.json``, ``report.md`` and ``figures/*.png``; return the document."""
     from invfast import report
-    from invfast.measure_result import InvarianceResult
+    from invfast.measure.result import InvarianceResult
 
     results = [InvarianceResult.from_json(os.path.join(cache, measure["files"][LABELS[k]])) for k in LABELS]
     stages_dir = os.path.join(cache, "stages")

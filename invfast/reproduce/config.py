@@ -1,35 +1,18 @@
-"""``invfast reproduce``: the papers' findings (SPEC §5), end to end, on built-in synthetic data.
-
-    invfast reproduce --quick --out report/          # ~15 minutes on 2 CPU cores (the README's main job)
-    invfast reproduce --full --out report/           # adds the amortised model; see docs/reproduce.md
-    invfast reproduce --preset tiny --out /tmp/t     # seconds: a smoke test of every stage
-    invfast reproduce --quick --set pretrain_epochs=20 --out report/   # any config field overridden
-
-Pretrains Default, Spatial and Appearance MoCo-v2 models (small ResNet, 32-px Transforms-2D data),
-measures their invariance to the 18 test transforms (Table 1 with significance marks), probes them,
-a random-init model and the fusions Spa+App and Def+Spa+App on object identity, position, rotation
-and colour (mean ± std over folds), runs the same-vs-different transformation transfer experiment,
-and in --full trains an amortised (Hyper-ResNet AI-MoCo) model, moves its descriptor i and learns i
-per task. Writes ``report.md``, ``results.json`` and ``figures/``; the verdict on each finding is
-computed from the numbers.
-
-Every stage is cached (``<cache>/stages/*.json``, pretraining checkpoints, measurement state), so a
-rerun after an interruption continues where it stopped and recomputes nothing finished. An existing
-folder made with a different configuration is refused with the differing fields listed.
-"""
+"""Configuration of ``invfast reproduce``: :class:`ReproduceConfig`, its presets, the on-disk format
+and the folder claim that keeps runs of different configurations apart."""
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import os
 import shutil
-import sys
-import time
-from dataclasses import dataclass, field
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ReproduceConfig", "PRESETS", "preset", "reproduce", "add_arguments", "run", "ConfigMismatchError"]
+from invfast.io import atomic_write_text, config_difference
+
+__all__ = ["ReproduceConfig", "PRESETS", "FORMAT", "CONFIG_FILE", "preset", "ConfigMismatchError", "claim_folder",
+           "check_disk", "disk_estimate_mb"]
 
 CONFIG_FILE = "config.json"
 FORMAT = "invfast.reproduce/1"
@@ -185,27 +168,11 @@ def _parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tupl
         raise ValueError(f"--set {key}: cannot read {raw!r} as {type(default).__name__}") from None
 
 
+
 # ---------------------------------------------------------------------------------------------- caching
 class ConfigMismatchError(ValueError):
     """An output or cache folder holds a run made with another configuration."""
 
-
-def config_difference(saved: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Human-readable list of the fields that differ between two config dicts."""
-    keys = sorted(set(saved) | set(current))
-    return [f"{k}: folder has {saved.get(k, '<absent>')!r}, this run has {current.get(k, '<absent>')!r}"
-            for k in keys if saved.get(k) != current.get(k)]
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file renamed into place."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
@@ -255,161 +222,3 @@ def disk_estimate_mb(cfg: ReproduceConfig) -> float:
     images = (cfg.n_pretrain + cfg.n_probe + cfg.n_measure + 4 * cfg.transfer_n_source) * 3 * cfg.size**2 / 2**20
     feats = 8 * cfg.n_probe * 8 * cfg.width * 4 / 2**20
     return 20 + ckpt + images + feats + (50 * n_params * 4 / 2**20 if cfg.amortised else 0)
-
-
-class Stages:
-    """Runs named stages once: a finished stage's JSON result lives in ``<cache>/stages/<name>.json``
-    (written atomically) and is returned as is on every later call, with its original elapsed time."""
-
-    def __init__(self, cache: str, bar: Any = None) -> None:
-        self.dir = os.path.join(cache, "stages")
-        os.makedirs(self.dir, exist_ok=True)
-        self.bar = bar
-        self.timings: dict[str, dict[str, Any]] = {}
-
-    def path(self, name: str) -> str:
-        return os.path.join(self.dir, name.replace("/", "_") + ".json")
-
-    def done(self, name: str) -> bool:
-        return os.path.exists(self.path(name))
-
-    def run(self, name: str, fn: Callable[[], Any]) -> Any:
-        if self.bar is not None:
-            self.bar.set_description(f"reproduce [{name}]")
-        p = self.path(name)
-        if os.path.exists(p):
-            with open(p, encoding="utf-8") as f:
-                rec = json.load(f)
-            self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": True}
-        else:
-            t0 = time.perf_counter()
-            result = fn()
-            rec = {"name": name, "elapsed_s": time.perf_counter() - t0, "result": result,
-                   "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-            atomic_write_text(p, json.dumps(rec, indent=1, allow_nan=False))
-            self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": False}
-        if self.bar is not None:
-            self.bar.update(1)
-        return rec["result"]
-
-
-# ---------------------------------------------------------------------------------------------- job
-def stage_names(cfg: ReproduceConfig) -> list[str]:
-    """The stages of a run, in order (the progress display counts them)."""
-    names = ["data"] + [f"pretrain-{p}" for p in cfg.policies] + ["features", "measure", "probes"]
-    names += ["transfer-data"] + [f"transfer-train-{s}" for s in ("same", "different", "superset")] + ["transfer-probe"]
-    if cfg.amortised:
-        names += ["pretrain-amortised", "amortised-interpolation", "amortised-learned-i"]
-    return names
-
-
-def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, progress: bool = True,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run (or resume) the whole job; write ``report.md``, ``results.json`` and ``figures/`` to ``out``.
-
-    Returns the results document (the content of ``results.json``). Raises
-    :class:`ConfigMismatchError` when ``out`` or the cache holds another configuration and OSError
-    when the disk is too small.
-    """
-    from tqdm.auto import tqdm
-
-    from invfast import reproduce_report as R
-    from invfast import reproduce_stages as S
-
-    cfg.validate()
-    out = os.path.abspath(out)
-    cache = os.path.abspath(cache_dir) if cache_dir is not None else os.path.join(out, "cache")
-    conf = cfg.to_dict()
-    claim_folder(out, conf, "output folder")
-    if cache != out:
-        claim_folder(cache, conf, "cache folder")
-    check_disk(cache, disk_estimate_mb(cfg))
-    t_start = time.perf_counter()
-    names = stage_names(cfg)
-    bar = tqdm(total=len(names) + 1, desc="reproduce", unit="stage", disable=not progress, position=0,
-               dynamic_ncols=True)
-    stages = Stages(cache, bar)
-    ctx = S.Context(cfg=cfg, cache=cache, progress=progress)
-    try:
-        data = stages.run("data", lambda: S.make_data(ctx))
-        for p in cfg.policies:
-            stages.run(f"pretrain-{p}", lambda p=p: S.pretrain_policy(ctx, p))
-        stages.run("features", lambda: S.features(ctx))
-        measure = stages.run("measure", lambda: S.measure(ctx))
-        probes = stages.run("probes", lambda: S.probes(ctx))
-        stages.run("transfer-data", lambda: S.transfer_data(ctx))
-        for s in ("same", "different", "superset"):
-            stages.run(f"transfer-train-{s}", lambda s=s: S.transfer_train(ctx, s))
-        transfer = stages.run("transfer-probe", lambda: S.transfer_probe(ctx))
-        amortised = None
-        if cfg.amortised:
-            stages.run("pretrain-amortised", lambda: S.pretrain_amortised(ctx))
-            interp = stages.run("amortised-interpolation", lambda: S.amortised_interpolation(ctx))
-            learned = stages.run("amortised-learned-i", lambda: S.amortised_learned_i(ctx))
-            amortised = {"interpolation": interp, "learned_i": learned}
-        bar.set_description("reproduce [report]")
-        doc = R.write_report(out, cfg, data=data, measure=measure, probes=probes, transfer=transfer,
-                             amortised=amortised, timings=stages.timings, total_elapsed_s=time.perf_counter() - t_start,
-                             cache=ctx.cache)
-        bar.update(1)
-    finally:
-        bar.close()
-    if log is not None:
-        for f in doc["findings"]:
-            log(f"SPEC §5.{f['id']}: {f['status']}")
-        log(f"report: {os.path.join(out, 'report.md')} ({(time.perf_counter() - t_start) / 60:.1f} min)")
-    return doc
-
-
-# ---------------------------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.formatter_class = argparse.RawDescriptionHelpFormatter
-    parser.epilog = __doc__.split("\n\n", 1)[1]
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                      help="the quick configuration (default; about 15 minutes on 2 CPU cores)")
-    mode.add_argument("--full", dest="preset", action="store_const", const="full",
-                      help="larger data and models plus the amortised model (hours on a CPU; see docs/reproduce.md)")
-    mode.add_argument("--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)")
-    parser.set_defaults(preset="quick")
-    parser.add_argument("--out", required=True, help="output folder: report.md, results.json, figures/")
-    parser.add_argument("--cache-dir", default=None,
-                        help="where checkpoints, features and stage results go (default <out>/cache); keep it to resume")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config field (repeatable), e.g. --set pretrain_epochs=20")
-    parser.add_argument("--seed", type=int, default=None, help="master seed (default 0; recorded in the report)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    parser.add_argument("--print-config", action="store_true", help="print the configuration and exit")
-
-
-def run(args: argparse.Namespace) -> int:
-    import torch
-
-    fields = {f.name: f for f in dataclasses.fields(ReproduceConfig)}
-    try:
-        overrides = dict(_parse_override(fields, s) for s in args.overrides)
-        if args.seed is not None:
-            overrides["seed"] = args.seed
-        cfg = preset(args.preset, **overrides)
-    except ValueError as e:
-        print(f"invfast reproduce: {e}", file=sys.stderr)
-        return 2
-    if args.print_config:
-        print(json.dumps(cfg.to_dict(), indent=2))
-        return 0
-    if args.threads is not None:
-        if args.threads < 1:
-            print("invfast reproduce: --threads must be >= 1", file=sys.stderr)
-            return 2
-        torch.set_num_threads(args.threads)
-    try:
-        reproduce(cfg, args.out, cache_dir=args.cache_dir, progress=not args.no_progress, log=print)
-    except (ConfigMismatchError, OSError) as e:
-        print(f"invfast reproduce: {e}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("invfast reproduce: interrupted; rerun the same command to continue (finished stages are kept)",
-              file=sys.stderr)
-        return 130
-    return 0

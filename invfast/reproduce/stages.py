@@ -1,4 +1,4 @@
-"""The stages of ``invfast reproduce`` (see :mod:`invfast.reproduce`): data, MoCo-v2 pretraining,
+"""The stages of ``invfast reproduce`` (see :mod:`invfast.reproduce.pipeline`): data, MoCo-v2 pretraining,
 invariance measurement, features and probes, the same-vs-different transfer experiment and the
 amortised model. Each stage function takes a :class:`Context`, keeps its large outputs (images,
 checkpoints, features, measurement results) under ``ctx.cache`` and returns a small JSON-able dict.
@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from invfast.reproduce import ReproduceConfig, atomic_write_text
-
-IMAGENET_MEAN = torch.tensor((0.485, 0.456, 0.406)).view(1, 3, 1, 1)
-IMAGENET_STD = torch.tensor((0.229, 0.224, 0.225)).view(1, 3, 1, 1)
+from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
+from invfast.io import atomic_save_npy, atomic_torch_save
+from invfast.reproduce.config import ReproduceConfig
 
 #: model keys (cache names) -> labels in the report, in report order
 LABELS = {"random": "Random", "default": "Default", "spatial": "Spatial", "appearance": "Appearance"}
@@ -74,15 +73,11 @@ class Context:
         return self._models[key]
 
 
-def _save_npy(path: str, arr: np.ndarray) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}.npy"
-    np.save(tmp, arr)
-    os.replace(tmp, path)
-
-
 def normalise(images: torch.Tensor) -> torch.Tensor:
     """uint8 [B, 3, H, W] -> float32 normalised with ImageNet mean/std (as the policies' views)."""
-    return (images.float() / 255.0 - IMAGENET_MEAN) / IMAGENET_STD
+    mean = torch.tensor(IMAGENET_MEAN, device=images.device).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=images.device).view(1, 3, 1, 1)
+    return (images.float() / 255.0 - mean) / std
 
 
 @torch.no_grad()
@@ -126,7 +121,7 @@ def make_data(ctx: Context) -> dict[str, Any]:
         ds = Transforms2D(objects=cfg.objects, transforms=cfg.data_transforms, size=cfg.size, n=n, seed=cfg.seed,
                           split=split)
         images, labels, params = ds.generate(range(n))
-        _save_npy(ctx.path("data", f"{name}_images.npy"), images.numpy())
+        atomic_save_npy(ctx.path("data", f"{name}_images.npy"), images.numpy())
         out["splits"][name] = {"split": split, "n": n, "fingerprint": ds.fingerprint(),
                                "classes_present": int(np.unique(labels.numpy()).size)}
         if name == "probe":
@@ -137,7 +132,7 @@ def make_data(ctx: Context) -> dict[str, Any]:
                        "rotation": np.stack([np.cos(angle), np.sin(angle)], 1),
                        "colour": colour_targets(ds.objects, lab, p)}
             for k, v in targets.items():
-                _save_npy(ctx.path("data", f"probe_target_{k}.npy"), v)
+                atomic_save_npy(ctx.path("data", f"probe_target_{k}.npy"), v)
             out["target_std"] = {k: np.asarray(v, np.float64).std(0).round(6).tolist()
                                  for k, v in targets.items() if k != "identity"}
     return out
@@ -235,7 +230,7 @@ def reference_stats(feats: np.ndarray) -> tuple[Any, str]:
 
 def _measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = None) -> Any:
     from invfast.measure import measure_invariance
-    from invfast.measure_result import InvarianceResult
+    from invfast.measure.result import InvarianceResult
 
     path = ctx.path("measure", f"{file}.json")
     if os.path.exists(path):
@@ -273,7 +268,7 @@ def features(ctx: Context) -> dict[str, Any]:
         f = extract(ctx.model(k), images)
         if not np.isfinite(f).all():
             raise FloatingPointError(f"the {LABELS[k]} model gave non-finite features")
-        _save_npy(ctx.path("features", f"{k}.npy"), f)
+        atomic_save_npy(ctx.path("features", f"{k}.npy"), f)
         dims[LABELS[k]] = int(f.shape[1])
     return {"dims": dims, "n": int(images.shape[0])}
 
@@ -349,17 +344,11 @@ def transfer_data(ctx: Context) -> dict[str, Any]:
     target = sv.target("val", n=cfg.transfer_n_target)
     for name, ds in [*sources.items(), ("target", target)]:
         images, labels, _ = ds.generate(range(len(ds)))
-        _save_npy(ctx.path("transfer", f"{name}_images.npy"), images.numpy())
-        _save_npy(ctx.path("transfer", f"{name}_labels.npy"), labels.numpy())
+        atomic_save_npy(ctx.path("transfer", f"{name}_images.npy"), images.numpy())
+        atomic_save_npy(ctx.path("transfer", f"{name}_labels.npy"), labels.numpy())
     return {"source_objects": sv.source_objects, "target_objects": sv.target_objects,
             "target_transforms": list(sv.target_transforms), "other_transforms": list(sv.other_transforms),
             "sources": {k: list(v.transforms) for k, v in sources.items()}, "target": list(target.transforms)}
-
-
-def _atomic_torch_save(obj: Any, path: str) -> None:
-    tmp = f"{path}.tmp.{os.getpid()}"
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
@@ -407,10 +396,10 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
             bar.update(1)
         epoch += 1
         losses.append(tot / cnt)
-        _atomic_torch_save({"net": net.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
+        atomic_torch_save({"net": net.state_dict(), "opt": opt.state_dict(), "sched": sched.state_dict(),
                             "epoch": epoch, "losses": losses}, ckpt)
     bar.close()
-    _atomic_torch_save({"encoder": enc.state_dict(), "losses": losses}, ctx.path("transfer", f"{source}.pt"))
+    atomic_torch_save({"encoder": enc.state_dict(), "losses": losses}, ctx.path("transfer", f"{source}.pt"))
     os.remove(ckpt)
     with torch.no_grad():
         net.eval()

@@ -1,0 +1,175 @@
+"""The model side of a measurement: loading a model by name, fixing an amortised model's descriptor,
+and turning image batches into pooled features on the measurement device."""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
+
+__all__ = ["WithDescriptor", "load_model", "load_checkpoint", "FeatureExtractor"]
+
+
+class WithDescriptor(torch.nn.Module):
+    """An amortised model (``forward(x, i)``) at a fixed invariance descriptor ``i [K]``: ``forward(x)``."""
+
+    def __init__(self, model: torch.nn.Module, invariance: Sequence[float]) -> None:
+        super().__init__()
+        self.model = model
+        self.register_buffer("invariance", torch.as_tensor(list(invariance), dtype=torch.float32))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x, self.invariance.to(x.device))
+
+
+def load_model(name: str, checkpoint: str | os.PathLike | None = None, *,
+               invariance: Sequence[float] | None = None, **kw: Any) -> torch.nn.Module:
+    """An invfast model by name (``invfast.models.create``), with weights from ``checkpoint`` if given.
+
+    Amortised models (Hyper-ResNet, Prompt-ViT) are measured at the descriptor ``invariance``
+    (e.g. ``[1, 0]``: spatial), which they need.
+
+    The checkpoint may be a state dict, or a dict holding one under 'encoder' (``invfast pretrain``'s
+    model.pt), 'state_dict', 'model' (its checkpoint.pt) or 'backbone'; keys prefixed 'module.',
+    'backbone.', 'encoder_q.' or 'encoder.' are accepted.
+    A checkpoint that does not match the model raises ValueError naming the mismatching keys.
+    """
+    from invfast import models
+
+    amortised = name.startswith(("hyper-", "prompt-"))
+    if amortised and invariance is None:
+        raise ValueError(f"model {name!r} is amortised: give the invariance descriptor to measure it at "
+                         "(invariance=[1, 0] / --invariance 1,0)")
+    if invariance is not None and not amortised:
+        raise ValueError(f"model {name!r} takes no invariance descriptor; drop invariance / --invariance")
+    try:
+        model = models.create(name, **kw)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"unknown model {name!r}; choose one of {list(getattr(models, 'ARCHITECTURES', []))}") from e
+    if checkpoint is not None:
+        load_checkpoint(model, checkpoint)
+    if invariance is not None:
+        model = WithDescriptor(model, invariance)
+    return model
+
+
+def load_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLike) -> None:
+    """Load weights into ``model`` strictly; ValueError names the missing / unexpected / mis-shaped keys."""
+    path = os.fspath(checkpoint)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint {path!r} does not exist")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        raise ValueError(f"cannot read checkpoint {path!r} as a torch file ({type(e).__name__}: {e})") from e
+    sd = obj
+    for key in ("encoder", "state_dict", "model", "backbone"):
+        if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
+            sd = sd[key]
+            break
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ValueError(f"checkpoint {path!r} holds no state dict of tensors")
+    own = model.state_dict()
+    for prefix in ("", "module.", "backbone.", "encoder_q.", "encoder.", "module.encoder_q."):
+        cand = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+        if cand and set(own) <= set(cand):
+            sd = {k: cand[k] for k in own}
+            break
+    missing = sorted(set(own) - set(sd))
+    unexpected = sorted(set(sd) - set(own))
+    shapes = sorted(k for k in set(own) & set(sd) if tuple(own[k].shape) != tuple(sd[k].shape))
+    if missing or unexpected or shapes:
+        def show(ks: list[str]) -> str:
+            return ", ".join(ks[:5]) + (f" (+{len(ks) - 5} more)" if len(ks) > 5 else "")
+        parts = [f"missing {show(missing)}" if missing else "", f"unexpected {show(unexpected)}" if unexpected else "",
+                 f"wrong shape {show(shapes)}" if shapes else ""]
+        raise ValueError(f"checkpoint {path!r} does not match the model {type(model).__name__}: "
+                         + "; ".join(p for p in parts if p) + ". Pass the architecture it was trained with.")
+    model.load_state_dict(sd, strict=True)
+
+
+# ---------------------------------------------------------------------------------------------- features
+@dataclass
+class FeatureExtractor:
+    """Images -> pooled features ``[B, D]`` float32: scaling to [0, 1], optional centre crop,
+    ImageNet normalisation, ``channels_last`` and autocast (bf16/fp16) where asked, in chunks of
+    ``forward_batch`` images."""
+
+    model: Callable[[torch.Tensor], torch.Tensor]
+    device: torch.device
+    dtype: torch.dtype | None = None
+    channels_last: bool = False
+    crop: int | None = None
+    normalize: bool = True
+    forward_batch: int = 256
+
+    def __post_init__(self) -> None:
+        self._mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
+        self._std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
+        self.calls = 0
+
+    def prepare(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.to(self.device, non_blocking=True)
+        x = x.float().div_(255.0) if x.dtype == torch.uint8 else x.float()
+        if self.crop is not None:
+            h, w = x.shape[-2:]
+            if self.crop > min(h, w):
+                raise ValueError(f"crop={self.crop} is larger than the images ({h}x{w})")
+            t, l = (h - self.crop) // 2, (w - self.crop) // 2
+            x = x[..., t:t + self.crop, l:l + self.crop]
+        if self.normalize:
+            if x.shape[1] != 3:
+                raise ValueError(f"ImageNet normalisation needs 3-channel images, got {x.shape[1]} channels; "
+                                 "pass normalize=False")
+            x = (x - self._mean) / self._std
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        outs = []
+        for s in range(0, images.shape[0], self.forward_batch):
+            x = self.prepare(images[s:s + self.forward_batch])
+            ctx = (torch.autocast(self.device.type, dtype=self.dtype) if self.dtype in (torch.bfloat16, torch.float16)
+                   else contextlib.nullcontext())
+            with ctx:
+                f = self.model(x)
+            self.calls += 1
+            if not isinstance(f, torch.Tensor) or f.dim() != 2 or f.shape[0] != x.shape[0]:
+                shape = tuple(f.shape) if isinstance(f, torch.Tensor) else type(f).__name__
+                raise ValueError(f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
+                                 "pass a feature extractor (e.g. model.forward_features or the backbone without its head)")
+            outs.append(f.float())
+        return torch.cat(outs)
+
+
+def _model_checksum(model: Any) -> Any:
+    if isinstance(model, torch.nn.Module):
+        with torch.no_grad():
+            ps = [p.detach().double().sum().item() for p in model.state_dict().values() if p.is_floating_point()]
+        return [type(model).__name__, len(ps), float(sum(ps))]
+    return [type(model).__name__]
+
+
+def _setup_model(model: Any, checkpoint: Any, device: torch.device, dtype: Any, channels_last: bool | None):
+    if isinstance(model, str):
+        model = load_model(model, checkpoint)
+    elif checkpoint is not None:
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError("checkpoint can only be loaded into an nn.Module")
+        load_checkpoint(model, checkpoint)
+    if not callable(model):
+        raise TypeError(f"model must be an nn.Module, a callable images -> features or a model name, got {type(model).__name__}")
+    if dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be None, torch.float32, torch.bfloat16 or torch.float16, got {dtype}")
+    if channels_last is None:
+        channels_last = device.type == "cuda"
+    if isinstance(model, torch.nn.Module):
+        model = model.to(device).eval()
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+    return model, channels_last

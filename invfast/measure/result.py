@@ -1,0 +1,167 @@
+"""The result of an invariance measurement: per-transform scores, curves, per-image values."""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from invfast.io import atomic_write_text
+
+RESULT_FORMAT = "invfast.invariance-result/1"
+
+
+@dataclass
+class TransformResult:
+    """Scores of one model under one transformation (or one real-world group set).
+
+    Shapes: ``params [P]`` or ``[P, m]``; ``identity``, ``distance``, ``cosine``, ``distance_std``,
+    ``cosine_std`` ``[P]`` (mean / std over images for each parameter); ``per_image_distance`` and
+    ``per_image_cosine`` ``[N]`` (mean over the non-identity parameters of each image, NaN where the
+    image could not be read). In real-world mode ``P = 0`` and the per-image values are per group
+    (mean over all pairs of distinct views).
+    """
+
+    name: str
+    family: str
+    mean_distance: float | None
+    mean_cosine: float | None
+    n_images: int
+    params: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+    identity: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.bool))
+    distance: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+    cosine: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+    distance_std: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+    cosine_std: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.float64))
+    identity_distance: float | None = None
+    identity_cosine: float | None = None
+    per_image_distance: torch.Tensor | None = None
+    per_image_cosine: torch.Tensor | None = None
+    pair_scores: dict[str, str] | None = None
+    n_pairs: int = 0
+
+    def to_dict(self, per_image: bool = True) -> dict[str, Any]:
+        def lst(t: torch.Tensor | None) -> Any:
+            return None if t is None else _nan_to_none(t.tolist())
+
+        d = {"name": self.name, "family": self.family, "mean_distance": self.mean_distance,
+             "mean_cosine": self.mean_cosine, "identity_distance": self.identity_distance,
+             "identity_cosine": self.identity_cosine, "n_images": self.n_images, "n_pairs": self.n_pairs,
+             "params": lst(self.params), "identity": self.identity.tolist(), "distance": lst(self.distance),
+             "cosine": lst(self.cosine), "distance_std": lst(self.distance_std), "cosine_std": lst(self.cosine_std),
+             "pair_scores": self.pair_scores}
+        if per_image:
+            d["per_image_distance"] = lst(self.per_image_distance)
+            d["per_image_cosine"] = lst(self.per_image_cosine)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TransformResult":
+        def ten(v: Any, dtype: torch.dtype = torch.float64) -> torch.Tensor | None:
+            if v is None:
+                return None
+            return torch.tensor(_none_to_nan(v), dtype=dtype)
+
+        return cls(name=d["name"], family=d["family"], mean_distance=d["mean_distance"], mean_cosine=d["mean_cosine"],
+                   n_images=d["n_images"], params=ten(d["params"]), identity=torch.tensor(d["identity"], dtype=torch.bool),
+                   distance=ten(d["distance"]), cosine=ten(d["cosine"]), distance_std=ten(d["distance_std"]),
+                   cosine_std=ten(d["cosine_std"]), identity_distance=d.get("identity_distance"),
+                   identity_cosine=d.get("identity_cosine"), per_image_distance=ten(d.get("per_image_distance")),
+                   per_image_cosine=ten(d.get("per_image_cosine")), pair_scores=d.get("pair_scores"),
+                   n_pairs=d.get("n_pairs", 0))
+
+
+@dataclass
+class InvarianceResult:
+    """How invariant one model is to each transformation.
+
+    ``transforms`` maps transform name -> :class:`TransformResult` (in measurement order);
+    ``stats`` describes the reference statistics (n, dim, shrinkage, λ); ``errors`` the images that
+    could not be read; ``meta`` the run (data, grid size, device, timings).
+    """
+
+    model: str
+    transforms: dict[str, TransformResult]
+    n_images: int
+    stats: dict[str, Any] = field(default_factory=dict)
+    errors: dict[str, Any] = field(default_factory=lambda: {"count": 0, "examples": []})
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> TransformResult:
+        if name not in self.transforms:
+            raise KeyError(f"no transform {name!r} in this result; it has {list(self.transforms)}")
+        return self.transforms[name]
+
+    def means(self, metric: str = "cosine") -> dict[str, float | None]:
+        """Transform name -> mean ``metric`` ('distance' or 'cosine'), identity parameters excluded."""
+        if metric not in ("distance", "cosine"):
+            raise ValueError(f"metric must be 'distance' or 'cosine', got {metric!r}")
+        return {k: getattr(v, f"mean_{metric}") for k, v in self.transforms.items()}
+
+    # ------------------------------------------------------------------ export (tables live in invfast.report)
+    def to_dict(self, per_image: bool = True) -> dict[str, Any]:
+        return {"format": RESULT_FORMAT, "model": self.model, "n_images": self.n_images, "stats": self.stats,
+                "errors": self.errors, "meta": self.meta,
+                "transforms": [t.to_dict(per_image=per_image) for t in self.transforms.values()]}
+
+    def to_json(self, path: str | os.PathLike | None = None, per_image: bool = True, indent: int | None = None) -> str:
+        """JSON text of the result (strict JSON: NaN written as null); also written to ``path`` atomically."""
+        text = json.dumps(self.to_dict(per_image=per_image), indent=indent, allow_nan=False)
+        if path is not None:
+            atomic_write_text(path, text)
+        return text
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "InvarianceResult":
+        if d.get("format") != RESULT_FORMAT:
+            raise ValueError(f"not an invfast invariance result (format={d.get('format')!r})")
+        trs = [TransformResult.from_dict(t) for t in d["transforms"]]
+        return cls(model=d["model"], transforms={t.name: t for t in trs}, n_images=d["n_images"],
+                   stats=d.get("stats", {}), errors=d.get("errors", {}), meta=d.get("meta", {}))
+
+    @classmethod
+    def from_json(cls, text_or_path: str | os.PathLike) -> "InvarianceResult":
+        s = os.fspath(text_or_path)
+        if not s.lstrip().startswith("{"):
+            with open(s) as f:
+                s = f.read()
+        return cls.from_dict(json.loads(s))
+
+    def to_frame(self) -> Any:
+        from invfast import report
+
+        return report.to_frame([self])
+
+    def to_markdown(self, **kw: Any) -> str:
+        from invfast import report
+
+        return report.to_markdown([self], **kw)
+
+    def plot(self, kind: str = "curves", **kw: Any) -> Any:
+        """'curves' (per-parameter), 'radar' (the two families) or 'heatmap'; returns a matplotlib Figure."""
+        from invfast import report
+
+        fns = {"curves": report.plot_curves, "radar": report.plot_radar, "heatmap": report.plot_heatmap}
+        if kind not in fns:
+            raise ValueError(f"kind must be one of {sorted(fns)}, got {kind!r}")
+        return fns[kind]([self], **kw)
+
+    def __repr__(self) -> str:
+        return f"InvarianceResult(model={self.model!r}, n_images={self.n_images}, transforms={list(self.transforms)})"
+
+
+def _nan_to_none(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_nan_to_none(x) for x in v]
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    return v
+
+
+def _none_to_nan(v: Any) -> Any:
+    if isinstance(v, list):
+        return [_none_to_nan(x) for x in v]
+    return float("nan") if v is None else v

@@ -1,0 +1,116 @@
+"""The ``invfast reproduce`` job: cached, resumable stages in order, then the report."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable
+
+from invfast.io import atomic_write_text
+from invfast.reproduce.config import ReproduceConfig, check_disk, claim_folder, disk_estimate_mb
+
+__all__ = ["Stages", "stage_names", "reproduce"]
+
+
+class Stages:
+    """Runs named stages once: a finished stage's JSON result lives in ``<cache>/stages/<name>.json``
+    (written atomically) and is returned as is on every later call, with its original elapsed time."""
+
+    def __init__(self, cache: str, bar: Any = None) -> None:
+        self.dir = os.path.join(cache, "stages")
+        os.makedirs(self.dir, exist_ok=True)
+        self.bar = bar
+        self.timings: dict[str, dict[str, Any]] = {}
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.dir, name.replace("/", "_") + ".json")
+
+    def done(self, name: str) -> bool:
+        return os.path.exists(self.path(name))
+
+    def run(self, name: str, fn: Callable[[], Any]) -> Any:
+        if self.bar is not None:
+            self.bar.set_description(f"reproduce [{name}]")
+        p = self.path(name)
+        if os.path.exists(p):
+            with open(p, encoding="utf-8") as f:
+                rec = json.load(f)
+            self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": True}
+        else:
+            t0 = time.perf_counter()
+            result = fn()
+            rec = {"name": name, "elapsed_s": time.perf_counter() - t0, "result": result,
+                   "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            atomic_write_text(p, json.dumps(rec, indent=1, allow_nan=False))
+            self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": False}
+        if self.bar is not None:
+            self.bar.update(1)
+        return rec["result"]
+
+
+# ---------------------------------------------------------------------------------------------- job
+def stage_names(cfg: ReproduceConfig) -> list[str]:
+    """The stages of a run, in order (the progress display counts them)."""
+    names = ["data"] + [f"pretrain-{p}" for p in cfg.policies] + ["features", "measure", "probes"]
+    names += ["transfer-data"] + [f"transfer-train-{s}" for s in ("same", "different", "superset")] + ["transfer-probe"]
+    if cfg.amortised:
+        names += ["pretrain-amortised", "amortised-interpolation", "amortised-learned-i"]
+    return names
+
+
+def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, progress: bool = True,
+              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run (or resume) the whole job; write ``report.md``, ``results.json`` and ``figures/`` to ``out``.
+
+    Returns the results document (the content of ``results.json``). Raises
+    :class:`ConfigMismatchError` when ``out`` or the cache holds another configuration and OSError
+    when the disk is too small.
+    """
+    from tqdm.auto import tqdm
+
+    from invfast.reproduce import report as R
+    from invfast.reproduce import stages as S
+
+    cfg.validate()
+    out = os.path.abspath(out)
+    cache = os.path.abspath(cache_dir) if cache_dir is not None else os.path.join(out, "cache")
+    conf = cfg.to_dict()
+    claim_folder(out, conf, "output folder")
+    if cache != out:
+        claim_folder(cache, conf, "cache folder")
+    check_disk(cache, disk_estimate_mb(cfg))
+    t_start = time.perf_counter()
+    names = stage_names(cfg)
+    bar = tqdm(total=len(names) + 1, desc="reproduce", unit="stage", disable=not progress, position=0,
+               dynamic_ncols=True)
+    stages = Stages(cache, bar)
+    ctx = S.Context(cfg=cfg, cache=cache, progress=progress)
+    try:
+        data = stages.run("data", lambda: S.make_data(ctx))
+        for p in cfg.policies:
+            stages.run(f"pretrain-{p}", lambda p=p: S.pretrain_policy(ctx, p))
+        stages.run("features", lambda: S.features(ctx))
+        measure = stages.run("measure", lambda: S.measure(ctx))
+        probes = stages.run("probes", lambda: S.probes(ctx))
+        stages.run("transfer-data", lambda: S.transfer_data(ctx))
+        for s in ("same", "different", "superset"):
+            stages.run(f"transfer-train-{s}", lambda s=s: S.transfer_train(ctx, s))
+        transfer = stages.run("transfer-probe", lambda: S.transfer_probe(ctx))
+        amortised = None
+        if cfg.amortised:
+            stages.run("pretrain-amortised", lambda: S.pretrain_amortised(ctx))
+            interp = stages.run("amortised-interpolation", lambda: S.amortised_interpolation(ctx))
+            learned = stages.run("amortised-learned-i", lambda: S.amortised_learned_i(ctx))
+            amortised = {"interpolation": interp, "learned_i": learned}
+        bar.set_description("reproduce [report]")
+        doc = R.write_report(out, cfg, data=data, measure=measure, probes=probes, transfer=transfer,
+                             amortised=amortised, timings=stages.timings, total_elapsed_s=time.perf_counter() - t_start,
+                             cache=ctx.cache)
+        bar.update(1)
+    finally:
+        bar.close()
+    if log is not None:
+        for f in doc["findings"]:
+            log(f"SPEC §5.{f['id']}: {f['status']}")
+        log(f"report: {os.path.join(out, 'report.md')} ({(time.perf_counter() - t_start) / 60:.1f} min)")
+    return doc
