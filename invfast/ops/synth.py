@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 
 from invfast import _loader, backend
+from invfast.ops import synth_reference as ref
 
 
 def _check(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tensor) -> None:
@@ -49,31 +50,27 @@ def synth_color_reference(obj: torch.Tensor, hue: torch.Tensor, brightness: torc
     brightness factor, contrast factor (blend with the alpha-weighted mean luma), grayscale,
     posterize to ``posterize_bits``, invert.
     """
-    from invfast.synthetic import ops2d
-
-    rgb, a = ops2d.unpremultiply(obj)
+    rgb, a = ref.unpremultiply(obj)
 
     def sel(name: str) -> torch.Tensor:
         return (flags & COLOR_FLAGS[name]) != 0
 
-    for name, fn in (("hue", lambda x, m: ops2d.hue_shift(x, hue[m])),
-                     ("brightness", lambda x, m: ops2d.brightness(x, brightness[m])),
-                     ("contrast", lambda x, m: ops2d.contrast(x, a[m], contrast[m])),
-                     ("grayscale", lambda x, m: ops2d.grayscale(x)),
-                     ("posterize", lambda x, m: ops2d.posterize(x, posterize_bits)),
-                     ("invert", lambda x, m: ops2d.invert(x))):
+    for name, fn in (("hue", lambda x, m: ref.hue_shift(x, hue[m])),
+                     ("brightness", lambda x, m: ref.brightness(x, brightness[m])),
+                     ("contrast", lambda x, m: ref.contrast(x, a[m], contrast[m])),
+                     ("grayscale", lambda x, m: ref.grayscale(x)),
+                     ("posterize", lambda x, m: ref.posterize(x, posterize_bits)),
+                     ("invert", lambda x, m: ref.invert(x))):
         m = sel(name)
         if bool(m.any()):
             rgb[m] = fn(rgb[m], m)
-    return ops2d.premultiply(rgb, a)
+    return ref.premultiply(rgb, a)
 
 
 @backend.register_reference("synth_blur")
 def synth_blur_reference(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     """Separable blur of x [B, C, H, W] with per-sample odd taps [B, K] (reflect padding where it fits)."""
-    from invfast.synthetic import ops2d
-
-    return ops2d.separable_blur(x, taps)
+    return ref.separable_blur(x, taps)
 
 
 @backend.register_reference("synth_warp")
@@ -82,9 +79,7 @@ def synth_warp_reference(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tenso
     """Bilinear affine warp (zeros outside, align_corners=False): output pixel p samples x at
     inv @ (p - offset), coordinates normalised to [-1, 1]; inv [B, 2, 2], offset [B, 2] float32.
     ``premultiplied`` only lets the compiled kernel skip fully transparent pixels (same result)."""
-    from invfast.synthetic import ops2d
-
-    return ops2d.affine_warp(x, inv, offset)
+    return ref.affine_warp(x, inv, offset)
 
 
 def color(obj: torch.Tensor, hue: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor,

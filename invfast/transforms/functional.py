@@ -11,12 +11,15 @@ blending with a degenerate image (black / grey mean / grayscale / smoothed) and 
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
-GRAY_WEIGHTS = (0.2989, 0.587, 0.114)  # ITU-R 601-2 luma, as torchvision's rgb_to_grayscale
+from invfast.constants import LUMA_WEIGHTS
+from invfast.ops.augment import _fill_vector, warp  # noqa: F401  (re-exported: part of this module's API)
+from invfast.ops.color import hsv_to_rgb, rgb_to_hsv  # noqa: F401
+
+GRAY_WEIGHTS = LUMA_WEIGHTS
 
 # ----------------------------------------------------------------------------------------------
 # dtype handling
@@ -45,89 +48,6 @@ def quantize(x: torch.Tensor) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------------------------
 # geometry: one sampler for every warp
-
-
-def _fill_vector(fill: float | Sequence[float], channels: int) -> torch.Tensor:
-    f = torch.as_tensor(fill, dtype=torch.float32).flatten()
-    if f.numel() == 1:
-        f = f.expand(channels)
-    if f.numel() != channels:
-        raise ValueError(f"fill must be one value or {channels} values (one per channel), got {f.numel()}")
-    return f
-
-
-def warp(images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-    """Bilinear sampling of ``images`` at source coordinates, with a constant fill outside.
-
-    Args:
-        images: float [B, C, H, W].
-        coords: float [P, Ho, Wo, 2] (the same warps for every image) or [B, P, Ho, Wo, 2] (per image);
-            ``coords[..., 0]`` is the source x, ``coords[..., 1]`` the source y, in pixel-centre units.
-        fill: value(s) in image units for samples whose bilinear neighbours fall outside the image
-            (each of the four neighbours outside contributes ``fill`` with its bilinear weight).
-
-    Returns:
-        [B, P, C, Ho, Wo] in the dtype of ``images``. Warps whose source coordinates are all integers
-        (flips, 90-degree rotations, integer translations) copy pixels exactly (a gather); the others
-        go through one ``grid_sample`` call over all images and warps at once.
-    """
-    B, C, H, W = images.shape
-    per_image = coords.dim() == 5
-    P, Ho, Wo = coords.shape[-4], coords.shape[-3], coords.shape[-2]
-    fillv = _fill_vector(fill, C).to(images.dtype)
-    c = coords if per_image else coords.unsqueeze(0)
-    integer = (c == torch.round(c)).flatten(2).all(dim=2).all(dim=0)  # [P]
-    if bool(integer.all()):
-        return _gather_nearest(images, c, fillv)
-    if not bool(integer.any()):
-        return _bilinear(images, c, fillv)
-    ii = torch.nonzero(integer).flatten()
-    jj = torch.nonzero(~integer).flatten()
-    out = torch.empty((B, P, C, Ho, Wo), dtype=images.dtype)
-    out.index_copy_(1, ii, _gather_nearest(images, c.index_select(1, ii), fillv))
-    out.index_copy_(1, jj, _bilinear(images, c.index_select(1, jj), fillv))
-    return out
-
-
-def _gather_nearest(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -> torch.Tensor:
-    """Exact copy for integer coordinates [1 or B, P, Ho, Wo, 2] -> [B, P, C, Ho, Wo]."""
-    B, C, H, W = images.shape
-    G, P, Ho, Wo = coords.shape[:4]
-    n = H * W
-    x = coords[..., 0].to(torch.int64)
-    y = coords[..., 1].to(torch.int64)
-    inside = (x >= 0) & (x < W) & (y >= 0) & (y < H)
-    idx = torch.where(inside, y * W + x, torch.full_like(x, n))  # [G, P, Ho, Wo]
-    table = torch.cat([images.reshape(B, C, n), fillv.view(1, C, 1).expand(B, C, 1)], dim=2)  # [B, C, n+1]
-    if G == 1:
-        res = table.reshape(B * C, n + 1).index_select(1, idx.reshape(-1))
-        return res.reshape(B, C, P, Ho, Wo).transpose(1, 2)
-    flat = table.transpose(0, 1).reshape(C, B * (n + 1))
-    off = (torch.arange(B, dtype=torch.int64) * (n + 1)).view(B, 1, 1, 1)
-    res = flat.index_select(1, (idx + off).reshape(-1))
-    return res.reshape(C, B, P, Ho, Wo).permute(1, 2, 0, 3, 4)
-
-
-def _bilinear(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -> torch.Tensor:
-    """Bilinear sampling at coords [1 or B, P, Ho, Wo, 2] -> [B, P, C, Ho, Wo] via ``grid_sample``."""
-    B, C, H, W = images.shape
-    G, P, Ho, Wo = coords.shape[:4]
-    g = torch.empty(coords.shape, dtype=images.dtype)
-    g[..., 0] = (2.0 * coords[..., 0] + 1.0) / W - 1.0
-    g[..., 1] = (2.0 * coords[..., 1] + 1.0) / H - 1.0
-    g = g.reshape(G, P * Ho, Wo, 2)
-    if G == 1:  # the same warps for all images: the images become channels of one sample
-        inp = images.reshape(1, B * C, H, W)
-    else:
-        inp = images
-    res = F.grid_sample(inp, g, mode="bilinear", padding_mode="zeros", align_corners=False)
-    res = res.reshape(B, C, P, Ho, Wo).transpose(1, 2)
-    if bool((fillv != 0).any()):
-        ones = torch.ones((G, 1, H, W), dtype=images.dtype)
-        covered = F.grid_sample(ones, g, mode="bilinear", padding_mode="zeros", align_corners=False)
-        covered = covered.reshape(G, P, 1, Ho, Wo)
-        res = res + (1.0 - covered) * fillv.view(1, 1, C, 1, 1)
-    return res
 
 
 def _snap(m: torch.Tensor, tol: float = 1e-9) -> torch.Tensor:
@@ -270,41 +190,6 @@ def adjust_saturation(x: torch.Tensor, factor: torch.Tensor, gray: torch.Tensor 
     if gray is None:
         gray = grayscale(x)
     return blend(x, gray, factor)
-
-
-def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:
-    """RGB [..., 3, H, W] in [0, 1] -> HSV with hue in [0, 1) (torchvision ``_rgb2hsv``)."""
-    r, g, b = x.unbind(dim=-3)
-    maxc = x.amax(dim=-3)
-    minc = x.amin(dim=-3)
-    eqc = maxc == minc
-    cr = maxc - minc
-    ones = torch.ones_like(maxc)
-    s = cr / torch.where(eqc, ones, maxc)
-    crd = torch.where(eqc, ones, cr)
-    rc = (maxc - r) / crd
-    gc = (maxc - g) / crd
-    bc = (maxc - b) / crd
-    hr = (maxc == r) * (bc - gc)
-    hg = ((maxc == g) & (maxc != r)) * (2.0 + rc - bc)
-    hb = ((maxc != g) & (maxc != r)) * (4.0 + gc - rc)
-    h = torch.fmod((hr + hg + hb) / 6.0 + 1.0, 1.0)
-    return torch.stack((h, s, maxc), dim=-3)
-
-
-def hsv_to_rgb(hsv: torch.Tensor) -> torch.Tensor:
-    """Inverse of :func:`rgb_to_hsv` (same values as torchvision ``_hsv2rgb``), written without a sector
-    table: channel n in (5, 3, 1) for (r, g, b) is ``v - v s clamp(min(k, 4 - k), 0, 1)``,
-    ``k = (n + 6 h) mod 6``."""
-    h, s, v = hsv.unbind(dim=-3)
-    h6 = h * 6.0
-    vs = v * s
-    out = []
-    for n in (5.0, 3.0, 1.0):
-        k = torch.remainder(h6 + n, 6.0)
-        a = torch.minimum(k, 4.0 - k).clamp_(0.0, 1.0)
-        out.append((v - vs * a).clamp_(0.0, 1.0))
-    return torch.stack(out, dim=-3)
 
 
 def adjust_hue(x: torch.Tensor, shift: torch.Tensor, hsv: torch.Tensor | None = None) -> torch.Tensor:
