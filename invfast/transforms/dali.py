@@ -37,7 +37,7 @@ import torch
 
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
-from invfast.transforms.policies import PolicyConfig
+from invfast.transforms.policy_config import PolicyConfig, policy_config
 from invfast.transforms.registry import get
 
 try:
@@ -262,9 +262,7 @@ def _config(policy: Any) -> PolicyConfig:
         return policy
     if hasattr(policy, "config"):
         return policy.config
-    from invfast.transforms.policies import policy as make
-
-    return make(policy).config
+    return policy_config(policy)[0]
 
 
 # ----------------------------------------------------------------------------------------------
