@@ -1,0 +1,101 @@
+"""The package's module graph, read from the source: no import cycles (function-local imports count),
+and ``invfast.ops`` at the bottom (it imports nothing above it)."""
+from __future__ import annotations
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PKG = ROOT / "invfast"
+#: what the compiled-op layer may import besides itself: the loader, the backend switch and plain constants
+OPS_MAY_IMPORT = {"invfast._loader", "invfast.backend", "invfast.constants", "invfast._validate", "invfast._C"}
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    mods = {}
+    for p in PKG.rglob("*.py"):
+        parts = list(p.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = p
+    return mods
+
+
+def _resolve(name: str, mods: dict[str, pathlib.Path]) -> str | None:
+    while name and name not in mods:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def import_graph() -> dict[str, set[str]]:
+    """module -> the invfast modules it imports anywhere in its source (``from a import b`` names
+    ``a.b`` when b is a module); edges to a module's own parent packages are left out, since
+    importing a submodule always runs them."""
+    mods = _modules()
+    graph: dict[str, set[str]] = {}
+    for mod, path in mods.items():
+        is_pkg = path.name == "__init__.py"
+        out: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = mod.split(".") if is_pkg else mod.split(".")[:-1]
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in mods else base for a in node.names]
+            for t in targets:
+                if not t.startswith("invfast"):
+                    continue
+                r = _resolve(t, mods)
+                if r and r != mod and not mod.startswith(r + "."):
+                    out.add(r)
+        graph[mod] = out
+    return graph
+
+
+def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(n: str) -> list[str] | None:
+        state[n] = 1
+        stack.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                return stack[stack.index(m):] + [m]
+            if m not in state:
+                found = visit(m)
+                if found:
+                    return found
+        stack.pop()
+        state[n] = 2
+        return None
+
+    for n in sorted(graph):
+        if n not in state:
+            found = visit(n)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycle():
+    cycle = _find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_ops_is_the_bottom_layer():
+    graph = import_graph()
+    bad = {m: sorted(t for t in deps if not (t == "invfast.ops" or t.startswith("invfast.ops.") or t in OPS_MAY_IMPORT))
+           for m, deps in graph.items() if m == "invfast.ops" or m.startswith("invfast.ops.")}
+    bad = {m: d for m, d in bad.items() if d}
+    assert not bad, f"invfast.ops imports layers above it: {bad}"
+
+
+def test_the_checker_sees_cycles():
+    assert _find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _find_cycle({"a": {"b"}, "b": set()}) is None
