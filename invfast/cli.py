@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     commands = _available()
     parser = argparse.ArgumentParser(prog="invfast", description="measure and exploit the invariances of representations")
+    from invfast import __version__
+
+    parser.add_argument("--version", action="version", version=f"invfast {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = None
     for name, (mod, help_) in commands.items():
