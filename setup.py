@@ -2,7 +2,9 @@
 
 Always install with ``pip install --no-build-isolation -e .`` against an installed torch.
 The CUDA sources are compiled only when the installed torch is a CUDA build
-(``torch.version.cuda`` is set) and ``INVFAST_NO_CUDA`` is not set.
+(``torch.version.cuda`` is set) and ``INVFAST_NO_CUDA`` is not set. Without an importable torch the
+build stops with an error (an isolated build would otherwise ship no compiled core) unless
+``INVFAST_NO_EXT`` is set.
 """
 import glob
 import os
@@ -11,14 +13,17 @@ from setuptools import setup
 
 
 def _extensions():
+    if os.environ.get("INVFAST_NO_EXT"):  # explicit pure-Python install: the torch reference path serves
+        return [], {}
     try:
         import torch
         from torch.utils.cpp_extension import BuildExtension, CppExtension, CUDAExtension, CUDA_HOME
-    except ImportError:  # no torch: pure-Python install, the reference path serves
-        print("invfast: torch not found at build time; installing without the compiled core")
-        return [], {}
-    if os.environ.get("INVFAST_NO_EXT"):
-        return [], {}
+    except ImportError:
+        # an isolated build (plain `pip install .`) lands here: refuse rather than ship a wheel without the core
+        raise SystemExit(
+            "invfast: torch is not importable at build time, so the compiled core cannot be built.\n"
+            "  Install torch first, then build against it: pip install --no-build-isolation -e .\n"
+            "  (or set INVFAST_NO_EXT=1 to install without the compiled core; the torch reference path serves)")
     root = os.path.dirname(os.path.abspath(__file__))
     cpp = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "csrc", "**", "*.cpp"), recursive=True))
     cu = sorted(os.path.relpath(p, root) for p in glob.glob(os.path.join(root, "csrc", "**", "*.cu"), recursive=True))
