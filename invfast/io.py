@@ -2,14 +2,34 @@
 
 Every writer goes through :func:`atomic_write`: the content goes to a temporary file in the same
 folder, is flushed and fsynced, renamed over the target, and the folder entry is fsynced.
+
+Checkpoints and partial states are written with :func:`atomic_torch_save` ``(checksum=True)``: the
+file ends with a trailer ``INVFAST-SHA256:<hex>`` over the bytes before it (``torch.load`` ignores
+it), and :func:`load_verified` refuses a file whose bytes no longer match, then loads it with
+``weights_only=True`` (no code from the file ever runs). :func:`output_lock` gives a command
+exclusive use of its output folder.
 """
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import io
 import os
 from typing import IO, Any, Iterator
 
-__all__ = ["atomic_write", "atomic_write_text", "atomic_torch_save", "atomic_save_npy", "config_difference"]
+__all__ = ["atomic_write", "atomic_write_text", "atomic_torch_save", "atomic_save_npy", "config_difference",
+           "load_verified", "DamagedFileError", "OutputLockedError", "output_lock"]
+
+_TRAILER = b"\nINVFAST-SHA256:"
+_TRAILER_LEN = len(_TRAILER) + 64 + 1  # marker, hex digest, newline
+
+
+class DamagedFileError(ValueError):
+    """A file invfast wrote was changed, cut short or is not what it claims to be."""
+
+
+class OutputLockedError(RuntimeError):
+    """Another live process holds the output folder."""
 
 
 def _fsync_dir(folder: str) -> None:
@@ -53,12 +73,56 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
         f.write(text)
 
 
-def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save(obj)`` to ``path`` atomically."""
+def atomic_torch_save(obj: Any, path: str | os.PathLike, checksum: bool = True) -> None:
+    """``torch.save(obj)`` to ``path`` atomically, followed by a SHA-256 trailer unless ``checksum=False``
+    (the trailer is ignored by ``torch.load``; :func:`load_verified` checks it)."""
     import torch
 
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    data = buf.getvalue()
     with atomic_write(path, "wb") as f:
-        torch.save(obj, f)
+        f.write(data)
+        if checksum:
+            f.write(_TRAILER + hashlib.sha256(data).hexdigest().encode("ascii") + b"\n")
+
+
+def load_verified(path: str | os.PathLike, *, what: str = "file", require_checksum: bool = True,
+                  fix: str = "delete it to start over") -> Any:
+    """``torch.load(path, weights_only=True)`` after checking the SHA-256 trailer written by
+    :func:`atomic_torch_save`.
+
+    Raises :class:`DamagedFileError` (naming ``what`` and ``fix``) when the file is empty, cut short,
+    changed after it was written, lacks the trailer while ``require_checksum``, or holds anything
+    but tensors and plain containers (a pickle that would run code is refused, never executed).
+    ``FileNotFoundError`` when it is absent.
+    """
+    import torch
+
+    p = os.fspath(path)
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"no {what} at {p!r}")
+    with open(p, "rb") as f:
+        data = f.read()
+    if not data:
+        raise DamagedFileError(f"the {what} {p!r} is empty (0 bytes); {fix}")
+    tail = data[-_TRAILER_LEN:]
+    if len(data) >= _TRAILER_LEN and tail.startswith(_TRAILER) and tail.endswith(b"\n"):
+        body = data[:-_TRAILER_LEN]
+        if hashlib.sha256(body).hexdigest().encode("ascii") != tail[len(_TRAILER):-1]:
+            raise DamagedFileError(f"the {what} {p!r} is damaged: its bytes do not match the checksum written with "
+                                   f"it (changed or corrupted after it was saved); {fix}")
+    elif require_checksum:
+        raise DamagedFileError(f"the {what} {p!r} carries no invfast checksum (cut short, or not written by this "
+                               f"version of invfast); {fix}")
+    else:
+        body = data
+    try:
+        return torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is not ours
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise DamagedFileError(f"cannot read the {what} {p!r} ({first[:300]}); only tensors and plain containers "
+                               f"are loaded; {fix}") from e
 
 
 def atomic_save_npy(path: str | os.PathLike, arr: Any) -> None:
@@ -79,3 +143,47 @@ def config_difference(saved: dict[str, Any], current: dict[str, Any], where: str
     keys = sorted(set(saved) | set(current))
     return [f"{k}: {where} has {saved.get(k, '<absent>')!r}, this run has {current.get(k, '<absent>')!r}"
             for k in keys if _norm(saved.get(k, "<absent>")) != _norm(current.get(k, "<absent>"))]
+
+
+LOCK_NAME = ".invfast.lock"
+
+
+def _holder(lock_path: str) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        with open(lock_path) as f:
+            text = f.read().strip()
+        if text:
+            return text
+    return "unknown pid"
+
+
+@contextlib.contextmanager
+def output_lock(folder: str | os.PathLike, command: str) -> Iterator[str]:
+    """Exclusive use of ``folder`` (created if needed) while the block runs.
+
+    Takes ``fcntl.flock`` on ``<folder>/.invfast.lock`` and writes ``pid <n> (<command>)`` into it;
+    a second run gets :class:`OutputLockedError` naming the holder. The kernel drops the lock when
+    its process dies, so a lock file left by a killed run never blocks. Yields the lock file path.
+    On systems without ``fcntl`` the block runs unlocked.
+    """
+    folder = os.fspath(folder)
+    os.makedirs(folder, exist_ok=True)
+    lock_path = os.path.join(folder, LOCK_NAME)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield lock_path
+        return
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise OutputLockedError(
+                f"{folder!r} is in use by another invfast run ({_holder(lock_path)}); wait for it to finish, "
+                f"stop it, or choose another --out folder") from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} ({command})\n".encode())
+        yield lock_path
+    finally:
+        os.close(fd)  # releases the lock

@@ -22,13 +22,14 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from invfast.io import atomic_torch_save, config_difference
+from invfast.io import atomic_torch_save, config_difference, load_verified
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
 from invfast.pretrain.methods import ContrastiveMethod
 
 CHECKPOINT_FORMAT = "invfast.pretrain/1"
 CHECKPOINT_NAME = "checkpoint.pt"
+MODEL_NAME = "model.pt"
 
 # TrainConfig fields that may change between a run and its resumption (they do not affect the result).
 RESUMABLE_FIELDS = ("checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
@@ -232,7 +233,8 @@ class Trainer:
 
     def load_checkpoint(self, path: str) -> None:
         """Restore the state saved by :meth:`save_checkpoint`; refuses another configuration."""
-        ck = torch.load(path, map_location="cpu", weights_only=False)
+        ck = load_verified(path, what="pretraining checkpoint",
+                           fix="delete it to start over, or choose another --out folder")
         if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path!r} is not an invfast pretraining checkpoint")
         diff = config_difference(ck["config"], self.run_config(), "checkpoint")
@@ -323,6 +325,9 @@ class Trainer:
                     raise FileExistsError(f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
                                           "(--resume) to continue it or choose another output folder")
                 self.load_checkpoint(self.checkpoint_path)
+            elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
+                raise FileExistsError(f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
+                                      "to continue; it is never overwritten: choose another output folder")
             elif self.dist.is_main:
                 for ext in ("jsonl", "csv"):
                     if os.path.exists(self._log_path(ext)):
@@ -396,5 +401,5 @@ class Trainer:
             if self.dist.is_main:
                 atomic_torch_save({"format": "invfast.pretrained/1", "config": self.run_config(),
                              "encoder": self.method.encoder.state_dict(), "method": self.method.state_dict(),
-                             "seconds": time.perf_counter() - t_start}, os.path.join(self.out, "model.pt"))
+                             "seconds": time.perf_counter() - t_start}, os.path.join(self.out, MODEL_NAME))
         return self.history
