@@ -62,8 +62,8 @@ def test_bad_images():
 
 
 def test_registry():
-    assert set(ARCHITECTURES) == {"resnet18-cifar", "resnet18", "resnet50-cifar", "resnet50", "hyper-resnet18-cifar",
-                                  "hyper-resnet18", "hyper-resnet50", "prompt-vit"}
+    assert set(ARCHITECTURES) == {"resnet18-cifar", "resnet18", "resnet34-cifar", "resnet34", "resnet50-cifar",
+                                  "resnet50", "hyper-resnet18-cifar", "hyper-resnet18", "hyper-resnet50", "prompt-vit"}
     for name in ARCHITECTURES:
         kw = {"width": 4} if "resnet" in name else {"dim": 16, "depth": 1, "heads": 2}
         m = create(name, **kw)
@@ -130,3 +130,35 @@ def test_prompt_vit_token_order():
     i = torch.tensor([0.2, 0.9], requires_grad=True)
     m(torch.randn(2, 3, 32, 32), i).sum().backward()
     assert float(i.grad.abs().sum()) > 0
+
+
+def test_default_stem_is_imagenet_as_in_torchvision():
+    """resnet18()/resnet50() and create("resnet18") build the same ImageNet-stem net and take 224 px
+    inputs; the CIFAR stem is asked for by name or stem="cifar"."""
+    for fn, name in ((resnet18, "resnet18"), (resnet50, "resnet50")):
+        torch.manual_seed(0)
+        a = fn(width=4).eval()
+        torch.manual_seed(0)
+        b = create(name, width=4).eval()
+        assert a.stem_kind == b.stem_kind == "imagenet" and a.stem.conv.weight.shape[-1] == 7
+        x = torch.randn(1, 3, 224, 224)
+        torch.testing.assert_close(a(x), b(x), atol=0, rtol=0)
+    assert ResNet(18, width=4).stem_kind == "imagenet"
+    assert resnet18(stem="cifar", width=4).stem_kind == create("resnet18-cifar", width=4).stem_kind == "cifar"
+
+
+def test_create_from_module_factory(tmp_path, monkeypatch):
+    (tmp_path / "my_models_pkg.py").write_text(
+        "import torch\n"
+        "def build(width=3):\n"
+        "    return torch.nn.Linear(4, width)\n"
+        "NOT_CALLABLE = 3\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    m = create("my_models_pkg:build", width=5)
+    assert isinstance(m, torch.nn.Linear) and m.out_features == 5 and m.arch == "my_models_pkg:build"
+    with pytest.raises(ValueError, match="cannot load model factory"):
+        create("my_models_pkg:nope")
+    with pytest.raises(ValueError, match="cannot load model factory"):
+        create("no_such_module_xyz:build")
+    with pytest.raises(TypeError, match="not callable"):
+        create("my_models_pkg:NOT_CALLABLE")

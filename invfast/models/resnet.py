@@ -1,4 +1,5 @@
-"""ResNet-18/34/50 feature extractors with CIFAR (3x3 conv, no max-pool) or ImageNet stems.
+"""ResNet-18/34/50 feature extractors with ImageNet (7x7/2 conv + max-pool, the default, as in
+torchvision) or CIFAR (3x3 conv, no max-pool: ``stem="cifar"``) stems.
 
 ``forward(x)`` and ``forward_features(x)`` return globally average-pooled features
 [B, feature_dim]; there is no classification head (heads belong to the probes/pretraining).
@@ -115,13 +116,13 @@ class ResNet(CheckedStateDict, nn.Module):
 
     Args:
         depth: 18, 34 or 50.
-        stem: 'cifar' (3x3 conv, no max-pool; 8..64 px inputs, 32 px intended) or 'imagenet'
-            (7x7/2 conv + max-pool; inputs >= 32 px, 224 px intended).
+        stem: 'imagenet' (default, as torchvision: 7x7/2 conv + max-pool; inputs >= 32 px, 224 px
+            intended) or 'cifar' (3x3 conv, no max-pool; 8..64 px inputs, 32 px intended).
         width: channels after the stem (64 in the standard nets; smaller for tests).
         in_channels: image channels.
     """
 
-    def __init__(self, depth: int = 18, stem: str = "cifar", width: int = 64, in_channels: int = 3):
+    def __init__(self, depth: int = 18, stem: str = "imagenet", width: int = 64, in_channels: int = 3):
         super().__init__()
         self.depth, self.stem_kind, self.width, self.in_channels = depth, stem, width, in_channels
         self.arch = f"resnet{depth}-{stem}"
@@ -144,16 +145,17 @@ class ResNet(CheckedStateDict, nn.Module):
         return self.forward_features(x)
 
 
-def resnet18(stem: str = "cifar", **kw) -> ResNet:
-    """ResNet-18 (BasicBlock [2, 2, 2, 2]); feature_dim 512 at width 64."""
+def resnet18(stem: str = "imagenet", **kw) -> ResNet:
+    """ResNet-18 (BasicBlock [2, 2, 2, 2]); feature_dim 512 at width 64. ImageNet stem unless
+    ``stem="cifar"`` (the same as ``create("resnet18-cifar")``)."""
     return ResNet(18, stem=stem, **kw)
 
 
-def resnet34(stem: str = "cifar", **kw) -> ResNet:
+def resnet34(stem: str = "imagenet", **kw) -> ResNet:
     """ResNet-34 (BasicBlock [3, 4, 6, 3]); feature_dim 512 at width 64."""
     return ResNet(34, stem=stem, **kw)
 
 
-def resnet50(stem: str = "cifar", **kw) -> ResNet:
+def resnet50(stem: str = "imagenet", **kw) -> ResNet:
     """ResNet-50 (Bottleneck [3, 4, 6, 3]); feature_dim 2048 at width 64."""
     return ResNet(50, stem=stem, **kw)

@@ -1,0 +1,243 @@
+"""Checkpoint layouts: reading the ResNets people publish into invfast's ResNet, and back.
+
+invfast names a ResNet's weights ``stem.conv``, ``stem.bn``, ``blocks.N.conv1``, ``blocks.N.bn_conv1``,
+``blocks.N.downsample``, ``blocks.N.bn_downsample`` (blocks numbered through all stages).
+torchvision names them ``conv1``, ``bn1``, ``layerS.I.conv1``, ``layerS.I.bn1``,
+``layerS.I.downsample.0`` / ``.1`` (stages S = 1..4) and adds a classifier ``fc``. Published
+checkpoints wrap either layout:
+
+=================== ================================================ ===============================
+source              keys                                             what is kept
+=================== ================================================ ===============================
+torchvision         ``conv1.weight``, ``layer1.0.bn1.weight``, ``fc``  all but ``fc`` (dropped)
+MoCo v1/v2          ``state_dict``: ``module.encoder_q.conv1...``      the query encoder; ``fc`` MLP,
+                                                                     key encoder, queue dropped
+solo-learn          ``state_dict``: ``backbone.conv1...``              the backbone; projector,
+                                                                     momentum backbone dropped
+invfast pretrain    ``encoder``: ``stem.conv.weight...``               all
+=================== ================================================ ===============================
+
+:func:`convert_state_dict` finds the encoder's prefix, strips it and renames torchvision keys;
+:func:`to_torchvision_state_dict` exports an invfast ResNet under torchvision's names.
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Iterator, Mapping
+
+import torch
+from torch import nn
+
+#: wrapper keys under which checkpoints keep their state dict, tried in this order
+WRAPPER_KEYS = ("encoder", "state_dict", "model", "backbone", "network")
+#: prefixes naming a second copy of the encoder (momentum/target/key networks): never preferred
+_SHADOW = ("encoder_k", "momentum", "target", "teacher", "key_encoder", "ema")
+_TV_BLOCK = re.compile(r"^layer(\d)\.(\d+)\.(conv|bn)(\d)\.(.+)$")
+_TV_DOWN = re.compile(r"^layer(\d)\.(\d+)\.downsample\.([01])\.(.+)$")
+_IV_BLOCK = re.compile(r"^blocks\.(\d+)\.(bn_)?(conv\d|downsample)\.(.+)$")
+_BN_FIELDS = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
+
+
+def read_state_dict(checkpoint: str | os.PathLike | Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The flat ``{name: tensor}`` dict inside a checkpoint file or object (wrappers unwrapped)."""
+    obj: Any = checkpoint
+    where = "the checkpoint"
+    if isinstance(checkpoint, (str, os.PathLike)):
+        path = where = os.fspath(checkpoint)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"checkpoint {path!r} does not exist")
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises many types for a file that is not a checkpoint
+            raise ValueError(f"cannot read checkpoint {path!r} as a torch file ({type(e).__name__}: {e})") from e
+    for _ in range(3):  # e.g. {"model": {"state_dict": {...}}}
+        if not isinstance(obj, Mapping):
+            break
+        inner = next((obj[k] for k in WRAPPER_KEYS if isinstance(obj.get(k), Mapping)), None)
+        if inner is None:
+            break
+        obj = inner
+    if not isinstance(obj, Mapping):
+        raise ValueError(f"{where!r} holds no state dict (got {type(obj).__name__})")
+    sd = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
+    if not sd:
+        raise ValueError(f"{where!r} holds no state dict of tensors")
+    return sd
+
+
+def _pick_prefix(counts: dict[str, int]) -> str:
+    """The prefix covering most keys; among equals, not a momentum/key copy, then the shortest."""
+    return min(counts, key=lambda p: (-counts[p], any(s in p for s in _SHADOW), len(p), p))
+
+
+def _prefixes(keys: list[str], suffixes: list[str]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for suffix in suffixes:
+        for k in keys:
+            if k.endswith(suffix) and (len(k) == len(suffix) or k[-len(suffix) - 1] == "."):
+                p = k[: len(k) - len(suffix)]
+                counts[p] = counts.get(p, 0) + 1
+    return counts
+
+
+def detect_layout(sd: Mapping[str, Any]) -> tuple[str, str]:
+    """``(layout, prefix)`` of a ResNet state dict: layout 'torchvision' or 'invfast' (or 'unknown'),
+    prefix the text before the encoder's own names (``'module.encoder_q.'``, ``'backbone.'``, ``''``)."""
+    keys = list(sd)
+    tv = _prefixes(keys, ["layer1.0.conv1.weight"])
+    iv = _prefixes(keys, ["stem.conv.weight"])
+    if tv and not iv:
+        return "torchvision", _pick_prefix(tv)
+    if iv:
+        return "invfast", _pick_prefix(iv)
+    return "unknown", ""
+
+
+def _tv_stage_counts(keys: list[str]) -> list[int]:
+    n = [0, 0, 0, 0]
+    for k in keys:
+        m = _TV_BLOCK.match(k) or _TV_DOWN.match(k)
+        if m:
+            s, i = int(m.group(1)) - 1, int(m.group(2))
+            if 0 <= s < 4:
+                n[s] = max(n[s], i + 1)
+    return n
+
+
+def torchvision_to_invfast(sd: Mapping[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """Rename a bare torchvision ResNet state dict to invfast's names; returns (state dict, dropped keys)."""
+    counts = _tv_stage_counts(list(sd))
+    offset = [sum(counts[:s]) for s in range(4)]
+    out: dict[str, torch.Tensor] = {}
+    dropped: list[str] = []
+    for k, v in sd.items():
+        if k.startswith("conv1."):
+            out["stem.conv." + k[6:]] = v
+        elif k.startswith("bn1."):
+            out["stem.bn." + k[4:]] = v
+        elif (m := _TV_BLOCK.match(k)) is not None:
+            s, i, kind, j, rest = int(m.group(1)) - 1, int(m.group(2)), m.group(3), m.group(4), m.group(5)
+            out[f"blocks.{offset[s] + i}.{'bn_' if kind == 'bn' else ''}conv{j}.{rest}"] = v
+        elif (m := _TV_DOWN.match(k)) is not None:
+            s, i, part, rest = int(m.group(1)) - 1, int(m.group(2)), m.group(3), m.group(4)
+            out[f"blocks.{offset[s] + i}.{'bn_' if part == '1' else ''}downsample.{rest}"] = v
+        else:
+            dropped.append(k)
+    return out, dropped
+
+
+def invfast_to_torchvision(sd: Mapping[str, torch.Tensor], stage_blocks: tuple[int, ...]) -> dict[str, torch.Tensor]:
+    """Rename an invfast ResNet state dict to torchvision's names (no ``fc``: the encoder has none).
+
+    ``stage_blocks``: residual blocks per stage, e.g. (2, 2, 2, 2) for ResNet-18."""
+    where = [(s, i) for s, n in enumerate(stage_blocks) for i in range(n)]
+    out: dict[str, torch.Tensor] = {}
+    for k, v in sd.items():
+        if k.startswith("stem.conv."):
+            out["conv1." + k[10:]] = v
+        elif k.startswith("stem.bn."):
+            out["bn1." + k[8:]] = v
+        elif (m := _IV_BLOCK.match(k)) is not None:
+            b, bn, name, rest = int(m.group(1)), m.group(2), m.group(3), m.group(4)
+            if b >= len(where):
+                raise ValueError(f"{k!r}: block {b} but the architecture has {len(where)} blocks")
+            s, i = where[b]
+            if name == "downsample":
+                out[f"layer{s + 1}.{i}.downsample.{1 if bn else 0}.{rest}"] = v
+            else:
+                out[f"layer{s + 1}.{i}.{'bn' if bn else 'conv'}{name[4:]}.{rest}"] = v
+        else:
+            raise ValueError(f"{k!r} is not a weight of an invfast ResNet")
+    return out
+
+
+def to_torchvision_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """An invfast :class:`~invfast.models.ResNet`'s weights under torchvision's names (``conv1``,
+    ``layer1.0.bn1``, ``layer2.0.downsample.0``, ...), loadable into ``torchvision.models.resnetN``
+    with ``strict=False`` (the encoder has no ``fc``)."""
+    from invfast.models.resnet import LAYOUTS, ResNet
+
+    if not isinstance(model, ResNet):
+        raise TypeError(f"to_torchvision_state_dict takes an invfast ResNet, got {type(model).__name__}")
+    return invfast_to_torchvision(model.state_dict(), LAYOUTS[model.depth][1])
+
+
+def torchvision_resnet_keys(depth: int, width: int = 64, stem: str = "imagenet", fc: int | None = 1000,
+                            in_channels: int = 3) -> Iterator[tuple[str, tuple[int, ...]]]:
+    """``(name, shape)`` of every tensor of torchvision's ``resnet{depth}`` state dict, in its order,
+    derived from the architecture (``fc``: classes of the classifier head, ``None`` for none;
+    ``stem='cifar'``: the 3x3 ``conv1`` of CIFAR variants such as solo-learn's)."""
+    from invfast.models.resnet import block_convs, stage_plan
+
+    def bn(name: str, c: int) -> Iterator[tuple[str, tuple[int, ...]]]:
+        for f in _BN_FIELDS:
+            yield f"{name}.{f}", (() if f == "num_batches_tracked" else (c,))
+
+    k = 3 if stem == "cifar" else 7
+    yield "conv1.weight", (width, in_channels, k, k)
+    yield from bn("bn1", width)
+    plan = stage_plan(depth, width)
+    counts = [0, 0, 0, 0]
+    stage = 0
+    last = width
+    for b, (kind, in_ch, planes, stride) in enumerate(plan):
+        if b > 0 and stride == 2:
+            stage += 1
+        i = counts[stage]
+        counts[stage] += 1
+        for c in block_convs(kind, in_ch, planes, stride):
+            shape = (c.out_ch, c.in_ch, c.k, c.k)
+            if c.name == "downsample":
+                yield f"layer{stage + 1}.{i}.downsample.0.weight", shape
+                yield from bn(f"layer{stage + 1}.{i}.downsample.1", c.out_ch)
+            else:
+                j = c.name[4:]
+                yield f"layer{stage + 1}.{i}.conv{j}.weight", shape
+                yield from bn(f"layer{stage + 1}.{i}.bn{j}", c.out_ch)
+            last = c.out_ch
+    if fc is not None:
+        yield "fc.weight", (fc, last)
+        yield "fc.bias", (fc,)
+
+
+def convert_state_dict(sd: Mapping[str, torch.Tensor], model: nn.Module | None = None
+                       ) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """A checkpoint's state dict in ``model``'s names; returns ``(state dict, notes)``.
+
+    Torchvision-layout ResNets (bare, MoCo's ``module.encoder_q.``, solo-learn's ``backbone.``) are
+    found by their ``layer1.0.conv1.weight`` and renamed; invfast-layout ones by ``stem.conv.weight``.
+    Otherwise, with ``model``, the prefix under which the checkpoint holds most of the model's keys is
+    stripped. Keys under the chosen prefix the encoder has no place for (``fc``, projection heads)
+    are dropped and named in ``notes``; keys outside it (key encoder, queue, optimizer) are ignored.
+    """
+    keys = list(sd)
+    layout, prefix = detect_layout(sd)
+    if layout == "unknown" and model is not None:
+        own = list(nn.Module.state_dict(model))
+        counts = _prefixes(keys, own)
+        if counts:
+            prefix = _pick_prefix(counts)
+    sub = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+    notes: list[str] = []
+    if layout == "torchvision":
+        sub, dropped = torchvision_to_invfast(sub)
+        if dropped:
+            notes.append(f"dropped {len(dropped)} tensor(s) the encoder has no place for (heads): "
+                         + ", ".join(dropped[:6]) + (" ..." if len(dropped) > 6 else ""))
+    if model is not None and layout != "unknown":
+        own_keys = set(nn.Module.state_dict(model))
+        if any(k.startswith(("stem.", "blocks.")) for k in own_keys):  # an invfast ResNet: drop what it lacks
+            extra = sorted(k for k in sub if k not in own_keys and not k.startswith(("stem.", "blocks.")))
+            for k in extra:
+                del sub[k]
+            if extra:
+                notes.append(f"dropped {len(extra)} tensor(s) the encoder has no place for (heads): "
+                             + ", ".join(extra[:6]) + (" ..." if len(extra) > 6 else ""))
+    if notes and prefix:
+        notes.append(f"the encoder was read under prefix {prefix!r}")
+    return sub, notes
+
+
+__all__ = ["WRAPPER_KEYS", "convert_state_dict", "detect_layout", "invfast_to_torchvision", "read_state_dict",
+           "to_torchvision_state_dict", "torchvision_resnet_keys", "torchvision_to_invfast"]
