@@ -58,38 +58,12 @@ def load_model(name: str, checkpoint: str | os.PathLike | None = None, *,
 
 
 def load_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLike) -> None:
-    """Load weights into ``model`` strictly; ValueError names the missing / unexpected / mis-shaped keys."""
-    path = os.fspath(checkpoint)
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"checkpoint {path!r} does not exist")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ValueError(f"cannot read checkpoint {path!r} as a torch file ({type(e).__name__}: {e})") from e
-    sd = obj
-    for key in ("encoder", "state_dict", "model", "backbone"):
-        if isinstance(sd, dict) and key in sd and isinstance(sd[key], dict):
-            sd = sd[key]
-            break
-    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
-        raise ValueError(f"checkpoint {path!r} holds no state dict of tensors")
-    own = model.state_dict()
-    for prefix in ("", "module.", "backbone.", "encoder_q.", "encoder.", "module.encoder_q."):
-        cand = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
-        if cand and set(own) <= set(cand):
-            sd = {k: cand[k] for k in own}
-            break
-    missing = sorted(set(own) - set(sd))
-    unexpected = sorted(set(sd) - set(own))
-    shapes = sorted(k for k in set(own) & set(sd) if tuple(own[k].shape) != tuple(sd[k].shape))
-    if missing or unexpected or shapes:
-        def show(ks: list[str]) -> str:
-            return ", ".join(ks[:5]) + (f" (+{len(ks) - 5} more)" if len(ks) > 5 else "")
-        parts = [f"missing {show(missing)}" if missing else "", f"unexpected {show(unexpected)}" if unexpected else "",
-                 f"wrong shape {show(shapes)}" if shapes else ""]
-        raise ValueError(f"checkpoint {path!r} does not match the model {type(model).__name__}: "
-                         + "; ".join(p for p in parts if p) + ". Pass the architecture it was trained with.")
-    model.load_state_dict(sd, strict=True)
+    """Load weights into ``model`` strictly (kept for compatibility: :func:`invfast.models.load_checkpoint`
+    does the work, reading invfast, torchvision, MoCo and solo-learn layouts); ValueError names the
+    missing / unexpected / mis-shaped keys."""
+    from invfast.models import load_checkpoint as _load
+
+    _load(model, checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------- features

@@ -70,21 +70,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _encoder(arch: str, amortised: bool, k: int, width: int | None = None) -> torch.nn.Module:
-    if ":" in arch:  # a user's own encoder factory, 'package.module:callable'
-        import importlib
-        mod, _, attr = arch.partition(":")
-        try:
-            factory = getattr(importlib.import_module(mod), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"cannot load encoder factory {arch!r}: {e}") from e
-        kw = {} if width is None else {"width": width}
-        return factory(k=k, **kw) if amortised else factory(**kw)
-    try:
-        from invfast import models
-    except ImportError as e:
-        raise ValueError(f"invfast.models is not available ({e})") from e
-    names = tuple(getattr(models, "ARCHITECTURES", ()))
+    from invfast import models
+    from invfast.models.registry import is_factory_spec
+
     kw = {} if width is None else {"width": width}
+    if is_factory_spec(arch):  # a user's own encoder factory, 'package.module:callable' (the models registry)
+        return models.create(arch, k=k, **kw) if amortised else models.create(arch, **kw)
+    names = tuple(models.ARCHITECTURES)
     if amortised:
         name = arch if arch.startswith("hyper-") else f"hyper-{arch}"
         if name not in names:

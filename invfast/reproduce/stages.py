@@ -151,17 +151,15 @@ def _encoder(cfg: ReproduceConfig, key: str) -> torch.nn.Module:
 def load_model(ctx: Context, key: str) -> torch.nn.Module:
     """The encoder called ``key``: 'random' (seeded initialisation), a policy or 'amortised'
     (weights from the pretraining run), a transfer source 'transfer-<source>'."""
+    from invfast.models import load_checkpoint
+
     if key == "random":
         return _encoder(ctx.cfg, "random").eval()
     if key.startswith("transfer-"):
         enc = _encoder(ctx.cfg, "transfer")
-        state = torch.load(ctx.path("transfer", f"{key[len('transfer-'):]}.pt"), map_location="cpu", weights_only=True)
-        enc.load_state_dict(state["encoder"])
-        return enc.eval()
+        return load_checkpoint(enc, ctx.path("transfer", f"{key[len('transfer-'):]}.pt")).eval()
     enc = _encoder(ctx.cfg, key)
-    state = torch.load(ctx.path("pretrain", key, "model.pt"), map_location="cpu", weights_only=False)
-    enc.load_state_dict(state["encoder"])
-    return enc.eval()
+    return load_checkpoint(enc, ctx.path("pretrain", key, "model.pt")).eval()
 
 
 def _train_config(ctx: Context, key: str, epochs: int, n: int):
