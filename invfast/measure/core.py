@@ -21,8 +21,8 @@ from invfast.data.sources import as_source
 from invfast.measure.extractor import FeatureExtractor, _model_checksum, _setup_model
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.selection import FAMILIES, resolve_transforms
-from invfast.measure.state import (Shard, barrier, current_shard, gather_objects, load_state, merge_stats,
-                                   save_state, state_file, sum_in_rank_order)
+from invfast.measure.state import (Shard, barrier, current_shard, files_fingerprint, gather_objects, load_state,
+                                   merge_stats, save_state, state_file, sum_in_rank_order)
 from invfast.metrics import invariance_scores
 from invfast.stats import FeatureStats
 
@@ -164,6 +164,12 @@ def _check_stats(stats: Any) -> None:
         raise ValueError(f"the given stats hold {stats.n} sample(s); reference statistics need at least 2")
 
 
+def _numeric_fingerprint(run: _Run, dtype: Any, channels_last: Any, resize: int, content: bool) -> dict[str, Any]:
+    """The settings and file identities that change the numbers, beyond those named in each fingerprint."""
+    return {"dtype": str(dtype), "channels_last": channels_last, "resize": resize,
+            "files": files_fingerprint(run.source, content)}
+
+
 def _stats_info(stats: FeatureStats) -> dict[str, Any]:
     return {"n": stats.n, "dim": stats.dim, "shrinkage": stats.shrinkage_, "lambda": stats.lambda_, "rho": stats.rho_}
 
@@ -190,7 +196,7 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
                        pair_scores_dir: str | os.PathLike | None = None, state_path: str | os.PathLike | None = None,
                        save_every: float = 60.0, strict: bool = False, resize: int = 256, progress: bool = False,
                        name: str | None = None, shard: Shard | None = None,
-                       feature_cache_mb: float = 512) -> InvarianceResult:
+                       feature_cache_mb: float = 512, fingerprint_content: bool = False) -> InvarianceResult:
     """How invariant ``model`` is to each transform, on the images of ``data`` (SPEC §1.1–1.3).
 
     Args:
@@ -218,6 +224,8 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
         shard: rank/world size; by default that of the initialised ``torch.distributed`` group.
         feature_cache_mb: memory for the reference features of this rank's images (computed once,
             reused by every transform); beyond it they are recomputed per transform.
+        fingerprint_content: recognise the images of a resumed run by their bytes (SHA-256) rather
+            than by file size + modification time.
 
     Returns:
         :class:`InvarianceResult` (identical on every rank). Means exclude identity parameters.
@@ -245,7 +253,8 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
                    "transforms": [[t.name, int(p.shape[0])] for t, p, _ in grids], "crop": crop, "normalize": normalize,
                    "stats": None if stats is None else [stats.n, stats.dim, float(stats.mean.double().sum())],
                    "shrinkage": [str(shrinkage), eps], "world_size": run.shard.world_size,
-                   "pair_scores": None if pair_scores_dir is None else os.path.abspath(os.fspath(pair_scores_dir))}
+                   "pair_scores": None if pair_scores_dir is None else os.path.abspath(os.fspath(pair_scores_dir)),
+                   **_numeric_fingerprint(run, dtype, channels_last, resize, fingerprint_content)}
     run.resume(fingerprint)
     ref_stats = run.reference_stats(stats, shrinkage, eps)
     n_pairs_total = 0
@@ -373,7 +382,7 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
                        checkpoint: Any = None, shrinkage: str | float = "trace", eps: float = 1e-6,
                        state_path: Any = None, save_every: float = 60.0, strict: bool = False, resize: int = 256,
                        progress: bool = False, model_name: str | None = None, shard: Shard | None = None,
-                       pair_block: int = 64) -> InvarianceResult:
+                       pair_block: int = 64, fingerprint_content: bool = False) -> InvarianceResult:
     """Real-world invariance (SPEC §1.4, Ericsson BMVC §4.2): no reference image; for every group
     (object / scene folder, or ``groups`` ids for tensors) the scores of all pairs of distinct views
     are averaged, then the group means are averaged. Reference statistics come from all views
@@ -398,7 +407,8 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
     fingerprint = {"data": run.source.describe(), "model": run.model_fp, "mode": "real-world", "name": name,
                    "groups": [int(m.numel()) for m in members], "crop": crop, "normalize": normalize,
                    "stats": None if stats is None else [stats.n, stats.dim, float(stats.mean.double().sum())],
-                   "shrinkage": [str(shrinkage), eps], "world_size": run.shard.world_size}
+                   "shrinkage": [str(shrinkage), eps], "world_size": run.shard.world_size,
+                   **_numeric_fingerprint(run, dtype, channels_last, resize, fingerprint_content)}
     run.resume(fingerprint)
     ref_stats = run.reference_stats(stats, shrinkage, eps)
     g0, g1 = run.shard.bounds(n_groups)

@@ -7,6 +7,7 @@ state to its own file atomically, so a killed run resumes where it stopped.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -14,10 +15,14 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from invfast.io import atomic_torch_save
+from invfast.io import atomic_torch_save, load_verified
 from invfast.stats import FeatureStats
 
-STATE_FORMAT = "invfast.measure-state/1"
+STATE_FORMAT = "invfast.measure-state/2"
+
+
+class StateMismatchError(ValueError):
+    """A saved partial state belongs to a run with other settings or other data."""
 
 
 @dataclass(frozen=True)
@@ -95,24 +100,59 @@ def state_file(path: str | os.PathLike, shard: Shard) -> str:
     return p if not shard.distributed else f"{p}.rank{shard.rank}"
 
 
+def files_fingerprint(source: Any, content: bool = False) -> dict[str, Any] | None:
+    """What the files behind ``source`` hold, for recognising the same data on resume.
+
+    For sources with a ``files`` list (image folders): the number of files and a SHA-256 over every
+    (path, size, mtime) — or, with ``content=True``, over every file's bytes (slower, catches a
+    file replaced with the same size and time). None for in-memory and generated data (their
+    ``describe()`` already identifies them).
+    """
+    files = getattr(source, "files", None)
+    if files is None:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        p = os.fspath(f)
+        h.update(p.encode("utf-8", "surrogateescape") + b"\0")
+        if content:
+            try:
+                with open(p, "rb") as fh:
+                    for block in iter(lambda: fh.read(1 << 20), b""):
+                        h.update(block)
+            except OSError as e:
+                h.update(f"unreadable:{e.errno}".encode())
+        else:
+            try:
+                st = os.stat(p)
+                h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+            except OSError as e:
+                h.update(f"missing:{e.errno}".encode())
+        h.update(b"\n")
+    return {"n": len(files), "by": "content" if content else "size+mtime", "sha256": h.hexdigest()}
+
+
 def save_state(path: str, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically (a kill leaves the previous state intact)."""
+    """Write ``state`` to ``path`` atomically with a checksum (a kill leaves the previous state intact)."""
     atomic_torch_save({**state, "format": STATE_FORMAT}, path)
 
 
 def load_state(path: str, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
-    """The saved state at ``path`` if it belongs to the run described by ``fingerprint``; None if absent."""
+    """The saved state at ``path`` if it belongs to the run described by ``fingerprint``; None if absent.
+
+    Raises ``DamagedFileError`` for a file that fails its checksum or cannot be read, and
+    :class:`StateMismatchError` for the state of another run.
+    """
     if not os.path.exists(path):
         return None
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:
-        raise ValueError(f"cannot read the measurement state file {path!r} ({e}); delete it to start over") from e
+    state = load_verified(path, what="measurement state file",
+                          fix="delete it (or the state/ folder) to start the measurement over")
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise ValueError(f"{path!r} is not an invfast measurement state file; delete it or choose another state path")
+        raise StateMismatchError(f"{path!r} is not a measurement state file of this invfast version; delete it or "
+                                 "choose another state path to start over")
     if state.get("fingerprint") != fingerprint:
         old, new = state.get("fingerprint", {}), fingerprint
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        raise ValueError(f"the state file {path!r} belongs to another run (differs in: {', '.join(diff)}); "
-                         "use another state path / output folder, or delete it to start over")
+        raise StateMismatchError(f"the state file {path!r} belongs to another run (differs in: {', '.join(diff)}); "
+                                 "use another state path / output folder, or delete it to start over")
     return state
