@@ -262,3 +262,40 @@ def test_colour_targets_against_colorsys():
             acc += px[3] * rgb
             wsum += px[3]
         np.testing.assert_allclose(got[j], acc / wsum, atol=2e-3)
+
+
+class _Payload:
+    """A pickle that creates a marker file when unpickled without weights_only."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.mark.parametrize("where", ["model", "transfer-checkpoint"])
+def test_crafted_cache_files_never_run_code(tmp_path, where):
+    """A cache file whose unpickling would run code (here: create a marker file) is refused unread."""
+    import torch
+
+    cfg = RCfg.preset("tiny")
+    cache = tmp_path / "cache"
+    marker = tmp_path / "marker"
+    ctx = S.Context(cfg=cfg, cache=str(cache), progress=False)
+    if where == "model":
+        path = ctx.path("pretrain", "default", "model.pt")
+        torch.save({"encoder": _Payload(str(marker))}, path)
+        with pytest.raises(ValueError):
+            S.load_model(ctx, "default")
+    else:
+        n = cfg.batch_size
+        np.save(ctx.path("transfer", "same_images.npy"), np.zeros((n, 3, cfg.size, cfg.size), np.uint8))
+        np.save(ctx.path("transfer", "same_labels.npy"), np.arange(n) % 2)
+        from invfast.io import atomic_torch_save
+
+        # even with a valid checksum trailer, the content must be plain tensors and containers
+        atomic_torch_save({"net": _Payload(str(marker))}, ctx.path("transfer", "same.ckpt"))
+        with pytest.raises(ValueError, match="only tensors"):
+            S.transfer_train(ctx, "same")
+    assert not marker.exists()

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
-from invfast.io import atomic_save_npy, atomic_torch_save
+from invfast.io import atomic_save_npy, atomic_torch_save, load_verified
 from invfast.reproduce.config import ReproduceConfig
 
 #: model keys (cache names) -> labels in the report, in report order
@@ -368,7 +368,8 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
     ckpt = ctx.path("transfer", f"{source}.ckpt")
     epoch, losses = 0, []
     if os.path.exists(ckpt):
-        st = torch.load(ckpt, map_location="cpu", weights_only=False)
+        # tensors and plain containers only, checksum verified: a crafted file never runs code
+        st = load_verified(ckpt, what="supervised-training checkpoint", fix="delete it to restart this stage")
         net.load_state_dict(st["net"])
         opt.load_state_dict(st["opt"])
         sched.load_state_dict(st["sched"])
