@@ -163,7 +163,8 @@ def output_lock(folder: str | os.PathLike, command: str) -> Iterator[str]:
 
     Takes ``fcntl.flock`` on ``<folder>/.invfast.lock`` and writes ``pid <n> (<command>)`` into it;
     a second run gets :class:`OutputLockedError` naming the holder. The kernel drops the lock when
-    its process dies, so a lock file left by a killed run never blocks. Yields the lock file path.
+    its process dies, so a lock file left by a killed run never blocks; a run that ends normally
+    removes it. Yields the lock file path.
     On systems without ``fcntl`` the block runs unlocked.
     """
     folder = os.fspath(folder)
@@ -174,16 +175,27 @@ def output_lock(folder: str | os.PathLike, command: str) -> Iterator[str]:
     except ImportError:  # pragma: no cover - not POSIX
         yield lock_path
         return
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            os.close(fd)
             raise OutputLockedError(
                 f"{folder!r} is in use by another invfast run ({_holder(lock_path)}); wait for it to finish, "
                 f"stop it, or choose another --out folder") from None
+        try:  # the holder before us may have removed the file between our open and flock: lock the new one
+            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()} ({command})\n".encode())
         yield lock_path
     finally:
+        with contextlib.suppress(OSError):
+            os.remove(lock_path)  # still holding the lock, so no one else holds this file
         os.close(fd)  # releases the lock

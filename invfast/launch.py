@@ -1,10 +1,20 @@
-"""Spawning local worker processes for the commands that run on several ranks (gloo on localhost)."""
+"""Spawning local worker processes for the commands that run on several ranks (gloo on localhost).
+
+Workers never outlive their launcher: on Linux each worker asks the kernel for SIGKILL when its
+parent dies (``prctl(PR_SET_PDEATHSIG)``, which also covers a launcher killed with SIGKILL), and
+the launcher turns SIGTERM/SIGHUP/SIGINT into stopping every worker before it exits.
+"""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import socket
 import sys
-from typing import Callable
+from typing import Any, Callable
+
+_PR_SET_PDEATHSIG = 1
 
 
 def free_port() -> int:
@@ -14,16 +24,71 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """Have the kernel SIGKILL this process when its parent dies (Linux); exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _child(rank: int, worker: Callable[..., None], parent_pid: int, nprocs: int, port: int, args: Any) -> None:
+    die_with_parent(parent_pid)
+    worker(rank, nprocs, port, args)
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stop(signum: int, frame: Any) -> None:
+    raise _Stop(signum)
+
+
 def spawn_local(worker: Callable[..., None], nprocs: int, args: argparse.Namespace, prog: str) -> int:
     """Run ``worker(rank, nprocs, port, args)`` in ``nprocs`` processes; 0 on success, 2 (with the
-    worker's last error line on stderr) when one of them raised."""
+    worker's last error line on stderr) when one of them raised, 1 when one died (signal, crash).
+
+    A signal to the launcher (SIGTERM, SIGHUP, SIGINT) stops every worker, and the launcher then
+    exits with 128 + the signal number; a SIGKILLed launcher takes its workers with it (Linux).
+    """
     import torch.multiprocessing as mp
 
     port = free_port()
+    handled = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+    import threading
+
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers live there only
+    old = {s: signal.signal(s, _raise_stop) for s in handled} if main_thread else {}
+    ctx = None
     try:
-        mp.spawn(worker, args=(nprocs, port, args), nprocs=nprocs, join=True)
+        ctx = mp.start_processes(_child, args=(worker, os.getpid(), nprocs, port, args), nprocs=nprocs,
+                                 join=False, start_method="spawn")
+        while not ctx.join():
+            pass
     except mp.ProcessRaisedException as e:
         last = str(e).strip().splitlines()[-1]
         print(f"{prog}: error in a worker process: {last}", file=sys.stderr)
         return 2
+    except mp.ProcessExitedException as e:
+        print(f"{prog}: a worker process died ({e}); the run was stopped", file=sys.stderr)
+        return 1
+    except _Stop as e:
+        print(f"{prog}: stopped by {e}; the workers were stopped too", file=sys.stderr)
+        return 128 + e.signum
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+        if ctx is not None:
+            for p in ctx.processes:
+                if p.is_alive():
+                    p.kill()
+            for p in ctx.processes:
+                p.join(10)
     return 0

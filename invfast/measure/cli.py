@@ -8,13 +8,15 @@
 
 The folder gets ``result.json`` (every number, per-image values included), ``table.md`` (the
 Table-1 layout, also printed), and ``curves.png`` / ``radar.png`` / ``heatmap.png``. Partial state
-lives in ``<out>/state/`` while the run is going; rerunning the same command resumes. A folder holding
-a finished report is never overwritten unless ``--overwrite`` is given, and even then only once the new
-report is complete.
+lives in ``<out>/state/`` while the run is going (per-pair scores too); rerunning the same command
+resumes. A folder holding a finished report is never overwritten unless ``--overwrite`` is given, and
+even then the old report (only invfast's own files) is replaced only once the new one is complete.
+One run at a time holds the folder (``<out>/.invfast.lock``).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import shutil
@@ -25,6 +27,10 @@ import torch
 
 RESULT_FILE = "result.json"
 STATE_DIR = "state"
+DEFAULT_IMAGES = 1000
+STAGE_DIR = "report"  # inside STATE_DIR: the finished report before it replaces the old one
+PAIRS_DIR = "pairs"
+REPORT_FILES = ("table.md", "radar.png", "heatmap.png", "curves.png")  # besides RESULT_FILE and PAIRS_DIR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, or a dict with 'state_dict'")
     parser.add_argument("--data", required=True, help="folder:PATH | PATH | synthetic[:objects=10,n=1000,size=32,seed=0,...]")
     parser.add_argument("--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)")
-    parser.add_argument("--images", type=int, default=1000, help="first N images of the data (default 1000; 0 = all)")
+    parser.add_argument("--images", type=int, default=None,
+                        help=f"first N images of the data (default {DEFAULT_IMAGES}, or all when fewer; 0 = all); "
+                             "more than the data holds is an error")
     parser.add_argument("--grid-size", type=int, default=256, help="parameters per transform, k of grid(k) (default 256)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
     parser.add_argument("--forward-batch", type=int, default=256, help="images x parameters per model call (default 256)")
@@ -54,6 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--pair-scores", action="store_true", help="also write every per-pair score to <out>/pairs/*.npy")
     parser.add_argument("--strict", action="store_true", help="stop at the first unreadable image file")
     parser.add_argument("--overwrite", action="store_true", help="replace a finished report in --out (once the new one is complete)")
+    parser.add_argument("--hash-images", action="store_true",
+                        help="recognise the images of a resumed run by their content (SHA-256) instead of size + mtime")
     parser.add_argument("--world-size", type=int, default=1, help="shard over N local processes (gloo) when not under torchrun")
     parser.add_argument("--save-every", type=float, default=60.0, help="seconds between partial-state saves (default 60)")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -102,72 +112,111 @@ def _check_out(args: argparse.Namespace) -> None:
                              "choose an empty or new folder")
 
 
-def _measure(args: argparse.Namespace, rank_env: dict[str, Any] | None = None) -> int:
-    import torch.distributed as dist
-
+def _measure(args: argparse.Namespace) -> int:
+    from invfast.devices import resolve_device
     from invfast.measure import measure_invariance, measure_real_world
-    from invfast.measure.state import current_shard
+    from invfast.measure.state import StateMismatchError, barrier, current_shard
     from invfast.stats import FeatureStats
 
     shard = current_shard()
-    device = args.device
-    if device is None:
-        device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}" if torch.cuda.is_available() else "cpu"
-    if str(device).startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
+    device = resolve_device(args.device or "auto")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
     dtype = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     model = build_model(args.model, args.checkpoint, args.invariance)
     stats = FeatureStats.load(args.stats) if args.stats else None
     state_dir = os.path.join(args.out, STATE_DIR)
-    if args.overwrite and shard.rank == 0 and os.path.exists(os.path.join(args.out, RESULT_FILE)):
-        shutil.rmtree(state_dir, ignore_errors=True)
-    if shard.distributed:
-        dist.barrier()
     common = dict(stats=stats, batch_size=args.batch_size, forward_batch=args.forward_batch,
-                  n_images=args.images or None, device=device, dtype=dtype, crop=args.crop,
+                  n_images=_n_images(args), device=device, dtype=dtype, crop=args.crop,
                   normalize=not args.no_normalize, shrinkage="trace", state_path=os.path.join(state_dir, "state.pt"),
-                  save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress)
+                  save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
+                  fingerprint_content=args.hash_images)
     label = args.name or args.model
-    if args.real_world:
-        result = measure_real_world(model, args.data, name=os.path.basename(os.path.normpath(str(args.data).replace("folder:", ""))),
-                                    model_name=label, **common)
-    else:
-        result = measure_invariance(model, args.data, args.transforms, grid_size=args.grid_size, name=label,
-                                    pair_scores_dir=os.path.join(args.out, "pairs") if args.pair_scores else None,
-                                    **common)
+    for attempt in (0, 1):
+        try:
+            if args.real_world:
+                name = os.path.basename(os.path.normpath(str(args.data).replace("folder:", "")))
+                result = measure_real_world(model, args.data, name=name, model_name=label, **common)
+            else:
+                result = measure_invariance(model, args.data, args.transforms, grid_size=args.grid_size, name=label,
+                                            pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores
+                                            else None, **common)
+            break
+        except StateMismatchError:
+            # the partial state of an earlier, different run in this folder: --overwrite discards it
+            if attempt or not args.overwrite:
+                raise
+            barrier(shard)
+            if shard.rank == 0:
+                shutil.rmtree(state_dir, ignore_errors=True)
+            barrier(shard)
     if shard.rank == 0:
         _write(result, args)
-    if shard.distributed:
-        dist.barrier()
-    shutil.rmtree(state_dir, ignore_errors=True) if shard.rank == 0 else None
+    barrier(shard)
+    if shard.rank == 0:
+        shutil.rmtree(state_dir, ignore_errors=True)
     return 0
 
 
+def _remove_report(out: str) -> None:
+    """Delete the files of an earlier report in ``out`` that invfast wrote (nothing else)."""
+    for f in (RESULT_FILE, *REPORT_FILES):  # result.json first: the folder no longer claims a finished report
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(os.path.join(out, f))
+    pairs = os.path.join(out, PAIRS_DIR)
+    if os.path.isdir(pairs):
+        for f in os.listdir(pairs):
+            if f.endswith((".distance.npy", ".cosine.npy")):
+                os.remove(os.path.join(pairs, f))
+        with contextlib.suppress(OSError):
+            os.rmdir(pairs)  # left in place when it holds anything else
+
+
 def _write(result: Any, args: argparse.Namespace) -> None:
+    """Write the report into ``state/report/``, then replace the old report's files with it (the old
+    report stays whole until the new one is complete; result.json goes last)."""
     from invfast import report
 
     out = args.out
-    os.makedirs(out, exist_ok=True)
+    stage = os.path.join(out, STATE_DIR, STAGE_DIR)
+    shutil.rmtree(stage, ignore_errors=True)
+    os.makedirs(stage)
+    staged_pairs = os.path.join(out, STATE_DIR, PAIRS_DIR)
+    for tr in result.transforms.values():  # the per-pair files will live in <out>/pairs/
+        if tr.pair_scores:
+            tr.pair_scores = {m: os.path.abspath(os.path.join(out, PAIRS_DIR, os.path.basename(p)))
+                              for m, p in tr.pair_scores.items()}
     table = report.to_markdown([result])
-    with open(os.path.join(out, "table.md.tmp"), "w") as f:
+    with open(os.path.join(stage, "table.md"), "w") as f:
         f.write(table)
     if not args.no_plots:
         import warnings
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            report.plot_radar([result], path=os.path.join(out, "radar.png"))
-            report.plot_heatmap([result], path=os.path.join(out, "heatmap.png"))
+            report.plot_radar([result], path=os.path.join(stage, "radar.png"))
+            report.plot_heatmap([result], path=os.path.join(stage, "heatmap.png"))
             if not args.real_world:
-                report.plot_curves([result], path=os.path.join(out, "curves.png"))
-    os.replace(os.path.join(out, "table.md.tmp"), os.path.join(out, "table.md"))
-    result.to_json(os.path.join(out, RESULT_FILE))  # last: its presence marks a finished report
+                report.plot_curves([result], path=os.path.join(stage, "curves.png"))
+    result.to_json(os.path.join(stage, RESULT_FILE))
+    _remove_report(out)
+    if os.path.isdir(staged_pairs):
+        os.replace(staged_pairs, os.path.join(out, PAIRS_DIR))
+    for f in REPORT_FILES:
+        if os.path.exists(os.path.join(stage, f)):
+            os.replace(os.path.join(stage, f), os.path.join(out, f))
+    os.replace(os.path.join(stage, RESULT_FILE), os.path.join(out, RESULT_FILE))  # last: marks a finished report
     print(table)
     err = result.errors
     if err["count"]:
         first = ", ".join(os.path.basename(p) for p, _ in err["examples"][:3])
         print(f"{err['count']} file(s) could not be read and were skipped (first: {first}); see {RESULT_FILE} 'errors'",
               file=sys.stderr)
+    nd = result.stats.get("n"), result.stats.get("dim")
+    if nd[0] and nd[1] and nd[0] <= nd[1]:
+        print(f"warning: the reference statistics come from N={nd[0]} images for D={nd[1]} features (N <= D): the "
+              "whitened cosine collapses towards 0; use more reference images, --stats from a larger set, or "
+              "stronger shrinkage", file=sys.stderr)
     pps = result.meta.get("pairs_per_s")
     rate = f", {pps:.0f} image-parameter pairs/s" if pps else ""
     print(f"wrote {out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr)
@@ -185,28 +234,51 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
         dist.destroy_process_group()
 
 
+def _n_images(args: argparse.Namespace) -> int | None:
+    """The number of images to measure (None = all): --images, or the default capped by the data."""
+    return (args.images or None) if args.images is not None else DEFAULT_IMAGES
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    from invfast.devices import resolve_device
+
+    for k in ("images", "grid_size", "batch_size", "forward_batch", "world_size"):
+        v = getattr(args, k)
+        if v is not None and v < (0 if k == "images" else 1):
+            raise ValueError(f"--{k.replace('_', '-')} must be {'>= 0' if k == 'images' else '>= 1'}, got {v}")
+    if not args.save_every >= 0:
+        raise ValueError(f"--save-every must be a number of seconds >= 0, got {args.save_every}")
+    resolve_device(args.device or "auto")  # an unusable device is refused before any work
+    if args.images and not args.real_world:
+        from invfast.data.sources import as_source
+
+        n = len(as_source(args.data, resize=args.resize, strict=False))
+        if args.images > n:
+            raise ValueError(f"--images {args.images} is more than the data holds ({n} images); use --images {n} "
+                             "or fewer (0 = all)")
+
+
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    try:
-        for k in ("images", "grid_size", "batch_size", "forward_batch", "world_size"):
-            v = getattr(args, k)
-            if v < (0 if k == "images" else 1):
-                raise ValueError(f"--{k.replace('_', '-')} must be {'>= 0' if k == 'images' else '>= 1'}, got {v}")
-        under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
-        if under_torchrun:
-            if args.world_size > 1:
-                raise ValueError("--world-size is for local processes; under torchrun use --nproc-per-node")
-            if not dist.is_initialized():
-                dist.init_process_group("nccl" if torch.cuda.is_available() and args.device != "cpu" else "gloo")
-            _check_out(args)  # every rank reads the same folder and reaches the same verdict
+    from invfast.io import output_lock
+
+    _check_args(args)
+    under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+    if under_torchrun:
+        if args.world_size > 1:
+            raise ValueError("--world-size is for local processes; under torchrun use --nproc-per-node")
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if torch.cuda.is_available() and args.device != "cpu" else "gloo")
+        _check_out(args)  # every rank reads the same folder and reaches the same verdict
+        if dist.get_rank() != 0:
             return _measure(args)
-        _check_out(args)
+        with output_lock(args.out, "invfast measure"):
+            return _measure(args)
+    _check_out(args)
+    with output_lock(args.out, "invfast measure"):
         if args.world_size > 1:
             from invfast.launch import spawn_local
 
             return spawn_local(_spawned, args.world_size, args, "invfast measure")
         return _measure(args)
-    except (ValueError, TypeError, FileNotFoundError) as e:
-        print(f"invfast measure: error: {e}", file=sys.stderr)
-        return 2
