@@ -6,6 +6,7 @@ moment that Ledoit-Wolf needs), so batches, shards and ranks combine exactly.
 from __future__ import annotations
 
 import math
+import warnings
 import os
 from typing import Any
 
@@ -122,6 +123,9 @@ class FeatureStats:
         if not (math.isfinite(eps) and eps >= 0):
             raise ValueError(f"eps must be a finite number >= 0, got {eps}")
         d = self.dim
+        if not (bool(torch.isfinite(self.mean).all()) and bool(torch.isfinite(self.m2).all())):
+            raise ValueError("the reference statistics hold NaN/Inf (in the mean or covariance): they were "
+                             "accumulated from non-finite features or the stats file is damaged; recompute them")
         eye = torch.eye(d, dtype=torch.float64, device=self.device)
         if isinstance(shrinkage, str):
             if shrinkage not in _SHRINKAGE:
@@ -148,6 +152,12 @@ class FeatureStats:
                 f"'{shrinkage}' (λ={lam:.3g}); use a larger eps (e.g. finalize(eps=1e-3)), "
                 "shrinkage='ledoit-wolf', or more reference samples"
             )
+        if self.n <= d and shrinkage != "ledoit-wolf":  # Ledoit-Wolf picks a shrinkage strong enough for N <= D
+            warnings.warn(f"FeatureStats: N={self.n} reference samples for D={d} features (N <= D): the covariance "
+                          "is rank-deficient and the whitened cosine collapses towards 0 for every transform. Use "
+                          "more reference images (N well above D), reference stats from a larger set (--stats), or "
+                          "stronger shrinkage (e.g. shrinkage='ledoit-wolf' or a larger eps)",
+                          RuntimeWarning, stacklevel=2)
         self.cov_, self.chol_, self.lambda_, self.shrinkage_ = cov, chol, float(lam), str(shrinkage)
         self.whitener_ = torch.linalg.solve_triangular(chol, eye, upper=False).T.contiguous()
         self._cast_cache = {}
@@ -181,8 +191,20 @@ class FeatureStats:
 
     @classmethod
     def from_state_dict(cls, state: dict[str, Any], device: torch.device | str = "cpu") -> "FeatureStats":
-        if state.get("format") != "invfast.FeatureStats/1":
-            raise ValueError(f"not an invfast FeatureStats state (format={state.get('format')!r})")
+        if not isinstance(state, dict) or state.get("format") != "invfast.FeatureStats/1":
+            got = state.get("format") if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"not an invfast FeatureStats state (format={got!r})")
+        keys = ("n", "mean", "m2", "m3", "m4")
+        if any(k not in state for k in keys) or not all(isinstance(state[k], torch.Tensor) for k in keys[1:]):
+            raise ValueError(f"incomplete FeatureStats state: it needs {', '.join(keys)} (tensors)")
+        d = state["mean"].shape[0] if state["mean"].dim() == 1 else -1
+        if d < 1 or tuple(state["m2"].shape) != (d, d):
+            raise ValueError(f"inconsistent FeatureStats state: mean {tuple(state['mean'].shape)}, "
+                             f"m2 {tuple(state['m2'].shape)}")
+        for k in keys[1:]:
+            if not bool(torch.isfinite(state[k]).all()):
+                raise ValueError(f"the FeatureStats state holds NaN/Inf in {k!r} (damaged, or accumulated from "
+                                 "non-finite features); recompute the statistics")
         out = cls(device=device)
         out.dim = int(state["mean"].shape[0])
         out.n = int(state["n"])
@@ -198,9 +220,18 @@ class FeatureStats:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "FeatureStats":
+        """Read a file written by :meth:`save`; its checksum is verified when it has one (files from
+        earlier versions have none). Raises ``DamagedFileError`` (a ``ValueError``) for anything else."""
+        from invfast.io import DamagedFileError, load_verified
+
         if not os.path.exists(path):
             raise FileNotFoundError(f"no FeatureStats file at {os.fspath(path)!r}")
-        return cls.from_state_dict(torch.load(path, map_location="cpu", weights_only=True), device=device)
+        fix = "pass a file written by FeatureStats.save (or invfast) or recompute the statistics"
+        state = load_verified(path, what="FeatureStats file", require_checksum=False, fix=fix)
+        try:
+            return cls.from_state_dict(state, device=device)
+        except ValueError as e:
+            raise DamagedFileError(f"{os.fspath(path)!r} is not a usable FeatureStats file: {e}; {fix}") from e
 
     def _need(self, k: int) -> None:
         if self.n < k:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from typing import Any
 
 import torch
@@ -18,14 +17,16 @@ from invfast.pretrain.invariance import DEFAULT_TRANSFORMS
 
 METHOD_NAMES = ("mocov2", "simclr", "ai-moco", "ai-simclr")
 POLICY_NAMES = ("default", "spatial", "appearance", "solarize-default")
+DEFAULT_EPOCHS = 200
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="mocov2", help=f"one of {', '.join(METHOD_NAMES)} (default mocov2)")
     p.add_argument("--policy", default=None,
                    help=f"augmentation policy of mocov2/simclr: {', '.join(POLICY_NAMES)} (default 'default')")
-    p.add_argument("--descriptors", default="groups",
-                   help="amortised methods: 'groups' (K=2: default/spatial/appearance) or 'individual' (K=5, 26)")
+    p.add_argument("--descriptors", default=None,
+                   help="amortised methods only: 'groups' (K=2: default/spatial/appearance, the default) or "
+                        "'individual' (K=5, 26)")
     p.add_argument("--data", required=True,
                    help="synthetic:objects=61,transforms=all,n=5000,size=32,seed=0 | folder:PATH | npy:FILE.npy")
     p.add_argument("--arch", default="resnet18-cifar",
@@ -37,8 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="side of the augmented views (default: the synthetic/array image size, 224 for folders)")
     p.add_argument("--load-size", type=int, default=None, help="folder images are resized to this on load "
                    "(default round(size*256/224))")
-    p.add_argument("--epochs", type=int, default=200)
-    p.add_argument("--steps", type=int, default=None, help="train this many steps instead of --epochs")
+    p.add_argument("--epochs", type=int, default=None, help=f"passes over the data (default {DEFAULT_EPOCHS})")
+    p.add_argument("--steps", type=int, default=None, help="train this many steps instead (not with --epochs)")
     p.add_argument("--batch-size", type=int, default=256, help="global batch size (over all processes)")
     p.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.03*batch/256)")
     p.add_argument("--weight-decay", type=float, default=1e-4)
@@ -88,6 +89,35 @@ def _encoder(arch: str, amortised: bool, k: int, width: int | None = None) -> to
     return models.create(arch, **kw)
 
 
+def check_args(args: argparse.Namespace) -> None:
+    """Refuse settings that make no sense together or cannot train, before any work (ValueError)."""
+    import math
+
+    from invfast.devices import resolve_device
+
+    if args.epochs is not None and args.steps is not None:
+        raise ValueError(f"--steps {args.steps} and --epochs {args.epochs} both set the length of the run; give one")
+    for k in ("epochs", "steps", "batch_size", "nproc", "workers"):
+        v = getattr(args, k, None)
+        if v is not None and v < 1:
+            raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
+    for k in ("checkpoint_every", "log_every", "invariance_every"):
+        if getattr(args, k) < 0:
+            raise ValueError(f"--{k.replace('_', '-')} must be >= 0, got {getattr(args, k)}")
+    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
+        raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
+    for k, lo, hi in (("weight_decay", 0.0, math.inf), ("sgd_momentum", 0.0, 1.0), ("key_momentum", 0.0, 1.0)):
+        v = getattr(args, k)
+        if not (math.isfinite(v) and lo <= v <= hi):
+            raise ValueError(f"--{k.replace('_', '-')} must be a finite number in [{lo}, {hi}], got {v}")
+    if not (math.isfinite(args.tau) and args.tau > 0):
+        raise ValueError(f"--tau must be a finite number > 0, got {args.tau}")
+    if args.descriptors is not None and not args.method.startswith("ai-"):
+        raise ValueError(f"--descriptors is for the amortised methods (ai-moco, ai-simclr); {args.method} trains one "
+                         "policy: pick it with --policy")
+    resolve_device(args.device)
+
+
 def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tuple[Any, Any]:
     """(method, trainer) from parsed arguments; raises ValueError/FileNotFoundError on bad input."""
     from invfast.pretrain import data as D
@@ -104,9 +134,7 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     policy_name = args.policy or "default"
     if policy_name not in POLICY_NAMES:
         raise ValueError(f"unknown policy {policy_name!r}; choose one of {', '.join(POLICY_NAMES)}")
-    for k in ("epochs", "batch_size", "nproc"):
-        if getattr(args, k) < 1:
-            raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {getattr(args, k)}")
+    check_args(args)
 
     probe = D.open_source(args.data, load_size=1, workers=args.workers) if not args.data.startswith("folder:") else None
     size = args.size
@@ -126,7 +154,8 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
         aug_backend = "dali" if device.type == "cuda" and has_dali else "torch"
     from invfast import transforms as T
 
-    desc = descriptor_set(args.descriptors) if amortised else None
+    descriptors = args.descriptors or "groups"
+    desc = descriptor_set(descriptors) if amortised else None
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     if args.width is not None and args.width < 1:
         raise ValueError(f"--width must be >= 1, got {args.width}")
@@ -137,11 +166,11 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     if amortised:
         augs = [T.policy_from_descriptor(r, size=size, backend=aug_backend) for r in desc]
         cls = AmortisedMoCo if args.method == "ai-moco" else AmortisedSimCLR
-        method = cls(encoder, augs, descriptors=args.descriptors, **common, **(moco if cls is AmortisedMoCo else {}))
+        method = cls(encoder, augs, descriptors=descriptors, **common, **(moco if cls is AmortisedMoCo else {}))
     else:
         aug = T.policy(policy_name, size=size, backend=aug_backend)
         method = MoCoV2(encoder, aug, **common, **moco) if args.method == "mocov2" else SimCLR(encoder, aug, **common)
-    cfg = TrainConfig(batch_size=args.batch_size, epochs=args.epochs, steps=args.steps, lr=args.lr,
+    cfg = TrainConfig(batch_size=args.batch_size, epochs=args.epochs or DEFAULT_EPOCHS, steps=args.steps, lr=args.lr,
                       weight_decay=args.weight_decay, sgd_momentum=args.sgd_momentum, schedule=args.schedule,
                       seed=args.seed, size=size, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
                       progress=not args.no_progress, invariance_every=args.invariance_every,
@@ -149,13 +178,16 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
                       invariance_transforms=tuple(t for t in args.invariance_transforms.split(",") if t),
                       device=str(device), amp=args.amp)
     meta = {"arch": args.arch, "width": args.width, "policy": None if amortised else policy_name,
-            "descriptors": args.descriptors if amortised else None, "aug_backend": aug_backend}
+            "descriptors": descriptors if amortised else None, "aug_backend": aug_backend}
     return method, Trainer(method, source, cfg, out=args.out, heldout=heldout, meta=meta, device=device)
 
 
 def _train(args: argparse.Namespace) -> int:
     from invfast.pretrain import distributed as Dist
 
+    from invfast.devices import resolve_device
+
+    resolve_device(args.device)  # one clear error for an unknown or unavailable device
     info, device = Dist.init_from_env(args.device)
     _, trainer = build(args, device, info.world_size)
     hist = trainer.fit(resume=args.resume)
@@ -178,12 +210,15 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        if args.nproc > 1 and int(os.environ.get("WORLD_SIZE", "1")) == 1:
+    from invfast.io import output_lock
+
+    check_args(args)
+    under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    if under_torchrun and int(os.environ.get("RANK", "0")) != 0:
+        return _train(args)  # rank 0 holds the folder for the whole run
+    with output_lock(args.out, "invfast pretrain"):
+        if args.nproc > 1 and not under_torchrun:
             from invfast.launch import spawn_local
 
             return spawn_local(_spawned, args.nproc, args, "invfast pretrain")
         return _train(args)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, ImportError) as e:
-        print(f"invfast pretrain: error: {e}", file=sys.stderr)
-        return 2
