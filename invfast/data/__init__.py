@@ -1,7 +1,18 @@
-"""Image sources for measurement: tensors, datasets, image folders and synthetic specs behind one protocol
-(``len(source)`` and ``source.batches(...)``; see :mod:`invfast.data.sources`)."""
-from invfast.data.sources import (IMAGE_EXTENSIONS, DatasetSource, DecodeErrors, FolderSource, ImageDecodeError,
-                                  TensorSource, as_source, parse_synthetic_spec, synthetic_source)
+"""Images for measurement and pretraining behind one protocol (:mod:`invfast.data.protocol`):
 
-__all__ = ["IMAGE_EXTENSIONS", "DatasetSource", "DecodeErrors", "FolderSource", "ImageDecodeError", "TensorSource",
-           "as_source", "parse_synthetic_spec", "synthetic_source"]
+- :class:`TensorSource` / :class:`ArraySource` (in memory), :class:`DatasetSource` (map-style datasets);
+- :class:`FolderSource`: image folders decoded with PIL (one resize/crop rule, DataLoader workers);
+- :class:`SyntheticSource` and the one ``synthetic:`` spec parser (:func:`parse_synthetic_spec`);
+- :func:`as_source` / :func:`open_source`: from a user's value or spec string to a source.
+
+See docs/data.md.
+"""
+from invfast.data.sources import (IMAGE_EXTENSIONS, SYNTHETIC_DEFAULTS, ArraySource, DatasetSource, DecodeErrors,
+                                  FolderSource, ImageDecodeError, ImageSource, Source, SyntheticSource, SyntheticSpec,
+                                  TensorSource, as_source, decode_image, heldout_source, heldout_split, open_source,
+                                  parse_synthetic_spec, synthetic_source)
+
+__all__ = ["IMAGE_EXTENSIONS", "SYNTHETIC_DEFAULTS", "ArraySource", "DatasetSource", "DecodeErrors", "FolderSource",
+           "ImageDecodeError", "ImageSource", "Source", "SyntheticSource", "SyntheticSpec", "TensorSource",
+           "as_source", "decode_image", "heldout_source", "heldout_split", "open_source", "parse_synthetic_spec",
+           "synthetic_source"]

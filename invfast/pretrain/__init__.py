@@ -5,11 +5,13 @@
 - methods: :class:`MoCoV2`, :class:`SimCLR`, :class:`AmortisedMoCo`, :class:`AmortisedSimCLR`;
 - :class:`Trainer` / :class:`TrainConfig`: CPU, one GPU or DDP over torchrun processes, atomic
   checkpoints with exact resume, JSON/CSV metrics, periodic invariance measurement;
-- image sources: :class:`ArraySource`, :class:`FolderSource`, :class:`SyntheticSource`.
+- image sources: :class:`ArraySource`, :class:`FolderSource`, :class:`SyntheticSource` (those of
+  :mod:`invfast.data`, shared with measurement).
 
 See docs/pretrain.md and ``invfast pretrain --help``.
 """
-from invfast.pretrain.data import ArraySource, FolderSource, SyntheticSource, open_source
+from invfast.data import ArraySource, FolderSource, SyntheticSource
+from invfast.pretrain.data import open_source
 from invfast.pretrain.descriptors import descriptor_set
 from invfast.pretrain.heads import ProjectionHead
 from invfast.pretrain.key_queue import KeyQueue, default_queue_size

@@ -1,0 +1,82 @@
+"""The one image-source protocol shared by measurement and pretraining.
+
+A source gives random access to equally sized images by index, so the measurement engine can shard
+and resume from any position and the trainer decides the sampling order (never the source):
+
+- ``len(source)``: number of images;
+- ``source.load(indices) -> (images [B, C, H, W] uint8 (0..255) or float (0..1), ok [B] bool)``:
+  rows whose ``ok`` is False could not be decoded (their pixels are zeros);
+- ``source.get(indices) -> uint8 [B, 3, H, W]``: the same images as uint8 for training; raises
+  :class:`ImageDecodeError` when one of them cannot be read (a training batch has no holes);
+- ``source.batches(index_batches)``: ``load`` over many batches in order, the way to read a whole
+  pass (a folder decodes the next batches in DataLoader worker processes meanwhile);
+- ``source.groups``: ``None``, or an int64 tensor [N] of group ids (object/scene, real-world mode);
+- ``source.spec``: a string naming the data (recorded in checkpoints and reports);
+- ``source.describe()``: a JSON-able description, used to recognise the same run when resuming.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+
+import torch
+
+
+class ImageDecodeError(ValueError):
+    """An image file could not be decoded and the source is strict (or the images are for training)."""
+
+
+@runtime_checkable
+class ImageSource(Protocol):
+    """What measurement and pretraining read images through (see the module docstring)."""
+
+    groups: torch.Tensor | None
+    spec: str
+
+    def __len__(self) -> int: ...
+
+    def load(self, indices: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+    def get(self, indices: Sequence[int] | torch.Tensor) -> torch.Tensor: ...
+
+    def describe(self) -> dict[str, Any]: ...
+
+
+def to_uint8(images: torch.Tensor) -> torch.Tensor:
+    """uint8 images unchanged; float images in 0..1 -> uint8 0..255 (rounded, clamped)."""
+    if images.dtype == torch.uint8:
+        return images
+    return (images.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
+class Source:
+    """Base of invfast's sources: ``get`` and ``batches`` from ``load``; subclasses define
+    ``__len__``, ``load`` and ``describe``."""
+
+    groups: torch.Tensor | None = None
+    spec: str = "source"
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def load(self, indices: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError
+
+    def describe(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def get(self, indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
+        """uint8 images [B, C, H, W] at ``indices``; ImageDecodeError if one cannot be read."""
+        images, ok = self.load(indices)
+        if not bool(ok.all()):
+            bad = torch.as_tensor(indices, dtype=torch.long).reshape(-1)[~ok].tolist()
+            raise ImageDecodeError(f"{self.spec}: image(s) {bad[:5]} cannot be read; remove them from the data "
+                                   "(training batches cannot skip images)")
+        return to_uint8(images)
+
+    def batches(self, index_batches: Iterable[Sequence[int] | torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``load`` of each batch of indices, in order."""
+        for idx in index_batches:
+            yield self.load(idx)
+
+
+__all__ = ["ImageDecodeError", "ImageSource", "Source", "to_uint8"]
