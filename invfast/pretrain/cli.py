@@ -65,7 +65,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--invariance-transforms", default=",".join(DEFAULT_TRANSFORMS),
                    help="comma-separated: rot90, hflip, grayscale, brightness or invfast.transforms test transforms")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--workers", type=int, default=2, help="threads decoding folder images")
+    p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes decoding folder images (0: none)")
     p.add_argument("--nproc", type=int, default=1, help="spawn this many local DDP processes (not under torchrun)")
     p.add_argument("--no-progress", action="store_true")
 
