@@ -101,10 +101,20 @@ class InvarianceResult:
             raise ValueError(f"metric must be 'distance' or 'cosine', got {metric!r}")
         return {k: getattr(v, f"mean_{metric}") for k, v in self.transforms.items()}
 
+    @property
+    def samples_per_dim(self) -> float | None:
+        """N/D of the reference statistics (samples per feature dimension); at or below 1 the
+        covariance is rank-deficient and the whitened cosine collapses towards 0. None if unknown."""
+        n, d = self.stats.get("n"), self.stats.get("dim")
+        return float(n) / float(d) if n and d else None
+
     # ------------------------------------------------------------------ export (tables live in invfast.report)
     def to_dict(self, per_image: bool = True) -> dict[str, Any]:
+        meta = dict(self.meta)
+        if self.samples_per_dim is not None:
+            meta["reference_n_over_d"] = self.samples_per_dim
         return {"format": RESULT_FORMAT, "model": self.model, "n_images": self.n_images, "stats": self.stats,
-                "errors": self.errors, "meta": self.meta,
+                "errors": self.errors, "meta": meta,
                 "transforms": [t.to_dict(per_image=per_image) for t in self.transforms.values()]}
 
     def to_json(self, path: str | os.PathLike | None = None, per_image: bool = True, indent: int | None = None) -> str:

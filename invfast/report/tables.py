@@ -138,7 +138,24 @@ def to_markdown(results: InvarianceResult | Sequence[InvarianceResult], *, metri
         out.append("")
     if marks and len(results) > 1 and "cosine" in metrics:
         out.append(f"• significantly most invariant (Hoeffding, δ = {delta} Bonferroni-corrected, per-image cosine).")
+    out.extend(_reference_lines(results))
     return "\n".join(out).rstrip() + "\n"
+
+
+def _reference_lines(results: Sequence[InvarianceResult]) -> list[str]:
+    """One line per model with the size of its reference statistics, N/D, and a warning when N <= D."""
+    lines = []
+    for r in results:
+        stats = getattr(r, "stats", None) or {}
+        n, d = stats.get("n"), stats.get("dim")
+        if not (n and d):
+            continue
+        line = f"Reference statistics of {r.model}: N = {n} images, D = {d} features, N/D = {n / d:.2f}."
+        if n <= d:
+            line += (" **N ≤ D: the whitened cosine collapses towards 0** — use more reference images, --stats "
+                     "from a larger set, or stronger shrinkage.")
+        lines.append(line)
+    return [""] + lines if lines else []
 
 
 def to_json(results: InvarianceResult | Sequence[InvarianceResult], path: str | os.PathLike | None = None, *,

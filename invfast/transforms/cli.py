@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 
 import torch
 
@@ -31,13 +32,24 @@ def _load(image: str) -> torch.Tensor:
 
         arr = getattr(skimage.data, image)()
     else:
-        from PIL import Image
+        from PIL import Image, UnidentifiedImageError
 
-        arr = np.asarray(Image.open(image).convert("RGB"))
+        if not os.path.isfile(image):
+            raise FileNotFoundError(f"--image {image!r}: no such file; give an image file or one of "
+                                    f"{', '.join(_SKIMAGE)}")
+        try:
+            with Image.open(image) as im:
+                arr = np.asarray(im.convert("RGB"))
+        except (UnidentifiedImageError, OSError, SyntaxError) as e:
+            raise ValueError(f"--image {image!r} cannot be read as an image ({e}); give a PNG/JPEG file or one of "
+                             f"{', '.join(_SKIMAGE)}") from e
     return torch.from_numpy(np.ascontiguousarray(arr[..., :3])).permute(2, 0, 1).unsqueeze(0)
 
 
 def run(args: argparse.Namespace) -> int:
+    for k in ("k", "tile"):
+        if getattr(args, k) < 1:
+            raise ValueError(f"--{k} must be >= 1, got {getattr(args, k)}")
     if args.names:
         for n in args.names:
             get(n)  # unknown names raise a ValueError listing the valid ones
