@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                         help="model precision (autocast on GPU; default float32)")
+    parser.add_argument("--protocol", choices=("invfast", "ericsson"), default="invfast",
+                        help="invfast (default) or ericsson: the original evaluation code's protocol "
+                             "(see the protocol table in docs/measure.md)")
     parser.add_argument("--stats", help="a saved FeatureStats file to use as reference statistics")
     parser.add_argument("--real-world", action="store_true",
                         help="real-world mode: one subfolder per object/scene, all pairs of views within each")
@@ -115,6 +118,7 @@ def _check_out(args: argparse.Namespace) -> None:
 def _measure(args: argparse.Namespace) -> int:
     from invfast.devices import resolve_device
     from invfast.measure import measure_invariance, measure_real_world
+    from invfast.measure.protocol import get_protocol
     from invfast.measure.state import StateMismatchError, barrier, current_shard
     from invfast.stats import FeatureStats
 
@@ -128,7 +132,8 @@ def _measure(args: argparse.Namespace) -> int:
     state_dir = os.path.join(args.out, STATE_DIR)
     common = dict(stats=stats, batch_size=args.batch_size, forward_batch=args.forward_batch,
                   n_images=_n_images(args), device=device, dtype=dtype, crop=args.crop,
-                  normalize=not args.no_normalize, shrinkage="trace", state_path=os.path.join(state_dir, "state.pt"),
+                  normalize=not args.no_normalize, shrinkage=get_protocol(args.protocol).shrinkage,
+                  protocol=args.protocol, state_path=os.path.join(state_dir, "state.pt"),
                   save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
                   fingerprint_content=args.hash_images)
     label = args.name or args.model

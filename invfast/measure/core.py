@@ -20,6 +20,7 @@ import torch
 from invfast.data.sources import as_source
 from invfast.measure.extractor import FeatureExtractor, _model_checksum, _setup_model
 from invfast.measure.result import InvarianceResult, TransformResult
+from invfast.measure.protocol import PreprocessedExtractor, ResampledSource, get_protocol, resample_indices
 from invfast.measure.selection import FAMILIES, resolve_transforms
 from invfast.measure.state import (Shard, barrier, current_shard, files_fingerprint, gather_objects, load_state,
                                    merge_stats, save_state, state_file, sum_in_rank_order)
@@ -94,6 +95,14 @@ class _Run:
 
         return tqdm(total=total, initial=initial, desc=desc, unit="img", disable=not self.progress, leave=True,
                     dynamic_ncols=True)
+
+    def resample(self, indices: torch.Tensor) -> None:
+        """Score the images ``indices`` of the source (repeats allowed) from now on."""
+        self.source = ResampledSource(self.source, indices)
+        self.n = len(self.source)
+        self.start, self.stop = self.shard.bounds(self.n)
+        self._ref_cache.clear()
+        self._cached = 0
 
     def resume(self, fingerprint: dict[str, Any]) -> None:
         self.fingerprint = fingerprint
@@ -192,11 +201,13 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
                        grid_size: int = 256, batch_size: int = 32, forward_batch: int = 256,
                        n_images: int | None = None, device: Any = None, dtype: torch.dtype | None = None,
                        channels_last: bool | None = None, crop: int | None = None, normalize: bool = True,
-                       checkpoint: str | os.PathLike | None = None, shrinkage: str | float = "trace", eps: float = 1e-6,
+                       checkpoint: str | os.PathLike | None = None, shrinkage: str | float | None = None,
+                       eps: float = 1e-6,
                        pair_scores_dir: str | os.PathLike | None = None, state_path: str | os.PathLike | None = None,
                        save_every: float = 60.0, strict: bool = False, resize: int = 256, progress: bool = False,
                        name: str | None = None, shard: Shard | None = None,
-                       feature_cache_mb: float = 512, fingerprint_content: bool = False) -> InvarianceResult:
+                       feature_cache_mb: float = 512, fingerprint_content: bool = False,
+                       protocol: str | Any = "invfast", protocol_seed: int = 0) -> InvarianceResult:
     """How invariant ``model`` is to each transform, on the images of ``data`` (SPEC §1.1–1.3).
 
     Args:
@@ -215,7 +226,8 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
             (features are scored in float32). ``channels_last`` defaults to True on CUDA.
         crop: centre crop (pixels) after the transform, before the model (224 for 256-px ImageNet loading).
         normalize: ImageNet mean/std normalisation before the model.
-        shrinkage, eps: passed to ``FeatureStats.finalize`` when the stats are computed here.
+        shrinkage, eps: passed to ``FeatureStats.finalize`` when the stats are computed here
+            (``None``: the protocol's, 'trace' for invfast, λ = 0 for ericsson).
         pair_scores_dir: write every per-pair score to ``<dir>/<transform>.{distance,cosine}.npy``
             (float32 [N, P] memory maps, NaN rows for unreadable images).
         state_path: resumable partial state (one file per rank); written atomically every
@@ -227,18 +239,29 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
         fingerprint_content: recognise the images of a resumed run by their bytes (SHA-256) rather
             than by file size + modification time.
 
+        protocol: 'invfast' (default) or 'ericsson' (the original evaluation code; see
+            :mod:`invfast.measure.protocol` and the table in docs/measure.md); ``protocol_seed`` seeds
+            its draws (images with replacement, elastic randomness).
+
     Returns:
-        :class:`InvarianceResult` (identical on every rank). Means exclude identity parameters.
+        :class:`InvarianceResult` (identical on every rank). Means exclude identity parameters
+        (include them under ``protocol='ericsson'``).
     """
     t0 = time.monotonic()
     if not isinstance(grid_size, int) or grid_size < 1:
         raise ValueError(f"grid_size must be a positive integer, got {grid_size!r}")
     _check_stats(stats)
-    tlist = resolve_transforms(transforms)
-    run = _Run(model, data, n_images=n_images, batch_size=batch_size, forward_batch=forward_batch, device=device,
+    proto = get_protocol(protocol)
+    if shrinkage is None:
+        shrinkage = proto.shrinkage
+    tlist = [proto.transform(t, protocol_seed) for t in resolve_transforms(transforms)]
+    run = _Run(model, data, n_images=None if proto.with_replacement else n_images, batch_size=batch_size, forward_batch=forward_batch, device=device,
                dtype=dtype, channels_last=channels_last, crop=crop, normalize=normalize, checkpoint=checkpoint,
                resize=resize, strict=strict, state_path=state_path, save_every=save_every, progress=progress,
                shard=shard, feature_cache_mb=feature_cache_mb)
+    if proto.preprocess_after_transform:  # the transform sees the loaded image, Resize + CenterCrop follow
+        run.extract.crop = None
+        run.extract = PreprocessedExtractor(run.extract, proto.resize, crop or proto.crop)
     grids = []
     for t in tlist:
         params = torch.as_tensor(t.grid(grid_size))
@@ -254,30 +277,33 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
                    "stats": None if stats is None else [stats.n, stats.dim, float(stats.mean.double().sum())],
                    "shrinkage": [str(shrinkage), eps], "world_size": run.shard.world_size,
                    "pair_scores": None if pair_scores_dir is None else os.path.abspath(os.fspath(pair_scores_dir)),
-                   **_numeric_fingerprint(run, dtype, channels_last, resize, fingerprint_content)}
+                   **_numeric_fingerprint(run, dtype, channels_last, resize, fingerprint_content),
+                   "protocol": [proto.name, protocol_seed, n_images]}
     run.resume(fingerprint)
     ref_stats = run.reference_stats(stats, shrinkage, eps)
+    if proto.with_replacement:  # statistics from every image, scores on a draw with replacement
+        run.resample(resample_indices(run.n, n_images, protocol_seed))
     n_pairs_total = 0
     results: dict[str, TransformResult] = {}
     with torch.inference_mode():
         for t, params, ident in grids:
-            acc = _score_transform(run, t, params, ident, ref_stats, pair_scores_dir)
-            results[t.name] = _finish_transform(run, t, params, ident, acc, pair_scores_dir)
+            acc = _score_transform(run, t, params, ident, ref_stats, pair_scores_dir, proto.include_identity)
+            results[t.name] = _finish_transform(run, t, params, ident, acc, pair_scores_dir, proto.include_identity)
             n_pairs_total += results[t.name].n_pairs
     errors = run.errors()
     elapsed = time.monotonic() - t0
     meta = {"data": run.source.describe(), "grid_size": grid_size, "device": str(run.device),
             "dtype": None if dtype is None else str(dtype), "world_size": run.shard.world_size, "crop": crop,
             "elapsed_s": elapsed, "pairs_per_s": n_pairs_total / elapsed if elapsed > 0 else None,
-            "mode": "synthetic"}
+            "mode": "synthetic", "protocol": proto.name}
     return InvarianceResult(model=name or run.model_name, transforms=results, n_images=run.n,
                             stats=_stats_info(ref_stats), errors=errors, meta=meta)
 
 
 def _score_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tensor, stats: FeatureStats,
-                     pair_dir: Any) -> dict[str, Any]:
+                     pair_dir: Any, include_identity: bool = False) -> dict[str, Any]:
     p = params.shape[0]
-    keep = ~ident
+    keep = torch.ones_like(ident) if include_identity else ~ident
     n_keep = int(keep.sum())
     acc = run.state["transforms"].get(t.name)
     fresh = acc is None
@@ -347,13 +373,13 @@ def _score_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tenso
 
 
 def _finish_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tensor, acc: dict[str, Any],
-                      pair_dir: Any) -> TransformResult:
+                      pair_dir: Any, include_identity: bool = False) -> TransformResult:
     sh = run.shard
     sums = {k: sum_in_rank_order(acc[k], sh) for k in ("sum_d", "sum_c", "sq_d", "sq_c")}
     count = int(sum_in_rank_order(torch.tensor([float(acc["count"])], dtype=torch.float64), sh).item())
     img_d = torch.cat(gather_objects(acc["img_d"], sh))
     img_c = torch.cat(gather_objects(acc["img_c"], sh))
-    keep = ~ident
+    keep = torch.ones_like(ident) if include_identity else ~ident
     if count == 0:
         raise ValueError(f"no image could be read for transform {t.name!r}")
     mean_d, mean_c = sums["sum_d"] / count, sums["sum_c"] / count
@@ -382,7 +408,8 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
                        checkpoint: Any = None, shrinkage: str | float = "trace", eps: float = 1e-6,
                        state_path: Any = None, save_every: float = 60.0, strict: bool = False, resize: int = 256,
                        progress: bool = False, model_name: str | None = None, shard: Shard | None = None,
-                       pair_block: int = 64, fingerprint_content: bool = False) -> InvarianceResult:
+                       pair_block: int = 64, fingerprint_content: bool = False,
+                       protocol: str | Any = "invfast") -> InvarianceResult:
     """Real-world invariance (SPEC §1.4, Ericsson BMVC §4.2): no reference image; for every group
     (object / scene folder, or ``groups`` ids for tensors) the scores of all pairs of distinct views
     are averaged, then the group means are averaged. Reference statistics come from all views
@@ -391,6 +418,7 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
     """
     t0 = time.monotonic()
     _check_stats(stats)
+    self_pairs = get_protocol(protocol).real_world_self_pairs  # the original: each view with itself too
     if groups is not None and not isinstance(data, (torch.Tensor, np.ndarray)):
         raise ValueError("groups can only be given with in-memory images; folders group by subfolder")
     src = as_source(data, n=n_images, resize=resize, strict=strict, groups=groups) if groups is not None else data
@@ -404,7 +432,7 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
                          "or groups=[group id per image] with in-memory images")
     n_groups = int(g.max()) + 1
     members = [torch.nonzero(g == i).flatten() for i in range(n_groups)]
-    fingerprint = {"data": run.source.describe(), "model": run.model_fp, "mode": "real-world", "name": name,
+    fingerprint = {"data": run.source.describe(), "model": run.model_fp, "mode": "real-world", "name": name, "self_pairs": self_pairs,
                    "groups": [int(m.numel()) for m in members], "crop": crop, "normalize": normalize,
                    "stats": None if stats is None else [stats.n, stats.dim, float(stats.mean.double().sum())],
                    "shrinkage": [str(shrinkage), eps], "world_size": run.shard.world_size,
@@ -440,10 +468,10 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
                     re = min(v, r + pair_block)
                     out = invariance_scores(f[r:re], f.unsqueeze(0).expand(re - r, v, f.shape[1]), ref_stats)
                     off = torch.ones(re - r, v, dtype=torch.bool)
-                    off[torch.arange(re - r), torch.arange(r, re)] = False
+                    off[torch.arange(re - r), torch.arange(r, re)] = self_pairs
                     sd += float(out["distance"].double()[off].sum())
                     sc += float(out["cosine"].double()[off].sum())
-                npairs = v * (v - 1)
+                npairs = v * v if self_pairs else v * (v - 1)
                 acc["grp_d"][gi - g0] = sd / npairs
                 acc["grp_c"][gi - g0] = sc / npairs
                 acc["pair_d"] += sd

@@ -1,0 +1,133 @@
+"""Measurement protocols: invfast's (the default) and the one of Ericsson et al.'s (2021) published code.
+
+>>> from invfast.measure.protocol import get_protocol
+>>> get_protocol("ericsson").include_identity
+True
+
+Every knob where the two differ is a field of :class:`Protocol`; ``docs/measure.md`` has the table
+with the reasons invfast's default departs from the original.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["Protocol", "PROTOCOLS", "get_protocol", "resize_center_crop", "resample_indices"]
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """How a measurement is made beyond the model, data and grid.
+
+    Attributes:
+        name: 'invfast' or 'ericsson'.
+        include_identity: identity parameters are averaged into each transform's mean.
+        shrinkage: default covariance shrinkage for ``FeatureStats.finalize`` ('trace' or a λ >= 0 added as λ·I).
+        random_init_shrinkage: λ the original adds for a randomly initialised model only (informative:
+            pass it as ``shrinkage`` when measuring such a model).
+        preprocess_after_transform: transforms act on the images as loaded and Resize(resize) +
+            CenterCrop(crop) follow (the original); otherwise resize first, transform, then crop.
+        with_replacement: evaluated images are drawn with replacement (seeded) from the data, whose
+            whole set gives the reference statistics.
+        transforms: 'registry' (invfast's grids and ops) or 'ericsson' (:mod:`invfast.transforms.ericsson`).
+        real_world_self_pairs: real-world means over a group include each view paired with itself.
+        resize, crop: the sizes of the post-transform preprocessing (pixels).
+    """
+
+    name: str
+    include_identity: bool = False
+    shrinkage: str | float = "trace"
+    random_init_shrinkage: float | None = None
+    preprocess_after_transform: bool = False
+    with_replacement: bool = False
+    transforms: str = "registry"
+    real_world_self_pairs: bool = False
+    resize: int = 256
+    crop: int = 224
+
+    def transform(self, t: Any, seed: int = 0) -> Any:
+        """The protocol's version of test transform ``t`` (a name or a transform object)."""
+        if self.transforms == "registry":
+            return t
+        from invfast.transforms import ericsson
+
+        name = t if isinstance(t, str) else getattr(t, "name", None)
+        from invfast.transforms.registry import SYNTHETIC
+
+        return ericsson.get(name, seed=seed) if name in SYNTHETIC else t
+
+
+PROTOCOLS: dict[str, Protocol] = {
+    "invfast": Protocol(name="invfast"),
+    "ericsson": Protocol(name="ericsson", include_identity=True, shrinkage=0.0, random_init_shrinkage=1e-10,
+                         preprocess_after_transform=True, with_replacement=True, transforms="ericsson",
+                         real_world_self_pairs=True),
+}
+
+
+def get_protocol(protocol: str | Protocol) -> Protocol:
+    """The named protocol ('invfast', 'ericsson') or a given :class:`Protocol`."""
+    if isinstance(protocol, Protocol):
+        return protocol
+    if not isinstance(protocol, str) or protocol not in PROTOCOLS:
+        raise ValueError(f"unknown protocol {protocol!r}; choose one of {', '.join(PROTOCOLS)}")
+    return PROTOCOLS[protocol]
+
+
+def resize_center_crop(x: torch.Tensor, resize: int, crop: int) -> torch.Tensor:
+    """torchvision ``Resize(resize)`` (shorter side, bilinear with antialias) + ``CenterCrop(crop)``.
+
+    x: [B, C, H, W] uint8 or float -> [B, C, crop, crop] in the dtype of ``x``.
+    """
+    B, C, H, W = x.shape
+    if crop > resize:
+        raise ValueError(f"crop ({crop}) must not exceed resize ({resize})")
+    s = resize / min(H, W)
+    nh, nw = max(resize, int(H * s)), max(resize, int(W * s))
+    y = x.float() if x.dtype == torch.uint8 else x
+    if (nh, nw) != (H, W):
+        y = F.interpolate(y, size=(nh, nw), mode="bilinear", align_corners=False, antialias=True)
+    top, left = int(round((nh - crop) / 2.0)), int(round((nw - crop) / 2.0))
+    y = y[..., top:top + crop, left:left + crop]
+    return y.round().clamp(0, 255).to(torch.uint8) if x.dtype == torch.uint8 else y
+
+
+def resample_indices(n: int, k: int | None, seed: int) -> torch.Tensor:
+    """int64 [k]: ``k`` (default ``n``) image indices drawn uniformly with replacement from 0..n-1, seeded."""
+    if n < 1:
+        raise ValueError("no images to draw from")
+    g = torch.Generator().manual_seed(int(seed))
+    return torch.randint(0, n, (n if k is None else int(k),), generator=g)
+
+
+class PreprocessedExtractor:
+    """A feature extractor preceded by :func:`resize_center_crop` (transform first, then preprocess)."""
+
+    def __init__(self, inner: Any, resize: int, crop: int) -> None:
+        self.inner, self.resize, self.crop = inner, int(resize), int(crop)
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        return self.inner(resize_center_crop(images, self.resize, self.crop))
+
+    def __getattr__(self, name: str) -> Any:  # forward_batch, device, ... of the wrapped extractor
+        return getattr(self.inner, name)
+
+
+class ResampledSource:
+    """The images ``indices`` of ``source`` (repeats allowed): ``load(i)`` loads ``source[indices[i]]``."""
+
+    def __init__(self, source: Any, indices: torch.Tensor) -> None:
+        self.source, self.indices = source, indices.to(torch.int64)
+
+    def __len__(self) -> int:
+        return int(self.indices.numel())
+
+    def load(self, indices: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.source.load(self.indices[torch.as_tensor(indices, dtype=torch.int64)])
+
+    def describe(self) -> dict[str, Any]:
+        return {"resampled_from": self.source.describe(), "n": len(self),
+                "indices_sum": int(self.indices.sum()), "indices_head": self.indices[:8].tolist()}

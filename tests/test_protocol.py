@@ -1,0 +1,245 @@
+"""protocol='ericsson': each of its operations against a direct float64 numpy implementation of the
+stated formula, and the two protocols giving identical numbers where they agree."""
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import ndimage
+
+from invfast.measure import measure_invariance, measure_real_world
+from invfast.measure.protocol import PROTOCOLS, Protocol, get_protocol, resample_indices, resize_center_crop
+from invfast.stats import FeatureStats
+from invfast.transforms import ericsson as E
+from invfast.transforms import registry
+
+
+# ---------------------------------------------------------------------------------------------- references
+def bilinear_np(img, sx, sy, border):
+    """img [C, H, W] float64 sampled at (sx, sy) [H', W']; border 'zero' (taps outside are 0) or 'reflect101'."""
+    C, H, W = img.shape
+    x0, y0 = np.floor(sx).astype(int), np.floor(sy).astype(int)
+    fx, fy = sx - x0, sy - y0
+    out = np.zeros((C,) + sx.shape)
+
+    def refl(i, n):
+        p = 2 * (n - 1)
+        i = np.mod(i, p)
+        return np.where(i > n - 1, p - i, i)
+
+    for dy, wy in ((0, 1 - fy), (1, fy)):
+        for dx, wx in ((0, 1 - fx), (1, fx)):
+            xi, yi = x0 + dx, y0 + dy
+            if border == "reflect101":
+                v = img[:, refl(yi, H), refl(xi, W)]
+            else:
+                inside = (xi >= 0) & (xi < W) & (yi >= 0) & (yi < H)
+                v = img[:, np.clip(yi, 0, H - 1), np.clip(xi, 0, W - 1)] * inside
+            out += v * (wy * wx)
+    return out
+
+
+def affine_np(img, A, t):
+    """torchvision affine about the centre: output p shows source c + A (p - c - t)."""
+    C, H, W = img.shape
+    c = np.array([(W - 1) / 2, (H - 1) / 2])
+    ys, xs = np.mgrid[0:H, 0:W].astype(float)
+    px, py = xs - c[0] - t[0], ys - c[1] - t[1]
+    sx = c[0] + A[0, 0] * px + A[0, 1] * py
+    sy = c[1] + A[1, 0] * px + A[1, 1] * py
+    return bilinear_np(img, sx, sy, "zero"), sx, sy
+
+
+def shear1():
+    return np.array([[1.0, math.tan(math.radians(1.0))], [0.0, 1.0]])
+
+
+@pytest.fixture
+def images():
+    g = torch.Generator().manual_seed(7)
+    return torch.rand(2, 3, 29, 33, generator=g, dtype=torch.float64)
+
+
+# ---------------------------------------------------------------------------------------------- grids
+def test_translation_grid_is_the_published_one():
+    g = E.translation_grid(256).numpy()
+    a = np.linspace(-16, 16, 17)[:16]
+    assert g.shape == (256, 2)
+    np.testing.assert_allclose(g, np.array([[x, y] for x in a for y in a]), atol=1e-6)
+    assert ((g == 0).all(1)).any() and np.allclose(np.diff(a), 2.0)
+    # invfast's registry grid has no zero and a 32/15 px step
+    r = registry.get("translation").grid(256).numpy()
+    assert not ((r == 0).all(1)).any()
+
+
+def test_deform_grid_tiles_int_linspace():
+    g = E.deform_grid(256).numpy()
+    sig = np.linspace(10, 50, 8).astype(int)
+    np.testing.assert_array_equal(g[:, 0], np.tile(sig, 32))
+    np.testing.assert_array_equal(g[:, 1], np.arange(256))
+    assert E.deform_grid(10)[:, 0].tolist() == list(sig) + list(sig[:2])
+
+
+# ---------------------------------------------------------------------------------------------- affine with 1° shear
+@pytest.mark.parametrize("name", ["translation", "scale"])
+def test_scale_and_translation_carry_a_one_degree_shear(images, name):
+    t = E.get(name)
+    params = torch.tensor([[3.0, -5.0], [0.0, 0.0], [-16.0, 14.0]]) if name == "translation" \
+        else torch.tensor([0.5, 1.0, 1.7])
+    out = t.apply(images, params).numpy()
+    assert out.shape == (2, 3, 3, 29, 33)
+    assert not t.is_identity(params).any()  # the shear makes even zero shift / factor 1 a change
+    for j, p in enumerate(params.numpy()):
+        A, tr = (shear1(), p) if name == "translation" else (shear1() / p, np.zeros(2))
+        for b in range(2):
+            ref, sx, sy = affine_np(images[b].numpy(), A, tr)
+            inner = (sx >= 0) & (sx <= 32) & (sy >= 0) & (sy <= 28)
+            np.testing.assert_allclose(out[b, j][:, inner], ref[:, inner], atol=1e-9)
+
+
+# ---------------------------------------------------------------------------------------------- blur
+def test_blur_uses_a_fixed_23_tap_kernel(images):
+    sig = torch.tensor([1e-5, 0.7, 3.0, 20.0])
+    out = E.get("blur").apply(images, sig).numpy()
+    xs = np.arange(-11, 12, dtype=float)
+    for j, s in enumerate(sig.tolist()):
+        k = np.exp(-0.5 * (xs / s) ** 2)
+        k /= k.sum()
+        for b in range(2):
+            x = np.pad(images[b].numpy(), ((0, 0), (0, 0), (11, 11)), mode="reflect")
+            h = np.stack([np.convolve(row, k[::-1], mode="valid") for row in x.reshape(-1, x.shape[-1])])
+            h = h.reshape(3, 29, 33)
+            y = np.pad(h, ((0, 0), (11, 11), (0, 0)), mode="reflect")
+            v = np.stack([np.convolve(col, k[::-1], mode="valid") for col in y.transpose(0, 2, 1).reshape(-1, y.shape[1])])
+            ref = v.reshape(3, 33, 29).transpose(0, 2, 1)
+            np.testing.assert_allclose(out[b, j], ref, atol=1e-9)
+    np.testing.assert_allclose(out[:, 0], images.numpy(), atol=1e-12)  # sigma 1e-5: a delta kernel
+    # the effective std saturates: sqrt((23² - 1) / 12) ≈ 6.63 px however large sigma is
+    k = E.blur_kernels(torch.tensor([20.0, 1e4])).numpy()
+    std = np.sqrt((k * xs ** 2).sum(1))
+    assert 6.3 < std[0] < std[1] < math.sqrt((23 ** 2 - 1) / 12) + 1e-9
+    with pytest.raises(ValueError, match="larger than 11"):
+        E.get("blur").apply(torch.rand(1, 3, 10, 10), [2.0])
+
+
+# ---------------------------------------------------------------------------------------------- elastic
+def test_gaussian_filter_matches_scipy():
+    noise = np.random.default_rng(0).uniform(-1, 1, (2, 40, 37))
+    for s in (1.5, 10.0, 21.0):
+        ours = E.gaussian_filter_constant(torch.from_numpy(noise), s).numpy()
+        ref = np.stack([ndimage.gaussian_filter(n, s, mode="constant", cval=0.0, truncate=4.0) for n in noise])
+        np.testing.assert_allclose(ours, ref, atol=1e-12)
+
+
+def test_elastic_affine_part_moves_three_points_by_at_most_alpha_affine():
+    H, W = 60, 60
+    m, d = E.elastic_params(torch.tensor([10.0, 32.0]), torch.tensor([0.0, 1.0]), (H, W), seed=3)
+    c, sq = np.array([H // 2, W // 2], float), W // 3
+    pts1 = np.array([c + sq, [c[0] + sq, c[1] - sq], c - sq])
+    for j in range(2):
+        inv = np.vstack([m[j].numpy(), [0, 0, 1]])
+        fwd = np.linalg.inv(inv)  # pts1 -> pts2
+        pts2 = (fwd[:2, :2] @ pts1.T).T + fwd[:2, 2]
+        move = pts2 - pts1
+        assert np.abs(move).max() <= 50 + 1e-6 and np.abs(move).max() > 1
+    assert d.shape == (2, H, W, 2)
+    # the same seed and draw give the same field; another draw another one
+    m2, d2 = E.elastic_params(torch.tensor([10.0]), torch.tensor([0.0]), (H, W), seed=3)
+    assert torch.equal(m2[0], m[0]) and torch.equal(d2[0], d[0])
+    assert not torch.equal(m[0], m[1])
+
+
+def test_elastic_apply_matches_numpy_composition(images):
+    H, W = images.shape[-2:]
+    params = torch.tensor([[10.0, 0.0], [21.0, 5.0]])
+    out = E.get("deform").apply(images, params).numpy()
+    m, d = E.elastic_params(params[:, 0].double(), params[:, 1].double(), (H, W), seed=0)
+    ys, xs = np.mgrid[0:H, 0:W].astype(float)
+    for j in range(2):
+        M = m[j].numpy()
+        for b in range(2):
+            warped = bilinear_np(images[b].numpy(), M[0, 0] * xs + M[0, 1] * ys + M[0, 2],
+                                 M[1, 0] * xs + M[1, 1] * ys + M[1, 2], "reflect101")
+            ref = bilinear_np(warped, xs + d[j, ..., 0].numpy(), ys + d[j, ..., 1].numpy(), "reflect101")
+            np.testing.assert_allclose(out[b, j], np.clip(ref, 0, 1), atol=1e-9)
+    assert not E.get("deform").is_identity(params).any()
+
+
+# ---------------------------------------------------------------------------------------------- preprocessing
+def test_resize_center_crop():
+    x = torch.rand(2, 3, 256, 256)
+    assert torch.equal(resize_center_crop(x, 256, 224), x[..., 16:240, 16:240])
+    y = resize_center_crop(torch.rand(1, 3, 100, 150), 256, 224)
+    assert y.shape == (1, 3, 224, 224)
+    u8 = resize_center_crop(torch.randint(0, 256, (1, 3, 64, 80), dtype=torch.uint8), 32, 24)
+    assert u8.dtype == torch.uint8 and u8.shape == (1, 3, 24, 24)
+
+
+def test_protocol_lookup():
+    assert get_protocol("invfast") is PROTOCOLS["invfast"]
+    e = get_protocol("ericsson")
+    assert e.include_identity and e.shrinkage == 0.0 and e.with_replacement and e.preprocess_after_transform
+    with pytest.raises(ValueError, match="unknown protocol 'x'"):
+        get_protocol("x")
+    idx = resample_indices(10, 25, seed=1)
+    assert idx.shape == (25,) and int(idx.max()) < 10 and len(set(idx.tolist())) < 25
+    assert torch.equal(idx, resample_indices(10, 25, seed=1))
+
+
+# ---------------------------------------------------------------------------------------------- the two protocols agree
+def _model():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Conv2d(3, 6, 5, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                               torch.nn.Flatten())
+
+
+def test_protocols_agree_where_they_do_not_differ():
+    """256-px images: Resize(256) is a no-op, so transform-then-crop == invfast's crop after the transform;
+    per-parameter scores of an unchanged transform are identical, the means differ only by identity."""
+    x = torch.rand(10, 3, 256, 256, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    model = _model()
+    no_draw = dataclasses.replace(PROTOCOLS["ericsson"], with_replacement=False, shrinkage="trace")
+    kw = dict(grid_size=5, crop=224, dtype=None, device="cpu")
+    a = measure_invariance(model, x, "brightness,posterize,hflip", protocol="invfast", **kw)
+    b = measure_invariance(model, x, "brightness,posterize,hflip", protocol=no_draw, **kw)
+    for name in ("brightness", "posterize", "hflip"):
+        ta, tb = a.transforms[name], b.transforms[name]
+        torch.testing.assert_close(ta.cosine, tb.cosine, rtol=0, atol=1e-12)  # bit-identical features
+        torch.testing.assert_close(ta.distance, tb.distance, rtol=0, atol=1e-12)
+        keep = ~ta.identity
+        assert ta.mean_cosine == pytest.approx(float(ta.cosine[keep].mean()), abs=1e-12)
+        assert tb.mean_cosine == pytest.approx(float(tb.cosine.mean()), abs=1e-12)  # identity averaged in
+    # ericsson's λ = 0 (no shrinkage) by default
+    c = measure_invariance(model, x, "hflip", protocol="ericsson", **kw)
+    assert c.stats["lambda"] == 0.0 and a.stats["lambda"] > 0
+
+
+def test_with_replacement_scores_a_draw_with_stats_from_all_images():
+    x = torch.rand(8, 3, 256, 256, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    model = _model()
+    kw = dict(grid_size=4, crop=224, dtype=None, device="cpu")
+    proto = dataclasses.replace(PROTOCOLS["ericsson"], include_identity=False, shrinkage="trace")
+    got = measure_invariance(model, x, "brightness", protocol=proto, n_images=12, protocol_seed=5, **kw)
+    with torch.no_grad():
+        xc = x[:, :, 16:240, 16:240].float()
+        feats = model((xc - torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
+                      / torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
+    stats = FeatureStats().update(feats.double()).finalize(shrinkage="trace")
+    idx = resample_indices(8, 12, seed=5)
+    ref = measure_invariance(model, x[idx], "brightness", stats=stats, **kw)
+    assert got.transforms["brightness"].n_images == 12
+    torch.testing.assert_close(got.transforms["brightness"].cosine, ref.transforms["brightness"].cosine,
+                               rtol=0, atol=1e-6)
+
+
+def test_real_world_self_pairs():
+    g = torch.Generator().manual_seed(3)
+    x = torch.rand(12, 3, 40, 40, generator=g, dtype=torch.float64)
+    groups = [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2]
+    model = _model()
+    a = measure_real_world(model, x, groups=groups, device="cpu").transforms["real-world"]
+    b = measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson").transforms["real-world"]
+    V = torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64)
+    torch.testing.assert_close(b.per_image_cosine, 1 / V + (V - 1) / V * a.per_image_cosine, rtol=0, atol=1e-9)
+    torch.testing.assert_close(b.per_image_distance, (V - 1) / V * a.per_image_distance, rtol=0, atol=1e-9)
