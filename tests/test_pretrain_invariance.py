@@ -65,3 +65,27 @@ def test_spatial_model_more_rotation_invariant_than_appearance():
     assert sp["invariance/rotation"] > ap["invariance/rotation"] + 0.03, msg
     assert sp["invariance/rot90"] > ap["invariance/rot90"], msg
     assert (ap["invariance/grayscale"] + ap["invariance/hue"]) > (sp["invariance/grayscale"] + sp["invariance/hue"]), msg
+
+
+def test_transforms_are_the_registry_ones():
+    """'brightness' and 'grayscale' in a training log mean what invfast measure calls them: the
+    registry's brightness grid (factors 0.25..5) and its grayscale, checked against the formulas."""
+    import numpy as np
+
+    from invfast.constants import LUMA_WEIGHTS
+
+    images = blob_images(30, size=16)
+    x = images.double().numpy() / 255
+    t, p = inv.views("brightness")
+    np.testing.assert_allclose(p.numpy(), np.linspace(0.25, 5.0, 8), rtol=1e-6)
+    got = inv._variants("brightness", images.float() / 255).double().numpy()
+    ref = np.clip(x[:, None] * np.linspace(0.25, 5.0, 8)[None, :, None, None, None], 0, 1)
+    np.testing.assert_allclose(got, ref, atol=1e-5)
+    g = inv._variants("grayscale", images.float() / 255).double().numpy()
+    assert g.shape[1] == 1
+    luma = np.einsum("c,bchw->bhw", np.asarray(LUMA_WEIGHTS), x)
+    np.testing.assert_allclose(g[:, 0], np.repeat(luma[:, None], 3, 1), atol=2e-3)
+    xf = images.float() / 255
+    r = inv._variants("rot90", xf)
+    for j, k in enumerate((1, 2, 3)):
+        torch.testing.assert_close(r[:, j], torch.rot90(xf, k, dims=(2, 3)), atol=1e-6, rtol=0)

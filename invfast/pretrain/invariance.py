@@ -1,35 +1,62 @@
 """Invariance of the model being trained, measured on a held-out batch (Ericsson Fig. C.1 curves).
 
-Standardised cosine (SPEC §1.2) between whitened features of the untransformed images and of the
-same images under a few exact transforms, averaged over images and parameters.
+Standardised cosine (Ericsson et al.) between whitened features of the untransformed images and of
+the same images under the test transforms of :mod:`invfast.transforms` (the registry ``invfast
+measure`` uses, so "brightness invariance" in a training log is the brightness ``invfast measure``
+reports), averaged over images and parameters.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
+from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
 from invfast.metrics import invariance_scores
 from invfast.stats import FeatureStats
 
-_MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
-_STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
-
-
-def _gray(x: torch.Tensor) -> torch.Tensor:
-    y = (0.299 * x[:, 0] + 0.587 * x[:, 1] + 0.114 * x[:, 2]).unsqueeze(1)
-    return y.expand_as(x)
-
-
-# name -> list of functions on float images [B, 3, H, W] in 0..1 (one per transform parameter)
-BUILTIN_TRANSFORMS: dict[str, list[Callable[[torch.Tensor], torch.Tensor]]] = {
-    "rot90": [lambda x, k=k: torch.rot90(x, k, dims=(2, 3)) for k in (1, 2, 3)],
-    "hflip": [lambda x: torch.flip(x, dims=(3,))],
-    "grayscale": [_gray],
-    "brightness": [lambda x, f=f: (x * f).clamp(0, 1) for f in (0.5, 0.75, 1.25, 1.5)],
+#: transforms measured under a name of their own: name -> (invfast.transforms registry name, parameters)
+NAMED_VIEWS: dict[str, tuple[str, tuple[float, ...]]] = {
+    "rot90": ("rotation", (90.0, 180.0, 270.0)),  # exact quarter turns (counter-clockwise, as torch.rot90)
 }
 DEFAULT_TRANSFORMS = ("rot90", "hflip", "grayscale", "brightness")
+GRID_POINTS = 8
+
+
+def views(name: str) -> tuple[Any, torch.Tensor]:
+    """(registry transform, parameters [P] or [P, m]) measured for ``name``.
+
+    ``name`` is an :mod:`invfast.transforms` test transform (its published grid at
+    ``GRID_POINTS`` points, identity parameters left out: brightness factors 0.25..5, the same as
+    ``invfast measure``) or one of :data:`NAMED_VIEWS` (``rot90``: rotation by 90, 180, 270 degrees).
+    """
+    from invfast import transforms as T
+
+    reg, params = NAMED_VIEWS.get(name, (name, None))
+    try:
+        t = T.get(reg)
+    except (KeyError, ValueError) as e:
+        raise ValueError(f"unknown invariance transform {name!r}: not one of {sorted(NAMED_VIEWS)} "
+                         f"nor an invfast.transforms test transform ({e})") from e
+    if params is not None:
+        return t, torch.tensor(params, dtype=torch.float32)
+    grid = t.grid(k=GRID_POINTS)
+    return t, grid[~t.is_identity(grid)]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BUILTIN_TRANSFORMS":  # the old table of callables, now drawn from the registry
+        import warnings
+        warnings.warn("invfast.pretrain.invariance.BUILTIN_TRANSFORMS is replaced by views(name) on the "
+                      "invfast.transforms registry (invfast 0.2); it will be removed in the next release",
+                      DeprecationWarning, stacklevel=2)
+        out = {}
+        for n in DEFAULT_TRANSFORMS:
+            t, p = views(n)
+            out[n] = [lambda x, t=t, q=p[j:j + 1]: t.apply(x, q)[:, 0] for j in range(p.shape[0])]
+        return out
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def to_input(images: torch.Tensor, size: int) -> torch.Tensor:
@@ -37,22 +64,15 @@ def to_input(images: torch.Tensor, size: int) -> torch.Tensor:
     x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
     if x.shape[-1] != size or x.shape[-2] != size:
         x = F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
-    return (x - _MEAN.to(x.device)) / _STD.to(x.device)
+    mean = torch.tensor(IMAGENET_MEAN, device=x.device).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=x.device).view(1, 3, 1, 1)
+    return (x - mean) / std
 
 
 def _variants(name: str, x: torch.Tensor) -> torch.Tensor:
     """``x`` (float 0..1, [B, 3, H, W]) under every parameter of transform ``name`` -> [B, P, 3, H, W]."""
-    if name in BUILTIN_TRANSFORMS:
-        return torch.stack([f(x) for f in BUILTIN_TRANSFORMS[name]], dim=1)
-    try:
-        from invfast import transforms as T
-        t = T.get(name)
-    except (ImportError, KeyError, ValueError) as e:
-        raise ValueError(f"unknown invariance transform {name!r}: not one of {sorted(BUILTIN_TRANSFORMS)} "
-                         f"nor an invfast.transforms test transform ({e})") from e
-    grid = t.grid(k=8)
-    keep = ~t.is_identity(grid)
-    return t.apply(x, grid[keep])
+    t, params = views(name)
+    return t.apply(x, params)
 
 
 @torch.no_grad()
