@@ -19,3 +19,68 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(old)
+
+
+# ----------------------------------------------------------------------------------------------
+# devices: every device-sensitive test runs on "cpu", on "guard" (CPU data, tensors created without
+# device= land on meta and raise when they meet the data; see tests/device_guard.py) and on "cuda"
+# where a GPU exists (`pytest -m cuda` selects those; `-m device_guard` the guard runs).
+
+import contextlib  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+from device_guard import device_guard  # noqa: E402
+
+
+@dataclass(frozen=True)
+class DeviceCase:
+    """Where a test puts its data (``device``) and how it runs the code under test (``run()``)."""
+
+    name: str
+    device: torch.device
+
+    def run(self):
+        """Context for the call under test: the device guard for 'guard', nothing otherwise."""
+        return device_guard() if self.name == "guard" else contextlib.nullcontext()
+
+    def check(self, *tensors: torch.Tensor) -> None:
+        """Each result lives on the data's device (and is not a meta tensor)."""
+        for t in tensors:
+            assert t.device == self.device, f"result on {t.device}, data on {self.device}"
+
+    def generator(self, seed: int, on: str = "cpu") -> torch.Generator:
+        """A seeded generator on the CPU (``on='cpu'``) or on the data's device (``on='data'``)."""
+        dev = self.device if on == "data" else torch.device("cpu")
+        return torch.Generator(device=dev).manual_seed(seed)
+
+
+def _cuda_device() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cuda")
+
+
+DEVICE_PARAMS = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("guard", id="guard", marks=pytest.mark.device_guard),
+    pytest.param("cuda", id="cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
+        not torch.cuda.is_available(), reason="needs a CUDA device")]),
+]
+
+
+@pytest.fixture(params=DEVICE_PARAMS)
+def device(request) -> DeviceCase:
+    """The device-sensitive test's data device: cpu, guard (CPU data under the device guard) or cuda."""
+    name = request.param
+    return DeviceCase(name, _cuda_device() if name == "cuda" else torch.device("cpu"))
+
+
+@pytest.fixture
+def cuda_device() -> torch.device:
+    """The GPU for CPU-vs-CUDA comparisons (the test is skipped without one)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    return _cuda_device()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "device_guard: CPU data with tensors created off-device turned into "
+                                       "errors (tests/device_guard.py); runs in the default suite")

@@ -72,8 +72,8 @@ def affine_coords(A: torch.Tensor, b: torch.Tensor, out_size: tuple[int, int]) -
     Ho, Wo = out_size
     A = _snap(A.to(torch.float64)).to(torch.float32)
     b = _snap(b.to(torch.float64)).to(torch.float32)
-    u = torch.arange(Wo, dtype=torch.float32) - (Wo - 1) / 2.0
-    v = torch.arange(Ho, dtype=torch.float32) - (Ho - 1) / 2.0
+    u = torch.arange(Wo, dtype=torch.float32, device=A.device) - (Wo - 1) / 2.0
+    v = torch.arange(Ho, dtype=torch.float32, device=A.device) - (Ho - 1) / 2.0
     lead = A.shape[:-2]
     A = A.reshape(*lead, 1, 1, 2, 2)
     b = b.reshape(*lead, 1, 1, 2)
@@ -99,8 +99,9 @@ def shear_matrix(sx_deg: torch.Tensor, sy_deg: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.stack([1 + tx * ty, tx], -1), torch.stack([ty, one], -1)], -2)
 
 
-def centre(h: int, w: int) -> torch.Tensor:
-    return torch.tensor([(w - 1) / 2.0, (h - 1) / 2.0], dtype=torch.float64)
+def centre(h: int, w: int, device: torch.device | str | None = "cpu") -> torch.Tensor:
+    """The image centre (x, y) in pixel-centre coordinates, float64 [2] on ``device``."""
+    return torch.tensor([(w - 1) / 2.0, (h - 1) / 2.0], dtype=torch.float64, device=device)
 
 
 def crop_box_affine(top: torch.Tensor, left: torch.Tensor, height: torch.Tensor, width: torch.Tensor,
@@ -130,9 +131,9 @@ def gaussian_smooth_periodic(noise: torch.Tensor, sigma: torch.Tensor) -> torch.
     """
     H, W = noise.shape[-2:]
     spec = torch.fft.rfft2(noise.to(torch.float64))
-    fy = torch.fft.fftfreq(H, dtype=torch.float64).view(H, 1)
-    fx = torch.fft.rfftfreq(W, dtype=torch.float64).view(1, -1)
-    s2 = sigma.to(torch.float64).view(-1, *([1] * noise.dim())) ** 2
+    fy = torch.fft.fftfreq(H, dtype=torch.float64, device=noise.device).view(H, 1)
+    fx = torch.fft.rfftfreq(W, dtype=torch.float64, device=noise.device).view(1, -1)
+    s2 = sigma.to(device=noise.device, dtype=torch.float64).view(-1, *([1] * noise.dim())) ** 2
     transfer = torch.exp(-2.0 * math.pi ** 2 * s2 * (fx ** 2 + fy ** 2))
     return torch.fft.irfft2(spec.unsqueeze(0) * transfer, s=(H, W))
 
@@ -140,22 +141,25 @@ def gaussian_smooth_periodic(noise: torch.Tensor, sigma: torch.Tensor) -> torch.
 def elastic_displacement(sigma: torch.Tensor, size: tuple[int, int], alpha: float, seed: int) -> torch.Tensor:
     """Smooth random displacement fields, one per ``sigma``, from one seeded white-noise draw.
 
-    Uniform noise U(-1, 1) [2, H, W] (from ``torch.Generator().manual_seed(seed)``) is smoothed with a
-    periodic Gaussian of std ``sigma`` and rescaled so the displacement has RMS ``alpha`` px.
+    Uniform noise U(-1, 1) [2, H, W] (from a CPU ``torch.Generator().manual_seed(seed)``, so the noise is
+    bit-identical on every device) is moved to ``sigma``'s device, smoothed there with a periodic
+    Gaussian of std ``sigma`` and rescaled so the displacement has RMS ``alpha`` px.
 
     Returns:
-        float64 [P, H, W, 2] displacements (dx, dy) in pixels.
+        float64 [P, H, W, 2] displacements (dx, dy) in pixels, on ``sigma``'s device.
     """
     H, W = size
-    g = torch.Generator().manual_seed(int(seed))
-    noise = torch.rand((2, H, W), generator=g, dtype=torch.float64) * 2.0 - 1.0
+    g = torch.Generator(device="cpu").manual_seed(int(seed))
+    noise = torch.rand((2, H, W), generator=g, dtype=torch.float64, device="cpu").to(sigma.device) * 2.0 - 1.0
     field = gaussian_smooth_periodic(noise, sigma)  # [P, 2, H, W]
     rms = field.pow(2).mean(dim=(1, 2, 3), keepdim=True).sqrt().clamp_min(1e-12)
     return (field * (alpha / rms)).permute(0, 2, 3, 1)
 
 
-def identity_coords(h: int, w: int) -> torch.Tensor:
-    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64), torch.arange(w, dtype=torch.float64), indexing="ij")
+def identity_coords(h: int, w: int, device: torch.device | str | None = "cpu") -> torch.Tensor:
+    """Pixel-centre coordinates (x, y) of every pixel, float64 [h, w, 2] on ``device``."""
+    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64, device=device),
+                            torch.arange(w, dtype=torch.float64, device=device), indexing="ij")
     return torch.stack([xs, ys], dim=-1)
 
 
@@ -206,7 +210,7 @@ def sharpness_degenerate(x: torch.Tensor, quantise: bool) -> torch.Tensor:
     """torchvision/PIL SMOOTH filter (3x3, centre 5, /13) on the interior; the border is kept."""
     lead = x.shape[:-2]
     H, W = x.shape[-2:]
-    k = torch.ones(3, 3, dtype=x.dtype)
+    k = torch.ones(3, 3, dtype=x.dtype, device=x.device)
     k[1, 1] = 5.0
     k /= k.sum()
     flat = x.reshape(-1, 1, H, W)
@@ -220,13 +224,14 @@ def sharpness_degenerate(x: torch.Tensor, quantise: bool) -> torch.Tensor:
 
 def gaussian_kernels(sigma: torch.Tensor, truncate: float = 3.0, max_radius: int | None = None) -> torch.Tensor:
     """Normalised 1-D Gaussian kernels [P, 2R+1], each of radius ``int(truncate*sigma + 0.5)`` (scipy's
-    rule), zero-padded to the largest radius R; radii above ``max_radius`` are cut there."""
+    rule), zero-padded to the largest radius R; radii above ``max_radius`` are cut there. On ``sigma``'s
+    device; reading R is one host sync per call (it sets the kernel's shape)."""
     sigma = sigma.to(torch.float64)
     radius = (truncate * sigma + 0.5).floor().to(torch.int64)
     if max_radius is not None:
         radius = radius.clamp(max=max_radius)
     R = int(radius.max()) if radius.numel() else 0
-    xs = torch.arange(-R, R + 1, dtype=torch.float64)
+    xs = torch.arange(-R, R + 1, dtype=torch.float64, device=sigma.device)
     s = sigma.clamp_min(1e-12).view(-1, 1)
     k = torch.exp(-0.5 * (xs / s) ** 2)
     k = torch.where(xs.abs().view(1, -1) <= radius.view(-1, 1), k, torch.zeros_like(k))
@@ -245,7 +250,7 @@ def blur_grid(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """
     B, C, H, W = x.shape
     P = sigma.shape[0]
-    k = gaussian_kernels(sigma, max_radius=min(H, W) - 1).to(x.dtype)
+    k = gaussian_kernels(sigma, max_radius=min(H, W) - 1).to(device=x.device, dtype=x.dtype)
     R = (k.shape[1] - 1) // 2
     flat = x.reshape(B * C, 1, H, W)
     if R == 0:
@@ -260,7 +265,7 @@ def blur_per_image(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     N, C, H, W = x.shape
     if N == 0:
         return x
-    k = gaussian_kernels(sigma, max_radius=min(H, W) - 1).to(x.dtype)
+    k = gaussian_kernels(sigma, max_radius=min(H, W) - 1).to(device=x.device, dtype=x.dtype)
     R = (k.shape[1] - 1) // 2
     if R == 0:
         return x.clone()
@@ -282,12 +287,12 @@ def equalize_u8(v: torch.Tensor) -> torch.Tensor:
     n = H * W
     flat = v.reshape(-1, n).to(torch.int64)
     N = flat.shape[0]
-    hist = torch.zeros(N, 256, dtype=torch.int64).scatter_add_(1, flat, torch.ones_like(flat))
+    hist = torch.zeros(N, 256, dtype=torch.int64, device=v.device).scatter_add_(1, flat, torch.ones_like(flat))
     last = flat.amax(dim=1, keepdim=True)  # last non-empty bin
     step = (n - hist.gather(1, last)) // 255  # [N, 1]
     safe = step.clamp_min(1)
     lut = (torch.cumsum(hist, 1) + safe // 2) // safe
-    lut = torch.cat([torch.zeros(N, 1, dtype=torch.int64), lut[:, :-1]], dim=1).clamp_(0, 255)
+    lut = torch.cat([torch.zeros(N, 1, dtype=torch.int64, device=v.device), lut[:, :-1]], dim=1).clamp_(0, 255)
     out = lut.gather(1, flat)
     out = torch.where(step == 0, flat, out)
     return out.to(torch.uint8).reshape(shape)
@@ -295,5 +300,5 @@ def equalize_u8(v: torch.Tensor) -> torch.Tensor:
 
 def posterize_u8(v: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
     """Keep the ``bits`` most significant bits: v [B, C, H, W] uint8, bits [P] -> [B, P, C, H, W]."""
-    mask = (255 - (2 ** (8 - bits.to(torch.int64)) - 1)).to(torch.uint8).view(1, -1, 1, 1, 1)
+    mask = (255 - (2 ** (8 - bits.to(device=v.device, dtype=torch.int64)) - 1)).to(torch.uint8).view(1, -1, 1, 1, 1)
     return v.unsqueeze(1) & mask

@@ -95,7 +95,8 @@ class TestTransform:
         return self._identity(self._params(params))
 
     def _params(self, params: Any) -> torch.Tensor:
-        p = torch.as_tensor(params, dtype=torch.float32)
+        p = params.to(torch.float32) if isinstance(params, torch.Tensor) else torch.as_tensor(
+            params, dtype=torch.float32, device="cpu")
         if self.param_dim == 1:
             if p.dim() == 0:
                 p = p.reshape(1)
@@ -128,9 +129,10 @@ class TestTransform:
         p = self._params(params)
         B, C, H, W = images.shape
         P = p.shape[0]
-        out = torch.empty((B, P, C, H, W), dtype=images.dtype)
         if self.family == "spatial" and self.name != "deform":
             return _affine_apply(self, images, p, fill)
+        p = p.to(images.device)  # the small parameter tensor moves once; everything below is on the data's device
+        out = torch.empty((B, P, C, H, W), dtype=images.dtype, device=images.device)
         if self.name in ("posterize", "equalize", "invert"):
             u8 = images if images.dtype == torch.uint8 else Fn.quantize(images.float())
             res = _integer_op(self.name, u8, p)
@@ -173,9 +175,9 @@ def _prepare(t: TestTransform, x: torch.Tensor) -> dict[str, torch.Tensor]:
 
 
 def _affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
-    c = Fn.centre(H, W).expand(p.shape[0], 2)
+    c = Fn.centre(H, W, device=p.device).expand(p.shape[0], 2)
     n = p.shape[0]
-    eye = torch.eye(2, dtype=torch.float64).expand(n, 2, 2)
+    eye = torch.eye(2, dtype=torch.float64, device=p.device).expand(n, 2, 2)
     pd = p.to(torch.float64)
     if t.name == "crop":
         return Fn.crop_box_affine(pd[:, 0] * H, pd[:, 1] * W, pd[:, 2] * H, pd[:, 3] * W, (H, W))
@@ -200,13 +202,15 @@ def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
     from invfast.ops.augment import warp_affine
 
     B, C, H, W = images.shape
-    fillv = Fn._fill_vector(fill, C).to(torch.float64)
+    fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
     if bool(((fillv < 0) | (fillv > 1)).any()):
         raise ValueError(f"fill must be in [0, 1] (image units), got {fillv.tolist()}")
-    A, b = _affine_params(t, p, H, W)
+    # the [P, 2, 3] matrices are computed in float64 on the CPU (bit-identical for every data device)
+    # and moved once to the images' device
+    A, b = _affine_params(t, p.to("cpu"), H, W)
     A = Fn._snap(A.to(torch.float64))
     offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
-    matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1)
+    matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).to(images.device)
     if images.dtype == torch.uint8:
         return warp_affine(images.contiguous(), matrix, H, W, fillv * 255.0)
     x = images if images.dtype in (torch.float32, torch.float64) else images.to(torch.float32)
@@ -221,7 +225,7 @@ def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fil
     name = t.name
     if name == "deform":
         disp = Fn.elastic_displacement(p, (H, W), t.alpha * min(H, W), t.seed)
-        coords = (Fn.identity_coords(H, W).unsqueeze(0) + disp).to(torch.float32)
+        coords = (Fn.identity_coords(H, W, device=x.device).unsqueeze(0) + disp).to(torch.float32)
         return Fn.warp(x, coords, fill)
     if name == "grayscale":
         g = ctx["gray"].expand(B, C, H, W).unsqueeze(1)
