@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from invfast import _loader, backend
 
 
-def _fill_vector(fill: float | Sequence[float], channels: int) -> torch.Tensor:
-    f = torch.as_tensor(fill, dtype=torch.float32).flatten()
+def _fill_vector(fill: float | Sequence[float], channels: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    f = torch.as_tensor(fill, dtype=torch.float32, device=device).flatten()
     if f.numel() == 1:
         f = f.expand(channels)
     if f.numel() != channels:
@@ -43,7 +43,7 @@ def warp(images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[floa
     B, C, H, W = images.shape
     per_image = coords.dim() == 5
     P, Ho, Wo = coords.shape[-4], coords.shape[-3], coords.shape[-2]
-    fillv = _fill_vector(fill, C).to(images.dtype)
+    fillv = _fill_vector(fill, C, device=images.device).to(images.dtype)
     c = coords if per_image else coords.unsqueeze(0)
     integer = (c == torch.round(c)).flatten(2).all(dim=2).all(dim=0)  # [P]
     if bool(integer.all()):
@@ -52,7 +52,7 @@ def warp(images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[floa
         return _bilinear(images, c, fillv)
     ii = torch.nonzero(integer).flatten()
     jj = torch.nonzero(~integer).flatten()
-    out = torch.empty((B, P, C, Ho, Wo), dtype=images.dtype)
+    out = torch.empty((B, P, C, Ho, Wo), dtype=images.dtype, device=images.device)
     out.index_copy_(1, ii, _gather_nearest(images, c.index_select(1, ii), fillv))
     out.index_copy_(1, jj, _bilinear(images, c.index_select(1, jj), fillv))
     return out
@@ -72,7 +72,7 @@ def _gather_nearest(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Ten
         res = table.reshape(B * C, n + 1).index_select(1, idx.reshape(-1))
         return res.reshape(B, C, P, Ho, Wo).transpose(1, 2)
     flat = table.transpose(0, 1).reshape(C, B * (n + 1))
-    off = (torch.arange(B, dtype=torch.int64) * (n + 1)).view(B, 1, 1, 1)
+    off = (torch.arange(B, dtype=torch.int64, device=images.device) * (n + 1)).view(B, 1, 1, 1)
     res = flat.index_select(1, (idx + off).reshape(-1))
     return res.reshape(C, B, P, Ho, Wo).permute(1, 2, 0, 3, 4)
 
@@ -81,7 +81,7 @@ def _bilinear(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -
     """Bilinear sampling at coords [1 or B, P, Ho, Wo, 2] -> [B, P, C, Ho, Wo] via ``grid_sample``."""
     B, C, H, W = images.shape
     G, P, Ho, Wo = coords.shape[:4]
-    g = torch.empty(coords.shape, dtype=images.dtype)
+    g = torch.empty(coords.shape, dtype=images.dtype, device=images.device)
     g[..., 0] = (2.0 * coords[..., 0] + 1.0) / W - 1.0
     g[..., 1] = (2.0 * coords[..., 1] + 1.0) / H - 1.0
     g = g.reshape(G, P * Ho, Wo, 2)
@@ -92,7 +92,7 @@ def _bilinear(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -
     res = F.grid_sample(inp, g, mode="bilinear", padding_mode="zeros", align_corners=False)
     res = res.reshape(B, C, P, Ho, Wo).transpose(1, 2)
     if bool((fillv != 0).any()):
-        ones = torch.ones((G, 1, H, W), dtype=images.dtype)
+        ones = torch.ones((G, 1, H, W), dtype=images.dtype, device=images.device)
         covered = F.grid_sample(ones, g, mode="bilinear", padding_mode="zeros", align_corners=False)
         covered = covered.reshape(G, P, 1, Ho, Wo)
         res = res + (1.0 - covered) * fillv.view(1, 1, C, 1, 1)
@@ -103,8 +103,8 @@ def _bilinear(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -
 def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int,
                           fill: torch.Tensor) -> torch.Tensor:
     m = matrix.to(torch.float64)
-    u = torch.arange(out_w, dtype=torch.float64).view(1, 1, out_w)
-    v = torch.arange(out_h, dtype=torch.float64).view(1, out_h, 1)
+    u = torch.arange(out_w, dtype=torch.float64, device=m.device).view(1, 1, out_w)
+    v = torch.arange(out_h, dtype=torch.float64, device=m.device).view(1, out_h, 1)
     sx = m[:, 0, 0].view(-1, 1, 1) * u + m[:, 0, 1].view(-1, 1, 1) * v + m[:, 0, 2].view(-1, 1, 1)
     sy = m[:, 1, 0].view(-1, 1, 1) * u + m[:, 1, 1].view(-1, 1, 1) * v + m[:, 1, 2].view(-1, 1, 1)
     coords = torch.stack([sx, sy], dim=-1).to(torch.float32)
