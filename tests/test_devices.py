@@ -46,3 +46,59 @@ def test_transform_on_device(device, name, dtype):
             out = T.get(name).apply(xd, pd)
         device.check(out)
         _assert_close_images(out, want, exact=device.name != "cuda")
+
+
+# ----------------------------------------------------------------------------------------------
+# pretraining policies (incl. the amortised switches): the same CPU-generator seed gives the same
+# parameters and views on every device; a generator on the data's device also works
+
+POLICIES = ["default", "spatial", "appearance", "solarize-default", ["crop", "jitter", "blur"], ["flip", "grayscale"]]
+
+
+@pytest.mark.parametrize("name", POLICIES, ids=lambda n: n if isinstance(n, str) else "+".join(n))
+def test_policy_on_device(device, name):
+    from invfast.transforms import policy
+
+    pol = policy(name, size=16, p_blur=0.5)
+    x = _images(torch.uint8, seed=7, b=6, h=20, w=22)
+    want1, want2 = pol(x, torch.Generator().manual_seed(3))
+    with device.run():
+        got1, got2 = pol(x.to(device.device), device.generator(3, on="cpu"))
+    device.check(got1, got2)
+    for got, want in ((got1, want1), (got2, want2)):
+        if device.name == "cuda":
+            torch.testing.assert_close(got.cpu(), want, atol=2e-4, rtol=0)
+        else:
+            assert torch.equal(got, want)
+    with device.run():  # a generator on the data's device: valid views, its own random stream
+        v = pol.view(x.to(device.device), device.generator(3, on="data"))
+    device.check(v)
+    assert v.shape == (6, 3, 16, 16) and bool(torch.isfinite(v).all())
+
+
+@pytest.mark.parametrize("descriptor", [[1, 0], [0, 1], [1, 1, 0, 1, 1], [0, 1, 1, 1, 1]])
+def test_amortised_policy_on_device(device, descriptor):
+    from invfast.transforms import policy_from_descriptor
+
+    pol = policy_from_descriptor(descriptor, size=16)
+    x = _images(torch.float32, seed=11, b=5, h=18, w=18)
+    want = pol.view(x, torch.Generator().manual_seed(5))
+    with device.run():
+        got = pol.view(x.to(device.device), device.generator(5))
+    device.check(got)
+    if device.name == "cuda":
+        torch.testing.assert_close(got.cpu(), want, atol=2e-4, rtol=0)
+    else:
+        assert torch.equal(got, want)
+
+
+def test_policy_parameters_identical_across_generator_placement(device):
+    """The sampled parameters depend only on the CPU generator's seed, never on the data's device."""
+    from invfast.transforms import policy
+
+    pol = policy("default", size=16)
+    want = pol.sample(8, (20, 24), torch.Generator().manual_seed(9))
+    with device.run():
+        got = pol.sample(8, (20, 24), device.generator(9))
+    for k in want:
+        assert torch.equal(got[k].cpu(), want[k]), k

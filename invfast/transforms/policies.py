@@ -59,15 +59,19 @@ class Policy:
         Returns a dict of [B] (or [B, k]) tensors: 'crop' (top, left, height, width) in pixels,
         'flip', 'jitter', 'grayscale', 'blur', 'solarize' (bool: applied), 'factors' [B, 4]
         (brightness, contrast, saturation, hue), 'order' [B, 4] (jitter op order, a permutation of
-        0..3), 'sigma' (blur std in px). All draws happen whatever the switches, in a fixed order.
+        0..3), 'sigma' (blur std in px). All draws happen whatever the switches, in a fixed order, on
+        the generator's device (the CPU when ``generator`` is None: torch's global CPU generator); the
+        parameters stay there and :meth:`apply` moves them once to the images' device. A CPU generator
+        therefore gives bit-identical parameters whatever device the images are on.
         """
         c = self.config
         H, W = int(image_size[0]), int(image_size[1])
         g = generator
+        dev = g.device if g is not None else torch.device("cpu")
         B = batch
 
         def u(*shape: int) -> torch.Tensor:
-            return torch.rand(shape, generator=g, dtype=torch.float64)
+            return torch.rand(shape, generator=g, dtype=torch.float64, device=dev)
 
         # RandomResizedCrop: 10 attempts, the first that fits wins, else the central fallback
         area = H * W
@@ -95,8 +99,8 @@ class Policy:
         left = torch.where(any_ok, torch.floor(uj * (W - w + 1)), torch.full_like(w, (W - fw) // 2))
 
         bs, cs, ss, hs = c.jitter_strength
-        lo = torch.tensor([max(0.0, 1 - bs), max(0.0, 1 - cs), max(0.0, 1 - ss), -hs], dtype=torch.float64)
-        hi = torch.tensor([1 + bs, 1 + cs, 1 + ss, hs], dtype=torch.float64)
+        lo = torch.tensor([max(0.0, 1 - bs), max(0.0, 1 - cs), max(0.0, 1 - ss), -hs], dtype=torch.float64, device=dev)
+        hi = torch.tensor([1 + bs, 1 + cs, 1 + ss, hs], dtype=torch.float64, device=dev)
         factors = lo + (hi - lo) * u(B, 4)
         order = torch.argsort(u(B, 4), dim=1)
         p_jit, p_gray, p_blur, p_flip, p_sol = u(B), u(B), u(B), u(B), u(B)
@@ -116,10 +120,14 @@ class Policy:
 
     # ------------------------------------------------------------------------------------------
     def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Apply sampled ``params`` to float images ``x`` [B, 3, H, W] in [0, 1] -> [B, 3, size, size]."""
+        """Apply sampled ``params`` to float images ``x`` [B, 3, H, W] in [0, 1] -> [B, 3, size, size].
+
+        ``params`` may live on any device; they are moved once to ``x``'s device.
+        """
         c = self.config
         S = c.size
         B = x.shape[0]
+        params = {k: v.to(x.device) for k, v in params.items()}
         flip = params["flip"]
         if c.crop:
             box = params["crop"]
@@ -141,8 +149,8 @@ class Policy:
             t = c.solarize_threshold
             x = _masked(x, params["solarize"], lambda s: torch.where(s >= t, 1.0 - s, s))
         if c.normalize:
-            mean = torch.tensor(c.mean, dtype=x.dtype).view(1, 3, 1, 1)
-            std = torch.tensor(c.std, dtype=x.dtype).view(1, 3, 1, 1)
+            mean = torch.tensor(c.mean, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
+            std = torch.tensor(c.std, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
             x = (x - mean) / std
         return x
 
