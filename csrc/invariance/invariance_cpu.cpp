@@ -42,7 +42,7 @@ void pair_scores_rows(const T* zr, const T* zt, const T* sh, T* dist, T* cosv, i
     }
     const double denom = std::sqrt(saa) * std::sqrt(sbb);
     dist[r] = static_cast<T>(std::sqrt(sdd));
-    cosv[r] = static_cast<T>(denom > 0.0 ? sab / denom : 0.0);
+    cosv[r] = static_cast<T>((denom > 0.0 || std::isnan(denom)) ? sab / denom : 0.0);  // NaN/Inf in: NaN out
   }
 }
 

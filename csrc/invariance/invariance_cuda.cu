@@ -74,7 +74,7 @@ __global__ void pair_scores_kernel(const T* __restrict__ zr, const T* __restrict
   if (threadIdx.x == 0) {
     const double denom = sqrt(saa) * sqrt(sbb);
     dist[r] = static_cast<O>(sqrt(sdd));
-    cosv[r] = static_cast<O>(denom > 0.0 ? sab / denom : 0.0);
+    cosv[r] = static_cast<O>((denom > 0.0 || isnan(denom)) ? sab / denom : 0.0);  // NaN/Inf in: NaN out
   }
 }
 

@@ -17,7 +17,9 @@ def pair_scores_reference(z_ref: torch.Tensor, z_t: torch.Tensor, shift: torch.T
     dist = torch.linalg.vector_norm(a - b, dim=-1)
     denom = torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1)
     dot = (a * b).sum(-1)
-    cos = torch.where(denom > 0, dot / torch.where(denom > 0, denom, torch.ones_like(denom)), torch.zeros_like(dot))
+    # a zero vector has cosine 0; a NaN/Inf one gives a NaN denominator and so a NaN cosine
+    use = (denom > 0) | torch.isnan(denom)
+    cos = torch.where(use, dot / torch.where(use, denom, torch.ones_like(denom)), torch.zeros_like(dot))
     return dist.to(out_dtype), cos.to(out_dtype)
 
 
