@@ -175,14 +175,15 @@ def acr(views: torch.Tensor, k: int = 10, *, block_rows: int = 1024) -> float:
         raise ValueError(f"k must be in [1, {n * c - 1}], got {k}")
     flat = torch.nn.functional.normalize(v.reshape(n * c, d).float(), dim=1)
     owner = torch.arange(n, device=v.device).repeat_interleave(c)
-    confused = 0
+    confused = torch.zeros((), dtype=torch.int64, device=v.device)  # summed on the device, read once
     for s in range(0, n * c, block_rows):
         e = min(n * c, s + block_rows)
         dist = torch.cdist(flat[s:e], flat)
-        dist[torch.arange(e - s), torch.arange(s, e)] = float("inf")
+        rows = torch.arange(e - s, device=v.device)
+        dist[rows, rows + s] = float("inf")
         nn_idx = dist.topk(k, dim=1, largest=False).indices
-        confused += int((owner[nn_idx] != owner[s:e, None]).sum())
-    return confused / (n * c * k)
+        confused += (owner[nn_idx] != owner[s:e, None]).sum()
+    return int(confused) / (n * c * k)
 
 
 def sensitivity_ratio(g_x: torch.Tensor, g_x2: torch.Tensor, *, n_pairs: int = 10_000, seed: int = 0) -> float:
@@ -202,10 +203,12 @@ def sensitivity_ratio(g_x: torch.Tensor, g_x2: torch.Tensor, *, n_pairs: int = 1
         raise ValueError(f"sensitivity_ratio needs at least 2 samples, got {n}")
     if n_pairs < 1:
         raise ValueError(f"n_pairs must be >= 1, got {n_pairs}")
-    gen = torch.Generator().manual_seed(seed)
-    rows = torch.arange(n) if n <= n_pairs else torch.randperm(n, generator=gen)[:n_pairs]
-    a = torch.randint(0, n, (n_pairs,), generator=gen)
-    b = (a + torch.randint(1, n, (n_pairs,), generator=gen)) % n
+    # pairs drawn on the CPU (the same pairs for every device), moved once
+    cpu = torch.device("cpu")
+    gen = torch.Generator(device=cpu).manual_seed(seed)
+    rows = torch.arange(n, device=cpu) if n <= n_pairs else torch.randperm(n, generator=gen, device=cpu)[:n_pairs]
+    a = torch.randint(0, n, (n_pairs,), generator=gen, device=cpu)
+    b = (a + torch.randint(1, n, (n_pairs,), generator=gen, device=cpu)) % n
     rows, a, b = rows.to(g_x.device), a.to(g_x.device), b.to(g_x.device)
     x64, x264 = g_x.to(torch.float64), g_x2.to(torch.float64)
     num = torch.linalg.vector_norm(x64[rows] - x264[rows], dim=1).mean()
@@ -224,18 +227,18 @@ def class_distance_ratio(x: torch.Tensor, y: torch.Tensor, *, block_rows: int = 
         raise ValueError("class_distance_ratio needs at least 2 classes in y")
     xf = x.to(torch.float64)
     n = xf.shape[0]
-    within = between = 0.0
-    n_within = n_between = 0
+    # [within, n_within, between, n_between], summed on the device and read once after the loop
+    acc = torch.zeros(4, dtype=torch.float64, device=x.device)
     for s in range(0, n, block_rows):
         e = min(n, s + block_rows)
         dist = torch.cdist(xf[s:e], xf)
         same = y[s:e, None] == y[None, :]
-        same[torch.arange(e - s), torch.arange(s, e)] = False
+        rows = torch.arange(e - s, device=x.device)
+        same[rows, rows + s] = False
         diff = y[s:e, None] != y[None, :]
-        within += float(dist[same].sum())
-        n_within += int(same.sum())
-        between += float(dist[diff].sum())
-        n_between += int(diff.sum())
+        acc += torch.stack([(dist * same).sum(), same.sum().to(torch.float64),
+                            (dist * diff).sum(), diff.sum().to(torch.float64)])
+    within, n_within, between, n_between = acc.tolist()
     if n_within == 0:
         raise ValueError("every class has a single sample: no within-class pairs to compare against")
     return (between / n_between) / (within / n_within)

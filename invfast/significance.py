@@ -33,7 +33,7 @@ def hoeffding_test(s_a: torch.Tensor, s_b: torch.Tensor, *, delta: float = 0.05,
         higher_is_more_invariant: True for similarities, False for distances.
     """
     s_a = as_features(s_a, "s_a", ndim=1).to(torch.float64)
-    s_b = as_features(s_b, "s_b", ndim=1).to(torch.float64)
+    s_b = as_features(s_b, "s_b", ndim=1).to(device=s_a.device, dtype=torch.float64)
     if s_a.shape != s_b.shape:
         raise ValueError(f"s_a and s_b must score the same images, got {s_a.shape[0]} and {s_b.shape[0]}")
     n = s_a.shape[0]
@@ -45,10 +45,10 @@ def hoeffding_test(s_a: torch.Tensor, s_b: torch.Tensor, *, delta: float = 0.05,
     if not hi > lo:
         raise ValueError(f"bounds must be (a, b) with b > a, got {bounds}")
     x = s_a - s_b if higher_is_more_invariant else s_b - s_a
-    if float(x.min()) < lo - 1e-9 or float(x.max()) > hi + 1e-9:
-        raise ValueError(f"score differences lie in [{float(x.min()):.3g}, {float(x.max()):.3g}], outside bounds "
+    x_min, x_max, mean = torch.stack([x.min(), x.max(), x.mean()]).tolist()  # one read from the device
+    if x_min < lo - 1e-9 or x_max > hi + 1e-9:
+        raise ValueError(f"score differences lie in [{x_min:.3g}, {x_max:.3g}], outside bounds "
                          f"{bounds}; pass bounds that hold for every image")
-    mean = float(x.mean())
     thr = (hi - lo) * math.sqrt(math.log(1 / delta) / (2 * n))
     return HoeffdingResult(mean_diff=mean, threshold=thr, reject=mean > thr, n=n, delta=delta)
 

@@ -102,3 +102,39 @@ def test_policy_parameters_identical_across_generator_placement(device):
         got = pol.sample(8, (20, 24), device.generator(9))
     for k in want:
         assert torch.equal(got[k].cpu(), want[k]), k
+
+
+# ----------------------------------------------------------------------------------------------
+# measurement maths: FeatureStats, metrics, significance on the data's device, equal to the CPU
+
+
+def _metric_values(f, ft, y, s_a, s_b):
+    import invfast as ivf
+    from invfast.metrics import acr
+
+    st = ivf.FeatureStats(f.shape[1], device=f.device).update(f).finalize()
+    sc = ivf.invariance_scores(f, ft, st)
+    out = {"whiten": st.whiten(f), "distance": sc["distance"], "cosine": sc["cosine"],
+           "mahalanobis": ivf.mahalanobis(f, ft[:, 0], st), "std_cos": ivf.standardized_cosine(f, ft[:, 0], st),
+           "alignment": ivf.alignment(f, ft[:, 0]), "uniformity": ivf.uniformity(f)}
+    scalars = {"acr": acr(ft, k=3, block_rows=7), "sensitivity": ivf.sensitivity_ratio(f, ft[:, 1], n_pairs=50),
+               "cdr": ivf.class_distance_ratio(f, y, block_rows=9),
+               "hoeffding": ivf.hoeffding_test(s_a, s_b).mean_diff}
+    return out, scalars
+
+
+def test_metrics_on_device(device, rng):
+    n, p, d = 24, 3, 6
+    f = torch.from_numpy(rng.normal(size=(n, d))).float()
+    ft = f.unsqueeze(1) + 0.3 * torch.from_numpy(rng.normal(size=(n, p, d))).float()
+    y = torch.from_numpy(rng.integers(0, 3, size=n))
+    s_a, s_b = torch.rand(n) * 0.5, torch.rand(n) * 0.5
+    want, want_s = _metric_values(f, ft, y, s_a, s_b)
+    dev = device.device
+    with device.run():
+        got, got_s = _metric_values(f.to(dev), ft.to(dev), y.to(dev), s_a.to(dev), s_b.to(dev))
+    for k in want:
+        device.check(got[k])
+        torch.testing.assert_close(got[k].cpu(), want[k], rtol=1e-5, atol=1e-5, msg=k)
+    for k in want_s:
+        assert got_s[k] == pytest.approx(want_s[k], rel=1e-6, abs=1e-9), k
