@@ -138,3 +138,23 @@ def test_metrics_on_device(device, rng):
         torch.testing.assert_close(got[k].cpu(), want[k], rtol=1e-5, atol=1e-5, msg=k)
     for k in want_s:
         assert got_s[k] == pytest.approx(want_s[k], rel=1e-6, abs=1e-9), k
+
+
+# ----------------------------------------------------------------------------------------------
+# models
+
+
+def test_prompt_vit_on_device(device):
+    from invfast.models import PromptViT
+
+    torch.manual_seed(0)
+    m = PromptViT(dim=16, depth=1, heads=2).eval()
+    x = torch.randn(3, 3, 32, 32)
+    i = torch.tensor([[0.2, 0.9], [1.0, 0.0], [0.5, 0.5]])
+    with torch.no_grad():
+        want = m(x, i)
+        md = m.to(device.device)
+        with device.run():
+            got = md(x.to(device.device), i)  # the descriptor may stay on the CPU
+    device.check(got)
+    torch.testing.assert_close(got.cpu(), want, atol=1e-4 if device.name == "cuda" else 0, rtol=0)
