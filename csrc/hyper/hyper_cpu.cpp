@@ -6,19 +6,25 @@
 // Row n of a kernel's block is the row-major (out, in, kh, kw) index, so out[b] is the flat
 // concatenation of all conv weights in their final layout.
 //
-// Work is split into row chunks (never crossing a kernel boundary) that run in parallel;
-// each chunk is one small GEMM through at::addmm_out writing straight into the output
-// (a row-wise GEMV loop for a single descriptor).
+// Forward: rows are split into chunks (never crossing a kernel boundary) that run in parallel.
+// With AVX-512 (checked at run time) and H a multiple of 16, each chunk runs the row-tile kernel of
+// hyper_cpu_avx512.h: 16 rows at a time, each weight row read once for all B descriptors, fp32
+// accumulation, fp32 / bf16 / fp16 storage. Otherwise one BLAS GEMM per kernel into the output.
+// Backward: per chunk, two BLAS GEMMs (grad_weight = g^T h, partial grad_hidden = g W).
 #include <torch/extension.h>
 #include <torch/library.h>
 #include <ATen/Parallel.h>
 
+#include <cstdint>
+#include <type_traits>
 #include <vector>
+
+#include "hyper/hyper_cpu_avx512.h"
 
 namespace invfast {
 namespace {
 
-constexpr int64_t kChunkRows = 4096;
+constexpr int64_t kChunkRows = 8192;  // a multiple of the 16-row tile
 
 struct Chunk {
   int64_t kernel, begin, end;
@@ -42,21 +48,6 @@ void check_inputs(const at::Tensor& hidden, const at::Tensor& weight, at::IntArr
               weight.size(0), ")");
 }
 
-// One descriptor (B = 1): a row-wise GEMV that streams each weight row once; faster than a
-// GEMM call per chunk for this memory-bound case. kH > 0 fixes the hidden size at compile time.
-template <typename T, int kH>
-void gemv_rows(const T* __restrict__ weight, const T* __restrict__ bias, const T* __restrict__ h, T* __restrict__ out,
-               int64_t begin, int64_t end, int64_t H_runtime) {
-  const int64_t H = kH > 0 ? kH : H_runtime;
-  for (int64_t n = begin; n < end; ++n) {
-    const T* w = weight + n * H;
-    T acc = 0;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t k = 0; k < H; ++k) acc += w[k] * h[k];
-    out[n] = acc + bias[n];
-  }
-}
-
 std::vector<Chunk> make_chunks(at::IntArrayRef offsets) {
   std::vector<Chunk> chunks;
   const int64_t L = static_cast<int64_t>(offsets.size()) - 1;
@@ -66,6 +57,76 @@ std::vector<Chunk> make_chunks(at::IntArrayRef offsets) {
     }
   }
   return chunks;
+}
+
+// Storage type of the AVX-512 loads/stores for an ATen scalar type.
+template <typename scalar_t>
+struct Raw {
+  using T = scalar_t;
+};
+template <>
+struct Raw<c10::BFloat16> {
+  using T = uint16_t;
+};
+template <>
+struct Raw<c10::Half> {
+  using T = uint16_t;
+};
+
+// Rows [begin, end) of kernel l, one row at a time (fp32 accumulation): the tail of a kernel
+// whose size is not a multiple of 16, and CPUs without AVX-512.
+template <typename scalar_t>
+void rows_scalar(const scalar_t* weight, const scalar_t* bias, const float* hf, scalar_t* out, int64_t B, int64_t L,
+                 int64_t H, int64_t N, int64_t l, int64_t begin, int64_t end) {
+  for (int64_t n = begin; n < end; ++n) {
+    const scalar_t* w = weight + n * H;
+    const float bn = static_cast<float>(bias[n]);
+    for (int64_t b = 0; b < B; ++b) {
+      const float* h = hf + (b * L + l) * H;
+      float acc = 0.f;
+      for (int64_t k = 0; k < H; ++k) acc += static_cast<float>(w[k]) * h[k];
+      out[b * N + n] = static_cast<scalar_t>(acc + bn);
+    }
+  }
+}
+
+// Row-tiled path: every weight row is read once for all B descriptors (see hyper_cpu_avx512.h).
+template <typename scalar_t>
+void generate_tiled(const at::Tensor& hidden, const at::Tensor& weight, const at::Tensor& bias, at::Tensor& out,
+                    at::IntArrayRef offsets) {
+  const int64_t B = hidden.size(0), L = hidden.size(1), H = hidden.size(2), N = weight.size(0);
+  const auto hf_t = hidden.to(at::kFloat).contiguous();
+  const float* hf = hf_t.data_ptr<float>();
+  const scalar_t* w = weight.data_ptr<scalar_t>();
+  const scalar_t* bp = bias.data_ptr<scalar_t>();
+  scalar_t* op = out.data_ptr<scalar_t>();
+  const auto chunks = make_chunks(offsets);
+  const bool avx512 = hyper_avx512::cpu_has_avx512() && H % 16 == 0;
+  at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
+    std::vector<float> scratch(16 * H + 16);
+    float* cols = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
+    for (int64_t c = cb; c < ce; ++c) {
+      const Chunk& ch = chunks[c];
+      int64_t tiled_end = ch.begin;
+#if INVFAST_HYPER_HAVE_AVX512
+      if (avx512) {
+        tiled_end = ch.begin + (ch.end - ch.begin) / 16 * 16;
+        using T = typename Raw<scalar_t>::T;
+        const T* wr = reinterpret_cast<const T*>(w);
+        const T* br = reinterpret_cast<const T*>(bp);
+        T* orw = reinterpret_cast<T*>(op);
+        if constexpr (std::is_same_v<scalar_t, float>) {
+          hyper_avx512::rows_tiles<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
+        } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+          hyper_avx512::rows_tiles<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
+        } else {
+          hyper_avx512::rows_tiles<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
+        }
+      }
+#endif
+      rows_scalar<scalar_t>(w, bp, hf, op, B, L, H, N, ch.kernel, tiled_end, ch.end);
+    }
+  });
 }
 
 at::Tensor hyper_generate_cpu(const at::Tensor& hidden_in, const at::Tensor& weight_in, const at::Tensor& bias_in,
@@ -82,37 +143,24 @@ at::Tensor hyper_generate_cpu(const at::Tensor& hidden_in, const at::Tensor& wei
   const int64_t B = hidden.size(0), N = weight.size(0);
   auto out = at::empty({B, N}, weight.options());
   if (B == 0 || N == 0) return out;
-  const auto chunks = make_chunks(offsets);
-  const int64_t H = hidden.size(2);
-  if (B == 1 && (weight.scalar_type() == at::kFloat || weight.scalar_type() == at::kDouble)) {
-    AT_DISPATCH_FLOATING_TYPES(weight.scalar_type(), "hyper_generate_gemv", [&] {
-      const scalar_t* w = weight.data_ptr<scalar_t>();
-      const scalar_t* bp = bias.data_ptr<scalar_t>();
-      const scalar_t* hp = hidden.data_ptr<scalar_t>();
-      scalar_t* op = out.data_ptr<scalar_t>();
-      at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
-        for (int64_t c = cb; c < ce; ++c) {
-          const Chunk& ch = chunks[c];
-          if (H == 32) {
-            gemv_rows<scalar_t, 32>(w, bp, hp + ch.kernel * H, op, ch.begin, ch.end, H);
-          } else {
-            gemv_rows<scalar_t, 0>(w, bp, hp + ch.kernel * H, op, ch.begin, ch.end, H);
-          }
-        }
-      });
+  const auto st = weight.scalar_type();
+  const bool tiled_ok = hyper_avx512::cpu_has_avx512() && hidden.size(2) % 16 == 0 &&
+                        (st == at::kFloat || st == at::kBFloat16 || st == at::kHalf);
+  if (tiled_ok) {
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, st, "hyper_generate_tiled", [&] {
+      if constexpr (!std::is_same_v<scalar_t, double>) generate_tiled<scalar_t>(hidden, weight, bias, out, offsets);
     });
     return out;
   }
-  at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd_worker;  // TLS: worker threads need their own
-    for (int64_t c = cb; c < ce; ++c) {
-      const Chunk& ch = chunks[c];
-      const int64_t R = ch.end - ch.begin;
-      auto dst = out.narrow(1, ch.begin, R);
-      at::addmm_out(dst, bias.narrow(0, ch.begin, R).unsqueeze(0), hidden.select(1, ch.kernel),
-                    weight.narrow(0, ch.begin, R).t());
-    }
-  });
+  // Anything else (float64, H not a multiple of 16, no AVX-512): one BLAS GEMM per kernel,
+  // straight into the output, each threaded by the BLAS library.
+  const int64_t L = hidden.size(1);
+  for (int64_t l = 0; l < L; ++l) {
+    const int64_t a = offsets[l], R = offsets[l + 1] - a;
+    if (R == 0) continue;
+    auto dst = out.narrow(1, a, R);
+    at::addmm_out(dst, bias.narrow(0, a, R).unsqueeze(0), hidden.select(1, l), weight.narrow(0, a, R).t());
+  }
   return out;
 }
 
