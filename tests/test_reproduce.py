@@ -299,3 +299,82 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
         with pytest.raises(ValueError, match="only tensors"):
             S.transfer_train(ctx, "same")
     assert not marker.exists()
+
+
+# ---------------------------------------------------------------------------------------------- seeds, determinism
+def test_over_seeds_in_the_tiny_report(tiny_run):
+    doc = json.loads((tiny_run / "results.json").read_text())
+    ov = doc["over_seeds"]
+    assert ov["seeds"] == [0, 1] and doc["config"]["seeds"] == 2
+    for name, v in ov["statistics"].items():
+        vals = np.asarray(v["values"])
+        assert len(vals) == 2, name
+        assert v["mean"] == pytest.approx(vals.mean()) and v["sd"] == pytest.approx(vals.std(ddof=1))
+    for f in doc["findings"]:
+        per = [ov["findings"][str(s)][f["id"] - 1]["status"] for s in (0, 1)]
+        assert list(f["per_seed_status"].values()) == per
+        assert f["status"] == RR.combine_over_seeds([[{"status": per[0], "summary": ""}],
+                                                     [{"status": per[1], "summary": ""}]], [0, 1])[0]["status"]
+    # the second seed ran every stage in its own cache folder, with its own data
+    assert (tiny_run / "cache" / "seed-1" / "stages" / "probes.json").exists()
+    assert set(doc["timings"]) == set(R.stage_names(RCfg.preset("tiny")))
+    assert any(k.startswith("seed-1/") for k in doc["timings"])
+    assert "## Over seeds" in (tiny_run / "report.md").read_text()
+
+
+def test_combine_over_seeds():
+    R_, P_, N_, D_, X_ = RR.REPRODUCED, RR.PARTLY, RR.NOT, RR.DIRECTION, RR.NOT_RUN
+
+    def comb(*statuses):
+        return RR.combine_over_seeds([[{"status": s, "summary": "x"}] for s in statuses], list(range(len(statuses))))[0]
+
+    assert comb(R_, R_, R_)["status"] == R_
+    assert comb(R_, R_, N_)["status"] == P_  # one seed failing is enough to stop "reproduced"
+    assert comb(R_, P_, R_)["status"] == P_
+    assert comb(N_, N_, N_)["status"] == N_
+    assert comb(X_, X_)["status"] == X_
+    f = comb(R_, N_, R_)
+    assert f["per_seed_status"] == {"0": R_, "1": N_, "2": R_} and "2× reproduced, 1× not reproduced" in f["summary"]
+    del D_
+
+
+def test_same_machine_and_seed_give_identical_numbers(tiny_run, tmp_path):
+    out = tmp_path / "again"
+    assert run_cli("--preset", "tiny", "--out", str(out)) == 0
+    a = json.loads((tiny_run / "results.json").read_text())
+    b = json.loads((out / "results.json").read_text())
+    for key in ("invariance", "probes", "transfer", "amortised", "features", "findings", "verdict", "over_seeds"):
+        assert a[key] == b[key], key
+
+
+def test_main_objects_have_no_rotational_symmetry():
+    from scipy import ndimage
+
+    from invfast.synthetic.banks import builtin_objects
+
+    cfg = RCfg.preset("quick")
+    ids = S.main_objects(cfg)
+    assert len(ids) == cfg.objects == len(set(ids))
+    bank = builtin_objects(max(61, max(ids) + 1))
+    for i in ids:
+        a = bank.images[i][..., 3].astype(np.float64) / 255.0
+        for angle in (60, 72, 90, 120, 180):
+            r = ndimage.rotate(a, angle, reshape=False, order=1)
+            iou = np.minimum(a, r).sum() / np.maximum(a, r).sum()
+            assert iou < 0.93, (bank.names[i], angle, iou)
+    assert S.main_objects(RCfg.preset("quick", asymmetric_objects=False)) == cfg.objects
+
+
+def test_gpu_preset_is_the_default_with_cuda(monkeypatch, capsys, tmp_path):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert main(["reproduce", "--print-config", "--out", str(tmp_path / "g")]) == 0
+    cfg = json.loads(capsys.readouterr().out)
+    assert cfg["preset"] == "gpu" and cfg["device"] == "cuda" and cfg["amortised"] and cfg["seeds"] >= 3
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["reproduce", "--print-config", "--out", str(tmp_path / "q")]) == 0
+    assert json.loads(capsys.readouterr().out)["preset"] == "quick"
+    with pytest.raises(ValueError, match="no CUDA device"):
+        R.reproduce(RCfg.preset("gpu"), str(tmp_path / "g2"), progress=False)
+    assert not (tmp_path / "g2").exists()

@@ -1,6 +1,7 @@
 """``invfast reproduce``: the papers' findings (SPEC §5), end to end, on built-in synthetic data.
 
-    invfast reproduce --quick --out report/          # ~15 minutes on 2 CPU cores (the README's main job)
+    invfast reproduce --quick --out report/          # ~30 minutes on 2 CPU cores, 3 seeds (the README's main job)
+    invfast reproduce --preset gpu --out report/     # one GPU, all five findings (the default where CUDA exists)
     invfast reproduce --full --out report/           # adds the amortised model; see docs/reproduce.md
     invfast reproduce --preset tiny --out /tmp/t     # seconds: a smoke test of every stage
     invfast reproduce --quick --set pretrain_epochs=20 --out report/   # any config field overridden
@@ -35,18 +36,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = __doc__.split("\n\n", 1)[1]
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                      help="the quick configuration (default; about 15 minutes on 2 CPU cores)")
+                      help="the quick configuration (default without CUDA; 3 seeds, about 30 minutes on 2 CPU cores)")
     mode.add_argument("--full", dest="preset", action="store_const", const="full",
                       help="larger data and models plus the amortised model (hours on a CPU; see docs/reproduce.md)")
     mode.add_argument("--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)")
-    parser.set_defaults(preset="quick")
+    parser.set_defaults(preset=None)
     parser.add_argument("--out", required=True, help="output folder: report.md, results.json, figures/")
     parser.add_argument("--cache-dir", default=None,
                         help="where checkpoints, features and stage results go (default <out>/cache); keep it to resume")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override one config field (repeatable), e.g. --set pretrain_epochs=20")
     parser.add_argument("--seed", type=int, default=None, help="master seed (default 0; recorded in the report)")
-    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default: the preset's; part of the configuration, as float sums "
+                             "depend on it)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--print-config", action="store_true", help="print the configuration and exit")
 
@@ -59,18 +62,16 @@ def run(args: argparse.Namespace) -> int:
         overrides = dict(_parse_override(fields, s) for s in args.overrides)
         if args.seed is not None:
             overrides["seed"] = args.seed
-        cfg = preset(args.preset, **overrides)
+        if args.threads is not None:
+            overrides["threads"] = args.threads
+        name = args.preset or ("gpu" if torch.cuda.is_available() else "quick")
+        cfg = preset(name, **overrides)
     except ValueError as e:
         print(f"invfast reproduce: {e}", file=sys.stderr)
         return 2
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
-    if args.threads is not None:
-        if args.threads < 1:
-            print("invfast reproduce: --threads must be >= 1", file=sys.stderr)
-            return 2
-        torch.set_num_threads(args.threads)
     try:
         reproduce(cfg, args.out, cache_dir=args.cache_dir, progress=not args.no_progress, log=print)
     except (ConfigMismatchError, OSError) as e:

@@ -28,9 +28,20 @@ class ReproduceConfig:
 
     preset: str = "quick"
     seed: int = 0
+    # a finding counts as reproduced only when it holds for every one of ``seeds`` master seeds
+    # (seed, seed + 1, ...); tables and figures show the first
+    seeds: int = 3
+    # torch CPU threads while running: float sums depend on how work is split, so a fixed count
+    # makes the same machine give identical numbers (recorded with the config)
+    threads: int = 2
+    # where models train and run: 'cpu' or 'cuda' (the gpu preset)
+    device: str = "cpu"
     size: int = 32
     # main data: Transforms-2D objects under transformations of both families
     objects: int = 10
+    # the main data's objects are built-in shapes without rotational symmetry (heart, crescent,
+    # arrow, ell, blob, tee), so their rotation can be read off the image at all
+    asymmetric_objects: bool = True
     data_transforms: tuple[str, ...] = ("translate", "rotate", "scale", "hue")
     n_pretrain: int = 2048
     n_probe: int = 1000
@@ -39,7 +50,7 @@ class ReproduceConfig:
     arch: str = "resnet18-cifar"
     width: int = 16
     policies: tuple[str, ...] = ("default", "spatial", "appearance")
-    pretrain_epochs: int = 20
+    pretrain_epochs: int = 30
     batch_size: int = 128
     lr: float = 0.06
     key_momentum: float = 0.99
@@ -66,13 +77,15 @@ class ReproduceConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming a field whose value cannot work."""
-        positive = ["size", "objects", "n_pretrain", "n_probe", "n_measure", "width", "pretrain_epochs", "batch_size",
+        positive = ["seeds", "threads", "size", "objects", "n_pretrain", "n_probe", "n_measure", "width", "pretrain_epochs", "batch_size",
                     "grid_size", "folds", "n_penalties", "logistic_max_iter", "transfer_objects",
                     "transfer_transforms", "transfer_n_source", "transfer_n_target", "transfer_epochs", "amortised_epochs", "interp_points", "ip_epochs", "ip_n"]
         for name in positive:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config field {name} must be a positive int, got {v!r}")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.size < 16:
             raise ValueError(f"size must be >= 16 pixels, got {self.size}")
         if self.folds < 2:
@@ -118,12 +131,18 @@ class ReproduceConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
-#: the named configurations; ``quick`` fits about 15 minutes on 2 CPU cores (see docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds) takes about 30 minutes on 2 CPU cores (see docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(objects=4, n_pretrain=96, n_probe=60, n_measure=12, width=4, pretrain_epochs=1, batch_size=32,
+    "tiny": dict(seeds=2, threads=1, objects=4, n_pretrain=96, n_probe=60, n_measure=12, width=4, pretrain_epochs=1, batch_size=32,
                  proj_dim=16, grid_size=3, folds=3, n_penalties=9, logistic_max_iter=100, transfer_objects=3,
                  transfer_n_source=64, transfer_n_target=30, transfer_epochs=1, amortised=True, amortised_epochs=1, interp_points=3, ip_epochs=1, ip_n=24),
     "quick": {},
+    # one H100, about 30 minutes (untested: see docs/reproduce.md): full-width ResNet-18 at 64 px,
+    # all five findings including the amortised model
+    "gpu": dict(device="cuda", threads=8, size=64, objects=20, n_pretrain=12000, n_probe=3000, n_measure=256,
+                width=64, pretrain_epochs=30, batch_size=256, lr=0.06, proj_dim=128, grid_size=16, n_penalties=45,
+                logistic_max_iter=300, transfer_objects=20, transfer_n_source=6000, transfer_n_target=2000,
+                transfer_epochs=15, amortised=True, amortised_epochs=30, interp_points=9, ip_epochs=20, ip_n=1500),
     "full": dict(objects=30, n_pretrain=10000, n_probe=3000, n_measure=256, width=32, pretrain_epochs=30,
                  batch_size=256, grid_size=16, n_penalties=45, logistic_max_iter=500, transfer_objects=30, transfer_n_source=5000, transfer_n_target=2000,
                  transfer_epochs=15, amortised=True, amortised_epochs=30, interp_points=9, ip_epochs=20, ip_n=1500),

@@ -240,6 +240,72 @@ def verdict(findings: Sequence[dict[str, Any]]) -> str:
     return " ".join(parts)
 
 
+# ---------------------------------------------------------------------------------------------- over seeds
+def findings_of(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The five findings of one seed's numbers (``run``: measure, probes, transfer, amortised)."""
+    return [finding_1(run["measure"]), finding_2(run["probes"]), finding_3(run["probes"]),
+            finding_4(run["transfer"]), finding_5(run["amortised"])]
+
+
+def seed_statistics(run: dict[str, Any], findings: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The numbers behind the findings for one seed, flat ``{name: value}`` (aggregated over seeds)."""
+    out: dict[str, float] = {}
+    for model, fams in findings[0]["family_means"].items():
+        for fam, v in fams.items():
+            out[f"§5.1 mean cosine, {fam} transforms: {model}"] = v
+    for task in TASKS:
+        for model, sc in run["probes"][task]["scores"].items():
+            out[f"§5.2 {task} probe: {model}"] = sc["mean"]
+    idn = run["probes"]["identity"]["scores"]
+    out["identity probe: best of Default/Spatial/Appearance − Random"] = max(idn[m]["mean"] for m in ("Default", "Spatial", "Appearance")) - idn["Random"]["mean"]
+    for m, r in findings[2]["mean_rank"].items():
+        out[f"§5.3 mean rank: {m}"] = r
+    for src, sc in run["transfer"]["scores"].items():
+        out[f"§5.4 transfer accuracy: {src}"] = sc["mean"]
+    f5 = findings[4]
+    if f5["status"] != NOT_RUN:
+        for fam, v in f5["smoothness"].items():
+            out[f"§5.5 Spearman along i, {fam}"] = v["spearman"]
+        out["§5.5 largest learned-i difference identity vs regression"] = max(f5["i_differences"].values())
+    return {k: float(v) for k, v in out.items()}
+
+
+def aggregate_statistics(per_seed: Sequence[dict[str, float]]) -> dict[str, dict[str, Any]]:
+    """``{name: {mean, sd, values}}`` over seeds (sd with ddof = 1; 0 for one seed)."""
+    out = {}
+    for name in per_seed[0]:
+        v = np.array([s[name] for s in per_seed if name in s], np.float64)
+        out[name] = {"mean": float(v.mean()), "sd": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+                     "values": v.tolist()}
+    return out
+
+
+def combine_over_seeds(per_seed: Sequence[Sequence[dict[str, Any]]], seeds: Sequence[int]) -> list[dict[str, Any]]:
+    """One finding list from the findings of every seed: *reproduced* only when every seed reproduces
+    it, *not reproduced* when no seed shows it even partly, *partly* otherwise. Each finding keeps
+    the first seed's details, with ``per_seed_status`` and the status counts in its summary."""
+    out = []
+    for i, first in enumerate(per_seed[0]):
+        statuses = [fs[i]["status"] for fs in per_seed]
+        if all(s == NOT_RUN for s in statuses):
+            status = NOT_RUN
+        elif all(s == REPRODUCED for s in statuses):
+            status = REPRODUCED
+        elif all(s in (NOT, NOT_RUN) for s in statuses):
+            status = NOT
+        else:
+            status = PARTLY
+        f = dict(first)
+        f["status"] = status
+        f["per_seed_status"] = {str(sd): st for sd, st in zip(seeds, statuses)}
+        if len(seeds) > 1 and status != NOT_RUN:
+            counts = {st: statuses.count(st) for st in dict.fromkeys(statuses)}
+            f["summary"] = (f"over {len(seeds)} seeds: " + ", ".join(f"{n}× {st}" for st, n in counts.items())
+                            + f"; seed {seeds[0]}: {first['summary']}")
+        out.append(f)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- environment
 def environment() -> dict[str, Any]:
     """Machine and versions."""
@@ -342,6 +408,25 @@ def _pm(s: dict[str, Any]) -> str:
     return f"{s['mean']:.3f} ± {s['std']:.3f}"
 
 
+def _seeds_markdown(doc: dict[str, Any]) -> list[str]:
+    ov = doc["over_seeds"]
+    seeds = ov["seeds"]
+    L = ["## Over seeds\n",
+         f"Master seeds {', '.join(map(str, seeds))}: every stage (data, initialisation, pretraining, probes' folds "
+         "aside) is rerun per seed. A finding is *reproduced* only when it is reproduced for every seed, *not "
+         "reproduced* when no seed shows it even partly, *partly* otherwise. Tables and figures below show seed "
+         f"{seeds[0]}.\n",
+         "| finding | " + " | ".join(f"seed {s}" for s in seeds) + " | over seeds |",
+         "|---|" + "---|" * (len(seeds) + 1)]
+    for f in doc["findings"]:
+        L.append(f"| §5.{f['id']} | " + " | ".join(f["per_seed_status"][str(s)] for s in seeds) + f" | **{f['status']}** |")
+    L.append("\n| seed-level statistic | mean ± sd | per seed |\n|---|---:|---|")
+    for name, v in ov["statistics"].items():
+        L.append(f"| {name} | {v['mean']:.3f} ± {v['sd']:.3f} | {', '.join(f'{x:.3f}' for x in v['values'])} |")
+    L.append("")
+    return L
+
+
 def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
     cfg, L = doc["config"], []
     L.append(f"# invfast reproduce — `{cfg['preset']}` report\n")
@@ -356,6 +441,7 @@ def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
         L.append(f"| {f['id']}. {f['claim']} | **{f['status']}** |")
     L.append("\nA probe comparison counts as *reproduced* when the paired difference over the CV folds is positive "
              "with a one-sided paired t at the 95% level, *direction only* when it is positive but not significant.\n")
+    L.extend(_seeds_markdown(doc))
 
     L.append("## Setup\n")
     L.append(f"- Data: Transforms-2D, {cfg['objects']} built-in objects under {', '.join(cfg['data_transforms'])}, "
@@ -461,8 +547,13 @@ def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
 
 def write_report(out: str, cfg: ReproduceConfig, *, data: dict[str, Any], measure: dict[str, Any],
                  probes: dict[str, Any], transfer: dict[str, Any], amortised: dict[str, Any] | None,
-                 timings: dict[str, dict[str, Any]], total_elapsed_s: float, cache: str) -> dict[str, Any]:
-    """Compute the findings, write ``results.json``, ``report.md`` and ``figures/*.png``; return the document."""
+                 timings: dict[str, dict[str, Any]], total_elapsed_s: float, cache: str,
+                 other_seeds: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
+    """Compute the findings, write ``results.json``, ``report.md`` and ``figures/*.png``; return the document.
+
+    The tables and figures show the first seed (``cfg.seed``); ``other_seeds`` holds the stage
+    results of the others (``{seed, measure, probes, transfer, amortised}``): the findings' statuses
+    are combined over all seeds and every seed-level statistic is reported as mean ± sd."""
     from invfast import report
     from invfast.measure.result import InvarianceResult
 
@@ -480,8 +571,12 @@ def write_report(out: str, cfg: ReproduceConfig, *, data: dict[str, Any], measur
             pretraining[p] = json.load(f)["result"]
     transfer_setup = {k: v for k, v in _stage(stages_dir, "transfer-data").items()}
 
-    findings = [finding_1(measure), finding_2(probes), finding_3(probes),
-                finding_4(transfer), finding_5(amortised)]
+    runs = [{"seed": cfg.seed, "measure": measure, "probes": probes, "transfer": transfer, "amortised": amortised},
+            *other_seeds]
+    per_seed = [findings_of(r) for r in runs]
+    seed_list = [int(r["seed"]) for r in runs]
+    findings = combine_over_seeds(per_seed, seed_list)
+    statistics = aggregate_statistics([seed_statistics(r, f) for r, f in zip(runs, per_seed)])
     fig_dir = os.path.join(out, "figures")
     os.makedirs(fig_dir, exist_ok=True)
     figs = {"radar": "figures/radar.png", "probes": "figures/probes.png", "transfer": "figures/transfer.png",
@@ -504,6 +599,9 @@ def write_report(out: str, cfg: ReproduceConfig, *, data: dict[str, Any], measur
         "invariance": {**measure, "family_means": family_means(measure["cosine"], measure["families"])},
         "probes": probes, "transfer": {**transfer, "setup": transfer_setup, "training": training},
         "amortised": amortised, "findings": findings, "verdict": verdict(findings), "figures": figs,
+        "over_seeds": {"seeds": seed_list, "statistics": statistics,
+                       "findings": {str(sd): [{"id": f["id"], "status": f["status"], "summary": f["summary"]}
+                                              for f in fs] for sd, fs in zip(seed_list, per_seed)}},
         "timings": timings, "stages_elapsed_s": float(sum(t["elapsed_s"] for t in timings.values())),
         "total_elapsed_s": total_elapsed_s,
     }

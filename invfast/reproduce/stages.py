@@ -38,6 +38,8 @@ TASKS = {
     "colour": ("regression", "object colour: alpha-weighted mean RGB of the hue-shifted object, R²"),
 }
 TRANSFER_SOURCES = ("same", "different", "superset")
+#: built-in shapes without rotational symmetry (their rotation is visible in the image)
+ASYMMETRIC_SHAPES = ("heart", "crescent", "arrow", "ell", "blob", "tee")
 
 
 def stage_seed(seed: int, name: str) -> int:
@@ -69,7 +71,7 @@ class Context:
     def model(self, key: str) -> torch.nn.Module:
         """A frozen feature extractor in eval mode: 'random', a policy name, or 'amortised'."""
         if key not in self._models:
-            self._models[key] = load_model(self, key)
+            self._models[key] = load_model(self, key).to(self.cfg.device)
         return self._models[key]
 
 
@@ -84,11 +86,25 @@ def normalise(images: torch.Tensor) -> torch.Tensor:
 def extract(model: torch.nn.Module, images: torch.Tensor, batch: int = 256) -> np.ndarray:
     """Pooled features float32 [N, D] of uint8 images [N, 3, H, W]."""
     model.eval()
-    out = [model(normalise(images[s:s + batch])) for s in range(0, images.shape[0], batch)]
-    return torch.cat(out).float().numpy()
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        out = [model(normalise(images[s:s + batch].to(dev))).float().cpu() for s in range(0, images.shape[0], batch)]
+    return torch.cat(out).numpy()
 
 
 # ---------------------------------------------------------------------------------------------- data
+def main_objects(cfg: ReproduceConfig) -> int | list[int]:
+    """The main data's objects: ``cfg.objects`` built-in objects, only asymmetric shapes when
+    ``cfg.asymmetric_objects`` (their indices), else the first ``cfg.objects``."""
+    if not cfg.asymmetric_objects:
+        return cfg.objects
+    from invfast.synthetic.banks import builtin_objects
+
+    names = builtin_objects(max(61, 3 * cfg.objects + 18)).names
+    ids = [i for i, nm in enumerate(names) if nm.split("-")[1] in ASYMMETRIC_SHAPES]
+    return ids[:cfg.objects]
+
+
 def colour_targets(objects: Any, labels: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
     """Object colour of every sample: the alpha-weighted mean RGB (0..1) of the object's prototype
     after the sample's hue shift and brightness factor (the colour ops of invfast.transforms). [N, 3]"""
@@ -118,7 +134,7 @@ def make_data(ctx: Context) -> dict[str, Any]:
     out: dict[str, Any] = {"objects": cfg.objects, "transforms": list(cfg.data_transforms), "splits": {}}
     for name, split, n in (("pretrain", "train", cfg.n_pretrain), ("probe", "val", cfg.n_probe),
                            ("measure", "test", cfg.n_measure)):
-        ds = Transforms2D(objects=cfg.objects, transforms=cfg.data_transforms, size=cfg.size, n=n, seed=cfg.seed,
+        ds = Transforms2D(objects=main_objects(cfg), transforms=cfg.data_transforms, size=cfg.size, n=n, seed=cfg.seed,
                           split=split)
         images, labels, params = ds.generate(range(n))
         atomic_save_npy(ctx.path("data", f"{name}_images.npy"), images.numpy())
@@ -169,7 +185,7 @@ def _train_config(ctx: Context, key: str, epochs: int, n: int):
     steps = epochs * (n // cfg.batch_size)
     return TrainConfig(batch_size=cfg.batch_size, epochs=epochs, lr=cfg.lr, seed=stage_seed(cfg.seed, f"train/{key}"),
                        size=cfg.size, checkpoint_every=max(10, steps // 5), log_every=max(1, min(10, steps)),
-                       progress=ctx.progress)
+                       progress=ctx.progress, device=cfg.device)
 
 
 def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
@@ -234,7 +250,7 @@ def _measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = No
     if os.path.exists(path):
         return InvarianceResult.from_json(path)
     r = measure_invariance(model, ctx.images("measure"), transforms=ctx.cfg.test_transforms, stats=stats,
-                           grid_size=ctx.cfg.grid_size, batch_size=16, forward_batch=256,
+                           grid_size=ctx.cfg.grid_size, batch_size=16, forward_batch=256, device=ctx.cfg.device,
                            state_path=ctx.path("measure", f"{file}.state"), name=name, progress=ctx.progress)
     r.to_json(path)
     return r
@@ -358,7 +374,7 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
     n_classes = int(labels.max()) + 1
     enc = _encoder(cfg, "transfer")  # the same initialisation for every source
     head = torch.nn.Linear(enc.feature_dim, n_classes)
-    net = torch.nn.Sequential(enc, head)
+    net = torch.nn.Sequential(enc, head).to(cfg.device)
     params = list(net.parameters())
     steps_per_epoch = images.shape[0] // cfg.batch_size
     total = cfg.transfer_epochs * steps_per_epoch
@@ -384,7 +400,8 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
         tot, cnt = 0.0, 0
         for s in range(steps_per_epoch):
             idx = perm[s * cfg.batch_size:(s + 1) * cfg.batch_size]
-            loss = torch.nn.functional.cross_entropy(net(normalise(images[idx])), labels[idx])
+            loss = torch.nn.functional.cross_entropy(net(normalise(images[idx].to(cfg.device))),
+                                                     labels[idx].to(cfg.device))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
@@ -402,7 +419,8 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
     os.remove(ckpt)
     with torch.no_grad():
         net.eval()
-        acc = float((torch.cat([net(normalise(images[s:s + 256])).argmax(1) for s in range(0, len(images), 256)])
+        acc = float((torch.cat([net(normalise(images[s:s + 256].to(cfg.device))).argmax(1).cpu()
+                                for s in range(0, len(images), 256)])
                      == labels).float().mean())
     return {"source": source, "epochs": cfg.transfer_epochs, "steps": total, "seed": seed, "losses": losses,
             "train_accuracy": acc}
