@@ -7,7 +7,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exec 9>/tmp/invfast-build.lock
 flock 9
-python setup.py -q build_ext --build-lib build/ext-lib --build-temp build/ext-temp >/tmp/invfast-build-$$.log 2>&1 || {
+PY=${PYTHON:-$([ -x .venv/bin/python ] && echo .venv/bin/python || echo python3)}
+"$PY" setup.py -q build_ext --build-lib build/ext-lib --build-temp build/ext-temp >/tmp/invfast-build-$$.log 2>&1 || {
   tail -n 60 /tmp/invfast-build-$$.log; echo "build_ext failed (full log: /tmp/invfast-build-$$.log)"; exit 1; }
 so=$(ls build/ext-lib/invfast/_C*.so)
 cp "$so" "invfast/.$(basename "$so").tmp"
