@@ -158,3 +158,63 @@ def test_prompt_vit_on_device(device):
             got = md(x.to(device.device), i)  # the descriptor may stay on the CPU
     device.check(got)
     torch.testing.assert_close(got.cpu(), want, atol=1e-4 if device.name == "cuda" else 0, rtol=0)
+
+
+# ----------------------------------------------------------------------------------------------
+# pretraining: one MoCo-v2 / SimCLR / AI-MoCo step on the device equals the CPU step (loss within 1e-3
+# on CUDA, exactly under the guard), with real policies drawing on a CPU generator
+
+
+def _method(kind: str):
+    from invfast.pretrain import AmortisedMoCo, MoCoV2, SimCLR
+    from invfast.transforms import policy
+    from test_pretrain_fixtures import TinyEncoder
+
+    torch.manual_seed(0)
+    if kind == "mocov2":
+        return MoCoV2(TinyEncoder(bn=True), policy("default", size=16), queue_size=16, proj_dim=8)
+    if kind == "simclr":
+        return SimCLR(TinyEncoder(bn=True), policy("default", size=16), proj_dim=8)
+    return AmortisedMoCo(TinyEncoder(k=5, bn=True), descriptors="individual", size=16, queue_size=16, proj_dim=8)
+
+
+def _step(m, images, seed):
+    g = torch.Generator().manual_seed(seed)
+    d = m.sample_descriptor(g)
+    v1, v2 = m.make_views(images, d, g)
+    loss = m.training_loss(v1, v2, d, generator=g)
+    loss.backward()
+    return loss.detach(), v1
+
+
+@pytest.mark.parametrize("kind", ["mocov2", "simclr", "ai-moco"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_pretrain_step_on_device(device, kind, channels_last):
+    images = _images(torch.uint8, seed=2, b=8, h=20, w=20)
+    ref = _method(kind)
+    want, _ = _step(ref, images, seed=4)
+    m = _method(kind).to(device.device)
+    if channels_last:
+        m = m.to(memory_format=torch.channels_last)
+    with device.run():
+        got, v1 = _step(m, images.to(device.device), seed=4)
+    tol = 1e-3 if device.name == "cuda" else 1e-5
+    assert float(got) == pytest.approx(float(want), abs=tol)
+    for (name, p), (_, q) in zip(ref.named_parameters(), m.named_parameters()):
+        if p.grad is not None:
+            torch.testing.assert_close(q.grad.cpu(), p.grad, atol=tol, rtol=1e-3, msg=name)
+    want2, _ = _step(ref, images, seed=5)
+    with device.run():
+        got2, _ = _step(m, images.to(device.device), seed=5)  # reads the queue written on the device
+    device.check(got, v1, got2)
+    assert float(got2) == pytest.approx(float(want2), abs=tol)
+
+
+@pytest.mark.parametrize("kind", ["mocov2", "ai-moco"])
+def test_bf16_autocast_step_on_device(device, kind):
+    images = _images(torch.uint8, seed=3, b=8, h=20, w=20)
+    m = _method(kind).to(device.device)
+    with device.run(), torch.autocast(device.device.type, dtype=torch.bfloat16):
+        loss, _ = _step(m, images.to(device.device), seed=1)
+    device.check(loss)
+    assert bool(torch.isfinite(loss))

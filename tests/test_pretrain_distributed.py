@@ -36,7 +36,7 @@ def run(method: str, out: str | None):
     m = build(method)
     t = Trainer(m, ArraySource(blob_images(48)),
                 TrainConfig(batch_size=16, steps=6, size=16, lr=0.5, checkpoint_every=3, log_every=3,
-                            progress=False), out=out)
+                            progress=False, device="cpu"), out=out)  # gloo: CPU even where a GPU exists
     t.fit()
     return m, t
 

@@ -21,9 +21,10 @@ class KeyQueue(nn.Module):
         if size < 1 or dim < 1 or n_queues < 1:
             raise ValueError(f"queue size, dim and n_queues must be >= 1, got {size}, {dim}, {n_queues}")
         self.size, self.dim, self.n_queues = int(size), int(dim), int(n_queues)
-        init = torch.randn(n_queues, size, dim, generator=generator)
+        dev = generator.device if generator is not None else torch.device("cpu")
+        init = torch.randn(n_queues, size, dim, generator=generator, device=dev).cpu()  # built on the CPU; .to() moves it
         self.register_buffer("keys", F.normalize(init, dim=2))
-        self.register_buffer("ptr", torch.zeros(n_queues, dtype=torch.long))
+        self.register_buffer("ptr", torch.zeros(n_queues, dtype=torch.long, device="cpu"))
 
     def get(self, which: int = 0) -> torch.Tensor:
         """The keys of queue ``which`` ``[size, dim]`` (a view; clone before enqueueing if you keep it)."""
@@ -38,9 +39,12 @@ class KeyQueue(nn.Module):
         if self.size % n != 0:
             raise ValueError(f"the queue size ({self.size}) must be divisible by the number of keys enqueued per step "
                              f"({n} = global batch size); choose a queue size that is a multiple of {n}")
-        p = int(self.ptr[which])
-        self.keys[which, p:p + n] = F.normalize(keys.detach().to(self.keys.dtype), dim=1)
-        self.ptr[which] = (p + n) % self.size
+        # the write position stays on the device (no host read per step); size % n == 0 and the pointer
+        # is a multiple of n, so the n rows from the pointer never wrap around
+        ptr = self.ptr[which]
+        rows = ptr + torch.arange(n, device=self.keys.device)
+        self.keys[which].index_copy_(0, rows, F.normalize(keys.detach().to(self.keys.dtype), dim=1))
+        self.ptr[which] = (ptr + n) % self.size
 
     def extra_repr(self) -> str:
         return f"size={self.size}, dim={self.dim}, n_queues={self.n_queues}"

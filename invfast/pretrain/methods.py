@@ -120,7 +120,7 @@ class ContrastiveMethod(nn.Module):
         """Index of the descriptor for this batch (uniform; 0 when not amortised)."""
         if self.n_descriptors == 1:
             return 0
-        return int(torch.randint(self.n_descriptors, (1,), generator=generator))
+        return int(torch.randint(self.n_descriptors, (1,), generator=generator, device=generator.device))
 
     def make_views(self, images: torch.Tensor, d: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """The two augmented views [B, 3, S, S] of ``images`` under descriptor ``d``'s policy."""
@@ -200,9 +200,9 @@ class MoCoV2(ContrastiveMethod):
         all_v = D.all_gather_nograd(v2)
         n = all_v.shape[0]
         if generator is not None:
-            perm = torch.randperm(n, generator=generator).to(v2.device)
+            perm = torch.randperm(n, generator=generator, device=generator.device).to(v2.device)
         else:
-            perm = torch.randperm(n).to(v2.device)
+            perm = torch.randperm(n, device="cpu").to(v2.device)
             torch.distributed.broadcast(perm, src=0)
         b = v2.shape[0]
         mine = perm[dist.rank * b:(dist.rank + 1) * b]

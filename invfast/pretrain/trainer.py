@@ -22,6 +22,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
+from invfast.devices import resolve_device
 from invfast.io import atomic_torch_save, config_difference, load_verified
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
@@ -45,6 +46,8 @@ class TrainConfig:
     (no warm-up, as MoCo-v2), 'constant' keeps it. steps overrides epochs when set. size is the
     side of the views the policies produce (used to preprocess the held-out batch). amp runs the
     forward passes under bfloat16 autocast (for GPUs; parameters and optimiser stay float32).
+    device is 'auto' (CUDA when available, GPU ``LOCAL_RANK``; else the CPU), 'cpu', 'cuda' or 'cuda:N';
+    the Trainer's ``device=`` argument overrides it.
     """
 
     batch_size: int = 256
@@ -62,7 +65,7 @@ class TrainConfig:
     invariance_every: int = 0
     invariance_images: int = 256
     invariance_transforms: tuple[str, ...] = inv.DEFAULT_TRANSFORMS
-    device: str = "cpu"
+    device: str = "auto"
     amp: bool = False
 
     def base_lr(self) -> float:
@@ -145,7 +148,8 @@ class Trainer:
         self.heldout = heldout if heldout is not None else source
         self.meta = dict(meta or {})
         self.dist = D.info()
-        self.device = torch.device(device if device is not None else self.config.device)
+        self.device = resolve_device(device if device is not None else self.config.device,
+                                     local_rank=self.dist.local_rank)
         cfg = self.config
         n = len(source)
         if cfg.batch_size > n:
@@ -364,10 +368,10 @@ class Trainer:
                 self.optimizer.step()
                 self.scheduler.step()
                 self.step = s + 1
-                lv = loss.detach()
-                if not torch.isfinite(lv):
-                    raise FloatingPointError(f"the loss became {lv.item()} at step {s}; lower the learning rate")
-                loss_sum += float(lv)
+                lv = float(loss.detach())  # the one read from the device per step
+                if not math.isfinite(lv):
+                    raise FloatingPointError(f"the loss became {lv} at step {s}; lower the learning rate")
+                loss_sum += lv
                 n_loss += 1
                 t_aug += t1 - t0
                 t_win += time.perf_counter() - t0
