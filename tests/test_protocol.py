@@ -243,3 +243,76 @@ def test_real_world_self_pairs():
     V = torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64)
     torch.testing.assert_close(b.per_image_cosine, 1 / V + (V - 1) / V * a.per_image_cosine, rtol=0, atol=1e-9)
     torch.testing.assert_close(b.per_image_distance, (V - 1) / V * a.per_image_distance, rtol=0, atol=1e-9)
+
+
+class _Recorder:
+    """A transform that records the size of the images it is applied to (identity otherwise)."""
+
+    name, family = "recorder", "spatial"
+
+    def __init__(self):
+        self.sizes = set()
+
+    def grid(self, k):
+        return torch.tensor([0.0, 1.0])
+
+    def is_identity(self, params):
+        return torch.as_tensor(params) == 0
+
+    def apply(self, images, params):
+        self.sizes.add(tuple(images.shape[-2:]))
+        return images.unsqueeze(1).expand(-1, len(params), -1, -1, -1).clone()
+
+
+class _SizeModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.sizes = set()
+        self.net = _model()
+
+    def forward(self, x):
+        self.sizes.add(tuple(x.shape[-2:]))
+        return self.net(x)
+
+
+def test_ericsson_transforms_the_raw_image_then_resizes_and_crops():
+    x = torch.rand(8, 3, 300, 340, generator=torch.Generator().manual_seed(4))
+    for proto, seen_by_transform in (("ericsson", (300, 340)), ("invfast", (300, 340))):
+        rec, model = _Recorder(), _SizeModel()
+        measure_invariance(model, x, [rec], grid_size=2, crop=224, device="cpu", protocol=proto,
+                           shrinkage=1e-3)
+        assert rec.sizes == {seen_by_transform}
+        assert model.sizes == {(224, 224)}
+    # a 16 px translation of the raw 300-px image is 16 * 256/300 px in the image the model sees
+    t = E.get("translation")
+    img = torch.zeros(1, 3, 300, 300)
+    img[..., 140:160, 140:160] = 1.0
+    moved = resize_center_crop(t.apply(img, torch.tensor([[16.0, 0.0]]))[:, 0], 256, 224)
+    base = resize_center_crop(img, 256, 224)
+    col = lambda im: float((im[0, 0].sum(0) * torch.arange(224)).sum() / im[0, 0].sum())  # noqa: E731
+    assert col(moved) - col(base) == pytest.approx(16 * 256 / 300, abs=0.05)
+
+
+def test_cli_protocol_ericsson(tmp_path, capsys):
+    import json
+
+    from PIL import Image
+
+    from invfast.cli import main
+
+    d = tmp_path / "imgs"
+    d.mkdir()
+    g = np.random.default_rng(0)
+    for i in range(30):
+        Image.fromarray(g.integers(0, 256, (30, 30, 3), dtype=np.uint8)).save(d / f"{i:02d}.png")
+    args = ["measure", "--model", "measure_helpers:small_net", "--transforms", "hflip,blur", "--grid-size", "4",
+            "--resize", "30", "--crop", "24", "--data", f"folder:{d}", "--no-progress", "--no-plots"]
+    assert main(args + ["--out", str(tmp_path / "e"), "--protocol", "ericsson"]) == 0
+    doc = json.loads((tmp_path / "e" / "result.json").read_text())
+    assert doc["meta"]["protocol"] == "ericsson" and doc["stats"]["lambda"] == 0.0
+    assert main(args + ["--out", str(tmp_path / "i")]) == 0
+    doc = json.loads((tmp_path / "i" / "result.json").read_text())
+    assert doc["meta"]["protocol"] == "invfast" and doc["stats"]["lambda"] > 0
+    with pytest.raises(SystemExit) as e:
+        main(args + ["--out", str(tmp_path / "x"), "--protocol", "paper"])
+    assert e.value.code == 2 and "invalid choice: 'paper'" in capsys.readouterr().err
