@@ -25,6 +25,7 @@ image and call, here every grid point has its own draw shared by all images.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -143,24 +144,30 @@ def elastic_params(sigma: torch.Tensor, draw: torch.Tensor, size: tuple[int, int
 
     Returns:
         (matrix float64 [P, 2, 3] mapping output pixel (x, y, 1) to its source in the input (the inverse
-        of ``cv2.getAffineTransform(pts1, pts2)``), displacement float64 [P, H, W, 2] (dx, dy) in pixels).
+        of ``cv2.getAffineTransform(pts1, pts2)``), displacement float32 [P, H, W, 2] (dx, dy) in pixels).
+        Each view's parts are computed once per process and size (the grid reuses them for every batch).
     """
     H, W = size
+    parts = [_elastic_one(float(s), int(d), H, W, int(seed), float(alpha), float(alpha_affine))
+             for s, d in zip(sigma.tolist(), draw.tolist())]
+    return (torch.stack([m for m, _ in parts]).to(device), torch.stack([d for _, d in parts]).to(device))
+
+
+@functools.lru_cache(maxsize=512)
+def _elastic_one(sigma: float, draw: int, H: int, W: int, seed: int, alpha: float,
+                 alpha_affine: float) -> tuple[torch.Tensor, torch.Tensor]:
     cs = torch.tensor([H // 2, W // 2], dtype=torch.float64)  # albumentations' (h, w) centre, used as (x, y)
     sq = float(min(H, W) // 3)
     pts1 = torch.stack([cs + sq, torch.stack([cs[0] + sq, cs[1] - sq]), cs - sq]).to(torch.float32).double()
-    mats, disps = [], []
-    for s, d in zip(sigma.tolist(), draw.tolist()):
-        g = torch.Generator().manual_seed(int(seed) * 1_000_003 + int(d))
-        pts2 = pts1 + ((torch.rand(3, 2, generator=g, dtype=torch.float64) * 2 - 1) * alpha_affine).float().double()
-        # forward affine M (pts1 -> pts2), then its inverse: output -> source
-        X = torch.cat([pts1, torch.ones(3, 1, dtype=torch.float64)], 1)
-        M = torch.linalg.solve(X, pts2).T  # [2, 3]
-        full = torch.cat([M, torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)])
-        mats.append(torch.linalg.inv(full)[:2])
-        noise = torch.rand(2, H, W, generator=g, dtype=torch.float64) * 2 - 1
-        disps.append(gaussian_filter_constant(noise, s).permute(1, 2, 0) * alpha)
-    return torch.stack(mats).to(device), torch.stack(disps).to(device)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + draw)
+    pts2 = pts1 + ((torch.rand(3, 2, generator=g, dtype=torch.float64) * 2 - 1) * alpha_affine).float().double()
+    # forward affine M (pts1 -> pts2), then its inverse: output -> source
+    X = torch.cat([pts1, torch.ones(3, 1, dtype=torch.float64)], 1)
+    M = torch.linalg.solve(X, pts2).T  # [2, 3]
+    full = torch.cat([M, torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)])
+    noise = torch.rand(2, H, W, generator=g, dtype=torch.float64) * 2 - 1
+    disp = (gaussian_filter_constant(noise, sigma).permute(1, 2, 0) * alpha).to(torch.float32).contiguous()
+    return torch.linalg.inv(full)[:2].contiguous(), disp
 
 
 def _reflect101(i: torch.Tensor, n: int) -> torch.Tensor:
@@ -211,7 +218,7 @@ def elastic_apply(x: torch.Tensor, matrix: torch.Tensor, disp: torch.Tensor) -> 
     out = torch.empty(B, P, C, H, W, dtype=x.dtype, device=x.device)
     for j in range(P):
         warped = remap_reflect101(x, src_aff[j:j + 1])[:, 0]
-        out[:, j] = remap_reflect101(warped, (ident + disp[j]).unsqueeze(0))[:, 0]
+        out[:, j] = remap_reflect101(warped, (ident + disp[j].to(torch.float64)).unsqueeze(0))[:, 0]
     return out
 
 
