@@ -36,16 +36,16 @@ def _rel(a, b):
 def test_ridge_cv_scores_match_gridsearch(rng, n, d, fit_intercept, one_d):
     x, y = _structured(rng, n, d)
     y = y[:, 0] if one_d else y
-    grid = P.penalty_grid()
+    grid = P.alpha_grid()
     ours = P.RidgeCV(fit_intercept=fit_intercept).fit(x, y)
     gs = GridSearchCV(Ridge(fit_intercept=fit_intercept), {"alpha": grid}, cv=5).fit(x, y)
-    assert _rel(ours.cv_results_["mean_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
-    assert np.abs(ours.cv_results_["std_score"] - gs.cv_results_["std_test_score"]).max() < 1e-6
+    assert _rel(ours.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
+    assert np.abs(ours.cv_results_["std_test_score"] - gs.cv_results_["std_test_score"]).max() < 1e-6
     for f in range(5):
-        assert _rel(ours.cv_results_["fold_scores"][:, f], gs.cv_results_[f"split{f}_test_score"]).max() < 1e-6
-    assert ours.penalty_ == pytest.approx(gs.best_params_["alpha"], rel=1e-12)
+        assert _rel(ours.cv_results_[f"split{f}_test_score"], gs.cv_results_[f"split{f}_test_score"]).max() < 1e-6
+    assert ours.alpha_ == pytest.approx(gs.best_params_["alpha"], rel=1e-12)
     assert ours.best_score_ == pytest.approx(gs.best_score_, rel=1e-6)
-    sk = Ridge(alpha=ours.penalty_, fit_intercept=fit_intercept).fit(x, y)
+    sk = Ridge(alpha=ours.alpha_, fit_intercept=fit_intercept).fit(x, y)
     assert ours.coef_.shape == sk.coef_.shape
     np.testing.assert_allclose(ours.coef_, sk.coef_, rtol=1e-6, atol=1e-8 * np.abs(sk.coef_).max())
     np.testing.assert_allclose(ours.intercept_, sk.intercept_, rtol=1e-6, atol=1e-6)
@@ -57,7 +57,7 @@ def test_ridge_cv_scores_match_gridsearch(rng, n, d, fit_intercept, one_d):
 def test_ridge_predictions_every_penalty_match_ridge(rng, n, d):
     """Held-out predictions of every λ of every fold equal a fresh Ridge(alpha=λ) fit."""
     x, y = _structured(rng, n, d, t=2)
-    grid = P.penalty_grid()
+    grid = P.alpha_grid()
     splits = kfold(n, 5)
     preds = ridge_cv_predictions(torch.from_numpy(x), torch.from_numpy(y), splits, torch.from_numpy(grid))
     for (train, test), pred in zip(splits, preds):
@@ -80,27 +80,28 @@ def test_ridge_loo_equals_refitting(rng, n, d, fit_intercept):
 
 def test_ridge_loo_mode_picks_sklearn_alpha(rng):
     x, y = _structured(rng, 50, 10, t=1)
-    grid = P.penalty_grid()
+    grid = P.alpha_grid()
     ours = P.RidgeCV(cv="loo").fit(x, y[:, 0])
     sk = SkRidgeCV(alphas=grid).fit(x, y[:, 0])
-    assert ours.penalty_ == pytest.approx(sk.alpha_)
-    assert ours.cv_results_["fold_scores"].shape == (45, 1)
+    assert ours.alpha_ == pytest.approx(sk.alpha_)
+    assert ours.cv_scores_per_target_.shape == (45, 1, 1)
+    assert "split0_test_score" in ours.cv_results_ and "split1_test_score" not in ours.cv_results_
 
 
 def test_ridge_custom_and_shuffled_splits_match(rng):
     x, y = _structured(rng, 50, 6)
     splitter = KFold(5, shuffle=True, random_state=3)
     grid = np.logspace(-2, 2, 5)
-    ours = P.RidgeCV(penalties=grid, cv=splitter).fit(x, y)
+    ours = P.RidgeCV(alphas=grid, cv=splitter).fit(x, y)
     gs = GridSearchCV(Ridge(), {"alpha": grid}, cv=splitter).fit(x, y)
-    assert _rel(ours.cv_results_["mean_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
+    assert _rel(ours.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
     # non-partition splits (train is not the complement of test) take the direct path
     splits = [(np.arange(0, 30), np.arange(30, 50)), (np.arange(20, 50), np.arange(0, 10))]
-    ours = P.RidgeCV(penalties=grid, cv=splits).fit(x, y)
+    ours = P.RidgeCV(alphas=grid, cv=splits).fit(x, y)
     gs = GridSearchCV(Ridge(), {"alpha": grid}, cv=splits).fit(x, y)
-    assert _rel(ours.cv_results_["mean_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
-    a = P.RidgeCV(shuffle=True, random_state=1).fit(x, y).cv_results_["mean_score"]
-    b = P.RidgeCV(shuffle=True, random_state=1).fit(x, y).cv_results_["mean_score"]
+    assert _rel(ours.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"]).max() < 1e-6
+    a = P.RidgeCV(shuffle=True, random_state=1).fit(x, y).cv_results_["mean_test_score"]
+    b = P.RidgeCV(shuffle=True, random_state=1).fit(x, y).cv_results_["mean_test_score"]
     np.testing.assert_array_equal(a, b)
 
 
@@ -112,19 +113,19 @@ def test_ridge_torch_in_torch_out_and_per_target_r2(rng):
     assert m.predict(xt).dtype == torch.float32
     mn = P.RidgeCV().fit(x, y)
     assert isinstance(mn.coef_, np.ndarray)
-    np.testing.assert_allclose(m.cv_results_["mean_score"], mn.cv_results_["mean_score"], rtol=1e-5, atol=1e-6)
-    per = mn.cv_results_["mean_score_per_target"]
-    assert per.shape == (45, 2)
-    np.testing.assert_allclose(per.mean(1), mn.cv_results_["mean_score"], rtol=1e-12)
-    np.testing.assert_allclose(mn.r2_per_target_, per[mn.cv_results_["best_index"]])
+    np.testing.assert_allclose(m.cv_results_["mean_test_score"], mn.cv_results_["mean_test_score"], rtol=1e-5, atol=1e-6)
+    assert mn.cv_scores_per_target_.shape == (45, 5, 2)
+    per = mn.cv_scores_per_target_.mean(1)
+    np.testing.assert_allclose(per.mean(1), mn.cv_results_["mean_test_score"], rtol=1e-12)
+    np.testing.assert_allclose(mn.r2_per_target_, per[mn.best_index_])
 
 
-def test_penalty_grid_and_fuse():
-    g = P.penalty_grid()
+def test_alpha_grid_and_fuse():
+    g = P.alpha_grid()
     assert g.shape == (45,) and g[0] == pytest.approx(1e-6) and g[-1] == pytest.approx(1e5)
     assert np.allclose(np.diff(np.log10(g)), 11 / 44)
-    assert P.penalty_grid(2)[0] == pytest.approx(1e-5) and P.penalty_grid(2)[-1] == pytest.approx(1e6)
-    assert P.penalty_grid(3)[0] == pytest.approx(1e-4) and P.penalty_grid(3)[-1] == pytest.approx(1e7)
+    assert P.alpha_grid(2)[0] == pytest.approx(1e-5) and P.alpha_grid(2)[-1] == pytest.approx(1e6)
+    assert P.alpha_grid(3)[0] == pytest.approx(1e-4) and P.alpha_grid(3)[-1] == pytest.approx(1e7)
     a, b = np.ones((4, 2)), np.zeros((4, 3))
     assert P.fuse([a, b]).shape == (4, 5) and isinstance(P.fuse([a, b]), np.ndarray)
     ft = P.fuse([torch.ones(4, 2), b])
@@ -134,7 +135,9 @@ def test_penalty_grid_and_fuse():
     with pytest.raises(TypeError, match="list"):
         P.fuse(a)
     with pytest.raises(ValueError, match="n_models"):
-        P.penalty_grid(0)
+        P.alpha_grid(0)
+    with pytest.warns(FutureWarning, match="alpha_grid"):
+        np.testing.assert_array_equal(P.penalty_grid(2), P.alpha_grid(2))
 
 
 def test_folds_equal_sklearn(rng):
@@ -146,8 +149,8 @@ def test_folds_equal_sklearn(rng):
         np.testing.assert_array_equal(a, c), np.testing.assert_array_equal(b, d)
 
 
-@pytest.mark.parametrize("make", [lambda: P.RidgeCV(penalties=[0.1, 1.0, 10.0]),
-                                  lambda: P.LogisticCV(penalties=[0.1, 1.0, 10.0]),
+@pytest.mark.parametrize("make", [lambda: P.RidgeCV(alphas=[0.1, 1.0, 10.0]),
+                                  lambda: P.LogisticCV(alphas=[0.1, 1.0, 10.0]),
                                   lambda: P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.1, 1.0])])
 def test_sklearn_api_clone_pipeline(rng, make):
     est = make()
@@ -162,8 +165,9 @@ def test_sklearn_api_clone_pipeline(rng, make):
     assert np.isfinite(pipe.score(x, y))
     fitted = pipe.named_steps["probe"]
     assert hasattr(fitted, "cv_results_") and not hasattr(clone(fitted), "cv_results_")
-    for key in ("mean_score", "std_score", "best_penalty", "best_score", "best_std", "fold_scores"):
+    for key in ("params", "mean_test_score", "std_test_score", "split0_test_score", "rank_test_score"):
         assert key in fitted.cv_results_
+    assert fitted.best_params_ == fitted.cv_results_["params"][fitted.best_index_]
 
 
 def test_bad_input_ridge(rng):
@@ -179,10 +183,10 @@ def test_bad_input_ridge(rng):
     with pytest.raises(ValueError, match="folds"):
         P.RidgeCV(cv=5).fit(x[:4], y[:4])
     with pytest.raises(ValueError, match="> 0"):
-        P.RidgeCV(penalties=[1.0, -1.0]).fit(x, y)
-    with pytest.raises(ValueError, match="2 dimensions"):
+        P.RidgeCV(alphas=[1.0, -1.0]).fit(x, y)
+    with pytest.raises(ValueError, match="2-D"):
         P.RidgeCV().fit(x[None], y)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(P.NotFittedError, match="not fitted"):
         P.RidgeCV().predict(x)
     with pytest.raises(ValueError, match="features"):
         P.RidgeCV().fit(x, y).predict(x[:, :2])
@@ -205,13 +209,13 @@ def test_probes_on_cuda_match_cpu(rng):
     cpu = P.RidgeCV().fit(x, y)
     gpu = P.RidgeCV().fit(xc, torch.from_numpy(y).cuda())
     assert gpu.coef_.is_cuda and gpu.predict(xc).is_cuda
-    np.testing.assert_allclose(gpu.cv_results_["mean_score"], cpu.cv_results_["mean_score"], rtol=1e-6, atol=1e-9)
-    lc = P.LogisticCV(penalties=[0.1, 1.0, 10.0], dtype="float64", tol=1e-8, max_iter=2000).fit(x, labels)
-    lg = P.LogisticCV(penalties=[0.1, 1.0, 10.0], dtype="float64", tol=1e-8, max_iter=2000).fit(xc, labels)
-    np.testing.assert_allclose(lg.cv_results_["mean_accuracy"], lc.cv_results_["mean_accuracy"])
+    np.testing.assert_allclose(gpu.cv_results_["mean_test_score"], cpu.cv_results_["mean_test_score"], rtol=1e-6, atol=1e-9)
+    lc = P.LogisticCV(alphas=[0.1, 1.0, 10.0], dtype="float64", tol=1e-8, max_iter=2000).fit(x, labels)
+    lg = P.LogisticCV(alphas=[0.1, 1.0, 10.0], dtype="float64", tol=1e-8, max_iter=2000).fit(xc, labels)
+    np.testing.assert_allclose(lg.cv_results_["mean_test_accuracy"], lc.cv_results_["mean_test_accuracy"])
     kc = P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.01, 0.1]).fit(x, y)
     kg = P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.01, 0.1]).fit(xc, torch.from_numpy(y).cuda())
-    np.testing.assert_allclose(kg.cv_results_["mean_score"], kc.cv_results_["mean_score"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(kg.cv_results_["mean_test_score"], kc.cv_results_["mean_test_score"], rtol=1e-6, atol=1e-9)
     a = P.few_shot(x, labels, n_way=2, k_shot=2, n_query=3, episodes=20, seed=1)
     b = P.few_shot(xc, labels, n_way=2, k_shot=2, n_query=3, episodes=20, seed=1)
     np.testing.assert_allclose(a.scores, b.scores)

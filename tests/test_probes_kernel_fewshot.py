@@ -31,12 +31,15 @@ def test_kernel_ridge_matches_sklearn(rng, solver, two_targets):
     alphas, gammas = np.logspace(-3, 0, 4), np.logspace(-3, 1, 5)
     ours = P.KernelRidgeCV(alphas=alphas, gammas=gammas, solver=solver).fit(x, y)
     gs = _sk_kernel_search(alphas, gammas).fit(x, y)
-    np.testing.assert_allclose(ours.cv_results_["mean_score"], gs.cv_results_["mean_test_score"], rtol=1e-6,
+    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"], rtol=1e-6,
                                atol=1e-8)
-    np.testing.assert_allclose(ours.cv_results_["std_score"], gs.cv_results_["std_test_score"], atol=1e-7)
+    np.testing.assert_allclose(ours.cv_results_["std_test_score"], gs.cv_results_["std_test_score"], atol=1e-7)
     assert ours.alpha_ == gs.best_params_["regressor__k__alpha"]
     assert ours.gamma_ == gs.best_params_["regressor__k__gamma"]
     assert [p["alpha"] for p in ours.cv_results_["params"]] == list(gs.cv_results_["param_regressor__k__alpha"])
+    np.testing.assert_array_equal(ours.cv_results_["param_gamma"], gs.cv_results_["param_regressor__k__gamma"])
+    np.testing.assert_array_equal(ours.cv_results_["rank_test_score"], gs.cv_results_["rank_test_score"])
+    assert ours.best_index_ == gs.best_index_
     np.testing.assert_allclose(ours.predict(x), gs.predict(x), rtol=1e-6, atol=1e-8)
     assert ours.score(x, y) == pytest.approx(gs.score(x, y), rel=1e-8)
 
@@ -99,7 +102,7 @@ def test_few_shot_bad_input(rng):
         P.few_shot(x, y, task="ranking")
     with pytest.raises(ValueError, match="train fraction"):
         P.few_shot(x, x[:, 0], task="regression", fractions=(0.01,))
-    with pytest.raises(ValueError, match="single class"):
+    with pytest.raises(ValueError, match="one class"):
         P.few_shot(x, np.zeros(len(y)))
 
 

@@ -34,12 +34,13 @@ def _sk_cv(x, y, lams, tol=1e-10):
 def test_logistic_cv_matches_sklearn_each_C(rng, k):
     x, y = _blobs(rng, 150, 6, k)
     lams = np.logspace(-2, 3, 6)
-    ours = P.LogisticCV(penalties=lams, tol=1e-9, max_iter=3000, dtype="float64").fit(x, y)
+    ours = P.LogisticCV(alphas=lams, tol=1e-9, max_iter=3000, dtype="float64").fit(x, y)
     acc, bacc = _sk_cv(x, y, lams)
-    assert np.abs(ours.cv_results_["mean_accuracy"] - acc).max() <= 0.005
-    assert np.abs(ours.cv_results_["mean_class_accuracy"] - bacc).max() <= 0.005
-    assert ours.cv_results_["converged"].all() and ours.converged_
-    sk = LogisticRegression(C=1 / ours.penalty_, tol=1e-10, max_iter=10000).fit(x, y)
+    assert np.abs(ours.cv_results_["mean_test_accuracy"] - acc).max() <= 0.005
+    assert np.abs(ours.cv_results_["mean_test_mean_per_class_accuracy"] - bacc).max() <= 0.005
+    assert all(ours.cv_results_[f"split{f}_converged"].all() for f in range(5)) and ours.converged_
+    assert ours.C_ == pytest.approx(1 / ours.alpha_) and ours.best_params_ == {"C": ours.C_}
+    sk = LogisticRegression(**ours.best_params_, tol=1e-10, max_iter=10000).fit(x, y)
     assert ours.coef_.shape == sk.coef_.shape
     np.testing.assert_allclose(ours.coef_, sk.coef_, atol=1e-5 * max(1.0, np.abs(sk.coef_).max()))
     np.testing.assert_allclose(ours.intercept_, sk.intercept_, atol=1e-5 * max(1.0, np.abs(sk.intercept_).max()))
@@ -54,47 +55,47 @@ def test_logistic_float32_and_best_value_well_conditioned(rng):
     x, y = _blobs(rng, 200, 5, 3, spread=2.5)
     x = (x - x.mean(0)) / x.std(0)
     lams = np.logspace(-1, 3, 5)
-    ours = P.LogisticCV(penalties=lams, tol=1e-5, max_iter=2000).fit(x, y)
+    ours = P.LogisticCV(alphas=lams, tol=1e-5, max_iter=2000).fit(x, y)
     acc, _ = _sk_cv(x, y, lams)
-    assert np.abs(ours.cv_results_["mean_accuracy"] - acc).max() <= 0.005
-    assert ours.penalty_ == lams[int(np.argmax(acc))]
+    assert np.abs(ours.cv_results_["mean_test_accuracy"] - acc).max() <= 0.005
+    assert ours.alpha_ == lams[int(np.argmax(acc))]
 
 
-def test_logistic_path_without_warm_start_agrees(rng):
+def test_logistic_path_without_continuation_agrees(rng):
     x, y = _blobs(rng, 100, 4, 3)
     lams = np.logspace(-1, 2, 4)
-    a = P.LogisticCV(penalties=lams, tol=1e-9, max_iter=2000, dtype="float64").fit(x, y)
-    b = P.LogisticCV(penalties=lams, tol=1e-9, max_iter=2000, dtype="float64", warm_start=False).fit(x, y)
-    np.testing.assert_allclose(a.cv_results_["mean_accuracy"], b.cv_results_["mean_accuracy"])
+    a = P.LogisticCV(alphas=lams, tol=1e-9, max_iter=2000, dtype="float64").fit(x, y)
+    b = P.LogisticCV(alphas=lams, tol=1e-9, max_iter=2000, dtype="float64", path_continuation=False).fit(x, y)
+    np.testing.assert_allclose(a.cv_results_["mean_test_accuracy"], b.cv_results_["mean_test_accuracy"])
     np.testing.assert_allclose(a.coef_, b.coef_, atol=1e-6)
 
 
 def test_logistic_string_labels_torch_input_and_convergence_report(rng):
     x, y = _blobs(rng, 80, 4, 3)
     names = np.array(["cat", "dog", "emu"])[y]
-    m = P.LogisticCV(penalties=[1.0, 10.0]).fit(x, names)
+    m = P.LogisticCV(alphas=[1.0, 10.0]).fit(x, names)
     assert set(m.predict(x)) <= {"cat", "dog", "emu"} and list(m.classes_) == ["cat", "dog", "emu"]
-    mt = P.LogisticCV(penalties=[1.0, 10.0]).fit(torch.from_numpy(x).float(), torch.from_numpy(y))
+    mt = P.LogisticCV(alphas=[1.0, 10.0]).fit(torch.from_numpy(x).float(), torch.from_numpy(y))
     assert isinstance(mt.coef_, torch.Tensor) and isinstance(mt.predict(torch.from_numpy(x)), torch.Tensor)
     p = mt.predict_proba(torch.from_numpy(x))
     torch.testing.assert_close(p.sum(1), torch.ones(80, dtype=p.dtype))
     with pytest.warns(P.ConvergenceWarning, match="stopped before"):
-        m2 = P.LogisticCV(penalties=[1e-3], max_iter=1, tol=1e-12).fit(x, y)
-    assert not m2.converged_ and not m2.cv_results_["converged"].any()
-    assert (m2.cv_results_["n_iter"] <= 1).all()
+        m2 = P.LogisticCV(alphas=[1e-3], max_iter=1, tol=1e-12).fit(x, y)
+    assert not m2.converged_ and not any(m2.cv_results_[f"split{f}_converged"].any() for f in range(5))
+    assert all((m2.cv_results_[f"split{f}_n_iter"] <= 1).all() for f in range(5))
 
 
 def test_bad_input_logistic(rng):
     x, y = _blobs(rng, 40, 3, 2)
-    with pytest.raises(ValueError, match="single class"):
+    with pytest.raises(ValueError, match="one class"):
         P.LogisticCV().fit(x, np.zeros(40, dtype=int))
     y_rare = y.copy()
     y_rare[:3] = 7
     with pytest.raises(ValueError, match="stratify=False"):
-        P.LogisticCV(penalties=[1.0]).fit(x, y_rare)
+        P.LogisticCV(alphas=[1.0]).fit(x, y_rare)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        fb = P.LogisticCV(penalties=[1.0], stratify=False, shuffle=True, random_state=0).fit(x, y_rare)
+        fb = P.LogisticCV(alphas=[1.0], stratify=False, shuffle=True, random_state=0).fit(x, y_rare)
     assert fb.classes_.tolist() == [0, 1, 7]
     with pytest.raises(ValueError, match="labels but X has"):
         P.LogisticCV().fit(x, y[:-1])

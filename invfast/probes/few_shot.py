@@ -17,8 +17,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from invfast.probes._base import as_class_labels, as_targets, as_tensor, check_penalties
-from invfast.probes.grids import penalty_grid
+from invfast.probes._base import as_class_labels, as_targets, as_tensor, check_positive
+from invfast.probes.grids import alpha_grid
 from invfast.probes.ridge import r2_scores, ridge_loo_predictions, ridge_solve
 
 _F64 = torch.float64
@@ -80,7 +80,7 @@ def few_shot_classification(features: Any, labels: Any, n_way: int = 5, k_shot: 
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if n_way < 2:
         raise ValueError("n_way must be at least 2")
-    lam = float(check_penalties([penalty], "penalty")[0])
+    lam = float(check_positive([penalty], "penalty")[0])
     x = x.to(_F64)
     if normalize:
         x = torch.nn.functional.normalize(x, dim=1)
@@ -108,7 +108,7 @@ def few_shot_regression(features: Any, targets: Any, fractions: Sequence[float] 
     """R² (mean over targets) of ridge trained on a random fraction s of the data, tested on the rest.
 
     For each s in ``fractions``: ``splits`` random splits; returns {s: FewShotResult}. ``penalty`` is
-    ridge's λ, or "loo" to pick λ from ``penalty_grid()`` by exact leave-one-out on each train part.
+    ridge's λ, or "loo" to pick λ from ``alpha_grid()`` by exact leave-one-out on each train part.
     """
     x = as_tensor(features, "features").to(_F64)
     n = x.shape[0]
@@ -117,9 +117,9 @@ def few_shot_regression(features: Any, targets: Any, fractions: Sequence[float] 
     if isinstance(penalty, str):
         if penalty != "loo":
             raise ValueError(f"penalty must be a positive number or 'loo', got {penalty!r}")
-        grid = torch.as_tensor(penalty_grid(), dtype=_F64, device=x.device)
+        grid = torch.as_tensor(alpha_grid(), dtype=_F64, device=x.device)
     else:
-        lam = float(check_penalties([penalty], "penalty")[0])
+        lam = float(check_positive([penalty], "penalty")[0])
     if int(splits) != splits or splits < 1:
         raise ValueError(f"splits must be a positive integer, got {splits!r}")
     rng = np.random.default_rng(seed)

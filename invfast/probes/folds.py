@@ -16,7 +16,8 @@ def kfold(n: int, n_folds: int, shuffle: bool = False, seed: int | None = None) 
     if n_folds < 2:
         raise ValueError(f"cv must be at least 2 folds, got {n_folds}")
     if n < n_folds:
-        raise ValueError(f"only {n} samples for {n_folds} folds; use cv <= {n} or give more samples")
+        raise ValueError(f"cannot split n_samples={n} into {n_folds} folds; give at least {n_folds} samples "
+                         "or fewer folds (cv >= 2)")
     order = np.arange(n)
     if shuffle:
         np.random.default_rng(seed).shuffle(order)
@@ -43,7 +44,8 @@ def stratified_kfold(codes: np.ndarray, n_folds: int, shuffle: bool = False,
     if n_folds < 2:
         raise ValueError(f"cv must be at least 2 folds, got {n_folds}")
     if n < n_folds:
-        raise ValueError(f"only {n} samples for {n_folds} folds; use cv <= {n} or give more samples")
+        raise ValueError(f"cannot split n_samples={n} into {n_folds} folds; give at least {n_folds} samples "
+                         "or fewer folds (cv >= 2)")
     # classes numbered by first appearance, as StratifiedKFold does
     _, first, inv = np.unique(codes, return_index=True, return_inverse=True)
     _, perm = np.unique(first, return_inverse=True)

@@ -1,6 +1,6 @@
 """Regularisation grids of SPEC §4, feature fusion, and the penalty convention.
 
-Penalty convention (one number, ``penalty`` = λ, for every probe)::
+Penalty convention (one number, ``alpha`` = λ, for every linear probe)::
 
     minimise   Σ_i ℓ_i(W)  +  (λ / 2) ‖W‖²_F          (intercept never penalised)
 
@@ -8,15 +8,16 @@ with ℓ_i = ½‖y_i − W x_i − b‖² for ridge and the multinomial cross-e
 regression. Hence
 
 * ridge:     ``sklearn.linear_model.Ridge(alpha=λ)``           (alpha = λ)
-* logistic:  ``sklearn.linear_model.LogisticRegression(C=1/λ)`` (C = 1/λ)
+* logistic:  ``sklearn.linear_model.LogisticRegression(C=1/λ)`` (C = 1/λ; ``LogisticCV.C_``)
 * kernel ridge keeps scikit-learn's own ``alpha`` on standardised targets.
 
 The papers' published code passed the logistic grid value C straight to ridge as alpha;
-invfast uses the convention above for both, so "best penalty" means the same thing for
+invfast uses the convention above for both, so the best ``alpha_`` means the same thing for
 classification and regression.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -27,7 +28,7 @@ KERNEL_ALPHAS = (1e-4, 1e-3, 1e-2, 1e-1, 1e0)
 KERNEL_GAMMAS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2)
 
 
-def penalty_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
+def alpha_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
     """The SPEC §4 grid: ``n`` log-spaced λ in [1e-6, 1e5] for one model, shifted one decade up per
     extra fused model ([1e-5, 1e6] for two, [1e-4, 1e7] for three, and so on).
 
@@ -41,12 +42,19 @@ def penalty_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
     return np.logspace(-6 + shift, 5 + shift, int(n))
 
 
+def penalty_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
+    """Deprecated name of :func:`alpha_grid` (removed in the next release)."""
+    warnings.warn("invfast.probes.penalty_grid is deprecated and will be removed in the next release; use "
+                  "invfast.probes.alpha_grid", FutureWarning, stacklevel=2)
+    return alpha_grid(n_models, n)
+
+
 def fuse(features: Sequence[Any]) -> Any:
     """Concatenate the feature matrices of several models along the feature axis.
 
     features: sequence of [n, d_k] numpy arrays or tensors (same n). Returns [n, Σ d_k], numpy if
     every input is numpy, else a tensor on the first tensor's device (numpy inputs are moved there).
-    Use ``penalty_grid(n_models=len(features))`` for the matching grid.
+    Use ``alpha_grid(n_models=len(features))`` for the matching grid.
     """
     if isinstance(features, (np.ndarray, torch.Tensor)) or len(features) == 0:
         raise TypeError("fuse expects a list of feature matrices, e.g. fuse([f_spatial, f_appearance])")

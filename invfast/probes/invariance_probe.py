@@ -16,6 +16,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from invfast._validate import as_features, as_labels
+from invfast.probes._base import NotFittedError
 
 TASKS = ("classification", "regression")
 CONSTRAINTS = ("project", "sigmoid")
@@ -190,7 +191,7 @@ class InvarianceProbe:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "head_"):
-            raise RuntimeError("InvarianceProbe is not fitted: call fit(x, y) first")
+            raise NotFittedError("InvarianceProbe is not fitted: call fit(x, y) first")
 
     @torch.no_grad()
     def transform(self, x: torch.Tensor) -> torch.Tensor:

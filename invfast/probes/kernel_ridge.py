@@ -16,8 +16,8 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from invfast.probes._base import (ProbeBase, RegressorMixin, as_targets, as_tensor, check_penalties,
-                                  cv_record, output_like)
+from invfast.probes._base import (ProbeBase, ProbeTagsMixin, RegressorMixin, as_targets, check_features,
+                                  check_is_fitted, check_positive, output_like, require_y, search_results)
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
 from invfast.probes.ridge import r2_scores, scaled_products, sym_eigh
@@ -60,7 +60,7 @@ def _path_predict(k_tr: torch.Tensor, k_te: torch.Tensor, y: torch.Tensor, alpha
     return torch.stack(out)
 
 
-class KernelRidgeCV(RegressorMixin, ProbeBase):
+class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
     """RBF kernel ridge regression with (α, γ) chosen by K-fold cross-validation (SPEC §4).
 
     Parameters
@@ -75,9 +75,14 @@ class KernelRidgeCV(RegressorMixin, ProbeBase):
         (α, γ)) or "auto" (eigh from 16 α values up, Cholesky below).
     shuffle, random_state, verbose : as in ``RidgeCV``.
 
-    Fitted attributes: alpha_, gamma_, best_score_, dual_coef_ [n, t], cv_results_ (with 'params',
-    a list of {'alpha', 'gamma'} in GridSearchCV order, and 'penalties' [P, 2] = (α, γ)), n_features_in_.
+    Fitted attributes: alpha_, gamma_, best_index_, best_score_ (mean CV R²), best_params_
+    ({'alpha', 'gamma'}), dual_coef_ [n, t], cv_results_ (GridSearchCV's layout: ``params`` and
+    ``param_alpha``/``param_gamma`` in GridSearchCV's order, α outer and γ inner, ``mean_test_score``,
+    ``std_test_score``, ``split{k}_test_score``, ``rank_test_score``), cv_scores_per_target_
+    (numpy [n_candidates, n_splits, t]), n_features_in_, feature_names_in_ (DataFrame input only).
     """
+
+    _multi_output = True
 
     def __init__(self, alphas: Any = None, gammas: Any = None, cv: Any = 5, standardize: bool = True,
                  solver: str = "auto", shuffle: bool = False, random_state: int | None = None, verbose: bool = False):
@@ -94,13 +99,14 @@ class KernelRidgeCV(RegressorMixin, ProbeBase):
         """Cross-validate every (α, γ) on X [n, d], y [n] or [n, t]; refit on all data at the best pair."""
         if self.solver not in ("auto", "eigh", "cholesky"):
             raise ValueError(f"solver must be 'auto', 'eigh' or 'cholesky', got {self.solver!r}")
+        require_y(self, y)
         self._numpy_ = not isinstance(X, torch.Tensor)
-        x = as_tensor(X, "X")
-        n, d = x.shape
+        x = check_features(self, X, reset=True)
+        n = x.shape[0]
         yt, one_d = as_targets(y if not isinstance(y, torch.Tensor) else y.to(x.device), "y", n)
         x, yt = x.to(_F64), yt.to(device=x.device, dtype=_F64)
-        alphas = check_penalties(KERNEL_ALPHAS if self.alphas is None else self.alphas, "alphas")
-        gammas = check_penalties(KERNEL_GAMMAS if self.gammas is None else self.gammas, "gammas")
+        alphas = check_positive(KERNEL_ALPHAS if self.alphas is None else self.alphas, "alphas")
+        gammas = check_positive(KERNEL_GAMMAS if self.gammas is None else self.gammas, "gammas")
         solver = self.solver if self.solver != "auto" else ("eigh" if alphas.size >= _EIGH_MIN_ALPHAS else "cholesky")
         a_t = torch.as_tensor(alphas, dtype=_F64, device=x.device)
         splits = resolve_cv(self.cv, n, shuffle=self.shuffle, seed=self.random_state)
@@ -119,12 +125,14 @@ class KernelRidgeCV(RegressorMixin, ProbeBase):
                 scores[:, g, f] = r2_scores(pred * ys + ym, yt[te]).cpu().numpy()
         per_target = scores.reshape(alphas.size * gammas.size, len(splits), -1)
         pairs = np.array([(a_, g_) for a_ in alphas for g_ in gammas])
-        self.cv_results_ = cv_record(pairs, per_target.mean(-1), fold_scores_per_target=per_target,
-                                     mean_score_per_target=per_target.mean(1),
-                                     params=[{"alpha": float(a_), "gamma": float(g_)} for a_, g_ in pairs])
-        best = self.cv_results_["best_index"]
+        self.cv_results_, best = search_results(
+            [{"alpha": float(a_), "gamma": float(g_)} for a_, g_ in pairs], per_target.mean(-1), pairs,
+            legacy={"fold_scores_per_target": per_target, "mean_score_per_target": per_target.mean(1)})
+        self.cv_scores_per_target_ = per_target
+        self.best_index_ = best
+        self.best_params_ = self.cv_results_["params"][best]
         self.alpha_, self.gamma_ = float(pairs[best, 0]), float(pairs[best, 1])
-        self.best_score_ = self.cv_results_["best_score"]
+        self.best_score_ = float(self.cv_results_["mean_test_score"][best])
         xm, xs = _scaler(x, self.standardize)
         ym, ys = _scaler(yt, self.standardize)
         xf = (x - xm) / xs
@@ -133,18 +141,14 @@ class KernelRidgeCV(RegressorMixin, ProbeBase):
         dual = torch.linalg.solve(k, (yt - ym) / ys)
         self._state = (xf, xm, xs, ym, ys, dual, one_d)
         self.dual_coef_ = output_like(dual[:, 0] if one_d else dual, self._numpy_)
-        self.n_features_in_ = d
         return self
 
     def predict(self, X: Any) -> Any:
         """Predictions [n] (1-D y at fit) or [n, t]; numpy for numpy input, else a tensor."""
-        if not hasattr(self, "_state"):
-            raise RuntimeError("this KernelRidgeCV is not fitted yet; call fit(X, y) first")
+        check_is_fitted(self, "_state")
         xf, xm, xs, ym, ys, dual, one_d = self._state
         is_np = not isinstance(X, torch.Tensor)
-        x = as_tensor(X, "X")
-        if x.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {x.shape[1]} features but the model was fit with {self.n_features_in_}")
+        x = check_features(self, X, reset=False)
         xn = (x.to(device=xf.device, dtype=_F64) - xm) / xs
         p = torch.exp(-self.gamma_ * sq_distances(xn, xf)) @ dual * ys + ym
         p = p[:, 0] if one_d else p
@@ -156,8 +160,8 @@ class KernelRidgeCV(RegressorMixin, ProbeBase):
         """Mean R² over targets."""
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by invfast probes")
-        x = as_tensor(X, "X")
-        yt, _ = as_targets(y, "y", x.shape[0])
+        check_is_fitted(self, "_state")
         p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
+        yt, _ = as_targets(y, "y", p.shape[0])
         p = p[:, None] if p.dim() == 1 else p
         return float(r2_scores(p, yt.to(_F64).cpu()).mean())

@@ -7,7 +7,7 @@ the loss and softmax, and the optimiser state is float64.
 
 Objective per fold (n training samples), identical up to the factor 1/n to scikit-learn's::
 
-    (1/n) Σ_i CE(y_i, W x_i + b)  +  λ/(2n) ‖W‖²        λ = penalty = 1 / C
+    (1/n) Σ_i CE(y_i, W x_i + b)  +  λ/(2n) ‖W‖²        λ = alpha = 1 / C
 
 Two classes use the binomial model (one weight vector, as ``LogisticRegression``), more use the
 full softmax parameterisation.
@@ -21,17 +21,17 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from invfast.probes._base import (ClassifierMixin, ProbeBase, as_class_labels, as_tensor, check_penalties,
-                                  cv_record, output_like)
+from invfast.probes._base import (DEPRECATED, ClassifierMixin, ConvergenceWarning, ProbeBase, ProbeTagsMixin,
+                                  as_class_labels, check_features, check_is_fitted, check_positive,
+                                  deprecated_attribute, output_like, renamed_param, require_y, score_columns,
+                                  search_results)
 from invfast.probes.folds import resolve_cv
-from invfast.probes.grids import penalty_grid
+from invfast.probes.grids import alpha_grid
 from invfast.probes.lbfgs import lbfgs
 
+__all__ = ["LogisticCV", "ConvergenceWarning", "class_scores"]
+
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-class ConvergenceWarning(UserWarning):
-    """Some logistic fits stopped before the gradient tolerance was met."""
 
 
 def _design(x: torch.Tensor, fit_intercept: bool) -> torch.Tensor:
@@ -125,13 +125,14 @@ def class_scores(pred: torch.Tensor, truth: torch.Tensor, n_classes: int) -> tup
     return acc, float((hits[present] / counts[present]).mean())
 
 
-class LogisticCV(ClassifierMixin, ProbeBase):
+class LogisticCV(ProbeTagsMixin, ClassifierMixin, ProbeBase):
     """Multinomial L2 logistic regression, penalty chosen by stratified K-fold cross-validation.
 
     Parameters
     ----------
-    penalties : sequence of float or None
-        λ values; λ = 1/C of ``sklearn.linear_model.LogisticRegression``. None: ``penalty_grid(n_models)``.
+    alphas : sequence of float or None
+        Penalties λ = 1/C of ``sklearn.linear_model.LogisticRegression`` (the grid is in λ so that it
+        means the same as for ``RidgeCV``). None: ``alpha_grid(n_models)``.
     cv : int, splitter or iterable of (train, test)
         An int gives stratified folds identical to ``StratifiedKFold(cv)`` (shuffled with ``shuffle``),
         or plain K-fold with ``stratify=False`` (the fallback when a class has fewer members than folds).
@@ -142,30 +143,45 @@ class LogisticCV(ClassifierMixin, ProbeBase):
     dtype : "float32" or "float64"
         Precision of the two products with X (optimiser state is always float64). float32 gradients
         carry relative noise near 1e-7, so tolerances below about 1e-5 need "float64".
-    warm_start : walk the path from strong to weak regularisation reusing solutions (default True).
+    path_continuation : bool
+        Walk the grid from strong to weak regularisation, starting each value from the previous
+        value's solution (default True); False starts every value from zero. This is not
+        scikit-learn's ``warm_start`` (reuse of the previous ``fit`` call's solution), which
+        LogisticCV does not offer.
     fit_intercept, n_models, shuffle, random_state, verbose : as in ``RidgeCV``.
+    penalties, warm_start : deprecated spellings of ``alphas`` and ``path_continuation``
+        (FutureWarning; removed in the next release).
 
-    Fitted attributes: classes_, coef_ [K, d] ([1, d] for two classes), intercept_, penalty_, best_score_,
-    cv_results_ (also 'mean_accuracy', 'mean_class_accuracy', 'n_iter', 'converged'), n_iter_, converged_.
+    Fitted attributes: classes_, coef_ [K, d] ([1, d] for two classes), intercept_, alpha_ (λ), C_ (= 1/alpha_,
+    a float), best_index_, best_score_, best_params_ ({'C': 1/λ}: the ``LogisticRegression`` keyword),
+    cv_results_ (GridSearchCV's layout with ``param_alpha`` and ``param_C``; ``*_test_score`` is the
+    ``scoring`` metric, ``*_test_accuracy`` and ``*_test_mean_per_class_accuracy`` are both metrics,
+    ``split{k}_n_iter`` and ``split{k}_converged`` the optimiser's record), n_iter_, converged_,
+    n_features_in_, feature_names_in_ (DataFrame input only). ``penalty_`` is a deprecated alias of ``alpha_``.
     """
 
-    def __init__(self, penalties: Any = None, cv: Any = 5, scoring: str = "accuracy", tol: float = 1e-4,
-                 max_iter: int = 500, dtype: str = "float32", fit_intercept: bool = True, warm_start: bool = True,
-                 n_models: int = 1, stratify: bool = True, shuffle: bool = False, random_state: int | None = None,
-                 verbose: bool = False):
-        self.penalties = penalties
+    def __init__(self, alphas: Any = None, cv: Any = 5, scoring: str = "accuracy", tol: float = 1e-4,
+                 max_iter: int = 500, dtype: str = "float32", fit_intercept: bool = True,
+                 path_continuation: bool = True, n_models: int = 1, stratify: bool = True, shuffle: bool = False,
+                 random_state: int | None = None, verbose: bool = False, penalties: Any = DEPRECATED,
+                 warm_start: Any = DEPRECATED):
+        self.alphas = alphas
         self.cv = cv
         self.scoring = scoring
         self.tol = tol
         self.max_iter = max_iter
         self.dtype = dtype
         self.fit_intercept = fit_intercept
-        self.warm_start = warm_start
+        self.path_continuation = path_continuation
         self.n_models = n_models
         self.stratify = stratify
         self.shuffle = shuffle
         self.random_state = random_state
         self.verbose = verbose
+        self.penalties = penalties
+        self.warm_start = warm_start
+
+    penalty_ = deprecated_attribute("penalty_", "alpha_")
 
     def _solve(self, obj: _Multinomial, w0: torch.Tensor, lam: float):
         obj.lam = torch.full_like(obj.n, lam)
@@ -179,14 +195,17 @@ class LogisticCV(ClassifierMixin, ProbeBase):
             raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {self.dtype!r}")
         if not (self.tol > 0 and int(self.max_iter) >= 1):
             raise ValueError("tol must be > 0 and max_iter >= 1")
+        alphas = renamed_param(self, "alphas", "penalties")
+        continuation = renamed_param(self, "path_continuation", "warm_start")
+        require_y(self, y)
         self._numpy_ = not isinstance(X, torch.Tensor)
-        x = as_tensor(X, "X")
-        n, d = x.shape
+        x = check_features(self, X, reset=True)
+        n = x.shape[0]
         codes, classes = as_class_labels(y, "y", n)
         k = classes.size
         dev, dt = x.device, _DTYPES[self.dtype]
         codes = codes.to(dev)
-        grid = penalty_grid(self.n_models) if self.penalties is None else check_penalties(self.penalties)
+        grid = alpha_grid(self.n_models) if alphas is None else check_positive(alphas, "alphas")
         splits = resolve_cv(self.cv, n, codes=codes.cpu().numpy() if self.stratify else None,
                             shuffle=self.shuffle, seed=self.random_state, classes=classes)
         xd = _design(x.to(dt), self.fit_intercept)
@@ -202,32 +221,39 @@ class LogisticCV(ClassifierMixin, ProbeBase):
         conv = np.zeros((grid.size, nf), dtype=bool)
         best_j, best_w, best_score = -1, w, -np.inf
         for j in tqdm(order, desc="logistic path", disable=not self.verbose, leave=False):
-            res = self._solve(obj, w if self.warm_start else torch.zeros_like(w), float(grid[j]))
+            res = self._solve(obj, w if continuation else torch.zeros_like(w), float(grid[j]))
             w = res.x
             n_iter[j], conv[j] = res.n_iter.cpu().numpy(), res.converged.cpu().numpy()
             pred = obj.logits(w).argmax(-1)
             for f in range(nf):
                 acc[j, f], bacc[j, f] = class_scores(pred[f, te[f]], codes[te[f]], k)
-            # keep the solutions of the value cv_record will pick (first in grid order among ties)
+            # keep the solutions of the value search_results will pick (first in grid order among ties)
             score = (acc if self.scoring == "accuracy" else bacc)[j].mean()
             if score > best_score or (score == best_score and j < best_j):
                 best_j, best_w, best_score = int(j), w, score
         sel = acc if self.scoring == "accuracy" else bacc
-        self.cv_results_ = cv_record(grid, sel, mean_accuracy=acc.mean(1), std_accuracy=acc.std(1),
-                                     fold_accuracy=acc, mean_class_accuracy=bacc.mean(1),
-                                     std_class_accuracy=bacc.std(1), fold_class_accuracy=bacc,
-                                     n_iter=n_iter, converged=conv)
-        best = self.cv_results_["best_index"]  # == best_j: same means, same tie rule
-        self.penalty_ = float(grid[best])
-        self.best_score_ = self.cv_results_["best_score"]
+        extra = {**score_columns(acc, "accuracy"), **score_columns(bacc, "mean_per_class_accuracy")}
+        extra.update({f"split{f}_n_iter": n_iter[:, f].copy() for f in range(nf)})
+        extra.update({f"split{f}_converged": conv[:, f].copy() for f in range(nf)})
+        self.cv_results_, best = search_results(
+            [{"C": float(1.0 / lam)} for lam in grid], sel, grid, extra=extra, param_columns={"alpha": grid.copy()},
+            legacy={"mean_accuracy": acc.mean(1), "std_accuracy": acc.std(1), "fold_accuracy": acc,
+                    "mean_class_accuracy": bacc.mean(1), "std_class_accuracy": bacc.std(1),
+                    "fold_class_accuracy": bacc, "n_iter": n_iter, "converged": conv})
+        # best == best_j: same means, same tie rule
+        self.best_index_ = best
+        self.best_params_ = self.cv_results_["params"][best]
+        self.alpha_ = float(grid[best])
+        self.C_ = 1.0 / self.alpha_
+        self.best_score_ = float(self.cv_results_["mean_test_score"][best])
         full = _Multinomial(xd, codes, _fold_weights(n, [torch.arange(n, device=dev)], dev), k, self.fit_intercept)
-        res = self._solve(full, best_w.mean(0, keepdim=True), self.penalty_)
+        res = self._solve(full, best_w.mean(0, keepdim=True), self.alpha_)
         self.n_iter_ = int(res.n_iter[0])
         self.converged_ = bool(res.converged[0])
         bad = int((~conv).sum()) + (0 if self.converged_ else 1)
         if bad:
             warnings.warn(f"LogisticCV: {bad} of {conv.size + 1} fits stopped before max|grad| <= tol={self.tol} "
-                          f"(max_iter={self.max_iter}); see cv_results_['converged']. Raise max_iter, standardise "
+                          f"(max_iter={self.max_iter}); see cv_results_['split<k>_converged'] and converged_. Raise max_iter, standardise "
                           "the features, or use dtype='float64' (float32 gradients bottom out near tol=1e-5).",
                           ConvergenceWarning, stacklevel=2)
         wf = res.x[0]
@@ -237,18 +263,11 @@ class LogisticCV(ClassifierMixin, ProbeBase):
         icpt = wf[-1] if self.fit_intercept else torch.zeros(n_out, dtype=torch.float64, device=dev)
         self.coef_ = output_like(coef, self._numpy_)
         self.intercept_ = output_like(icpt, self._numpy_)
-        self.n_features_in_ = d
         return self
 
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "_w"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
-
     def _logits(self, X: Any) -> torch.Tensor:
-        self._check_fitted()
-        x = as_tensor(X, "X")
-        if x.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {x.shape[1]} features but the model was fit with {self.n_features_in_}")
+        check_is_fitted(self, "_w")
+        x = check_features(self, X, reset=False)
         xd = _design(x.to(device=self._w.device, dtype=torch.float64), self.fit_intercept)
         z = xd @ self._w
         return torch.cat([torch.zeros_like(z), z], 1) if self._w.shape[1] == 1 else z
@@ -278,6 +297,8 @@ class LogisticCV(ClassifierMixin, ProbeBase):
         pred = self.predict(X)
         pred = pred.cpu().numpy() if isinstance(pred, torch.Tensor) else pred
         truth = y.cpu().numpy() if isinstance(y, torch.Tensor) else np.asarray(y)
+        if truth.ndim == 2 and truth.shape[1] == 1:
+            truth = truth[:, 0]
         if truth.shape[0] != pred.shape[0]:
             raise ValueError(f"y has {truth.shape[0]} labels but X has {pred.shape[0]} samples")
         return float((pred == truth).mean())

@@ -8,7 +8,7 @@ fewer samples than features) turns every λ into a diagonal rescale:
 so 45 penalties cost one factorisation plus 45 small matrix products. The full-data Gram is
 formed once; each fold's training Gram is that minus the held-out block. Everything runs in
 float64 on the input's device. Centring and the unpenalised intercept follow
-``sklearn.linear_model.Ridge(fit_intercept=True)``; ``penalty`` equals Ridge's ``alpha``.
+``sklearn.linear_model.Ridge(fit_intercept=True)``; λ equals Ridge's ``alpha``.
 """
 from __future__ import annotations
 
@@ -20,10 +20,11 @@ import scipy.linalg
 import torch
 from tqdm.auto import tqdm
 
-from invfast.probes._base import (ProbeBase, RegressorMixin, as_targets, as_tensor, check_penalties,
-                                  cv_record, output_like)
+from invfast.probes._base import (DEPRECATED, ProbeBase, ProbeTagsMixin, RegressorMixin, as_targets,
+                                  check_features, check_is_fitted, check_positive, deprecated_attribute,
+                                  output_like, renamed_param, require_y, search_results)
 from invfast.probes.folds import resolve_cv
-from invfast.probes.grids import penalty_grid
+from invfast.probes.grids import alpha_grid
 
 _F64 = torch.float64
 
@@ -182,13 +183,13 @@ def ridge_solve(x: torch.Tensor, y: torch.Tensor, penalty: float, fit_intercept:
     return w, ym - xm @ w
 
 
-class RidgeCV(RegressorMixin, ProbeBase):
-    """Multi-output ridge regression, λ chosen by K-fold (or exact leave-one-out) cross-validation.
+class RidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
+    """Multi-output ridge regression, α chosen by K-fold (or exact leave-one-out) cross-validation.
 
     Parameters
     ----------
-    penalties : sequence of float or None
-        λ values (``Ridge(alpha=λ)``). None: ``penalty_grid(n_models)``, the 45 values of SPEC §4.
+    alphas : sequence of float or None
+        Penalties λ, each ``Ridge(alpha=λ)``. None: ``alpha_grid(n_models)``, the 45 values of SPEC §4.
     cv : int, splitter, iterable of (train, test) or "loo"
         Folds. An int gives contiguous K-fold (identical to ``KFold(cv)``; shuffled with
         ``shuffle=True``); "loo" uses exact leave-one-out residuals from one eigendecomposition.
@@ -199,40 +200,54 @@ class RidgeCV(RegressorMixin, ProbeBase):
     shuffle, random_state : shuffle samples before K-fold splitting.
     verbose : bool
         Progress bar over folds.
+    penalties : deprecated spelling of ``alphas`` (FutureWarning; removed in the next release).
 
     Fitted attributes
     -----------------
-    coef_ [t, d] (or [d] for 1-D y), intercept_ [t] (or float), penalty_, best_score_,
-    r2_per_target_ (CV R² per target at penalty_), cv_results_ (see ``invfast.probes``),
-    n_features_in_. Arrays are numpy when fit got numpy, tensors otherwise.
+    alpha_ : the selected λ. best_index_, best_score_ (mean CV R² over folds), best_params_ ({'alpha': λ}).
+    cv_results_ : GridSearchCV's layout (``params``, ``param_alpha``, ``mean_test_score``,
+        ``std_test_score``, ``split{k}_test_score``, ``rank_test_score``; R² averaged over targets).
+    cv_scores_per_target_ : numpy [n_alphas, n_splits, t], CV R² of every target.
+    r2_per_target_ : [t], CV R² per target at ``alpha_``.
+    coef_ [t, d] (or [d] for 1-D y), intercept_ [t] (or float), n_features_in_, feature_names_in_
+    (DataFrame input only). Arrays are numpy when fit got numpy, tensors otherwise.
+    ``penalty_`` is a deprecated alias of ``alpha_``.
     """
 
-    def __init__(self, penalties: Any = None, cv: Any = 5, fit_intercept: bool = True, n_models: int = 1,
-                 shuffle: bool = False, random_state: int | None = None, verbose: bool = False):
-        self.penalties = penalties
+    _multi_output = True
+
+    def __init__(self, alphas: Any = None, cv: Any = 5, fit_intercept: bool = True, n_models: int = 1,
+                 shuffle: bool = False, random_state: int | None = None, verbose: bool = False,
+                 penalties: Any = DEPRECATED):
+        self.alphas = alphas
         self.cv = cv
         self.fit_intercept = fit_intercept
         self.n_models = n_models
         self.shuffle = shuffle
         self.random_state = random_state
         self.verbose = verbose
+        self.penalties = penalties
+
+    penalty_ = deprecated_attribute("penalty_", "alpha_")
 
     def fit(self, X: Any, y: Any) -> "RidgeCV":
-        """Cross-validate every penalty, then refit on all of X [n, d], y [n] or [n, t] at the best one."""
+        """Cross-validate every α, then refit on all of X [n, d], y [n] or [n, t] at the best one."""
+        alphas = renamed_param(self, "alphas", "penalties")
+        require_y(self, y)
         self._numpy_ = not isinstance(X, torch.Tensor)
-        x = as_tensor(X, "X")
+        x = check_features(self, X, reset=True)
         n, d = x.shape
         yt, one_d = as_targets(y if not isinstance(y, torch.Tensor) else y.to(x.device), "y", n)
         x = x.to(_F64)
         yt = yt.to(device=x.device, dtype=_F64)
         full_gram = None
-        grid = penalty_grid(self.n_models) if self.penalties is None else check_penalties(self.penalties)
+        grid = alpha_grid(self.n_models) if alphas is None else check_positive(alphas, "alphas")
         lam = torch.as_tensor(grid, dtype=_F64, device=x.device)
         if isinstance(self.cv, str):
             if self.cv != "loo":
                 raise ValueError(f"cv must be an int, a splitter, a list of splits or 'loo', got {self.cv!r}")
             if n < 3:
-                raise ValueError(f"leave-one-out needs at least 3 samples, got {n}")
+                raise ValueError(f"leave-one-out needs at least 3 samples, got n_samples={n}")
             pred = ridge_loo_predictions(x, yt, lam, self.fit_intercept)
             per_target = r2_scores(pred, yt)[:, None, :]      # [P, 1, t]
         else:
@@ -245,33 +260,28 @@ class RidgeCV(RegressorMixin, ProbeBase):
             te_idx = [torch.as_tensor(te, device=x.device) for _, te in splits]
             per_target = torch.stack([r2_scores(p, yt[te]) for p, te in zip(preds, te_idx)], dim=1)  # [P, F, t]
         per_target_np = per_target.cpu().numpy()
-        folds = per_target_np.mean(-1)
-        self.cv_results_ = cv_record(grid, folds, fold_scores_per_target=per_target_np,
-                                     mean_score_per_target=per_target_np.mean(1))
-        best = self.cv_results_["best_index"]
-        self.penalty_ = float(grid[best])
-        self.best_score_ = self.cv_results_["best_score"]
-        w, b = ridge_solve(x, yt, self.penalty_, self.fit_intercept, full_gram=full_gram)
+        self.cv_results_, best = search_results(
+            [{"alpha": float(a)} for a in grid], per_target_np.mean(-1), grid,
+            legacy={"fold_scores_per_target": per_target_np, "mean_score_per_target": per_target_np.mean(1)})
+        self.cv_scores_per_target_ = per_target_np
+        self.best_index_ = best
+        self.best_params_ = self.cv_results_["params"][best]
+        self.alpha_ = float(grid[best])
+        self.best_score_ = float(self.cv_results_["mean_test_score"][best])
+        w, b = ridge_solve(x, yt, self.alpha_, self.fit_intercept, full_gram=full_gram)
         self._w, self._b, self._one_d = w, b, one_d
         r2t = torch.as_tensor(per_target_np.mean(1)[best])
         self.r2_per_target_ = output_like(r2t, self._numpy_)
         coef = w.T[0] if one_d else w.T
         self.coef_ = output_like(coef, self._numpy_)
         self.intercept_ = float(b[0]) if one_d else output_like(b, self._numpy_)
-        self.n_features_in_ = d
         return self
-
-    def _check_fitted(self) -> None:
-        if not hasattr(self, "_w"):
-            raise RuntimeError(f"this {type(self).__name__} is not fitted yet; call fit(X, y) first")
 
     def predict(self, X: Any) -> Any:
         """Predictions [n] (1-D y at fit) or [n, t]; numpy for numpy input, else a tensor on X's device."""
-        self._check_fitted()
+        check_is_fitted(self, "_w")
         is_np = not isinstance(X, torch.Tensor)
-        x = as_tensor(X, "X")
-        if x.shape[1] != self.n_features_in_:
-            raise ValueError(f"X has {x.shape[1]} features but the model was fit with {self.n_features_in_}")
+        x = check_features(self, X, reset=False)
         p = x.to(device=self._w.device, dtype=_F64) @ self._w + self._b
         p = p[:, 0] if self._one_d else p
         if not is_np:
@@ -282,9 +292,8 @@ class RidgeCV(RegressorMixin, ProbeBase):
         """Mean R² over targets (``r2_score`` with uniform averaging)."""
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by invfast probes")
-        self._check_fitted()
-        x = as_tensor(X, "X")
-        yt, _ = as_targets(y if not isinstance(y, torch.Tensor) else y, "y", x.shape[0])
-        p = self.predict(x.to(_F64))
+        check_is_fitted(self, "_w")
+        p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
+        yt, _ = as_targets(y, "y", p.shape[0])
         p = p[:, None] if p.dim() == 1 else p
-        return float(r2_scores(p.to(_F64).cpu(), yt.to(_F64).cpu()).mean())
+        return float(r2_scores(p, yt.to(_F64).cpu()).mean())
