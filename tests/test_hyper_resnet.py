@@ -155,3 +155,119 @@ def test_state_dict_roundtrip_weights_only(tmp_path, rng):
         torch.testing.assert_close(other(x, i), model(x, i), atol=0, rtol=0)
     model.freeze_weights(i)
     assert not any("frozen" in k for k in model.state_dict())
+
+
+def _loop_over_samples(model, x, i):
+    return torch.cat([model(x[b:b + 1], i[b]) for b in range(x.shape[0])])
+
+
+@pytest.mark.parametrize("per_sample", ["generate", "affine"])
+@pytest.mark.parametrize("pattern", ["distinct", "few-groups", "many-groups", "one-group"])
+def test_per_sample_formulations_equal_loop_over_samples(per_sample, pattern, rng):
+    """Every per-sample path (grouped conv, segments sorted by descriptor, affine) = one sample at a time."""
+    model = _small(18).eval()
+    model.per_sample = per_sample
+    x = torch.randn(6, 3, 16, 16)
+    base = torch.from_numpy(rng.random((6, 2))).float()
+    rows = {"distinct": [0, 1, 2, 3, 4, 5], "few-groups": [0, 1, 0, 1, 1, 0], "many-groups": [0, 1, 2, 3, 0, 1],
+            "one-group": [2] * 6}[pattern]
+    i = base[rows]
+    with torch.no_grad():
+        got = model(x, i)
+        ref = _loop_over_samples(model, x, i)
+    torch.testing.assert_close(got, ref, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("per_sample", ["generate", "affine"])
+def test_per_sample_training_gradients_match_loop(per_sample, rng):
+    """Train mode (batch-statistics BatchNorm): gradients to the parameters and to i equal those of
+    the per-sample grouped path, for every formulation."""
+    x = torch.randn(4, 3, 16, 16)
+    i0 = torch.from_numpy(rng.random((4, 2))).float()
+    grads = []
+    for mode in ("generate", per_sample):
+        model = _small(18, dtype=torch.float64).train()
+        model.per_sample = mode
+        i = i0.double().requires_grad_(True)
+        model(x.double(), i).pow(2).mean().backward()
+        grads.append([i.grad, model.out_weight.grad, model.embed.grad])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=1e-8, rtol=1e-6)
+
+
+def test_per_sample_mode_is_checked():
+    with pytest.raises(ValueError, match="per_sample"):
+        HyperResNet(18, stem="cifar", width=8, per_sample="nope")
+
+
+def test_frozen_descriptor_serves_eval_without_generating(rng, monkeypatch):
+    """In eval under no_grad, forward(x, i) with the frozen descriptor (shared or repeated per sample)
+    uses the cache; another descriptor, or a parameter changed in place, regenerates."""
+    model = _small(18).eval()
+    x = torch.randn(2, 3, 16, 16)
+    i = torch.from_numpy(rng.random(2)).float()
+    with torch.no_grad():
+        model.freeze_weights(i)
+        calls = []
+        real = model.generate_flat
+        monkeypatch.setattr(model, "generate_flat", lambda d: calls.append(d) or real(d))
+        ref = model(x)
+        torch.testing.assert_close(model(x, i), ref, atol=0, rtol=0)
+        torch.testing.assert_close(model(x, i.expand(2, 2).clone()), ref, atol=0, rtol=0)
+        assert calls == []
+        model(x, 1 - i)
+        assert len(calls) == 1
+        model.out_bias.add_(1.0)
+        model(x, i)
+        assert len(calls) == 2
+    model(x, i)  # autograd on and trainable parameters: never the detached cache
+    assert len(calls) == 3
+
+
+@pytest.mark.parametrize("per_sample", ["generate", "affine"])
+def test_bf16_autocast_end_to_end_cpu(per_sample, rng):
+    """bf16 autocast on CPU: forward and backward run, generation stays in the parameters' dtype,
+    features are close to float32."""
+    model = _small(18).train()
+    model.per_sample = per_sample
+    x = torch.randn(3, 3, 16, 16)
+    i = torch.from_numpy(rng.random((3, 2))).float()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = model(x, i)
+        out_shared = model(x, i[0])
+    assert out.dtype == torch.bfloat16 and out_shared.dtype == torch.bfloat16
+    (out.float().pow(2).mean() + out_shared.float().pow(2).mean()).backward()
+    assert model.out_weight.grad is not None and model.out_weight.grad.dtype == torch.float32
+    assert bool(torch.isfinite(model.out_weight.grad).all())
+    model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        low = model(x, i).float()
+    with torch.no_grad():
+        full = model(x, i)
+    torch.testing.assert_close(low, full, atol=0.1 * float(full.abs().max()), rtol=0.05)
+
+
+def test_bf16_model_generates_in_bf16(rng):
+    model = _small(18).to(torch.bfloat16).eval()
+    i = torch.from_numpy(rng.random((2, 2))).float()
+    flat = model.generate_flat(i.to(torch.bfloat16))
+    assert flat.dtype == torch.bfloat16
+    ref = model.float().generate_flat(i)
+    torch.testing.assert_close(flat.float(), ref, atol=0.05, rtol=0.05)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("per_sample", ["generate", "affine"])
+def test_cuda_model_matches_cpu(per_sample, rng):
+    model = _small(18).eval()
+    model.per_sample = per_sample
+    x = torch.randn(4, 3, 16, 16)
+    i = torch.from_numpy(rng.random((4, 2))).float()
+    with torch.no_grad():
+        ref = model(x, i)
+        cuda = model.cuda()
+        for mode in ("auto", "compiled"):
+            with backend.using(mode):
+                got = cuda(x.cuda(), i.cuda()).cpu()
+            torch.testing.assert_close(got, ref, atol=1e-3, rtol=1e-3)

@@ -10,9 +10,18 @@ is one grouped matrix product whose row ``b`` is the flat concatenation of every
 conv weight in ``(out, in, kh, kw)`` layout. ``generate`` runs the compiled op
 (``torch.ops.invfast.hyper_generate``, differentiable in ``hidden``, ``weight`` and ``bias``)
 when it can serve, and the torch reference below otherwise.
+
+Dispatch under backend mode ``auto`` (see :func:`implementation`):
+
+* CPU: the compiled op (AVX-512 row tiles, measured faster than the reference; docs/models.md).
+* CUDA: the torch reference, because the CUDA kernels have not yet been measured on a GPU and
+  invfast makes a compiled kernel the default only where it was measured faster than the torch path
+  on that device. Opt in with ``INVFAST_HYPER_CUDA=compiled`` (environment, read at each call) or
+  ``invfast.backend.use("compiled")`` / ``backend.using("compiled")``.
 """
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import torch
@@ -35,6 +44,9 @@ def _check(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, offse
     ):
         raise ValueError(f"offsets must be L+1={hidden.shape[1] + 1} non-decreasing row starts from 0 to "
                          f"N={weight.shape[0]}, got {len(offs)} entries")
+    if not (hidden.device == weight.device == bias.device):
+        raise ValueError(f"hidden, weight and bias must be on one device, got {hidden.device}, {weight.device}, "
+                         f"{bias.device}")
     if not (hidden.dtype == weight.dtype == bias.dtype):
         raise TypeError(f"hidden, weight and bias must share a dtype, got {hidden.dtype}, {weight.dtype}, {bias.dtype}")
     return offs
@@ -67,9 +79,36 @@ def hyper_generate_backward_reference(grad: torch.Tensor, hidden: torch.Tensor, 
     return gh, gw, grad.sum(0)
 
 
+CUDA_ENV = "INVFAST_HYPER_CUDA"
+"""Environment variable: ``compiled`` makes ``auto`` use the (unmeasured) CUDA kernels."""
+
+
+def implementation(device: torch.device | str) -> str:
+    """'compiled' or 'reference': what :func:`generate` runs on ``device`` under the current mode."""
+    dev = torch.device(device)
+    mode = backend.mode()
+    if mode == "reference":
+        return "reference"
+    if dev.type == "cuda" and mode == "auto" and os.environ.get(CUDA_ENV, "") != "compiled":
+        return "reference"  # not yet measured faster than the torch path on a GPU
+    return "compiled" if "hyper_generate" in backend.compiled_ops() and _device_ok(dev) else "reference"
+
+
+def _device_ok(dev: torch.device) -> bool:
+    if dev.type == "cpu":
+        return True
+    if dev.type == "cuda":
+        mod = _loader.load()
+        return mod is not None and bool(mod.built_with_cuda())
+    return False
+
+
 def generate(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, offsets: Sequence[int]) -> torch.Tensor:
-    """All generated kernels for B descriptors: [B, N] (see module docstring); differentiable."""
+    """All generated kernels for B descriptors: hidden [B, L, H], weight [N, H], bias [N] (one dtype,
+    one device), offsets (L + 1 ints) -> [B, N] (see module docstring); differentiable."""
     offs = _check(hidden, weight, bias, offsets)
+    if backend.mode() == "auto" and implementation(hidden.device) == "reference":
+        return hyper_generate_reference(hidden, weight, bias, offs)
     return backend.call("hyper_generate", hidden, weight, bias, offs)
 
 
