@@ -38,7 +38,7 @@ class TensorSource(Source):
 
     def load(self, indices: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         idx = torch.as_tensor(indices, dtype=torch.long, device=self.images.device)
-        return self.images[idx], torch.ones(idx.numel(), dtype=torch.bool)
+        return self.images[idx], torch.ones(idx.numel(), dtype=torch.bool, device="cpu")  # host: which loaded
 
     def get(self, indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
         return to_uint8(self.images[torch.as_tensor(indices, dtype=torch.long, device=self.images.device)])
