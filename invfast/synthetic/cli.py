@@ -18,6 +18,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=32, help="image side in pixels (default 32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split", default="train", help="split name, keys an independent random stream")
+    p.add_argument("--order", choices=("canonical", "random"), default="canonical",
+                   help="order of the transformation types per sample: one fixed order (canonical, default) or "
+                   "a random order per sample, reproducible by index (random); see docs/synthetic.md")
     p.add_argument("--out", default=None, help="output folder (sharded .npy + manifest.json)")
     p.add_argument("--overwrite", action="store_true", help="replace a folder that holds a different dataset")
     p.add_argument("--batch-size", type=int, default=2048)
@@ -40,7 +43,8 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("give at most one of --background-dir and --random-backgrounds")
         backgrounds = RANDOM_BACKGROUNDS if args.random_backgrounds else args.background_dir
         ds = Transforms2D(objects, transforms, size=args.size, n=args.n, seed=args.seed, split=args.split,
-                          backgrounds=backgrounds, n_classes=args.objects if args.object_dir else None)
+                          backgrounds=backgrounds, n_classes=args.objects if args.object_dir else None,
+                          order=args.order)
         if args.preview:
             from invfast.synthetic.preview import preview_grid
 

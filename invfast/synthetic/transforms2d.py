@@ -15,11 +15,22 @@ from invfast.ops import synth as synth_ops
 from invfast.ops.synth import COLOR_FLAGS, composite
 from invfast.synthetic import ops2d, rng
 from invfast.synthetic.banks import ObjectBank, bank_checksum, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects
-from invfast.synthetic.recipe import IDENTITY, PARAM_NAMES, Recipe, TRANSFORMATIONS, canonical, sample
+from invfast.synthetic.recipe import BINARY, GEOMETRIC, PARAM_NAMES, Recipe, canonical, sample
 
 FORMAT_VERSION = 1
 DEFAULT_SIZES = {"train": 50_000, "val": 10_000, "test": 10_000}
 RANDOM_BACKGROUNDS = "uniform-random"
+#: the split names with a default size; ``invfast.synthetic.check_split`` accepts only these
+SPLITS: tuple[str, ...] = tuple(DEFAULT_SIZES)
+#: per-sample orders of the transformation types (see ``Transforms2D``)
+ORDERS: tuple[str, ...] = ("canonical", "random")
+#: geometric types that are linear maps about the object's centre (translate is the placement)
+LINEAR_GEOMETRIC: tuple[str, ...] = ("rotate", "scale", "shear", "vflip", "hflip")
+#: the order of application with ``order='canonical'`` (colour types fused in one pass; the geometric
+#: types fused in one warp that also places the object; noise on the placed object)
+CANONICAL_ORDER: tuple[str, ...] = ("hue", "brightness", "contrast", "grayscale", "posterize", "invert", "sharpen",
+                                    "blur", "pixelate", "elastic", "erasing", "hflip", "vflip", "shear", "scale",
+                                    "rotate", "translate", "noise")
 _CHUNK_PER_THREAD = 256  # samples per thread rendered together: intermediates stay in cache
 
 Batch = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
@@ -107,7 +118,7 @@ class Transforms2D(torch.utils.data.Dataset):
         objects: int (the first that many built-in objects), list of built-in object indices,
             an :class:`ObjectBank`, or a folder in the SI-score layout. Object ``i`` is class ``i``.
         transforms: transformation types (names from ``TRANSFORMATIONS`` or 'rotate,hue,blur');
-            all are applied to every sample, in a fixed order (see ``docs/synthetic.md``).
+            all are applied to every sample (the order they are listed in does not matter).
         size: image side in pixels.
         n: number of samples (default 50 000 / 10 000 / 10 000 for train / val / test).
         seed: dataset seed. ``split`` keys an independent stream, so splits never share samples.
@@ -115,6 +126,9 @@ class Transforms2D(torch.utils.data.Dataset):
             (a fresh uniform-random background per sample).
         n_classes: use only the first ``n_classes`` objects (error if the bank has fewer).
         recipe: distribution constants (:class:`Recipe`, SPEC §2.3 by default).
+        order: ``'canonical'`` (default): every sample in one fixed order of the types (see
+            ``docs/synthetic.md``); ``'random'``: each sample in its own random order, a pure function of
+            (seed, split, index) like everything else (:meth:`orders` lists it).
 
     ``ds[idx]`` -> (image float32 [3, size, size] in [0, 1], label int, params dict[str, float]).
     Params are the latent factors (``PARAM_NAMES``): object centre ``x, y`` (fraction of the image
@@ -125,7 +139,9 @@ class Transforms2D(torch.utils.data.Dataset):
 
     def __init__(self, objects: Any = 61, transforms: Any = (), size: int = 32, n: int | None = None,
                  seed: int = 0, split: str = "train", backgrounds: Any = None, n_classes: int | None = None,
-                 recipe: Recipe | None = None):
+                 recipe: Recipe | None = None, order: str = "canonical"):
+        if order not in ORDERS:
+            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         if not isinstance(size, (int, np.integer)) or size < 8:
             raise ValueError(f"size must be an int >= 8 pixels, got {size!r}")
         if not isinstance(split, str) or not split:
@@ -143,6 +159,7 @@ class Transforms2D(torch.utils.data.Dataset):
         self.n = int(n)
         self.seed = int(seed)
         self.split = split
+        self.order = order
         self.recipe = recipe or Recipe()
         self.objects = _as_objects(objects, n_classes)
         self.backgrounds = _as_backgrounds(backgrounds, self.size)
@@ -199,7 +216,7 @@ class Transforms2D(torch.utils.data.Dataset):
         return images, labels, params
 
     def _render(self, keys: np.ndarray, labels: np.ndarray | None = None) -> Batch:
-        B, S, rec, T = keys.shape[0], self.size, self.recipe, set(self.transforms)
+        B, S, rec = keys.shape[0], self.size, self.recipe
         if labels is None:
             labels = rng.integers(keys, "object", self.num_classes)
         p = sample(keys, self.transforms, rec)
@@ -207,64 +224,11 @@ class Transforms2D(torch.utils.data.Dataset):
         if B == 0:
             return (torch.zeros(0, 3, S, S, dtype=torch.uint8), torch.zeros(0, dtype=torch.int64),
                     {k: torch.zeros(0, dtype=torch.float64) for k in PARAM_NAMES})
-
-        def mask(name: str) -> torch.Tensor:
-            return torch.from_numpy(p[name] > 0.5)
-
-        # 1. colour (straight colour, alpha kept), fused in one op; sharpen is a neighbourhood op
-        colour = [t for t in COLOR_FLAGS if t in T]
-        if colour:
-            flags = np.zeros(B, np.int64)
-            for t in colour:
-                on = p[t] > 0.5 if t in ("grayscale", "posterize", "invert") else np.ones(B, bool)
-                flags |= np.where(on, COLOR_FLAGS[t], 0)
-            pm = synth_ops.color(pm, torch.from_numpy(p["hue"]), torch.from_numpy(p["brightness"]),
-                                 torch.from_numpy(p["contrast"]), torch.from_numpy(flags), rec.posterize_bits)
-        if "sharpen" in T:
-            m = mask("sharpen")
-            if bool(m.any()):
-                rgb, a = ops2d.unpremultiply(pm[m])
-                pm[m] = ops2d.premultiply(ops2d.sharpen(rgb, rec.sharpen_factor), a)
-        # 2. corruptions in the object's frame
-        if "blur" in T:
-            pm = synth_ops.blur(pm, ops2d.gaussian_kernels(torch.from_numpy(p["blur_sigma"]), rec.blur_kernel))
-        if "pixelate" in T:
-            m = mask("pixelate")
-            if bool(m.any()):
-                pm[m] = ops2d.pixelate(pm[m], rec.pixelate_ratio)
-        if "elastic" in T:
-            m = mask("elastic")
-            if bool(m.any()):
-                km = keys[m.numpy()]
-                field = rng.uniform(km, "elastic-field", 2 * S * S).reshape(-1, 2, S, S) * 2.0 - 1.0
-                pm[m] = ops2d.elastic(pm[m], torch.from_numpy(field).to(torch.float32), rec.elastic_alpha,
-                                      rec.elastic_sigma * S / 32.0)
-        if "erasing" in T:
-            m = mask("erasing")
-            if bool(m.any()):
-                mn = m.numpy()
-                side = max(1, int(round(rec.erase_side_32 * S / 32.0)))
-                y0, y1, x0, x1 = _alpha_box(pm[m])
-                u = rng.uniform(keys[mn], "erase-position", 2)
-                cy = y0 + u[:, 0] * (y1 - y0)
-                cx = x0 + u[:, 1] * (x1 - x0)
-                top = np.clip(np.floor(cy - side / 2.0), 0, S - side).astype(np.int64)
-                left = np.clip(np.floor(cx - side / 2.0), 0, S - side).astype(np.int64)
-                pm[m] = ops2d.erase(pm[m], torch.from_numpy(top), torch.from_numpy(left), side)
-                p["erase_y"][mn] = (top + side / 2.0) / S
-                p["erase_x"][mn] = (left + side / 2.0) / S
-        # 3. geometry: one fused affine warp (flip, shear, scale, rotate, then translate)
-        if T & {"translate", "rotate", "scale", "shear", "vflip", "hflip"}:
-            pm = self._warp(pm, keys, p)
-        # 4. noise on the placed object (two-sided, clamped, alpha kept)
-        if "noise" in T:
-            m = mask("noise")
-            if bool(m.any()):
-                rgb, a = ops2d.unpremultiply(pm[m])
-                z = rng.normal(keys[m.numpy()], "noise-pixels", 3 * S * S).reshape(-1, 3, S, S)
-                rgb = (rgb + torch.from_numpy(z).to(torch.float32) * rec.noise_std).clamp_(0.0, 1.0)
-                pm[m] = ops2d.premultiply(rgb, a)
-        # 5. composite
+        if self.order == "random":
+            pm = self._transform_random_order(pm, keys, p)
+        else:
+            pm = self._transform_canonical(pm, keys, p)
+        # composite
         if isinstance(self.backgrounds, str):
             px = rng.uniform(keys, "background-pixels", 3 * S * S)
             bgs = torch.from_numpy(np.minimum(np.floor(px * 256.0), 255).astype(np.uint8).reshape(B, 3, S, S))
@@ -278,38 +242,138 @@ class Transforms2D(torch.utils.data.Dataset):
         params = {k: torch.from_numpy(np.ascontiguousarray(p[k], dtype=np.float64)) for k in PARAM_NAMES}
         return images, torch.from_numpy(labels.astype(np.int64)), params
 
-    def _warp(self, pm: torch.Tensor, keys: np.ndarray, p: dict[str, np.ndarray]) -> torch.Tensor:
-        S = self.size
-        th = np.deg2rad(p["angle"])
-        c, s = np.cos(th), np.sin(th)
-        tx, ty = np.tan(np.deg2rad(p["shear_x"])), np.tan(np.deg2rad(p["shear_y"]))
-        fx, fy = 1.0 - 2.0 * p["hflip"], 1.0 - 2.0 * p["vflip"]
-        sc = p["scale"]
-        # Sh = [[1, tx], [ty, 1 + tx ty]] (x-shear then y-shear, det 1); L = Sh @ diag(fx, fy) * sc
-        l00, l01, l10, l11 = sc * fx, sc * tx * fy, sc * ty * fx, sc * (1.0 + tx * ty) * fy
-        # M = R @ L with R = [[c, s], [-s, c]] (counter-clockwise as displayed)
-        m00, m01 = c * l00 + s * l10, c * l01 + s * l11
-        m10, m11 = -s * l00 + c * l10, -s * l01 + c * l11
-        det = m00 * m11 - m01 * m10
-        inv = np.stack([np.stack([m11, -m01], -1), np.stack([-m10, m00], -1)], -2) / det[:, None, None]
+    def _transform_canonical(self, pm: torch.Tensor, keys: np.ndarray, p: dict[str, np.ndarray]) -> torch.Tensor:
+        """The fixed order: colour (fused), sharpen, blur, pixelate, elastic, erasing in the object's frame,
+        one fused affine warp (flip, shear, scale, rotate, then placement), noise on the placed object."""
+        B, rec, T = keys.shape[0], self.recipe, set(self.transforms)
+        colour = [t for t in COLOR_FLAGS if t in T]
+        if colour:
+            flags = np.zeros(B, np.int64)
+            for t in colour:
+                on = p[t] > 0.5 if t in ("grayscale", "posterize", "invert") else np.ones(B, bool)
+                flags |= np.where(on, COLOR_FLAGS[t], 0)
+            pm = synth_ops.color(pm, torch.from_numpy(p["hue"]), torch.from_numpy(p["brightness"]),
+                                 torch.from_numpy(p["contrast"]), torch.from_numpy(flags), rec.posterize_bits)
+        for t in ("sharpen", "blur", "pixelate", "elastic", "erasing"):
+            if t in T:
+                pm = self._apply_local(t, pm, np.ones(B, bool) if t == "blur" else p[t] > 0.5, keys, p)
+        if T & set(GEOMETRIC):
+            pm = self._place(pm, keys, p, _canonical_linear(p))
+        if "noise" in T:
+            pm = self._apply_local("noise", pm, p["noise"] > 0.5, keys, p)
+        return pm
+
+    def _transform_random_order(self, pm: torch.Tensor, keys: np.ndarray, p: dict[str, np.ndarray]) -> torch.Tensor:
+        """Each sample's types in its own random order (:meth:`orders`). Consecutive linear geometric
+        types (rotate, scale, shear, flips; about the object's centre) are fused into one warp, made before
+        the next non-geometric type; translate is the final placement of the transformed object (as in
+        the canonical order), wherever it falls in the order."""
+        B, rec = keys.shape[0], self.recipe
+        perm = self._order_indices(keys)
+        L = np.broadcast_to(np.eye(2), (B, 2, 2)).copy()
+        pending = np.zeros(B, bool)
+        for step in range(perm.shape[1]):
+            for j, t in enumerate(self.transforms):
+                sel = perm[:, step] == j
+                if not sel.any() or t == "translate":
+                    continue
+                if t in LINEAR_GEOMETRIC:
+                    L[sel] = np.einsum("bij,bjk->bik", _type_matrix(t, p, sel), L[sel])
+                    pending |= sel
+                    continue
+                on = sel & (p[t] > 0.5) if t in BINARY else sel
+                if not on.any():
+                    continue
+                flush = on & pending
+                if flush.any():
+                    m = torch.from_numpy(flush)
+                    inv = np.linalg.inv(L[flush])
+                    pm[m] = synth_ops.warp(pm[m], torch.from_numpy(inv), torch.zeros(int(flush.sum()), 2), True)
+                    L[flush] = np.eye(2)
+                    pending &= ~flush
+                if t in COLOR_FLAGS:
+                    m = torch.from_numpy(on)
+                    flags = torch.full((int(on.sum()),), COLOR_FLAGS[t], dtype=torch.int64)
+                    pm[m] = synth_ops.color(pm[m], torch.from_numpy(p["hue"][on]),
+                                            torch.from_numpy(p["brightness"][on]),
+                                            torch.from_numpy(p["contrast"][on]), flags, rec.posterize_bits)
+                else:
+                    pm = self._apply_local(t, pm, on, keys, p)
+        if set(self.transforms) & set(GEOMETRIC):
+            pm = self._place(pm, keys, p, L)
+        return pm
+
+    def _apply_local(self, t: str, pm: torch.Tensor, on: np.ndarray, keys: np.ndarray,
+                     p: dict[str, np.ndarray]) -> torch.Tensor:
+        """Apply the non-colour, non-geometric type ``t`` to the samples where ``on`` [B] is True."""
+        if not on.any():
+            return pm
+        S, rec = self.size, self.recipe
+        if t == "blur":
+            taps = ops2d.gaussian_kernels(torch.from_numpy(p["blur_sigma"][on]), rec.blur_kernel)
+            if on.all():
+                return synth_ops.blur(pm, taps)
+            m = torch.from_numpy(on)
+            pm[m] = synth_ops.blur(pm[m], taps)
+            return pm
+        m = torch.from_numpy(on)
+        if t == "sharpen":
+            rgb, a = ops2d.unpremultiply(pm[m])
+            pm[m] = ops2d.premultiply(ops2d.sharpen(rgb, rec.sharpen_factor), a)
+        elif t == "pixelate":
+            pm[m] = ops2d.pixelate(pm[m], rec.pixelate_ratio)
+        elif t == "elastic":
+            field = rng.uniform(keys[on], "elastic-field", 2 * S * S).reshape(-1, 2, S, S) * 2.0 - 1.0
+            pm[m] = ops2d.elastic(pm[m], torch.from_numpy(field).to(torch.float32), rec.elastic_alpha,
+                                  rec.elastic_sigma * S / 32.0)
+        elif t == "erasing":
+            side = max(1, int(round(rec.erase_side_32 * S / 32.0)))
+            y0, y1, x0, x1 = _alpha_box(pm[m])
+            u = rng.uniform(keys[on], "erase-position", 2)
+            cy = y0 + u[:, 0] * (y1 - y0)
+            cx = x0 + u[:, 1] * (x1 - x0)
+            top = np.clip(np.floor(cy - side / 2.0), 0, S - side).astype(np.int64)
+            left = np.clip(np.floor(cx - side / 2.0), 0, S - side).astype(np.int64)
+            pm[m] = ops2d.erase(pm[m], torch.from_numpy(top), torch.from_numpy(left), side)
+            p["erase_y"][on] = (top + side / 2.0) / S
+            p["erase_x"][on] = (left + side / 2.0) / S
+        elif t == "noise":  # two-sided, clamped, alpha kept
+            rgb, a = ops2d.unpremultiply(pm[m])
+            z = rng.normal(keys[on], "noise-pixels", 3 * S * S).reshape(-1, 3, S, S)
+            rgb = (rgb + torch.from_numpy(z).to(torch.float32) * rec.noise_std).clamp_(0.0, 1.0)
+            pm[m] = ops2d.premultiply(rgb, a)
+        else:
+            raise AssertionError(f"not a local type: {t}")
+        return pm
+
+    def _place(self, pm: torch.Tensor, keys: np.ndarray, p: dict[str, np.ndarray], m: np.ndarray) -> torch.Tensor:
+        """Warp ``pm`` by the linear map ``m`` [B, 2, 2] (normalised coordinates, about the canvas centre)
+        and, with translate, place it (:func:`placement`); sets ``p['x']``, ``p['y']``."""
         offset = np.zeros((keys.shape[0], 2))
         if "translate" in self.transforms:
-            y0, y1, x0, x1 = _alpha_box(pm)
-            # box edges in normalised coordinates, widened by half a pixel for bilinear support
-            ex0, ex1 = (x0 - 0.5) * 2.0 / S - 1.0, (x1 + 1.5) * 2.0 / S - 1.0
-            ey0, ey1 = (y0 - 0.5) * 2.0 / S - 1.0, (y1 + 1.5) * 2.0 / S - 1.0
-            cx = np.stack([ex0, ex1, ex0, ex1], 1)
-            cy = np.stack([ey0, ey0, ey1, ey1], 1)
-            X = m00[:, None] * cx + m01[:, None] * cy
-            Y = m10[:, None] * cx + m11[:, None] * cy
-            u = rng.uniform(keys, "translate", 2)
-            lo_x, hi_x = -1.0 - X.min(1), 1.0 - X.max(1)
-            lo_y, hi_y = -1.0 - Y.min(1), 1.0 - Y.max(1)
-            offset[:, 0] = lo_x + u[:, 0] * (hi_x - lo_x)
-            offset[:, 1] = lo_y + u[:, 1] * (hi_y - lo_y)
+            X, Y = _box_corners(_alpha_box(pm), m, self.size)
+            offset = placement(X, Y, rng.uniform(keys, "translate", 2))
         p["x"] = (offset[:, 0] + 1.0) / 2.0
         p["y"] = (offset[:, 1] + 1.0) / 2.0
-        return synth_ops.warp(pm, torch.from_numpy(inv), torch.from_numpy(offset), True)
+        det = m[:, 0, 0] * m[:, 1, 1] - m[:, 0, 1] * m[:, 1, 0]
+        inv = np.stack([np.stack([m[:, 1, 1], -m[:, 0, 1]], -1), np.stack([-m[:, 1, 0], m[:, 0, 0]], -1)], -2)
+        return synth_ops.warp(pm, torch.from_numpy(inv / det[:, None, None]), torch.from_numpy(offset), True)
+
+    def _order_indices(self, keys: np.ndarray) -> np.ndarray:
+        """Random order per sample, int64 [B, K]: row b lists indices into ``self.transforms`` in order."""
+        K = len(self.transforms)
+        return np.argsort(rng.uniform(keys, "order", K), axis=1, kind="stable").astype(np.int64)
+
+    def orders(self, indices: Iterable[int]) -> list[tuple[str, ...]]:
+        """The order in which each sample's transformation types are applied (one tuple of names per index).
+
+        With ``order='random'`` the linear geometric types run at their position (consecutive ones fused
+        into one warp) and translate places the finished object last whatever its position."""
+        idx = _as_indices(indices, self.n)
+        if self.order == "canonical":
+            return [tuple(t for t in CANONICAL_ORDER if t in self.transforms)] * idx.size
+        perm = self._order_indices(rng.sample_keys(self.seed, self.split, idx))
+        return [tuple(self.transforms[j] for j in row) for row in perm]
 
     # ------------------------------------------------------------------ identity and storage
     def config(self) -> dict[str, Any]:
@@ -322,6 +386,8 @@ class Transforms2D(torch.utils.data.Dataset):
             "split": self.split, "objects": {"source": self.objects.source, "names": list(self.objects.names),
                                              "sha256": self.objects.checksum()},
             "backgrounds": bg, "recipe": self.recipe.to_dict(), "params": list(PARAM_NAMES),
+            # only when not the default, so canonical datasets keep the fingerprints they always had
+            **({"order": self.order} if self.order != "canonical" else {}),
         }
 
     def fingerprint(self) -> str:
@@ -337,7 +403,8 @@ class Transforms2D(torch.utils.data.Dataset):
 
     def __repr__(self) -> str:
         return (f"Transforms2D(objects={self.num_classes}, transforms={list(self.transforms)}, size={self.size}, "
-                f"n={self.n}, seed={self.seed}, split={self.split!r})")
+                f"n={self.n}, seed={self.seed}, split={self.split!r}"
+                + (f", order={self.order!r})" if self.order != "canonical" else ")"))
 
 
 def _alpha_box(pm: torch.Tensor) -> tuple[np.ndarray, ...]:
@@ -357,3 +424,88 @@ def _alpha_box(pm: torch.Tensor) -> tuple[np.ndarray, ...]:
     y0, y1 = first_last(rows, S_h)
     x0, x1 = first_last(cols, S_w)
     return y0, y1, x0, x1
+
+
+def check_split(split: str) -> str:
+    """``split`` if it is one of :data:`SPLITS` (``train``, ``val``, ``test``), else ValueError naming them.
+
+    For spec parsers (``synthetic:...,split=NAME``); :class:`Transforms2D` itself also takes other names
+    with an explicit ``n`` (each name keys an independent stream)."""
+    if not isinstance(split, str) or split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
+def _box_corners(box: tuple[np.ndarray, ...], m: np.ndarray, S: int) -> tuple[np.ndarray, np.ndarray]:
+    """Corners (X, Y) [B, 4] of the pixel ``box`` (y0, y1, x0, x1 of :func:`_alpha_box`) mapped by ``m``
+    [B, 2, 2], normalised coordinates relative to the canvas centre."""
+    y0, y1, x0, x1 = box
+    # box edges in normalised coordinates, widened by half a pixel for bilinear support
+    ex0, ex1 = (x0 - 0.5) * 2.0 / S - 1.0, (x1 + 1.5) * 2.0 / S - 1.0
+    ey0, ey1 = (y0 - 0.5) * 2.0 / S - 1.0, (y1 + 1.5) * 2.0 / S - 1.0
+    cx = np.stack([ex0, ex1, ex0, ex1], 1)
+    cy = np.stack([ey0, ey0, ey1, ey1], 1)
+    return m[:, 0, 0, None] * cx + m[:, 0, 1, None] * cy, m[:, 1, 0, None] * cx + m[:, 1, 1, None] * cy
+
+
+def placement(X: np.ndarray, Y: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Where the object goes: offsets float64 [B, 2] (x, y) of its centre, normalised (−1, 1 = image edges).
+
+    ``X``, ``Y`` [B, 4]: corners of the object's (transformed) bounding box relative to its centre, in the
+    same units; ``u`` [B, 2]: uniforms in [0, 1). Per axis, a box that fits is placed uniformly inside the
+    image. A box longer than the image (a sheared/scaled object) is placed uniformly among the positions
+    where it covers the image *and* its centre lies inside the image, so the centre never leaves the
+    image (the original pastes into an image-sized canvas, which clips the object the same way).
+    """
+    out = np.empty((X.shape[0], 2))
+    for j, C in enumerate((X, Y)):
+        lo, hi = -1.0 - C.min(1), 1.0 - C.max(1)  # fits: lo <= hi; covers the image: hi <= offset <= lo
+        # offset = a + u (b - a) with a = lo, b = hi when it fits; when it does not, [b, a] = [hi, lo]
+        # (the covering positions) cut to the image [-1, 1]
+        big = lo > hi
+        a = np.where(big, np.minimum(lo, 1.0), lo)
+        b = np.where(big, np.maximum(hi, -1.0), hi)
+        # a centre outside its own box (never for the centred base layout): the nearest point inside
+        bad = big & (b > a)
+        mid = np.clip(0.5 * (lo + hi), -1.0, 1.0)
+        a, b = np.where(bad, mid, a), np.where(bad, mid, b)
+        out[:, j] = np.clip(a + u[:, j] * (b - a), -1.0, 1.0)
+    return out
+
+
+def _canonical_linear(p: dict[str, np.ndarray]) -> np.ndarray:
+    """The canonical order's linear map [B, 2, 2]: flip, then shear, scale, rotate (normalised coordinates)."""
+    th = np.deg2rad(p["angle"])
+    c, s = np.cos(th), np.sin(th)
+    tx, ty = np.tan(np.deg2rad(p["shear_x"])), np.tan(np.deg2rad(p["shear_y"]))
+    fx, fy = 1.0 - 2.0 * p["hflip"], 1.0 - 2.0 * p["vflip"]
+    sc = p["scale"]
+    # Sh = [[1, tx], [ty, 1 + tx ty]] (x-shear then y-shear, det 1); L = Sh @ diag(fx, fy) * sc
+    l00, l01, l10, l11 = sc * fx, sc * tx * fy, sc * ty * fx, sc * (1.0 + tx * ty) * fy
+    # M = R @ L with R = [[c, s], [-s, c]] (counter-clockwise as displayed)
+    return np.stack([np.stack([c * l00 + s * l10, c * l01 + s * l11], -1),
+                     np.stack([-s * l00 + c * l10, -s * l01 + c * l11], -1)], -2)
+
+
+def _type_matrix(t: str, p: dict[str, np.ndarray], sel: np.ndarray) -> np.ndarray:
+    """The linear map [n, 2, 2] of one geometric type for the samples ``sel`` (same conventions as
+    :func:`_canonical_linear`)."""
+    n = int(sel.sum())
+    one, zero = np.ones(n), np.zeros(n)
+    if t == "rotate":
+        th = np.deg2rad(p["angle"][sel])
+        c, s = np.cos(th), np.sin(th)
+        rows = ((c, s), (-s, c))
+    elif t == "scale":
+        sc = p["scale"][sel]
+        rows = ((sc, zero), (zero, sc))
+    elif t == "shear":
+        tx, ty = np.tan(np.deg2rad(p["shear_x"][sel])), np.tan(np.deg2rad(p["shear_y"][sel]))
+        rows = ((one, tx), (ty, 1.0 + tx * ty))
+    elif t == "hflip":
+        rows = ((1.0 - 2.0 * p["hflip"][sel], zero), (zero, one))
+    elif t == "vflip":
+        rows = ((one, zero), (zero, 1.0 - 2.0 * p["vflip"][sel]))
+    else:
+        raise ValueError(f"{t!r} is not a linear geometric type")
+    return np.stack([np.stack(r, -1) for r in rows], -2)
