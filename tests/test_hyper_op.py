@@ -1,10 +1,16 @@
-"""The batched weight-generation op against a naive per-kernel nn.Linear loop."""
+"""The batched weight-generation op against a naive per-kernel nn.Linear loop, the torch
+reference and float64; dispatch rules; a CUDA tier (``-m cuda``, skipped without a GPU)."""
 import pytest
 import torch
 from torch import nn
 
-from invfast import backend
+from invfast import _loader, backend
 from invfast.ops import hyper
+
+def _cuda_built() -> bool:
+    mod = _loader.load()
+    return mod is not None and bool(mod.built_with_cuda())
+
 
 compiled = pytest.mark.skipif("hyper_generate" not in backend.compiled_ops(), reason="compiled core without hyper ops")
 
@@ -104,3 +110,122 @@ def test_bad_inputs():
         hyper.generate(hidden, weight, bias, [0, 5, 6])
     with pytest.raises(TypeError, match="dtype"):
         hyper.generate(hidden.double(), weight, bias, offs)
+
+
+_TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+def _random_problem(b, h, dtype, seed, device="cpu"):
+    """Random odd kernel sizes (some tiny, some not a multiple of the 16-row tile), values ~ N(0, 1)."""
+    g = torch.Generator().manual_seed(seed)
+    sizes = [int(s) * 2 + 1 for s in torch.randint(0, 1500, (int(torch.randint(1, 7, (1,), generator=g)),),
+                                                   generator=g)]
+    offs = [0]
+    for s in sizes:
+        offs.append(offs[-1] + s)
+    mk = lambda *shape: torch.randn(*shape, generator=g).to(dtype).to(device)  # noqa: E731
+    return mk(b, len(sizes), h), mk(offs[-1], h), mk(offs[-1]), offs
+
+
+def _close_to_float64(out, hidden, weight, bias, offs, dtype):
+    exact = hyper.hyper_generate_reference(hidden.double().cpu(), weight.double().cpu(), bias.double().cpu(), offs)
+    scale = float(exact.abs().max()) if exact.numel() else 1.0
+    torch.testing.assert_close(out.double().cpu(), exact, atol=_TOL[dtype] * scale, rtol=_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("b", [1, 2, 5, 8, 13, 64])
+@pytest.mark.parametrize("h", [32, 16, 48, 7])
+def test_random_shapes_op_and_reference_vs_float64(dtype, b, h):
+    """Compiled op (row tiles or the BLAS fallback) and torch reference both match float64."""
+    hidden, weight, bias, offs = _random_problem(b, h, dtype, seed=1000 * b + h)
+    with backend.using("auto"):
+        out = hyper.generate(hidden, weight, bias, offs)
+    assert out.dtype == dtype and out.shape == (b, offs[-1])
+    _close_to_float64(out, hidden, weight, bias, offs, dtype)
+    with backend.using("reference"):
+        _close_to_float64(hyper.generate(hidden, weight, bias, offs), hidden, weight, bias, offs, dtype)
+
+
+@compiled
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("b", [1, 8])
+def test_backward_reduced_precision_vs_float64(dtype, b):
+    hidden, weight, bias, offs = _random_problem(b, 32, dtype, seed=b)
+    g = torch.randn(b, offs[-1]).to(dtype)
+    got = torch.ops.invfast.hyper_generate_backward(g, hidden, weight, offs)
+    exact = hyper.hyper_generate_backward_reference(g.double(), hidden.double(), weight.double(), offs)
+    for a, e in zip(got, exact):
+        scale = float(e.abs().max())
+        torch.testing.assert_close(a.double(), e, atol=2e-2 * scale, rtol=2e-2)
+
+
+def test_non_contiguous_and_sliced_inputs():
+    """Views (sliced weight rows, transposed hidden) give the same result as contiguous copies."""
+    hidden, weight, bias, offs = _random_problem(3, 32, torch.float32, seed=7)
+    big = torch.randn(weight.shape[0] + 1, 32)
+    big[1:] = weight
+    hid_t = hidden.transpose(0, 1).contiguous().transpose(0, 1)
+    out = hyper.generate(hid_t, big[1:], bias, offs)
+    torch.testing.assert_close(out, hyper.generate(hidden, weight, bias, offs), atol=1e-6, rtol=1e-6)
+
+
+def test_dispatch_rules(monkeypatch):
+    """CPU auto runs the compiled op when built; CUDA auto keeps the torch reference until the CUDA
+    kernels are measured, unless INVFAST_HYPER_CUDA=compiled opts in; 'reference' is always honoured."""
+    monkeypatch.delenv(hyper.CUDA_ENV, raising=False)
+    built = "hyper_generate" in backend.compiled_ops()
+    with backend.using("auto"):
+        assert hyper.implementation("cpu") == ("compiled" if built else "reference")
+        assert hyper.implementation("cuda") == "reference"
+        monkeypatch.setenv(hyper.CUDA_ENV, "compiled")
+        assert hyper.implementation("cuda") == ("compiled" if built and _cuda_built() else "reference")
+    with backend.using("reference"):
+        assert hyper.implementation("cpu") == "reference"
+
+
+def test_mixed_devices_refused():
+    hidden, weight, bias, offs, _ = _problem([3, 4], 2, h=5)
+    with pytest.raises(ValueError, match="one device"):
+        hyper.generate(hidden, weight, bias.to("meta"), offs)
+
+
+cuda_op = pytest.mark.skipif(
+    not torch.cuda.is_available() or "hyper_generate" not in backend.compiled_ops()
+    or not _cuda_built(),
+    reason="needs a GPU and invfast built with CUDA")
+
+
+@pytest.mark.cuda
+@cuda_op
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+@pytest.mark.parametrize("b", [1, 3, 8, 15, 16, 64])
+@pytest.mark.parametrize("h", [32, 7])
+def test_cuda_op_vs_reference_and_float64(dtype, b, h):
+    """Both CUDA paths (row kernel for B < 16, cuBLAS from 16; vectorised for H = 32) vs float64."""
+    hidden, weight, bias, offs = _random_problem(b, h, dtype, seed=b * 100 + h, device="cuda")
+    tol_dtype = torch.float32 if dtype == torch.float64 else dtype
+    out = torch.ops.invfast.hyper_generate(hidden, weight, bias, offs)
+    _close_to_float64(out, hidden, weight, bias, offs, tol_dtype)
+    ref = hyper.hyper_generate_reference(hidden, weight, bias, offs)
+    _close_to_float64(ref, hidden, weight, bias, offs, tol_dtype)
+    g = torch.randn(b, offs[-1], device="cuda").to(dtype)
+    got = torch.ops.invfast.hyper_generate_backward(g, hidden, weight, offs)
+    exact = hyper.hyper_generate_backward_reference(g.double(), hidden.double(), weight.double(), offs)
+    for a, e in zip(got, exact):
+        scale = float(e.abs().max()) if e.numel() else 1.0
+        torch.testing.assert_close(a.double(), e, atol=2e-2 * scale, rtol=2e-2)
+
+
+@pytest.mark.cuda
+@cuda_op
+@pytest.mark.parametrize("b", [2, 16])
+def test_cuda_opcheck_and_gradcheck(b):
+    hidden, weight, bias, offs, _ = _problem([2, 7, 3, 0, 32], b, h=32, dtype=torch.float64, seed=8)
+    hidden, weight, bias = (t.cuda().requires_grad_(True) for t in (hidden, weight, bias))
+    torch.library.opcheck(torch.ops.invfast.hyper_generate.default, (hidden, weight, bias, offs))
+    g = torch.randn(b, offs[-1], dtype=torch.float64, device="cuda")
+    torch.library.opcheck(torch.ops.invfast.hyper_generate_backward.default,
+                          (g, hidden.detach(), weight.detach(), offs))
+    with backend.using("compiled"):
+        assert torch.autograd.gradcheck(lambda h, w, bb: hyper.generate(h, w, bb, offs), (hidden, weight, bias))
