@@ -13,10 +13,11 @@ tensor was made on the CPU for CUDA data. It catches, on a machine without a GPU
   generator's device; a CUDA generator would have raised there);
 - ``.item()``/``bool()``/``float()`` on such tensors (meta tensors have no values).
 
-It is stricter than CUDA in two places, on purpose: a 0-dim tensor made without ``device=`` may mix
-with CUDA data but not with the guarded CPU data, and ``torch.as_tensor(tensor)`` moves a tensor to
-the default device (as it would under ``torch.set_default_device("cuda")``). Both are fixed by
-creating tensors with ``device=`` of the data they meet, which the device rules ask for anyway.
+``torch.as_tensor(tensor)`` keeps the tensor on its device and ``torch.as_tensor(ndarray)`` gives a CPU
+tensor (as without a default device: host data, like ``torch.from_numpy``).
+The guard is stricter than CUDA in one place, on purpose: a 0-dim tensor made without ``device=``
+may mix with CUDA data but not with the guarded CPU data; creating it with ``device=`` of the data
+fixes it, which the device rules ask for anyway.
 
 It does not see a generator on one device drawing with ``device=`` another, nor ``.cpu()`` round
 trips (the data is already on the CPU): the CUDA tier (``pytest -m cuda``) covers those.
@@ -26,6 +27,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator
 
+import numpy as np
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._pytree import tree_flatten
@@ -38,6 +40,11 @@ class DeviceMixError(RuntimeError):
 class _MixCheck(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if func is torch.as_tensor and args and kwargs.get("device") is None:
+            if isinstance(args[0], torch.Tensor):  # as without a default device: the tensor stays put
+                kwargs = {**kwargs, "device": args[0].device}
+            elif isinstance(args[0], np.ndarray):  # host data, like torch.from_numpy (which the guard cannot see)
+                kwargs = {**kwargs, "device": "cpu"}
         flat, _ = tree_flatten((args, kwargs))
         meta = real = None
         for a in flat:

@@ -218,3 +218,46 @@ def test_bf16_autocast_step_on_device(device, kind):
         loss, _ = _step(m, images.to(device.device), seed=1)
     device.check(loss)
     assert bool(torch.isfinite(loss))
+
+
+# ----------------------------------------------------------------------------------------------
+# measurement: measure_invariance / measure_real_world with device= give the CPU means (1e-4 on CUDA)
+
+
+def _measure_net():
+    from measure_helpers import small_net
+
+    return small_net(seed=3, dim=6)
+
+
+@pytest.mark.parametrize("names", [("rotation", "hflip", "blur"), ("crop", "equalize", "hue")], ids=["a", "b"])
+def test_measure_invariance_on_device(device, names):
+    from invfast import measure_invariance
+
+    x = _images(torch.uint8, seed=5, b=10, h=24, w=24)
+    kw = dict(transforms=list(names), grid_size=4, batch_size=4, resize=24, crop=16)
+    want = measure_invariance(_measure_net(), x, device="cpu", **kw)
+    net = _measure_net()
+    with device.run():
+        got = measure_invariance(net, x, device=device.device, **kw)
+    tol = 1e-4 if device.name == "cuda" else 1e-9
+    assert list(got.transforms) == list(want.transforms) == list(names)
+    for a, b in zip(got.transforms.values(), want.transforms.values()):
+        assert a.mean_distance == pytest.approx(b.mean_distance, abs=tol)
+        assert a.mean_cosine == pytest.approx(b.mean_cosine, abs=tol)
+
+
+def test_measure_real_world_on_device(device):
+    from invfast import measure_real_world
+
+    x = _images(torch.uint8, seed=6, b=12, h=20, w=20)
+    groups = torch.arange(12) // 3
+    kw = dict(groups=groups, batch_size=5, resize=20, crop=16, pair_block=2)
+    want = measure_real_world(_measure_net(), x, device="cpu", **kw)
+    net = _measure_net()
+    with device.run():
+        got = measure_real_world(net, x, device=device.device, **kw)
+    tol = 1e-4 if device.name == "cuda" else 1e-9
+    (a,), (b,) = got.transforms.values(), want.transforms.values()
+    assert a.mean_distance == pytest.approx(b.mean_distance, abs=tol)
+    assert a.mean_cosine == pytest.approx(b.mean_cosine, abs=tol)

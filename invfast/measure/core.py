@@ -72,11 +72,12 @@ class _Run:
             s = e
 
     def load(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
-        x, ok = self.source.load(torch.arange(s, e))
+        idx = torch.arange(s, e, device="cpu")  # host bookkeeping: which images, which failed
+        x, ok = self.source.load(idx)
         for i in torch.nonzero(~ok).flatten().tolist():
             self.bad.add(s + i)
         # on a GPU the batched transforms run there too
-        return x[ok].to(self.device, non_blocking=True), torch.arange(s, e)[ok]
+        return x[ok].to(self.device, non_blocking=True), idx[ok]
 
     def reference_features(self, s: int, x: torch.Tensor) -> torch.Tensor:
         """Features of the untransformed batch starting at image ``s``, kept in memory while they fit
@@ -308,10 +309,10 @@ def _score_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tenso
     acc = run.state["transforms"].get(t.name)
     fresh = acc is None
     if fresh:
-        z = lambda: torch.zeros(p, dtype=torch.float64)  # noqa: E731
+        z = lambda: torch.zeros(p, dtype=torch.float64, device="cpu")  # noqa: E731  (host accumulators: saved state)
         acc = {"sum_d": z(), "sum_c": z(), "sq_d": z(), "sq_c": z(), "count": 0, "next": run.start,
-               "img_d": torch.full((run.stop - run.start,), float("nan"), dtype=torch.float64),
-               "img_c": torch.full((run.stop - run.start,), float("nan"), dtype=torch.float64)}
+               "img_d": torch.full((run.stop - run.start,), float("nan"), dtype=torch.float64, device="cpu"),
+               "img_c": torch.full((run.stop - run.start,), float("nan"), dtype=torch.float64, device="cpu")}
         run.state["transforms"][t.name] = acc
     mm = _pair_files(os.fspath(pair_dir), t.name, run.n, p, run.shard, fresh and acc["next"] == run.start) \
         if pair_dir is not None else None
@@ -335,8 +336,8 @@ def _score_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tenso
             x, idx = (xs[0], idxs[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(idxs))
             f_ref = refs[0] if len(refs) == 1 else torch.cat(refs)
             pc = max(1, run.extract.forward_batch // b)
-            img_d = torch.zeros(b, dtype=torch.float64)
-            img_c = torch.zeros(b, dtype=torch.float64)
+            img_d = torch.zeros(b, dtype=torch.float64, device="cpu")
+            img_c = torch.zeros(b, dtype=torch.float64, device="cpu")
             for ps in range(0, p, pc):
                 pe = min(p, ps + pc)
                 xt = t.apply(x, params[ps:pe])
@@ -376,7 +377,7 @@ def _finish_transform(run: _Run, t: Any, params: torch.Tensor, ident: torch.Tens
                       pair_dir: Any, include_identity: bool = False) -> TransformResult:
     sh = run.shard
     sums = {k: sum_in_rank_order(acc[k], sh) for k in ("sum_d", "sum_c", "sq_d", "sq_c")}
-    count = int(sum_in_rank_order(torch.tensor([float(acc["count"])], dtype=torch.float64), sh).item())
+    count = int(sum_in_rank_order(torch.tensor([float(acc["count"])], dtype=torch.float64, device="cpu"), sh).item())
     img_d = torch.cat(gather_objects(acc["img_d"], sh))
     img_c = torch.cat(gather_objects(acc["img_c"], sh))
     keep = torch.ones_like(ident) if include_identity else ~ident
@@ -442,9 +443,11 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
     g0, g1 = run.shard.bounds(n_groups)
     acc = run.state["transforms"].get(name)
     if acc is None:
-        acc = {"next": g0, "grp_d": torch.full((g1 - g0,), float("nan"), dtype=torch.float64),
-               "grp_c": torch.full((g1 - g0,), float("nan"), dtype=torch.float64),
-               "pair_d": torch.zeros(1, dtype=torch.float64), "pair_c": torch.zeros(1, dtype=torch.float64),
+        cpu = torch.device("cpu")  # host accumulators: saved with the resumable state
+        acc = {"next": g0, "grp_d": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
+               "grp_c": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
+               "pair_d": torch.zeros(1, dtype=torch.float64, device=cpu),
+               "pair_c": torch.zeros(1, dtype=torch.float64, device=cpu),
                "pairs": 0, "views": 0}
         run.state["transforms"][name] = acc
     bar = run.bar(g1 - g0, name, initial=acc["next"] - g0)
@@ -463,14 +466,15 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
             f = torch.cat(feats) if feats else torch.zeros(0, 1)
             v = f.shape[0]
             if v >= 2:
-                sd = sc = 0.0
+                sums = torch.zeros(2, dtype=torch.float64, device=f.device)  # read once per group
                 for r in range(0, v, pair_block):
                     re = min(v, r + pair_block)
                     out = invariance_scores(f[r:re], f.unsqueeze(0).expand(re - r, v, f.shape[1]), ref_stats)
-                    off = torch.ones(re - r, v, dtype=torch.bool)
-                    off[torch.arange(re - r), torch.arange(r, re)] = self_pairs
-                    sd += float(out["distance"].double()[off].sum())
-                    sc += float(out["cosine"].double()[off].sum())
+                    off = torch.ones(re - r, v, dtype=torch.bool, device=f.device)
+                    rows = torch.arange(re - r, device=f.device)
+                    off[rows, rows + r] = self_pairs
+                    sums += torch.stack([out["distance"].double()[off].sum(), out["cosine"].double()[off].sum()])
+                sd, sc = sums.tolist()
                 npairs = v * v if self_pairs else v * (v - 1)
                 acc["grp_d"][gi - g0] = sd / npairs
                 acc["grp_c"][gi - g0] = sc / npairs
@@ -487,7 +491,8 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
     grp_d = torch.cat(gather_objects(acc["grp_d"], sh))
     grp_c = torch.cat(gather_objects(acc["grp_c"], sh))
     tot = sum_in_rank_order(torch.cat([acc["pair_d"], acc["pair_c"],
-                                       torch.tensor([float(acc["pairs"]), float(acc["views"])], dtype=torch.float64)]), sh)
+                                       torch.tensor([float(acc["pairs"]), float(acc["views"])], dtype=torch.float64,
+                                                    device="cpu")]), sh)
     valid = ~torch.isnan(grp_d)
     if not bool(valid.any()):
         raise ValueError("no group has two readable views; real-world mode compares views within a group")

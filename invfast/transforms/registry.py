@@ -45,8 +45,13 @@ SYNTHETIC: tuple[str, ...] = SPATIAL + APPEARANCE
 _CHUNK_ELEMENTS = 1 << 22  # float elements per intermediate chunk (16 MiB: stays cache-friendly)
 
 
+# grids are small host tensors (on the CPU whatever torch's default device); apply() moves them once
+
+_CPU = torch.device("cpu")
+
+
 def _lin(lo: float, hi: float, k: int) -> torch.Tensor:
-    return torch.linspace(lo, hi, k, dtype=torch.float64).to(torch.float32)
+    return torch.linspace(lo, hi, k, dtype=torch.float64, device=_CPU).to(torch.float32)
 
 
 def _side(k: int, dims: int) -> int:
@@ -254,31 +259,31 @@ def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fil
 
 
 def _binary_grid(k: int) -> torch.Tensor:
-    return torch.tensor([0.0, 1.0])
+    return torch.tensor([0.0, 1.0], device=_CPU)
 
 
 def _crop_grid(k: int) -> torch.Tensor:
     n = _side(k, 4)
-    anchors = _lin(0.0, 0.25, n) if n > 1 else torch.zeros(1)
-    sizes = _lin(0.75, 0.25, n) if n > 1 else torch.full((1,), 0.75)
+    anchors = _lin(0.0, 0.25, n) if n > 1 else torch.zeros(1, device=_CPU)
+    sizes = _lin(0.75, 0.25, n) if n > 1 else torch.full((1,), 0.75, device=_CPU)
     g = torch.cartesian_prod(anchors, anchors, sizes, sizes)
     return g.reshape(-1, 4)
 
 
 def _shear_grid(k: int) -> torch.Tensor:
     n = _side(k, 2)
-    a = torch.tensor([-160.0 + 320.0 * i / n for i in range(n)], dtype=torch.float32)
+    a = torch.tensor([-160.0 + 320.0 * i / n for i in range(n)], dtype=torch.float32, device=_CPU)
     return torch.cartesian_prod(a, a).reshape(-1, 2)
 
 
 def _translation_grid(k: int) -> torch.Tensor:
     n = _side(k, 2)
-    a = _lin(-16.0, 16.0, n) if n > 1 else torch.zeros(1)
+    a = _lin(-16.0, 16.0, n) if n > 1 else torch.zeros(1, device=_CPU)
     return torch.cartesian_prod(a, a).reshape(-1, 2)
 
 
 def _rotation_grid(k: int) -> torch.Tensor:
-    return (torch.arange(k, dtype=torch.float64) * (360.0 / k)).to(torch.float32)
+    return (torch.arange(k, dtype=torch.float64, device=_CPU) * (360.0 / k)).to(torch.float32)
 
 
 def _no_check(p: torch.Tensor) -> None:
@@ -354,7 +359,7 @@ def _build() -> dict[str, TestTransform]:
          _range_check("blur", 0.0, None, "sigma")),
         ("sharpness", 1, lin(1.0, 30.0), ones, _range_check("sharpness", 0.0, None, "the factor")),
         ("equalize", 1, _binary_grid, on, _binary_check("equalize")),
-        ("posterize", 1, lambda k: torch.arange(1, 9, dtype=torch.float32), lambda p: p == 8, _posterize_check),
+        ("posterize", 1, lambda k: torch.arange(1, 9, dtype=torch.float32, device=_CPU), lambda p: p == 8, _posterize_check),
         ("invert", 1, _binary_grid, on, _binary_check("invert")),
     ]
     out = {}
