@@ -144,6 +144,8 @@ def _to_numeric_array(x: Any, name: str) -> np.ndarray:
         arr = arr.astype(np.float64)   # TypeError/ValueError naming the offending value if non-numeric
     elif arr.dtype.kind in "USV":
         raise ValueError(f"{name} must be numeric, got {arr.dtype} values such as {arr.ravel()[:1].tolist()}")
+    if any(st < 0 for st in arr.strides):   # a reversed view (e.g. reordered DataFrame columns): torch needs a copy
+        arr = arr.copy()
     return arr
 
 
@@ -182,14 +184,16 @@ def as_tensor(x: Any, name: str, ndim: int | None = 2) -> torch.Tensor:
 def check_features(est: Any, X: Any, reset: bool) -> torch.Tensor:
     """Validate X [n, d] for ``est``: on fit (``reset``) record ``n_features_in_`` (and
     ``feature_names_in_`` for DataFrames); otherwise require the fitted number of features."""
+    if _sk_validate_data is not None and (reset or getattr(X, "ndim", 2) == 2):
+        # feature names before values: a DataFrame with renamed columns is reindexed to NaN columns,
+        # and "feature names should match" is the error that explains it
+        _sk_validate_data(est, X, reset=reset, skip_check_array=True)
     x = as_tensor(X, "X")
     if reset:
         est.n_features_in_ = int(x.shape[1])
     elif x.shape[1] != est.n_features_in_:
         raise ValueError(f"X has {x.shape[1]} features, but {type(est).__name__} is expecting "
                          f"{est.n_features_in_} features as input.")
-    if _sk_validate_data is not None:
-        _sk_validate_data(est, X, reset=reset, skip_check_array=True)
     return x
 
 
