@@ -1,5 +1,5 @@
-// CPU kernel for the batched affine warp of the test transforms: every image of a batch through
-// every one of P affine maps, bilinear, constant fill, in the images' dtype (uint8 rounds half up).
+// CPU kernels for the batched warps of the test transforms: every image of a batch through
+// every one of P affine maps (warp_affine) or coordinate fields (warp_coords, the elastic deform), bilinear, constant fill, in the images' dtype (uint8 rounds half up).
 // The source coordinates of an output row are computed once per (map, row) and reused for all
 // B*C image planes, which is what makes it faster than a general sampler.
 #include <torch/library.h>
@@ -29,9 +29,10 @@ template <> inline uint8_t store<uint8_t>(float v) {
   return static_cast<uint8_t>(v);
 }
 
-template <typename T>
-void warp_affine_kernel(const T* src, const double* mat, const double* fill, T* dst, int64_t B, int64_t C,
-                        int64_t H, int64_t W, int64_t P, int64_t Ho, int64_t Wo) {
+// `coord(p, y, x, sx, sy)` gives the source point of output pixel (x, y) of map p.
+template <typename T, typename Coord>
+void warp_kernel(const T* src, Coord coord, const double* fill, T* dst, int64_t B, int64_t C,
+                 int64_t H, int64_t W, int64_t P, int64_t Ho, int64_t Wo) {
   using A = typename Acc<T>::type;
   const int64_t plane = H * W;
   at::parallel_for(0, P * Ho, 1, [&](int64_t begin, int64_t end) {
@@ -41,10 +42,9 @@ void warp_affine_kernel(const T* src, const double* mat, const double* fill, T* 
     for (int64_t c = 0; c < C; ++c) fillc[c] = static_cast<A>(fill[c]);
     for (int64_t r = begin; r < end; ++r) {
       const int64_t p = r / Ho, y = r % Ho;
-      const double* m = mat + p * 6;
       for (int64_t x = 0; x < Wo; ++x) {
-        const double sx = m[0] * x + m[1] * y + m[2];
-        const double sy = m[3] * x + m[4] * y + m[5];
+        double sx, sy;
+        coord(p, y, x, sx, sy);
         const double x0f = std::floor(sx), y0f = std::floor(sy);
         fxs[x] = static_cast<A>(sx - x0f);
         fys[x] = static_cast<A>(sy - y0f);
@@ -92,16 +92,53 @@ at::Tensor warp_affine_cpu(const at::Tensor& images_in, const at::Tensor& matrix
   TORCH_CHECK(fill.numel() == C, "warp_affine: fill must have one value per channel (", C, "), got ", fill.numel());
   auto out = at::empty({B, P, C, out_h, out_w}, images.options());
   if (B * P * C == 0) return out;
+  const double* mat = matrix.data_ptr<double>();
+  auto coord = [mat](int64_t p, int64_t y, int64_t x, double& sx, double& sy) {
+    const double* m = mat + p * 6;
+    sx = m[0] * x + m[1] * y + m[2];
+    sy = m[3] * x + m[4] * y + m[5];
+  };
   AT_DISPATCH_SWITCH(images.scalar_type(), "warp_affine_cpu",
     AT_DISPATCH_CASE(at::kByte, [&] {
-      warp_affine_kernel<uint8_t>(images.data_ptr<uint8_t>(), matrix.data_ptr<double>(), fill.data_ptr<double>(),
-                                  out.data_ptr<uint8_t>(), B, C, H, W, P, out_h, out_w); })
+      warp_kernel<uint8_t>(images.data_ptr<uint8_t>(), coord, fill.data_ptr<double>(),
+                           out.data_ptr<uint8_t>(), B, C, H, W, P, out_h, out_w); })
     AT_DISPATCH_CASE(at::kFloat, [&] {
-      warp_affine_kernel<float>(images.data_ptr<float>(), matrix.data_ptr<double>(), fill.data_ptr<double>(),
-                                out.data_ptr<float>(), B, C, H, W, P, out_h, out_w); })
+      warp_kernel<float>(images.data_ptr<float>(), coord, fill.data_ptr<double>(),
+                         out.data_ptr<float>(), B, C, H, W, P, out_h, out_w); })
     AT_DISPATCH_CASE(at::kDouble, [&] {
-      warp_affine_kernel<double>(images.data_ptr<double>(), matrix.data_ptr<double>(), fill.data_ptr<double>(),
-                                 out.data_ptr<double>(), B, C, H, W, P, out_h, out_w); }));
+      warp_kernel<double>(images.data_ptr<double>(), coord, fill.data_ptr<double>(),
+                          out.data_ptr<double>(), B, C, H, W, P, out_h, out_w); }));
+  return out;
+}
+
+at::Tensor warp_coords_cpu(const at::Tensor& images_in, const at::Tensor& coords_in, const at::Tensor& fill_in) {
+  TORCH_CHECK(images_in.dim() == 4, "warp_coords: images must be [B, C, H, W], got ", images_in.dim(), " dims");
+  TORCH_CHECK(coords_in.dim() == 4 && coords_in.size(3) == 2, "warp_coords: coords must be [P, Ho, Wo, 2], got shape ",
+              coords_in.sizes());
+  const auto images = images_in.contiguous();
+  const auto coords = coords_in.to(at::kDouble).contiguous();
+  const auto fill = fill_in.to(at::kDouble).contiguous();
+  const int64_t B = images.size(0), C = images.size(1), H = images.size(2), W = images.size(3);
+  const int64_t P = coords.size(0), Ho = coords.size(1), Wo = coords.size(2);
+  TORCH_CHECK(fill.numel() == C, "warp_coords: fill must have one value per channel (", C, "), got ", fill.numel());
+  auto out = at::empty({B, P, C, Ho, Wo}, images.options());
+  if (B * P * C * Ho * Wo == 0) return out;
+  const double* cp = coords.data_ptr<double>();
+  auto coord = [cp, Ho, Wo](int64_t p, int64_t y, int64_t x, double& sx, double& sy) {
+    const double* q = cp + ((p * Ho + y) * Wo + x) * 2;
+    sx = q[0];
+    sy = q[1];
+  };
+  AT_DISPATCH_SWITCH(images.scalar_type(), "warp_coords_cpu",
+    AT_DISPATCH_CASE(at::kByte, [&] {
+      warp_kernel<uint8_t>(images.data_ptr<uint8_t>(), coord, fill.data_ptr<double>(),
+                           out.data_ptr<uint8_t>(), B, C, H, W, P, Ho, Wo); })
+    AT_DISPATCH_CASE(at::kFloat, [&] {
+      warp_kernel<float>(images.data_ptr<float>(), coord, fill.data_ptr<double>(),
+                         out.data_ptr<float>(), B, C, H, W, P, Ho, Wo); })
+    AT_DISPATCH_CASE(at::kDouble, [&] {
+      warp_kernel<double>(images.data_ptr<double>(), coord, fill.data_ptr<double>(),
+                          out.data_ptr<double>(), B, C, H, W, P, Ho, Wo); }));
   return out;
 }
 
@@ -110,4 +147,5 @@ at::Tensor warp_affine_cpu(const at::Tensor& images_in, const at::Tensor& matrix
 
 TORCH_LIBRARY_IMPL(INVFAST_AUGMENT_NS, CPU, m) {
   m.impl("warp_affine", &invfast::augment::warp_affine_cpu);
+  m.impl("warp_coords", &invfast::augment::warp_coords_cpu);
 }

@@ -1,19 +1,50 @@
-"""Augment ops: the batched affine warp behind the geometric test transforms.
+"""Augment ops: the batched warps behind the geometric test transforms, and the fused policy view.
 
 ``warp_affine(images [B, C, H, W], matrix [P, 2, 3], out_h, out_w, fill [C]) -> [B, P, C, out_h, out_w]``:
 output pixel (x, y) samples the source at ``matrix[p] @ (x, y, 1)`` (pixel-centre units), bilinear, with
 ``fill`` (image units: 0..255 for uint8) for neighbours outside; uint8 rounds half up. The compiled CPU
 kernel computes each output row's coordinates once and reuses them for all B*C planes; the torch
 reference goes through :func:`warp`.
+
+``warp_coords(images, coords [P, Ho, Wo, 2], fill)``: the same sampler at arbitrary source points (the
+elastic ``deform``: identity plus a displacement field).
+
+``augment_views(images, matrix [B, 2, 3], ...)``: one pretraining view per image in one op: crop + resize +
+flip as one bilinear map, ColorJitter in each image's order, grayscale, Gaussian blur, solarize and the
+normalisation (see :func:`augment_views`).
+
+Dispatch: on CPU the compiled kernels serve when the core is built (``warp_affine`` keeps the torch gather
+for integral maps). On CUDA the kernels in ``csrc/augment/augment_cuda.cu`` have NOT been measured, so the
+torch references serve unless the user opts in: ``INVFAST_CUDA_KERNELS=1`` in the environment (read at
+each call) or ``invfast.backend.use("compiled")``.
 """
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import torch
 import torch.nn.functional as F
 
 from invfast import _loader, backend
+from invfast.constants import LUMA_WEIGHTS
+from invfast.ops.color import hsv_to_rgb, rgb_to_hsv
+
+#: environment switch that lets the unmeasured CUDA kernels of this family serve under backend 'auto'
+CUDA_KERNELS_ENV = "INVFAST_CUDA_KERNELS"
+
+
+def cuda_kernels_enabled() -> bool:
+    """Whether the (unmeasured) CUDA augment kernels serve CUDA inputs: ``INVFAST_CUDA_KERNELS=1`` or
+    backend mode 'compiled'. Backend 'reference' always wins."""
+    if backend.mode() == "reference":
+        return False
+    return backend.mode() == "compiled" or os.environ.get(CUDA_KERNELS_ENV, "0") not in ("", "0")
+
+
+def _use_compiled(images: torch.Tensor) -> bool:
+    """CPU: compiled when built (backend.call decides); CUDA: only when opted in."""
+    return images.device.type == "cpu" or (images.device.type == "cuda" and cuda_kernels_enabled())
 
 
 def _fill_vector(fill: float | Sequence[float], channels: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -119,12 +150,190 @@ def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int
 
 def warp_affine(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int,
                 fill: torch.Tensor) -> torch.Tensor:
-    """Compiled on CPU when the core is built, the torch reference otherwise (and on other devices)."""
+    """Compiled on CPU when the core is built; on CUDA the compiled kernel (all P maps in one launch) only
+    when opted in (:func:`cuda_kernels_enabled`); the torch reference otherwise."""
+    if images.device.type == "cuda" and cuda_kernels_enabled():
+        return backend.call("warp_affine", images, matrix, int(out_h), int(out_w), fill)
     integral = bool((matrix == torch.round(matrix)).all())
     if images.device.type != "cpu" or integral:
         # flips / 90-degree rotations / integer shifts: the torch gather copies faster than the kernel samples
         return warp_affine_reference(images, matrix, out_h, out_w, fill)
     return backend.call("warp_affine", images, matrix, int(out_h), int(out_w), fill)
+
+
+@backend.register_reference("warp_coords")
+def warp_coords_reference(images: torch.Tensor, coords: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+    c = coords.to(device=images.device, dtype=torch.float32)
+    if images.dtype == torch.uint8:
+        if bool((c == torch.round(c)).all()):
+            return warp(images, c, torch.floor(fill.to(torch.float64) + 0.5).tolist())
+        out = warp(images.to(torch.float32), c, fill.to(torch.float32).tolist())
+        return out.add_(0.5).clamp_(0, 255).to(torch.uint8)
+    return warp(images, c, fill.tolist())
+
+
+def warp_coords(images: torch.Tensor, coords: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+    """Bilinear sampling of every image at P coordinate fields.
+
+    Args:
+        images: [B, C, H, W] uint8 (0..255), float32 or float64.
+        coords: [P, Ho, Wo, 2] source (x, y) of every output pixel, pixel-centre units.
+        fill: [C] in image units, for neighbours outside the image.
+
+    Returns:
+        [B, P, C, Ho, Wo] in the images' dtype (uint8 rounded half up). Compiled on CPU when built; on CUDA
+        only when opted in (:func:`cuda_kernels_enabled`).
+    """
+    if coords.dim() != 4 or coords.shape[-1] != 2:
+        raise ValueError(f"coords must be [P, Ho, Wo, 2], got shape {tuple(coords.shape)}")
+    if _use_compiled(images):
+        return backend.call("warp_coords", images, coords, fill)
+    return warp_coords_reference(images, coords, fill)
+
+
+# ----------------------------------------------------------------------------------------------
+# fused policy views
+
+
+def _luma(x: torch.Tensor) -> torch.Tensor:
+    r, g, b = x.unbind(dim=-3)
+    return (LUMA_WEIGHTS[0] * r + LUMA_WEIGHTS[1] * g + LUMA_WEIGHTS[2] * b).unsqueeze(-3)
+
+
+def _blend(a: torch.Tensor, b: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    return (ratio * a + (1.0 - ratio) * b).clamp_(0.0, 1.0)
+
+
+def _hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
+    h, s, v = rgb_to_hsv(x).unbind(dim=-3)
+    return hsv_to_rgb(torch.stack((torch.remainder(h + shift.view(-1, 1, 1), 1.0), s, v), dim=-3))
+
+
+def _gaussian_taps(sigma: torch.Tensor, on: torch.Tensor, max_radius: int) -> torch.Tensor:
+    """float32 [B, 2R+1] normalised taps, radius int(3 sigma + 0.5) cut at max_radius, 0 where ``on`` is
+    False; R is the largest radius (one host read: it sets the shape)."""
+    s = sigma.to(torch.float64)
+    radius = torch.where(on, (3.0 * s + 0.5).floor(), torch.zeros_like(s)).clamp(0, max_radius).to(torch.int64)
+    R = int(radius.max()) if radius.numel() else 0
+    xs = torch.arange(-R, R + 1, dtype=torch.float64, device=s.device).view(1, -1)
+    k = torch.exp(-0.5 * (xs / s.clamp_min(1e-12).view(-1, 1)) ** 2)
+    k = torch.where(xs.abs() <= radius.view(-1, 1), k, torch.zeros_like(k))
+    k = torch.where((xs == 0) & (radius.view(-1, 1) == 0), torch.ones_like(k), k)
+    return (k / k.sum(dim=1, keepdim=True)).to(torch.float32)
+
+
+def _blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """Separable blur of x [B, 3, H, W] with per-image taps [B, 2R+1], reflect padding."""
+    B, C, H, W = x.shape
+    R = (taps.shape[1] - 1) // 2
+    if R == 0:
+        return x
+    kk = taps.repeat_interleave(C, dim=0)
+    flat = x.reshape(1, B * C, H, W)
+    h = F.conv2d(F.pad(flat, (R, R, 0, 0), mode="reflect"), kk.view(B * C, 1, 1, -1), groups=B * C)
+    v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), kk.view(B * C, 1, -1, 1), groups=B * C)
+    return v.reshape(B, C, H, W)
+
+
+@backend.register_reference("augment_views")
+def augment_views_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int,
+                            jitter: torch.Tensor | None, factors: torch.Tensor, order: torch.Tensor,
+                            grayscale: torch.Tensor | None, blur: torch.Tensor | None, sigma: torch.Tensor,
+                            solarize: torch.Tensor | None, threshold: float, mean: torch.Tensor, std: torch.Tensor,
+                            dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+    """Torch reference of ``augment_views``: every op on every image, kept where its mask is set
+    (``torch.where``, no per-op index sync); one host read for the blur radius."""
+    dev = images.device
+    B = images.shape[0]
+    x = images.to(torch.float32).div_(255.0) if images.dtype == torch.uint8 else images.to(torch.float32)
+    m = matrix.to(device=dev, dtype=torch.float32).view(B, 6, 1, 1)
+    u = torch.arange(out_w, dtype=torch.float32, device=dev).view(1, 1, out_w)
+    v = torch.arange(out_h, dtype=torch.float32, device=dev).view(1, out_h, 1)
+    sx = m[:, 0] * u + m[:, 1] * v + m[:, 2]
+    sy = m[:, 3] * u + m[:, 4] * v + m[:, 5]
+    x = warp(x, torch.stack([sx, sy], dim=-1).unsqueeze(1)).squeeze(1).contiguous()
+    if jitter is not None:
+        on = jitter.to(device=dev, dtype=torch.bool)
+        f = factors.to(device=dev, dtype=torch.float32)
+        o = order.to(device=dev, dtype=torch.int64)
+        for step in range(4):
+            op = o[:, step]
+            gray = _luma(x)
+            cands = (
+                (x * f[:, 0].view(B, 1, 1, 1)).clamp_(0.0, 1.0),
+                _blend(x, gray.mean(dim=(1, 2, 3), keepdim=True), f[:, 1].view(B, 1, 1, 1)),
+                _blend(x, gray, f[:, 2].view(B, 1, 1, 1)),
+                _hue(x, f[:, 3]),
+            )
+            for k, cand in enumerate(cands):
+                x = torch.where((on & (op == k)).view(B, 1, 1, 1), cand, x)
+    if grayscale is not None:
+        g = grayscale.to(device=dev, dtype=torch.bool).view(B, 1, 1, 1)
+        x = torch.where(g, _luma(x).expand_as(x), x)
+    if blur is not None:
+        on = blur.to(device=dev, dtype=torch.bool)
+        x = _blur(x, _gaussian_taps(sigma.to(dev), on, min(out_h, out_w) - 1))
+    if solarize is not None:
+        sol = solarize.to(device=dev, dtype=torch.bool).view(B, 1, 1, 1)
+        x = torch.where(sol & (x >= threshold), 1.0 - x, x)
+    mu = mean.to(device=dev, dtype=torch.float32).view(1, 3, 1, 1)
+    sd = std.to(device=dev, dtype=torch.float32).view(1, 3, 1, 1)
+    x = ((x - mu) / sd).to(dtype)
+    return x.contiguous(memory_format=torch.channels_last) if channels_last else x
+
+
+def augment_views(images: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *,
+                  jitter: torch.Tensor | None = None, factors: torch.Tensor | None = None,
+                  order: torch.Tensor | None = None, grayscale: torch.Tensor | None = None,
+                  blur: torch.Tensor | None = None, sigma: torch.Tensor | None = None,
+                  solarize: torch.Tensor | None = None, threshold: float = 0.5,
+                  mean: Sequence[float] | torch.Tensor = (0.0, 0.0, 0.0),
+                  std: Sequence[float] | torch.Tensor = (1.0, 1.0, 1.0),
+                  dtype: torch.dtype = torch.float32, channels_last: bool = False) -> torch.Tensor:
+    """One augmented view per image, fused.
+
+    Args:
+        images: [B, 3, H, W] uint8 (0..255) or float (0..1).
+        matrix: [B, 2, 3]: output pixel (x, y) samples the source at ``matrix[b] @ (x, y, 1)`` (pixel-centre
+            units), bilinear, zero outside: crop + resize + flip in one map.
+        out_size: (Ho, Wo).
+        jitter: [B] bool, ColorJitter on; then ``factors`` [B, 4] (brightness, contrast, saturation factors,
+            hue shift in [-0.5, 0.5]) and ``order`` [B, 4] (permutation of 0..3: the op applied at each step).
+        grayscale / blur / solarize: [B] bool masks (None: off for every image); ``sigma`` [B] blur std in px
+            (radius int(3 sigma + 0.5), reflect padding); solarize maps v >= ``threshold`` to 1 - v.
+        mean, std: 3 values each; the output is ``(v - mean) / std``.
+        dtype: torch.float32 or torch.bfloat16; channels_last: NHWC memory.
+
+    Returns:
+        [B, 3, Ho, Wo] ``dtype``. Compiled on CPU when built; on CUDA only when opted in
+        (:func:`cuda_kernels_enabled`), the torch reference otherwise.
+    """
+    if images.dim() != 4 or images.shape[1] != 3:
+        raise ValueError(f"images must be RGB [B, 3, H, W], got shape {tuple(images.shape)}")
+    B = images.shape[0]
+    if tuple(matrix.shape) != (B, 2, 3):
+        raise ValueError(f"matrix must be [B, 2, 3] = [{B}, 2, 3] (one map per image), got {tuple(matrix.shape)}")
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise TypeError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype}")
+    Ho, Wo = (int(out_size[0]), int(out_size[1]))
+    if Ho < 1 or Wo < 1:
+        raise ValueError(f"out_size must be positive, got {out_size}")
+    if jitter is not None and (factors is None or order is None):
+        raise ValueError("jitter needs factors [B, 4] and order [B, 4]")
+    if blur is not None and sigma is None:
+        raise ValueError("blur needs sigma [B] (blur std in px)")
+    if blur is not None and min(Ho, Wo) < 2:
+        raise ValueError(f"blur needs an output of at least 2x2 px, got {Ho}x{Wo}")
+    dev = images.device
+    empty = torch.empty(0, device=dev)
+    meanv = torch.as_tensor(mean, dtype=torch.float32).to(dev)
+    stdv = torch.as_tensor(std, dtype=torch.float32).to(dev)
+    args = (images, matrix, Ho, Wo, jitter, factors if factors is not None else empty,
+            order if order is not None else empty, grayscale, blur, sigma if sigma is not None else empty,
+            solarize, float(threshold), meanv, stdv, dtype, bool(channels_last))
+    if _use_compiled(images):
+        return backend.call("augment_views", *args)
+    return augment_views_reference(*args)
 
 
 def _register_compiled() -> None:
@@ -138,6 +347,21 @@ def _register_compiled() -> None:
     @torch.library.register_fake("invfast::warp_affine")
     def _(images, matrix, out_h, out_w, fill):
         return images.new_empty((images.shape[0], matrix.shape[0], images.shape[1], out_h, out_w))
+
+    try:
+        torch.ops.invfast.augment_views
+    except (AttributeError, RuntimeError):
+        return  # a core built before the fused views existed
+
+    @torch.library.register_fake("invfast::warp_coords")
+    def _(images, coords, fill):
+        return images.new_empty((images.shape[0], coords.shape[0], images.shape[1], coords.shape[1], coords.shape[2]))
+
+    @torch.library.register_fake("invfast::augment_views")
+    def _(images, matrix, out_h, out_w, jitter, factors, order, grayscale, blur, sigma, solarize, threshold,
+          mean, std, dtype, channels_last):
+        out = images.new_empty((images.shape[0], 3, out_h, out_w), dtype=dtype)
+        return out.contiguous(memory_format=torch.channels_last) if channels_last else out
 
 
 _register_compiled()
