@@ -134,7 +134,7 @@ def test_materialize_refuses_other_dataset_and_detects_corruption(tmp_path):
     assert storage.load(d).config["transforms"] == ["hue"]
     (tmp_path / "junk").mkdir()
     (tmp_path / "junk" / "a.txt").write_text("x")
-    with pytest.raises(FileExistsError, match="other files"):
+    with pytest.raises(FileExistsError, match="a.txt and is not an invfast dataset"):
         make("hue", n=20).materialize(tmp_path / "junk", progress=False)
     shard = d / "images_00000.npy"
     raw = bytearray(shard.read_bytes())

@@ -4,13 +4,14 @@
 >>> ds = Transforms2D(objects=30, transforms="rotate,hue,blur", n=1000, seed=0)
 >>> image, label, params = ds[0]          # float32 [3, 32, 32], int, {'angle': ..., 'hue': ..., ...}
 >>> images, labels, params = ds.generate(range(256))   # uint8 [256, 3, 32, 32]
+>>> Transforms2D(objects=30, transforms="rotate,hue", order="random").orders([0])  # per-sample order
 """
 from invfast.synthetic.banks import (ObjectBank, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects,
                                      random_pattern_objects)
 from invfast.synthetic.recipe import (CATEGORY, CORRUPTION, GEOMETRIC, PARAM_NAMES, PHOTOMETRIC, TRANSFORMATIONS,
                                       Recipe)
-from invfast.synthetic.transforms2d import Transforms2D
+from invfast.synthetic.transforms2d import ORDERS, SPLITS, Transforms2D, check_split
 
-__all__ = ["CATEGORY", "CORRUPTION", "GEOMETRIC", "ObjectBank", "PARAM_NAMES", "PHOTOMETRIC", "Recipe",
-           "TRANSFORMATIONS", "Transforms2D", "builtin_backgrounds", "builtin_objects", "load_backgrounds",
-           "load_objects", "random_pattern_objects"]
+__all__ = ["CATEGORY", "CORRUPTION", "GEOMETRIC", "ORDERS", "ObjectBank", "PARAM_NAMES", "PHOTOMETRIC", "Recipe",
+           "SPLITS", "TRANSFORMATIONS", "Transforms2D", "builtin_backgrounds", "builtin_objects", "check_split",
+           "load_backgrounds", "load_objects", "random_pattern_objects"]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -22,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="order of the transformation types per sample: one fixed order (canonical, default) or "
                    "a random order per sample, reproducible by index (random); see docs/synthetic.md")
     p.add_argument("--out", default=None, help="output folder (sharded .npy + manifest.json)")
-    p.add_argument("--overwrite", action="store_true", help="replace a folder that holds a different dataset")
+    p.add_argument("--overwrite", action="store_true", help="replace a folder that holds a different invfast dataset (never a folder with other files)")
     p.add_argument("--batch-size", type=int, default=2048)
     p.add_argument("--shard-size", type=int, default=10_000)
     p.add_argument("--preview", default=None, metavar="PNG", help="write a preview grid (rows = transformation types)")
@@ -45,16 +46,19 @@ def run(args: argparse.Namespace) -> int:
         ds = Transforms2D(objects, transforms, size=args.size, n=args.n, seed=args.seed, split=args.split,
                           backgrounds=backgrounds, n_classes=args.objects if args.object_dir else None,
                           order=args.order)
+        if args.out:
+            # a preview written into --out is this command's own file: it may be replaced there
+            own = ([Path(args.preview).name] if args.preview and
+                   Path(args.preview).resolve().parent == Path(args.out).resolve() else [])
+            path = ds.materialize(args.out, batch_size=args.batch_size, shard_size=args.shard_size,
+                                  overwrite=args.overwrite, progress=not args.no_progress, own_files=own)
+            print(f"{ds!r} -> {path} (fingerprint {ds.fingerprint()[:12]})")
         if args.preview:
             from invfast.synthetic.preview import preview_grid
 
             preview_grid(transforms or (), objects=ds.objects, size=args.size, seed=args.seed,
                          backgrounds=ds.backgrounds).save(args.preview)
             print(f"preview written to {args.preview}")
-        if args.out:
-            path = ds.materialize(args.out, batch_size=args.batch_size, shard_size=args.shard_size,
-                                  overwrite=args.overwrite, progress=not args.no_progress)
-            print(f"{ds!r} -> {path} (fingerprint {ds.fingerprint()[:12]})")
     except (ValueError, TypeError, FileExistsError, IndexError) as exc:
         print(f"invfast generate: error: {exc}", file=sys.stderr)
         return 2

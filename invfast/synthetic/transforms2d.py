@@ -394,12 +394,12 @@ class Transforms2D(torch.utils.data.Dataset):
         return hashlib.sha256(json.dumps(self.config(), sort_keys=True).encode()).hexdigest()
 
     def materialize(self, path: str | os.PathLike, *, batch_size: int = 2048, shard_size: int = 10_000,
-                    overwrite: bool = False, progress: bool = True) -> Path:
+                    overwrite: bool = False, progress: bool = True, own_files: Iterable[str] = ()) -> Path:
         """Write all samples to ``path`` (sharded .npy + manifest.json); see :func:`invfast.synthetic.storage.materialize`."""
         from invfast.synthetic.storage import materialize
 
         return materialize(self, path, batch_size=batch_size, shard_size=shard_size, overwrite=overwrite,
-                           progress=progress)
+                           progress=progress, own_files=own_files)
 
     def __repr__(self) -> str:
         return (f"Transforms2D(objects={self.num_classes}, transforms={list(self.transforms)}, size={self.size}, "
