@@ -69,3 +69,35 @@ def test_opcheck_and_transforms_agree_across_backends():
         with backend.using("reference"):
             yr = t.apply(x, g, fill=0.3)
         assert (y.int() - yr.int()).abs().max() <= 1, name
+
+
+@pytest.mark.skipif("warp_coords" not in backend.compiled_ops(), reason="compiled core without warp_coords")
+@pytest.mark.parametrize("dtype", [torch.uint8, torch.float32, torch.float64])
+def test_compiled_warp_coords_matches_reference_and_numpy(dtype, rng):
+    """The displacement-field warp (the elastic deform's sampler) at random source points."""
+    from invfast.ops.augment import warp_coords
+
+    B, C, H, W, P, oh, ow = 2, 3, 9, 11, 2, 7, 8
+    x = torch.from_numpy(rng.integers(0, 256, (B, C, H, W)).astype(np.uint8))
+    if dtype != torch.uint8:
+        x = x.to(dtype) / 255
+    coords = torch.from_numpy(rng.uniform(-2, 12, (P, oh, ow, 2)))
+    coords[1] = torch.from_numpy(np.stack(np.meshgrid(np.arange(ow), np.arange(oh)), -1).astype(np.float64))  # identity
+    scale = 255.0 if dtype == torch.uint8 else 1.0
+    fill = torch.from_numpy(rng.uniform(0, 1, C)) * scale
+    y = warp_coords(x, coords, fill)
+    with backend.using("reference"):
+        yr = warp_coords(x, coords, fill)
+    tol = 1 if dtype == torch.uint8 else 1e-5
+    assert y.shape == (B, P, C, oh, ow) and y.dtype == dtype
+    assert (y.double() - yr.double()).abs().max() <= tol
+    for b in range(B):
+        for yy in range(oh):
+            for xx in range(ow):
+                sx, sy = coords[0, yy, xx].tolist()
+                m = np.array([[0.0, 0.0, sx], [0.0, 0.0, sy]])
+                ref = _numpy_warp(x[b].double().numpy(), m, 1, 1, fill.numpy())[:, 0, 0]
+                if dtype == torch.uint8:
+                    ref = np.floor(np.clip(ref + 0.5, 0, 255))
+                assert np.abs(y[b, 0, :, yy, xx].double().numpy() - ref).max() <= tol
+    assert torch.equal(y[:, 1], x[:, :, :oh, :ow])  # integer points: exact copies
