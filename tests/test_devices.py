@@ -261,3 +261,33 @@ def test_measure_real_world_on_device(device):
     (a,), (b,) = got.transforms.values(), want.transforms.values()
     assert a.mean_distance == pytest.approx(b.mean_distance, abs=tol)
     assert a.mean_cosine == pytest.approx(b.mean_cosine, abs=tol)
+
+
+# ----------------------------------------------------------------------------------------------
+# the Trainer on the device: a run stopped after step 5 and resumed from its step-4 checkpoint equals the
+# uninterrupted run on the same device (bit-identical; cuDNN asked for deterministic kernels on CUDA)
+
+
+@pytest.mark.parametrize("kind", ["mocov2", "ai-moco"])
+def test_trainer_resume_on_device(device, kind, tmp_path, monkeypatch):
+    from invfast.pretrain import ArraySource, TrainConfig, Trainer
+
+    monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)
+    data = ArraySource(_images(torch.uint8, seed=8, b=32, h=18, w=18))
+
+    def cfg():
+        return TrainConfig(batch_size=8, steps=8, size=16, lr=0.05, checkpoint_every=4, log_every=2,
+                           progress=False, device=str(device.device))
+
+    ref, first, resumed = _method(kind), _method(kind), _method(kind)
+    with device.run():
+        Trainer(ref, data, cfg(), out=tmp_path / "ref").fit()
+        Trainer(first, data, cfg(), out=tmp_path / "run").fit(until_step=5)
+        t = Trainer(resumed, data, cfg(), out=tmp_path / "run")
+        t.fit(resume=True)
+    assert t.step == 8
+    a, b = ref.state_dict(), resumed.state_dict()
+    for k in a:
+        device.check(b[k])
+        assert torch.equal(a[k], b[k]), k

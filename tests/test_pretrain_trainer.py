@@ -26,7 +26,8 @@ def make(method="moco", seed=0, bn=True):
 
 
 def cfg(**kw):
-    base = dict(batch_size=16, epochs=3, size=16, lr=0.05, checkpoint_every=3, log_every=2, progress=False)
+    base = dict(batch_size=16, epochs=3, size=16, lr=0.05, checkpoint_every=3, log_every=2, progress=False,
+                device="cpu")  # CUDA resume: tests/test_devices.py
     base.update(kw)
     return TrainConfig(**base)
 

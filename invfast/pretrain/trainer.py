@@ -197,7 +197,8 @@ class Trainer:
         """This rank's image indices [local_batch] for global step ``step`` (drop-last epochs)."""
         epoch, pos = divmod(step, self.steps_per_epoch)
         if self._perm_epoch != epoch:
-            self._perm = torch.randperm(len(self.source), generator=generator(self.config.seed, _STREAM_DATA, epoch))
+            self._perm = torch.randperm(len(self.source), generator=generator(self.config.seed, _STREAM_DATA, epoch),
+                                        device="cpu")  # host indices into the source
             self._perm_epoch = epoch
         g = self._perm[pos * self.config.batch_size:(pos + 1) * self.config.batch_size]
         r = self.dist.rank
@@ -299,7 +300,7 @@ class Trainer:
         """Standardised cosine per transform of the current encoder on the held-out batch
         (``invariance/<transform>`` keys; ``invariance/<descriptor>/<transform>`` for amortised methods)."""
         n = min(self.config.invariance_images, len(self.heldout))
-        images = self.heldout.get(torch.arange(n))
+        images = self.heldout.get(torch.arange(n, device="cpu"))
         m = self.method
         was = m.training
         m.eval()
@@ -380,7 +381,8 @@ class Trainer:
                 log_now = cfg.log_every and (self.step % cfg.log_every == 0 or self.step == end)
                 inv_now = cfg.invariance_every and (self.step % cfg.invariance_every == 0 or self.step == self.total_steps)
                 if log_now or inv_now:
-                    stat = torch.tensor([loss_sum, n_loss], dtype=torch.float64)
+                    # on the training device: NCCL all-reduces CUDA tensors only
+                    stat = torch.tensor([loss_sum, n_loss], dtype=torch.float64, device=self.device)
                     if self.dist.world_size > 1:
                         dist.all_reduce(stat)
                     rec = {"step": self.step, "epoch": self.step / self.steps_per_epoch,
