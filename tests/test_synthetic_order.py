@@ -140,5 +140,23 @@ def test_cli_generate_order(tmp_path):
     ref = Transforms2D(5, "rotate,hue,blur", n=32, order="random")
     assert storage.load(out).config["order"] == "random"
     assert torch.equal(storage.load(out).generate(np.arange(32))[0], ref.generate(range(32))[0])
-    with pytest.raises(SystemExit):
-        main(["generate", "--transforms", "hue", "--out", str(tmp_path / "e"), "--order", "sideways"])
+    assert main(["generate", "--transforms", "hue", "--out", str(tmp_path / "e"), "--order", "sideways"]) == 2
+    assert not (tmp_path / "e").exists()
+    assert main(["generate", "--transforms", "hue,rotate", "--objects", "5", "--n", "8", "--out", str(tmp_path / "f"),
+                 "--order", "rotate,hue", "--no-progress"]) == 0
+    assert storage.load(tmp_path / "f").config["order"] == ["rotate", "hue"]
+
+
+def test_explicit_order_applies_to_every_sample():
+    ds = Transforms2D(5, "posterize,brightness,rotate", n=50, order="Rotate, brightness,posterize")
+    assert ds.order == ("rotate", "brightness", "posterize") and ds.config()["order"] == list(ds.order)
+    assert ds.orders(range(3)) == [("rotate", "brightness", "posterize")] * 3
+    rand = Transforms2D(5, "posterize,brightness,rotate", n=50, order="random")
+    x, _, _ = ds.generate(range(50))
+    x_r, _, _ = rand.generate(range(50))
+    same = [i for i, o in enumerate(rand.orders(range(50))) if o == ds.order]
+    assert same and all(torch.equal(x[i], x_r[i]) for i in same)
+    for bad in ("rotate,hue", ("rotate", "rotate", "brightness"), "rotate,brightness"):
+        with pytest.raises(ValueError, match="name each of the dataset's types once"):
+            Transforms2D(5, "posterize,brightness,rotate", n=5, order=bad)
+    assert Transforms2D(5, "hue", n=5, order="hue").order == ("hue",)

@@ -19,9 +19,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=int, default=32, help="image side in pixels (default 32)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--split", default="train", help="split name, keys an independent random stream")
-    p.add_argument("--order", choices=("canonical", "random"), default="canonical",
-                   help="order of the transformation types per sample: one fixed order (canonical, default) or "
-                   "a random order per sample, reproducible by index (random); see docs/synthetic.md")
+    p.add_argument("--order", default="canonical",
+                   help="order of the transformation types: canonical (default, one fixed order), random (a "
+                   "random order per sample, reproducible by index) or a comma-separated list of the --transforms "
+                   "names, applied in that order to every sample; see docs/synthetic.md")
     p.add_argument("--out", default=None, help="output folder (sharded .npy + manifest.json)")
     p.add_argument("--overwrite", action="store_true", help="replace a folder that holds a different invfast dataset (never a folder with other files)")
     p.add_argument("--batch-size", type=int, default=2048)

@@ -15,7 +15,7 @@ from invfast.ops import synth as synth_ops
 from invfast.ops.synth import COLOR_FLAGS, composite
 from invfast.synthetic import ops2d, rng
 from invfast.synthetic.banks import ObjectBank, bank_checksum, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects
-from invfast.synthetic.recipe import BINARY, GEOMETRIC, PARAM_NAMES, Recipe, canonical, sample
+from invfast.synthetic.recipe import ALIASES, BINARY, GEOMETRIC, PARAM_NAMES, Recipe, canonical, sample
 
 FORMAT_VERSION = 1
 DEFAULT_SIZES = {"train": 50_000, "val": 10_000, "test": 10_000}
@@ -128,7 +128,9 @@ class Transforms2D(torch.utils.data.Dataset):
         recipe: distribution constants (:class:`Recipe`, SPEC §2.3 by default).
         order: ``'canonical'`` (default): every sample in one fixed order of the types (see
             ``docs/synthetic.md``); ``'random'``: each sample in its own random order, a pure function of
-            (seed, split, index) like everything else (:meth:`orders` lists it).
+            (seed, split, index) like everything else; or a sequence of the dataset's type names (or
+            'hue,rotate,...'), each once: that order for every sample, as the original applies its list.
+            :meth:`orders` lists the order of any sample.
 
     ``ds[idx]`` -> (image float32 [3, size, size] in [0, 1], label int, params dict[str, float]).
     Params are the latent factors (``PARAM_NAMES``): object centre ``x, y`` (fraction of the image
@@ -140,8 +142,6 @@ class Transforms2D(torch.utils.data.Dataset):
     def __init__(self, objects: Any = 61, transforms: Any = (), size: int = 32, n: int | None = None,
                  seed: int = 0, split: str = "train", backgrounds: Any = None, n_classes: int | None = None,
                  recipe: Recipe | None = None, order: str = "canonical"):
-        if order not in ORDERS:
-            raise ValueError(f"order must be one of {', '.join(ORDERS)}, got {order!r}")
         if not isinstance(size, (int, np.integer)) or size < 8:
             raise ValueError(f"size must be an int >= 8 pixels, got {size!r}")
         if not isinstance(split, str) or not split:
@@ -155,11 +155,11 @@ class Transforms2D(torch.utils.data.Dataset):
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         self.transforms = canonical(transforms)
+        self.order = _as_order(order, self.transforms)
         self.size = int(size)
         self.n = int(n)
         self.seed = int(seed)
         self.split = split
-        self.order = order
         self.recipe = recipe or Recipe()
         self.objects = _as_objects(objects, n_classes)
         self.backgrounds = _as_backgrounds(backgrounds, self.size)
@@ -224,8 +224,8 @@ class Transforms2D(torch.utils.data.Dataset):
         if B == 0:
             return (torch.zeros(0, 3, S, S, dtype=torch.uint8), torch.zeros(0, dtype=torch.int64),
                     {k: torch.zeros(0, dtype=torch.float64) for k in PARAM_NAMES})
-        if self.order == "random":
-            pm = self._transform_random_order(pm, keys, p)
+        if self.order != "canonical":
+            pm = self._transform_in_order(pm, keys, p)
         else:
             pm = self._transform_canonical(pm, keys, p)
         # composite
@@ -263,8 +263,8 @@ class Transforms2D(torch.utils.data.Dataset):
             pm = self._apply_local("noise", pm, p["noise"] > 0.5, keys, p)
         return pm
 
-    def _transform_random_order(self, pm: torch.Tensor, keys: np.ndarray, p: dict[str, np.ndarray]) -> torch.Tensor:
-        """Each sample's types in its own random order (:meth:`orders`). Consecutive linear geometric
+    def _transform_in_order(self, pm: torch.Tensor, keys: np.ndarray, p: dict[str, np.ndarray]) -> torch.Tensor:
+        """Each sample's types in its own order (:meth:`orders`: random or a given one). Consecutive linear geometric
         types (rotate, scale, shear, flips; about the object's centre) are fused into one warp, made before
         the next non-geometric type; translate is the final placement of the transformed object (as in
         the canonical order), wherever it falls in the order."""
@@ -360,14 +360,17 @@ class Transforms2D(torch.utils.data.Dataset):
         return synth_ops.warp(pm, torch.from_numpy(inv / det[:, None, None]), torch.from_numpy(offset), True)
 
     def _order_indices(self, keys: np.ndarray) -> np.ndarray:
-        """Random order per sample, int64 [B, K]: row b lists indices into ``self.transforms`` in order."""
+        """Order per sample, int64 [B, K]: row b lists indices into ``self.transforms`` in application order."""
         K = len(self.transforms)
+        if isinstance(self.order, tuple):
+            row = np.array([self.transforms.index(t) for t in self.order], dtype=np.int64)
+            return np.broadcast_to(row, (keys.shape[0], K)).copy()
         return np.argsort(rng.uniform(keys, "order", K), axis=1, kind="stable").astype(np.int64)
 
     def orders(self, indices: Iterable[int]) -> list[tuple[str, ...]]:
         """The order in which each sample's transformation types are applied (one tuple of names per index).
 
-        With ``order='random'`` the linear geometric types run at their position (consecutive ones fused
+        Without the canonical order the linear geometric types run at their position (consecutive ones fused
         into one warp) and translate places the finished object last whatever its position."""
         idx = _as_indices(indices, self.n)
         if self.order == "canonical":
@@ -387,7 +390,8 @@ class Transforms2D(torch.utils.data.Dataset):
                                              "sha256": self.objects.checksum()},
             "backgrounds": bg, "recipe": self.recipe.to_dict(), "params": list(PARAM_NAMES),
             # only when not the default, so canonical datasets keep the fingerprints they always had
-            **({"order": self.order} if self.order != "canonical" else {}),
+            **({"order": self.order if isinstance(self.order, str) else list(self.order)}
+               if self.order != "canonical" else {}),
         }
 
     def fingerprint(self) -> str:
@@ -509,3 +513,17 @@ def _type_matrix(t: str, p: dict[str, np.ndarray], sel: np.ndarray) -> np.ndarra
     else:
         raise ValueError(f"{t!r} is not a linear geometric type")
     return np.stack([np.stack(r, -1) for r in rows], -2)
+
+
+def _as_order(order: Any, transforms: tuple[str, ...]) -> str | tuple[str, ...]:
+    """``'canonical'``, ``'random'``, or a validated tuple naming every type of ``transforms`` once."""
+    if isinstance(order, str) and order in ORDERS:
+        return order
+    if isinstance(order, str):
+        order = [t.strip() for t in order.split(",") if t.strip()]
+    if isinstance(order, (list, tuple)) and all(isinstance(t, str) for t in order):
+        names = tuple(ALIASES.get(t.lower(), t.lower()) for t in order)
+        if sorted(names) == sorted(transforms) and len(set(names)) == len(names):
+            return names
+    raise ValueError(f"order must be one of {', '.join(ORDERS)}, or name each of the dataset's types once "
+                     f"({', '.join(transforms) or 'none'}), got {order!r}")
