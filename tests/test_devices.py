@@ -291,3 +291,23 @@ def test_trainer_resume_on_device(device, kind, tmp_path, monkeypatch):
     for k in a:
         device.check(b[k])
         assert torch.equal(a[k], b[k]), k
+
+
+# ----------------------------------------------------------------------------------------------
+# host round trips in the hot loop (CUDA only: torch reports synchronising calls)
+
+
+def test_key_queue_enqueue_never_syncs(cuda_device):
+    from invfast.pretrain.key_queue import KeyQueue
+
+    q = KeyQueue(16, 4, n_queues=2, generator=torch.Generator().manual_seed(0)).to(cuda_device)
+    keys = torch.randn(4, 4, device=cuda_device)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            q.enqueue(keys, 1)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert q.ptr.tolist() == [0, 4]
+    torch.testing.assert_close(q.keys[1, 0:4], torch.nn.functional.normalize(keys, dim=1))
