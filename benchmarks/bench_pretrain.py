@@ -8,6 +8,10 @@ Reports images/s of both, the augmentation share of the step time, the augmentat
 the step speed-up with the (identical) model time averaged over both — the steps run interleaved,
 but on a shared machine the model time still drifts, so the whole-step ratio alone is noisy.
 Sizes: INVFAST_BENCH_BATCH (default 256), INVFAST_BENCH_SIZE (default 32), INVFAST_BENCH_ROUNDS (default 3).
+
+Also: the fused policy views (FusedPolicy, csrc/augment) against the torch policy inside the same CPU step,
+and (skipped without CUDA) the augmentation share of a ResNet-50 MoCo-v2 step at 224 px, batch
+INVFAST_BENCH_GPU_BATCH (default 256), fused CUDA kernels (opted in) vs the torch path; goal <= 10 %.
 Run: python -m pytest benchmarks/bench_pretrain.py --benchmark-only -o addopts=""
 """
 import os
@@ -77,5 +81,83 @@ def test_pretrain_throughput(benchmark):
             "baseline_images_per_s": BATCH / step_b, "baseline_augment_share": aug_b / step_b,
             "baseline_augment_s": aug_b, "augment_speedup": aug_b / aug_o,
             "step_speedup_same_model_time": (model_s + aug_b) / (model_s + aug_o)}
+    benchmark.extra_info.update(info)
+    print("\n" + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))
+
+
+def test_pretrain_fused_views_cpu(benchmark):
+    """The same MoCo-v2 CPU step with the fused policy views instead of the torch policy."""
+    import invfast.backend as backend
+    from invfast.transforms.fused import fused_policy
+
+    if "augment_views" not in backend.compiled_ops():
+        pytest.skip("compiled core without augment_views")
+    fused, base = _setup(fused_policy("default", size=SIZE)), _setup(T.policy("default", size=SIZE))
+    g_f, g_b = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
+    t_f, t_b = [], []
+    _step(*fused, g_f, [])
+    _step(*base, g_b, [])
+
+    def interleaved():
+        _step(*fused, g_f, t_f)
+        _step(*base, g_b, t_b)
+
+    benchmark.pedantic(interleaved, rounds=ROUNDS, iterations=1)
+    aug_f, step_f = (sum(t[i] for t in t_f) / len(t_f) for i in (0, 1))
+    aug_b, step_b = (sum(t[i] for t in t_b) / len(t_b) for i in (0, 1))
+    info = {"batch": BATCH, "size": SIZE, "fused_augment_s": aug_f, "torch_augment_s": aug_b,
+            "augment_speedup": aug_b / aug_f, "fused_augment_share": aug_f / step_f,
+            "torch_augment_share": aug_b / step_b}
+    benchmark.extra_info.update(info)
+    print("\n" + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_pretrain_augment_share_cuda(benchmark):
+    """Augmentation share of a ResNet-50 MoCo-v2 step (bf16 autocast, channels_last) at 224 px on one GPU."""
+    from invfast.ops.augment import CUDA_KERNELS_ENV
+    from invfast.transforms.fused import fused_policy
+
+    batch = int(os.environ.get("INVFAST_BENCH_GPU_BATCH", "256"))
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    net = models.create("resnet50").to(dev).to(memory_format=torch.channels_last)
+    method = MoCoV2(net, fused_policy("default", size=224), queue_size=16 * batch).to(dev)
+    opt = torch.optim.SGD(method.online.parameters(), lr=0.03, momentum=0.9)
+    images = (torch.rand(batch, 3, 256, 256, device=dev) * 255).to(torch.uint8)
+    g = torch.Generator().manual_seed(0)
+
+    def timed(fused_on: bool) -> tuple[float, float]:
+        os.environ[CUDA_KERNELS_ENV] = "1" if fused_on else "0"
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        v1, v2 = method.make_views(images, 0, g)
+        torch.cuda.synchronize()
+        t1 = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = method.training_loss(v1.contiguous(memory_format=torch.channels_last),
+                                        v2.contiguous(memory_format=torch.channels_last))
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        torch.cuda.synchronize()
+        return t1 - t0, time.perf_counter() - t0
+
+    old = os.environ.get(CUDA_KERNELS_ENV)
+    try:
+        timed(True), timed(False)  # warm-up
+        res = {True: [], False: []}
+        benchmark.pedantic(lambda: (res[True].append(timed(True)), res[False].append(timed(False))),
+                           rounds=ROUNDS, iterations=1)
+    finally:
+        if old is None:
+            os.environ.pop(CUDA_KERNELS_ENV, None)
+        else:
+            os.environ[CUDA_KERNELS_ENV] = old
+    info = {"batch": batch}
+    for on, label in ((True, "fused_cuda"), (False, "torch_path")):
+        aug_s = min(a for a, _ in res[on])
+        step_s = min(s for _, s in res[on])
+        info.update({f"{label}_augment_s": aug_s, f"{label}_step_s": step_s, f"{label}_augment_share": aug_s / step_s})
     benchmark.extra_info.update(info)
     print("\n" + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))

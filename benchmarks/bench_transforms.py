@@ -7,6 +7,10 @@
 2. The Default MoCo-v2 policy, two views, at 224 px (from 256-px images) and at 32 px:
    invfast (torch) vs kornia's equivalent AugmentationSequential vs DALI CPU used naively
    (a pipeline fed from memory, one call per batch), when those packages are installed.
+3. The fused policy-view op (csrc/augment, FusedPolicy) against the torch policy path on CPU.
+4. GPU sections (skipped without CUDA): the Default policy, two views, batch 256 at 224 px, fused CUDA
+   kernels (opted in) vs the torch path vs kornia, in images/s; the 18 test transforms on CUDA, compiled
+   kernels (opted in) vs the torch path. Sizes: INVFAST_BENCH_GPU_B (256), INVFAST_BENCH_GPU_P (32).
 
 Run:   python -m pytest benchmarks/bench_transforms.py --benchmark-only -o addopts=""
 Small: INVFAST_BENCH_SMALL=1 (8 images, 16 grid points); or set INVFAST_BENCH_B / _P / _SIZE / _PIL_PAIRS /
@@ -241,3 +245,117 @@ def test_compiled_warp_vs_torch_path(benchmark, name):
     benchmark.extra_info.update({"compiled_s": ours, "torch_path_s": ref, "speedup_vs_torch_path": ref / ours})
     print(f"\n{name} warp B={B} P={grid.shape[0]} {SIZE}px: compiled {ours * 1e3:.1f} ms, torch path "
           f"{ref * 1e3:.1f} ms -> {ref / ours:.1f}x")
+
+
+# ------------------------------------------------------------------------------------------
+# the fused policy-view op against the torch policy path (CPU)
+
+
+@pytest.mark.parametrize("name", ["default", "spatial"])
+def test_fused_policy_vs_torch_path_cpu(benchmark, name):
+    import invfast.backend as backend
+    from invfast.transforms.fused import fused_policy
+
+    if "augment_views" not in backend.compiled_ops():
+        pytest.skip("compiled core without augment_views")
+    images = _photos(POLICY_B, 256)
+    fused, torch_pol = fused_policy(name, size=224), T.policy(name, size=224)
+    gen = torch.Generator().manual_seed(0)
+    benchmark.pedantic(lambda: fused(images, generator=gen), rounds=3, iterations=1, warmup_rounds=1)
+    ours = benchmark.stats.stats.min
+    ref = _time(lambda: torch_pol(images, generator=gen), 3)
+    benchmark.extra_info.update({"fused_s": ours, "torch_path_s": ref, "speedup_vs_torch_path": ref / ours})
+    print(f"\n{name} policy, 2 views, B={POLICY_B}, 224px, CPU: fused {ours * 1e3:.1f} ms, torch path "
+          f"{ref * 1e3:.1f} ms -> {ref / ours:.1f}x")
+
+
+# ------------------------------------------------------------------------------------------
+# GPU sections (skipped without CUDA)
+
+GPU_B = int(os.environ.get("INVFAST_BENCH_GPU_B", 256))
+GPU_P = int(os.environ.get("INVFAST_BENCH_GPU_P", 32))
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _cuda_time(fn, repeats: int = 5) -> float:
+    fn()
+    torch.cuda.synchronize()
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        torch.cuda.synchronize()
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def _cuda_kernels(on: bool):
+    """Context: the unmeasured CUDA augment kernels opted in (or not) through INVFAST_CUDA_KERNELS."""
+    import contextlib
+
+    from invfast.ops.augment import CUDA_KERNELS_ENV
+
+    @contextlib.contextmanager
+    def ctx():
+        old = os.environ.get(CUDA_KERNELS_ENV)
+        os.environ[CUDA_KERNELS_ENV] = "1" if on else "0"
+        try:
+            yield
+        finally:
+            if old is None:
+                os.environ.pop(CUDA_KERNELS_ENV, None)
+            else:
+                os.environ[CUDA_KERNELS_ENV] = old
+
+    return ctx()
+
+
+@cuda
+def test_cuda_default_policy_two_views(benchmark):
+    from invfast.transforms.fused import fused_policy
+
+    dev = torch.device("cuda")
+    images = _photos(GPU_B, 256).to(dev)
+    fused = fused_policy("default", size=224, dtype=torch.bfloat16, channels_last=True)
+    torch_pol = T.policy("default", size=224)
+    gen = torch.Generator().manual_seed(0)
+    with _cuda_kernels(True):
+        benchmark.pedantic(lambda: (fused(images, generator=gen), torch.cuda.synchronize()), rounds=5,
+                           iterations=1, warmup_rounds=1)
+    ours = benchmark.stats.stats.min
+    with _cuda_kernels(False):
+        torch_s = _cuda_time(lambda: torch_pol(images, generator=gen))
+    info = {"images": GPU_B, "fused_images_per_s": GPU_B / ours, "torch_path_images_per_s": GPU_B / torch_s,
+            "speedup_vs_torch_path": torch_s / ours}
+    msg = (f"\nCUDA Default policy, 2 views, B={GPU_B}, 224px: fused {GPU_B / ours:.0f} img/s, torch path "
+           f"{GPU_B / torch_s:.0f} img/s ({torch_s / ours:.1f}x)")
+    if importlib.util.find_spec("kornia") is not None:
+        aug = _kornia_default(224).to(dev)
+        xf = images.float() / 255
+        kt = _cuda_time(lambda: (aug(xf), aug(xf)))
+        info.update({"kornia_images_per_s": GPU_B / kt, "speedup_vs_kornia": kt / ours})
+        msg += f", kornia {GPU_B / kt:.0f} img/s ({kt / ours:.1f}x; goal >= 5x and >= 20000 img/s)"
+    else:
+        msg += ", kornia not installed"
+    benchmark.extra_info.update(info)
+    print(msg)
+
+
+@cuda
+@pytest.mark.parametrize("name", NAMES)
+def test_cuda_test_transforms(benchmark, name):
+    dev = torch.device("cuda")
+    images = _photos(min(B, 64), SIZE).to(dev)
+    grid = _grid(name, min(P, GPU_P)).to(dev)
+    t = T.get(name)
+    with _cuda_kernels(True):
+        benchmark.pedantic(lambda: (t.apply(images, grid), torch.cuda.synchronize()), rounds=3, iterations=1,
+                           warmup_rounds=1)
+    ours = benchmark.stats.stats.min
+    with _cuda_kernels(False):
+        ref = _cuda_time(lambda: t.apply(images, grid), 3)
+    pairs = images.shape[0] * grid.shape[0]
+    benchmark.extra_info.update({"kernel_pairs_per_s": pairs / ours, "torch_path_pairs_per_s": pairs / ref,
+                                 "speedup_vs_torch_path": ref / ours})
+    print(f"\nCUDA {name}: B={images.shape[0]} P={grid.shape[0]} {SIZE}px: kernels {pairs / ours:.0f} pairs/s, "
+          f"torch path {pairs / ref:.0f} pairs/s ({ref / ours:.2f}x)")
