@@ -17,7 +17,10 @@ def _no_tf32(monkeypatch):
     """CUDA comparisons in full float32: cuDNN convolutions default to TF32 (10-bit mantissa) on Ampere+,
     which alone moves a blur or a feature by ~1e-3. Users who enable TF32 get results that are only close."""
     monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    old = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    yield
+    torch.set_float32_matmul_precision(old)
 
 
 def _images(dtype: torch.dtype, seed: int, b: int = 3, h: int = 20, w: int = 24) -> torch.Tensor:
