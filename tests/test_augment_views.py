@@ -256,3 +256,10 @@ def test_cuda_views_match_reference(cuda_device, rng, monkeypatch):
     with backend.using("reference"):
         r = aug.warp_affine(x, mats.to(cuda_device), 20, 24, fill)
     assert torch.equal(y[:, 0], x.flip(-1)) and (y.int() - r.int()).abs().max() <= 1
+
+
+def test_policy_backend_fused_is_the_fused_policy():
+    p = policy("spatial", size=12, backend="fused")
+    assert isinstance(p, FusedPolicy) and p.config == policy("spatial", size=12).config
+    with pytest.raises(ValueError, match="'fused'"):
+        policy("spatial", backend="nope")

@@ -192,11 +192,12 @@ def policy(name: str | Sequence[str], size: int = 224, backend: str = "torch", *
 
     Args:
         size: output side in pixels (224 ImageNet-style, 32 for synthetic/CIFAR-style data).
-        backend: 'torch' (any machine) or 'dali' (needs nvidia-dali; see ``invfast.transforms.dali``).
+        backend: 'torch' (any machine), 'dali' (needs nvidia-dali; see ``invfast.transforms.dali``) or
+            'fused' (one fused op per view batch; see ``invfast.transforms.fused``).
         overrides: any other :class:`PolicyConfig` field (e.g. ``p_blur=0.0``).
 
     Returns:
-        a :class:`Policy` (torch) or ``invfast.transforms.dali.DaliPolicy``.
+        a :class:`Policy` (torch), ``invfast.transforms.dali.DaliPolicy`` or ``invfast.transforms.fused.FusedPolicy``.
     """
     config, label = policy_config(name, size, **overrides)
     if backend == "torch":
@@ -205,7 +206,11 @@ def policy(name: str | Sequence[str], size: int = 224, backend: str = "torch", *
         from invfast.transforms import dali
 
         return dali.DaliPolicy(config, name=label)
-    raise ValueError(f"unknown backend {backend!r}; valid backends: 'torch', 'dali'")
+    if backend == "fused":
+        from invfast.transforms.fused import FusedPolicy
+
+        return FusedPolicy(config, name=label)
+    raise ValueError(f"unknown backend {backend!r}; valid backends: 'torch', 'dali', 'fused'")
 
 
 def policy_from_descriptor(i: int | Sequence[float] | torch.Tensor, size: int = 224, backend: str = "torch",
