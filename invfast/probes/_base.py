@@ -312,8 +312,9 @@ class CVResults(dict):
     ``rank_test_score`` (1 = best, ties share the lower rank); estimators add more 1-D columns.
     ``pandas.DataFrame(cv_results_)`` gives one row per candidate.
 
-    The keys of invfast 0.1 ('mean_score', 'best_penalty', ...) are still readable with ``[]`` and
-    ``get`` for one release, with a FutureWarning; they are not listed among the keys.
+    The keys of invfast 0.1 ('mean_score', 'best_penalty', ...) still answer ``in`` and are readable
+    with ``[]`` and ``get`` for one release, with a FutureWarning on reading; they are not listed
+    among the keys (iteration, ``keys()``, ``len``), so they never become DataFrame columns.
     """
 
     def __init__(self, columns: dict[str, Any], legacy: dict[str, Any]):
@@ -329,8 +330,11 @@ class CVResults(dict):
             return self._legacy[key]
         raise KeyError(key)
 
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or key in self._legacy
+
     def get(self, key: str, default: Any = None) -> Any:
-        return self[key] if key in self or key in self._legacy else default
+        return self[key] if key in self else default
 
 
 def _rank(mean: np.ndarray) -> np.ndarray:
