@@ -170,3 +170,9 @@ def test_explicit_order_applies_to_every_sample():
         with pytest.raises(ValueError, match="name each of the dataset's types once"):
             Transforms2D(5, "posterize,brightness,rotate", n=5, order=bad)
     assert Transforms2D(5, "hue", n=5, order="hue").order == ("hue",)
+
+
+def test_fingerprint_marks_the_placement_fix():
+    """Draws with a box longer than the image changed, so the generator version in the fingerprint did:
+    a dataset written before the fix is not kept as 'the same dataset' by a new `invfast generate`."""
+    assert Transforms2D(5, "rotate", n=4).config()["format_version"] == 2
