@@ -1,7 +1,8 @@
 // CPU kernel of the fused policy-view op `augment_views` (schema in augment_ops.cpp).
 //
 // It runs the same stages as the CUDA kernels (augment_cuda.cu) with the same per-pixel functions
-// (augment_views_math.h), so the CPU suite tests the GPU algorithm:
+// (augment_views_math.h), so the CPU suite tests the GPU algorithm; the CPU walks each output row as three
+// channel arrays with one loop per op (vectorisable), the GPU one pixel per thread through the whole chain:
 //   A. (jitter only) per image, the mean luma of the warped image after the jitter ops that precede
 //      contrast in its order: the one non-pointwise quantity of the colour chain;
 //   B. per pixel: bilinear warp (crop + resize + flip as one 2x3 map), jitter in the image's order,
@@ -13,6 +14,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "augment/augment_views_args.h"
@@ -28,6 +30,40 @@ namespace {
 
 using namespace views;
 
+// The colour chain on one row held as three channel arrays: the loop over the row sits inside the op
+// switch so that each op's loop vectorises (the per-pixel functions are those of the CUDA kernels).
+inline void jitter_row(int64_t op, float f, float gray_mean, float* r, float* g, float* b, int64_t n) {
+  if (op == kBrightness) {
+    for (int64_t x = 0; x < n; ++x) { r[x] = clamp01(r[x] * f); g[x] = clamp01(g[x] * f); b[x] = clamp01(b[x] * f); }
+  } else if (op == kContrast) {
+    const float q = 1.0f - f;
+    for (int64_t x = 0; x < n; ++x) {
+      r[x] = clamp01(f * r[x] + q * gray_mean); g[x] = clamp01(f * g[x] + q * gray_mean); b[x] = clamp01(f * b[x] + q * gray_mean);
+    }
+  } else if (op == kSaturation) {
+    const float q = 1.0f - f;
+    for (int64_t x = 0; x < n; ++x) {
+      const float l = luma(r[x], g[x], b[x]);
+      r[x] = clamp01(f * r[x] + q * l); g[x] = clamp01(f * g[x] + q * l); b[x] = clamp01(f * b[x] + q * l);
+    }
+  } else {
+    for (int64_t x = 0; x < n; ++x) {
+      float rgb[3] = {r[x], g[x], b[x]};
+      adjust_hue(rgb, f);
+      r[x] = rgb[0]; g[x] = rgb[1]; b[x] = rgb[2];
+    }
+  }
+}
+
+template <typename T>
+inline void warp_row(const T* s, const ViewArgs& a, const float* m, int64_t y, float* r, float* g, float* b) {
+  for (int64_t x = 0; x < a.Wo; ++x) {
+    float rgb[3];
+    sample_rgb(s, a.H, a.W, m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5], rgb);
+    r[x] = rgb[0]; g[x] = rgb[1]; b[x] = rgb[2];
+  }
+}
+
 template <typename T>
 void stage_mean(const ViewArgs& a, double* gray_mean) {
   const T* src = a.images.data_ptr<T>();
@@ -36,6 +72,7 @@ void stage_mean(const ViewArgs& a, double* gray_mean) {
   const float* fac = a.factors.data_ptr<float>();
   const int64_t* ord = a.order.data_ptr<int64_t>();
   at::parallel_for(0, a.B, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> r(a.Wo), g(a.Wo), bl(a.Wo);
     for (int64_t b = begin; b < end; ++b) {
       gray_mean[b] = 0.0;
       if (!jit[b]) continue;
@@ -43,12 +80,15 @@ void stage_mean(const ViewArgs& a, double* gray_mean) {
       const T* s = src + b * 3 * a.H * a.W;
       double sum = 0.0;
       for (int64_t y = 0; y < a.Ho; ++y) {
-        for (int64_t x = 0; x < a.Wo; ++x) {
-          float rgb[3];
-          sample_rgb(s, a.H, a.W, m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5], rgb);
-          if (!jitter_prefix(ord + b * 4, fac + b * 4, rgb)) break;
-          sum += luma(rgb[0], rgb[1], rgb[2]);
+        warp_row(s, a, m, y, r.data(), g.data(), bl.data());
+        // the ops before contrast (jitter_prefix of the CUDA kernel, row-wise)
+        for (int step = 0; step < 4 && ord[b * 4 + step] != kContrast; ++step) {
+          const int64_t op = ord[b * 4 + step];
+          jitter_row(op, fac[b * 4 + op], 0.f, r.data(), g.data(), bl.data(), a.Wo);
         }
+        float row = 0.f;
+        for (int64_t x = 0; x < a.Wo; ++x) row += luma(r[x], g[x], bl[x]);
+        sum += row;
       }
       gray_mean[b] = sum / static_cast<double>(a.Ho * a.Wo);
     }
@@ -67,23 +107,30 @@ void stage_pointwise(const ViewArgs& a, const double* gray_mean, float* scratch,
   const float* mean = a.mean.data_ptr<float>();
   const float* stdv = a.std.data_ptr<float>();
   const float threshold = a.threshold;
+  const int64_t Wo = a.Wo;
   at::parallel_for(0, a.B * a.Ho, 1, [&](int64_t begin, int64_t end) {
+    std::vector<float> buf(3 * Wo);
+    float* ch[3] = {buf.data(), buf.data() + Wo, buf.data() + 2 * Wo};
     for (int64_t r = begin; r < end; ++r) {
       const int64_t b = r / a.Ho, y = r % a.Ho;
-      const float* m = mat + b * 6;
-      const T* s = src + b * 3 * a.H * a.W;
-      const bool j = jit && jit[b];
-      const float gm = j ? static_cast<float>(gray_mean[b]) : 0.f;
-      for (int64_t x = 0; x < a.Wo; ++x) {
-        float rgb[3];
-        sample_rgb(s, a.H, a.W, m[0] * x + m[1] * y + m[2], m[3] * x + m[4] * y + m[5], rgb);
-        colour_chain(j, j ? ord + b * 4 : nullptr, j ? fac + b * 4 : nullptr, gm, gry && gry[b], rgb);
-        if (scratch) {
-          for (int c = 0; c < 3; ++c) scratch[((b * 3 + c) * a.Ho + y) * a.Wo + x] = rgb[c];
-        } else {
-          for (int c = 0; c < 3; ++c)
-            out[lay.at(b, c, y, x)] = static_cast<O>(epilogue(rgb[c], sol && sol[b], threshold, mean[c], stdv[c]));
+      warp_row(src + b * 3 * a.H * a.W, a, mat + b * 6, y, ch[0], ch[1], ch[2]);
+      if (jit && jit[b]) {
+        const float gm = static_cast<float>(gray_mean[b]);
+        for (int step = 0; step < 4; ++step) {
+          const int64_t op = ord[b * 4 + step];
+          jitter_row(op, fac[b * 4 + op], gm, ch[0], ch[1], ch[2], Wo);
         }
+      }
+      if (gry && gry[b]) {
+        for (int64_t x = 0; x < Wo; ++x) ch[0][x] = ch[1][x] = ch[2][x] = luma(ch[0][x], ch[1][x], ch[2][x]);
+      }
+      if (scratch) {
+        for (int c = 0; c < 3; ++c) std::copy(ch[c], ch[c] + Wo, scratch + ((b * 3 + c) * a.Ho + y) * Wo);
+      } else {
+        const bool so = sol && sol[b];
+        for (int c = 0; c < 3; ++c)
+          for (int64_t x = 0; x < Wo; ++x)
+            out[lay.at(b, c, y, x)] = static_cast<O>(epilogue(ch[c][x], so, threshold, mean[c], stdv[c]));
       }
     }
   });

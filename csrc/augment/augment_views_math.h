@@ -28,11 +28,11 @@ IVF_HD float luma(float r, float g, float b) { return 0.2989f * r + 0.587f * g +
 IVF_HD float to_unit(uint8_t v) { return static_cast<float>(v) / 255.0f; }
 IVF_HD float to_unit(float v) { return v; }
 
-// Python's / torch's remainder for a positive divisor: the result has the divisor's sign.
+// torch.remainder for a positive divisor (its vectorised form a - m floor(a / m)): the result is in [0, m).
+// Cheaper than fmodf, which dominated the per-pixel cost of the hue rotation.
 IVF_HD float remainder_pos(float a, float m) {
-  float r = fmodf(a, m);
-  if (r != 0.f && r < 0.f) r += m;
-  return r;
+  const float r = a - m * floorf(a / m);
+  return r < m ? r : 0.f;
 }
 
 // Bilinear sample of the three channels of `src` ([3, H, W], contiguous) at source point (sx, sy) in
@@ -78,7 +78,7 @@ IVF_HD void adjust_hue(float rgb[3], float shift) {
   const float hr = (maxc == r) ? (bc - gc) : 0.f;
   const float hg = (maxc == g && maxc != r) ? (2.0f + rc - bc) : 0.f;
   const float hb = (maxc != g && maxc != r) ? (4.0f + gc - rc) : 0.f;
-  float h = fmodf((hr + hg + hb) / 6.0f + 1.0f, 1.0f);
+  float h = remainder_pos((hr + hg + hb) / 6.0f + 1.0f, 1.0f);
   h = remainder_pos(h + shift, 1.0f);
   const float h6 = h * 6.0f, v = maxc, vs = v * s;
   const float ns[3] = {5.0f, 3.0f, 1.0f};
