@@ -88,11 +88,11 @@ def test_pretrain_throughput(benchmark):
 def test_pretrain_fused_views_cpu(benchmark):
     """The same MoCo-v2 CPU step with the fused policy views instead of the torch policy."""
     import invfast.backend as backend
-    from invfast.transforms.fused import fused_policy
+    from invfast.transforms.fused import FusedPolicy
 
     if "augment_views" not in backend.compiled_ops():
         pytest.skip("compiled core without augment_views")
-    fused, base = _setup(fused_policy("default", size=SIZE)), _setup(T.policy("default", size=SIZE))
+    fused, base = _setup(FusedPolicy(T.policy("default", size=SIZE))), _setup(T.policy("default", size=SIZE))
     g_f, g_b = torch.Generator().manual_seed(0), torch.Generator().manual_seed(0)
     t_f, t_b = [], []
     _step(*fused, g_f, [])
@@ -116,13 +116,13 @@ def test_pretrain_fused_views_cpu(benchmark):
 def test_pretrain_augment_share_cuda(benchmark):
     """Augmentation share of a ResNet-50 MoCo-v2 step (bf16 autocast, channels_last) at 224 px on one GPU."""
     from invfast.ops.augment import CUDA_KERNELS_ENV
-    from invfast.transforms.fused import fused_policy
+    from invfast.transforms.fused import FusedPolicy
 
     batch = int(os.environ.get("INVFAST_BENCH_GPU_BATCH", "256"))
     dev = torch.device("cuda")
     torch.manual_seed(0)
     net = models.create("resnet50").to(dev).to(memory_format=torch.channels_last)
-    method = MoCoV2(net, fused_policy("default", size=224), queue_size=16 * batch).to(dev)
+    method = MoCoV2(net, FusedPolicy(T.policy("default", size=224)), queue_size=16 * batch).to(dev)
     opt = torch.optim.SGD(method.online.parameters(), lr=0.03, momentum=0.9)
     images = (torch.rand(batch, 3, 256, 256, device=dev) * 255).to(torch.uint8)
     g = torch.Generator().manual_seed(0)

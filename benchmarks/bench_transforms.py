@@ -254,12 +254,12 @@ def test_compiled_warp_vs_torch_path(benchmark, name):
 @pytest.mark.parametrize("name", ["default", "spatial"])
 def test_fused_policy_vs_torch_path_cpu(benchmark, name):
     import invfast.backend as backend
-    from invfast.transforms.fused import fused_policy
+    from invfast.transforms.fused import FusedPolicy
 
     if "augment_views" not in backend.compiled_ops():
         pytest.skip("compiled core without augment_views")
     images = _photos(POLICY_B, 256)
-    fused, torch_pol = fused_policy(name, size=224), T.policy(name, size=224)
+    fused, torch_pol = FusedPolicy(T.policy(name, size=224)), T.policy(name, size=224)
     gen = torch.Generator().manual_seed(0)
     benchmark.pedantic(lambda: fused(images, generator=gen), rounds=3, iterations=1, warmup_rounds=1)
     ours = benchmark.stats.stats.min
@@ -312,11 +312,11 @@ def _cuda_kernels(on: bool):
 
 @cuda
 def test_cuda_default_policy_two_views(benchmark):
-    from invfast.transforms.fused import fused_policy
+    from invfast.transforms.fused import FusedPolicy
 
     dev = torch.device("cuda")
     images = _photos(GPU_B, 256).to(dev)
-    fused = fused_policy("default", size=224, dtype=torch.bfloat16, channels_last=True)
+    fused = FusedPolicy(T.policy("default", size=224), dtype=torch.bfloat16, channels_last=True)
     torch_pol = T.policy("default", size=224)
     gen = torch.Generator().manual_seed(0)
     with _cuda_kernels(True):

@@ -13,7 +13,7 @@ import invfast.backend as backend
 from invfast.constants import LUMA_WEIGHTS
 from invfast.ops import augment as aug
 from invfast.transforms import functional as Fn
-from invfast.transforms.fused import FusedPolicy, fused_policy, view_matrix
+from invfast.transforms.fused import FusedPolicy, view_matrix
 from invfast.transforms.policies import policy
 
 compiled = pytest.mark.skipif("augment_views" not in backend.compiled_ops(),
@@ -168,7 +168,7 @@ def test_fused_policy_matches_torch_policy(name, in_dtype, rng):
     if in_dtype == torch.float32:
         img = img.float() / 255
     tp = policy(name, size=S, normalize=False, p_solarize=0.5)
-    fp = fused_policy(name, size=S, normalize=False, p_solarize=0.5)
+    fp = FusedPolicy(tp)
     g = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
     params = tp.sample(B, (H, W), g)
     want = tp.apply(Fn.to_float(img), params)
@@ -185,7 +185,7 @@ def test_fused_policy_normalised_views_and_sampling_match(rng):
     B, H, W = 6, 40, 48
     img = torch.from_numpy(rng.integers(0, 256, (B, 3, H, W)).astype(np.uint8))
     tp = policy("default", size=16)
-    fp = fused_policy("default", size=16, dtype=torch.bfloat16, channels_last=True)
+    fp = FusedPolicy(policy("default", size=16), dtype=torch.bfloat16, channels_last=True)
     seed = int(rng.integers(1 << 30))
     t1, t2 = tp(img, torch.Generator().manual_seed(seed))
     f1, f2 = fp(img, torch.Generator().manual_seed(seed))
@@ -227,7 +227,9 @@ def test_cuda_kernels_are_opt_in(monkeypatch):
 
 def test_fused_policy_rejects_other_dtypes():
     with pytest.raises(TypeError, match="bfloat16"):
-        FusedPolicy(policy("default").config, dtype=torch.float16)
+        FusedPolicy(policy("default"), dtype=torch.float16)
+    with pytest.raises(TypeError, match="wraps a torch policy"):
+        FusedPolicy(policy("default").config)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -16,18 +16,17 @@ like the torch path), then run the fused op with an identity (or flip) map.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
 from invfast.ops.augment import augment_views
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
-from invfast.transforms.policies import Policy
-from invfast.transforms.policy_config import PolicyConfig, policy_config
+from invfast.transforms.policy_config import PolicyConfig
 from invfast.transforms.preprocess import center_crop, resize
 
-__all__ = ["FusedPolicy", "fused_policy", "view_matrix"]
+__all__ = ["FusedPolicy", "view_matrix"]
 
 
 def view_matrix(config: PolicyConfig, params: dict[str, torch.Tensor], image_size: Sequence[int]) -> torch.Tensor:
@@ -55,21 +54,25 @@ def view_matrix(config: PolicyConfig, params: dict[str, torch.Tensor], image_siz
 
 
 class FusedPolicy:
-    """A pretraining policy applied through the fused view op; sampling is the torch Policy's.
+    """A torch :class:`~invfast.transforms.policies.Policy` applied through the fused view op.
 
-    ``policy(images, generator)`` -> ``(view1, view2)`` [B, 3, size, size] in ``dtype`` (float32 default,
+    ``FusedPolicy(T.policy("default", size=224), dtype=torch.bfloat16, channels_last=True)`` (or
+    ``T.policy(..., backend="fused")`` for float32 NCHW). Sampling is the wrapped policy's ``sample``.
+    ``fused(images, generator)`` -> ``(view1, view2)`` [B, 3, size, size] in ``dtype`` (float32 default,
     or bfloat16), NHWC memory when ``channels_last``.
     """
 
-    def __init__(self, config: PolicyConfig, name: str = "custom", dtype: torch.dtype = torch.float32,
-                 channels_last: bool = False) -> None:
+    def __init__(self, policy: Any, dtype: torch.dtype = torch.float32, channels_last: bool = False) -> None:
+        if not (hasattr(policy, "sample") and isinstance(getattr(policy, "config", None), PolicyConfig)):
+            raise TypeError("FusedPolicy wraps a torch policy (invfast.transforms.policy(name, backend='torch')), "
+                            f"got {type(policy).__name__}")
         if dtype not in (torch.float32, torch.bfloat16):
             raise TypeError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype}")
-        self.config = config
-        self.name = name
+        self.config: PolicyConfig = policy.config
+        self.name: str = getattr(policy, "name", "custom")
         self.dtype = dtype
         self.channels_last = bool(channels_last)
-        self._sampler = Policy(config, name=name)
+        self._sampler = policy
 
     def __repr__(self) -> str:
         return (f"FusedPolicy({self.name!r}, size={self.config.size}, augmentations={self.config.augmentations}, "
@@ -119,9 +122,3 @@ class FusedPolicy:
             solarize=params["solarize"] if c.solarize else None, threshold=c.solarize_threshold,
             mean=mean, std=std, dtype=self.dtype, channels_last=self.channels_last)
 
-
-def fused_policy(name: str | Sequence[str], size: int = 224, dtype: torch.dtype = torch.float32,
-                 channels_last: bool = False, **overrides) -> FusedPolicy:
-    """A named policy (or list of augmentations) through the fused op; see :func:`policies.policy`."""
-    config, label = policy_config(name, size, **overrides)
-    return FusedPolicy(config, name=label, dtype=dtype, channels_last=channels_last)

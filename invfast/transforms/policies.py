@@ -209,7 +209,7 @@ def policy(name: str | Sequence[str], size: int = 224, backend: str = "torch", *
     if backend == "fused":
         from invfast.transforms.fused import FusedPolicy
 
-        return FusedPolicy(config, name=label)
+        return FusedPolicy(Policy(config, name=label))
     raise ValueError(f"unknown backend {backend!r}; valid backends: 'torch', 'dali', 'fused'")
 
 
