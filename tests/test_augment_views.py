@@ -265,3 +265,16 @@ def test_policy_backend_fused_is_the_fused_policy():
     assert isinstance(p, FusedPolicy) and p.config == policy("spatial", size=12).config
     with pytest.raises(ValueError, match="'fused'"):
         policy("spatial", backend="nope")
+
+
+@pytest.mark.parametrize("mode", ["auto", "reference"])
+@pytest.mark.parametrize("name", ["default", "appearance", "solarize-default"])
+def test_fused_policy_runs_on_the_images_device(name, mode, device):
+    """Every tensor the fused path (kernel or reference) creates lands on the images' device (cpu, the
+    device guard, cuda)."""
+    img = (torch.rand(4, 3, 40, 36, generator=torch.Generator().manual_seed(0)) * 255).to(torch.uint8).to(device.device)
+    fp = FusedPolicy(policy(name, size=16))
+    with device.run(), backend.using(mode):
+        v1, v2 = fp(img, generator=device.generator(0))
+    device.check(v1, v2)
+    assert v1.shape == (4, 3, 16, 16) and torch.isfinite(v1).all()

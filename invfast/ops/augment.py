@@ -326,8 +326,8 @@ def augment_views(images: torch.Tensor, matrix: torch.Tensor, out_size: tuple[in
         raise ValueError(f"blur needs an output of at least 2x2 px, got {Ho}x{Wo}")
     dev = images.device
     empty = torch.empty(0, device=dev)
-    meanv = torch.as_tensor(mean, dtype=torch.float32).to(dev)
-    stdv = torch.as_tensor(std, dtype=torch.float32).to(dev)
+    meanv = torch.as_tensor(mean, dtype=torch.float32, device=dev)
+    stdv = torch.as_tensor(std, dtype=torch.float32, device=dev)
     args = (images, matrix, Ho, Wo, jitter, factors if factors is not None else empty,
             order if order is not None else empty, grayscale, blur, sigma if sigma is not None else empty,
             solarize, float(threshold), meanv, stdv, dtype, bool(channels_last))
