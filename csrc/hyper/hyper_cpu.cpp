@@ -25,6 +25,8 @@ namespace invfast {
 namespace {
 
 constexpr int64_t kChunkRows = 8192;  // a multiple of the 16-row tile
+// Outputs larger than this are written with non-temporal stores.
+constexpr int64_t kLargeOutputBytes = int64_t(32) << 20;
 
 struct Chunk {
   int64_t kernel, begin, end;
@@ -101,7 +103,11 @@ void generate_tiled(const at::Tensor& hidden, const at::Tensor& weight, const at
   const scalar_t* bp = bias.data_ptr<scalar_t>();
   scalar_t* op = out.data_ptr<scalar_t>();
   const auto chunks = make_chunks(offsets);
-  const bool avx512 = hyper_avx512::cpu_has_avx512() && H % 16 == 0;
+  const bool avx512 = hyper_avx512::usable() && H % 16 == 0;
+  const bool stream = out.nbytes() >= static_cast<size_t>(kLargeOutputBytes);
+#if INVFAST_HYPER_HAVE_AVX512
+  const bool hsum = B <= hyper_avx512::kHsumMaxB && hyper_avx512::hsum_layout().valid;
+#endif
   at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
     std::vector<float> scratch(16 * H + 16);
     float* cols = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
@@ -116,11 +122,14 @@ void generate_tiled(const at::Tensor& hidden, const at::Tensor& weight, const at
         const T* br = reinterpret_cast<const T*>(bp);
         T* orw = reinterpret_cast<T*>(op);
         if constexpr (std::is_same_v<scalar_t, float>) {
-          hyper_avx512::rows_tiles<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
+          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, stream);
+          else hyper_avx512::rows_tiles<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols, stream);
         } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-          hyper_avx512::rows_tiles<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
+          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, stream);
+          else hyper_avx512::rows_tiles<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols, stream);
         } else {
-          hyper_avx512::rows_tiles<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
+          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, stream);
+          else hyper_avx512::rows_tiles<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols, stream);
         }
       }
 #endif
@@ -144,7 +153,7 @@ at::Tensor hyper_generate_cpu(const at::Tensor& hidden_in, const at::Tensor& wei
   auto out = at::empty({B, N}, weight.options());
   if (B == 0 || N == 0) return out;
   const auto st = weight.scalar_type();
-  const bool tiled_ok = hyper_avx512::cpu_has_avx512() && hidden.size(2) % 16 == 0 &&
+  const bool tiled_ok = hyper_avx512::usable() && hidden.size(2) % 16 == 0 &&
                         (st == at::kFloat || st == at::kBFloat16 || st == at::kHalf);
   if (tiled_ok) {
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, st, "hyper_generate_tiled", [&] {

@@ -111,11 +111,65 @@ inline const TransposeLayout& layout() {
   return lay;
 }
 
+// Horizontal sums of 16 vectors into one (lane order permuted, see hsum_lane_of_row):
+// 128-bit block shuffles, then in-block unpacks; 45 shuffles/adds for 16 row sums.
+INVFAST_AVX512_INLINE __m512 hsum16(const __m512 s[16]) {
+  __m512 x[8], y[4], z[2];
+  for (int i = 0; i < 8; ++i) {
+    x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(s[2 * i], s[2 * i + 1], 0xee));
+  }
+  for (int i = 0; i < 4; ++i) {
+    y[i] = _mm512_add_ps(_mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(x[2 * i], x[2 * i + 1], 0xdd));
+  }
+  for (int i = 0; i < 2; ++i) {
+    z[i] = _mm512_add_ps(_mm512_unpacklo_ps(y[2 * i], y[2 * i + 1]), _mm512_unpackhi_ps(y[2 * i], y[2 * i + 1]));
+  }
+  const __m512d a = _mm512_castps_pd(z[0]), b = _mm512_castps_pd(z[1]);
+  return _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+}
+
+// Lane permutation that puts hsum16's sums in row order (measured on vectors with one non-zero lane).
+struct HsumLayout {
+  int32_t lane_of_row[16];
+  bool valid = true;
+};
+
+INVFAST_AVX512 inline HsumLayout measure_hsum_layout() {
+  __m512 v[16];
+  for (int r = 0; r < 16; ++r) {
+    alignas(64) float e[16] = {};
+    e[r] = static_cast<float>(r + 1);  // row r sums to r + 1; the non-zero lane moves with r
+    v[r] = _mm512_load_ps(e);
+  }
+  alignas(64) float out[16];
+  _mm512_store_ps(out, hsum16(v));
+  HsumLayout lay;
+  bool seen[16] = {};
+  for (int j = 0; j < 16; ++j) {
+    const int row = static_cast<int>(out[j]) - 1;
+    if (row < 0 || row > 15 || seen[row]) {
+      lay.valid = false;
+      continue;
+    }
+    seen[row] = true;
+    lay.lane_of_row[row] = j;
+  }
+  return lay;
+}
+
+inline const HsumLayout& hsum_layout() {
+  static const HsumLayout lay = measure_hsum_layout();
+  return lay;
+}
+
 // Loads / stores of 16 consecutive values of the storage dtype as fp32 lanes.
 struct F32 {
   using T = float;
   INVFAST_AVX512_INLINE static __m512 load(const T* p) { return _mm512_loadu_ps(p); }
   INVFAST_AVX512_INLINE static void store(T* p, __m512 v) { _mm512_storeu_ps(p, v); }
+  INVFAST_AVX512_INLINE static void stream(T* p, __m512 v) { _mm512_stream_ps(p, v); }  // 64-byte aligned p
 };
 
 struct BF16 {  // raw bfloat16 bits
@@ -124,14 +178,20 @@ struct BF16 {  // raw bfloat16 bits
     const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
   }
-  INVFAST_AVX512_INLINE static void store(T* p, __m512 v) {
+  INVFAST_AVX512_INLINE static __m256i pack(__m512 v) {
     // round to nearest even; NaN stays a quiet NaN
     const __m512i u = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
     __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7fff))), 16);
     const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7fc0));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(r));
+    return _mm512_cvtepi32_epi16(r);
+  }
+  INVFAST_AVX512_INLINE static void store(T* p, __m512 v) {
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack(v));
+  }
+  INVFAST_AVX512_INLINE static void stream(T* p, __m512 v) {  // 32-byte aligned p
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack(v));
   }
 };
 
@@ -142,6 +202,10 @@ struct F16 {  // raw IEEE half bits
   }
   INVFAST_AVX512_INLINE static void store(T* p, __m512 v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
+                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+  INVFAST_AVX512_INLINE static void stream(T* p, __m512 v) {  // 32-byte aligned p
+    _mm256_stream_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 };
@@ -155,18 +219,28 @@ INVFAST_AVX512_INLINE void accumulate(const float* cols, int64_t H, const float*
   }
 }
 
+// Non-temporal stores skip the read-for-ownership of output lines that a large output (far beyond
+// the caches) would otherwise cost: up to B x N x itemsize less memory traffic.
 template <typename S, int NB>
-INVFAST_AVX512_INLINE void finish(const __m512* acc, __m512i perm, __m512 bias, typename S::T* out, int64_t ostride) {
-  for (int j = 0; j < NB; ++j) S::store(out + j * ostride, _mm512_add_ps(_mm512_permutexvar_ps(perm, acc[j]), bias));
+INVFAST_AVX512_INLINE void finish(const __m512* acc, __m512i perm, __m512 bias, typename S::T* out, int64_t ostride,
+                                  bool stream) {
+  if (stream) {
+    for (int j = 0; j < NB; ++j) S::stream(out + j * ostride, _mm512_add_ps(_mm512_permutexvar_ps(perm, acc[j]), bias));
+  } else {
+    for (int j = 0; j < NB; ++j) S::store(out + j * ostride, _mm512_add_ps(_mm512_permutexvar_ps(perm, acc[j]), bias));
+  }
 }
 
 // Rows [begin, end) of kernel l (end - begin a multiple of 16) for all B descriptors.
 //   weight [N, H] and bias [N] in storage S; hf [B, L, H] fp32; out [B, N] in storage S.
-// cols: scratch of 16 * H floats, 64-byte aligned.
+// cols: scratch of 16 * H floats, 64-byte aligned. stream: non-temporal output stores where a
+// tile's 16 outputs are aligned (16 * itemsize bytes) in every row b.
 template <typename S>
 INVFAST_AVX512 void rows_tiles(const typename S::T* weight, const typename S::T* bias, const float* hf,
                                typename S::T* out, int64_t B, int64_t L, int64_t H, int64_t N, int64_t l,
-                               int64_t begin, int64_t end, float* cols) {
+                               int64_t begin, int64_t end, float* cols, bool stream) {
+  constexpr uintptr_t kTileBytes = 16 * sizeof(typename S::T);
+  stream = stream && (N * sizeof(typename S::T)) % kTileBytes == 0;
   const TransposeLayout& lay = layout();
   const __m512i perm = _mm512_loadu_si512(lay.lane_of_row);
   const float* hl = hf + l * H;
@@ -179,30 +253,66 @@ INVFAST_AVX512 void rows_tiles(const typename S::T* weight, const typename S::T*
       for (int m = 0; m < 16; ++m) _mm512_store_ps(cols + 16 * (kb + lay.col_of[m]), r[m]);
     }
     const __m512 bv = S::load(bias + n);
+    const bool st = stream && reinterpret_cast<uintptr_t>(out + n) % kTileBytes == 0;
     int64_t b = 0;
     for (; b + 8 <= B; b += 8) {
       __m512 acc[8];
       for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_ps();
       accumulate<8>(cols, H, hl + b * hstride, hstride, acc);
-      finish<S, 8>(acc, perm, bv, out + b * N + n, N);
+      finish<S, 8>(acc, perm, bv, out + b * N + n, N, st);
     }
     for (; b + 4 <= B; b += 4) {
       __m512 acc[4];
       for (int j = 0; j < 4; ++j) acc[j] = _mm512_setzero_ps();
       accumulate<4>(cols, H, hl + b * hstride, hstride, acc);
-      finish<S, 4>(acc, perm, bv, out + b * N + n, N);
+      finish<S, 4>(acc, perm, bv, out + b * N + n, N, st);
     }
     for (; b < B; ++b) {
       __m512 acc[1] = {_mm512_setzero_ps()};
       accumulate<1>(cols, H, hl + b * hstride, hstride, acc);
-      finish<S, 1>(acc, perm, bv, out + b * N + n, N);
+      finish<S, 1>(acc, perm, bv, out + b * N + n, N, st);
     }
   }
+  if (stream) _mm_sfence();
+}
+
+// The tiled kernels can run here: AVX-512 present and the transpose network's layout consistent.
+inline bool usable() { return cpu_has_avx512() && layout().valid; }
+
+// Few descriptors (B <= kHsumMaxB): per descriptor, 16 row products h . weight[n] as vectors, then
+// one hsum16 (H/16 + 45 vector ops per 16 rows instead of the tile transpose's ~200).
+constexpr int64_t kHsumMaxB = 2;
+
+template <typename S>
+INVFAST_AVX512 void rows_hsum(const typename S::T* weight, const typename S::T* bias, const float* hf,
+                              typename S::T* out, int64_t B, int64_t L, int64_t H, int64_t N, int64_t l,
+                              int64_t begin, int64_t end, bool stream) {
+  constexpr uintptr_t kTileBytes = 16 * sizeof(typename S::T);
+  stream = stream && (N * sizeof(typename S::T)) % kTileBytes == 0;
+  const __m512i perm = _mm512_loadu_si512(hsum_layout().lane_of_row);
+  const float* hl = hf + l * H;
+  for (int64_t n = begin; n < end; n += 16) {
+    const __m512 bv = S::load(bias + n);
+    const bool st = stream && reinterpret_cast<uintptr_t>(out + n) % kTileBytes == 0;
+    for (int64_t b = 0; b < B; ++b) {
+      const float* h = hl + b * L * H;
+      __m512 sums[16];
+      for (int r = 0; r < 16; ++r) sums[r] = _mm512_setzero_ps();
+      for (int64_t kb = 0; kb < H; kb += 16) {
+        const __m512 hv = _mm512_loadu_ps(h + kb);
+        for (int r = 0; r < 16; ++r) sums[r] = _mm512_fmadd_ps(S::load(weight + (n + r) * H + kb), hv, sums[r]);
+      }
+      const __m512 v = _mm512_add_ps(_mm512_permutexvar_ps(perm, hsum16(sums)), bv);
+      if (st) S::stream(out + b * N + n, v); else S::store(out + b * N + n, v);
+    }
+  }
+  if (stream) _mm_sfence();
 }
 
 #else
 
 inline bool cpu_has_avx512() { return false; }
+inline bool usable() { return false; }
 
 #endif
 
