@@ -56,10 +56,11 @@ class RandomAug:
 
 
 class FixedAug:
-    """Deterministic views: (image, flipped image with brightness 0.8) — for multi-process comparisons."""
+    """Deterministic views: (image, flipped image with brightness 0.8) — for multi-process comparisons.
+    The views take torch's default dtype (float64 in the multi-process tests)."""
 
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None):
-        x = images.float() / 255
+        x = images.to(torch.get_default_dtype()) / 255
         return _norm(x), _norm(x.flip(3) * 0.8)
 
 
