@@ -3,11 +3,27 @@ import pytest
 import torch
 
 
+import os  # noqa: E402
+
+#: the seed of tests marked ``statistical`` (assertions that hold with high probability, not always)
+STATISTICAL_SEED = 20261123
+
+
 @pytest.fixture
-def rng():
-    """A fresh, logged seed per test: inputs are random but reproducible from the failure message."""
-    seed = int(np.random.SeedSequence().entropy % (2**31))
-    print(f"seed={seed}")
+def rng(request):
+    """A fresh, logged seed per test: inputs are random but reproducible from the failure message.
+
+    ``INVFAST_TEST_SEED=N`` reruns with seed N. Tests marked ``statistical`` use the fixed
+    ``STATISTICAL_SEED`` (stable CI) unless ``INVFAST_TEST_SEED`` is set (``random``: a fresh one).
+    """
+    env = os.environ.get("INVFAST_TEST_SEED", "")
+    if env and env != "random":
+        seed = int(env)
+    elif request.node.get_closest_marker("statistical") is not None and env != "random":
+        seed = STATISTICAL_SEED
+    else:
+        seed = int(np.random.SeedSequence().entropy % (2**31))
+    print(f"seed={seed} (rerun with INVFAST_TEST_SEED={seed})")
     torch.manual_seed(seed)
     return np.random.default_rng(seed)
 

@@ -215,6 +215,7 @@ def _acr_np(v, k):
     return (owner[nn] != owner[:, None]).mean()
 
 
+@pytest.mark.statistical
 def test_acr(rng):
     v = rng.normal(size=(20, 4, 8))
     for k in (1, 3):
@@ -226,6 +227,7 @@ def test_acr(rng):
         ivf.acr(torch.from_numpy(tight), k=50)
 
 
+@pytest.mark.statistical
 def test_sensitivity_ratio(rng):
     x = torch.from_numpy(rng.normal(size=(300, 5)))
     assert ivf.sensitivity_ratio(x, x.clone(), n_pairs=500) == 0.0
@@ -249,6 +251,7 @@ def test_sensitivity_pairs_are_a_derangement():
         assert np.isfinite(r) and r <= 1.0 / 1.0  # denominator >= 1 when every pair is distinct
 
 
+@pytest.mark.statistical
 def test_class_distance_ratio(rng):
     x = rng.normal(size=(40, 3))
     y = rng.integers(0, 3, size=40)

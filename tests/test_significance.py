@@ -7,6 +7,7 @@ import torch
 import invfast as ivf
 
 
+@pytest.mark.statistical
 def test_threshold_formula_and_decision(rng):
     n = 400
     a = torch.from_numpy(rng.uniform(0.5, 1.0, size=n))
@@ -32,6 +33,7 @@ def test_hoeffding_false_positive_rate_is_bounded():
     assert rejections / 300 <= 0.05
 
 
+@pytest.mark.statistical
 def test_most_invariant_with_bonferroni(rng):
     n = 1000
     base = torch.from_numpy(rng.uniform(0, 0.5, size=n))
