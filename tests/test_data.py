@@ -122,3 +122,17 @@ def test_every_source_speaks_the_protocol(tmp_path):
         got = src.get([0])
         assert got.dtype == torch.uint8 and got.shape[0] == 1 and isinstance(src.spec, str)
     torch.testing.assert_close(TensorSource(x).get([1, 2]), (x[1:3] * 255).round().to(torch.uint8), atol=0, rtol=0)
+
+
+def test_synthetic_spec_order_and_split_are_validated():
+    from invfast.data.synthetic import parse_synthetic_spec
+
+    spec = parse_synthetic_spec("synthetic:n=4,order=random")
+    assert spec.to_string().endswith(",order=random")
+    assert parse_synthetic_spec(spec.to_string()) == spec
+    assert "order" not in parse_synthetic_spec("synthetic:n=4").to_string()  # canonical specs read as before
+    ds = spec.dataset()
+    assert len(set(ds.orders([0, 1, 2, 3]))) > 1  # a permutation per image
+    for bad in ("split=zzz", "order=zzz"):
+        with pytest.raises(ValueError, match=bad.split("=")[0]):
+            parse_synthetic_spec(bad)

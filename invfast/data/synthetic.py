@@ -13,9 +13,10 @@ n          5000      images
 size       32        side in px
 seed       0         data set seed
 split      train     ``train``, ``val`` or ``test`` (independent streams: splits never share images)
+order      canonical order of the transformation types in each image: ``canonical`` or ``random`` (per image)
 ========== ========= ==================================================================================
 
-The defaults are the data set of Ericsson et al.'s Transforms-2D experiments (all 61 objects, all 18
+The defaults are the data set of Speicher et al.'s Transforms-2D experiments (all 61 objects, all 18
 transformation types sampled) at a CPU-sized n, and are the same whether the spec feeds ``invfast
 pretrain`` or ``invfast measure``: a spec names one data set. (Before invfast 0.2 measurement read
 ``synthetic:`` as 10 objects, no transforms, n=1000, split=test; write those keys to get that data.)
@@ -33,14 +34,7 @@ from invfast.data.protocol import Source
 
 #: the keys of a ``synthetic:`` spec and their defaults
 SYNTHETIC_DEFAULTS: dict[str, Any] = {"objects": 61, "transforms": "all", "n": 5000, "size": 32, "seed": 0,
-                                      "split": "train"}
-
-
-def _splits() -> tuple[str, ...]:
-    from invfast.synthetic import transforms2d
-
-    check = getattr(transforms2d, "SPLITS", None) or tuple(transforms2d.DEFAULT_SIZES)
-    return tuple(check)
+                                      "split": "train", "order": "canonical"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +47,7 @@ class SyntheticSpec:
     size: int = SYNTHETIC_DEFAULTS["size"]
     seed: int = SYNTHETIC_DEFAULTS["seed"]
     split: str = SYNTHETIC_DEFAULTS["split"]
+    order: str = SYNTHETIC_DEFAULTS["order"]
 
     def __post_init__(self) -> None:
         from invfast.synthetic import TRANSFORMATIONS
@@ -70,9 +65,12 @@ class SyntheticSpec:
         except (KeyError, ValueError, TypeError) as e:
             raise ValueError(f"synthetic spec transforms: {e}; known: {', '.join(TRANSFORMATIONS)}") from None
         object.__setattr__(self, "transforms", names)
-        splits = _splits()
-        if self.split not in splits:
-            raise ValueError(f"synthetic spec split must be one of {', '.join(splits)}, got {self.split!r}")
+        from invfast.synthetic import ORDERS, SPLITS
+
+        if self.split not in SPLITS:
+            raise ValueError(f"synthetic spec split must be one of {', '.join(SPLITS)}, got {self.split!r}")
+        if self.order not in ORDERS:
+            raise ValueError(f"synthetic spec order must be one of {', '.join(ORDERS)}, got {self.order!r}")
 
     def replace(self, **kw: Any) -> "SyntheticSpec":
         return dataclasses.replace(self, **kw)
@@ -83,14 +81,14 @@ class SyntheticSpec:
 
         t = "all" if set(self.transforms) == set(TRANSFORMATIONS) else ("+".join(self.transforms) or "none")
         return (f"synthetic:objects={self.objects},transforms={t},n={self.n},size={self.size},seed={self.seed},"
-                f"split={self.split}")
+                f"split={self.split}" + ("" if self.order == "canonical" else f",order={self.order}"))
 
     def dataset(self) -> Any:
         """The :class:`invfast.synthetic.Transforms2D` data set this spec names."""
         from invfast import synthetic
 
         return synthetic.Transforms2D(objects=self.objects, transforms=self.transforms, size=self.size, n=self.n,
-                                      seed=self.seed, split=self.split)
+                                      seed=self.seed, split=self.split, order=self.order)
 
 
 def parse_synthetic_spec(spec: str | dict[str, Any] | SyntheticSpec = "") -> SyntheticSpec:
