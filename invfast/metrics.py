@@ -1,4 +1,4 @@
-"""Invariance metrics (SPEC §1.2-1.4): Mahalanobis distance, standardised cosine, their
+"""Invariance metrics (Ericsson et al. 2021, App. C; Wang & Isola 2020; Speicher et al.): Mahalanobis distance, standardised cosine, their
 aggregates, alignment, uniformity, ACR, sensitivity ratio and class distance ratio."""
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def standardized_cosine(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureSt
 
 def aggregate_scores(scores: torch.Tensor, identity: torch.Tensor | None = None, *,
                      nan_policy: str = "raise") -> dict[str, Any]:
-    """Summaries of per-pair scores ``[N, P]`` (SPEC §1.3).
+    """Summaries of per-pair scores ``[N, P]`` (Ericsson et al. 2021, eq. C.4).
 
     Returns 'mean' (over images and non-identity parameters), 'per_param' [P] (mean over images),
     'per_image' [N] (mean over non-identity parameters), 'identity_mean' (mean over identity

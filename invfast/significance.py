@@ -1,5 +1,5 @@
 """Which model is significantly most invariant: Hoeffding's test with Bonferroni correction
-(Ericsson et al., App. F; SPEC §1.5)."""
+(Ericsson et al. 2021, App. F)."""
 from __future__ import annotations
 
 import math

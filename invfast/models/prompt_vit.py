@@ -1,4 +1,4 @@
-"""Prompt-ViT (Chavhan et al., SPEC §3): a small ViT whose invariance prompt token
+"""Prompt-ViT (Chavhan et al. 2023): a small ViT whose invariance prompt token
 ``l_prompt(i)`` is appended after the image tokens.
 
 ``l_prompt`` is the average of ``n_projectors`` two-layer MLPs ``Linear(K -> dim) . ReLU .

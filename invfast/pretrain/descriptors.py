@@ -1,4 +1,4 @@
-"""Invariance descriptors for amortised pretraining (Chavhan et al.; SPEC §3).
+"""Invariance descriptors for amortised pretraining (Chavhan et al. 2023).
 
 ``groups`` (K = 2): [1, 1] default, [1, 0] spatial, [0, 1] appearance.
 ``individual`` (K = 5): switches for (crop, flip, colour jitter, grayscale, blur); the 26

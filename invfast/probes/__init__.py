@@ -1,4 +1,4 @@
-"""Linear and kernel readouts on frozen features, with exact cross-validation (SPEC §4).
+"""Linear and kernel readouts on frozen features, with exact cross-validation (Ericsson et al. 2021, App. E; Chavhan et al. 2023, A.2).
 
 * :class:`RidgeCV` — multi-output ridge; every λ of a fold from one eigendecomposition.
 * :class:`LogisticCV` — multinomial L2 logistic regression; folds batched, path continuation.

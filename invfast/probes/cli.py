@@ -3,7 +3,7 @@
     invfast probe --features F.npy --targets Y.npy --task classification|regression
 
 Several ``--features`` files are fused (concatenated) and the α grid shifts accordingly.
-Prints the SPEC §4 table: mean ± std over folds at the α (penalty λ) with the best mean.
+Prints the probe table (Ericsson et al. 2021, App. E): mean ± std over folds at the α (penalty λ) with the best mean.
 """
 from __future__ import annotations
 

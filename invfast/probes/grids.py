@@ -1,4 +1,4 @@
-"""Regularisation grids of SPEC §4, feature fusion, and the penalty convention.
+"""Regularisation grids of Ericsson et al. (2021, App. E), feature fusion, and the penalty convention.
 
 Penalty convention (one number, ``alpha`` = λ, for every linear probe)::
 
@@ -29,7 +29,7 @@ KERNEL_GAMMAS = (1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1e0, 1e1, 1e2)
 
 
 def alpha_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
-    """The SPEC §4 grid: ``n`` log-spaced λ in [1e-6, 1e5] for one model, shifted one decade up per
+    """The published grid: ``n`` log-spaced λ in [1e-6, 1e5] for one model, shifted one decade up per
     extra fused model ([1e-5, 1e6] for two, [1e-4, 1e7] for three, and so on).
 
     Returns float64 [n], ascending.

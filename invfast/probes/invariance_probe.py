@@ -1,4 +1,4 @@
-"""Downstream invariance learning (Chavhan et al., SPEC §3): on a frozen amortised extractor,
+"""Downstream invariance learning (Chavhan et al. 2023): on a frozen amortised extractor,
 learn a linear head together with the invariance descriptor ``i in [0, 1]^K``.
 
 ``i`` starts at 0.5 and is kept in [0, 1] either by projection (clamp after every Adam step,

@@ -61,7 +61,7 @@ def _path_predict(k_tr: torch.Tensor, k_te: torch.Tensor, y: torch.Tensor, alpha
 
 
 class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
-    """RBF kernel ridge regression with (α, γ) chosen by K-fold cross-validation (SPEC §4).
+    """RBF kernel ridge regression with (α, γ) chosen by K-fold cross-validation (Ericsson et al. 2021 BMVC).
 
     Parameters
     ----------

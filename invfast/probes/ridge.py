@@ -189,7 +189,7 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
     Parameters
     ----------
     alphas : sequence of float or None
-        Penalties λ, each ``Ridge(alpha=λ)``. None: ``alpha_grid(n_models)``, the 45 values of SPEC §4.
+        Penalties λ, each ``Ridge(alpha=λ)``. None: ``alpha_grid(n_models)``, the 45 values of Ericsson et al. (2021, App. E).
     cv : int, splitter, iterable of (train, test) or "loo"
         Folds. An int gives contiguous K-fold (identical to ``KFold(cv)``; shuffled with
         ``shuffle=True``); "loo" uses exact leave-one-out residuals from one eigendecomposition.

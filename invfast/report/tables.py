@@ -58,7 +58,7 @@ def ordered_transforms(results: Sequence[InvarianceResult]) -> list[tuple[str, s
 
 
 def significance(results: Sequence[InvarianceResult], *, delta: float = 0.05) -> dict[str, str | None]:
-    """Transform -> the model that is significantly most invariant by standardised cosine (SPEC §1.5:
+    """Transform -> the model that is significantly most invariant by standardised cosine (Ericsson et al. 2021, App. F:
     Hoeffding with Bonferroni over the comparisons, on per-image scores of the same images), or None.
     Transforms that some model lacks or kept no per-image scores for are left out."""
     results = as_results(results)

@@ -1,4 +1,4 @@
-"""Transforms-2D dataset families (SPEC §2.4, Speicher et al. §4-5 and App. C-D).
+"""Transforms-2D dataset families (Speicher et al. §4-5 and App. C-D).
 
 * :func:`same_vs_different` — source/target tasks with disjoint objects; a source with the target's
   transformations and one with a disjoint set.

@@ -1,4 +1,4 @@
-"""The 18 Transforms-2D transformation types and their parameter distributions (SPEC §2.3).
+"""The 18 Transforms-2D transformation types and their parameter distributions (Speicher et al., App. A.1; values from the published code).
 
 Each type is sampled independently per sample from the counter-based RNG
 (:mod:`invfast.synthetic.rng`), so a dataset is defined by its set of types, not their order.
@@ -26,7 +26,7 @@ ALIASES = {"rotation": "rotate", "translation": "translate", "vertical_flip": "v
 
 @dataclass(frozen=True)
 class Recipe:
-    """Distribution constants (SPEC §2.3; sizes in pixels are for a 32 px image and scale with it)."""
+    """Distribution constants (Speicher et al., App. A.1; sizes in pixels are for a 32 px image and scale with it)."""
 
     rotate_deg: tuple[float, float] = (0.0, 360.0)
     scale: tuple[float, float] = (0.4, 1.0)
@@ -38,7 +38,7 @@ class Recipe:
     sharpen_factor: float = 7.0
     blur_kernel: int = 7
     blur_sigma: tuple[float, float] = (0.1, 1.5)
-    noise_std: float = 0.1            # SPEC gives N(0, 1) * scale without the scale: invfast uses 0.1
+    noise_std: float = 0.1            # the paper gives N(0, 1) * scale without the scale: invfast uses 0.1
     pixelate_ratio: float = 0.3
     elastic_alpha: float = 150.0
     elastic_sigma: float = 5.0        # torchvision ElasticTransform default

@@ -127,7 +127,7 @@ class Transforms2D(torch.utils.data.Dataset):
         backgrounds: None (built-in), a folder, an image tensor/array, or 'uniform-random'
             (a fresh uniform-random background per sample).
         n_classes: use only the first ``n_classes`` objects (error if the bank has fewer).
-        recipe: distribution constants (:class:`Recipe`, SPEC §2.3 by default).
+        recipe: distribution constants (:class:`Recipe`, Speicher et al.'s published values by default).
         order: ``'canonical'`` (default): every sample in one fixed order of the types (see
             ``docs/synthetic.md``); ``'random'``: each sample in its own random order, a pure function of
             (seed, split, index) like everything else; or a sequence of the dataset's type names (or

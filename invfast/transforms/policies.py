@@ -1,4 +1,4 @@
-"""Pretraining augmentation policies (SPEC §2.2): MoCo-v2 Default, Spatial, Appearance,
+"""Pretraining augmentation policies (Ericsson et al. 2021, App. A; Chavhan et al. 2023, App. C): MoCo-v2 Default, Spatial, Appearance,
 Solarize-Default, custom lists, and the amortised-invariance descriptors (K = 2 groups, K = 5 switches).
 
 Every random choice is drawn per sample from the caller's ``torch.Generator`` in a fixed order, so the

@@ -1,4 +1,4 @@
-"""The 18 test transforms of Ericsson et al. (App. B) with their parameter grids (SPEC §2.1).
+"""The 18 test transforms of Ericsson et al. (2021, App. B) with their parameter grids.
 
 >>> from invfast import transforms as T
 >>> rot = T.get("rotation")
