@@ -229,3 +229,17 @@ def test_cuda_opcheck_and_gradcheck(b):
                           (g, hidden.detach(), weight.detach(), offs))
     with backend.using("compiled"):
         assert torch.autograd.gradcheck(lambda h, w, bb: hyper.generate(h, w, bb, offs), (hidden, weight, bias))
+
+
+@pytest.mark.parametrize("b", [1, 8])
+def test_large_output_streaming_path_vs_float64(b):
+    """Outputs >= 32 MB take the non-temporal-store / huge-page path: aligned kernels of 16-row
+    multiples plus a ragged last kernel."""
+    sizes = [16 * 4000, 16 * (1_200_000 // b), 5]
+    offs = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
+    g = torch.Generator().manual_seed(b)
+    hidden, weight, bias = torch.randn(b, 3, 32, generator=g), torch.randn(offs[-1], 32, generator=g), \
+        torch.randn(offs[-1], generator=g)
+    out = hyper.generate(hidden, weight, bias, offs)
+    assert out.nbytes >= 32 << 20
+    _close_to_float64(out, hidden, weight, bias, offs, torch.float32)
