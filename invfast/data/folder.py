@@ -117,7 +117,9 @@ class FolderSource(Source):
         extensions: only files ending so (case-insensitive); ``None`` (default) takes every file, so a
             stray non-image shows up in ``errors`` rather than vanishing.
         workers: DataLoader worker processes decoding images (0, the default: in this process, best
-            for small data; 4-8 pay off for large photographs).
+            for small data; 4-8 pay off for large photographs; ``invfast measure`` defaults to
+            ``min(8, usable CPUs)``). ``load`` splits one batch over them;
+            :meth:`batches` also decodes the next batches while the caller uses the current one.
         cache: keep decoded images in memory (pretraining reads every image once per epoch).
         load_size: deprecated name of ``resize``.
     """
@@ -205,7 +207,7 @@ class FolderSource(Source):
         self._requests.batches = chunks
         yield from self._loader
 
-    def _read(self, index_batches: list[list[int]]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _read(self, index_batches: list[list[int]], pin_memory: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # the worker pool serves one pass at a time; a call made while a pass is open (another
         # thread, or a load() inside a batches() loop) decodes in this process instead
         pool = self.workers > 0 and self._lock.acquire(blocking=False)
@@ -221,7 +223,9 @@ class FolderSource(Source):
                 for _ in cs:
                     ids, imgs, errs = next(stream)
                     got.update({i: (img, err) for i, img, err in zip(ids, imgs, errs)})
-                out = torch.zeros(len(b), 3, self.resize, self.resize, dtype=torch.uint8)
+                # a fresh buffer per batch: an asynchronous upload of the previous one may still be reading it
+                out = torch.zeros(len(b), 3, self.resize, self.resize, dtype=torch.uint8, device="cpu",
+                                  pin_memory=pin_memory)
                 ok = torch.zeros(len(b), dtype=torch.bool)
                 for j, i in enumerate(b):
                     if i not in got:  # cached
@@ -251,9 +255,12 @@ class FolderSource(Source):
         """Images ``uint8 [B, 3, resize, resize]`` and ``ok [B]`` at ``indices``."""
         return next(self._read([_indices(indices, len(self))]))
 
-    def batches(self, index_batches: Iterable[Sequence[int] | torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``load`` of each batch in order; with workers, later batches decode while earlier ones are used."""
-        return self._read([_indices(b, len(self)) for b in index_batches])
+    def batches(self, index_batches: Iterable[Sequence[int] | torch.Tensor], *,
+                pin_memory: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``load`` of each batch in order; with workers, later batches decode while earlier ones are
+        used (DataLoader prefetch: about two batches ahead). ``pin_memory``: each batch is assembled in
+        page-locked memory (CUDA builds of torch), ready for a ``non_blocking`` upload."""
+        return self._read([_indices(b, len(self)) for b in index_batches], pin_memory)
 
     def describe(self) -> dict[str, Any]:
         return {"kind": "folder", "root": os.path.abspath(self.root), "n": len(self), "resize": self.resize,

@@ -8,8 +8,9 @@ and resume from any position and the trainer decides the sampling order (never t
   rows whose ``ok`` is False could not be decoded (their pixels are zeros);
 - ``source.get(indices) -> uint8 [B, 3, H, W]``: the same images as uint8 for training; raises
   :class:`ImageDecodeError` when one of them cannot be read (a training batch has no holes);
-- ``source.batches(index_batches)``: ``load`` over many batches in order, the way to read a whole
-  pass (a folder decodes the next batches in DataLoader worker processes meanwhile);
+- ``source.batches(index_batches, pin_memory=False)``: ``load`` over many batches in order, the way
+  to read a whole pass (a folder decodes the next batches in DataLoader worker processes meanwhile);
+  ``pin_memory=True`` returns page-locked host images, for an asynchronous upload to a CUDA device;
 - ``source.groups``: ``None``, or an int64 tensor [N] of group ids (object/scene, real-world mode);
 - ``source.spec``: a string naming the data (recorded in checkpoints and reports);
 - ``source.describe()``: a JSON-able description, used to recognise the same run when resuming.
@@ -73,10 +74,20 @@ class Source:
                                    "(training batches cannot skip images)")
         return to_uint8(images)
 
-    def batches(self, index_batches: Iterable[Sequence[int] | torch.Tensor]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``load`` of each batch of indices, in order."""
+    def batches(self, index_batches: Iterable[Sequence[int] | torch.Tensor], *,
+                pin_memory: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``load`` of each batch of indices, in order; ``pin_memory``: host images come back
+        page-locked (needs a CUDA build of torch), so ``.to(cuda, non_blocking=True)`` is asynchronous."""
         for idx in index_batches:
-            yield self.load(idx)
+            images, ok = self.load(idx)
+            yield (pin(images) if pin_memory else images), ok
 
 
-__all__ = ["ImageDecodeError", "ImageSource", "Source", "to_uint8"]
+def pin(images: torch.Tensor) -> torch.Tensor:
+    """``images`` in page-locked host memory (unchanged when already pinned or not on the host)."""
+    if images.device.type != "cpu" or images.is_pinned():
+        return images
+    return images.pin_memory()
+
+
+__all__ = ["ImageDecodeError", "ImageSource", "Source", "pin", "to_uint8"]
