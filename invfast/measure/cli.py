@@ -3,7 +3,7 @@
     invfast measure --model resnet18-cifar --checkpoint ckpt.pt --data synthetic:n=1000 --out report/
     invfast measure --model resnet50 --data folder:/data/imagenet/val --transforms spatial --images 1000 \
         --crop 224 --out report/
-    torchrun --nproc-per-node 4 -m invfast measure ...        # or --world-size 4 (local gloo processes)
+    torchrun --nproc-per-node 4 -m invfast measure ...        # NCCL on CUDA, gloo on CPU; or --world-size 4 (local gloo)
     invfast measure --model resnet50 --data folder:/data/coil100 --real-world --out coil/
 
 The folder gets ``result.json`` (every number, per-image values included), ``table.md`` (the
@@ -54,6 +54,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available)")
     parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                         help="model precision (autocast on GPU; default float32)")
+    parser.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto",
+                        help="model input memory format (auto: channels_last on CUDA)")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="image-folder decoding worker processes, decoding ahead of the measurement "
+                             "(default min(8, usable CPUs); 0: decode in the measuring process)")
     parser.add_argument("--protocol", choices=("invfast", "ericsson"), default="invfast",
                         help="invfast (default) or ericsson: the original evaluation code's protocol "
                              "(see the protocol table in docs/measure.md)")
@@ -135,7 +140,8 @@ def _measure(args: argparse.Namespace) -> int:
                   normalize=not args.no_normalize, shrinkage=get_protocol(args.protocol).shrinkage,
                   protocol=args.protocol, state_path=os.path.join(state_dir, "state.pt"),
                   save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
-                  fingerprint_content=args.hash_images)
+                  fingerprint_content=args.hash_images, workers=args.workers,
+                  channels_last={"auto": None, "on": True, "off": False}[args.channels_last])
     label = args.name or args.model
     for attempt in (0, 1):
         try:
@@ -247,10 +253,11 @@ def _n_images(args: argparse.Namespace) -> int | None:
 def _check_args(args: argparse.Namespace) -> None:
     from invfast.devices import resolve_device
 
-    for k in ("images", "grid_size", "batch_size", "forward_batch", "world_size"):
+    for k in ("images", "grid_size", "batch_size", "forward_batch", "world_size", "workers"):
         v = getattr(args, k)
-        if v is not None and v < (0 if k == "images" else 1):
-            raise ValueError(f"--{k.replace('_', '-')} must be {'>= 0' if k == 'images' else '>= 1'}, got {v}")
+        low = 0 if k in ("images", "workers") else 1
+        if v is not None and v < low:
+            raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
     if not args.save_every >= 0:
         raise ValueError(f"--save-every must be a number of seconds >= 0, got {args.save_every}")
     resolve_device(args.device or "auto")  # an unusable device is refused before any work
@@ -269,12 +276,19 @@ def run(args: argparse.Namespace) -> int:
     from invfast.io import output_lock
 
     _check_args(args)
-    under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and "RANK" in os.environ
+    env = os.environ  # torchrun sets LOCAL_RANK too, so a torchrun of one process still joins a group
+    under_torchrun = "RANK" in env and "WORLD_SIZE" in env and (int(env["WORLD_SIZE"]) > 1 or "LOCAL_RANK" in env)
     if under_torchrun:
         if args.world_size > 1:
             raise ValueError("--world-size is for local processes; under torchrun use --nproc-per-node")
         if not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() and args.device != "cpu" else "gloo")
+            from invfast.devices import resolve_device
+
+            # NCCL (not run in this project's CI: no GPU) all-gathers the float64 sums as CUDA tensors
+            device = resolve_device(args.device or "auto")  # GPU $LOCAL_RANK under torchrun
+            if device.type == "cuda":
+                torch.cuda.set_device(device)
+            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
         _check_out(args)  # every rank reads the same folder and reaches the same verdict
         if dist.get_rank() != 0:
             return _measure(args)

@@ -1,0 +1,215 @@
+"""The measurement pipeline (issue 14): reads through ``source.batches`` (folder workers decode ahead),
+no per-batch host reads of the accumulators, one progress bar over images x passes, model calls
+bounded whatever N and k, and ``torchrun`` (gloo here; NCCL is the same code on CUDA tensors)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from invfast.data.folder import FolderSource
+from invfast.measure import measure_invariance
+from invfast.measure.core import default_workers
+from measure_helpers import Brightness, HFlip, Rot90, random_images, small_net
+
+TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def _folder(path, n=10, size=20, seed=4):
+    x = random_images(n, size=size, seed=seed).permute(0, 2, 3, 1).numpy()
+    path.mkdir()
+    for i in range(n):
+        Image.fromarray(x[i]).save(path / f"{i:02d}.png")
+    return path
+
+
+def _means(r):
+    return {n: (t.mean_distance, t.mean_cosine, t.distance.numpy(), t.per_image_cosine.numpy())
+            for n, t in r.transforms.items()}
+
+
+def test_folder_is_read_through_batches_with_workers(tmp_path):
+    """Worker processes decode the passes (``load`` is never called) and give the in-process numbers."""
+    d = _folder(tmp_path / "imgs")
+    (d / "zz_bad.png").write_bytes(b"not a png")
+    kw = dict(grid_size=5, batch_size=3, forward_batch=12, resize=16)
+    plain = measure_invariance(small_net(dim=6), FolderSource(d, resize=16, workers=0), [Rot90(), Brightness()], **kw)
+
+    src = FolderSource(d, resize=16, workers=2)
+    calls = {"batches": 0}
+    real_batches = src.batches
+
+    def batches(index_batches, **k):
+        calls["batches"] += 1
+        return real_batches(index_batches, **k)
+
+    def no_load(indices):
+        raise AssertionError("the measurement loop called source.load one batch at a time")
+
+    src.batches, src.load = batches, no_load
+    ahead = measure_invariance(small_net(dim=6), src, [Rot90(), Brightness()], **kw)
+    assert calls["batches"] == 3  # one per pass: statistics, rot90, brightness
+    assert ahead.errors["count"] == plain.errors["count"] == 1 and ahead.n_images == 11
+    for name, (md, mc, dist, pic) in _means(plain).items():
+        md2, mc2, dist2, pic2 = _means(ahead)[name]
+        assert (md2, mc2) == (md, mc)
+        np.testing.assert_array_equal(dist2, dist)
+        np.testing.assert_array_equal(pic2, pic)
+
+
+def test_folder_default_workers(tmp_path):
+    d = _folder(tmp_path / "imgs", n=4)
+    assert 1 <= default_workers() <= 8
+    r = measure_invariance(small_net(dim=6), f"folder:{d}", [HFlip()], resize=16, batch_size=2)
+    assert r["hflip"].n_images == 4
+    with pytest.raises(ValueError, match="workers must be an int >= 0"):
+        measure_invariance(small_net(dim=6), f"folder:{d}", [HFlip()], resize=16, workers=-1)
+
+
+class _HostCopies:
+    """Counts ``Tensor.cpu()`` calls (the host reads of device results) while active."""
+
+    def __init__(self, monkeypatch):
+        self.n = 0
+        real = torch.Tensor.cpu
+
+        def cpu(t, *a, **k):
+            self.n += 1
+            return real(t, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, "cpu", cpu)
+
+
+@pytest.mark.parametrize("pairs", [False, True])
+def test_host_reads_do_not_grow_with_the_number_of_batches(monkeypatch, tmp_path, pairs):
+    """Accumulators stay on the device: 3x the batches, the same number of host copies (the old loop
+    copied every chunk's scores to the CPU). Per-pair scores add one copy per group of batches."""
+    counts = []
+    for n in (8, 24):
+        x = random_images(n, seed=n)
+        spy = _HostCopies(monkeypatch)
+        measure_invariance(small_net(dim=6), x, [Rot90(), Brightness()], grid_size=6, batch_size=4,
+                           forward_batch=8, pair_scores_dir=tmp_path / f"p{n}" if pairs else None)
+        counts.append(spy.n)
+        monkeypatch.undo()
+    if pairs:  # rot90 (P=4) and brightness (P=6): one group per batch of 4 images
+        assert counts[1] - counts[0] == 2 * (24 - 8) // 4
+    else:
+        assert counts[0] == counts[1]
+
+
+def test_one_progress_bar_over_images_and_transforms(monkeypatch):
+    bars = []
+
+    class Bar:
+        def __init__(self, total, initial=0, desc="", **kw):
+            self.total, self.n, self.descs, self.closed = total, initial, [desc], False
+            bars.append(self)
+
+        def update(self, k):
+            self.n += k
+
+        def set_description(self, desc, refresh=True):
+            self.descs.append(desc)
+
+        def close(self):
+            self.closed = True
+
+    import tqdm.auto
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    measure_invariance(small_net(dim=6), random_images(10), [Rot90(), HFlip(), Brightness()], grid_size=4,
+                       batch_size=3, progress=True)
+    assert len(bars) == 1
+    bar = bars[0]
+    assert bar.total == bar.n == 10 * 4 and bar.closed  # the statistics pass + 3 transforms
+    assert bar.descs[1:] == ["reference statistics", "rot90", "hflip", "brightness"]
+
+
+class _Recorder(torch.nn.Module):
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.sizes = inner, []
+
+    def forward(self, x):
+        self.sizes.append(x.shape[0])
+        return self.inner(x)
+
+
+class _RecordedBrightness(Brightness):
+    def __init__(self):
+        self.images = []
+
+    def apply(self, images, params):
+        self.images.append(images.shape[0] * params.shape[0])
+        return super().apply(images, params)
+
+
+@pytest.mark.parametrize("n,k", [(6, 3), (20, 24)])
+def test_chunks_bounded_whatever_n_and_k(n, k):
+    """Every model call and every transform call carries at most max(forward_batch, batch_size)
+    images, so memory is bounded by the chunk, not by N x k."""
+    model, t = _Recorder(small_net(dim=6)), _RecordedBrightness()
+    r = measure_invariance(model, random_images(n, size=8, seed=k), [t], grid_size=k, batch_size=4, forward_batch=10,
+                           feature_cache_mb=0)
+    assert r["brightness"].n_pairs == n * k
+    assert max(model.sizes) <= 10 and max(t.images) <= 10
+    assert sum(t.images) == n * k
+
+
+def _torchrun(nproc, args, out):
+    env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
+           "-m", "invfast", *args, "--out", str(out)]
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
+    return json.loads((out / "result.json").read_text())
+
+
+CLI = ["measure", "--model", "measure_helpers:small_net", "--transforms", "rotation,hflip", "--grid-size", "3",
+       "--resize", "20", "--images", "0", "--no-progress", "--no-plots", "--device", "cpu", "--batch-size", "4"]
+
+
+def _same_result(a, b):
+    assert [t["name"] for t in a["transforms"]] == [t["name"] for t in b["transforms"]]
+    for ta, tb in zip(a["transforms"], b["transforms"]):
+        assert ta["n_images"] == tb["n_images"]
+        assert ta["mean_distance"] == pytest.approx(tb["mean_distance"], rel=1e-6)
+        assert ta["mean_cosine"] == pytest.approx(tb["mean_cosine"], rel=1e-5, abs=1e-6)
+
+
+def test_torchrun_one_process_joins_a_group_and_equals_plain_run(tmp_path):
+    pytest.importorskip("invfast.transforms")
+    from invfast.cli import main
+
+    d = _folder(tmp_path / "imgs", n=9)
+    assert main(CLI + ["--data", f"folder:{d}", "--out", str(tmp_path / "plain")]) == 0
+    plain = json.loads((tmp_path / "plain" / "result.json").read_text())
+    # world size 1 under torchrun: the gloo group is initialised (NCCL on a GPU) and the numbers are the same
+    one = _torchrun(1, CLI + ["--data", f"folder:{d}", "--workers", "1"], tmp_path / "tr1")
+    assert one["meta"]["world_size"] == 1
+    _same_result(plain, one)
+
+
+@pytest.mark.slow
+def test_torchrun_two_gloo_processes_equal_one(tmp_path):
+    pytest.importorskip("invfast.transforms")
+    d = _folder(tmp_path / "imgs", n=36)  # N > D = 24: the merged statistics are well conditioned
+    one = _torchrun(1, CLI + ["--data", f"folder:{d}"], tmp_path / "tr1")
+    two = _torchrun(2, CLI + ["--data", f"folder:{d}"], tmp_path / "tr2")
+    assert two["meta"]["world_size"] == 2
+    _same_result(one, two)
+
+
+def test_cli_rejects_negative_workers(tmp_path, capsys):
+    from invfast.cli import main
+
+    d = _folder(tmp_path / "imgs", n=3)
+    assert main(CLI + ["--data", f"folder:{d}", "--out", str(tmp_path / "o"), "--workers", "-1"]) == 2
+    assert "--workers must be >= 0" in capsys.readouterr().err
