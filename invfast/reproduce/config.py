@@ -50,7 +50,7 @@ class ReproduceConfig:
     arch: str = "resnet18-cifar"
     width: int = 16
     policies: tuple[str, ...] = ("default", "spatial", "appearance")
-    pretrain_epochs: int = 30
+    pretrain_epochs: int = 20
     batch_size: int = 128
     lr: float = 0.06
     key_momentum: float = 0.99
