@@ -15,6 +15,7 @@
 #include <torch/library.h>
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -126,10 +127,14 @@ void generate_tiled(const at::Tensor& hidden, const at::Tensor& weight, const at
 #if INVFAST_HYPER_HAVE_AVX512
   const bool hsum = B <= hyper_avx512::kHsumMaxB && hyper_avx512::hsum_layout().valid;
 #endif
-  at::parallel_for(0, static_cast<int64_t>(chunks.size()), 1, [&](int64_t cb, int64_t ce) {
+  // Dynamic schedule: every worker takes the next chunk from a shared counter, so a worker that
+  // loses its core on a busy machine delays the call by one chunk, not by half the work.
+  const int64_t C = static_cast<int64_t>(chunks.size());
+  std::atomic<int64_t> next{0};
+  at::parallel_for(0, std::min<int64_t>(at::get_num_threads(), C), 1, [&](int64_t, int64_t) {
     std::vector<float> scratch(16 * H + 16);
     float* cols = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
-    for (int64_t c = cb; c < ce; ++c) {
+    for (int64_t c = next.fetch_add(1); c < C; c = next.fetch_add(1)) {
       const Chunk& ch = chunks[c];
       int64_t tiled_end = ch.begin;
 #if INVFAST_HYPER_HAVE_AVX512
