@@ -288,18 +288,18 @@ def features(ctx: Context) -> dict[str, Any]:
 
 
 def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: ReproduceConfig) -> dict[str, Any]:
-    """``cfg.folds``-fold CV over the SPEC §4 grid (``cfg.n_penalties`` values, shifted for fusions):
-    mean ± std over folds at the best penalty. Logistic fits that stopped at ``logistic_max_iter``
-    are counted (``not_converged``) rather than printed."""
+    """``cfg.folds``-fold CV over the published grid (Ericsson et al. 2021, App. E; ``cfg.n_penalties``
+    values, shifted for fusions): mean ± std over folds at the best α. Logistic fits that stopped at
+    ``logistic_max_iter`` are counted (``not_converged``) rather than printed."""
     import warnings
 
-    from invfast.probes import LogisticCV, RidgeCV, penalty_grid
+    from invfast.probes import LogisticCV, RidgeCV, alpha_grid
 
-    grid = penalty_grid(n_models, cfg.n_penalties)
+    grid = alpha_grid(n_models, cfg.n_penalties)
     if kind == "classification":
-        est = LogisticCV(penalties=grid, cv=cfg.folds, n_models=n_models, max_iter=cfg.logistic_max_iter)
+        est = LogisticCV(alphas=grid, cv=cfg.folds, n_models=n_models, max_iter=cfg.logistic_max_iter)
     else:
-        est = RidgeCV(penalties=grid, cv=cfg.folds, n_models=n_models)
+        est = RidgeCV(alphas=grid, cv=cfg.folds, n_models=n_models)
     threads = torch.get_num_threads()
     try:
         # the solvers run many small ops; one thread avoids OpenMP overhead (10x on a loaded 2-core machine)
@@ -310,15 +310,17 @@ def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: Re
     finally:
         torch.set_num_threads(threads)
     cv = est.cv_results_
-    b = int(cv["best_index"])
-    out = {"mean": float(cv["best_score"]), "std": float(cv["best_std"]), "best_penalty": float(cv["best_penalty"]),
-           "fold_scores": [float(v) for v in np.asarray(cv["fold_scores"])[b]]}
-    if "converged" in cv:
-        conv = np.asarray(cv["converged"])
+    b = int(est.best_index_)
+    folds = [float(cv[f"split{k}_test_score"][b]) for k in range(cfg.folds)]
+    out = {"mean": float(est.best_score_), "std": float(cv["std_test_score"][b]), "best_penalty": float(est.alpha_),
+           "fold_scores": folds}
+    if "split0_converged" in cv:
+        conv = np.stack([np.asarray(cv[f"split{k}_converged"]) for k in range(cfg.folds)], axis=1)  # [alphas, folds]
         out["not_converged"] = int(conv.size - conv.sum())
         out["not_converged_at_best"] = int(conv[b].size - conv[b].sum())
-    if "mean_score_per_target" in cv:
-        out["per_target"] = [float(v) for v in np.asarray(cv["mean_score_per_target"])[b]]
+    per_target = getattr(est, "cv_scores_per_target_", None)
+    if per_target is not None and np.asarray(per_target).ndim == 3:
+        out["per_target"] = [float(v) for v in np.asarray(per_target).mean(1)[b]]
     return out
 
 
