@@ -258,8 +258,9 @@ def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device,
                          batch_size: int, forward_batch: int) -> dict:
     """Seconds of ``measure_invariance`` over all 18 transforms and of the bare backbone forward on the
     same inputs (the reference images and every transformed image, pre-made, normalised and cropped
-    on the device: only the model runs), each the best of 2 after a warm-up (the measurement ends
-    with its host reads, so its time includes the device work)."""
+    on the device: only the model runs). The two are timed alternately, 3 rounds each after a
+    warm-up, and the best of each is kept, so load on a shared machine hits both alike (the
+    measurement ends with its host reads, so its time includes the device work)."""
     import contextlib
 
     import invfast.transforms as T
@@ -275,19 +276,7 @@ def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device,
         return measure_invariance(model, images, tfs, grid_size=k, batch_size=batch_size, forward_batch=forward_batch,
                                   device=device, dtype=dtype, channels_last=channels_last, crop=crop, workers=0)
 
-    def best(fn) -> float:
-        fn()
-        sync()
-        out = float("inf")
-        for _ in range(2):
-            t0 = time.perf_counter()
-            fn()
-            sync()
-            out = min(out, time.perf_counter() - t0)
-        return out
-
-    result = benchmark.pedantic(ours, rounds=2, iterations=1, warmup_rounds=1)
-    ours_s = benchmark.stats.stats.min
+    result = benchmark.pedantic(ours, rounds=1, iterations=1, warmup_rounds=1)
     pairs = sum(t.n_pairs for t in result.transforms.values())
     prep = FeatureExtractor(model, device, dtype, channels_last, crop, True, forward_batch)
     store = torch.bfloat16 if dtype == torch.bfloat16 else torch.float32
@@ -309,7 +298,18 @@ def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device,
             for s in range(0, flat.shape[0], forward_batch):
                 model(flat[s:s + forward_batch])
 
-    fwd_s = best(bare)
+    bare()
+    sync()
+    ours_s, fwd_s = benchmark.stats.stats.min, float("inf")
+    for _ in range(2):
+        for fn in (bare, ours):
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            if fn is bare:
+                fwd_s = min(fwd_s, time.perf_counter() - t0)
+            else:
+                ours_s = min(ours_s, time.perf_counter() - t0)
     assert flat.shape[0] - images.shape[0] == pairs
     return {"pairs": pairs, "measure_s": ours_s, "forward_s": fwd_s, "measure_images_per_s": pairs / ours_s,
             "forward_images_per_s": pairs / fwd_s, "ratio": fwd_s / ours_s, "transforms": len(tfs)}
@@ -317,7 +317,9 @@ def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device,
 
 def _report(benchmark, record_ratio, label: str, r: dict, **info) -> None:
     benchmark.extra_info.update({**r, **info})
-    record_ratio(f"measure/{label}: bare forward / measurement (18 transforms)", r["forward_s"], ">= 0.80")
+    # record_ratio divides by the benchmark's own best time; the ratio kept is the interleaved one
+    record_ratio(f"measure/{label}: bare forward / measurement (18 transforms)",
+                 r["ratio"] * benchmark.stats.stats.min, ">= 0.80")
     print(f"\n[bench_measure] {label}: {r['pairs']} pairs, measurement {r['measure_images_per_s']:.0f} img/s, bare "
           f"forward {r['forward_images_per_s']:.0f} img/s on the same inputs: {r['ratio']:.2f}x (goal >= 0.8)")
 
@@ -328,8 +330,10 @@ def test_measure_vs_backbone_cpu_small(benchmark, record_ratio):
 
     torch.manual_seed(0)
     images = _photo_crops(PIPE_CPU_N, 64)
+    # forward_batch 2N: with k = 2 every model call of the measurement carries 2N images (a few image
+    # batches x a few parameters), and the bare forward runs the same call size
     r = _pipeline_vs_forward(benchmark, models.create("resnet50"), images, PIPE_CPU_K, torch.device("cpu"), None, False, 56,
-                             batch_size=PIPE_CPU_N, forward_batch=64)
+                             batch_size=PIPE_CPU_N, forward_batch=2 * PIPE_CPU_N)
     _report(benchmark, record_ratio, f"cpu ResNet-50 fp32 56px N={PIPE_CPU_N} k={PIPE_CPU_K}", r,
             threads=torch.get_num_threads())
 
