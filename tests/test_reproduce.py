@@ -93,7 +93,7 @@ def test_tiny_end_to_end_report(tiny_run):
     assert [f["id"] for f in doc["findings"]] == [1, 2, 3, 4, 5]
     assert all(f["status"] in STATUSES for f in doc["findings"])
     for f in doc["findings"]:
-        assert f"§5.{f['id']} ({f['status']})" in doc["verdict"]
+        assert f"finding {f['id']} ({f['status']})" in doc["verdict"]
     assert doc["verdict"] == RR.verdict(doc["findings"])
     # seeds, machine, versions, time per stage
     assert doc["seeds"]["master"] == 0 and len(doc["seeds"]) > 5

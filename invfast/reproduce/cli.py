@@ -1,4 +1,4 @@
-"""``invfast reproduce``: the papers' findings (SPEC §5), end to end, on built-in synthetic data.
+"""``invfast reproduce``: the papers' five findings, end to end, on built-in synthetic data.
 
     invfast reproduce --quick --out report/          # ~30 minutes on 2 CPU cores, 3 seeds (the README's main job)
     invfast reproduce --preset gpu --out report/     # one GPU, all five findings (the default where CUDA exists)

@@ -58,7 +58,7 @@ class ReproduceConfig:
     # invariance measurement
     test_transforms: str = "all"
     grid_size: int = 6
-    # probes (SPEC §4: 45 penalties; logistic L-BFGS iterations per penalty value)
+    # probes (Ericsson et al. 2021, App. E: 45 penalties; logistic L-BFGS iterations per penalty value)
     folds: int = 5
     n_penalties: int = 23
     logistic_max_iter: int = 60

@@ -174,6 +174,6 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
         bar.close()
     if log is not None:
         for f in doc["findings"]:
-            log(f"SPEC §5.{f['id']}: {f['status']}")
+            log(f"finding {f['id']}: {f['status']}")
         log(f"report: {os.path.join(out, 'report.md')} ({(time.perf_counter() - t_start) / 60:.1f} min)")
     return doc

@@ -1,4 +1,4 @@
-"""The report of ``invfast reproduce``: checks of the SPEC §5 findings computed from the numbers,
+"""The report of ``invfast reproduce``: checks of the papers' five findings computed from the numbers,
 ``results.json``, ``report.md`` and the figures.
 
 Every verdict is a function of the measured numbers; nothing in the report text is decided in
@@ -29,6 +29,9 @@ MODEL_ORDER = [*LABELS.values(), *(label for label, _ in FUSIONS.values())]
 PRETRAINED = ["Default", "Spatial", "Appearance", "Spa+App", "Def+Spa+App"]
 #: a regression task where no single model reaches this R² is not learned by any: no preference can be read off
 R2_FLOOR = 0.02
+#: where each finding comes from
+SOURCES = {1: "Ericsson et al. 2021", 2: "Ericsson et al. 2021", 3: "Ericsson et al. 2021",
+           4: "Speicher et al.", 5: "Chavhan et al. 2023"}
 
 
 # ---------------------------------------------------------------------------------------------- statistics
@@ -230,13 +233,13 @@ def verdict(findings: Sequence[dict[str, Any]]) -> str:
     by = {s: [f["id"] for f in tested if f["status"] == s] for s in (REPRODUCED, PARTLY, NOT)}
 
     def ids(xs: list[int]) -> str:
-        return ", ".join(f"§5.{i}" for i in xs) if xs else "none"
+        return ", ".join(f"finding {i}" for i in xs) if xs else "none"
 
-    parts = [f"Of the {len(tested)} SPEC §5 findings tested in this run, {len(by[REPRODUCED])} reproduced "
+    parts = [f"Of the {len(tested)} findings of the papers tested in this run, {len(by[REPRODUCED])} reproduced "
              f"({ids(by[REPRODUCED])}), {len(by[PARTLY])} partly ({ids(by[PARTLY])}) and {len(by[NOT])} did not "
              f"({ids(by[NOT])})."]
     for f in findings:
-        parts.append(f"§5.{f['id']} ({f['status']}): {f['summary']}.")
+        parts.append(f"finding {f['id']} ({f['status']}): {f['summary']}.")
     return " ".join(parts)
 
 
@@ -252,21 +255,21 @@ def seed_statistics(run: dict[str, Any], findings: Sequence[dict[str, Any]]) -> 
     out: dict[str, float] = {}
     for model, fams in findings[0]["family_means"].items():
         for fam, v in fams.items():
-            out[f"§5.1 mean cosine, {fam} transforms: {model}"] = v
+            out[f"finding 1: mean cosine, {fam} transforms: {model}"] = v
     for task in TASKS:
         for model, sc in run["probes"][task]["scores"].items():
-            out[f"§5.2 {task} probe: {model}"] = sc["mean"]
+            out[f"finding 2: {task} probe: {model}"] = sc["mean"]
     idn = run["probes"]["identity"]["scores"]
     out["identity probe: best of Default/Spatial/Appearance − Random"] = max(idn[m]["mean"] for m in ("Default", "Spatial", "Appearance")) - idn["Random"]["mean"]
     for m, r in findings[2]["mean_rank"].items():
-        out[f"§5.3 mean rank: {m}"] = r
+        out[f"finding 3: mean rank: {m}"] = r
     for src, sc in run["transfer"]["scores"].items():
-        out[f"§5.4 transfer accuracy: {src}"] = sc["mean"]
+        out[f"finding 4: transfer accuracy: {src}"] = sc["mean"]
     f5 = findings[4]
     if f5["status"] != NOT_RUN:
         for fam, v in f5["smoothness"].items():
-            out[f"§5.5 Spearman along i, {fam}"] = v["spearman"]
-        out["§5.5 largest learned-i difference identity vs regression"] = max(f5["i_differences"].values())
+            out[f"finding 5: Spearman along i, {fam}"] = v["spearman"]
+        out["finding 5: largest learned-i difference identity vs regression"] = max(f5["i_differences"].values())
     return {k: float(v) for k, v in out.items()}
 
 
@@ -419,7 +422,7 @@ def _seeds_markdown(doc: dict[str, Any]) -> list[str]:
          "| finding | " + " | ".join(f"seed {s}" for s in seeds) + " | over seeds |",
          "|---|" + "---|" * (len(seeds) + 1)]
     for f in doc["findings"]:
-        L.append(f"| §5.{f['id']} | " + " | ".join(f["per_seed_status"][str(s)] for s in seeds) + f" | **{f['status']}** |")
+        L.append(f"| {f['id']} | " + " | ".join(f["per_seed_status"][str(s)] for s in seeds) + f" | **{f['status']}** |")
     L.append("\n| seed-level statistic | mean ± sd | per seed |\n|---|---:|---|")
     for name, v in ov["statistics"].items():
         L.append(f"| {name} | {v['mean']:.3f} ± {v['sd']:.3f} | {', '.join(f'{x:.3f}' for x in v['values'])} |")
@@ -436,7 +439,7 @@ def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
              "Every number below is in `results.json`.\n")
     L.append("## Verdict\n")
     L.append(doc["verdict"] + "\n")
-    L.append("| finding (SPEC §5) | status |\n|---|---|")
+    L.append("| finding (source) | status |\n|---|---|")
     for f in doc["findings"]:
         L.append(f"| {f['id']}. {f['claim']} | **{f['status']}** |")
     L.append("\nA probe comparison counts as *reproduced* when the paired difference over the CV folds is positive "
@@ -453,7 +456,7 @@ def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
              "at its seeded initialisation.")
     L.append(f"- Invariance: the {len(doc['invariance']['families'])} test transforms, grid size {cfg['grid_size']}, "
              "standardised cosine and Mahalanobis distance, identity parameters excluded.")
-    grid = "the SPEC §4 45-value" if cfg["n_penalties"] == 45 else f"a {cfg['n_penalties']}-value subset of the SPEC §4"
+    grid = "the published 45-value" if cfg["n_penalties"] == 45 else f"a {cfg['n_penalties']}-value subset of the published"
     L.append(f"- Probes: {cfg['folds']}-fold CV over {grid} penalty range (shifted for fusions; at most "
              f"{cfg['logistic_max_iter']} L-BFGS iterations per value); logistic regression for identity, ridge for "
              "the regressions.")
@@ -528,7 +531,7 @@ def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
 
     L.append("## Findings in detail\n")
     for f in doc["findings"]:
-        L.append(f"- **§5.{f['id']} — {f['status']}.** {f['claim']}. {f['summary']}.")
+        L.append(f"- **finding {f['id']} ({SOURCES[f['id']]}) — {f['status']}.** {f['claim']}. {f['summary']}.")
     L.append("")
 
     env = doc["environment"]

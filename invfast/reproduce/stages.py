@@ -207,7 +207,7 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
 
 
 def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
-    """MoCo-v2 with the Default / Spatial / Appearance policy (SPEC §2.2, scaled to ``size``)."""
+    """MoCo-v2 with the Default / Spatial / Appearance policy (Ericsson et al. 2021, App. A, scaled to ``size``)."""
     from invfast import transforms as T
     from invfast.pretrain import MoCoV2, default_queue_size
 
@@ -232,8 +232,8 @@ def pretrain_amortised(ctx: Context) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------- measurement
 def reference_stats(feats: np.ndarray) -> tuple[Any, str]:
-    """FeatureStats of the probe-set features (a larger reference set than the measured images, SPEC
-    §1.1): trace shrinkage ε = 1e-6 when there are at least 4 samples per dimension, Ledoit-Wolf below."""
+    """FeatureStats of the probe-set features (a larger reference set than the measured images, as the
+    paper allows): trace shrinkage ε = 1e-6 when there are at least 4 samples per dimension, Ledoit-Wolf below."""
     from invfast.stats import FeatureStats
 
     shrink = "trace" if feats.shape[0] >= 4 * feats.shape[1] else "ledoit-wolf"
