@@ -29,6 +29,16 @@ def rng(request):
 
 
 @pytest.fixture
+def npy(tmp_path) -> str:
+    """A .npy file of 48 uint8 blob images [48, 3, 16, 16] for pretraining CLI runs (``--data npy:PATH``)."""
+    from test_pretrain_fixtures import blob_images
+
+    p = tmp_path / "x.npy"
+    np.save(p, blob_images(48, size=16).numpy())
+    return str(p)
+
+
+@pytest.fixture
 def one_thread():
     """Run on one torch thread: tiny problems are faster that way and immune to oversubscription."""
     old = torch.get_num_threads()

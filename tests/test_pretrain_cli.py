@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from invfast.cli import main
-from test_pretrain_fixtures import blob_images
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = "test_pretrain_fixtures:TinyEncoder"
@@ -20,13 +19,6 @@ def _importable_fixtures(monkeypatch):
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-@pytest.fixture
-def npy(tmp_path):
-    p = tmp_path / "x.npy"
-    np.save(p, blob_images(48, size=16).numpy())
-    return str(p)
 
 
 def args(npy, out, *extra):

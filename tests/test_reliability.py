@@ -49,15 +49,6 @@ def _crafted(path, marker) -> None:
                pickle_module=pickle)
 
 
-@pytest.fixture
-def npy(tmp_path):
-    from test_pretrain_fixtures import blob_images
-
-    p = tmp_path / "x.npy"
-    np.save(p, blob_images(48, size=16).numpy())
-    return str(p)
-
-
 def pretrain(npy, out, *extra):
     return ["pretrain", "--data", f"npy:{npy}", "--arch", TINY, "--batch-size", "16", "--out", str(out),
             "--no-progress", "--log-every", "1", *(extra if "--steps" in extra else ("--epochs", "2", *extra))]

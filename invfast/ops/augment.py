@@ -27,8 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from invfast import _loader, backend
-from invfast.constants import LUMA_WEIGHTS
-from invfast.ops.color import hsv_to_rgb, rgb_to_hsv
+from invfast.ops.color import blend, hsv_to_rgb, luma, rgb_to_hsv
 
 #: environment switch that lets the unmeasured CUDA kernels of this family serve under backend 'auto'
 CUDA_KERNELS_ENV = "INVFAST_CUDA_KERNELS"
@@ -195,15 +194,6 @@ def warp_coords(images: torch.Tensor, coords: torch.Tensor, fill: torch.Tensor) 
 # fused policy views
 
 
-def _luma(x: torch.Tensor) -> torch.Tensor:
-    r, g, b = x.unbind(dim=-3)
-    return (LUMA_WEIGHTS[0] * r + LUMA_WEIGHTS[1] * g + LUMA_WEIGHTS[2] * b).unsqueeze(-3)
-
-
-def _blend(a: torch.Tensor, b: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
-    return (ratio * a + (1.0 - ratio) * b).clamp_(0.0, 1.0)
-
-
 def _hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
     h, s, v = rgb_to_hsv(x).unbind(dim=-3)
     return hsv_to_rgb(torch.stack((torch.remainder(h + shift.view(-1, 1, 1), 1.0), s, v), dim=-3))
@@ -258,18 +248,18 @@ def augment_views_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: i
         o = order.to(device=dev, dtype=torch.int64)
         for step in range(4):
             op = o[:, step]
-            gray = _luma(x)
+            gray = luma(x)
             cands = (
                 (x * f[:, 0].view(B, 1, 1, 1)).clamp_(0.0, 1.0),
-                _blend(x, gray.mean(dim=(1, 2, 3), keepdim=True), f[:, 1].view(B, 1, 1, 1)),
-                _blend(x, gray, f[:, 2].view(B, 1, 1, 1)),
+                blend(x, gray.mean(dim=(1, 2, 3), keepdim=True), f[:, 1].view(B, 1, 1, 1)),
+                blend(x, gray, f[:, 2].view(B, 1, 1, 1)),
                 _hue(x, f[:, 3]),
             )
             for k, cand in enumerate(cands):
                 x = torch.where((on & (op == k)).view(B, 1, 1, 1), cand, x)
     if grayscale is not None:
         g = grayscale.to(device=dev, dtype=torch.bool).view(B, 1, 1, 1)
-        x = torch.where(g, _luma(x).expand_as(x), x)
+        x = torch.where(g, luma(x).expand_as(x), x)
     if blur is not None:
         on = blur.to(device=dev, dtype=torch.bool)
         x = _blur(x, _gaussian_taps(sigma.to(dev), on, min(out_h, out_w) - 1))

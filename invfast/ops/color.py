@@ -4,7 +4,20 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["rgb_to_hsv", "hsv_to_rgb"]
+from invfast.constants import LUMA_WEIGHTS
+
+__all__ = ["rgb_to_hsv", "hsv_to_rgb", "luma", "blend"]
+
+
+def luma(x: torch.Tensor) -> torch.Tensor:
+    """Luma [..., 1, H, W] of RGB ``x`` [..., 3, H, W] (ITU-R 601-2 weights)."""
+    r, g, b = x.unbind(dim=-3)
+    return (LUMA_WEIGHTS[0] * r + LUMA_WEIGHTS[1] * g + LUMA_WEIGHTS[2] * b).unsqueeze(-3)
+
+
+def blend(a: torch.Tensor, b: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """``ratio * a + (1 - ratio) * b`` clamped to [0, 1] (torchvision ``_blend``)."""
+    return (ratio * a + (1.0 - ratio) * b).clamp_(0.0, 1.0)
 
 
 def rgb_to_hsv(x: torch.Tensor) -> torch.Tensor:

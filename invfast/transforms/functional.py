@@ -17,7 +17,8 @@ import torch.nn.functional as F
 
 from invfast.constants import LUMA_WEIGHTS
 from invfast.ops.augment import _fill_vector, warp  # noqa: F401  (re-exported: part of this module's API)
-from invfast.ops.color import hsv_to_rgb, rgb_to_hsv  # noqa: F401
+from invfast.ops.color import blend, hsv_to_rgb, rgb_to_hsv  # noqa: F401
+from invfast.ops.color import luma as grayscale  # noqa: F401
 
 GRAY_WEIGHTS = LUMA_WEIGHTS
 
@@ -165,17 +166,6 @@ def identity_coords(h: int, w: int, device: torch.device | str | None = "cpu") -
 
 # ----------------------------------------------------------------------------------------------
 # colour (torchvision semantics, float in [0, 1])
-
-
-def grayscale(x: torch.Tensor) -> torch.Tensor:
-    """Luma [..., 1, H, W] of RGB ``x`` [..., 3, H, W]."""
-    r, g, b = x.unbind(dim=-3)
-    return (GRAY_WEIGHTS[0] * r + GRAY_WEIGHTS[1] * g + GRAY_WEIGHTS[2] * b).unsqueeze(-3)
-
-
-def blend(a: torch.Tensor, b: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
-    """``ratio * a + (1 - ratio) * b`` clamped to [0, 1] (torchvision ``_blend``)."""
-    return (ratio * a + (1.0 - ratio) * b).clamp_(0.0, 1.0)
 
 
 def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
