@@ -1,4 +1,4 @@
-"""Invariance measurement: model + images + transforms -> :class:`InvarianceResult` (SPEC §1).
+"""Invariance measurement: model + images + transforms -> :class:`InvarianceResult` (Ericsson et al. 2021, App. C).
 
 Two passes: reference statistics (:class:`invfast.FeatureStats` over the untransformed images)
 unless the caller gives them, then scores. For each transform, every image batch is transformed
@@ -327,14 +327,14 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", *, stats:
                        feature_cache_mb: float = 512, fingerprint_content: bool = False,
                        protocol: str | Any = "invfast", protocol_seed: int = 0,
                        workers: int | None = None) -> InvarianceResult:
-    """How invariant ``model`` is to each transform, on the images of ``data`` (SPEC §1.1–1.3).
+    """How invariant ``model`` is to each transform, on the images of ``data`` (Ericsson et al. 2021, App. C).
 
     Args:
         model: an ``nn.Module`` (or callable) mapping normalised images ``[B, 3, H, W]`` to pooled
             features ``[B, D]``, or an invfast model name (``invfast.models.create``) with ``checkpoint``.
         data: images ``[N, C, H, W]`` (uint8 0..255 or float 0..1), a folder path (``'folder:PATH'`` or
             PATH; read with PIL, shorter side resized to ``resize``, centre-cropped square),
-            ``'synthetic:objects=10,n=1000,...'``, a map-style dataset (``invfast.synthetic.Transforms2D``),
+            ``'synthetic:n=1000,split=test'``, a map-style dataset (``invfast.synthetic.Transforms2D``),
             or a source from :mod:`invfast.data`.
         transforms: 'all' | 'spatial' | 'appearance' | 'rotation,hue' | list of names or transform objects.
         stats: reference :class:`FeatureStats`; by default a first pass over the untransformed images.
@@ -565,7 +565,7 @@ def measure_real_world(model: Any, data: Any, *, groups: Any = None, name: str =
                        progress: bool = False, model_name: str | None = None, shard: Shard | None = None,
                        pair_block: int = 64, fingerprint_content: bool = False,
                        protocol: str | Any = "invfast", workers: int | None = None) -> InvarianceResult:
-    """Real-world invariance (SPEC §1.4, Ericsson BMVC §4.2): no reference image; for every group
+    """Real-world invariance (Ericsson et al. 2021 BMVC, §4.2): no reference image; for every group
     (object / scene folder, or ``groups`` ids for tensors) the scores of all pairs of distinct views
     are averaged, then the group means are averaged. Reference statistics come from all views
     unless ``stats`` is given. Per-group means are the result's per-image values (for significance);
