@@ -257,7 +257,7 @@ class HyperResNet(CheckedStateDict, nn.Module):
 
     def _weights_for(self, i, batch: int, clamp: bool):
         """(per-kernel weights, batch order or None). A batch order means the batch was sorted by
-        descriptor: run on x[order], and the features come back in that order."""
+        descriptor: forward_features runs on x[order] and puts the features back in input order."""
         if i is None:
             if self._frozen is None:
                 raise ValueError("i (invariance descriptor) is required unless freeze_weights(i) was called")
