@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import json
 import math
 import os
@@ -23,7 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from invfast.devices import resolve_device
-from invfast.io import atomic_torch_save, config_difference, load_verified
+from invfast.io import atomic_torch_save, atomic_write_text, config_difference, load_verified
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
 from invfast.pretrain.methods import ContrastiveMethod
@@ -273,10 +274,7 @@ class Trainer:
                 except json.JSONDecodeError:  # a line cut short by the kill
                     continue
         self.history = [r for r in recs if r["step"] <= self.step]
-        tmp = self._log_path("jsonl") + ".tmp"
-        with open(tmp, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in self.history)
-        os.replace(tmp, self._log_path("jsonl"))
+        atomic_write_text(self._log_path("jsonl"), "".join(json.dumps(r) + "\n" for r in self.history))
 
     def _log(self, rec: dict) -> None:
         self.history.append(rec)
@@ -288,12 +286,11 @@ class Trainer:
         if self.out is None or not self.history:
             return
         keys = list(dict.fromkeys(k for r in self.history for k in r))
-        tmp = self._log_path("csv") + ".tmp"
-        with open(tmp, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=keys)
-            w.writeheader()
-            w.writerows(self.history)
-        os.replace(tmp, self._log_path("csv"))
+        buf = io.StringIO(newline="")
+        w = csv.DictWriter(buf, fieldnames=keys)
+        w.writeheader()
+        w.writerows(self.history)
+        atomic_write_text(self._log_path("csv"), buf.getvalue())
 
     # ------------------------------------------------------------------ invariance
     def measure_invariance(self) -> dict[str, float]:
