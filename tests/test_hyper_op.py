@@ -233,7 +233,7 @@ def test_cuda_opcheck_and_gradcheck(b):
 
 @pytest.mark.parametrize("b", [1, 8])
 def test_large_output_streaming_path_vs_float64(b):
-    """Outputs >= 32 MB take the non-temporal-store / huge-page path: aligned kernels of 16-row
+    """Outputs >= 32 MB take the huge-page path: aligned kernels of 16-row
     multiples plus a ragged last kernel."""
     sizes = [16 * 4000, 16 * (1_200_000 // b), 5]
     offs = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]

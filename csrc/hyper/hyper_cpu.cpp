@@ -30,7 +30,7 @@ namespace invfast {
 namespace {
 
 constexpr int64_t kChunkRows = 8192;  // a multiple of the 16-row tile
-// Outputs larger than this are written with non-temporal stores.
+// Outputs larger than this are asked for transparent huge pages.
 constexpr int64_t kLargeOutputBytes = int64_t(32) << 20;
 
 // Ask Linux for transparent huge pages on a fresh, not yet touched allocation: a 750 MB output
@@ -123,7 +123,6 @@ void generate_tiled(const at::Tensor& hidden, const at::Tensor& weight, const at
   scalar_t* op = out.data_ptr<scalar_t>();
   const auto chunks = make_chunks(offsets);
   const bool avx512 = hyper_avx512::usable() && H % 16 == 0;
-  const bool stream = out.nbytes() >= static_cast<size_t>(kLargeOutputBytes);
 #if INVFAST_HYPER_HAVE_AVX512
   const bool hsum = B <= hyper_avx512::kHsumMaxB && hyper_avx512::hsum_layout().valid;
 #endif
@@ -145,14 +144,14 @@ void generate_tiled(const at::Tensor& hidden, const at::Tensor& weight, const at
         const T* br = reinterpret_cast<const T*>(bp);
         T* orw = reinterpret_cast<T*>(op);
         if constexpr (std::is_same_v<scalar_t, float>) {
-          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, stream);
-          else hyper_avx512::rows_tiles<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols, stream);
+          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
+          else hyper_avx512::rows_tiles<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
         } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, stream);
-          else hyper_avx512::rows_tiles<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols, stream);
+          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
+          else hyper_avx512::rows_tiles<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
         } else {
-          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, stream);
-          else hyper_avx512::rows_tiles<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols, stream);
+          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
+          else hyper_avx512::rows_tiles<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
         }
       }
 #endif

@@ -169,7 +169,6 @@ struct F32 {
   using T = float;
   INVFAST_AVX512_INLINE static __m512 load(const T* p) { return _mm512_loadu_ps(p); }
   INVFAST_AVX512_INLINE static void store(T* p, __m512 v) { _mm512_storeu_ps(p, v); }
-  INVFAST_AVX512_INLINE static void stream(T* p, __m512 v) { _mm512_stream_ps(p, v); }  // 64-byte aligned p
 };
 
 struct BF16 {  // raw bfloat16 bits
@@ -190,9 +189,6 @@ struct BF16 {  // raw bfloat16 bits
   INVFAST_AVX512_INLINE static void store(T* p, __m512 v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), pack(v));
   }
-  INVFAST_AVX512_INLINE static void stream(T* p, __m512 v) {  // 32-byte aligned p
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p), pack(v));
-  }
 };
 
 struct F16 {  // raw IEEE half bits
@@ -202,10 +198,6 @@ struct F16 {  // raw IEEE half bits
   }
   INVFAST_AVX512_INLINE static void store(T* p, __m512 v) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(p),
-                        _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-  }
-  INVFAST_AVX512_INLINE static void stream(T* p, __m512 v) {  // 32-byte aligned p
-    _mm256_stream_si256(reinterpret_cast<__m256i*>(p),
                         _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   }
 };
@@ -219,28 +211,19 @@ INVFAST_AVX512_INLINE void accumulate(const float* cols, int64_t H, const float*
   }
 }
 
-// Non-temporal stores skip the read-for-ownership of output lines that a large output (far beyond
-// the caches) would otherwise cost: up to B x N x itemsize less memory traffic.
 template <typename S, int NB>
-INVFAST_AVX512_INLINE void finish(const __m512* acc, __m512i perm, __m512 bias, typename S::T* out, int64_t ostride,
-                                  bool stream) {
-  if (stream) {
-    for (int j = 0; j < NB; ++j) S::stream(out + j * ostride, _mm512_add_ps(_mm512_permutexvar_ps(perm, acc[j]), bias));
-  } else {
-    for (int j = 0; j < NB; ++j) S::store(out + j * ostride, _mm512_add_ps(_mm512_permutexvar_ps(perm, acc[j]), bias));
-  }
+INVFAST_AVX512_INLINE void finish(const __m512* acc, __m512i perm, __m512 bias, typename S::T* out, int64_t ostride) {
+  for (int j = 0; j < NB; ++j) S::store(out + j * ostride, _mm512_add_ps(_mm512_permutexvar_ps(perm, acc[j]), bias));
 }
 
 // Rows [begin, end) of kernel l (end - begin a multiple of 16) for all B descriptors.
 //   weight [N, H] and bias [N] in storage S; hf [B, L, H] fp32; out [B, N] in storage S.
-// cols: scratch of 16 * H floats, 64-byte aligned. stream: non-temporal output stores where a
-// tile's 16 outputs are aligned (16 * itemsize bytes) in every row b.
+// cols: scratch of 16 * H floats, 64-byte aligned. (Non-temporal output stores were tried for
+// large outputs: slower and more variable on the test machine.)
 template <typename S>
 INVFAST_AVX512 void rows_tiles(const typename S::T* weight, const typename S::T* bias, const float* hf,
                                typename S::T* out, int64_t B, int64_t L, int64_t H, int64_t N, int64_t l,
-                               int64_t begin, int64_t end, float* cols, bool stream) {
-  constexpr uintptr_t kTileBytes = 16 * sizeof(typename S::T);
-  stream = stream && (N * sizeof(typename S::T)) % kTileBytes == 0;
+                               int64_t begin, int64_t end, float* cols) {
   const TransposeLayout& lay = layout();
   const __m512i perm = _mm512_loadu_si512(lay.lane_of_row);
   const float* hl = hf + l * H;
@@ -253,27 +236,25 @@ INVFAST_AVX512 void rows_tiles(const typename S::T* weight, const typename S::T*
       for (int m = 0; m < 16; ++m) _mm512_store_ps(cols + 16 * (kb + lay.col_of[m]), r[m]);
     }
     const __m512 bv = S::load(bias + n);
-    const bool st = stream && reinterpret_cast<uintptr_t>(out + n) % kTileBytes == 0;
     int64_t b = 0;
     for (; b + 8 <= B; b += 8) {
       __m512 acc[8];
       for (int j = 0; j < 8; ++j) acc[j] = _mm512_setzero_ps();
       accumulate<8>(cols, H, hl + b * hstride, hstride, acc);
-      finish<S, 8>(acc, perm, bv, out + b * N + n, N, st);
+      finish<S, 8>(acc, perm, bv, out + b * N + n, N);
     }
     for (; b + 4 <= B; b += 4) {
       __m512 acc[4];
       for (int j = 0; j < 4; ++j) acc[j] = _mm512_setzero_ps();
       accumulate<4>(cols, H, hl + b * hstride, hstride, acc);
-      finish<S, 4>(acc, perm, bv, out + b * N + n, N, st);
+      finish<S, 4>(acc, perm, bv, out + b * N + n, N);
     }
     for (; b < B; ++b) {
       __m512 acc[1] = {_mm512_setzero_ps()};
       accumulate<1>(cols, H, hl + b * hstride, hstride, acc);
-      finish<S, 1>(acc, perm, bv, out + b * N + n, N, st);
+      finish<S, 1>(acc, perm, bv, out + b * N + n, N);
     }
   }
-  if (stream) _mm_sfence();
 }
 
 // The tiled kernels can run here: AVX-512 present and the transpose network's layout consistent.
@@ -286,14 +267,11 @@ constexpr int64_t kHsumMaxB = 2;
 template <typename S>
 INVFAST_AVX512 void rows_hsum(const typename S::T* weight, const typename S::T* bias, const float* hf,
                               typename S::T* out, int64_t B, int64_t L, int64_t H, int64_t N, int64_t l,
-                              int64_t begin, int64_t end, bool stream) {
-  constexpr uintptr_t kTileBytes = 16 * sizeof(typename S::T);
-  stream = stream && (N * sizeof(typename S::T)) % kTileBytes == 0;
+                              int64_t begin, int64_t end) {
   const __m512i perm = _mm512_loadu_si512(hsum_layout().lane_of_row);
   const float* hl = hf + l * H;
   for (int64_t n = begin; n < end; n += 16) {
     const __m512 bv = S::load(bias + n);
-    const bool st = stream && reinterpret_cast<uintptr_t>(out + n) % kTileBytes == 0;
     for (int64_t b = 0; b < B; ++b) {
       const float* h = hl + b * L * H;
       __m512 sums[16];
@@ -303,10 +281,9 @@ INVFAST_AVX512 void rows_hsum(const typename S::T* weight, const typename S::T* 
         for (int r = 0; r < 16; ++r) sums[r] = _mm512_fmadd_ps(S::load(weight + (n + r) * H + kb), hv, sums[r]);
       }
       const __m512 v = _mm512_add_ps(_mm512_permutexvar_ps(perm, hsum16(sums)), bv);
-      if (st) S::stream(out + b * N + n, v); else S::store(out + b * N + n, v);
+      S::store(out + b * N + n, v);
     }
   }
-  if (stream) _mm_sfence();
 }
 
 #else
