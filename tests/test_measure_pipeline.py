@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -73,14 +74,17 @@ def test_folder_default_workers(tmp_path):
 
 
 class _HostCopies:
-    """Counts ``Tensor.cpu()`` calls (the host reads of device results) while active."""
+    """Counts ``Tensor.cpu()`` calls (the host reads of device results) made by this thread while
+    active: background threads left by other tests (loader prefetch, pin-memory) do not count."""
 
     def __init__(self, monkeypatch):
         self.n = 0
         real = torch.Tensor.cpu
+        me = threading.get_ident()
 
         def cpu(t, *a, **k):
-            self.n += 1
+            if threading.get_ident() == me:
+                self.n += 1
             return real(t, *a, **k)
 
         monkeypatch.setattr(torch.Tensor, "cpu", cpu)
