@@ -219,3 +219,12 @@ def test_probes_on_cuda_match_cpu(rng):
     a = P.few_shot(x, labels, n_way=2, k_shot=2, n_query=3, episodes=20, seed=1)
     b = P.few_shot(xc, labels, n_way=2, k_shot=2, n_query=3, episodes=20, seed=1)
     np.testing.assert_allclose(a.scores, b.scores)
+
+
+@pytest.mark.parametrize("make", [lambda: P.RidgeCV(alphas=[1.0, 10.0]), lambda: P.LogisticCV(alphas=[1.0, 10.0])])
+def test_features_too_large_are_refused(rng, make):
+    """Features ×1e200: the Gram matrix overflows float64; a clear error instead of chance scores or LinAlgError."""
+    x = rng.normal(size=(40, 3)) * 1e200
+    y = (rng.normal(size=40) > 0).astype(int)
+    with pytest.raises(ValueError, match="too large"):
+        make().fit(x, y)

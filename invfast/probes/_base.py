@@ -194,7 +194,20 @@ def check_features(est: Any, X: Any, reset: bool) -> torch.Tensor:
     elif x.shape[1] != est.n_features_in_:
         raise ValueError(f"X has {x.shape[1]} features, but {type(est).__name__} is expecting "
                          f"{est.n_features_in_} features as input.")
+    _check_scale(x, type(est).__name__)
     return x
+
+
+def _check_scale(x: torch.Tensor, who: str) -> None:
+    """ValueError when the Gram matrix of ``x`` would overflow float64 (the solvers would return
+    nonsense, e.g. chance accuracy, or fail inside LAPACK)."""
+    if x.numel() == 0:
+        return
+    big = float(x.abs().max())
+    limit = (torch.finfo(torch.float64).max / (x.shape[0] * x.shape[1])) ** 0.5
+    if big > limit:
+        raise ValueError(f"{who}: features are too large (max |x| = {big:.3g}; their products overflow float64 "
+                         f"above {limit:.3g}); standardise them first (e.g. sklearn.preprocessing.StandardScaler)")
 
 
 def require_y(est: Any, y: Any) -> None:
