@@ -71,4 +71,6 @@ def device_guard() -> Iterator[None]:
         with _MixCheck():
             yield
     finally:
-        torch.set_default_device(previous)
+        # the CPU default is restored as "no default device": set_default_device("cpu") would leave a
+        # device mode intercepting every torch call (and copying tensors) for the rest of the session
+        torch.set_default_device(None if previous.type == "cpu" else previous)
