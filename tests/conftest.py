@@ -39,6 +39,17 @@ def npy(tmp_path) -> str:
 
 
 @pytest.fixture
+def cli_env(monkeypatch):
+    """The invfast CLI run in-process on tiny models: the test helper modules importable by name
+    (``--model measure_helpers:small_net``), one torch thread."""
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
 def one_thread():
     """Run on one torch thread: tiny problems are faster that way and immune to oversubscription."""
     old = torch.get_num_threads()

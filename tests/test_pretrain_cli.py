@@ -12,13 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = "test_pretrain_fixtures:TinyEncoder"
 
 
-@pytest.fixture(autouse=True)
-def _importable_fixtures(monkeypatch):
-    monkeypatch.syspath_prepend(HERE)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("cli_env")
 
 
 def args(npy, out, *extra):

@@ -24,13 +24,7 @@ MEASURE = ["measure", "--model", "measure_helpers:small_net", "--transforms", "r
            "--grid-size", "4", "--resize", "24", "--images", "0", "--no-progress"]
 
 
-@pytest.fixture(autouse=True)
-def _importable_fixtures(monkeypatch):
-    monkeypatch.syspath_prepend(HERE)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("cli_env")
 
 
 class _Payload:
