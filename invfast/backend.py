@@ -39,6 +39,25 @@ def mode() -> str:
     return _mode
 
 
+#: environment switch for CUDA kernels not yet measured faster than the torch path on a GPU:
+#: ``1`` / ``all`` for every family, or a comma list of families (``augment,hyper``); read at each call
+CUDA_KERNELS_ENV = "INVFAST_CUDA_KERNELS"
+
+
+def cuda_kernels_enabled(family: str) -> bool:
+    """Whether op family ``family``'s CUDA kernels serve CUDA inputs: mode 'compiled', or mode 'auto'
+    with ``INVFAST_CUDA_KERNELS`` naming the family (or ``1``/``all``). Mode 'reference' never.
+    Under plain 'auto' the torch path serves on CUDA until a kernel is measured faster on a GPU."""
+    if _mode == "reference":
+        return False
+    if _mode == "compiled":
+        return True
+    raw = os.environ.get(CUDA_KERNELS_ENV, "").strip().lower()
+    if raw in ("", "0", "none"):
+        return False
+    return raw in ("1", "all") or family in {s.strip() for s in raw.split(",")}
+
+
 @contextlib.contextmanager
 def using(new_mode: str) -> Iterator[None]:
     """Temporarily select a backend mode."""

@@ -50,3 +50,21 @@ def test_import_without_compiled_core_warns_and_falls_back(tmp_path):
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "ok" in res.stdout
+
+
+def test_cuda_kernel_opt_in_switch(monkeypatch):
+    """Unmeasured CUDA kernels serve only when asked: INVFAST_CUDA_KERNELS=1/all or a list of families,
+    or mode 'compiled'; mode 'reference' always wins."""
+    monkeypatch.delenv(backend.CUDA_KERNELS_ENV, raising=False)
+    assert not backend.cuda_kernels_enabled("hyper")
+    monkeypatch.setenv(backend.CUDA_KERNELS_ENV, "augment")
+    assert backend.cuda_kernels_enabled("augment") and not backend.cuda_kernels_enabled("hyper")
+    monkeypatch.setenv(backend.CUDA_KERNELS_ENV, "augment, hyper")
+    assert backend.cuda_kernels_enabled("hyper")
+    monkeypatch.setenv(backend.CUDA_KERNELS_ENV, "1")
+    assert backend.cuda_kernels_enabled("hyper")
+    with backend.using("reference"):
+        assert not backend.cuda_kernels_enabled("hyper")
+    monkeypatch.setenv(backend.CUDA_KERNELS_ENV, "0")
+    with backend.using("compiled"):
+        assert backend.cuda_kernels_enabled("augment")

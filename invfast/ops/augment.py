@@ -20,7 +20,6 @@ each call) or ``invfast.backend.use("compiled")``.
 """
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import torch
@@ -30,15 +29,13 @@ from invfast import _loader, backend
 from invfast.ops.color import blend, hsv_to_rgb, luma, rgb_to_hsv
 
 #: environment switch that lets the unmeasured CUDA kernels of this family serve under backend 'auto'
-CUDA_KERNELS_ENV = "INVFAST_CUDA_KERNELS"
+CUDA_KERNELS_ENV = backend.CUDA_KERNELS_ENV
 
 
 def cuda_kernels_enabled() -> bool:
-    """Whether the (unmeasured) CUDA augment kernels serve CUDA inputs: ``INVFAST_CUDA_KERNELS=1`` or
-    backend mode 'compiled'. Backend 'reference' always wins."""
-    if backend.mode() == "reference":
-        return False
-    return backend.mode() == "compiled" or os.environ.get(CUDA_KERNELS_ENV, "0") not in ("", "0")
+    """Whether the (unmeasured) CUDA augment kernels serve CUDA inputs: ``INVFAST_CUDA_KERNELS=1`` (or
+    a list naming ``augment``) or backend mode 'compiled'. Backend 'reference' always wins."""
+    return backend.cuda_kernels_enabled("augment")
 
 
 def _use_compiled(images: torch.Tensor) -> bool:

@@ -16,12 +16,11 @@ Dispatch under backend mode ``auto`` (see :func:`implementation`):
 * CPU: the compiled op (AVX-512 row tiles, measured faster than the reference; docs/models.md).
 * CUDA: the torch reference, because the CUDA kernels have not yet been measured on a GPU and
   invfast makes a compiled kernel the default only where it was measured faster than the torch path
-  on that device. Opt in with ``INVFAST_HYPER_CUDA=compiled`` (environment, read at each call) or
+  on that device. Opt in with ``INVFAST_CUDA_KERNELS=hyper`` (or ``1``; environment, read at each call) or
   ``invfast.backend.use("compiled")`` / ``backend.using("compiled")``.
 """
 from __future__ import annotations
 
-import os
 from typing import Sequence
 
 import torch
@@ -79,8 +78,8 @@ def hyper_generate_backward_reference(grad: torch.Tensor, hidden: torch.Tensor, 
     return gh, gw, grad.sum(0)
 
 
-CUDA_ENV = "INVFAST_HYPER_CUDA"
-"""Environment variable: ``compiled`` makes ``auto`` use the (unmeasured) CUDA kernels."""
+CUDA_ENV = backend.CUDA_KERNELS_ENV
+"""Environment variable: ``hyper`` (or ``1``) makes ``auto`` use the (unmeasured) CUDA kernels."""
 
 
 def implementation(device: torch.device | str) -> str:
@@ -89,7 +88,7 @@ def implementation(device: torch.device | str) -> str:
     mode = backend.mode()
     if mode == "reference":
         return "reference"
-    if dev.type == "cuda" and mode == "auto" and os.environ.get(CUDA_ENV, "") != "compiled":
+    if dev.type == "cuda" and mode == "auto" and not backend.cuda_kernels_enabled("hyper"):
         return "reference"  # not yet measured faster than the torch path on a GPU
     return "compiled" if "hyper_generate" in backend.compiled_ops() and _device_ok(dev) else "reference"
 
