@@ -17,6 +17,8 @@ and resume from any position and the trainer decides the sampling order (never t
 """
 from __future__ import annotations
 
+import abc
+
 from typing import Any, Iterable, Iterator, Protocol, Sequence, runtime_checkable
 
 import torch
@@ -49,21 +51,24 @@ def to_uint8(images: torch.Tensor) -> torch.Tensor:
     return (images.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
-class Source:
+class Source(abc.ABC):
     """Base of invfast's sources: ``get`` and ``batches`` from ``load``; subclasses define
     ``__len__``, ``load`` and ``describe``."""
 
     groups: torch.Tensor | None = None
     spec: str = "source"
 
+    @abc.abstractmethod
     def __len__(self) -> int:
-        raise NotImplementedError
+        """Number of images."""
 
+    @abc.abstractmethod
     def load(self, indices: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        raise NotImplementedError
+        """Images [B, C, H, W] at ``indices`` (uint8 0..255 or float 0..1) and a bool [B] mask of those that decoded."""
 
+    @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
-        raise NotImplementedError
+        """What identifies this source's content (for resume fingerprints and reports)."""
 
     def get(self, indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
         """uint8 images [B, C, H, W] at ``indices``; ImageDecodeError if one cannot be read."""
