@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "hyper/hyper_common.h"
 #include "hyper/hyper_cpu_avx512.h"
 
 #if defined(__linux__)
@@ -50,24 +51,6 @@ void advise_huge_pages(void* p, int64_t bytes) {
 struct Chunk {
   int64_t kernel, begin, end;
 };
-
-void check_inputs(const at::Tensor& hidden, const at::Tensor& weight, at::IntArrayRef offsets, const char* who) {
-  TORCH_CHECK(hidden.dim() == 3, who, ": hidden must be [B, L, H], got ", hidden.dim(), " dims");
-  TORCH_CHECK(weight.dim() == 2, who, ": weight must be [N, H], got ", weight.dim(), " dims");
-  TORCH_CHECK(hidden.size(2) == weight.size(1), who, ": hidden size H differs (", hidden.size(2), " vs ",
-              weight.size(1), ")");
-  TORCH_CHECK(hidden.scalar_type() == weight.scalar_type(), who, ": hidden and weight must share a dtype");
-  TORCH_CHECK(at::isFloatingType(weight.scalar_type()), who, ": floating dtype required");
-  const int64_t L = hidden.size(1);
-  TORCH_CHECK(static_cast<int64_t>(offsets.size()) == L + 1, who, ": offsets must have L + 1 = ", L + 1,
-              " entries, got ", offsets.size());
-  TORCH_CHECK(offsets[0] == 0, who, ": offsets[0] must be 0");
-  for (int64_t l = 0; l < L; ++l) {
-    TORCH_CHECK(offsets[l + 1] >= offsets[l], who, ": offsets must be non-decreasing");
-  }
-  TORCH_CHECK(offsets[L] == weight.size(0), who, ": offsets[-1] (", offsets[L], ") must equal weight rows (",
-              weight.size(0), ")");
-}
 
 std::vector<Chunk> make_chunks(at::IntArrayRef offsets) {
   std::vector<Chunk> chunks;
@@ -162,12 +145,10 @@ void generate_tiled(const at::Tensor& hidden, const at::Tensor& weight, const at
 
 at::Tensor hyper_generate_cpu(const at::Tensor& hidden_in, const at::Tensor& weight_in, const at::Tensor& bias_in,
                               at::IntArrayRef offsets) {
-  check_inputs(hidden_in, weight_in, offsets, "hyper_generate");
+  hyper_common::check_inputs(hidden_in, weight_in, offsets, "hyper_generate");
   // The inner ATen calls are implementation details: keep autograd out of them.
   at::AutoDispatchBelowADInplaceOrView below_autograd;
-  TORCH_CHECK(bias_in.dim() == 1 && bias_in.size(0) == weight_in.size(0),
-              "hyper_generate: bias must be [N] with N = weight rows");
-  TORCH_CHECK(bias_in.scalar_type() == weight_in.scalar_type(), "hyper_generate: bias must share weight's dtype");
+  hyper_common::check_bias(bias_in, weight_in);
   const auto hidden = hidden_in.contiguous();
   const auto weight = weight_in.contiguous();
   const auto bias = bias_in.contiguous();
@@ -186,13 +167,7 @@ at::Tensor hyper_generate_cpu(const at::Tensor& hidden_in, const at::Tensor& wei
   }
   // Anything else (float64, H not a multiple of 16, no AVX-512): one BLAS GEMM per kernel,
   // straight into the output, each threaded by the BLAS library.
-  const int64_t L = hidden.size(1);
-  for (int64_t l = 0; l < L; ++l) {
-    const int64_t a = offsets[l], R = offsets[l + 1] - a;
-    if (R == 0) continue;
-    auto dst = out.narrow(1, a, R);
-    at::addmm_out(dst, bias.narrow(0, a, R).unsqueeze(0), hidden.select(1, l), weight.narrow(0, a, R).t());
-  }
+  hyper_common::generate_per_kernel_gemm(out, hidden, weight, bias, offsets);
   return out;
 }
 
@@ -201,7 +176,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hyper_generate_backward_cpu(const
                                                                           const at::Tensor& hidden_in,
                                                                           const at::Tensor& weight_in,
                                                                           at::IntArrayRef offsets) {
-  check_inputs(hidden_in, weight_in, offsets, "hyper_generate_backward");
+  hyper_common::check_inputs(hidden_in, weight_in, offsets, "hyper_generate_backward");
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto grad = grad_in.contiguous();
   const auto hidden = hidden_in.contiguous();

@@ -25,6 +25,8 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include <cstdint>
+
+#include "hyper/hyper_common.h"
 #include <vector>
 
 namespace invfast {
@@ -172,18 +174,6 @@ __global__ void __launch_bounds__(kThreads) grad_weight_rows_generic_kernel(
   }
 }
 
-void check_inputs(const at::Tensor& hidden, const at::Tensor& weight, at::IntArrayRef offsets, const char* who) {
-  TORCH_CHECK(hidden.dim() == 3, who, ": hidden must be [B, L, H]");
-  TORCH_CHECK(weight.dim() == 2, who, ": weight must be [N, H]");
-  TORCH_CHECK(hidden.size(2) == weight.size(1), who, ": hidden size H differs");
-  TORCH_CHECK(hidden.scalar_type() == weight.scalar_type(), who, ": hidden and weight must share a dtype");
-  TORCH_CHECK(hidden.device() == weight.device(), who, ": hidden and weight must be on one device");
-  const int64_t L = hidden.size(1);
-  TORCH_CHECK(static_cast<int64_t>(offsets.size()) == L + 1, who, ": offsets must have L + 1 entries");
-  TORCH_CHECK(offsets[0] == 0 && offsets[L] == weight.size(0), who, ": offsets must run from 0 to weight rows");
-  for (int64_t l = 0; l < L; ++l) TORCH_CHECK(offsets[l + 1] >= offsets[l], who, ": offsets must be non-decreasing");
-}
-
 at::Tensor offsets_on(const at::Tensor& like, at::IntArrayRef offsets) {
   std::vector<int64_t> v(offsets.begin(), offsets.end());
   return at::tensor(v, at::TensorOptions().dtype(at::kLong)).to(like.device(), /*non_blocking=*/true);
@@ -200,9 +190,8 @@ unsigned blocks_for(int64_t N) { return static_cast<unsigned>((N + kThreads - 1)
 
 at::Tensor hyper_generate_cuda(const at::Tensor& hidden_in, const at::Tensor& weight_in, const at::Tensor& bias_in,
                                at::IntArrayRef offsets) {
-  check_inputs(hidden_in, weight_in, offsets, "hyper_generate");
-  TORCH_CHECK(bias_in.dim() == 1 && bias_in.size(0) == weight_in.size(0), "hyper_generate: bias must be [N]");
-  TORCH_CHECK(bias_in.scalar_type() == weight_in.scalar_type(), "hyper_generate: bias must share weight's dtype");
+  hyper_common::check_inputs(hidden_in, weight_in, offsets, "hyper_generate");
+  hyper_common::check_bias(bias_in, weight_in);
   const c10::cuda::CUDAGuard guard(weight_in.device());
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto hidden = hidden_in.contiguous();
@@ -212,12 +201,7 @@ at::Tensor hyper_generate_cuda(const at::Tensor& hidden_in, const at::Tensor& we
   auto out = at::empty({B, N}, weight.options());
   if (B == 0 || N == 0 || L == 0) return out;
   if (B >= kGemmMinB) {  // a real GEMM per kernel: cuBLAS, straight into the conv-weight layout
-    for (int64_t l = 0; l < L; ++l) {
-      const int64_t a = offsets[l], R = offsets[l + 1] - a;
-      if (R == 0) continue;
-      auto dst = out.narrow(1, a, R);
-      at::addmm_out(dst, bias.narrow(0, a, R).unsqueeze(0), hidden.select(1, l), weight.narrow(0, a, R).t());
-    }
+    hyper_common::generate_per_kernel_gemm(out, hidden, weight, bias, offsets);
     return out;
   }
   const auto off = offsets_on(weight, offsets);
@@ -242,7 +226,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hyper_generate_backward_cuda(cons
                                                                            const at::Tensor& hidden_in,
                                                                            const at::Tensor& weight_in,
                                                                            at::IntArrayRef offsets) {
-  check_inputs(hidden_in, weight_in, offsets, "hyper_generate_backward");
+  hyper_common::check_inputs(hidden_in, weight_in, offsets, "hyper_generate_backward");
   const c10::cuda::CUDAGuard guard(weight_in.device());
   at::AutoDispatchBelowADInplaceOrView below_autograd;
   const auto grad = grad_in.contiguous();
