@@ -246,13 +246,25 @@ __device__ int64_t block_taps(const ViewPtrs& q, int64_t b, double* w, float* k)
   return R;
 }
 
+// The taps of image b in dynamic shared memory: doubles for the build, then the normalised floats.
+struct Taps {
+  const float* k;
+  int64_t R;
+};
+
+__device__ Taps image_taps(const ViewPtrs& q, int64_t b, double* smem) {
+  const int64_t maxk = 2 * ((q.Ho < q.Wo ? q.Ho : q.Wo) - 1) + 1;
+  float* k = reinterpret_cast<float*>(smem + maxk);
+  return {k, block_taps(q, b, smem, k)};
+}
+
 // Stage C: horizontal Gaussian pass, reflect padding (grid.y = image).
 __global__ void views_hblur_kernel(const float* __restrict__ scratch, ViewPtrs q, float* __restrict__ scratch2) {
   extern __shared__ double smem[];
-  const int64_t maxk = 2 * ((q.Ho < q.Wo ? q.Ho : q.Wo) - 1) + 1;
-  float* k = reinterpret_cast<float*>(smem + maxk);
   const int64_t b = blockIdx.y;
-  const int64_t R = block_taps(q, b, smem, k);
+  const Taps tp = image_taps(q, b, smem);
+  const float* k = tp.k;
+  const int64_t R = tp.R;
   const int64_t n = q.Ho * q.Wo;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -269,10 +281,10 @@ __global__ void views_hblur_kernel(const float* __restrict__ scratch, ViewPtrs q
 template <typename O>
 __global__ void views_vblur_kernel(const float* __restrict__ scratch2, ViewPtrs q, O* __restrict__ out, OutLayout lay) {
   extern __shared__ double smem[];
-  const int64_t maxk = 2 * ((q.Ho < q.Wo ? q.Ho : q.Wo) - 1) + 1;
-  float* k = reinterpret_cast<float*>(smem + maxk);
   const int64_t b = blockIdx.y;
-  const int64_t R = block_taps(q, b, smem, k);
+  const Taps tp = image_taps(q, b, smem);
+  const float* k = tp.k;
+  const int64_t R = tp.R;
   const int64_t n = q.Ho * q.Wo;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
