@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import io
 import os
+import pickle
 from typing import IO, Any, Iterator
 
 __all__ = ["atomic_write", "atomic_write_text", "atomic_torch_save", "atomic_save_npy", "config_difference",
@@ -120,7 +121,11 @@ def load_verified(path: str | os.PathLike, *, what: str = "file", require_checks
     try:
         return torch.load(io.BytesIO(body), map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure means the file is not ours
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        if isinstance(e, pickle.UnpicklingError) and "weights_only" in str(e):
+            # torch's own text suggests weights_only=False, which would run the file's code: not repeated
+            first = "it holds Python objects other than tensors and plain containers"
+        else:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise DamagedFileError(f"cannot read the {what} {p!r} ({first[:300]}); only tensors and plain containers "
                                f"are loaded; {fix}") from e
 

@@ -149,7 +149,7 @@ def test_invfast_layouts_and_mismatches(tmp_path):
     with pytest.raises(FileNotFoundError):
         load_checkpoint("resnet18", tmp_path / "nope.pt")
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
-    with pytest.raises(ValueError, match="cannot read checkpoint"):
+    with pytest.raises(ValueError, match="cannot read the checkpoint"):
         load_checkpoint("resnet18", tmp_path / "junk.pt")
     with pytest.raises(ValueError, match="no state dict"):
         load_checkpoint("resnet18", {"epoch": 3})

@@ -27,6 +27,8 @@ import re
 from typing import Any, Iterator, Mapping
 
 import torch
+
+from invfast.io import load_verified
 from torch import nn
 
 #: wrapper keys under which checkpoints keep their state dict, tried in this order
@@ -47,10 +49,9 @@ def read_state_dict(checkpoint: str | os.PathLike | Mapping[str, Any]) -> dict[s
         path = where = os.fspath(checkpoint)
         if not os.path.isfile(path):
             raise FileNotFoundError(f"checkpoint {path!r} does not exist")
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as e:  # torch raises many types for a file that is not a checkpoint
-            raise ValueError(f"cannot read checkpoint {path!r} as a torch file ({type(e).__name__}: {e})") from e
+        # weights_only; files invfast wrote carry a SHA-256 that is checked, others (torchvision, MoCo, ...) none
+        obj = load_verified(path, what="checkpoint", require_checksum=False,
+                            fix="pass a state dict of tensors saved with torch.save")
     for _ in range(3):  # e.g. {"model": {"state_dict": {...}}}
         if not isinstance(obj, Mapping):
             break
