@@ -173,6 +173,8 @@ def test_bad_input(tmp_path, capsys):
     assert "cannot read 'many' as int" in capsys.readouterr().err
     assert main(["reproduce", "--preset", "tiny", "--set", "data_transforms=rotate", "--out", str(tmp_path / "x")]) == 2
     assert "must include" in capsys.readouterr().err
+    assert main(["reproduce", "--preset", "tiny", "--set", "backgrounds=builtin:0", "--out", str(tmp_path / "x")]) == 2
+    assert "backgrounds must be 'builtin', 'builtin:N'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     with pytest.raises(OSError, match="not enough disk space"):
         RCfg.check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)
@@ -363,6 +365,33 @@ def test_main_objects_have_no_rotational_symmetry():
             iou = np.minimum(a, r).sum() / np.maximum(a, r).sum()
             assert iou < 0.93, (bank.names[i], angle, iou)
     assert S.main_objects(RCfg.preset("quick", asymmetric_objects=False)) == cfg.objects
+
+
+@pytest.mark.parametrize("spec, count", [("builtin:3", 3), ("builtin", 867), ("uniform-random", None)])
+def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count):
+    import torch
+
+    from invfast.synthetic import Transforms2D
+    from invfast.synthetic.banks import builtin_backgrounds
+
+    cfg = RCfg.preset("tiny", backgrounds=spec)
+    ctx = S.Context(cfg, str(tmp_path), progress=False)
+    assert S.make_data(ctx)["backgrounds"] == spec
+    images = ctx.images("probe")
+    ds = Transforms2D(objects=S.main_objects(cfg), transforms=cfg.data_transforms, size=cfg.size, n=cfg.n_probe,
+                      seed=cfg.seed, split="val", backgrounds=cfg.main_backgrounds())
+    _, _, params = ds.generate(range(cfg.n_probe))
+    assert torch.equal(images, ds.generate(range(cfg.n_probe))[0])
+    if count is None:
+        return
+    bank = builtin_backgrounds(count, cfg.size)
+    used = params["background"].long()
+    assert int(used.max()) < count
+    # corner pixels far from the (centred, at most image-sized) object show the bank's background
+    corner = images[:, :, 0, 0].long()
+    far = (params["x"] - 0.5).abs() + (params["y"] - 0.5).abs() < 0.2
+    match = (corner == bank[used, :, 0, 0].long()).all(1)
+    assert float(match[far & (params["scale"] < 0.6)].float().mean()) > 0.9
 
 
 def test_gpu_preset_is_the_default_with_cuda(monkeypatch, capsys, tmp_path):

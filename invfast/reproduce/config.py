@@ -43,6 +43,11 @@ class ReproduceConfig:
     # arrow, ell, blob, tee), so their rotation can be read off the image at all
     asymmetric_objects: bool = True
     data_transforms: tuple[str, ...] = ("translate", "rotate", "scale", "hue")
+    # the main data's backgrounds: 'builtin:N' (N of the built-in photo crops and textures),
+    # 'builtin' (all 867) or 'uniform-random'. With hundreds of backgrounds for a few thousand
+    # images, MoCo tells two pretraining images apart by their background alone and learns
+    # nothing about the object (see docs/reproduce.md); a few shared backgrounds remove that shortcut.
+    backgrounds: str = "builtin:8"
     n_pretrain: int = 2048
     n_probe: int = 1000
     n_measure: int = 96
@@ -113,6 +118,7 @@ class ReproduceConfig:
             raise ValueError("policies must be ('default', 'spatial', 'appearance'): the findings compare exactly these")
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
+        background_count(self.backgrounds)
         from invfast.synthetic import TRANSFORMATIONS
         bad = [t for t in self.data_transforms if t not in TRANSFORMATIONS]
         if bad:
@@ -127,8 +133,28 @@ class ReproduceConfig:
         if self.amortised and f"hyper-{self.arch}" not in ARCHITECTURES:
             raise ValueError(f"the amortised model needs 'hyper-{self.arch}', which invfast.models does not have")
 
+    def main_backgrounds(self) -> Any:
+        """The main data's ``backgrounds`` argument of :class:`invfast.synthetic.Transforms2D`."""
+        n = background_count(self.backgrounds)
+        if n is None:
+            return self.backgrounds if self.backgrounds == "uniform-random" else None
+        from invfast.synthetic.banks import builtin_backgrounds
+
+        return builtin_backgrounds(n, self.size)
+
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+def background_count(spec: str) -> int | None:
+    """Number of built-in backgrounds named by a ``backgrounds`` value ('builtin:N' -> N; None for
+    'builtin' (all) and 'uniform-random'); ValueError for anything else."""
+    if spec in ("builtin", "uniform-random"):
+        return None
+    head, _, count = str(spec).partition(":")
+    if head == "builtin" and count.isdigit() and 1 <= int(count) <= 867:
+        return int(count)
+    raise ValueError(f"backgrounds must be 'builtin', 'builtin:N' (1 <= N <= 867) or 'uniform-random', got {spec!r}")
 
 
 #: the named configurations; ``quick`` (3 seeds) takes about 30 minutes on 2 CPU cores (see docs/reproduce.md)

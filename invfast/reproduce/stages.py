@@ -131,11 +131,13 @@ def make_data(ctx: Context) -> dict[str, Any]:
     from invfast.synthetic import Transforms2D
 
     cfg = ctx.cfg
-    out: dict[str, Any] = {"objects": cfg.objects, "transforms": list(cfg.data_transforms), "splits": {}}
+    out: dict[str, Any] = {"objects": cfg.objects, "transforms": list(cfg.data_transforms), "backgrounds": cfg.backgrounds,
+                           "splits": {}}
+    backgrounds = cfg.main_backgrounds()
     for name, split, n in (("pretrain", "train", cfg.n_pretrain), ("probe", "val", cfg.n_probe),
                            ("measure", "test", cfg.n_measure)):
         ds = Transforms2D(objects=main_objects(cfg), transforms=cfg.data_transforms, size=cfg.size, n=n, seed=cfg.seed,
-                          split=split)
+                          split=split, backgrounds=backgrounds)
         images, labels, params = ds.generate(range(n))
         atomic_save_npy(ctx.path("data", f"{name}_images.npy"), images.numpy())
         out["splits"][name] = {"split": split, "n": n, "fingerprint": ds.fingerprint(),
