@@ -43,11 +43,13 @@ class ReproduceConfig:
     # arrow, ell, blob, tee), so their rotation can be read off the image at all
     asymmetric_objects: bool = True
     data_transforms: tuple[str, ...] = ("translate", "rotate", "scale", "hue")
-    # the main data's backgrounds: 'builtin:N' (N of the built-in photo crops and textures),
-    # 'builtin' (all 867) or 'uniform-random'. With hundreds of backgrounds for a few thousand
-    # images, MoCo tells two pretraining images apart by their background alone and learns
-    # nothing about the object (see docs/reproduce.md); a few shared backgrounds remove that shortcut.
-    backgrounds: str = "builtin:8"
+    # the main data's backgrounds: 'procedural:N' (N built-in procedural textures), 'builtin:N' (N of
+    # the built-in photo crops and textures), 'builtin' (all 867) or 'uniform-random'. With hundreds
+    # of backgrounds for a few thousand images, MoCo tells two pretraining images apart by their
+    # background alone and learns nothing about the object (see docs/reproduce.md); a few shared
+    # backgrounds remove that shortcut, and textures less cluttered than photo crops leave the object
+    # easier to see.
+    backgrounds: str = "procedural:8"
     n_pretrain: int = 2048
     n_probe: int = 1000
     n_measure: int = 96
@@ -141,21 +143,23 @@ class ReproduceConfig:
             return self.backgrounds if self.backgrounds == "uniform-random" else None
         from invfast.synthetic.banks import builtin_backgrounds
 
-        return builtin_backgrounds(n, self.size)
+        procedural = self.backgrounds.startswith("procedural:")
+        return builtin_backgrounds(n, self.size, procedural_fraction=1.0 if procedural else 0.25)
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
 
 def background_count(spec: str) -> int | None:
-    """Number of built-in backgrounds named by a ``backgrounds`` value ('builtin:N' -> N; None for
-    'builtin' (all) and 'uniform-random'); ValueError for anything else."""
+    """Number of built-in backgrounds named by a ``backgrounds`` value ('builtin:N' and
+    'procedural:N' -> N; None for 'builtin' (all) and 'uniform-random'); ValueError for anything else."""
     if spec in ("builtin", "uniform-random"):
         return None
     head, _, count = str(spec).partition(":")
-    if head == "builtin" and count.isdigit() and 1 <= int(count) <= 867:
+    if head in ("builtin", "procedural") and count.isdigit() and 1 <= int(count) <= 867:
         return int(count)
-    raise ValueError(f"backgrounds must be 'builtin', 'builtin:N' (1 <= N <= 867) or 'uniform-random', got {spec!r}")
+    raise ValueError(f"backgrounds must be 'procedural:N', 'builtin:N' (1 <= N <= 867), 'builtin' or "
+                     f"'uniform-random', got {spec!r}")
 
 
 #: the named configurations; ``quick`` (3 seeds) takes about 45 minutes on 2 CPU cores (see docs/reproduce.md)
@@ -265,6 +269,6 @@ def disk_estimate_mb(cfg: ReproduceConfig) -> float:
     n_params = sum(p.numel() for p in create(cfg.arch, width=cfg.width).parameters())
     models = 3 + 4 + (1 if cfg.amortised else 0)
     ckpt = models * n_params * 4 * 6 / 2**20
-    images = (cfg.n_pretrain + cfg.n_probe + cfg.n_measure + 4 * cfg.transfer_n_source) * 3 * cfg.size**2 / 2**20
-    feats = 8 * cfg.n_probe * 8 * cfg.width * 4 / 2**20
+    images = (cfg.n_pretrain + 2 * cfg.n_probe + cfg.n_measure + 4 * cfg.transfer_n_source) * 3 * cfg.size**2 / 2**20
+    feats = 2 * 8 * cfg.n_probe * 8 * cfg.width * 4 / 2**20
     return 20 + ckpt + images + feats + (50 * n_params * 4 / 2**20 if cfg.amortised else 0)
