@@ -174,7 +174,9 @@ def test_bad_input(tmp_path, capsys):
     assert main(["reproduce", "--preset", "tiny", "--set", "data_transforms=rotate", "--out", str(tmp_path / "x")]) == 2
     assert "must include" in capsys.readouterr().err
     assert main(["reproduce", "--preset", "tiny", "--set", "backgrounds=builtin:0", "--out", str(tmp_path / "x")]) == 2
-    assert "backgrounds must be 'builtin', 'builtin:N'" in capsys.readouterr().err
+    assert "backgrounds must be 'procedural:N', 'builtin:N'" in capsys.readouterr().err
+    assert main(["reproduce", "--preset", "tiny", "--set", "backgrounds=photos:3", "--out", str(tmp_path / "x")]) == 2
+    assert "backgrounds must be" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     with pytest.raises(OSError, match="not enough disk space"):
         RCfg.check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)
@@ -367,8 +369,34 @@ def test_main_objects_have_no_rotational_symmetry():
     assert S.main_objects(RCfg.preset("quick", asymmetric_objects=False)) == cfg.objects
 
 
-@pytest.mark.parametrize("spec, count", [("builtin:3", 3), ("builtin", 867), ("uniform-random", None)])
-def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count):
+def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
+    import torch
+
+    from invfast.synthetic import Transforms2D
+
+    cfg = RCfg.preset("tiny")
+    ctx = S.Context(cfg, str(tmp_path), progress=False)
+    info = S.make_data(ctx)
+    assert info["splits"]["rotation"]["transforms"] == ["rotate"]
+    assert info["splits"]["probe"]["transforms"] == list(cfg.data_transforms)
+    ds = Transforms2D(objects=S.main_objects(cfg), transforms=("rotate",), size=cfg.size, n=cfg.n_probe,
+                      seed=cfg.seed, split="val", backgrounds=cfg.main_backgrounds())
+    images, _, params = ds.generate(range(cfg.n_probe))
+    assert torch.equal(ctx.images("rotation"), images)
+    for k in ("x", "y", "scale", "hue"):
+        assert float(params[k].double().std()) == 0.0, k
+    angle = np.deg2rad(params["angle"].double().numpy())
+    target = ctx.array("data", "probe_target_rotation.npy")
+    np.testing.assert_allclose(target, np.stack([np.cos(angle), np.sin(angle)], 1), atol=1e-12)
+    assert target[:, 1].std() > 0.5  # angles cover the circle
+    # the other tasks' targets come from the probe set, in which position varies
+    assert ctx.array("data", "probe_target_position.npy").std(0).min() > 0.05
+    assert [S.task_set(t) for t in S.TASKS] == ["probe", "probe", "rotation", "probe"]
+
+
+@pytest.mark.parametrize("spec, count, procedural", [("procedural:3", 3, 1.0), ("builtin:3", 3, 0.25),
+                                                     ("builtin", 867, 0.25), ("uniform-random", None, None)])
+def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count, procedural):
     import torch
 
     from invfast.synthetic import Transforms2D
@@ -384,7 +412,7 @@ def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count):
     assert torch.equal(images, ds.generate(range(cfg.n_probe))[0])
     if count is None:
         return
-    bank = builtin_backgrounds(count, cfg.size)
+    bank = builtin_backgrounds(count, cfg.size, procedural_fraction=procedural)
     used = params["background"].long()
     assert int(used.max()) < count
     # corner pixels far from the (centred, at most image-sized) object show the bank's background
