@@ -1,6 +1,6 @@
 """``invfast reproduce``: the papers' five findings, end to end, on built-in synthetic data.
 
-    invfast reproduce --quick --out report/          # ~30 minutes on 2 CPU cores, 3 seeds (the README's main job)
+    invfast reproduce --quick --out report/          # ~45 minutes on 2 CPU cores, 3 seeds (the README's main job)
     invfast reproduce --preset gpu --out report/     # one GPU, all five findings (the default where CUDA exists)
     invfast reproduce --full --out report/           # adds the amortised model; see docs/reproduce.md
     invfast reproduce --preset tiny --out /tmp/t     # seconds: a smoke test of every stage

@@ -448,8 +448,9 @@ def _markdown(doc: dict[str, Any], table1: str, figs: dict[str, str]) -> str:
 
     L.append("## Setup\n")
     L.append(f"- Data: Transforms-2D, {cfg['objects']} built-in objects under {', '.join(cfg['data_transforms'])}, "
-             f"{cfg['size']}×{cfg['size']} px; {cfg['n_pretrain']} pretraining, {cfg['n_probe']} probe and "
-             f"{cfg['n_measure']} measurement images (train / val / test splits).")
+             f"{cfg['size']}×{cfg['size']} px, backgrounds `{cfg.get('backgrounds', 'builtin')}`; {cfg['n_pretrain']} pretraining, "
+             f"{cfg['n_probe']} probe and {cfg['n_measure']} measurement images (train / val / test splits), and "
+             f"{cfg['n_probe']} rotation-probe images in which only the rotation varies.")
     L.append(f"- Models: `{cfg['arch']}` width {cfg['width']} ({doc['features']['dims']['Default']}-d features); "
              f"MoCo-v2 with the Default / Spatial / Appearance policies, {cfg['pretrain_epochs']} epochs, batch "
              f"{cfg['batch_size']}, lr {cfg['lr']}, key momentum {cfg['key_momentum']}; Random = the same architecture "
