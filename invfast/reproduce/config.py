@@ -162,7 +162,7 @@ def background_count(spec: str) -> int | None:
                      f"'uniform-random', got {spec!r}")
 
 
-#: the named configurations; ``quick`` (3 seeds) takes about 45 minutes on 2 CPU cores (see docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds) takes about 30 minutes on 2 idle CPU cores (see docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(seeds=2, threads=1, objects=4, n_pretrain=96, n_probe=60, n_measure=12, width=4, pretrain_epochs=1, batch_size=32,
                  proj_dim=16, grid_size=3, folds=3, n_penalties=9, logistic_max_iter=100, transfer_objects=3,
