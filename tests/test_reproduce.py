@@ -319,6 +319,16 @@ def test_over_seeds_in_the_tiny_report(tiny_run):
         assert list(f["per_seed_status"].values()) == per
         assert f["status"] == RR.combine_over_seeds([[{"status": per[0], "summary": ""}],
                                                      [{"status": per[1], "summary": ""}]], [0, 1])[0]["status"]
+    # the identity gain over Random is tested over the shared folds on each seed (scipy's paired t)
+    from scipy import stats as st
+
+    seed1 = json.loads((tiny_run / "cache" / "seed-1" / "stages" / "probes.json").read_text())
+    for seed, probes in ((0, doc["probes"]), (1, seed1.get("result", seed1))):
+        idn = probes["identity"]["scores"]
+        best = max(("Default", "Spatial", "Appearance"), key=lambda m: idn[m]["mean"])
+        t = st.ttest_rel(idn[best]["fold_scores"], idn["Random"]["fold_scores"]).statistic
+        got = ov["statistics"]["identity probe: paired t over folds, that model − Random"]["values"][seed]
+        assert got == pytest.approx(t) if np.isfinite(t) else abs(got) in (0.0, 1e9)
     # the second seed ran every stage in its own cache folder, with its own data
     assert (tiny_run / "cache" / "seed-1" / "stages" / "probes.json").exists()
     assert set(doc["timings"]) == set(R.stage_names(RCfg.preset("tiny")))
