@@ -277,7 +277,7 @@ def measure(ctx: Context) -> dict[str, Any]:
 
     results, shrinkage = [], {}
     for k in LABELS:
-        stats, shrinkage[LABELS[k]] = reference_stats(ctx.array("features", f"{k}.npy"))
+        stats, shrinkage[LABELS[k]] = reference_stats(ctx.array(*feature_file(k, "probe")))
         results.append(_measure_one(ctx, ctx.model(k), LABELS[k], k, stats))
     return {"files": {LABELS[k]: f"measure/{k}.json" for k in LABELS},
             "reference": {"images": "probe set", "n": ctx.cfg.n_probe, "shrinkage": shrinkage},
@@ -352,8 +352,9 @@ def probes(ctx: Context) -> dict[str, Any]:
     sets = {LABELS[k]: [k] for k in LABELS}
     sets.update({label: list(parts) for label, parts in FUSIONS.values()})
     out: dict[str, Any] = {}
+    feats_of = {split: {k: ctx.array(*feature_file(k, split)) for k in LABELS} for split in {task_set(t) for t in TASKS}}
     for task, (kind, what) in TASKS.items():
-        feats = {k: ctx.array(*feature_file(k, task_set(task))) for k in LABELS}
+        feats = feats_of[task_set(task)]
         y = ctx.array("data", f"probe_target_{task}.npy")
         rows = {}
         for label, parts in sets.items():
@@ -500,8 +501,9 @@ def amortised_learned_i(ctx: Context) -> dict[str, Any]:
     n = min(cfg.ip_n, cfg.n_probe)
     cut = int(round(0.8 * n))
     out = {}
+    inputs = {split: normalise(ctx.images(split)[:n]) for split in {task_set(t) for t in TASKS}}
     for task, (kind, _) in TASKS.items():
-        x = normalise(ctx.images(task_set(task))[:n])
+        x = inputs[task_set(task)]
         y = ctx.array("data", f"probe_target_{task}.npy")[:n]
         if kind == "classification":
             yt = torch.from_numpy(y).long()
