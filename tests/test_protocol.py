@@ -239,7 +239,8 @@ def test_real_world_self_pairs():
     groups = [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2]
     model = _model()
     a = measure_real_world(model, x, groups=groups, device="cpu").transforms["real-world"]
-    b = measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson").transforms["real-world"]
+    b = measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson",
+                           shrinkage="trace").transforms["real-world"]
     V = torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64)
     torch.testing.assert_close(b.per_image_cosine, 1 / V + (V - 1) / V * a.per_image_cosine, rtol=0, atol=1e-9)
     torch.testing.assert_close(b.per_image_distance, (V - 1) / V * a.per_image_distance, rtol=0, atol=1e-9)

@@ -1,17 +1,22 @@
 """Invariance measurement: model + images + transforms -> :class:`InvarianceResult`.
 
-- :mod:`~invfast.measure.core`: :func:`measure_invariance` (test transforms over parameter grids) and
-  :func:`measure_real_world` (groups of views of the same content): streaming, sharded, resumable;
+- :mod:`~invfast.measure.config`: :class:`MeasureConfig` (how to measure; the resume fingerprint derives from it);
+- :mod:`~invfast.measure.core`: :func:`measure_invariance` (test transforms over parameter grids);
+- :mod:`~invfast.measure.real_world`: :func:`measure_real_world` (groups of views of the same content);
+- :mod:`~invfast.measure.engine`: one run's source, extractor, shard, resumable state and reference statistics;
+- :mod:`~invfast.measure.scoring`: the scoring loop; :mod:`~invfast.measure.assemble`: accumulators -> results;
 - :mod:`~invfast.measure.selection`: transform names/families -> transform objects;
 - :mod:`~invfast.measure.extractor`: models by name, fixed descriptors, images -> pooled features;
 - :mod:`~invfast.measure.result`: the result and its JSON format;
 - :mod:`~invfast.measure.state`: shards, resumable partial state;
 - :mod:`~invfast.measure.cli`: ``invfast measure``.
 """
-from invfast.measure.core import measure_invariance, measure_real_world
+from invfast.measure.config import MeasureConfig
+from invfast.measure.core import measure_invariance
 from invfast.measure.extractor import FeatureExtractor, WithDescriptor, load_checkpoint, load_model
+from invfast.measure.real_world import measure_real_world
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.selection import FAMILIES, resolve_transforms
 
-__all__ = ["measure_invariance", "measure_real_world", "resolve_transforms", "load_model", "load_checkpoint",
-           "FeatureExtractor", "WithDescriptor", "InvarianceResult", "TransformResult", "FAMILIES"]
+__all__ = ["MeasureConfig", "measure_invariance", "measure_real_world", "resolve_transforms", "load_model",
+           "load_checkpoint", "FeatureExtractor", "WithDescriptor", "InvarianceResult", "TransformResult", "FAMILIES"]

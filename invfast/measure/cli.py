@@ -123,7 +123,6 @@ def _check_out(args: argparse.Namespace) -> None:
 def _measure(args: argparse.Namespace) -> int:
     from invfast.devices import resolve_device
     from invfast.measure import measure_invariance, measure_real_world
-    from invfast.measure.protocol import get_protocol
     from invfast.measure.state import StateMismatchError, barrier, current_shard
     from invfast.stats import FeatureStats
 
@@ -131,27 +130,17 @@ def _measure(args: argparse.Namespace) -> int:
     device = resolve_device(args.device or "auto")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dtype = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}[args.dtype]
     model = build_model(args.model, args.checkpoint, args.invariance)
     stats = FeatureStats.load(args.stats) if args.stats else None
     state_dir = os.path.join(args.out, STATE_DIR)
-    common = dict(stats=stats, batch_size=args.batch_size, forward_batch=args.forward_batch,
-                  n_images=_n_images(args), device=device, dtype=dtype, crop=args.crop,
-                  normalize=not args.no_normalize, shrinkage=get_protocol(args.protocol).shrinkage,
-                  protocol=args.protocol, state_path=os.path.join(state_dir, "state.pt"),
-                  save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
-                  fingerprint_content=args.hash_images, workers=args.workers,
-                  channels_last={"auto": None, "on": True, "off": False}[args.channels_last])
-    label = args.name or args.model
+    cfg = config_from_args(args, device, state_dir)
     for attempt in (0, 1):
         try:
             if args.real_world:
                 name = os.path.basename(os.path.normpath(str(args.data).replace("folder:", "")))
-                result = measure_real_world(model, args.data, name=name, model_name=label, **common)
+                result = measure_real_world(model, args.data, cfg, name=name, stats=stats)
             else:
-                result = measure_invariance(model, args.data, args.transforms, grid_size=args.grid_size, name=label,
-                                            pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores
-                                            else None, **common)
+                result = measure_invariance(model, args.data, args.transforms, cfg, stats=stats)
             break
         except StateMismatchError:
             # the partial state of an earlier, different run in this folder: --overwrite discards it
@@ -167,6 +156,20 @@ def _measure(args: argparse.Namespace) -> int:
     if shard.rank == 0:
         shutil.rmtree(state_dir, ignore_errors=True)
     return 0
+
+
+def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: str) -> Any:
+    """The :class:`MeasureConfig` of ``invfast measure``'s arguments (the one the Python API builds)."""
+    from invfast.measure.config import MeasureConfig
+
+    return MeasureConfig(
+        grid_size=args.grid_size, batch_size=args.batch_size, forward_batch=args.forward_batch,
+        n_images=_n_images(args), device=str(device), dtype=args.dtype, crop=args.crop,
+        normalize=not args.no_normalize, protocol=args.protocol, state_path=os.path.join(state_dir, "state.pt"),
+        pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
+        save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
+        fingerprint_content=args.hash_images, workers=args.workers, name=args.name or args.model,
+        channels_last={"auto": None, "on": True, "off": False}[args.channels_last])
 
 
 def _remove_report(out: str) -> None:
@@ -230,6 +233,8 @@ def _write(result: Any, args: argparse.Namespace) -> None:
               "stronger shrinkage", file=sys.stderr)
     pps = result.meta.get("pairs_per_s")
     rate = f", {pps:.0f} image-parameter pairs/s" if pps else ""
+    if result.meta.get("resumed"):
+        rate = f", resumed: {result.meta.get('pairs_computed', 0)} pairs computed in this run{rate}"
     print(f"wrote {out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr)
 
 

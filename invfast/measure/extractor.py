@@ -10,8 +10,9 @@ from typing import Any, Callable, Sequence
 import torch
 
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
+from invfast.models.registry import load_checkpoint
 
-__all__ = ["WithDescriptor", "load_model", "load_checkpoint", "FeatureExtractor"]
+__all__ = ["WithDescriptor", "load_model", "load_checkpoint", "FeatureExtractor", "model_checksum", "setup_model"]
 
 
 class WithDescriptor(torch.nn.Module):
@@ -55,15 +56,6 @@ def load_model(name: str, checkpoint: str | os.PathLike | None = None, *,
     if invariance is not None:
         model = WithDescriptor(model, invariance)
     return model
-
-
-def load_checkpoint(model: torch.nn.Module, checkpoint: str | os.PathLike) -> None:
-    """Load weights into ``model`` strictly (kept for compatibility: :func:`invfast.models.load_checkpoint`
-    does the work, reading invfast, torchvision, MoCo and solo-learn layouts); ValueError names the
-    missing / unexpected / mis-shaped keys."""
-    from invfast.models import load_checkpoint as _load
-
-    _load(model, checkpoint)
 
 
 # ---------------------------------------------------------------------------------------------- features
@@ -121,7 +113,7 @@ class FeatureExtractor:
         return torch.cat(outs)
 
 
-def _model_checksum(model: Any) -> Any:
+def model_checksum(model: Any) -> Any:
     if isinstance(model, torch.nn.Module):
         with torch.no_grad():
             ps = [p.detach().double().sum().item() for p in model.state_dict().values() if p.is_floating_point()]
@@ -129,7 +121,7 @@ def _model_checksum(model: Any) -> Any:
     return [type(model).__name__]
 
 
-def _setup_model(model: Any, checkpoint: Any, device: torch.device, dtype: Any, channels_last: bool | None):
+def setup_model(model: Any, checkpoint: Any, device: torch.device, dtype: Any, channels_last: bool | None):
     if isinstance(model, str):
         model = load_model(model, checkpoint)
     elif checkpoint is not None:

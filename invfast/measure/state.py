@@ -151,8 +151,18 @@ def load_state(path: str, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
         raise StateMismatchError(f"{path!r} is not a measurement state file of this invfast version; delete it or "
                                  "choose another state path to start over")
     if state.get("fingerprint") != fingerprint:
-        old, new = state.get("fingerprint", {}), fingerprint
+        old, new = _flat(state.get("fingerprint", {})), _flat(fingerprint)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         raise StateMismatchError(f"the state file {path!r} belongs to another run (differs in: {', '.join(diff)}); "
                                  "use another state path / output folder, or delete it to start over")
     return state
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    """Nested dicts as one level with dotted keys (``config.grid_size``), for naming what differs."""
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}.") if isinstance(v, dict) else {f"{prefix}{k}": v})
+    return out

@@ -1,0 +1,204 @@
+"""The configuration of a measurement: :class:`MeasureConfig`, validated once, and the resume
+fingerprint derived from it.
+
+>>> from invfast.measure import MeasureConfig
+>>> cfg = MeasureConfig(grid_size=16, crop=224)
+>>> cfg.replace(batch_size=64).batch_size
+64
+
+Every field changes the numbers of a measurement unless its metadata says ``fingerprint=False``
+(with the reason); :func:`fingerprint` takes every other field, the device and the invfast version,
+so a new option can never silently leave a stale state resumable.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["MeasureConfig", "fingerprint", "DTYPES"]
+
+#: model precisions by name (``None``/'float32': no autocast)
+DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def _free(why: str, default: Any = dataclasses.MISSING) -> Any:
+    """A field that does not change the numbers (left out of the resume fingerprint), and why."""
+    return field(default=default, metadata={"fingerprint": False, "why": why})
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    """Everything that decides how :func:`invfast.measure_invariance` measures (model, data and
+    transforms aside). Frozen; validated in ``__post_init__``; ``replace(**changes)`` gives a new one.
+
+    Attributes:
+        grid_size: k of each transform's ``grid(k)``.
+        batch_size: images per batch.
+        forward_batch: images x parameters per model call (bounds memory whatever N and k).
+        n_images: the first n images of the data (None: all); under ``protocol='ericsson'`` the number
+            of images drawn with replacement.
+        device: 'cpu', 'cuda', 'cuda:N' or None (CUDA when available).
+        dtype: model precision: None / 'float32', 'bfloat16' or 'float16' (autocast; features are scored
+            in float32). A ``torch.dtype`` is accepted and stored by name.
+        channels_last: model input memory format (None: on for CUDA).
+        crop: centre crop in pixels after the transform, before the model.
+        normalize: ImageNet mean/std normalisation before the model.
+        checkpoint: weights loaded into the model (the weights themselves are fingerprinted).
+        shrinkage, eps: covariance shrinkage of the reference statistics (None: the protocol's).
+        pair_scores_dir: write every per-pair score to ``<dir>/<transform>.{distance,cosine}.npy``.
+        state_path: resumable partial state (one file per rank).
+        save_every: seconds between state saves.
+        strict: stop at the first unreadable image file instead of counting and skipping it.
+        resize: folder images: shorter side resized to this, centre-cropped square.
+        progress: show a progress bar.
+        name: the model's label in tables (default: its name or class).
+        feature_cache_mb: memory for cached reference features of this rank's images.
+        fingerprint_content: recognise the files of a resumed run by their bytes rather than size + mtime.
+        protocol: 'invfast', 'ericsson' or a :class:`~invfast.measure.protocol.Protocol`.
+        protocol_seed: seed of the protocol's draws (images with replacement, elastic randomness).
+        workers: image-folder decoding processes (None: ``default_workers()``; 0: in this process).
+        pair_block: real-world mode: rows of the pairs block scored at once.
+    """
+
+    grid_size: int = 256
+    batch_size: int = _free("images per batch: the per-image scores do not depend on it", 32)
+    forward_batch: int = _free("images per model call: bounds memory only", 256)
+    n_images: int | None = None
+    device: str | None = _free("the device it resolves to is fingerprinted instead", None)
+    dtype: Any = None
+    channels_last: bool | None = None
+    crop: int | None = None
+    normalize: bool = True
+    checkpoint: str | None = _free("the weights it loads are fingerprinted themselves", None)
+    shrinkage: str | float | None = None
+    eps: float = 1e-6
+    pair_scores_dir: str | None = None
+    state_path: str | None = _free("where the fingerprint is kept", None)
+    save_every: float = _free("how often the state is saved", 60.0)
+    strict: bool = False
+    resize: int = 256
+    progress: bool = _free("display only", False)
+    name: str | None = _free("a label in tables", None)
+    feature_cache_mb: float = _free("a memory budget: cached and recomputed features are equal", 512.0)
+    fingerprint_content: bool = False
+    protocol: Any = "invfast"
+    protocol_seed: int = 0
+    workers: int | None = _free("decoding processes: the images they decode are the same", None)
+    pair_block: int = _free("real-world mode: rows scored at once, a memory bound", 64)
+
+    def __post_init__(self) -> None:
+        def positive_int(k: str, low: int = 1, optional: bool = False) -> None:
+            v = getattr(self, k)
+            if optional and v is None:
+                return
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise ValueError(f"{k} must be an integer >= {low}{' (or None)' if optional else ''}, got {v!r}")
+
+        for k in ("grid_size", "batch_size", "forward_batch", "resize", "pair_block"):
+            positive_int(k)
+        positive_int("n_images", optional=True)
+        positive_int("crop", optional=True)
+        positive_int("workers", low=0, optional=True)
+        if isinstance(self.protocol_seed, bool) or not isinstance(self.protocol_seed, int) or self.protocol_seed < 0:
+            raise ValueError(f"protocol_seed must be an integer >= 0, got {self.protocol_seed!r}")
+        for k in ("save_every", "feature_cache_mb"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
+                raise ValueError(f"{k} must be a number >= 0, got {v!r}")
+        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps >= 0:
+            raise ValueError(f"eps must be a number >= 0, got {self.eps!r}")
+        for k in ("normalize", "strict", "progress", "fingerprint_content"):
+            if not isinstance(getattr(self, k), bool):
+                raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")
+        if self.channels_last is not None and not isinstance(self.channels_last, bool):
+            raise TypeError(f"channels_last must be True, False or None, got {self.channels_last!r}")
+        object.__setattr__(self, "dtype", _dtype_name(self.dtype))
+        if self.device is not None:
+            if not isinstance(self.device, (str, torch.device)):
+                raise TypeError(f"device must be a string like 'cpu' or 'cuda:0' (or None), got {self.device!r}")
+            try:
+                object.__setattr__(self, "device", str(torch.device(self.device)))
+            except RuntimeError as e:
+                raise ValueError(f"device {self.device!r} is not a device name like 'cpu', 'cuda' or 'cuda:0'") from e
+        if self.shrinkage is not None:
+            ok = self.shrinkage in ("trace", "ledoit-wolf", "none") or (
+                isinstance(self.shrinkage, (int, float)) and not isinstance(self.shrinkage, bool) and self.shrinkage >= 0)
+            if not ok:
+                raise ValueError(f"shrinkage must be 'trace', 'ledoit-wolf', 'none', a number >= 0 or None (the "
+                                 f"protocol's), got {self.shrinkage!r}")
+        from invfast.measure.protocol import PROTOCOLS, Protocol
+
+        if not isinstance(self.protocol, Protocol) and self.protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)} (or a Protocol), got {self.protocol!r}")
+        for k in ("checkpoint", "pair_scores_dir", "state_path"):
+            v = getattr(self, k)
+            if v is not None:
+                if not isinstance(v, (str, os.PathLike)):
+                    raise TypeError(f"{k} must be a path (str or os.PathLike) or None, got {type(v).__name__}")
+                object.__setattr__(self, k, os.fspath(v))
+        if self.name is not None and not isinstance(self.name, str):
+            raise TypeError(f"name must be a string or None, got {type(self.name).__name__}")
+
+    # ------------------------------------------------------------------------------------------ derived
+    @property
+    def torch_dtype(self) -> torch.dtype | None:
+        """The autocast dtype (None for float32)."""
+        return DTYPES[self.dtype] if self.dtype is not None else None
+
+    def replace(self, **changes: Any) -> "MeasureConfig":
+        """A copy with ``changes`` applied (validated again); unknown names raise one TypeError."""
+        return dataclasses.replace(self, **_known(changes))
+
+    @classmethod
+    def build(cls, config: "MeasureConfig | None" = None, **overrides: Any) -> "MeasureConfig":
+        """``config`` (default: all defaults) with ``overrides`` applied: how the public functions merge
+        a config with keyword arguments."""
+        if config is not None and not isinstance(config, MeasureConfig):
+            raise TypeError(f"config must be an invfast.measure.MeasureConfig, got {type(config).__name__}")
+        base = config or cls()
+        return base.replace(**overrides) if overrides else base
+
+    def fingerprint_fields(self) -> dict[str, Any]:
+        """Every field that changes the numbers, by name (JSON-able values)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("fingerprint", True)}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field (JSON-able): what ``result.json`` records as ``meta['config']``."""
+        return dataclasses.asdict(self)
+
+
+def _known(changes: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(MeasureConfig)}
+    unknown = sorted(set(changes) - names)
+    if unknown:
+        raise TypeError(f"unknown measurement option(s) {unknown}; MeasureConfig has {sorted(names)}")
+    return changes
+
+
+def _dtype_name(dtype: Any) -> str | None:
+    if dtype is None:
+        return None
+    if isinstance(dtype, torch.dtype):
+        for k, v in DTYPES.items():
+            if v == dtype or (v is None and dtype == torch.float32):
+                return None if k == "float32" else k
+        raise ValueError(f"dtype must be None, torch.float32, torch.bfloat16 or torch.float16, got {dtype}")
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype must be one of {list(DTYPES)} (or a torch dtype of those), got {dtype!r}")
+    return None if dtype == "float32" else dtype
+
+
+def fingerprint(config: MeasureConfig, device: torch.device, **inputs: Any) -> dict[str, Any]:
+    """What a resumed run must share with the run that saved its state: every fingerprinted field of
+    ``config`` (paths made absolute), the resolved ``device``, the invfast version and the run's
+    ``inputs`` (data description, model weights checksum, transforms and grid sizes, given stats, ...)."""
+    from invfast import __version__
+
+    fields = config.fingerprint_fields()
+    if fields.get("pair_scores_dir") is not None:
+        fields["pair_scores_dir"] = os.path.abspath(fields["pair_scores_dir"])
+    return {"config": fields, "device": str(device), "invfast": __version__, **inputs}

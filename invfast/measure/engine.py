@@ -1,0 +1,288 @@
+"""The machinery of one measurement run: the image source, the feature extractor, this rank's shard,
+the resumable state, the progress bar and the reference statistics.
+
+Pipeline: a pass reads its image batches through ``source.batches`` (folders decode the next
+batches in DataLoader worker processes meanwhile; page-locked when the device is CUDA), uploads
+each batch once, and keeps accumulators on the device: the host reads them only when the state is
+saved (every ``save_every`` seconds) and at the end of each transform.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+import torch
+
+from invfast.data.protocol import Source, pin
+from invfast.data.sources import as_source
+from invfast.measure.config import MeasureConfig
+from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
+from invfast.measure.protocol import ResampledSource
+from invfast.measure.state import Shard, current_shard, gather_objects, load_state, merge_stats, save_state, state_file
+from invfast.stats import FeatureStats
+
+__all__ = ["Run", "default_workers", "check_stats", "stats_info", "open_progress"]
+
+
+def default_workers() -> int:
+    """Decoding worker processes for image folders when none are asked: ``min(8, usable CPUs)``."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(8, cpus))
+
+
+def _read_batches(source: Any, index_batches: Sequence[torch.Tensor],
+                  pin_memory: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(images, ok)`` per batch of indices through the source's ``batches`` (decoding ahead where the
+    source can), page-locked when ``pin_memory``; plain ``load`` calls for sources without ``batches``."""
+    if isinstance(source, ResampledSource):  # the draw with replacement reads the underlying source
+        yield from _read_batches(source.source, [source.indices[b] for b in index_batches], pin_memory)
+    elif isinstance(source, Source):
+        yield from source.batches(index_batches, pin_memory=pin_memory)
+    else:  # a user's source following the protocol
+        it = source.batches(index_batches) if hasattr(source, "batches") else map(source.load, index_batches)
+        for x, ok in it:
+            yield (pin(x) if pin_memory else x), ok
+
+
+class _Shared:
+    """A pass's view of the run's single progress bar (closing it leaves the bar open)."""
+
+    def __init__(self, bar: Any) -> None:
+        self._bar = bar
+
+    def update(self, n: int) -> None:
+        self._bar.update(n)
+
+    def close(self) -> None:
+        pass
+
+
+def _to_host(obj: Any) -> Any:
+    """``obj`` with every tensor in it copied to the host (the saved state is device-independent)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_host(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_host(v) for v in obj)
+    return obj
+
+
+# ---------------------------------------------------------------------------------------------- engine
+class Run:
+    """Shared machinery of one measurement: source, extractor, shard, state file, progress."""
+
+    def __init__(self, model: Any, data: Any, cfg: MeasureConfig, *, shard: Shard | None = None,
+                 n_images: int | None = None, source: Any = None) -> None:
+        """``data`` is read with ``cfg``'s loading options (the first ``n_images`` of it), unless
+        ``source`` gives the source already made."""
+        self.cfg = cfg
+        self.device = torch.device(cfg.device if cfg.device is not None else
+                                   ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.model_name = model if isinstance(model, str) else type(model).__name__
+        model, channels_last = setup_model(model, cfg.checkpoint, self.device, cfg.torch_dtype, cfg.channels_last)
+        self.model_fp = model_checksum(model)  # after the checkpoint is loaded: the weights measured
+        self.source = source if source is not None else as_source(
+            data, n=n_images, resize=cfg.resize, strict=cfg.strict,
+            workers=default_workers() if cfg.workers is None else cfg.workers)
+        self.n = len(self.source)
+        self.extract = FeatureExtractor(model, self.device, cfg.torch_dtype, bool(channels_last), cfg.crop,
+                                        cfg.normalize, cfg.forward_batch)
+        self.batch_size = cfg.batch_size
+        self.shard = shard or current_shard()
+        self.start, self.stop = self.shard.bounds(self.n)
+        self.state_path = None if cfg.state_path is None else state_file(cfg.state_path, self.shard)
+        self.save_every = cfg.save_every
+        self.progress = cfg.progress and self.shard.rank == 0
+        self.bad: set[int] = set()
+        self.cache_bytes = int(cfg.feature_cache_mb * 2**20)
+        self._ref_cache: dict[int, torch.Tensor] = {}
+        self._cached = 0
+        self._last_save = time.monotonic()
+        self.state: dict[str, Any] = {}
+        self.progress_bar: Any = None  # one bar over every pass when set (measure_invariance)
+        self._nonfinite: torch.Tensor | None = None  # device flag: a non-finite score was accumulated
+        self._nonfinite_name = ""
+
+    def batches(self, start: int | None = None) -> Iterable[tuple[int, int]]:
+        s = self.start if start is None else start
+        while s < self.stop:
+            e = min(self.stop, s + self.batch_size)
+            yield s, e
+            s = e
+
+    def stream(self, spans: list[tuple[int, int]]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """(images on the device, their indices on the host) for each span ``(s, e)`` of images, in
+        order, read through the source's ``batches`` so the next batches decode meanwhile."""
+        pinned = self.device.type == "cuda"
+        index_batches = [torch.arange(s, e, device="cpu") for s, e in spans]  # host bookkeeping
+        for (s, _), idx, (x, ok) in zip(spans, index_batches, _read_batches(self.source, index_batches, pinned)):
+            yield self._upload(s, idx, x, ok)
+
+    def _upload(self, s: int, idx: torch.Tensor, x: torch.Tensor, ok: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        bad = torch.nonzero(~ok).flatten().tolist()  # ok is host bookkeeping
+        if bad:  # rare: drop the unreadable rows on the host (the pinned buffer is given up)
+            self.bad.update(s + i for i in bad)
+            x, idx = x[ok], idx[ok]
+        # once per batch; asynchronous from a pinned buffer (a fresh one each batch)
+        return x.to(self.device, non_blocking=True), idx
+
+    def load(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Images ``s..e`` on the device (readable ones) and their indices (host)."""
+        return next(self.stream([(s, e)]))
+
+    def flag_nonfinite(self, name: str, *scores: torch.Tensor) -> None:
+        """Remember on the device whether any of ``scores`` is NaN/Inf (checked at saves, no sync here)."""
+        bad = torch.stack([~torch.isfinite(v).all() for v in scores]).any()
+        self._nonfinite = bad if self._nonfinite is None else self._nonfinite | bad
+        self._nonfinite_name = name
+
+    def check_finite(self) -> None:
+        """Raise if a non-finite score was accumulated since the last check (one host read)."""
+        if self._nonfinite is not None and bool(self._nonfinite):
+            raise ValueError(f"transform {self._nonfinite_name!r} gave non-finite (NaN/Inf) scores: the model's features "
+                             "are NaN/Inf on some transformed images, or too large for float32 whitening")
+        self._nonfinite = None
+
+    def reference_features(self, s: int, x: torch.Tensor) -> torch.Tensor:
+        """Features of the untransformed batch starting at image ``s``, kept in memory while they fit
+        ``feature_cache_mb`` so each transform does not recompute them."""
+        f = self._ref_cache.get(s)
+        if f is None or f.shape[0] != x.shape[0]:
+            f = self.extract(x)
+            nbytes = f.numel() * f.element_size()
+            if self._cached + nbytes <= self.cache_bytes:
+                self._ref_cache[s] = f
+                self._cached += nbytes
+        return f
+
+    def bar(self, total: int, desc: str, initial: int = 0):
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, initial=initial, desc=desc, unit="img", disable=not self.progress, leave=True,
+                    dynamic_ncols=True)
+
+    def pass_bar(self, total: int, desc: str, initial: int) -> Any:
+        """The bar a pass updates: the run's single bar (described as ``desc``), else a bar of its own."""
+        if self.progress_bar is None:
+            return self.bar(total, desc, initial)
+        self.progress_bar.set_description(desc, refresh=False)
+        return _Shared(self.progress_bar)
+
+    def resample(self, indices: torch.Tensor) -> None:
+        """Score the images ``indices`` of the source (repeats allowed) from now on."""
+        self.source = ResampledSource(self.source, indices)
+        self.n = len(self.source)
+        self.start, self.stop = self.shard.bounds(self.n)
+        self._ref_cache.clear()
+        self._cached = 0
+
+    def resume(self, fingerprint: dict[str, Any]) -> None:
+        """Continue from the saved state of the run described by ``fingerprint``, if there is one."""
+        self.fingerprint = fingerprint
+        self.resumed = False
+        if self.state_path is not None:
+            st = load_state(self.state_path, fingerprint)
+            if st is not None:
+                self.state = st
+                self.bad = set(st.get("bad", []))
+                self.resumed = True
+        self.state.setdefault("transforms", {})
+
+    def checkpoint(self, force: bool = False, before: Callable[[], Any] | None = None) -> None:
+        """Save the state if ``save_every`` seconds passed (or ``force``); ``before`` runs first (flushes)."""
+        if self.state_path is None:
+            return
+        now = time.monotonic()
+        if force or now - self._last_save >= self.save_every:
+            self.check_finite()  # never save sums with NaN in them
+            if before is not None:
+                before()
+            # the accumulators live on the device: the host copy is made here, once per save
+            save_state(self.state_path, _to_host({**self.state, "fingerprint": self.fingerprint, "bad": sorted(self.bad)}))
+            self._last_save = now
+
+    def reference_stats(self, stats: FeatureStats | None, shrinkage: Any, eps: float) -> FeatureStats:
+        """Given stats (finalized if needed) or the first pass over this rank's images, merged over ranks."""
+        if stats is not None:
+            if not isinstance(stats, FeatureStats):
+                raise TypeError(f"stats must be an invfast.FeatureStats, got {type(stats).__name__}")
+            if stats.whitener_ is None:
+                stats.finalize(shrinkage=shrinkage, eps=eps)
+            return stats
+        st = self.state.get("stats")
+        local = FeatureStats() if st is None or st["local"] is None else FeatureStats.from_state_dict(st["local"])
+        nxt = self.start if st is None else st["next"]
+        bar = self.pass_bar(self.stop - self.start, "reference statistics", initial=nxt - self.start)
+        spans = list(self.batches(nxt))
+
+        def snapshot(e: int) -> None:  # host copy of the statistics, only when a state is saved
+            self.state["stats"] = {"local": local.state_dict() if local.n else None, "next": e}
+
+        with contextlib.closing(self.stream(spans)) as stream:
+            for (s, e), (x, _) in zip(spans, stream):
+                if x.shape[0]:
+                    local.update(self.reference_features(s, x).double())
+                bar.update(e - s)
+                self.checkpoint(before=lambda e=e: snapshot(e))
+        bar.close()
+        if spans or "stats" not in self.state:
+            snapshot(self.stop)
+        self.checkpoint(force=True)
+        merged = merge_stats(local, self.shard)
+        if merged.n < 2:
+            raise ValueError(f"only {merged.n} reference image(s) could be read; the statistics need at least 2")
+        return merged.finalize(shrinkage=shrinkage, eps=eps)
+
+    def errors(self) -> dict[str, Any]:
+        """Unreadable images over all ranks: count and the first 20 (path, reason)."""
+        files = getattr(self.source, "files", None)
+        reasons = {p: r for p, r in getattr(getattr(self.source, "errors", None), "examples", [])}
+        local = []
+        for i in sorted(self.bad)[:20]:
+            path = files[i] if files is not None else f"image {i}"
+            local.append((i, path, reasons.get(path, "could not be read")))
+        parts = gather_objects((sorted(self.bad), local), self.shard)
+        bad = sorted(set().union(*(set(b) for b, _ in parts)))
+        examples = sorted((e for _, ex in parts for e in ex), key=lambda e: e[0])[:20]
+        return {"count": len(bad), "examples": [[p, r] for _, p, r in examples]}
+
+
+def open_progress(run: Run, stats_pass: bool, names: list[str], n_scored: int) -> Any:
+    """One bar with ETA over this rank's images x passes (the statistics pass, then each transform),
+    starting from what a resumed state has done already."""
+    n_stats = run.stop - run.start
+    s0, s1 = run.shard.bounds(n_scored)
+    done = 0
+    st = run.state.get("stats")
+    if stats_pass and st is not None:
+        done += st["next"] - run.start
+    for name in names:
+        acc = run.state["transforms"].get(name)
+        if acc is not None:
+            done += acc["next"] - s0
+    total = (n_stats if stats_pass else 0) + len(names) * (s1 - s0)
+    return run.bar(total, "measure", initial=done)
+
+
+def check_stats(stats: Any) -> None:
+    """``stats`` is None or a FeatureStats of at least 2 samples (else one clear error)."""
+    if stats is not None and not isinstance(stats, FeatureStats):
+        raise TypeError(f"stats must be an invfast.FeatureStats (or None to compute them), got {type(stats).__name__}")
+    if stats is not None and stats.n < 2:
+        raise ValueError(f"the given stats hold {stats.n} sample(s); reference statistics need at least 2")
+
+
+def stats_fingerprint(stats: FeatureStats | None) -> Any:
+    """What identifies given reference statistics in a resume fingerprint (None: computed by the run)."""
+    return None if stats is None else [stats.n, stats.dim, float(stats.mean.double().sum())]
+
+
+def stats_info(stats: FeatureStats) -> dict[str, Any]:
+    """The reference statistics as ``result.json`` describes them."""
+    return {"n": stats.n, "dim": stats.dim, "shrinkage": stats.shrinkage_, "lambda": stats.lambda_, "rho": stats.rho_}

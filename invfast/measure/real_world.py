@@ -1,0 +1,126 @@
+"""Real-world invariance (Ericsson et al. 2021 BMVC, §4.2): groups of views of the same object or scene,
+scored over all pairs of views within each group; no transform, no reference image."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from invfast.data.sources import as_source
+from invfast.measure.config import MeasureConfig, fingerprint
+from invfast.measure.engine import Run, check_stats, stats_fingerprint, stats_info
+from invfast.measure.protocol import get_protocol
+from invfast.measure.result import InvarianceResult, TransformResult
+from invfast.measure.state import Shard, files_fingerprint, gather_objects, sum_in_rank_order
+from invfast.metrics import invariance_scores
+from invfast.stats import FeatureStats
+
+__all__ = ["measure_real_world"]
+
+
+def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = None, *, groups: Any = None,
+                       name: str = "real-world", family: str = "real-world", stats: FeatureStats | None = None,
+                       shard: Shard | None = None, model_name: str | None = None,
+                       **overrides: Any) -> InvarianceResult:
+    """Real-world invariance (Ericsson et al. 2021 BMVC, §4.2): no reference image; for every group
+    (object / scene folder, or ``groups`` ids for tensors) the scores of all pairs of distinct views
+    are averaged, then the group means are averaged. Reference statistics come from all views
+    unless ``stats`` is given. Per-group means are the result's per-image values (for significance);
+    groups with fewer than two readable views are skipped and counted in ``meta['skipped_groups']``.
+
+    ``config``/``overrides`` as in :func:`invfast.measure_invariance` (``grid_size`` and the transform
+    options do not apply); ``name``/``family``: the label of the group set in tables; ``model_name``:
+    the model's label (the same as ``name=`` of :class:`MeasureConfig`).
+    """
+    t0 = time.monotonic()
+    if model_name is not None:
+        overrides["name"] = model_name
+    cfg = MeasureConfig.build(config, **overrides)
+    check_stats(stats)
+    proto = get_protocol(cfg.protocol)
+    shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
+    self_pairs = proto.real_world_self_pairs  # the original: each view with itself too
+    if groups is not None and not isinstance(data, (torch.Tensor, np.ndarray)):
+        raise ValueError("groups can only be given with in-memory images; folders group by subfolder")
+    src = as_source(data, n=cfg.n_images, resize=cfg.resize, strict=cfg.strict, groups=groups) \
+        if groups is not None else None
+    run = Run(model, data, cfg, shard=shard, n_images=cfg.n_images, source=src)
+    g = run.source.groups
+    if g is None:
+        raise ValueError("real-world mode needs groups of views: a folder with one subfolder per object/scene, "
+                         "or groups=[group id per image] with in-memory images")
+    n_groups = int(g.max()) + 1
+    members = [torch.nonzero(g == i).flatten() for i in range(n_groups)]
+    run.resume(fingerprint(cfg, run.device, data=run.source.describe(), model=run.model_fp, mode="real-world",
+                           name=name, self_pairs=self_pairs, groups=[int(m.numel()) for m in members],
+                           stats=stats_fingerprint(stats), world_size=run.shard.world_size,
+                           files=files_fingerprint(run.source, cfg.fingerprint_content)))
+    ref_stats = run.reference_stats(stats, shrinkage, cfg.eps)
+    g0, g1 = run.shard.bounds(n_groups)
+    acc = run.state["transforms"].get(name)
+    if acc is None:
+        cpu = torch.device("cpu")  # host accumulators: saved with the resumable state
+        acc = {"next": g0, "grp_d": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
+               "grp_c": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
+               "pair_d": torch.zeros(1, dtype=torch.float64, device=cpu),
+               "pair_c": torch.zeros(1, dtype=torch.float64, device=cpu),
+               "pairs": 0, "views": 0}
+        run.state["transforms"][name] = acc
+    bar = run.bar(g1 - g0, name, initial=acc["next"] - g0)
+    bar.unit = "group"
+    with torch.inference_mode():
+        for gi in range(acc["next"], g1):
+            idx = members[gi]
+            feats = []
+            for s in range(0, idx.numel(), run.batch_size):
+                sub = idx[s:s + run.batch_size]
+                x, ok = run.source.load(sub)
+                for i in sub[~ok].tolist():
+                    run.bad.add(int(i))
+                if bool(ok.any()):
+                    feats.append(run.extract(x[ok]))
+            f = torch.cat(feats) if feats else torch.zeros(0, 1)
+            v = f.shape[0]
+            if v >= 2:
+                sums = torch.zeros(2, dtype=torch.float64, device=f.device)  # read once per group
+                for r in range(0, v, cfg.pair_block):
+                    re = min(v, r + cfg.pair_block)
+                    out = invariance_scores(f[r:re], f.unsqueeze(0).expand(re - r, v, f.shape[1]), ref_stats)
+                    off = torch.ones(re - r, v, dtype=torch.bool, device=f.device)
+                    rows = torch.arange(re - r, device=f.device)
+                    off[rows, rows + r] = self_pairs
+                    sums += torch.stack([out["distance"].double()[off].sum(), out["cosine"].double()[off].sum()])
+                sd, sc = sums.tolist()
+                npairs = v * v if self_pairs else v * (v - 1)
+                acc["grp_d"][gi - g0] = sd / npairs
+                acc["grp_c"][gi - g0] = sc / npairs
+                acc["pair_d"] += sd
+                acc["pair_c"] += sc
+                acc["pairs"] += npairs
+                acc["views"] += v
+            acc["next"] = gi + 1
+            bar.update(1)
+            run.checkpoint()
+    bar.close()
+    run.checkpoint(force=True)
+    sh = run.shard
+    grp_d = torch.cat(gather_objects(acc["grp_d"], sh))
+    grp_c = torch.cat(gather_objects(acc["grp_c"], sh))
+    tot = sum_in_rank_order(torch.cat([acc["pair_d"], acc["pair_c"],
+                                       torch.tensor([float(acc["pairs"]), float(acc["views"])], dtype=torch.float64,
+                                                    device="cpu")]), sh)
+    valid = ~torch.isnan(grp_d)
+    if not bool(valid.any()):
+        raise ValueError("no group has two readable views; real-world mode compares views within a group")
+    tr = TransformResult(name=name, family=family, mean_distance=float(grp_d[valid].mean()),
+                         mean_cosine=float(grp_c[valid].mean()), n_images=int(tot[3]), per_image_distance=grp_d,
+                         per_image_cosine=grp_c, n_pairs=int(tot[2]))
+    elapsed = time.monotonic() - t0
+    meta = {"data": run.source.describe(), "mode": "real-world", "device": str(run.device), "groups": n_groups,
+            "skipped_groups": int((~valid).sum()), "pair_weighted_distance": float(tot[0] / tot[2]),
+            "pair_weighted_cosine": float(tot[1] / tot[2]), "world_size": sh.world_size, "elapsed_s": elapsed,
+            "group_names": list(getattr(run.source, "group_names", [])), "config": cfg.to_dict()}
+    return InvarianceResult(model=cfg.name or run.model_name, transforms={name: tr}, n_images=run.n,
+                            stats=stats_info(ref_stats), errors=run.errors(), meta=meta)
