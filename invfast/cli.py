@@ -1,21 +1,27 @@
 """The ``invfast`` command. Each subcommand lives in its own module exposing
 ``add_arguments(parser)`` and ``run(args) -> int``; only the chosen one is imported.
 
-Errors a subcommand raises become one line on stderr, ``invfast <command>: error: <cause>``, and an
-exit code: 2 for bad usage (a wrong value, a missing or damaged input file, a folder already in
-use by another kind of file), 1 for a failure at run time (a read-only or full disk, the output
-folder locked by another run, a numerical blow-up). ``--debug`` (anywhere on the command line, or
-``INVFAST_DEBUG=1``) shows the traceback instead.
+Exit codes (the same for every command, docs/guarantees.md): 0 ok; 2 bad usage or bad input (a wrong
+value, a missing or damaged input file, a folder already in use by another kind of file); 1 a failure
+during the run (a read-only or full disk, the output folder locked by another run, a numerical
+blow-up, or a bug); 130 interrupted. Errors about the user's input become one line on stderr,
+``invfast <command>: error: <cause>``. An error that is not about the input (a ``TypeError``,
+``KeyError``, ``IndexError`` ... from a bug, or a ``ValueError`` raised inside torch/numpy rather than by
+invfast's own checks) keeps its traceback and exits 1. ``--debug`` (anywhere on the command line, or
+``INVFAST_DEBUG=1``) shows the traceback of every error. Warnings print as one line each, once.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import importlib.util
 import os
 import sys
 import traceback
+import warnings
+from typing import Any, Iterator
 
 # name -> (module, one-line help). Modules that are not present in this checkout are left out.
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -42,31 +48,44 @@ def _available() -> dict[str, tuple[str, str]]:
     return out
 
 
-# exception type -> exit code; the first matching entry wins (subclasses before their bases)
-USAGE_ERROR, RUNTIME_ERROR = 2, 1
-_EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
-    (FileNotFoundError, USAGE_ERROR), (FileExistsError, USAGE_ERROR), (IsADirectoryError, USAGE_ERROR),
-    (NotADirectoryError, USAGE_ERROR), (ValueError, USAGE_ERROR), (TypeError, USAGE_ERROR),
-    (KeyError, USAGE_ERROR), (IndexError, USAGE_ERROR), (ImportError, USAGE_ERROR),
-    (OSError, RUNTIME_ERROR), (MemoryError, RUNTIME_ERROR), (ArithmeticError, RUNTIME_ERROR),
-    (RuntimeError, RUNTIME_ERROR), (Exception, RUNTIME_ERROR),
-)
+USAGE_ERROR, RUNTIME_ERROR, INTERRUPTED = 2, 1, 130
+#: input problems: the user's value, file or folder; any of these raised by invfast's own code is exit 2
+_INPUT_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
+                                                  NotADirectoryError)
+#: failures of the run that are not bugs: one line, exit 1
+_RUN_ERRORS: tuple[type[BaseException], ...] = (OSError, MemoryError, ArithmeticError, RuntimeError)
 
-_OS_FIXES = {
-    errno.EROFS: "the file system is read-only; choose a writable --out folder",
-    errno.ENOSPC: "no space left on the device; free some space or choose another --out folder",
-    errno.EDQUOT: "the disk quota is exhausted; free some space or choose another --out folder",
-    errno.EACCES: "permission denied; choose a folder you can write to",
-    errno.EPERM: "operation not permitted; choose a folder you can write to",
-}
+
+def _raised_by_invfast(exc: BaseException) -> bool:
+    """Whether the innermost Python frame of ``exc``'s traceback is invfast's own code (a deliberate check),
+    rather than torch's, numpy's or the user's."""
+    tb = exc.__traceback__
+    if tb is None:  # constructed, not raised: count it as deliberate
+        return True
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    pkg = os.path.dirname(os.path.abspath(__file__))
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(pkg + os.sep)
+
+
+def is_usage_error(exc: BaseException) -> bool:
+    """An error about the user's input: a ValueError or missing/misplaced file raised by invfast itself
+    (or by the argument parser), or any OS error naming a file that does not exist."""
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, FileExistsError)):
+        return True
+    return isinstance(exc, _INPUT_ERRORS) and _raised_by_invfast(exc)
+
+
+def is_bug(exc: BaseException) -> bool:
+    """Neither about the input nor an expected failure of the run: shown with its traceback."""
+    return not is_usage_error(exc) and not isinstance(exc, _RUN_ERRORS)
 
 
 def exit_code(exc: BaseException) -> int:
-    """The exit code of an exception that ends a command (2 bad usage, 1 runtime failure)."""
-    for cls, code in _EXIT_CODES:
-        if isinstance(exc, cls):
-            return code
-    return RUNTIME_ERROR
+    """The exit code of an exception that ends a command (2 bad usage, 1 failure during the run or bug)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return INTERRUPTED
+    return USAGE_ERROR if is_usage_error(exc) else RUNTIME_ERROR
 
 
 def error_line(exc: BaseException) -> str:
@@ -109,17 +128,43 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.debug = debug
     try:
-        return int(chosen.run(args) or 0)
+        with _one_line_warnings():
+            return int(chosen.run(args) or 0)
     except KeyboardInterrupt:
         print(f"invfast {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the one place every command's errors become one line
-        if debug:
+        if debug or is_bug(exc):
             traceback.print_exc()
+            if not debug:
+                print(f"invfast {args.command}: internal error ({type(exc).__name__}); this is a bug in invfast or "
+                      "in the code it ran: please report it with the traceback above", file=sys.stderr)
         else:
             hint = " (--debug shows the traceback)" if exit_code(exc) == RUNTIME_ERROR else ""
             print(f"invfast {args.command}: error: {error_line(exc)}{hint}", file=sys.stderr)
         return exit_code(exc)
+
+
+@contextlib.contextmanager
+def _one_line_warnings() -> Iterator[None]:
+    """Warnings as ``invfast: warning: <message>`` (no source line), each distinct message once."""
+    seen: set[str] = set()
+    old_show = warnings.showwarning
+
+    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        text = " ".join(str(message).split())
+        if text in seen:
+            return
+        seen.add(text)
+        print(f"invfast: warning: {text}", file=sys.stderr if file is None else file)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        try:
+            yield
+        finally:
+            warnings.showwarning = old_show
 
 
 if __name__ == "__main__":

@@ -137,7 +137,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.images < 2 or args.reference < 2:
-        raise SystemExit("invfast demo: --images and --reference must be at least 2")
+        raise ValueError(f"--images and --reference must be at least 2, got {args.images} and {args.reference}")
     t0 = time.perf_counter()
     results = run_demo(args.reference, args.images, args.size, args.seed)
     print(f"Invariance of two fixed extractors on {args.images} photo patches ({args.size}px), "
