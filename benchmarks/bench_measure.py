@@ -350,3 +350,35 @@ def test_measure_vs_backbone_gpu(benchmark, record_ratio):
                              True, 224, batch_size=64, forward_batch=256)
     _report(benchmark, record_ratio, f"cuda ResNet-50 bf16 224px N={PIPE_GPU_N} k={PIPE_GPU_K}", r,
             device=torch.cuda.get_device_name())
+
+
+# ---------------------------------------------------------------------------------------------- layers
+LAYERS_N = 16 if SMALL else 64
+LAYERS_K = 4 if SMALL else 16
+
+
+def test_measure_four_layers_vs_final_layer(benchmark, record_ratio):
+    """Issue 28: four ResNet stages measured together (one forward pass per view, hooks) against the final
+    layer alone, same images and grid: goal <= 1.3x the time (ratio >= 0.77). ResNet-18 (ImageNet stem,
+    width 64) at 64 px, 4 transforms; the two runs alternate and the best of each is kept."""
+    from invfast.models import create
+
+    torch.manual_seed(0)
+    model = create("resnet18").eval()
+    g = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, (LAYERS_N, 3, 64, 64), generator=g, dtype=torch.uint8)
+    tfs = ["rotation", "hflip", "brightness", "blur"]
+    kw = dict(grid_size=LAYERS_K, batch_size=16, device="cpu", workers=0, shrinkage="ledoit-wolf")
+
+    def final():
+        return measure_invariance(model, images, tfs, **kw)
+
+    def four():
+        return measure_invariance(model, images, tfs, layers="all", **kw)
+
+    final_s = best_time(final, 2)
+    result = benchmark.pedantic(four, rounds=2, iterations=1, warmup_rounds=0)
+    final_s = min(final_s, best_time(final, 1))
+    assert list(result.layers) == ["layer1", "layer2", "layer3", "layer4"]
+    record_ratio(f"measure: final layer alone / four layers together (ResNet-18 64px N={LAYERS_N} k={LAYERS_K})",
+                 final_s, ">= 0.77 (four layers <= 1.3x the final layer)")

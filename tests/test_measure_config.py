@@ -71,7 +71,8 @@ def test_fingerprint_takes_every_field_not_declared_free():
             continue
         other = {"grid_size": 7, "n_images": 5, "dtype": "bfloat16", "channels_last": True, "crop": 3,
                  "normalize": False, "shrinkage": "ledoit-wolf", "eps": 1e-3, "pair_scores_dir": "x", "strict": True,
-                 "resize": 99, "fingerprint_content": True, "protocol": "ericsson", "protocol_seed": 4}[f.name]
+                 "resize": 99, "fingerprint_content": True, "protocol": "ericsson", "protocol_seed": 4,
+                 "layers": "layer1"}[f.name]
         assert fingerprint(cfg.replace(**{f.name: other}), torch.device("cpu")) != fp, f.name
 
 

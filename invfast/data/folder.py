@@ -262,6 +262,20 @@ class FolderSource(Source):
         page-locked memory (CUDA builds of torch), ready for a ``non_blocking`` upload."""
         return self._read([_indices(b, len(self)) for b in index_batches], pin_memory)
 
+    def identity(self) -> str:
+        """SHA-256 over every file's path relative to the root and its size, and the loading size (not the
+        root or modification times: a copy of the folder elsewhere is the same image set)."""
+        import hashlib
+
+        h = hashlib.sha256(f"resize={self.resize}\n".encode())
+        for f in self.files:
+            try:
+                size = os.path.getsize(f)
+            except OSError:
+                size = -1
+            h.update(f"{os.path.relpath(f, self.root)}:{size}\n".encode("utf-8", "surrogateescape"))
+        return h.hexdigest()
+
     def describe(self) -> dict[str, Any]:
         return {"kind": "folder", "root": os.path.abspath(self.root), "n": len(self), "resize": self.resize,
                 "first": os.path.relpath(self.files[0], self.root), "last": os.path.relpath(self.files[-1], self.root)}

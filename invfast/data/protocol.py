@@ -70,6 +70,12 @@ class Source(abc.ABC):
     def describe(self) -> dict[str, Any]:
         """What identifies this source's content (for resume fingerprints and reports)."""
 
+    def identity(self) -> str:
+        """A SHA-256 (hex) naming which images this source holds, equal for the same images wherever and
+        whenever they are read (so runs on different machines can be compared): here over ``describe()``;
+        sources refine it (file names and sizes, image bytes)."""
+        return _sha256_json(self.describe())
+
     def get(self, indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
         """uint8 images [B, C, H, W] at ``indices``; ImageDecodeError if one cannot be read."""
         images, ok = self.load(indices)
@@ -86,6 +92,13 @@ class Source(abc.ABC):
         for idx in index_batches:
             images, ok = self.load(idx)
             yield (pin(images) if pin_memory else images), ok
+
+
+def _sha256_json(obj: Any) -> str:
+    import hashlib
+    import json
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def pin(images: torch.Tensor) -> torch.Tensor:

@@ -43,6 +43,15 @@ class TensorSource(Source):
     def get(self, indices: Sequence[int] | torch.Tensor) -> torch.Tensor:
         return to_uint8(self.images[torch.as_tensor(indices, dtype=torch.long, device=self.images.device)])
 
+    def identity(self) -> str:
+        """SHA-256 over the images' shape, dtype and bytes."""
+        import hashlib
+
+        h = hashlib.sha256(f"{tuple(self.images.shape)}:{self.images.dtype}".encode())
+        for s in range(0, self.images.shape[0], 256):  # in blocks: bounded host memory for GPU tensors
+            h.update(self.images[s:s + 256].detach().contiguous().cpu().numpy().tobytes())
+        return h.hexdigest()
+
     def describe(self) -> dict[str, Any]:
         x = self.images
         return {"kind": "tensor", "name": self.name, "n": len(self), "shape": list(x.shape[1:]), "dtype": str(x.dtype),

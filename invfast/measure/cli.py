@@ -30,7 +30,7 @@ STATE_DIR = "state"
 DEFAULT_IMAGES = 1000
 STAGE_DIR = "report"  # inside STATE_DIR: the finished report before it replaces the old one
 PAIRS_DIR = "pairs"
-REPORT_FILES = ("table.md", "radar.png", "heatmap.png", "curves.png")  # besides RESULT_FILE and PAIRS_DIR
+REPORT_FILES = ("table.md", "radar.png", "heatmap.png", "curves.png", "depth.png")  # besides RESULT_FILE and PAIRS_DIR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -59,6 +59,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None,
                         help="image-folder decoding worker processes, decoding ahead of the measurement "
                              "(default min(8, usable CPUs); 0: decode in the measuring process)")
+    parser.add_argument("--layers", default=None,
+                        help="measure these layers from one forward pass per view: 'all' (every ResNet stage "
+                             "layer1..layer4), or comma-separated names (torchvision-style layer1..layer4, stem, any "
+                             "model.named_modules() path, 'output'); default: what the model returns")
     parser.add_argument("--protocol", choices=("invfast", "ericsson"), default="invfast",
                         help="invfast (default) or ericsson: the original evaluation code's protocol "
                              "(see the protocol table in docs/measure.md)")
@@ -168,7 +172,7 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
         normalize=not args.no_normalize, protocol=args.protocol, state_path=os.path.join(state_dir, "state.pt"),
         pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
         save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
-        fingerprint_content=args.hash_images, workers=args.workers, name=args.name or args.model,
+        fingerprint_content=args.hash_images, workers=args.workers, name=args.name or args.model, layers=args.layers,
         channels_last={"auto": None, "on": True, "off": False}[args.channels_last])
 
 
@@ -196,11 +200,13 @@ def _write(result: Any, args: argparse.Namespace) -> None:
     shutil.rmtree(stage, ignore_errors=True)
     os.makedirs(stage)
     staged_pairs = os.path.join(out, STATE_DIR, PAIRS_DIR)
-    for tr in result.transforms.values():  # the per-pair files will live in <out>/pairs/
-        if tr.pair_scores:
-            tr.pair_scores = {m: os.path.abspath(os.path.join(out, PAIRS_DIR, os.path.basename(p)))
-                              for m, p in tr.pair_scores.items()}
-    table = report.to_markdown([result])
+    rows = _rows(result)
+    for r in rows:
+        for tr in r.transforms.values():  # the per-pair files will live in <out>/pairs/
+            if tr.pair_scores:
+                tr.pair_scores = {m: os.path.abspath(os.path.join(out, PAIRS_DIR, os.path.basename(p)))
+                                  for m, p in tr.pair_scores.items()}
+    table = report.to_markdown(rows)
     with open(os.path.join(stage, "table.md"), "w") as f:
         f.write(table)
     if not args.no_plots:
@@ -208,10 +214,12 @@ def _write(result: Any, args: argparse.Namespace) -> None:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            report.plot_radar([result], path=os.path.join(stage, "radar.png"))
-            report.plot_heatmap([result], path=os.path.join(stage, "heatmap.png"))
+            report.plot_radar(rows, path=os.path.join(stage, "radar.png"))
+            report.plot_heatmap(rows, path=os.path.join(stage, "heatmap.png"))
             if not args.real_world:
-                report.plot_curves([result], path=os.path.join(stage, "curves.png"))
+                report.plot_curves(rows, path=os.path.join(stage, "curves.png"))
+            if len(rows) > 1:
+                report.plot_depth(result, path=os.path.join(stage, "depth.png"))
     result.to_json(os.path.join(stage, RESULT_FILE))
     _remove_report(out)
     if os.path.isdir(staged_pairs):
@@ -226,16 +234,25 @@ def _write(result: Any, args: argparse.Namespace) -> None:
         first = ", ".join(os.path.basename(p) for p, _ in err["examples"][:3])
         print(f"{err['count']} file(s) could not be read and were skipped (first: {first}); see {RESULT_FILE} 'errors'",
               file=sys.stderr)
-    nd = result.stats.get("n"), result.stats.get("dim")
-    if nd[0] and nd[1] and nd[0] <= nd[1]:
-        print(f"warning: the reference statistics come from N={nd[0]} images for D={nd[1]} features (N <= D): the "
-              "whitened cosine collapses towards 0; use more reference images, --stats from a larger set, or "
-              "stronger shrinkage", file=sys.stderr)
     pps = result.meta.get("pairs_per_s")
     rate = f", {pps:.0f} image-parameter pairs/s" if pps else ""
     if result.meta.get("resumed"):
         rate = f", resumed: {result.meta.get('pairs_computed', 0)} pairs computed in this run{rate}"
     print(f"wrote {out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr)
+
+
+def _rows(result: Any) -> list[Any]:
+    """The rows of the report: the result, or one per measured layer labelled ``model [layer]``."""
+    if not result.layers:
+        return [result]
+    import copy
+
+    rows = []
+    for name, r in result.layers.items():
+        row = copy.copy(r)
+        row.model = f"{result.model} [{name}]"
+        rows.append(row)
+    return rows
 
 
 def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None:

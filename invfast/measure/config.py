@@ -62,6 +62,9 @@ class MeasureConfig:
         protocol_seed: seed of the protocol's draws (images with replacement, elastic randomness).
         workers: image-folder decoding processes (None: ``default_workers()``; 0: in this process).
         pair_block: real-world mode: rows of the pairs block scored at once.
+        layers: the layers measured, all from one forward pass per view: None (what the model returns),
+            'all' (every stage: ResNet ``layer1..layer4``), or module paths ('layer2,layer4', 'output');
+            see :mod:`invfast.measure.layers`.
     """
 
     grid_size: int = 256
@@ -89,6 +92,7 @@ class MeasureConfig:
     protocol_seed: int = 0
     workers: int | None = _free("decoding processes: the images they decode are the same", None)
     pair_block: int = _free("real-world mode: rows scored at once, a memory bound", 64)
+    layers: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         def positive_int(k: str, low: int = 1, optional: bool = False) -> None:
@@ -140,6 +144,14 @@ class MeasureConfig:
                 if not isinstance(v, (str, os.PathLike)):
                     raise TypeError(f"{k} must be a path (str or os.PathLike) or None, got {type(v).__name__}")
                 object.__setattr__(self, k, os.fspath(v))
+        if self.layers is not None:
+            items = self.layers.split(",") if isinstance(self.layers, str) else list(self.layers)
+            if not all(isinstance(v, str) for v in items):
+                raise TypeError(f"layers must be a string like 'layer1,layer4' or a sequence of names, got {self.layers!r}")
+            items = [v.strip() for v in items if v.strip()]
+            if not items:
+                raise ValueError("layers is empty; give 'all', module paths like 'layer1,layer4', or None")
+            object.__setattr__(self, "layers", tuple(items))
         if self.name is not None and not isinstance(self.name, str):
             raise TypeError(f"name must be a string or None, got {type(self.name).__name__}")
 

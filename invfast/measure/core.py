@@ -44,7 +44,8 @@ def transform_grids(transforms: Any, grid_size: int, protocol: Any, seed: int) -
 def measure_invariance(model: Any, data: Any, transforms: Any = "all", config: MeasureConfig | None = None, *,
                        stats: FeatureStats | None = None, shard: Shard | None = None,
                        **overrides: Any) -> InvarianceResult:
-    """How invariant ``model`` is to each transform, on the images of ``data`` (Ericsson et al. 2021, App. C).
+    """How invariant ``model`` is to each transform, on the images of ``data`` (Ericsson et al. 2021, App. C),
+    at the model's output or at several of its layers at once (``layers=...``, one forward pass per view).
 
     Args:
         model: an ``nn.Module`` (or callable) mapping normalised images ``[B, 3, H, W]`` to pooled
@@ -56,51 +57,62 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", config: M
         transforms: 'all' | 'spatial' | 'appearance' | 'rotation,hue' | list of names or transform objects
             (:func:`invfast.transforms.register` adds a name of your own).
         config: how to measure (:class:`~invfast.measure.config.MeasureConfig`; defaults when None).
-        stats: reference :class:`FeatureStats`; by default a first pass over the untransformed images.
+        stats: reference :class:`FeatureStats` (a dict layer -> FeatureStats when several layers are
+            measured); by default a first pass over the untransformed images.
         shard: rank/world size; by default that of the initialised ``torch.distributed`` group.
         **overrides: fields of :class:`MeasureConfig` to change, e.g. ``grid_size=16, batch_size=8``.
 
     Returns:
         :class:`InvarianceResult` (identical on every rank). Means exclude identity parameters
-        (include them under ``protocol='ericsson'``). ``meta['config']`` records every option.
+        (include them under ``protocol='ericsson'``). ``meta['config']`` records every option. With
+        several layers, the deepest layer's result with ``.layers`` holding every layer's.
     """
     t0 = time.monotonic()
     cfg = MeasureConfig.build(config, **overrides)
-    check_stats(stats)
     proto = get_protocol(cfg.protocol)
     shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
     grids = transform_grids(transforms, cfg.grid_size, proto, cfg.protocol_seed)
     run = Run(model, data, cfg, shard=shard, n_images=None if proto.with_replacement else cfg.n_images)
+    layers = run.extract.layer_names
+    given = check_stats(stats, layers)
     if proto.preprocess_after_transform:  # the transform sees the loaded image, Resize + CenterCrop follow
         run.extract.crop = None
         run.extract = PreprocessedExtractor(run.extract, proto.resize, cfg.crop or proto.crop)
-    run.resume(fingerprint(cfg, run.device, data=run.source.describe(), model=run.model_fp,
-                           transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids], stats=stats_fingerprint(stats),
+    run.resume(fingerprint(cfg, run.device, data=run.source.describe(), model=run.model_fp, layers=layers,
+                           transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids], stats=stats_fingerprint(given),
                            world_size=run.shard.world_size, files=files_fingerprint(run.source, cfg.fingerprint_content)))
     drawn = resample_indices(run.n, cfg.n_images, cfg.protocol_seed) if proto.with_replacement else None
-    run.progress_bar = open_progress(run, stats is None, [t.name for t, _, _ in grids],
+    run.progress_bar = open_progress(run, given is None, [t.name for t, _, _ in grids],
                                      run.n if drawn is None else int(drawn.numel()))
     n_new = 0
     try:
-        ref_stats = run.reference_stats(stats, shrinkage, cfg.eps)
+        ref_stats = run.reference_stats(given, shrinkage, cfg.eps)
         if drawn is not None:  # statistics from every image, scores on a draw with replacement
             run.resample(drawn)
-        results: dict[str, TransformResult] = {}
+        results: dict[str, dict[str, TransformResult]] = {ly: {} for ly in layers}
         with torch.inference_mode():
             for t, params, ident in grids:
                 acc, new = score_transform(run, t, params, ident, ref_stats, cfg.pair_scores_dir, proto.include_identity)
                 n_new += new
-                results[t.name] = finish_transform(run, t, params, ident, acc, cfg.pair_scores_dir,
-                                                   proto.include_identity)
+                for ly, tr in finish_transform(run, t, params, ident, acc, cfg.pair_scores_dir,
+                                               proto.include_identity).items():
+                    results[ly][t.name] = tr
     finally:
         run.progress_bar.close()
+        run.extract.close()
     n_new = int(sum_in_rank_order(torch.tensor([float(n_new)], dtype=torch.float64, device="cpu"), run.shard).item())
     elapsed = time.monotonic() - t0
-    meta = {"data": run.source.describe(), "grid_size": cfg.grid_size, "device": str(run.device), "dtype": cfg.dtype,
+    meta = {"data": run.source.describe(), "images": {"n": run.n, "id": run.source_identity()},
+            "grid_size": cfg.grid_size, "device": str(run.device), "dtype": cfg.dtype,
             "world_size": run.shard.world_size, "crop": cfg.crop, "elapsed_s": elapsed,
             "pairs_computed": n_new, "pairs_per_s": n_new / elapsed if elapsed > 0 and n_new else None,
             "resumed": run.resumed, "mode": "transforms", "data_kind": run.source.describe().get("kind"),
-            "protocol": proto.name,
-            "config": cfg.to_dict()}
-    return InvarianceResult(model=cfg.name or run.model_name, transforms=results, n_images=run.n,
-                            stats=stats_info(ref_stats), errors=run.errors(), meta=meta)
+            "protocol": proto.name, "layers": layers, "config": cfg.to_dict()}
+    errors = run.errors()
+    by_layer = {ly: InvarianceResult(model=cfg.name or run.model_name, transforms=results[ly], n_images=run.n,
+                                     stats=stats_info(ref_stats[ly]), errors=errors, meta=meta, layer=ly)
+                for ly in layers}
+    top = by_layer[layers[-1]]
+    if len(layers) > 1:
+        top.layers = by_layer
+    return top

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import warnings
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import torch
@@ -92,7 +93,7 @@ class Run:
             workers=default_workers() if cfg.workers is None else cfg.workers)
         self.n = len(self.source)
         self.extract = FeatureExtractor(model, self.device, cfg.torch_dtype, bool(channels_last), cfg.crop,
-                                        cfg.normalize, cfg.forward_batch)
+                                        cfg.normalize, cfg.forward_batch, cfg.layers)
         self.batch_size = cfg.batch_size
         self.shard = shard or current_shard()
         self.start, self.stop = self.shard.bounds(self.n)
@@ -101,7 +102,7 @@ class Run:
         self.progress = cfg.progress and self.shard.rank == 0
         self.bad: set[int] = set()
         self.cache_bytes = int(cfg.feature_cache_mb * 2**20)
-        self._ref_cache: dict[int, torch.Tensor] = {}
+        self._ref_cache: dict[int, dict[str, torch.Tensor]] = {}
         self._cached = 0
         self._last_save = time.monotonic()
         self.state: dict[str, Any] = {}
@@ -149,13 +150,13 @@ class Run:
                              "are NaN/Inf on some transformed images, or too large for float32 whitening")
         self._nonfinite = None
 
-    def reference_features(self, s: int, x: torch.Tensor) -> torch.Tensor:
-        """Features of the untransformed batch starting at image ``s``, kept in memory while they fit
-        ``feature_cache_mb`` so each transform does not recompute them."""
+    def reference_features(self, s: int, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Features (by layer) of the untransformed batch starting at image ``s``, kept in memory while
+        they fit ``feature_cache_mb`` so each transform does not recompute them."""
         f = self._ref_cache.get(s)
-        if f is None or f.shape[0] != x.shape[0]:
-            f = self.extract(x)
-            nbytes = f.numel() * f.element_size()
+        if f is None or next(iter(f.values())).shape[0] != x.shape[0]:
+            f = self.extract.features(x)
+            nbytes = sum(v.numel() * v.element_size() for v in f.values())
             if self._cached + nbytes <= self.cache_bytes:
                 self._ref_cache[s] = f
                 self._cached += nbytes
@@ -207,37 +208,56 @@ class Run:
             save_state(self.state_path, _to_host({**self.state, "fingerprint": self.fingerprint, "bad": sorted(self.bad)}))
             self._last_save = now
 
-    def reference_stats(self, stats: FeatureStats | None, shrinkage: Any, eps: float) -> FeatureStats:
-        """Given stats (finalized if needed) or the first pass over this rank's images, merged over ranks."""
+    def reference_stats(self, stats: dict[str, FeatureStats] | None, shrinkage: Any,
+                        eps: float) -> dict[str, FeatureStats]:
+        """Reference statistics by layer: the given ones (finalized if needed), or a first pass over this
+        rank's images, merged over ranks. A layer with N <= D samples is named in its warning."""
         if stats is not None:
-            if not isinstance(stats, FeatureStats):
-                raise TypeError(f"stats must be an invfast.FeatureStats, got {type(stats).__name__}")
-            if stats.whitener_ is None:
-                stats.finalize(shrinkage=shrinkage, eps=eps)
+            for st in stats.values():
+                if st.whitener_ is None:
+                    st.finalize(shrinkage=shrinkage, eps=eps)
             return stats
+        layers = self.extract.layer_names
         st = self.state.get("stats")
-        local = FeatureStats() if st is None or st["local"] is None else FeatureStats.from_state_dict(st["local"])
+        saved = {} if st is None else st["local"]
+        local = {n: FeatureStats.from_state_dict(saved[n]) if saved.get(n) is not None else FeatureStats()
+                 for n in layers}
         nxt = self.start if st is None else st["next"]
         bar = self.pass_bar(self.stop - self.start, "reference statistics", initial=nxt - self.start)
         spans = list(self.batches(nxt))
 
         def snapshot(e: int) -> None:  # host copy of the statistics, only when a state is saved
-            self.state["stats"] = {"local": local.state_dict() if local.n else None, "next": e}
+            self.state["stats"] = {"local": {n: v.state_dict() if v.n else None for n, v in local.items()}, "next": e}
 
         with contextlib.closing(self.stream(spans)) as stream:
             for (s, e), (x, _) in zip(spans, stream):
                 if x.shape[0]:
-                    local.update(self.reference_features(s, x).double())
+                    for n, f in self.reference_features(s, x).items():
+                        local[n].update(f.double())
                 bar.update(e - s)
                 self.checkpoint(before=lambda e=e: snapshot(e))
         bar.close()
         if spans or "stats" not in self.state:
             snapshot(self.stop)
         self.checkpoint(force=True)
-        merged = merge_stats(local, self.shard)
-        if merged.n < 2:
-            raise ValueError(f"only {merged.n} reference image(s) could be read; the statistics need at least 2")
-        return merged.finalize(shrinkage=shrinkage, eps=eps)
+        out = {}
+        for n in layers:
+            merged = merge_stats(local[n], self.shard)
+            if merged.n < 2:
+                raise ValueError(f"only {merged.n} reference image(s) could be read; the statistics need at least 2")
+            out[n] = _finalize_named(merged, n if len(layers) > 1 else None, shrinkage, eps)
+        return out
+
+    def source_identity(self) -> str:
+        """The image set's identity (:meth:`invfast.data.Source.identity`; a user's source without one: its
+        description)."""
+        ident = getattr(self.source, "identity", None)
+        if callable(ident):
+            return str(ident())
+        import hashlib
+        import json
+
+        return hashlib.sha256(json.dumps(self.source.describe(), sort_keys=True, default=str).encode()).hexdigest()
 
     def errors(self) -> dict[str, Any]:
         """Unreadable images over all ranks: count and the first 20 (path, reason)."""
@@ -270,19 +290,45 @@ def open_progress(run: Run, stats_pass: bool, names: list[str], n_scored: int) -
     return run.bar(total, "measure", initial=done)
 
 
-def check_stats(stats: Any) -> None:
-    """``stats`` is None or a FeatureStats of at least 2 samples (else one clear error)."""
-    if stats is not None and not isinstance(stats, FeatureStats):
-        raise TypeError(f"stats must be an invfast.FeatureStats (or None to compute them), got {type(stats).__name__}")
-    if stats is not None and stats.n < 2:
-        raise ValueError(f"the given stats hold {stats.n} sample(s); reference statistics need at least 2")
+def check_stats(stats: Any, layers: list[str]) -> dict[str, FeatureStats] | None:
+    """Given reference statistics by layer: a FeatureStats (one layer measured) or a dict layer ->
+    FeatureStats naming every measured layer, each of at least 2 samples (else one clear error)."""
+    if stats is None:
+        return None
+    if isinstance(stats, FeatureStats):
+        if len(layers) != 1:
+            raise ValueError(f"{len(layers)} layers are measured: give stats as a dict layer -> FeatureStats "
+                             f"for {layers}, or leave stats=None to compute them")
+        stats = {layers[0]: stats}
+    if not isinstance(stats, dict) or not all(isinstance(v, FeatureStats) for v in stats.values()):
+        raise TypeError(f"stats must be an invfast.FeatureStats (or a dict layer -> FeatureStats, or None to compute "
+                        f"them), got {type(stats).__name__}")
+    if sorted(stats) != sorted(layers):
+        raise ValueError(f"stats are given for layers {sorted(stats)} but the measured layers are {layers}")
+    for n, st in stats.items():
+        if st.n < 2:
+            raise ValueError(f"the given stats of layer {n!r} hold {st.n} sample(s); reference statistics need at "
+                             "least 2")
+    return stats
 
 
-def stats_fingerprint(stats: FeatureStats | None) -> Any:
+def stats_fingerprint(stats: dict[str, FeatureStats] | None) -> Any:
     """What identifies given reference statistics in a resume fingerprint (None: computed by the run)."""
-    return None if stats is None else [stats.n, stats.dim, float(stats.mean.double().sum())]
+    return None if stats is None else {n: [st.n, st.dim, float(st.mean.double().sum())] for n, st in stats.items()}
 
 
 def stats_info(stats: FeatureStats) -> dict[str, Any]:
     """The reference statistics as ``result.json`` describes them."""
     return {"n": stats.n, "dim": stats.dim, "shrinkage": stats.shrinkage_, "lambda": stats.lambda_, "rho": stats.rho_}
+
+
+def _finalize_named(stats: FeatureStats, layer: str | None, shrinkage: Any, eps: float) -> FeatureStats:
+    """``stats.finalize``; with several layers measured, its warnings name the layer they are about."""
+    if layer is None:
+        return stats.finalize(shrinkage=shrinkage, eps=eps)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = stats.finalize(shrinkage=shrinkage, eps=eps)
+    for w in caught:
+        warnings.warn(f"layer {layer!r}: {w.message}", w.category, stacklevel=3)
+    return out

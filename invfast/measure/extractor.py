@@ -10,6 +10,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
+from invfast.measure.layers import OUTPUT, LayerTap, resolve_layers
 from invfast.models.registry import load_checkpoint
 
 __all__ = ["WithDescriptor", "load_model", "load_checkpoint", "FeatureExtractor", "model_checksum", "setup_model"]
@@ -63,7 +64,8 @@ def load_model(name: str, checkpoint: str | os.PathLike | None = None, *,
 class FeatureExtractor:
     """Images -> pooled features ``[B, D]`` float32: scaling to [0, 1], optional centre crop,
     ImageNet normalisation, ``channels_last`` and autocast (bf16/fp16) where asked, in chunks of
-    ``forward_batch`` images."""
+    ``forward_batch`` images. ``layers``: module paths whose pooled activations :meth:`features` also
+    returns, caught with forward hooks in the same pass (:mod:`invfast.measure.layers`)."""
 
     model: Callable[[torch.Tensor], torch.Tensor]
     device: torch.device
@@ -72,11 +74,15 @@ class FeatureExtractor:
     crop: int | None = None
     normalize: bool = True
     forward_batch: int = 256
+    layers: Sequence[str] | None = None
 
     def __post_init__(self) -> None:
         self._mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
         self._std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
         self.calls = 0
+        paths = resolve_layers(self.model, self.layers)
+        self.layer_names = list(paths)
+        self._tap = LayerTap(self.model, paths) if self.layer_names != [OUTPUT] else None
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.device, non_blocking=True)
@@ -96,8 +102,10 @@ class FeatureExtractor:
             x = x.contiguous(memory_format=torch.channels_last)
         return x
 
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        outs = []
+    def features(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Pooled features float32 ``[B, D_layer]`` of every measured layer, by name, from one forward
+        pass per chunk of ``forward_batch`` images."""
+        outs: dict[str, list[torch.Tensor]] = {n: [] for n in self.layer_names}
         for s in range(0, images.shape[0], self.forward_batch):
             x = self.prepare(images[s:s + self.forward_batch])
             ctx = (torch.autocast(self.device.type, dtype=self.dtype) if self.dtype in (torch.bfloat16, torch.float16)
@@ -105,12 +113,26 @@ class FeatureExtractor:
             with ctx:
                 f = self.model(x)
             self.calls += 1
-            if not isinstance(f, torch.Tensor) or f.dim() != 2 or f.shape[0] != x.shape[0]:
-                shape = tuple(f.shape) if isinstance(f, torch.Tensor) else type(f).__name__
-                raise ValueError(f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
-                                 "pass a feature extractor (e.g. model.forward_features or the backbone without its head)")
-            outs.append(f.float())
-        return torch.cat(outs)
+            got = self._tap.take(f) if self._tap is not None else {OUTPUT: f}
+            for name, v in got.items():
+                if not isinstance(v, torch.Tensor) or v.dim() != 2 or v.shape[0] != x.shape[0]:
+                    shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+                    raise ValueError(f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
+                                     "pass a feature extractor (e.g. model.forward_features or the backbone without "
+                                     "its head), or measure named layers (layers=...)")
+                outs[name].append(v.float())
+        return {n: v[0] if len(v) == 1 else torch.cat(v) for n, v in outs.items()}
+
+    def close(self) -> None:
+        """Remove the forward hooks from the model (it is the user's: left as it was given)."""
+        if self._tap is not None:
+            self._tap.close()
+
+    def __call__(self, images: torch.Tensor) -> torch.Tensor:
+        """Pooled features ``[B, D]`` of the (single) measured layer."""
+        if len(self.layer_names) != 1:
+            raise ValueError(f"this extractor measures {len(self.layer_names)} layers; call .features(images)")
+        return self.features(images)[self.layer_names[0]]
 
 
 def model_checksum(model: Any) -> Any:

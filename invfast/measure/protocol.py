@@ -112,6 +112,9 @@ class PreprocessedExtractor:
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         return self.inner(resize_center_crop(images, self.resize, self.crop))
 
+    def features(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        return self.inner.features(resize_center_crop(images, self.resize, self.crop))
+
     def __getattr__(self, name: str) -> Any:  # forward_batch, device, ... of the wrapped extractor
         return getattr(self.inner, name)
 
@@ -127,6 +130,13 @@ class ResampledSource:
 
     def load(self, indices: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return self.source.load(self.indices[torch.as_tensor(indices, dtype=torch.int64)])
+
+    def identity(self) -> str:
+        """SHA-256 over the underlying source's identity and the drawn indices."""
+        import hashlib
+
+        inner = self.source.identity() if hasattr(self.source, "identity") else repr(self.source.describe())
+        return hashlib.sha256(inner.encode() + self.indices.numpy().tobytes()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
         return {"resampled_from": self.source.describe(), "n": len(self),

@@ -38,7 +38,6 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
     if model_name is not None:
         overrides["name"] = model_name
     cfg = MeasureConfig.build(config, **overrides)
-    check_stats(stats)
     proto = get_protocol(cfg.protocol)
     shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
     self_pairs = proto.real_world_self_pairs  # the original: each view with itself too
@@ -47,6 +46,10 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
     src = as_source(data, n=cfg.n_images, resize=cfg.resize, strict=cfg.strict, groups=groups) \
         if groups is not None else None
     run = Run(model, data, cfg, shard=shard, n_images=cfg.n_images, source=src)
+    layers = run.extract.layer_names
+    if len(layers) != 1:
+        raise ValueError(f"real-world mode measures one layer at a time; got layers {layers}")
+    given = check_stats(stats, layers)
     g = run.source.groups
     if g is None:
         raise ValueError("real-world mode needs groups of views: a folder with one subfolder per object/scene, "
@@ -55,55 +58,58 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
     members = [torch.nonzero(g == i).flatten() for i in range(n_groups)]
     run.resume(fingerprint(cfg, run.device, data=run.source.describe(), model=run.model_fp, mode="real-world",
                            name=name, self_pairs=self_pairs, groups=[int(m.numel()) for m in members],
-                           stats=stats_fingerprint(stats), world_size=run.shard.world_size,
+                           stats=stats_fingerprint(given), world_size=run.shard.world_size,
                            files=files_fingerprint(run.source, cfg.fingerprint_content)))
-    ref_stats = run.reference_stats(stats, shrinkage, cfg.eps)
-    g0, g1 = run.shard.bounds(n_groups)
-    acc = run.state["transforms"].get(name)
-    if acc is None:
-        cpu = torch.device("cpu")  # host accumulators: saved with the resumable state
-        acc = {"next": g0, "grp_d": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
-               "grp_c": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
-               "pair_d": torch.zeros(1, dtype=torch.float64, device=cpu),
-               "pair_c": torch.zeros(1, dtype=torch.float64, device=cpu),
-               "pairs": 0, "views": 0}
-        run.state["transforms"][name] = acc
-    bar = run.bar(g1 - g0, name, initial=acc["next"] - g0)
-    bar.unit = "group"
-    with torch.inference_mode():
-        for gi in range(acc["next"], g1):
-            idx = members[gi]
-            feats = []
-            for s in range(0, idx.numel(), run.batch_size):
-                sub = idx[s:s + run.batch_size]
-                x, ok = run.source.load(sub)
-                for i in sub[~ok].tolist():
-                    run.bad.add(int(i))
-                if bool(ok.any()):
-                    feats.append(run.extract(x[ok]))
-            f = torch.cat(feats) if feats else torch.zeros(0, 1)
-            v = f.shape[0]
-            if v >= 2:
-                sums = torch.zeros(2, dtype=torch.float64, device=f.device)  # read once per group
-                for r in range(0, v, cfg.pair_block):
-                    re = min(v, r + cfg.pair_block)
-                    out = invariance_scores(f[r:re], f.unsqueeze(0).expand(re - r, v, f.shape[1]), ref_stats)
-                    off = torch.ones(re - r, v, dtype=torch.bool, device=f.device)
-                    rows = torch.arange(re - r, device=f.device)
-                    off[rows, rows + r] = self_pairs
-                    sums += torch.stack([out["distance"].double()[off].sum(), out["cosine"].double()[off].sum()])
-                sd, sc = sums.tolist()
-                npairs = v * v if self_pairs else v * (v - 1)
-                acc["grp_d"][gi - g0] = sd / npairs
-                acc["grp_c"][gi - g0] = sc / npairs
-                acc["pair_d"] += sd
-                acc["pair_c"] += sc
-                acc["pairs"] += npairs
-                acc["views"] += v
-            acc["next"] = gi + 1
-            bar.update(1)
-            run.checkpoint()
-    bar.close()
+    try:
+        ref_stats = run.reference_stats(given, shrinkage, cfg.eps)[layers[0]]
+        g0, g1 = run.shard.bounds(n_groups)
+        acc = run.state["transforms"].get(name)
+        if acc is None:
+            cpu = torch.device("cpu")  # host accumulators: saved with the resumable state
+            acc = {"next": g0, "grp_d": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
+                   "grp_c": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
+                   "pair_d": torch.zeros(1, dtype=torch.float64, device=cpu),
+                   "pair_c": torch.zeros(1, dtype=torch.float64, device=cpu),
+                   "pairs": 0, "views": 0}
+            run.state["transforms"][name] = acc
+        bar = run.bar(g1 - g0, name, initial=acc["next"] - g0)
+        bar.unit = "group"
+        with torch.inference_mode():
+            for gi in range(acc["next"], g1):
+                idx = members[gi]
+                feats = []
+                for s in range(0, idx.numel(), run.batch_size):
+                    sub = idx[s:s + run.batch_size]
+                    x, ok = run.source.load(sub)
+                    for i in sub[~ok].tolist():
+                        run.bad.add(int(i))
+                    if bool(ok.any()):
+                        feats.append(run.extract(x[ok]))
+                f = torch.cat(feats) if feats else torch.zeros(0, 1)
+                v = f.shape[0]
+                if v >= 2:
+                    sums = torch.zeros(2, dtype=torch.float64, device=f.device)  # read once per group
+                    for r in range(0, v, cfg.pair_block):
+                        re = min(v, r + cfg.pair_block)
+                        out = invariance_scores(f[r:re], f.unsqueeze(0).expand(re - r, v, f.shape[1]), ref_stats)
+                        off = torch.ones(re - r, v, dtype=torch.bool, device=f.device)
+                        rows = torch.arange(re - r, device=f.device)
+                        off[rows, rows + r] = self_pairs
+                        sums += torch.stack([out["distance"].double()[off].sum(), out["cosine"].double()[off].sum()])
+                    sd, sc = sums.tolist()
+                    npairs = v * v if self_pairs else v * (v - 1)
+                    acc["grp_d"][gi - g0] = sd / npairs
+                    acc["grp_c"][gi - g0] = sc / npairs
+                    acc["pair_d"] += sd
+                    acc["pair_c"] += sc
+                    acc["pairs"] += npairs
+                    acc["views"] += v
+                acc["next"] = gi + 1
+                bar.update(1)
+                run.checkpoint()
+        bar.close()
+    finally:
+        run.extract.close()
     run.checkpoint(force=True)
     sh = run.shard
     grp_d = torch.cat(gather_objects(acc["grp_d"], sh))
@@ -121,6 +127,7 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
     meta = {"data": run.source.describe(), "mode": "real-world", "device": str(run.device), "groups": n_groups,
             "skipped_groups": int((~valid).sum()), "pair_weighted_distance": float(tot[0] / tot[2]),
             "pair_weighted_cosine": float(tot[1] / tot[2]), "world_size": sh.world_size, "elapsed_s": elapsed,
-            "group_names": list(getattr(run.source, "group_names", [])), "config": cfg.to_dict()}
-    return InvarianceResult(model=cfg.name or run.model_name, transforms={name: tr}, n_images=run.n,
+            "group_names": list(getattr(run.source, "group_names", [])), "config": cfg.to_dict(),
+            "images": {"n": run.n, "id": run.source_identity()}}
+    return InvarianceResult(model=cfg.name or run.model_name, transforms={name: tr}, n_images=run.n, layer=layers[0],
                             stats=stats_info(ref_stats), errors=run.errors(), meta=meta)

@@ -42,6 +42,28 @@ class TransformResult:
     per_image_cosine: torch.Tensor | None = None
     pair_scores: dict[str, str] | None = None
     n_pairs: int = 0
+    unit_transform_variance: torch.Tensor | None = None
+    unit_sample_variance: torch.Tensor | None = None
+
+    @property
+    def unit_normalized_variance(self) -> torch.Tensor | None:
+        """float64 [D]: each unit's transformational variance over its sample variance (NaN where the
+        sample variance is 0): low = the unit is invariant to this transform (Goodfellow et al. 2009's
+        invariance measure as the per-layer literature uses it; identity view included once)."""
+        if self.unit_transform_variance is None or self.unit_sample_variance is None:
+            return None
+        sv = self.unit_sample_variance
+        return torch.where(sv > 0, self.unit_transform_variance / sv.clamp_min(1e-300),
+                           torch.full_like(sv, float("nan")))
+
+    @property
+    def normalized_variance(self) -> float | None:
+        """The layer's normalized variance: mean over units (those with sample variance > 0) of
+        :attr:`unit_normalized_variance`."""
+        nv = self.unit_normalized_variance
+        if nv is None or not bool((~torch.isnan(nv)).any()):
+            return None
+        return float(nv[~torch.isnan(nv)].mean())
 
     def to_dict(self, per_image: bool = True) -> dict[str, Any]:
         def lst(t: torch.Tensor | None) -> Any:
@@ -52,8 +74,10 @@ class TransformResult:
              "identity_cosine": self.identity_cosine, "n_images": self.n_images, "n_pairs": self.n_pairs,
              "params": lst(self.params), "identity": self.identity.tolist(), "distance": lst(self.distance),
              "cosine": lst(self.cosine), "distance_std": lst(self.distance_std), "cosine_std": lst(self.cosine_std),
-             "pair_scores": self.pair_scores}
+             "pair_scores": self.pair_scores, "normalized_variance": self.normalized_variance}
         if per_image:
+            d["unit_transform_variance"] = lst(self.unit_transform_variance)
+            d["unit_sample_variance"] = lst(self.unit_sample_variance)
             d["per_image_distance"] = lst(self.per_image_distance)
             d["per_image_cosine"] = lst(self.per_image_cosine)
         return d
@@ -71,7 +95,8 @@ class TransformResult:
                    cosine_std=ten(d["cosine_std"]), identity_distance=d.get("identity_distance"),
                    identity_cosine=d.get("identity_cosine"), per_image_distance=ten(d.get("per_image_distance")),
                    per_image_cosine=ten(d.get("per_image_cosine")), pair_scores=d.get("pair_scores"),
-                   n_pairs=d.get("n_pairs", 0))
+                   n_pairs=d.get("n_pairs", 0), unit_transform_variance=ten(d.get("unit_transform_variance")),
+                   unit_sample_variance=ten(d.get("unit_sample_variance")))
 
 
 @dataclass
@@ -80,7 +105,12 @@ class InvarianceResult:
 
     ``transforms`` maps transform name -> :class:`TransformResult` (in measurement order);
     ``stats`` describes the reference statistics (n, dim, shrinkage, λ); ``errors`` the images that
-    could not be read; ``meta`` the run (data, grid size, device, timings).
+    could not be read; ``meta`` the run (data, grid size, device, timings, ``meta['config']``, and
+    ``meta['images']``: the image set's identity, for comparing runs).
+
+    ``layer`` names the layer these numbers are from ('output': what the model returns). When several
+    layers were measured (``layers=...``), ``layers`` maps every layer name -> its own result (in depth
+    order) and this result is the last (deepest) one's.
     """
 
     model: str
@@ -89,6 +119,8 @@ class InvarianceResult:
     stats: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, Any] = field(default_factory=lambda: {"count": 0, "examples": []})
     meta: dict[str, Any] = field(default_factory=dict)
+    layer: str = "output"
+    layers: dict[str, "InvarianceResult"] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> TransformResult:
         if name not in self.transforms:
@@ -113,9 +145,14 @@ class InvarianceResult:
         meta = dict(self.meta)
         if self.samples_per_dim is not None:
             meta["reference_n_over_d"] = self.samples_per_dim
-        return {"format": RESULT_FORMAT, "model": self.model, "n_images": self.n_images, "stats": self.stats,
-                "errors": self.errors, "meta": meta,
-                "transforms": [t.to_dict(per_image=per_image) for t in self.transforms.values()]}
+        d = {"format": RESULT_FORMAT, "model": self.model, "layer": self.layer, "n_images": self.n_images,
+             "stats": self.stats, "errors": self.errors, "meta": meta,
+             "transforms": [t.to_dict(per_image=per_image) for t in self.transforms.values()]}
+        if self.layers:
+            d["layers"] = [{"layer": r.layer, "stats": r.stats,
+                            "transforms": [t.to_dict(per_image=per_image) for t in r.transforms.values()]}
+                           for r in self.layers.values()]
+        return d
 
     def to_json(self, path: str | os.PathLike | None = None, per_image: bool = True, indent: int | None = None) -> str:
         """JSON text of the result (strict JSON: NaN written as null); also written to ``path`` atomically."""
@@ -128,9 +165,17 @@ class InvarianceResult:
     def from_dict(cls, d: dict[str, Any]) -> "InvarianceResult":
         if d.get("format") != RESULT_FORMAT:
             raise ValueError(f"not an invfast invariance result (format={d.get('format')!r})")
-        trs = [TransformResult.from_dict(t) for t in d["transforms"]]
-        return cls(model=d["model"], transforms={t.name: t for t in trs}, n_images=d["n_images"],
-                   stats=d.get("stats", {}), errors=d.get("errors", {}), meta=d.get("meta", {}))
+        def one(part: dict[str, Any]) -> "InvarianceResult":
+            trs = [TransformResult.from_dict(t) for t in part["transforms"]]
+            return cls(model=d["model"], transforms={t.name: t for t in trs}, n_images=d["n_images"],
+                       stats=part.get("stats", {}), errors=d.get("errors", {}), meta=d.get("meta", {}),
+                       layer=part.get("layer", "output"))
+
+        top = one(d)
+        if d.get("layers"):
+            top.layers = {r.layer: r for r in (one(part) for part in d["layers"])}
+            top.layers[top.layer] = top
+        return top
 
     @classmethod
     def from_json(cls, text_or_path: str | os.PathLike) -> "InvarianceResult":
@@ -160,7 +205,8 @@ class InvarianceResult:
         return fns[kind]([self], **kw)
 
     def __repr__(self) -> str:
-        return f"InvarianceResult(model={self.model!r}, n_images={self.n_images}, transforms={list(self.transforms)})"
+        lay = f", layers={list(self.layers)}" if self.layers else ""
+        return f"InvarianceResult(model={self.model!r}, n_images={self.n_images}, transforms={list(self.transforms)}{lay})"
 
 
 def _nan_to_none(v: Any) -> Any:

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from invfast.measure.engine import Run
+from invfast.measure.layers import OUTPUT
 from invfast.measure.state import Shard, barrier
 from invfast.metrics import invariance_scores
 from invfast.stats import FeatureStats
@@ -20,24 +21,51 @@ from invfast.stats import FeatureStats
 __all__ = ["score_transform"]
 
 
-def _pair_files(dir_: str, name: str, n: int, p: int, shard: Shard, fresh: bool) -> dict[str, np.memmap]:
+def pair_file(dir_: str, name: str, layer: str, metric: str, layered: bool) -> str:
+    """``<dir>/<transform>[.<layer>].<metric>.npy`` (the layer is named when layers other than the model's
+    output are measured)."""
+    return os.path.join(dir_, f"{name}.{layer}.{metric}.npy" if layered else f"{name}.{metric}.npy")
+
+
+def _pair_files(dir_: str, name: str, layers: list[str], n: int, p: int, shard: Shard,
+                fresh: bool) -> dict[str, dict[str, np.memmap]]:
     os.makedirs(dir_, exist_ok=True)
-    paths = {m: os.path.join(dir_, f"{name}.{m}.npy") for m in ("distance", "cosine")}
+    layered = layers != [OUTPUT]
+    paths = {ly: {m: pair_file(dir_, name, ly, m, layered) for m in ("distance", "cosine")} for ly in layers}
     if shard.rank == 0:
-        for path in paths.values():
-            if fresh or not os.path.exists(path):
-                mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, p))
-                mm[:] = np.nan
-                mm.flush()
-                del mm
+        for per in paths.values():
+            for path in per.values():
+                if fresh or not os.path.exists(path):
+                    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, p))
+                    mm[:] = np.nan
+                    mm.flush()
+                    del mm
     barrier(shard)
-    return {m: np.lib.format.open_memmap(path, mode="r+") for m, path in paths.items()}
+    return {ly: {m: np.lib.format.open_memmap(path, mode="r+") for m, path in per.items()} for ly, per in paths.items()}
 
 
-def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor, stats: FeatureStats,
+_DEVICE_KEYS = ("sum_d", "sum_c", "sq_d", "sq_c", "img_d", "img_c", "u_s1", "u_s2", "tv")
+
+
+def _fresh_layer(run: Run, p: int, views: int, dim: int) -> dict[str, torch.Tensor]:
+    """Zeroed device accumulators of one layer: per-parameter sums [P], per-image means [n_rank] (NaN until
+    scored), per-unit sums over images for each view [V, D] and the summed per-image view variance [D]."""
+    dev, n = run.device, run.stop - run.start
+
+    def z(*shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=torch.float64, device=dev)
+
+    return {"sum_d": z(p), "sum_c": z(p), "sq_d": z(p), "sq_c": z(p),
+            "img_d": torch.full((n,), float("nan"), dtype=torch.float64, device=dev),
+            "img_c": torch.full((n,), float("nan"), dtype=torch.float64, device=dev),
+            "u_s1": z(views, dim), "u_s2": z(views, dim), "tv": z(dim)}
+
+
+def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor, stats: dict[str, FeatureStats],
                     pair_dir: Any, include_identity: bool = False) -> tuple[dict[str, Any], int]:
-    """Score every image of this rank under every parameter of ``t``; the accumulators stay on
-    ``run.device`` (float64 sums [P], per-image means [n_rank]) until a save or the end.
+    """Score every image of this rank under every parameter of ``t``, at every measured layer; the
+    accumulators stay on ``run.device`` (float64 sums [P], per-image means [n_rank], per-unit sums
+    [V, D]) until a save or the end.
 
     Returns ``(accumulators, pairs)``: ``pairs`` is the number of image-parameter pairs this call
     computed (a resumed transform counts only what was left)."""
@@ -46,20 +74,21 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
     keep = torch.ones_like(ident) if include_identity else ~ident
     n_keep = int(keep.sum())
     keep_dev = keep.to(dev)
+    add_ref = not bool(ident.any())  # the per-unit views include the identity once: the reference view if need be
+    layers = run.extract.layer_names
     acc = run.state["transforms"].get(t.name)
     fresh = acc is None
     if fresh:
-        z = lambda: torch.zeros(p, dtype=torch.float64, device=dev)  # noqa: E731
-        acc = {"sum_d": z(), "sum_c": z(), "sq_d": z(), "sq_c": z(), "count": 0, "next": run.start,
-               "img_d": torch.full((run.stop - run.start,), float("nan"), dtype=torch.float64, device=dev),
-               "img_c": torch.full((run.stop - run.start,), float("nan"), dtype=torch.float64, device=dev)}
+        acc = {"count": 0, "next": run.start, "add_ref": add_ref,
+               "layers": {ly: _fresh_layer(run, p, p + add_ref, stats[ly].dim) for ly in layers}}
         run.state["transforms"][t.name] = acc
     else:  # resumed: the saved host copies go back to the device
-        for k in ("sum_d", "sum_c", "sq_d", "sq_c", "img_d", "img_c"):
-            acc[k] = acc[k].to(dev)
-    mm = _pair_files(os.fspath(pair_dir), t.name, run.n, p, run.shard, fresh and acc["next"] == run.start) \
+        for la in acc["layers"].values():
+            for k in _DEVICE_KEYS:
+                la[k] = la[k].to(dev)
+    mm = _pair_files(os.fspath(pair_dir), t.name, layers, run.n, p, run.shard, fresh and acc["next"] == run.start) \
         if pair_dir is not None else None
-    flush = (lambda: [m.flush() for m in mm.values()]) if mm is not None else None
+    flush = (lambda: [m.flush() for per in mm.values() for m in per.values()]) if mm is not None else None
     bar = run.pass_bar(run.stop - run.start, t.name, initial=acc["next"] - run.start)
     # transforms with few parameters take several image batches per model call, so every call
     # carries about forward_batch images (the reference features stay cached per image batch)
@@ -79,7 +108,7 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
             b = sum(xb.shape[0] for xb in xs)
             if b:
                 x, idx = (xs[0], idxs[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(idxs))
-                f_ref = refs[0] if len(refs) == 1 else torch.cat(refs)
+                f_ref = {ly: refs[0][ly] if len(refs) == 1 else torch.cat([r[ly] for r in refs]) for ly in layers}
                 _score_group(run, t, x, idx, f_ref, params, keep_dev, n_keep, stats, acc, mm)
             acc["next"] = e
             bar.update(e - s)
@@ -92,45 +121,69 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
     return acc, (acc["count"] - count0) * p
 
 
-def _score_group(run: Run, t: Any, x: torch.Tensor, idx: torch.Tensor, f_ref: torch.Tensor, params: torch.Tensor,
-                 keep: torch.Tensor, n_keep: int, stats: FeatureStats, acc: dict[str, Any],
-                 mm: dict[str, np.memmap] | None) -> None:
+def _score_group(run: Run, t: Any, x: torch.Tensor, idx: torch.Tensor, f_ref: dict[str, torch.Tensor],
+                 params: torch.Tensor, keep: torch.Tensor, n_keep: int, stats: dict[str, FeatureStats],
+                 acc: dict[str, Any], mm: dict[str, dict[str, np.memmap]] | None) -> None:
     """Images ``x [b, C, H, W]`` (device; indices ``idx`` on the host) under every parameter, in chunks
     of at most ``forward_batch // b`` parameters; adds into ``acc`` on the device without reading back."""
     b, p, dev = x.shape[0], params.shape[0], x.device
     pc = max(1, run.extract.forward_batch // b)
-    img_d = torch.zeros(b, dtype=torch.float64, device=dev)
-    img_c = torch.zeros(b, dtype=torch.float64, device=dev)
-    pairs = None if mm is None else torch.empty(2, b, p, dtype=torch.float32, device=dev)  # one read per group
+    layers = list(f_ref)
+    img_d = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in layers}
+    img_c = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in layers}
+    # per-image sums over the views of each unit (the transformational variance of each image)
+    v1 = {ly: f_ref[ly].double() if acc["add_ref"] else torch.zeros_like(f_ref[ly], dtype=torch.float64)
+          for ly in layers}
+    v2 = {ly: v1[ly] * v1[ly] for ly in layers}
+    pairs = None if mm is None else {ly: torch.empty(2, b, p, dtype=torch.float32, device=dev) for ly in layers}
     for ps in range(0, p, pc):
         pe = min(p, ps + pc)
         xt = t.apply(x, params[ps:pe])
         if xt.dim() != 5 or xt.shape[:2] != (b, pe - ps):
             raise ValueError(f"transform {t.name!r}.apply returned shape {tuple(xt.shape)}, expected "
                              f"[{b}, {pe - ps}, C, H, W]")
-        f_t = run.extract(xt.flatten(0, 1)).view(b, pe - ps, -1)
+        feats = run.extract.features(xt.flatten(0, 1))
         del xt
-        # 'propagate': no per-chunk host check; non-finite scores are flagged on the device instead
-        sc = invariance_scores(f_ref, f_t, stats, nan_policy="propagate")
-        d, c = sc["distance"].double(), sc["cosine"].double()
-        run.flag_nonfinite(t.name, d, c)
-        acc["sum_d"][ps:pe] += d.sum(0)
-        acc["sum_c"][ps:pe] += c.sum(0)
-        acc["sq_d"][ps:pe] += (d * d).sum(0)
-        acc["sq_c"][ps:pe] += (c * c).sum(0)
         k = keep[ps:pe]
-        img_d += d.masked_fill(~k, 0).sum(1)
-        img_c += c.masked_fill(~k, 0).sum(1)
-        if pairs is not None:
-            pairs[0, :, ps:pe] = d
-            pairs[1, :, ps:pe] = c
+        for ly in layers:
+            la = acc["layers"][ly]
+            f_t = feats[ly].view(b, pe - ps, -1)
+            # 'propagate': no per-chunk host check; non-finite scores are flagged on the device instead
+            sc = invariance_scores(f_ref[ly], f_t, stats[ly], nan_policy="propagate")
+            d, c = sc["distance"].double(), sc["cosine"].double()
+            run.flag_nonfinite(t.name, d, c)
+            la["sum_d"][ps:pe] += d.sum(0)
+            la["sum_c"][ps:pe] += c.sum(0)
+            la["sq_d"][ps:pe] += (d * d).sum(0)
+            la["sq_c"][ps:pe] += (c * c).sum(0)
+            img_d[ly] += d.masked_fill(~k, 0).sum(1)
+            img_c[ly] += c.masked_fill(~k, 0).sum(1)
+            f64 = f_t.double()
+            sq = f64 * f64
+            la["u_s1"][ps:pe] += f64.sum(0)
+            la["u_s2"][ps:pe] += sq.sum(0)
+            v1[ly] += f64.sum(1)
+            v2[ly] += sq.sum(1)
+            if pairs is not None:
+                pairs[ly][0, :, ps:pe] = d
+                pairs[ly][1, :, ps:pe] = c
     acc["count"] += b
-    if n_keep:
-        rows = (idx - run.start).to(dev, non_blocking=True)
-        acc["img_d"][rows] = img_d / n_keep
-        acc["img_c"][rows] = img_c / n_keep
+    views = p + acc["add_ref"]
+    rows = (idx - run.start).to(dev, non_blocking=True)
+    for ly in layers:
+        la = acc["layers"][ly]
+        if acc["add_ref"]:
+            r = f_ref[ly].double()
+            la["u_s1"][p] += r.sum(0)
+            la["u_s2"][p] += (r * r).sum(0)
+        mean = v1[ly] / views
+        la["tv"] += (v2[ly] / views - mean * mean).clamp_min_(0).sum(0)
+        if n_keep:
+            la["img_d"][rows] = img_d[ly] / n_keep
+            la["img_c"][rows] = img_c[ly] / n_keep
     if mm is not None:
-        host = pairs.cpu().numpy()  # per-pair scores asked for: one copy per group of batches
         rows_h = idx.numpy()
-        mm["distance"][rows_h] = host[0]
-        mm["cosine"][rows_h] = host[1]
+        for ly, per in mm.items():
+            host = pairs[ly].cpu().numpy()  # per-pair scores asked for: one copy per group of batches
+            per["distance"][rows_h] = host[0]
+            per["cosine"][rows_h] = host[1]

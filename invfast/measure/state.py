@@ -18,7 +18,7 @@ import torch.distributed as dist
 from invfast.io import atomic_torch_save, load_verified
 from invfast.stats import FeatureStats
 
-STATE_FORMAT = "invfast.measure-state/2"
+STATE_FORMAT = "invfast.measure-state/3"
 
 
 class StateMismatchError(ValueError):

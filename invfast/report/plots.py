@@ -137,3 +137,32 @@ def plot_heatmap(results: InvarianceResult | Sequence[InvarianceResult], *, metr
                         color="black" if good else "white")
     fig.colorbar(im, ax=ax, label=_LABELS[metric])
     return _save(fig, path)
+
+
+def plot_depth(result: InvarianceResult, *, path: str | os.PathLike | None = None) -> Any:
+    """Invariance versus depth: for each transform, the mean standardised cosine, the mean Mahalanobis
+    distance and the normalized variance (per-unit transformational / sample variance) at every measured
+    layer of one model, shallow to deep. ``result`` is a per-layer result (``result.layers``)."""
+    layers = list(getattr(result, "layers", {}) or {})
+    if len(layers) < 2:
+        raise ValueError("invariance versus depth needs a result measured at two or more layers (layers=...)")
+    per = [result.layers[n] for n in layers]
+    names = [n for n, _ in ordered_transforms(per)]
+    fig = _figure(11.5, 3.4)
+    axes = fig.subplots(1, 3)
+    x = np.arange(len(layers))
+    panels = (("mean_cosine", "standardised cosine (1 = invariant)"),
+              ("mean_distance", "Mahalanobis distance (0 = invariant)"),
+              ("normalized_variance", "normalized variance (0 = invariant)"))
+    for ax, (attr, label) in zip(axes, panels):
+        for name in names:
+            y = [getattr(r.transforms[name], attr) if name in r.transforms else None for r in per]
+            y = np.array([np.nan if v is None else v for v in y], dtype=float)
+            fam = per[0].transforms[name].family if name in per[0].transforms else ""
+            ax.plot(x, y, "-o" if fam == "spatial" else "--s", ms=3, lw=1.1, label=name)
+        ax.set_xticks(x, layers, fontsize=7, rotation=30)
+        ax.set_title(label, fontsize=9)
+        ax.tick_params(labelsize=7)
+    axes[0].set_ylabel(result.model, fontsize=8)
+    axes[-1].legend(fontsize=6, ncol=2, loc="best")
+    return _save(fig, path)

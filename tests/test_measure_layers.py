@@ -1,0 +1,215 @@
+"""Per-layer measurement: hooks against a manual forward, every layer from one pass equal to measuring it
+alone, per-unit variances against float64 numpy on stored activations, names, warnings, pair files, resume."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from invfast.measure import InvarianceResult, MeasureConfig, measure_invariance
+from invfast.measure.extractor import FeatureExtractor
+from invfast.measure.layers import resolve_layers
+from invfast.models import create
+from measure_helpers import HFlip, Rot90
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _net(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    m = create("resnet18-cifar", width=4).eval()
+    with torch.no_grad():  # non-trivial BN statistics, so every layer's activations differ per image
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.2, 0.2)
+                mod.running_var.uniform_(0.5, 1.5)
+    return m
+
+
+def _manual_stages(model: torch.nn.Module, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """GAP of the output of each ResNet stage, by running stem and blocks by hand (no hooks)."""
+    from invfast.models.resnet import LAYOUTS
+
+    counts = LAYOUTS[model.depth][1]
+    h = model.stem(x)
+    out, b = {}, 0
+    for i, n in enumerate(counts):
+        for _ in range(n):
+            h = model.blocks[b](h)
+            b += 1
+        out[f"layer{i + 1}"] = h.mean((2, 3))
+    return out
+
+
+def test_hooks_equal_a_manual_forward(rng):
+    model = _net()
+    x = torch.from_numpy(rng.integers(0, 256, (5, 3, 16, 16), dtype=np.uint8))
+    ext = FeatureExtractor(model, torch.device("cpu"), normalize=False, layers="all")
+    assert ext.layer_names == ["layer1", "layer2", "layer3", "layer4"]
+    with torch.no_grad():
+        got = ext.features(x)
+        ref = _manual_stages(model, x.float() / 255)
+    for name in ref:
+        torch.testing.assert_close(got[name], ref[name], rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got["layer4"], model(x.float() / 255), rtol=1e-5, atol=1e-6)
+    ext.close()
+    assert not any(m._forward_hooks for m in model.modules())  # the user's model is left without hooks
+
+
+class _Stage(torch.nn.Module):
+    """The GAP features of one stage of ``model``, computed by hand: an independent path to that layer."""
+
+    def __init__(self, model: torch.nn.Module, name: str) -> None:
+        super().__init__()
+        self.model, self.name = model, name
+
+    def forward(self, x):
+        return _manual_stages(self.model, x)[self.name]
+
+
+def test_layers_from_one_pass_equal_each_layer_alone(rng):
+    model = _net(1)
+    x = torch.from_numpy(rng.integers(0, 256, (40, 3, 16, 16), dtype=np.uint8))
+    cfg = MeasureConfig(grid_size=4, batch_size=16, normalize=False, shrinkage="ledoit-wolf")
+    together = measure_invariance(model, x, [Rot90(), HFlip()], cfg, layers="layer1,layer2,layer4")
+    assert list(together.layers) == ["layer1", "layer2", "layer4"] and together.layer == "layer4"
+    assert together.meta["layers"] == ["layer1", "layer2", "layer4"]
+    for name, r in together.layers.items():
+        alone = measure_invariance(_Stage(model, name), x, [Rot90(), HFlip()], cfg)
+        assert r.stats["dim"] == alone.stats["dim"]
+        for t in ("rot90", "hflip"):
+            assert r[t].mean_distance == pytest.approx(alone[t].mean_distance, rel=1e-5)
+            assert r[t].mean_cosine == pytest.approx(alone[t].mean_cosine, rel=1e-4, abs=1e-6)
+            torch.testing.assert_close(r[t].per_image_cosine, alone[t].per_image_cosine, rtol=1e-4, atol=1e-5)
+            torch.testing.assert_close(r[t].unit_transform_variance, alone[t].unit_transform_variance, rtol=1e-5,
+                                       atol=1e-9)
+
+
+def test_per_unit_variances_against_numpy(rng):
+    """Transformational variance (over an image's views, averaged over images), sample variance (over
+    images, averaged over views) and their ratio, identity view included once, vs float64 numpy."""
+    model = _net(2)
+    x = torch.from_numpy(rng.integers(0, 256, (30, 3, 16, 16), dtype=np.uint8))
+    t = Rot90()
+    params = t.grid(4)  # 0, 90, 180, 270: identity in the grid, so it is one of the 4 views
+    r = measure_invariance(model, x, [t], grid_size=4, batch_size=7, forward_batch=9, normalize=False,
+                           layers="layer2,layer4")
+    with torch.no_grad():
+        views = t.apply(x, params)  # [N, V, C, H, W]
+        acts = {n: torch.stack([_manual_stages(model, views[:, v].float() / 255)[n] for v in range(views.shape[1])],
+                               1).double().numpy() for n in ("layer2", "layer4")}  # [N, V, D]
+    for name, a in acts.items():
+        tv = a.var(axis=1).mean(axis=0)
+        sv = a.var(axis=0).mean(axis=0)
+        tr = r.layers[name]["rot90"]
+        np.testing.assert_allclose(tr.unit_transform_variance.numpy(), tv, rtol=1e-4, atol=1e-10)
+        np.testing.assert_allclose(tr.unit_sample_variance.numpy(), sv, rtol=1e-4, atol=1e-10)
+        nv = np.where(sv > 0, tv / np.where(sv > 0, sv, 1), np.nan)
+        assert tr.normalized_variance == pytest.approx(float(np.nanmean(nv)), rel=1e-4)
+
+
+def test_reference_view_joins_when_the_grid_has_no_identity(rng):
+    """Brightness factors 0.5/1.5 (no identity): the untransformed view is added as the identity."""
+    from measure_helpers import Brightness
+
+    class NoIdentity(Brightness):
+        def grid(self, k):
+            return torch.tensor([0.5, 1.5])
+
+    model = _net(3)
+    x = torch.from_numpy(rng.integers(0, 256, (12, 3, 16, 16), dtype=np.uint8))
+    t = NoIdentity()
+    r = measure_invariance(model, x, [t], grid_size=2, normalize=False, layers="layer3")
+    with torch.no_grad():
+        views = torch.cat([x[:, None], t.apply(x, t.grid(2))], 1)
+        a = torch.stack([_manual_stages(model, views[:, v].float() / 255)["layer3"] for v in range(3)], 1).double()
+    np.testing.assert_allclose(r[t.name].unit_transform_variance.numpy(), a.numpy().var(axis=1).mean(0), rtol=1e-4,
+                               atol=1e-10)
+
+
+def test_names_and_errors():
+    model = _net()
+    assert list(resolve_layers(model, "all")) == ["layer1", "layer2", "layer3", "layer4"]
+    assert resolve_layers(model, "stem,layer3,output") == {"stem": "stem", "layer3": "blocks.5", "output": None}
+    assert resolve_layers(model, None) == {"output": None}
+    with pytest.raises(ValueError, match="model has no layer 'layer9'"):
+        resolve_layers(model, "layer9")
+    with pytest.raises(ValueError, match="listed more than once"):
+        resolve_layers(model, "layer1,layer1")
+    flat = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.ReLU())
+    with pytest.raises(ValueError, match="layers='all' needs a model"):
+        resolve_layers(flat, "all")
+    assert resolve_layers(flat, "0") == {"0": "0"}
+    with pytest.raises(ValueError, match="need an nn.Module"):
+        resolve_layers(lambda v: v, "layer1")
+    with pytest.raises(ValueError, match="real-world mode measures one layer"):
+        from invfast.measure import measure_real_world
+
+        measure_real_world(model, torch.rand(4, 3, 16, 16), groups=[0, 0, 1, 1], layers="layer1,layer2")
+
+
+def test_n_below_d_warning_names_the_layer(rng):
+    model = _net()
+    x = torch.from_numpy(rng.integers(0, 256, (10, 3, 16, 16), dtype=np.uint8))
+    with pytest.warns(RuntimeWarning, match=r"layer 'layer4': FeatureStats: N=10 reference samples for D=32"):
+        measure_invariance(model, x, [HFlip()], grid_size=2, normalize=False, layers="layer1,layer4")
+
+
+def test_pair_files_resume_and_json_per_layer(tmp_path, rng):
+    model = _net(4)
+    x = torch.from_numpy(rng.integers(0, 256, (12, 3, 16, 16), dtype=np.uint8))
+    cfg = MeasureConfig(grid_size=4, batch_size=4, forward_batch=8, normalize=False, layers=("layer1", "layer3"),
+                        state_path=str(tmp_path / "state.pt"), save_every=0, pair_scores_dir=str(tmp_path / "pairs"))
+    full = measure_invariance(model, x, [Rot90()], cfg.replace(state_path=None, pair_scores_dir=None))
+    calls, orig = [0], model.forward
+
+    def killing(v):
+        calls[0] += 1
+        if calls[0] > 5:  # 3 calls of statistics, 2 of scores, then the kill
+            raise KeyboardInterrupt
+        return orig(v)
+
+    model.forward = killing
+    with pytest.raises(KeyboardInterrupt):
+        measure_invariance(model, x, [Rot90()], cfg)
+    model.forward = orig
+    resumed = measure_invariance(model, x, [Rot90()], cfg)
+    assert resumed.meta["resumed"]
+    for name in ("layer1", "layer3"):
+        a, b = full.layers[name]["rot90"], resumed.layers[name]["rot90"]
+        assert a.mean_cosine == pytest.approx(b.mean_cosine, rel=1e-9)
+        torch.testing.assert_close(a.unit_sample_variance, b.unit_sample_variance, rtol=1e-9, atol=1e-12)
+        files = b.pair_scores
+        assert files["cosine"].endswith(f"rot90.{name}.cosine.npy") and os.path.exists(files["cosine"])
+        pc = np.load(files["cosine"])
+        assert pc.shape == (12, 4) and not np.isnan(pc).any()
+        np.testing.assert_allclose(pc[:, ~b.identity.numpy()].mean(1), b.per_image_cosine.numpy(), rtol=1e-5)
+    back = InvarianceResult.from_json(resumed.to_json())
+    assert list(back.layers) == ["layer1", "layer3"] and back.layer == "layer3"
+    assert back.layers["layer1"]["rot90"].normalized_variance == pytest.approx(
+        resumed.layers["layer1"]["rot90"].normalized_variance)
+    assert json.loads(resumed.to_json())["layers"][0]["layer"] == "layer1"
+
+
+def test_cli_layers_end_to_end(tmp_path, monkeypatch, capsys, rng):
+    """`invfast measure --layers all`: every layer's numbers in result.json, a row per layer, depth.png."""
+    from invfast.cli import main
+
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
+    x = rng.integers(0, 256, (40, 3, 16, 16), dtype=np.uint8)
+    np.save(tmp_path / "x.npy", x)
+    out = tmp_path / "out"
+    code = main(["measure", "--model", "resnet18-cifar", "--data", f"npy:{tmp_path / 'x.npy'}", "--transforms",
+                 "hflip,rotation", "--grid-size", "4", "--images", "0", "--layers", "all", "--no-progress",
+                 "--out", str(out), "--pair-scores"])
+    assert code == 0, capsys.readouterr().err
+    d = json.loads((out / "result.json").read_text())
+    assert [p["layer"] for p in d["layers"]] == ["layer1", "layer2", "layer3", "layer4"] and d["layer"] == "layer4"
+    assert (out / "depth.png").stat().st_size > 0
+    assert all(f"resnet18-cifar [layer{i}]" in (out / "table.md").read_text() for i in range(1, 5))
+    assert sorted(os.listdir(out / "pairs"))[:2] == ["hflip.layer1.cosine.npy", "hflip.layer1.distance.npy"]
+    r = InvarianceResult.from_json(out / "result.json")
+    assert r.layers["layer2"]["rotation"].normalized_variance is not None
