@@ -81,6 +81,15 @@ def is_bug(exc: BaseException) -> bool:
     return not is_usage_error(exc) and not isinstance(exc, _RUN_ERRORS)
 
 
+_OS_FIXES = {
+    errno.EROFS: "the file system is read-only; choose a writable --out folder",
+    errno.ENOSPC: "no space left on the device; free some space or choose another --out folder",
+    errno.EDQUOT: "the disk quota is exhausted; free some space or choose another --out folder",
+    errno.EACCES: "permission denied; choose a folder you can write to",
+    errno.EPERM: "operation not permitted; choose a folder you can write to",
+}
+
+
 def exit_code(exc: BaseException) -> int:
     """The exit code of an exception that ends a command (2 bad usage, 1 failure during the run or bug)."""
     if isinstance(exc, KeyboardInterrupt):
