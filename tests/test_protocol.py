@@ -243,7 +243,31 @@ def test_real_world_self_pairs():
                            shrinkage="trace").transforms["real-world"]
     V = torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64)
     torch.testing.assert_close(b.per_image_cosine, 1 / V + (V - 1) / V * a.per_image_cosine, rtol=0, atol=1e-9)
-    torch.testing.assert_close(b.per_image_distance, (V - 1) / V * a.per_image_distance, rtol=0, atol=1e-9)
+    # the distance is over distinct pairs in both (the original's torch.pdist), so it is the same
+    torch.testing.assert_close(b.per_image_distance, a.per_image_distance, rtol=0, atol=1e-9)
+
+
+def test_real_world_distance_is_the_mean_of_pdist_over_whitened_views():
+    """Against an independent float64 computation: whiten with scipy-free numpy (Cholesky of Σ + λI) and
+    average scipy's pdist within each group; the cosine includes self pairs under 'ericsson'."""
+    from scipy.spatial.distance import pdist
+
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(14, 3, 24, 24, generator=g, dtype=torch.float64)
+    groups = [0] * 4 + [1] * 5 + [2] * 5
+    model = _model()
+    r = measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson", shrinkage=1e-3,
+                           normalize=False).transforms["real-world"]
+    with torch.no_grad():
+        f = model(x.float()).double().numpy()
+    mu = f.mean(0)
+    cov = np.cov(f, rowvar=False, bias=False) + 1e-3 * np.eye(f.shape[1])
+    z = np.linalg.solve(np.linalg.cholesky(cov), (f - mu).T).T
+    for gi, members in enumerate([range(0, 4), range(4, 9), range(9, 14)]):
+        zg = z[list(members)]
+        assert float(r.per_image_distance[gi]) == pytest.approx(pdist(zg).mean(), rel=1e-5)
+        u = zg / np.linalg.norm(zg, axis=1, keepdims=True)
+        assert float(r.per_image_cosine[gi]) == pytest.approx((u @ u.T).mean(), rel=1e-5, abs=1e-7)
 
 
 class _Recorder:
@@ -317,3 +341,53 @@ def test_cli_protocol_ericsson(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         main(args + ["--out", str(tmp_path / "x"), "--protocol", "paper"])
     assert e.value.code == 2 and "invalid choice: 'paper'" in capsys.readouterr().err
+
+
+class _Inputs(torch.nn.Module):
+    """Records every input batch the model sees (and returns mean-pooled features)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+        self.net = _model()
+
+    def forward(self, x):
+        self.seen.append(x.detach().clone())
+        return self.net(x)
+
+
+def test_ericsson_transforms_folder_photos_at_their_own_resolution(tmp_path):
+    """Photos of different sizes and aspects are transformed as loaded (no --resize first), then each view
+    is resized (shorter side 256) and centre-cropped to 224 -- checked against Pillow doing the same."""
+    from PIL import Image
+
+    d = tmp_path / "photos"
+    d.mkdir()
+    g = np.random.default_rng(1)
+    sizes = [(451, 300), (260, 390), (300, 300)]  # (H, W): portrait, landscape, square
+    arrays = []
+    for i, (h, w) in enumerate(sizes):
+        a = (g.random((h, w, 3)) * 40 + np.linspace(0, 200, w)[None, :, None]).astype(np.uint8)
+        Image.fromarray(a).save(d / f"{i}.png")
+        arrays.append(a)
+    rec, model = _Recorder(), _Inputs()
+    every_image = dataclasses.replace(get_protocol("ericsson"), with_replacement=False)
+    measure_invariance(model, f"folder:{d}", [rec], grid_size=2, device="cpu", protocol=every_image,
+                       normalize=False, shrinkage=1e-3, workers=0, resize=64)
+    assert rec.sizes == {(h, w) for h, w in sizes}  # --resize 64 does not apply: images as loaded
+
+    def pil_pipeline(a):
+        im = Image.fromarray(a)
+        w, h = im.size
+        s = 256 / min(w, h)
+        im = im.resize((max(256, int(w * s)), max(256, int(h * s))), Image.BILINEAR)
+        nw, nh = im.size
+        top, left = int(round((nh - 224) / 2.0)), int(round((nw - 224) / 2.0))
+        return np.asarray(im.crop((left, top, left + 224, top + 224)), dtype=np.float64)
+
+    seen = torch.cat(model.seen)  # float 0..1 (normalize=False), every view the model saw
+    want = [pil_pipeline(a) for a in arrays]
+    for wnt in want:  # each image's view (identity parameter) is among the inputs, up to resampling detail
+        diffs = [(s.permute(1, 2, 0).double().numpy() * 255 - wnt) for s in seen]
+        best = min(float(np.abs(df).mean()) for df in diffs)
+        assert best < 1.5, best

@@ -5,8 +5,12 @@ Every image becomes ``uint8 [3, size, size]`` the way torchvision's evaluation t
 bilinear, antialiased when shrinking), then the centre ``size x size`` square is cut out. The same
 rule serves measurement and pretraining, so an image means the same pixels to both.
 
-16-bit images (PNG/TIFF modes ``I;16``/``I``) are scaled 0..65535 -> 0..255 before the conversion
-to RGB (PIL's own conversion clips them to 255, which turns them nearly white).
+Decoding turns the image upright by its EXIF orientation (as Pillow's ``ImageOps.exif_transpose``) and
+reads it by what its mode holds: 16-bit images (PNG/TIFF ``I;16``) are scaled 0..65535 -> 0..255 (PIL's
+own conversion clips them to 255, nearly white); float (``F``) and 32-bit integer (``I``) images by their
+range (0..1 floats scaled by 255, values in 0..255 kept); NaN/Inf or a range that tells no scale is
+refused (the file counts as unreadable, with the reason). ``native=True`` keeps every image as loaded
+(its own size and aspect): the published evaluation code transforms images so.
 """
 from __future__ import annotations
 
@@ -19,35 +23,65 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 import torch
 
-from invfast.data.protocol import ImageDecodeError, Source
+from invfast.data.protocol import ImageDecodeError, Source, pin
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".jpe")
-_SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N", "I")
 
 
 def _to_rgb(im: Any) -> Any:
+    """A PIL image as 8-bit RGB, scaled by what its mode holds: 16-bit modes 0..65535 -> 0..255 (PIL's own
+    conversion clips them to 255, nearly white); 32-bit int and float modes by their actual range (0..1
+    floats, or values already in 0..255), refusing NaN/Inf or a range that says nothing of the scale."""
     from PIL import Image
 
-    if im.mode in _SIXTEEN_BIT_MODES:
+    if im.mode in ("I;16", "I;16L", "I;16B", "I;16N"):
         a = np.asarray(im).astype(np.float64)
-        a = np.clip(np.round(a / 257.0), 0, 255).astype(np.uint8)  # 65535 / 257 = 255
-        im = Image.fromarray(a, mode="L")
+        return Image.fromarray(np.clip(np.round(a / 257.0), 0, 255).astype(np.uint8), mode="L").convert("RGB")
+    if im.mode in ("F", "I"):
+        a = np.asarray(im).astype(np.float64)
+        if not np.isfinite(a).all():
+            raise ValueError(f"{im.mode}-mode image holds {int((~np.isfinite(a)).sum())} NaN/Inf pixel(s)")
+        lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
+        if im.mode == "F" and lo >= 0 and hi <= 1:
+            a = a * 255.0
+        elif lo < 0 or hi > (255 if im.mode == "F" else 65535):
+            raise ValueError(f"{'float' if im.mode == 'F' else '32-bit integer'} image with values in "
+                             f"[{lo:.4g}, {hi:.4g}]: the scale cannot be told (expected 0..1 or 0..255"
+                             f"{'' if im.mode == 'F' else ' or 0..65535'}); convert it to 8-bit")
+        elif hi > 255:  # 32-bit integer holding 16-bit values
+            a = a / 257.0
+        return Image.fromarray(np.clip(np.round(a), 0, 255).astype(np.uint8), mode="L").convert("RGB")
     return im.convert("RGB")
+
+
+def _open_rgb(path: str | os.PathLike) -> Any:
+    """The image at ``path`` as 8-bit RGB, turned upright by its EXIF orientation (as Pillow's
+    ``ImageOps.exif_transpose``: cameras store photos sideways and record the rotation in EXIF)."""
+    from PIL import Image, ImageOps
+
+    with Image.open(path) as im:
+        im = ImageOps.exif_transpose(im)
+        return _to_rgb(im)
 
 
 def decode_image(path: str | os.PathLike, size: int) -> torch.Tensor:
     """The image at ``path`` as uint8 [3, size, size]: shorter side resized to ``size``, centre-cropped."""
     from PIL import Image
 
-    with Image.open(path) as im:
-        im = _to_rgb(im)
-        w, h = im.size
-        s = size / min(w, h)
-        nw, nh = max(size, round(w * s)), max(size, round(h * s))
-        im = im.resize((nw, nh), Image.BILINEAR)
-        left, top = (nw - size) // 2, (nh - size) // 2
-        im = im.crop((left, top, left + size, top + size))
-        arr = np.asarray(im, dtype=np.uint8)
+    im = _open_rgb(path)
+    w, h = im.size
+    s = size / min(w, h)
+    nw, nh = max(size, round(w * s)), max(size, round(h * s))
+    im = im.resize((nw, nh), Image.BILINEAR)
+    left, top = (nw - size) // 2, (nh - size) // 2
+    im = im.crop((left, top, left + size, top + size))
+    arr = np.asarray(im, dtype=np.uint8)
+    return torch.from_numpy(arr.copy()).permute(2, 0, 1)
+
+
+def decode_native(path: str | os.PathLike) -> torch.Tensor:
+    """The image at ``path`` as loaded, uint8 [3, H, W] (upright by its EXIF orientation; no resizing)."""
+    arr = np.asarray(_open_rgb(path), dtype=np.uint8)
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)
 
 
@@ -69,23 +103,26 @@ class DecodeErrors:
 
 
 class _Decoded(torch.utils.data.Dataset):
-    """index -> (index, image uint8 [3, S, S] or zeros, error text or '')."""
+    """index -> (index, image uint8 [3, S, S] (or [3, H, W] as loaded when ``native``) or zeros,
+    error text or '')."""
 
-    def __init__(self, files: list[str], size: int) -> None:
-        self.files, self.size = files, size
+    def __init__(self, files: list[str], size: int, native: bool = False) -> None:
+        self.files, self.size, self.native = files, size, native
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor, str]:
         try:
-            return i, decode_image(self.files[i], self.size), ""
+            img = decode_native(self.files[i]) if self.native else decode_image(self.files[i], self.size)
+            return i, img, ""
         except Exception as e:  # PIL raises many types for bad files
-            return i, torch.zeros(3, self.size, self.size, dtype=torch.uint8), f"{type(e).__name__}: {e}"
+            side = 1 if self.native else self.size
+            return i, torch.zeros(3, side, side, dtype=torch.uint8), f"{type(e).__name__}: {e}"
 
 
-def _collate(items: list[tuple[int, torch.Tensor, str]]) -> tuple[list[int], torch.Tensor, list[str]]:
-    return [it[0] for it in items], torch.stack([it[1] for it in items]), [it[2] for it in items]
+def _collate(items: list[tuple[int, torch.Tensor, str]]) -> tuple[list[int], list[torch.Tensor], list[str]]:
+    return [it[0] for it in items], [it[1] for it in items], [it[2] for it in items]
 
 
 class _Requests:
@@ -121,12 +158,14 @@ class FolderSource(Source):
             ``min(8, usable CPUs)``). ``load`` splits one batch over them;
             :meth:`batches` also decodes the next batches while the caller uses the current one.
         cache: keep decoded images in memory (pretraining reads every image once per epoch).
+        native: images as loaded, each at its own size and aspect (no resize or crop): ``load`` then
+            gives a list of ``uint8 [3, H_i, W_i]`` (the published evaluation code transforms images so).
         load_size: deprecated name of ``resize``.
     """
 
     def __init__(self, root: str | os.PathLike, resize: int | None = None, *, n: int | None = None,
                  strict: bool = False, extensions: Sequence[str] | None = None, workers: int = 0,
-                 cache: bool = False, load_size: int | None = None) -> None:
+                 cache: bool = False, load_size: int | None = None, native: bool = False) -> None:
         if load_size is not None:
             warnings.warn("FolderSource(load_size=...) is now resize=... (invfast 0.2); load_size will be removed "
                           "in the next release", DeprecationWarning, stacklevel=2)
@@ -142,6 +181,7 @@ class FolderSource(Source):
         if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
             raise ValueError(f"workers must be an int >= 0, got {workers!r}")
         self.root, self.resize, self.strict, self.workers = root, int(resize), strict, int(workers)
+        self.native = bool(native)
         exts = None if extensions is None else tuple(e.lower() for e in extensions)
         files: list[str] = []
         for dirpath, dirnames, filenames in os.walk(root):
@@ -168,7 +208,7 @@ class FolderSource(Source):
         self.errors = DecodeErrors()
         self._seen_bad: set[int] = set()
         self._cache: dict[int, torch.Tensor] | None = {} if cache else None
-        self._dataset = _Decoded(files, self.resize)
+        self._dataset = _Decoded(files, self.resize, self.native)
         self._requests = _Requests()
         self._loader: torch.utils.data.DataLoader | None = None
         self._lock = threading.Lock()
@@ -223,25 +263,32 @@ class FolderSource(Source):
                 for _ in cs:
                     ids, imgs, errs = next(stream)
                     got.update({i: (img, err) for i, img, err in zip(ids, imgs, errs)})
-                # a fresh buffer per batch: an asynchronous upload of the previous one may still be reading it
-                out = torch.zeros(len(b), 3, self.resize, self.resize, dtype=torch.uint8, device="cpu",
-                                  pin_memory=pin_memory)
                 ok = torch.zeros(len(b), dtype=torch.bool)
+                batch: list[torch.Tensor] = []
                 for j, i in enumerate(b):
-                    if i not in got:  # cached
-                        out[j], ok[j] = self._cache[i], True
-                        continue
-                    img, err = got[i]
+                    img, err = (self._cache[i], "") if i not in got else got[i]  # not decoded now: cached
                     if err:
                         self._bad(i, err)
-                        continue
-                    out[j], ok[j] = img, True
-                    if self._cache is not None:
+                    elif self._cache is not None and i in got:
                         self._cache[i] = img.clone()
-                yield out, ok
+                    ok[j] = not err
+                    batch.append(img)
+                yield self._assemble(batch, ok, pin_memory), ok
         finally:
             if pool:
                 self._lock.release()
+
+    def _assemble(self, imgs: list[torch.Tensor], ok: torch.Tensor, pin_memory: bool) -> Any:
+        """One batch: uint8 [B, 3, S, S] (zeros where unreadable), or with ``native`` the list of images."""
+        if self.native:
+            return [pin(x) if pin_memory else x for x in imgs]
+        # a fresh buffer per batch: an asynchronous upload of the previous one may still be reading it
+        out = torch.zeros(len(imgs), 3, self.resize, self.resize, dtype=torch.uint8, device="cpu",
+                          pin_memory=pin_memory)
+        for j, img in enumerate(imgs):
+            if ok[j]:
+                out[j] = img
+        return out
 
     def _bad(self, i: int, err: str) -> None:
         if self.strict:
@@ -251,8 +298,9 @@ class FolderSource(Source):
             self._seen_bad.add(i)
             self.errors.add(self.files[i], err)
 
-    def load(self, indices: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Images ``uint8 [B, 3, resize, resize]`` and ``ok [B]`` at ``indices``."""
+    def load(self, indices: Sequence[int] | torch.Tensor) -> tuple[Any, torch.Tensor]:
+        """Images ``uint8 [B, 3, resize, resize]`` (``native``: a list of ``[3, H_i, W_i]``) and ``ok [B]``
+        at ``indices``."""
         return next(self._read([_indices(indices, len(self))]))
 
     def batches(self, index_batches: Iterable[Sequence[int] | torch.Tensor], *,
@@ -267,7 +315,7 @@ class FolderSource(Source):
         root or modification times: a copy of the folder elsewhere is the same image set)."""
         import hashlib
 
-        h = hashlib.sha256(f"resize={self.resize}\n".encode())
+        h = hashlib.sha256(f"resize={'native' if self.native else self.resize}\n".encode())
         for f in self.files:
             try:
                 size = os.path.getsize(f)
@@ -277,7 +325,8 @@ class FolderSource(Source):
         return h.hexdigest()
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "folder", "root": os.path.abspath(self.root), "n": len(self), "resize": self.resize,
+        return {"kind": "folder", "root": os.path.abspath(self.root), "n": len(self),
+                "resize": "native" if self.native else self.resize,
                 "first": os.path.relpath(self.files[0], self.root), "last": os.path.relpath(self.files[-1], self.root)}
 
 
@@ -289,4 +338,4 @@ def _indices(indices: Sequence[int] | torch.Tensor, n: int) -> list[int]:
     return idx
 
 
-__all__ = ["DecodeErrors", "FolderSource", "IMAGE_EXTENSIONS", "decode_image"]
+__all__ = ["DecodeErrors", "FolderSource", "IMAGE_EXTENSIONS", "decode_image", "decode_native"]

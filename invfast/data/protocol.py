@@ -44,6 +44,23 @@ class ImageSource(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+def float_scale(images: torch.Tensor, what: str = "images") -> float:
+    """255 or 1: the scale float ``images`` are on (0..1, or already 0..255); one ValueError saying what was
+    found for NaN/Inf or a range that is neither (checked once where images enter invfast)."""
+    bad = int((~torch.isfinite(images)).sum())
+    if bad:
+        raise ValueError(f"{what} hold {bad} NaN/Inf value(s); replace them (they cannot be turned into pixels)")
+    if images.numel() == 0:
+        return 1.0
+    lo, hi = float(images.min()), float(images.max())
+    if lo >= -1e-3 and hi <= 1 + 1e-3:
+        return 1.0
+    if lo >= -1e-3 and hi <= 255 + 1e-3:
+        return 255.0
+    raise ValueError(f"{what} are float with values in [{lo:.4g}, {hi:.4g}]: expected 0..1 (or 0..255); rescale "
+                     "them or pass uint8")
+
+
 def to_uint8(images: torch.Tensor) -> torch.Tensor:
     """uint8 images unchanged; float images in 0..1 -> uint8 0..255 (rounded, clamped)."""
     if images.dtype == torch.uint8:
@@ -108,4 +125,4 @@ def pin(images: torch.Tensor) -> torch.Tensor:
     return images.pin_memory()
 
 
-__all__ = ["ImageDecodeError", "ImageSource", "Source", "pin", "to_uint8"]
+__all__ = ["ImageDecodeError", "ImageSource", "Source", "float_scale", "pin", "to_uint8"]

@@ -18,14 +18,15 @@ from invfast.data.tensors import ArraySource, DatasetSource, TensorSource
 
 
 def open_source(spec: str, *, resize: int | None = None, n: int | None = None, strict: bool = False,
-                workers: int = 0, extensions: tuple[str, ...] | None = None) -> Source:
+                workers: int = 0, extensions: tuple[str, ...] | None = None, native: bool = False) -> Source:
     """A source from a data spec string.
 
     - ``synthetic:KEY=VALUE,...``: Transforms-2D by index (keys and defaults: :mod:`invfast.data.synthetic`);
     - ``folder:PATH`` or a folder path: every image under PATH, ``resize`` px square (default 256);
     - ``npy:FILE.npy``: an array [N, 3, H, W] or [N, H, W, 3] (uint8, or float in 0..1) held in memory.
 
-    ``n`` keeps the first n images; ``strict``, ``workers`` and ``extensions`` go to :class:`FolderSource`.
+    ``n`` keeps the first n images; ``strict``, ``workers``, ``extensions`` and ``native`` (folder images as
+    loaded, each at its own size) go to :class:`FolderSource`.
     """
     if not isinstance(spec, (str, os.PathLike)):
         raise TypeError(f"data spec must be a string, got {type(spec).__name__}")
@@ -43,11 +44,11 @@ def open_source(spec: str, *, resize: int | None = None, n: int | None = None, s
     elif not os.path.isdir(s) and ":" in s and not os.path.exists(s):
         raise ValueError(f"data spec {spec!r} must be 'synthetic:...', 'folder:PATH', 'npy:FILE' or a folder")
     return FolderSource(s, resize=256 if resize is None else resize, n=n, strict=strict, workers=workers,
-                        extensions=extensions)
+                        extensions=extensions, native=native)
 
 
 def as_source(data: Any, *, n: int | None = None, resize: int = 256, strict: bool = False, groups: Any = None,
-              workers: int = 0) -> Any:
+              workers: int = 0, native: bool = False) -> Any:
     """Turn what the user gave into a source: a source, tensor/array, folder path, a spec string
     (:func:`open_source`), or a map-style dataset. ``n`` keeps the first n images."""
     if hasattr(data, "load") and hasattr(data, "describe") and hasattr(data, "__len__"):
@@ -56,7 +57,7 @@ def as_source(data: Any, *, n: int | None = None, resize: int = 256, strict: boo
         x = data if n is None else data[:n]
         return TensorSource(x, groups=None if groups is None else np.asarray(groups)[: len(x)])
     elif isinstance(data, (str, os.PathLike)):
-        return open_source(data, resize=resize, n=n, strict=strict, workers=workers)
+        return open_source(data, resize=resize, n=n, strict=strict, workers=workers, native=native)
     else:
         return DatasetSource(data, n=n)
     if groups is not None:

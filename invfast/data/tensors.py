@@ -1,12 +1,13 @@
 """Sources over images already in memory: tensors / arrays, and map-style datasets."""
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
 import torch
 
-from invfast.data.protocol import Source, to_uint8
+from invfast.data.protocol import Source, float_scale, to_uint8
 
 
 class TensorSource(Source):
@@ -26,8 +27,9 @@ class TensorSource(Source):
             raise ValueError("data holds no images (N = 0)")
         if images.dtype != torch.uint8 and not images.is_floating_point():
             raise TypeError(f"images must be uint8 (0..255) or float (0..1), got {images.dtype}")
-        if images.is_floating_point() and images.numel() and not bool(torch.isfinite(images).all()):
-            raise ValueError("images contain NaN/Inf values")
+        if images.is_floating_point() and float_scale(images, "the images") != 1.0:
+            raise ValueError(f"the images are float with values up to {float(images.max()):.4g}: float images must be "
+                             "in 0..1; divide them by 255 or pass uint8")
         self.images = images
         self.groups = _as_groups(groups, images.shape[0])
         self.name = name
@@ -76,6 +78,12 @@ class ArraySource(TensorSource):
             raise TypeError(f"images must be uint8 (0..255) or float (0..1), got {x.dtype}")
         if x.shape[0] == 0:
             raise ValueError("images is empty")
+        if x.is_floating_point():  # 0..1 or already 0..255: read by their range, not clamped
+            scale = float_scale(x, f"the images of {spec}")
+            if scale == 255.0:
+                warnings.warn(f"{spec}: float images with values up to {float(x.max()):.4g} are read as 0..255",
+                              stacklevel=2)
+                x = x.round().clamp(0, 255).to(torch.uint8)
         super().__init__(to_uint8(x).contiguous(), name=spec, spec=spec)
 
 

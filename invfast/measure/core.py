@@ -8,6 +8,7 @@ killed run resumes where it stopped (:mod:`invfast.measure.engine`). How to meas
 """
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -16,7 +17,7 @@ import torch
 from invfast.measure.assemble import finish_transform
 from invfast.measure.config import MeasureConfig, fingerprint
 from invfast.measure.engine import Run, check_stats, default_workers, open_progress, stats_fingerprint, stats_info
-from invfast.measure.protocol import PreprocessedExtractor, get_protocol, resample_indices
+from invfast.measure.protocol import get_protocol, resample_indices, resize_center_crop
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.scoring import score_transform
 from invfast.measure.selection import FAMILIES, resolve_transforms
@@ -72,12 +73,13 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", config: M
     proto = get_protocol(cfg.protocol)
     shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
     grids = transform_grids(transforms, cfg.grid_size, proto, cfg.protocol_seed)
-    run = Run(model, data, cfg, shard=shard, n_images=None if proto.with_replacement else cfg.n_images)
+    post = None
+    if proto.preprocess_after_transform:  # the transform sees the image as loaded; Resize + CenterCrop follow
+        post = functools.partial(resize_center_crop, resize=proto.resize, crop=cfg.crop or proto.crop)
+    run = Run(model, data, cfg, shard=shard, n_images=None if proto.with_replacement else cfg.n_images, post=post,
+              native=proto.preprocess_after_transform)
     layers = run.extract.layer_names
     given = check_stats(stats, layers)
-    if proto.preprocess_after_transform:  # the transform sees the loaded image, Resize + CenterCrop follow
-        run.extract.crop = None
-        run.extract = PreprocessedExtractor(run.extract, proto.resize, cfg.crop or proto.crop)
     run.resume(fingerprint(cfg, run.device, data=run.source.describe(), model=run.model_fp, layers=layers,
                            transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids], stats=stats_fingerprint(given),
                            world_size=run.shard.world_size, files=files_fingerprint(run.source, cfg.fingerprint_content)))

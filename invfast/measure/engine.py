@@ -24,7 +24,19 @@ from invfast.measure.protocol import ResampledSource
 from invfast.measure.state import Shard, current_shard, gather_objects, load_state, merge_stats, save_state, state_file
 from invfast.stats import FeatureStats
 
-__all__ = ["Run", "default_workers", "check_stats", "stats_info", "open_progress"]
+__all__ = ["Run", "default_workers", "check_stats", "stats_info", "open_progress", "count", "concat"]
+
+
+def count(x: Any) -> int:
+    """Images in a batch: a tensor [B, C, H, W] or a list of images as loaded."""
+    return len(x) if isinstance(x, list) else int(x.shape[0])
+
+
+def concat(xs: list[Any]) -> Any:
+    """Batches joined: tensors concatenated, lists of images as loaded chained."""
+    if len(xs) == 1:
+        return xs[0]
+    return [v for x in xs for v in x] if isinstance(xs[0], list) else torch.cat(xs)
 
 
 def default_workers() -> int:
@@ -79,9 +91,11 @@ class Run:
     """Shared machinery of one measurement: source, extractor, shard, state file, progress."""
 
     def __init__(self, model: Any, data: Any, cfg: MeasureConfig, *, shard: Shard | None = None,
-                 n_images: int | None = None, source: Any = None) -> None:
-        """``data`` is read with ``cfg``'s loading options (the first ``n_images`` of it), unless
-        ``source`` gives the source already made."""
+                 n_images: int | None = None, source: Any = None, post: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                 native: bool = False) -> None:
+        """``data`` is read with ``cfg``'s loading options (the first ``n_images`` of it; folder images as
+        loaded when ``native``), unless ``source`` gives the source already made. ``post``: preprocessing
+        applied after the transform, before the model (the published protocol's Resize + CenterCrop)."""
         self.cfg = cfg
         self.device = torch.device(cfg.device if cfg.device is not None else
                                    ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -89,10 +103,12 @@ class Run:
         model, channels_last = setup_model(model, cfg.checkpoint, self.device, cfg.torch_dtype, cfg.channels_last)
         self.model_fp = model_checksum(model)  # after the checkpoint is loaded: the weights measured
         self.source = source if source is not None else as_source(
-            data, n=n_images, resize=cfg.resize, strict=cfg.strict,
+            data, n=n_images, resize=cfg.resize, strict=cfg.strict, native=native,
             workers=default_workers() if cfg.workers is None else cfg.workers)
+        self.post = post
         self.n = len(self.source)
-        self.extract = FeatureExtractor(model, self.device, cfg.torch_dtype, bool(channels_last), cfg.crop,
+        crop = None if post is not None else cfg.crop  # with post, the crop is post's
+        self.extract = FeatureExtractor(model, self.device, cfg.torch_dtype, bool(channels_last), crop,
                                         cfg.normalize, cfg.forward_batch, cfg.layers)
         self.batch_size = cfg.batch_size
         self.shard = shard or current_shard()
@@ -125,13 +141,39 @@ class Run:
         for (s, _), idx, (x, ok) in zip(spans, index_batches, _read_batches(self.source, index_batches, pinned)):
             yield self._upload(s, idx, x, ok)
 
-    def _upload(self, s: int, idx: torch.Tensor, x: torch.Tensor, ok: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def _upload(self, s: int, idx: torch.Tensor, x: Any, ok: torch.Tensor) -> tuple[Any, torch.Tensor]:
         bad = torch.nonzero(~ok).flatten().tolist()  # ok is host bookkeeping
         if bad:  # rare: drop the unreadable rows on the host (the pinned buffer is given up)
             self.bad.update(s + i for i in bad)
-            x, idx = x[ok], idx[ok]
+            x = [v for v, k in zip(x, ok.tolist()) if k] if isinstance(x, list) else x[ok]
+            idx = idx[ok]
+        if isinstance(x, list):  # images as loaded, each at its own size
+            return [v.to(self.device, non_blocking=True) for v in x], idx
         # once per batch; asynchronous from a pinned buffer (a fresh one each batch)
         return x.to(self.device, non_blocking=True), idx
+
+    def model_input(self, x: Any) -> torch.Tensor:
+        """Untransformed images as the model sees them: ``post`` applied (to each image of a list)."""
+        if isinstance(x, list):
+            return torch.cat([self.post(v[None]) for v in x]) if self.post is not None else torch.stack(x)
+        return self.post(x) if self.post is not None else x
+
+    def views(self, t: Any, x: Any, params: torch.Tensor) -> torch.Tensor:
+        """``[b, P, C, h, w]``: every parameter of ``params`` applied to every image of ``x``, then ``post``.
+        Images as loaded (a list) are transformed one at a time at their own resolution."""
+        if isinstance(x, list):
+            return torch.stack([self._views(t, v[None], params)[0] for v in x])
+        return self._views(t, x, params)
+
+    def _views(self, t: Any, x: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+        b, p = x.shape[0], params.shape[0]
+        xt = t.apply(x, params)
+        if xt.dim() != 5 or xt.shape[:2] != (b, p):
+            raise ValueError(f"transform {t.name!r}.apply returned shape {tuple(xt.shape)}, expected [{b}, {p}, C, H, W]")
+        if self.post is None:
+            return xt
+        out = self.post(xt.flatten(0, 1))
+        return out.view(b, p, *out.shape[1:])
 
     def load(self, s: int, e: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Images ``s..e`` on the device (readable ones) and their indices (host)."""
@@ -154,8 +196,8 @@ class Run:
         """Features (by layer) of the untransformed batch starting at image ``s``, kept in memory while
         they fit ``feature_cache_mb`` so each transform does not recompute them."""
         f = self._ref_cache.get(s)
-        if f is None or next(iter(f.values())).shape[0] != x.shape[0]:
-            f = self.extract.features(x)
+        if f is None or next(iter(f.values())).shape[0] != count(x):
+            f = self.extract.features(self.model_input(x))
             nbytes = sum(v.numel() * v.element_size() for v in f.values())
             if self._cached + nbytes <= self.cache_bytes:
                 self._ref_cache[s] = f
@@ -231,7 +273,7 @@ class Run:
 
         with contextlib.closing(self.stream(spans)) as stream:
             for (s, e), (x, _) in zip(spans, stream):
-                if x.shape[0]:
+                if count(x):
                     for n, f in self.reference_features(s, x).items():
                         local[n].update(f.double())
                 bar.update(e - s)

@@ -33,7 +33,8 @@ class Protocol:
         with_replacement: evaluated images are drawn with replacement (seeded) from the data, whose
             whole set gives the reference statistics.
         transforms: 'registry' (invfast's grids and ops) or 'ericsson' (:mod:`invfast.transforms.ericsson`).
-        real_world_self_pairs: real-world means over a group include each view paired with itself.
+        real_world_self_pairs: real-world cosine means over a group include each view paired with itself
+            (the distance never does: the original computes it with ``torch.pdist``, distinct pairs only).
         resize, crop: the sizes of the post-transform preprocessing (pixels).
     """
 
@@ -101,22 +102,6 @@ def resample_indices(n: int, k: int | None, seed: int) -> torch.Tensor:
         raise ValueError("no images to draw from")
     g = torch.Generator().manual_seed(int(seed))
     return torch.randint(0, n, (n if k is None else int(k),), generator=g)
-
-
-class PreprocessedExtractor:
-    """A feature extractor preceded by :func:`resize_center_crop` (transform first, then preprocess)."""
-
-    def __init__(self, inner: Any, resize: int, crop: int) -> None:
-        self.inner, self.resize, self.crop = inner, int(resize), int(crop)
-
-    def __call__(self, images: torch.Tensor) -> torch.Tensor:
-        return self.inner(resize_center_crop(images, self.resize, self.crop))
-
-    def features(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
-        return self.inner.features(resize_center_crop(images, self.resize, self.crop))
-
-    def __getattr__(self, name: str) -> Any:  # forward_batch, device, ... of the wrapped extractor
-        return getattr(self.inner, name)
 
 
 class ResampledSource:

@@ -40,7 +40,7 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
     cfg = MeasureConfig.build(config, **overrides)
     proto = get_protocol(cfg.protocol)
     shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
-    self_pairs = proto.real_world_self_pairs  # the original: each view with itself too
+    self_pairs = proto.real_world_self_pairs  # the original's cosine: each view with itself too
     if groups is not None and not isinstance(data, (torch.Tensor, np.ndarray)):
         raise ValueError("groups can only be given with in-memory images; folders group by subfolder")
     src = as_source(data, n=cfg.n_images, resize=cfg.resize, strict=cfg.strict, groups=groups) \
@@ -92,17 +92,22 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
                     for r in range(0, v, cfg.pair_block):
                         re = min(v, r + cfg.pair_block)
                         out = invariance_scores(f[r:re], f.unsqueeze(0).expand(re - r, v, f.shape[1]), ref_stats)
-                        off = torch.ones(re - r, v, dtype=torch.bool, device=f.device)
+                        distinct = torch.ones(re - r, v, dtype=torch.bool, device=f.device)
                         rows = torch.arange(re - r, device=f.device)
-                        off[rows, rows + r] = self_pairs
-                        sums += torch.stack([out["distance"].double()[off].sum(), out["cosine"].double()[off].sum()])
+                        distinct[rows, rows + r] = False
+                        # distance: distinct pairs (the original's torch.pdist too); cosine: with self pairs
+                        # under the original's protocol
+                        cos_pairs = torch.ones_like(distinct) if self_pairs else distinct
+                        sums += torch.stack([out["distance"].double()[distinct].sum(),
+                                             out["cosine"].double()[cos_pairs].sum()])
                     sd, sc = sums.tolist()
-                    npairs = v * v if self_pairs else v * (v - 1)
-                    acc["grp_d"][gi - g0] = sd / npairs
-                    acc["grp_c"][gi - g0] = sc / npairs
+                    n_distinct = v * (v - 1)
+                    n_cos = v * v if self_pairs else n_distinct
+                    acc["grp_d"][gi - g0] = sd / n_distinct
+                    acc["grp_c"][gi - g0] = sc / n_cos
                     acc["pair_d"] += sd
-                    acc["pair_c"] += sc
-                    acc["pairs"] += npairs
+                    acc["pair_c"] += sc * n_distinct / n_cos  # pair-weighted: per distinct pair, as the distance
+                    acc["pairs"] += n_distinct
                     acc["views"] += v
                 acc["next"] = gi + 1
                 bar.update(1)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from invfast.measure.engine import Run
+from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
 from invfast.measure.state import Shard, barrier
 from invfast.metrics import invariance_scores
@@ -101,13 +101,13 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
             s, e = span[0][0], span[-1][1]
             xs, idxs, refs = [], [], []
             for (bs, _), (xb, ib) in zip(span, stream):
-                if xb.shape[0]:
+                if count(xb):
                     xs.append(xb)
                     idxs.append(ib)
                     refs.append(run.reference_features(bs, xb))
-            b = sum(xb.shape[0] for xb in xs)
+            b = sum(count(xb) for xb in xs)
             if b:
-                x, idx = (xs[0], idxs[0]) if len(xs) == 1 else (torch.cat(xs), torch.cat(idxs))
+                x, idx = concat(xs), (idxs[0] if len(idxs) == 1 else torch.cat(idxs))
                 f_ref = {ly: refs[0][ly] if len(refs) == 1 else torch.cat([r[ly] for r in refs]) for ly in layers}
                 _score_group(run, t, x, idx, f_ref, params, keep_dev, n_keep, stats, acc, mm)
             acc["next"] = e
@@ -121,12 +121,13 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
     return acc, (acc["count"] - count0) * p
 
 
-def _score_group(run: Run, t: Any, x: torch.Tensor, idx: torch.Tensor, f_ref: dict[str, torch.Tensor],
+def _score_group(run: Run, t: Any, x: Any, idx: torch.Tensor, f_ref: dict[str, torch.Tensor],
                  params: torch.Tensor, keep: torch.Tensor, n_keep: int, stats: dict[str, FeatureStats],
                  acc: dict[str, Any], mm: dict[str, dict[str, np.memmap]] | None) -> None:
-    """Images ``x [b, C, H, W]`` (device; indices ``idx`` on the host) under every parameter, in chunks
-    of at most ``forward_batch // b`` parameters; adds into ``acc`` on the device without reading back."""
-    b, p, dev = x.shape[0], params.shape[0], x.device
+    """Images ``x [b, C, H, W]`` (or a list of images as loaded; device; indices ``idx`` on the host) under
+    every parameter, in chunks of at most ``forward_batch // b`` parameters; adds into ``acc`` on the
+    device without reading back."""
+    b, p, dev = count(x), params.shape[0], run.device
     pc = max(1, run.extract.forward_batch // b)
     layers = list(f_ref)
     img_d = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in layers}
@@ -138,10 +139,7 @@ def _score_group(run: Run, t: Any, x: torch.Tensor, idx: torch.Tensor, f_ref: di
     pairs = None if mm is None else {ly: torch.empty(2, b, p, dtype=torch.float32, device=dev) for ly in layers}
     for ps in range(0, p, pc):
         pe = min(p, ps + pc)
-        xt = t.apply(x, params[ps:pe])
-        if xt.dim() != 5 or xt.shape[:2] != (b, pe - ps):
-            raise ValueError(f"transform {t.name!r}.apply returned shape {tuple(xt.shape)}, expected "
-                             f"[{b}, {pe - ps}, C, H, W]")
+        xt = run.views(t, x, params[ps:pe])
         feats = run.extract.features(xt.flatten(0, 1))
         del xt
         k = keep[ps:pe]

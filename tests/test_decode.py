@@ -1,0 +1,97 @@
+"""Images are read by what they hold (issue 25): float and 16-bit files by their range, EXIF orientation
+applied, NaN refused; in-memory float arrays by their range (0..1 or 0..255) or refused in one line."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image, ImageOps
+
+from invfast.data.folder import FolderSource, decode_image, decode_native
+from invfast.data.sources import open_source
+from invfast.data.tensors import ArraySource, TensorSource
+
+
+def _grey(a: np.ndarray) -> np.ndarray:
+    """uint8 RGB [3, H, W] of a 2-D array already on 0..255 (what a correct decoder must give)."""
+    g = np.clip(np.round(a), 0, 255).astype(np.uint8)
+    return np.stack([g, g, g])
+
+
+def test_float_tiff_in_0_1_and_0_255(tmp_path, rng):
+    a = rng.random((20, 30)).astype(np.float32)
+    Image.fromarray(a, mode="F").save(tmp_path / "unit.tif")
+    np.testing.assert_array_equal(decode_native(tmp_path / "unit.tif").numpy(), _grey(a.astype(np.float64) * 255))
+    b = (rng.random((20, 30)) * 255).astype(np.float32)
+    Image.fromarray(b, mode="F").save(tmp_path / "bytes.tif")
+    np.testing.assert_array_equal(decode_native(tmp_path / "bytes.tif").numpy(), _grey(b.astype(np.float64)))
+
+
+def test_float_tiff_with_nan_or_unknown_range_is_refused_in_one_line(tmp_path, rng):
+    a = rng.random((8, 8)).astype(np.float32)
+    a[2, 3] = np.nan
+    Image.fromarray(a, mode="F").save(tmp_path / "nan.tif")
+    with pytest.raises(ValueError, match=r"holds 1 NaN/Inf pixel"):
+        decode_native(tmp_path / "nan.tif")
+    Image.fromarray(np.full((8, 8), -5.0, np.float32), mode="F").save(tmp_path / "neg.tif")
+    with pytest.raises(ValueError, match=r"values in \[-5, -5\]: the scale cannot be told"):
+        decode_native(tmp_path / "neg.tif")
+    src = FolderSource(tmp_path, resize=8)
+    _, ok = src.load([0, 1])
+    assert not ok.any() and src.errors.count == 2 and "NaN" in src.errors.examples[0][1]
+
+
+def test_sixteen_bit_png(tmp_path, rng):
+    a = rng.integers(0, 65536, (12, 10)).astype(np.uint16)
+    Image.fromarray(a).save(tmp_path / "deep.png")
+    np.testing.assert_array_equal(decode_native(tmp_path / "deep.png").numpy(), _grey(a.astype(np.float64) / 257))
+
+
+def test_exif_orientation_is_applied(tmp_path, rng):
+    """A photo stored sideways with EXIF orientation 6 (rotate 90° clockwise to view) decodes upright,
+    equal to Pillow's exif_transpose of it, and so do its resized squares."""
+    a = rng.integers(0, 256, (20, 36, 3), dtype=np.uint8)
+    im = Image.fromarray(a)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    im.save(tmp_path / "sideways.jpg", exif=exif, quality=100)
+    with Image.open(tmp_path / "sideways.jpg") as f:
+        want = np.asarray(ImageOps.exif_transpose(f).convert("RGB"))
+    got = decode_native(tmp_path / "sideways.jpg").permute(1, 2, 0).numpy()
+    assert got.shape == (36, 20, 3)  # upright: the stored 20x36 turned a quarter
+    np.testing.assert_array_equal(got, want)
+    assert decode_image(tmp_path / "sideways.jpg", 16).shape == (3, 16, 16)
+
+
+def test_native_folder_keeps_each_size(tmp_path, rng):
+    for i, (h, w) in enumerate([(30, 45), (50, 20)]):
+        Image.fromarray(rng.integers(0, 256, (h, w, 3), dtype=np.uint8)).save(tmp_path / f"{i}.png")
+    src = FolderSource(tmp_path, native=True)
+    imgs, ok = src.load([0, 1])
+    assert ok.all() and [tuple(x.shape) for x in imgs] == [(3, 30, 45), (3, 50, 20)]
+    assert src.describe()["resize"] == "native" and src.identity() != FolderSource(tmp_path).identity()
+
+
+def test_npy_arrays_by_range(tmp_path, rng):
+    a = rng.random((3, 8, 8, 3)) * 255  # float 0..255: read as is, not clamped to white
+    np.save(tmp_path / "bytes.npy", a)
+    with pytest.warns(UserWarning, match="read as 0..255"):
+        src = open_source(f"npy:{tmp_path / 'bytes.npy'}")
+    np.testing.assert_array_equal(src.get([0, 1, 2]).permute(0, 2, 3, 1).numpy(), np.round(a).astype(np.uint8))
+    unit = rng.random((2, 3, 4, 4)).astype(np.float32)
+    np.testing.assert_array_equal(ArraySource(unit).get([0, 1]).numpy(), np.round(unit * 255).astype(np.uint8))
+    a[1, 2, 3, 0] = np.nan
+    np.save(tmp_path / "nan.npy", a)
+    with pytest.raises(ValueError, match=r"hold 1 NaN/Inf value"):
+        open_source(f"npy:{tmp_path / 'nan.npy'}")
+    np.save(tmp_path / "wide.npy", rng.random((2, 4, 4, 3)) * 1000 - 10)
+    with pytest.raises(ValueError, match=r"values in \[.*\]: expected 0..1 \(or 0..255\)"):
+        open_source(f"npy:{tmp_path / 'wide.npy'}")
+
+
+def test_float_tensors_for_measurement_must_be_0_1():
+    with pytest.raises(ValueError, match="float images must be in 0..1; divide them by 255"):
+        TensorSource(torch.rand(2, 3, 4, 4) * 200)
+    with pytest.raises(ValueError, match="NaN/Inf"):
+        TensorSource(torch.full((2, 3, 4, 4), float("nan")))
+    TensorSource(torch.rand(2, 3, 4, 4))  # 0..1 is fine
