@@ -29,7 +29,7 @@ def folder(tmp_path):
 def test_cli_writes_report(folder, tmp_path, capsys):
     out = tmp_path / "out"
     assert main(BASE + ["--data", f"folder:{folder}", "--out", str(out)]) == 0
-    files = sorted(os.listdir(out))
+    files = sorted(f for f in os.listdir(out) if not f.startswith("."))
     assert files == ["curves.png", "heatmap.png", "radar.png", "result.json", "table.md"]  # state removed when done
     doc = json.loads((out / "result.json").read_text())
     assert [t["name"] for t in doc["transforms"]] == ["rotation", "hflip", "brightness"]
@@ -62,37 +62,44 @@ def test_cli_refuses_foreign_folder_and_bad_input(folder, tmp_path, capsys):
     assert "cannot import model factory" in capsys.readouterr().err
 
 
-def _partial(folder, state, transforms):
-    """Leave a partial state behind: a run killed in its first transform (the statistics take one call)."""
-    from invfast.measure import measure_invariance
-    from measure_helpers import small_net
+def _partial(folder, out, transforms, monkeypatch):
+    """Leave a killed `invfast measure` run behind in ``out``: the model raises KeyboardInterrupt at its second
+    call (the statistics take one), so the state holds the statistics and nothing of the transforms."""
+    import measure_helpers
 
-    m = small_net()
-    orig, calls = m.forward, {"n": 0}
+    real = measure_helpers.small_net
 
-    def forward(x):
-        calls["n"] += 1
-        if calls["n"] > 1:
-            raise KeyboardInterrupt("simulated kill")
-        return orig(x)
+    def killing_net(*a, **k):
+        m = real(*a, **k)
+        orig, calls = m.forward, {"n": 0}
 
-    m.forward = forward
-    with pytest.raises(KeyboardInterrupt):
-        measure_invariance(m, f"folder:{folder}", transforms, resize=24, grid_size=4, batch_size=32,
-                           state_path=state, save_every=0)
+        def forward(x):
+            calls["n"] += 1
+            if calls["n"] > 1:
+                raise KeyboardInterrupt("simulated kill")
+            return orig(x)
+
+        m.forward = forward
+        return m
+
+    monkeypatch.setattr(measure_helpers, "small_net", killing_net)
+    args = BASE[:4] + [transforms] + BASE[5:] + ["--data", f"folder:{folder}", "--out", str(out), "--batch-size", "32"]
+    assert main(args) == 130
+    monkeypatch.setattr(measure_helpers, "small_net", real)
+    assert (out / "state" / "state.pt").exists()
 
 
-def test_cli_resumes_partial_state_and_refuses_other_runs_state(folder, tmp_path, capsys):
+def test_cli_resumes_partial_state_and_refuses_other_runs_state(folder, tmp_path, capsys, monkeypatch):
     clean = tmp_path / "clean"
     assert main(BASE + ["--data", f"folder:{folder}", "--out", str(clean)]) == 0
     out = tmp_path / "out"
-    _partial(folder, out / "state" / "state.pt", "rotation,hflip,brightness")
+    _partial(folder, out, "rotation,hflip,brightness", monkeypatch)
     assert main(BASE + ["--data", f"folder:{folder}", "--out", str(out)]) == 0
     a = json.loads((clean / "result.json").read_text())["transforms"]
     b = json.loads((out / "result.json").read_text())["transforms"]
     assert [t["mean_cosine"] for t in a] == pytest.approx([t["mean_cosine"] for t in b], rel=1e-9)
     other = tmp_path / "other"
-    _partial(folder, other / "state" / "state.pt", "hflip")
+    _partial(folder, other, "hflip", monkeypatch)
     assert main(BASE + ["--data", f"folder:{folder}", "--out", str(other)]) == 2
     assert "another run" in capsys.readouterr().err
 

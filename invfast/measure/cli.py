@@ -7,19 +7,19 @@
     invfast measure --model resnet50 --data folder:/data/coil100 --real-world --out coil/
 
 The folder gets ``result.json`` (every number, per-image values included), ``table.md`` (the
-Table-1 layout, also printed), and ``curves.png`` / ``radar.png`` / ``heatmap.png``. Partial state
-lives in ``<out>/state/`` while the run is going (per-pair scores too); rerunning the same command
-resumes. A folder holding a finished report is never overwritten unless ``--overwrite`` is given, and
-even then the old report (only invfast's own files) is replaced only once the new one is complete.
-One run at a time holds the folder (``<out>/.invfast.lock``).
+Table-1 layout, also printed), ``curves.png`` / ``radar.png`` / ``heatmap.png`` (``depth.png`` with
+``--layers``) and, with ``--pair-scores``, ``pairs/``. Partial state lives in ``<out>/state/`` while the
+run is going; rerunning the same command resumes. The folder is marked as an invfast run by
+``.invfast-run.json`` (the files invfast wrote); a folder holding anything else is refused, links inside
+it are never followed, a finished report is replaced only with ``--overwrite`` and only once the new
+one is complete (only invfast's own files). One run at a time holds the folder (``.invfast.lock``).
+Without ``--checkpoint`` the model is a random initialisation seeded with ``--seed`` (recorded).
 """
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib
 import os
-import shutil
 import sys
 from typing import Any
 
@@ -28,9 +28,7 @@ import torch
 RESULT_FILE = "result.json"
 STATE_DIR = "state"
 DEFAULT_IMAGES = 1000
-STAGE_DIR = "report"  # inside STATE_DIR: the finished report before it replaces the old one
 PAIRS_DIR = "pairs"
-REPORT_FILES = ("table.md", "radar.png", "heatmap.png", "curves.png", "depth.png")  # besides RESULT_FILE and PAIRS_DIR
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -40,6 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="invfast model name (e.g. resnet18-cifar, resnet50) or 'module:factory' returning an nn.Module")
     parser.add_argument("--invariance", help="descriptor for amortised models (hyper-*, prompt-vit), e.g. 1,0")
     parser.add_argument("--checkpoint", help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, or a dict with 'state_dict'")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seed of the random initialisation when no --checkpoint is given (default 0; recorded)")
     parser.add_argument("--data", required=True, help="folder:PATH | PATH | synthetic[:objects=10,n=1000,size=32,seed=0,...]")
     parser.add_argument("--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)")
     parser.add_argument("--images", type=int, default=None,
@@ -82,8 +82,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def build_model(spec: str, checkpoint: str | None, invariance: str | None = None) -> Any:
-    """An invfast model name, or 'module:attr' where attr is an nn.Module class/factory (called without arguments)."""
+def build_model(spec: str, checkpoint: str | None, invariance: str | None = None, seed: int = 0) -> Any:
+    """An invfast model name, or 'module:attr' where attr is an nn.Module class/factory (called without
+    arguments). Without a checkpoint the weights are a random initialisation seeded with ``seed`` (the
+    same model every run, so a run can resume), and a one-line warning says the model is untrained."""
+    if checkpoint is None:
+        import warnings
+
+        torch.manual_seed(seed)
+        warnings.warn(f"no --checkpoint: {spec} is measured with random weights (initialised with --seed {seed})",
+                      stacklevel=2)
     if ":" in spec:
         mod_name, _, attr = spec.partition(":")
         try:
@@ -92,7 +100,7 @@ def build_model(spec: str, checkpoint: str | None, invariance: str | None = None
             raise ValueError(f"cannot import model factory {spec!r} ({e})") from e
         model = obj() if callable(obj) and not isinstance(obj, torch.nn.Module) else obj
         if not isinstance(model, torch.nn.Module):
-            raise TypeError(f"{spec!r} did not give an nn.Module (got {type(model).__name__})")
+            raise ValueError(f"{spec!r} did not give an nn.Module (got {type(model).__name__})")
         if checkpoint:
             from invfast.measure import load_checkpoint
 
@@ -109,19 +117,33 @@ def build_model(spec: str, checkpoint: str | None, invariance: str | None = None
     return load_model(spec, checkpoint, invariance=desc)
 
 
-def _check_out(args: argparse.Namespace) -> None:
-    out = args.out
-    if os.path.exists(out) and not os.path.isdir(out):
-        raise ValueError(f"--out {out!r} exists and is not a folder")
-    done = os.path.join(out, RESULT_FILE)
-    if os.path.exists(done) and not args.overwrite:
-        raise ValueError(f"--out {out!r} already holds a finished report ({RESULT_FILE}); choose a new folder, or pass "
-                         "--overwrite to replace it once the new run is complete")
-    if os.path.isdir(out) and not os.path.exists(done) and not os.path.isdir(os.path.join(out, STATE_DIR)):
-        foreign = [f for f in os.listdir(out) if not f.startswith(".")]
-        if foreign:
-            raise ValueError(f"--out {out!r} holds other files ({', '.join(sorted(foreign)[:3])}...) and no invfast run; "
-                             "choose an empty or new folder")
+def _folder(args: argparse.Namespace) -> Any:
+    """The output folder (:class:`invfast.run_folder.RunFolder`): checked before any work on every rank."""
+    from invfast.run_folder import RunFolder, refuse_inside
+
+    folder = RunFolder(args.out, "measure", overwrite=args.overwrite, done_file=RESULT_FILE)
+    data = str(args.data)
+    data = data[len("folder:"):] if data.startswith("folder:") else data
+    if os.path.isdir(data):
+        refuse_inside(args.out, data)
+    folder.check()
+    return folder
+
+
+def _state_files(args: argparse.Namespace, model: Any, world: int) -> list[str]:
+    """The files a run writes under ``state/`` (recorded in the folder's marker before they are written)."""
+    from invfast.measure.layers import OUTPUT, resolve_layers
+    from invfast.measure.scoring import pair_file
+    from invfast.measure.selection import resolve_transforms
+
+    files = [os.path.join(STATE_DIR, "state.pt")] + [os.path.join(STATE_DIR, f"state.pt.rank{r}") for r in range(world)]
+    if args.pair_scores and not args.real_world:
+        layers = list(resolve_layers(model, args.layers))
+        for t in resolve_transforms(args.transforms):
+            for ly in layers:
+                files += [pair_file(os.path.join(STATE_DIR, PAIRS_DIR), t.name, ly, m, layers != [OUTPUT])
+                          for m in ("distance", "cosine")]
+    return files
 
 
 def _measure(args: argparse.Namespace) -> int:
@@ -134,9 +156,15 @@ def _measure(args: argparse.Namespace) -> int:
     device = resolve_device(args.device or "auto")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    model = build_model(args.model, args.checkpoint, args.invariance)
+    model = build_model(args.model, args.checkpoint, args.invariance, seed=args.seed)
     stats = FeatureStats.load(args.stats) if args.stats else None
-    state_dir = os.path.join(args.out, STATE_DIR)
+    folder = _folder(args) if shard.rank == 0 else None
+    state_files = _state_files(args, model, shard.world_size)
+    if folder is not None:
+        folder.own(*state_files)
+    state_dir = os.path.join(args.out, STATE_DIR) if folder is None else folder.inside(STATE_DIR)
+    if folder is not None:
+        folder.inside(STATE_DIR, PAIRS_DIR)  # refuses a link where the per-pair files go
     cfg = config_from_args(args, device, state_dir)
     for attempt in (0, 1):
         try:
@@ -151,14 +179,15 @@ def _measure(args: argparse.Namespace) -> int:
             if attempt or not args.overwrite:
                 raise
             barrier(shard)
-            if shard.rank == 0:
-                shutil.rmtree(state_dir, ignore_errors=True)
+            if folder is not None:
+                folder.remove(state_files)
+                folder.own(*state_files)
             barrier(shard)
     if shard.rank == 0:
-        _write(result, args)
+        if args.checkpoint is None:
+            result.meta["init_seed"] = args.seed  # random weights: the seed that made them
+        _write(result, args, folder)
     barrier(shard)
-    if shard.rank == 0:
-        shutil.rmtree(state_dir, ignore_errors=True)
     return 0
 
 
@@ -176,39 +205,23 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
         channels_last={"auto": None, "on": True, "off": False}[args.channels_last])
 
 
-def _remove_report(out: str) -> None:
-    """Delete the files of an earlier report in ``out`` that invfast wrote (nothing else)."""
-    for f in (RESULT_FILE, *REPORT_FILES):  # result.json first: the folder no longer claims a finished report
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(os.path.join(out, f))
-    pairs = os.path.join(out, PAIRS_DIR)
-    if os.path.isdir(pairs):
-        for f in os.listdir(pairs):
-            if f.endswith((".distance.npy", ".cosine.npy")):
-                os.remove(os.path.join(pairs, f))
-        with contextlib.suppress(OSError):
-            os.rmdir(pairs)  # left in place when it holds anything else
-
-
-def _write(result: Any, args: argparse.Namespace) -> None:
-    """Write the report into ``state/report/``, then replace the old report's files with it (the old
-    report stays whole until the new one is complete; result.json goes last)."""
+def _write(result: Any, args: argparse.Namespace, folder: Any) -> None:
+    """Write the whole report into the folder's staging area, then swap it in: the old report (only the
+    files invfast wrote) stays whole until the new one is complete; the state files go with it."""
     from invfast import report
 
-    out = args.out
-    stage = os.path.join(out, STATE_DIR, STAGE_DIR)
-    shutil.rmtree(stage, ignore_errors=True)
-    os.makedirs(stage)
-    staged_pairs = os.path.join(out, STATE_DIR, PAIRS_DIR)
+    stage = folder.staging()
     rows = _rows(result)
+    staged_pairs = os.path.join(args.out, STATE_DIR, PAIRS_DIR)
     for r in rows:
         for tr in r.transforms.values():  # the per-pair files will live in <out>/pairs/
             if tr.pair_scores:
-                tr.pair_scores = {m: os.path.abspath(os.path.join(out, PAIRS_DIR, os.path.basename(p)))
+                tr.pair_scores = {m: os.path.abspath(os.path.join(args.out, PAIRS_DIR, os.path.basename(p)))
                                   for m, p in tr.pair_scores.items()}
     table = report.to_markdown(rows)
-    with open(os.path.join(stage, "table.md"), "w") as f:
-        f.write(table)
+    from invfast.io import atomic_write_text
+
+    atomic_write_text(os.path.join(stage, "table.md"), table)
     if not args.no_plots:
         import warnings
 
@@ -220,14 +233,13 @@ def _write(result: Any, args: argparse.Namespace) -> None:
                 report.plot_curves(rows, path=os.path.join(stage, "curves.png"))
             if len(rows) > 1:
                 report.plot_depth(result, path=os.path.join(stage, "depth.png"))
-    result.to_json(os.path.join(stage, RESULT_FILE))
-    _remove_report(out)
     if os.path.isdir(staged_pairs):
-        os.replace(staged_pairs, os.path.join(out, PAIRS_DIR))
-    for f in REPORT_FILES:
-        if os.path.exists(os.path.join(stage, f)):
-            os.replace(os.path.join(stage, f), os.path.join(out, f))
-    os.replace(os.path.join(stage, RESULT_FILE), os.path.join(out, RESULT_FILE))  # last: marks a finished report
+        os.makedirs(os.path.join(stage, PAIRS_DIR))
+        for f in sorted(os.listdir(staged_pairs)):
+            if f.endswith((".distance.npy", ".cosine.npy")) and os.path.join(STATE_DIR, PAIRS_DIR, f) in folder.owned():
+                os.replace(os.path.join(staged_pairs, f), os.path.join(stage, PAIRS_DIR, f))
+    result.to_json(os.path.join(stage, RESULT_FILE))
+    folder.commit(stage)  # also deletes the run's state files: the marker lists them
     print(table)
     err = result.errors
     if err["count"]:
@@ -238,7 +250,7 @@ def _write(result: Any, args: argparse.Namespace) -> None:
     rate = f", {pps:.0f} image-parameter pairs/s" if pps else ""
     if result.meta.get("resumed"):
         rate = f", resumed: {result.meta.get('pairs_computed', 0)} pairs computed in this run{rate}"
-    print(f"wrote {out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr)
+    print(f"wrote {args.out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr)
 
 
 def _rows(result: Any) -> list[Any]:
@@ -295,8 +307,6 @@ def _check_args(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    from invfast.io import output_lock
-
     _check_args(args)
     env = os.environ  # torchrun sets LOCAL_RANK too, so a torchrun of one process still joins a group
     under_torchrun = "RANK" in env and "WORLD_SIZE" in env and (int(env["WORLD_SIZE"]) > 1 or "LOCAL_RANK" in env)
@@ -311,13 +321,12 @@ def run(args: argparse.Namespace) -> int:
             if device.type == "cuda":
                 torch.cuda.set_device(device)
             dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
-        _check_out(args)  # every rank reads the same folder and reaches the same verdict
+        folder = _folder(args)  # every rank reads the same folder and reaches the same verdict
         if dist.get_rank() != 0:
             return _measure(args)
-        with output_lock(args.out, "invfast measure"):
+        with folder.lock():
             return _measure(args)
-    _check_out(args)
-    with output_lock(args.out, "invfast measure"):
+    with _folder(args).lock():
         if args.world_size > 1:
             from invfast.launch import spawn_local
 

@@ -36,6 +36,9 @@ def transform_grids(transforms: Any, grid_size: int, protocol: Any, seed: int) -
         if params.dim() not in (1, 2) or params.shape[0] == 0 or ident.shape[0] != params.shape[0]:
             raise ValueError(f"transform {t.name!r} gave a grid of shape {tuple(params.shape)} and an identity mask of "
                              f"shape {tuple(ident.shape)}; expected [P] or [P, m] and [P]")
+        if bool(ident.all()) and not protocol.include_identity:
+            raise ValueError(f"grid_size {grid_size} leaves transform {t.name!r} with only its identity parameter "
+                             f"(nothing to measure); use a larger grid size (--grid-size), e.g. {max(4, 2 * grid_size)}")
         if t.family not in FAMILIES:
             raise ValueError(f"transform {t.name!r} has family {t.family!r}; expected one of {FAMILIES}")
         out.append((t, params, ident))
