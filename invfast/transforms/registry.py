@@ -197,7 +197,8 @@ def _probe(t: TestTransform, grid: torch.Tensor) -> None:
     """One call of every part of ``t`` on a small CPU batch, with errors that say which part broke."""
     t.is_identity(grid)
     params = grid[:2]
-    images = torch.rand(_PROBE_SHAPE, generator=torch.Generator().manual_seed(0), dtype=torch.float32)
+    images = torch.rand(_PROBE_SHAPE, generator=torch.Generator(device="cpu").manual_seed(0), dtype=torch.float32,
+                        device="cpu")
     call = f"apply(images [{', '.join(map(str, _PROBE_SHAPE))}] float32, grid({_PROBE_K})[:2])"
     try:
         y = t._user_apply(images, params)  # type: ignore[misc]
