@@ -325,3 +325,30 @@ def test_transforms2d_rotate_turns_like_pillow():
             assert wrong > 3 * err, (a, err, wrong)
             checked += 1
     assert checked >= 4
+
+
+def test_no_private_copy_of_the_maths_is_left():
+    """A source scan of invfast/: the luma weights, the HSV hue arithmetic, the Gaussian tap formula and the
+    rotation/shear matrix builders appear only in their homes."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "invfast"
+    homes = {"constants.py", "ops/color.py", "ops/kernels.py", "ops/geometry.py"}
+    patterns = {
+        "luma weights": re.compile(r"0\.2989|0\.299\b|0\.587\b|0\.114\b"),
+        "HSV hue arithmetic": re.compile(r"\bh\s*\*\s*6\.0|remainder\(\s*h\s*\+|def \w*(rgb_?to_?hsv|hsv_?to_?rgb|rgb2hsv|hsv2rgb)"),
+        "Gaussian taps": re.compile(r"exp\(\s*-0\.5\s*\*"),
+        "rotation/shear matrices": re.compile(r"def \w*(rotation|shear)_matrix|=\s*(np|torch)\.cos\([^)]*\)\)?,\s*"
+                                              r"(np|torch)\.sin\(|=\s*(np|torch)\.tan\("),
+    }
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel in homes:
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            for what, pat in patterns.items():
+                if pat.search(line.split("#")[0]):
+                    found.append(f"{rel}:{i}: {what}: {line.strip()}")
+    assert not found, "maths written outside its home:\n" + "\n".join(found)
