@@ -24,6 +24,6 @@ __all__ = ["CATEGORY", "CORRUPTION", "GEOMETRIC", "ORDERS", "ObjectBank", "PARAM
 
 
 def __getattr__(name: str) -> Any:
-    from invfast.synthetic.recipe import renamed
+    from invfast.synthetic.recipe import _renamed
 
-    return renamed(__name__, name)
+    return _renamed(__name__, name)

@@ -123,7 +123,7 @@ _RENAMED = {"TRANSFORMATIONS": "TRANSFORMATION_TYPES"}
 _warned: set[str] = set()
 
 
-def renamed(module: str, name: str) -> Any:
+def _renamed(module: str, name: str) -> Any:
     """The value of the old name ``name`` of ``module`` (warning once per process), or AttributeError."""
     if name not in _RENAMED:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
@@ -137,4 +137,4 @@ def renamed(module: str, name: str) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    return renamed(__name__, name)
+    return _renamed(__name__, name)

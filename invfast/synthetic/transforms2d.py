@@ -25,9 +25,10 @@ from invfast.synthetic.placement import (LINEAR_GEOMETRIC, alpha_box, box_corner
                                          placement, type_matrix)
 from invfast.synthetic.recipe import BINARY, GEOMETRIC, PARAM_NAMES, Recipe, canonical, sample
 
-# generator version in every config/fingerprint: 2 = centre kept inside the image for boxes longer than
-# the image (those draws changed), so a dataset materialised by version 1 is not taken for the same one
-FORMAT_VERSION = 2
+#: generator version, recorded as ``format_version`` in every config/fingerprint (the manifest file format is
+#: ``storage.FORMAT_VERSION``): 2 = centre kept inside the image for boxes longer than the image (those draws
+#: changed), so a dataset materialised by version 1 is not taken for the same one
+GENERATOR_VERSION = 2
 #: the order of application with ``order='canonical'`` (colour types fused in one pass; the geometric
 #: types fused in one warp that also places the object; noise on the placed object)
 CANONICAL_ORDER: tuple[str, ...] = ("hue", "brightness", "contrast", "grayscale", "posterize", "invert", "sharpen",
@@ -317,7 +318,7 @@ class Transforms2D(torch.utils.data.Dataset):
         bg = ({"kind": RANDOM_BACKGROUNDS} if isinstance(self.backgrounds, str) else
               {"kind": "images", "n": int(self.backgrounds.shape[0]), "sha256": bank_checksum(self.backgrounds)})
         return {
-            "generator": "invfast.synthetic.Transforms2D", "format_version": FORMAT_VERSION,
+            "generator": "invfast.synthetic.Transforms2D", "format_version": GENERATOR_VERSION,
             "transforms": list(self.transforms), "size": self.size, "n": self.n, "seed": self.seed,
             "split": self.split, "objects": {"source": self.objects.source, "names": list(self.objects.names),
                                              "sha256": self.objects.checksum()},

@@ -35,6 +35,6 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    from invfast.transforms.registry import renamed
+    from invfast.transforms.registry import _renamed
 
-    return renamed(__name__, name)
+    return _renamed(__name__, name)

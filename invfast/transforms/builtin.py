@@ -258,7 +258,7 @@ def _close(p: torch.Tensor, v: float) -> torch.Tensor:
     return (p - v).abs() <= 1e-6 * max(1.0, abs(v))
 
 
-def build() -> dict[str, TestTransform]:
+def build_builtins() -> dict[str, TestTransform]:
     """The 18 built-in transforms by name, in :data:`TEST_TRANSFORMS` order."""
     lin = lambda lo, hi: (lambda k: _lin(lo, hi, k))  # noqa: E731
     ones = lambda p: _close(p, 1.0)  # noqa: E731

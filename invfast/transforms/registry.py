@@ -19,13 +19,13 @@ from typing import Any, Callable
 import torch
 
 from invfast.transforms.builtin import (APPEARANCE, SPATIAL, TEST_TRANSFORMS, _affine_params, _side,  # noqa: F401
-                                        build)
+                                        build_builtins)
 from invfast.transforms.transform import FAMILIES, TestTransform, check_k, check_output
 
 __all__ = ["APPEARANCE", "FAMILIES", "SPATIAL", "TEST_TRANSFORMS", "TestTransform", "family", "get", "names",
            "register", "unregister"]
 
-_BUILTIN: dict[str, TestTransform] = build()
+_BUILTIN: dict[str, TestTransform] = build_builtins()
 _REGISTRY: dict[str, TestTransform] = dict(_BUILTIN)
 
 #: names the transform selection reads as keywords, never as one transform
@@ -216,7 +216,7 @@ _RENAMED = {"SYNTHETIC": "TEST_TRANSFORMS"}
 _warned: set[str] = set()
 
 
-def renamed(module: str, name: str) -> Any:
+def _renamed(module: str, name: str) -> Any:
     """The value of the old name ``name`` of ``module`` (warning once per process), or AttributeError."""
     if name not in _RENAMED:
         raise AttributeError(f"module {module!r} has no attribute {name!r}")
@@ -230,4 +230,4 @@ def renamed(module: str, name: str) -> Any:
 
 
 def __getattr__(name: str) -> Any:
-    return renamed(__name__, name)
+    return _renamed(__name__, name)
