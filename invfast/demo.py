@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from invfast.metrics import aggregate_scores, invariance_scores
+from invfast.ops.color import luma
 from invfast.significance import most_invariant
 from invfast.stats import FeatureStats
 
@@ -29,7 +30,7 @@ EXACT_TRANSFORMS = {
     "rot90": lambda x: x.rot90(1, (-2, -1)),
     "rot180": lambda x: x.rot90(2, (-2, -1)),
     "invert": lambda x: 1.0 - x,
-    "grayscale": lambda x: (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3]).expand_as(x),
+    "grayscale": lambda x: luma(x).expand_as(x),
 }
 SPATIAL = ("hflip", "vflip", "rot90", "rot180")
 

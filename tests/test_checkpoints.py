@@ -153,3 +153,42 @@ def test_invfast_layouts_and_mismatches(tmp_path):
         load_checkpoint("resnet18", tmp_path / "junk.pt")
     with pytest.raises(ValueError, match="no state dict"):
         load_checkpoint("resnet18", {"epoch": 3})
+
+
+def _tiny_encoder(seed: int) -> torch.nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(), torch.nn.LazyLinear(5))
+    m(torch.zeros(1, 3, 6, 6))
+    with torch.no_grad():
+        for p in m.state_dict().values():
+            if p.is_floating_point():
+                p.copy_(torch.rand(p.shape, generator=g))
+    return m
+
+
+@pytest.mark.parametrize("wrapper", [None, "encoder", "state_dict", "model", "backbone", "network"])
+@pytest.mark.parametrize("prefix", ["", "module.", "backbone.", "encoder_q.", "encoder.", "module.encoder_q."])
+def test_models_load_checkpoint_reads_every_layout_measure_accepted(tmp_path, wrapper, prefix):
+    """invfast.models.load_checkpoint is the one loader: every layout invfast.measure's load_checkpoint /
+    load_model documented (a state dict, bare or under 'encoder' / 'state_dict' / 'model' / 'backbone', keys
+    prefixed 'module.', 'backbone.', 'encoder_q.' or 'encoder.'), for a model of any architecture, from a
+    file or a dict, strictly; and measure's name gives exactly the same weights."""
+    from invfast import measure
+
+    src = _tiny_encoder(1)
+    sd = {prefix + k: v for k, v in src.state_dict().items()}
+    if prefix:  # what MoCo/solo-learn keep besides the encoder, under other prefixes
+        sd["queue"] = torch.zeros(3)
+    ck = sd if wrapper is None else {wrapper: sd, "epoch": 7}
+    torch.save(ck, tmp_path / "ck.pt")
+    for source in (tmp_path / "ck.pt", ck):
+        dst = _tiny_encoder(2)
+        assert load_checkpoint(dst, source) is dst
+        for k, v in src.state_dict().items():
+            assert torch.equal(dst.state_dict()[k], v), k
+    via_measure = _tiny_encoder(3)
+    measure.load_checkpoint(via_measure, tmp_path / "ck.pt")
+    assert all(torch.equal(via_measure.state_dict()[k], v) for k, v in src.state_dict().items())
+    partial = {k: v for k, v in sd.items() if "running_var" not in k}
+    with pytest.raises(ValueError, match="missing 1.running_var"):
+        load_checkpoint(_tiny_encoder(4), partial)

@@ -134,7 +134,7 @@ def test_policy_matches_per_image_reference(batch):
             else:
                 ref = Fn.adjust_hue(ref, f[3])
         if params["grayscale"][i]:
-            ref = Fn.grayscale(ref).expand(1, 3, 40, 40)
+            ref = Fn.luma(ref).expand(1, 3, 40, 40)
         if params["blur"][i]:
             ref = T.get("blur").apply(ref, [float(params["sigma"][i])])[:, 0]
         if params["solarize"][i]:

@@ -12,12 +12,12 @@ import torch
 from scipy import stats
 
 from invfast import backend
-from invfast.synthetic import (PARAM_NAMES, TRANSFORMATIONS, ObjectBank, Recipe, Transforms2D, builtin_objects,
+from invfast.synthetic import (PARAM_NAMES, TRANSFORMATION_TYPES, ObjectBank, Recipe, Transforms2D, builtin_objects,
                                load_backgrounds, load_objects, rng)
 from invfast.synthetic import families, storage
 from invfast.synthetic.recipe import sample
 
-ALL = TRANSFORMATIONS
+ALL = TRANSFORMATION_TYPES
 BLACK = torch.zeros(1, 3, 32, 32, dtype=torch.uint8)
 WHITE = torch.full((1, 3, 32, 32), 255, dtype=torch.uint8)
 
@@ -270,7 +270,7 @@ def test_erasing_removes_a_square():
 def test_parameters_follow_spec_ranges():
     rec = Recipe()
     keys = rng.sample_keys(11, "train", np.arange(20000))
-    p = sample(keys, TRANSFORMATIONS, rec)
+    p = sample(keys, TRANSFORMATION_TYPES, rec)
     for name, (lo, hi) in (("angle", (0, 360)), ("scale", (0.4, 1.0)), ("shear_x", (-50, 50)), ("shear_y", (-50, 50)),
                            ("hue", (-0.5, 0.5)), ("brightness", (0, 2)), ("contrast", (0, 2)), ("blur_sigma", (0.1, 1.5))):
         v = p[name]
@@ -374,7 +374,7 @@ def test_nested_and_ood():
     sets = families.nested_transformation_sets((1, 3, 6, 18), seed=2)
     for s0, s1 in zip(sets, sets[1:]):
         assert set(s0) < set(s1)
-    assert set(sets[-1]) == set(TRANSFORMATIONS)
+    assert set(sets[-1]) == set(TRANSFORMATION_TYPES)
     ds = make(("rotate",), n=20, objects=20)
     ood = families.mild_ood(ds)
     used = {o.tobytes() for o in ds.objects.images}
@@ -410,7 +410,7 @@ def test_irrelevant_feature_correlation_and_availability():
 
 def test_compiled_matches_reference():
     from invfast.ops import synth as S
-    from invfast.synthetic import ops2d
+    from invfast.ops.kernels import gaussian_taps
 
     if "synth_color" not in backend.compiled_ops():
         pytest.skip("compiled core without the synth ops")
@@ -421,7 +421,7 @@ def test_compiled_matches_reference():
     pm = torch.cat([torch.rand(B, 3, H, H, generator=g) * a, a], 1)
     hue, br, co = torch.rand(B, generator=g) - 0.5, torch.rand(B, generator=g) * 2, torch.rand(B, generator=g) * 2
     fl = torch.randint(0, 64, (B,), generator=g)
-    taps = ops2d.gaussian_kernels(torch.rand(B, generator=g) + 0.1, 7)
+    taps = gaussian_taps(torch.rand(B, generator=g) + 0.1, size=7).float()
     inv, off = torch.randn(B, 2, 2, generator=g), torch.randn(B, 2, generator=g) * 0.3
     bgs = torch.randint(0, 256, (5, 3, H, H), dtype=torch.uint8, generator=g)
     bi = torch.randint(0, 5, (B,), generator=g)

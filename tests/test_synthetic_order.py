@@ -7,11 +7,11 @@ import pytest
 import torch
 from scipy import stats
 
-from invfast.synthetic import TRANSFORMATIONS, Transforms2D, rng, storage
-from invfast.synthetic import transforms2d as t2d
+from invfast.synthetic import TRANSFORMATION_TYPES, Transforms2D, rng, storage
+from invfast.synthetic import placement as pl
 from invfast.synthetic.recipe import Recipe, sample
 
-ALL = TRANSFORMATIONS
+ALL = TRANSFORMATION_TYPES
 
 
 # ----------------------------------------------------------------------------- placement
@@ -25,9 +25,9 @@ def test_placement_maths_keeps_centre_inside_over_20000_draws():
     keys = rng.sample_keys(ds.seed, ds.split, np.arange(n))
     labels = rng.integers(keys, "object", ds.num_classes)
     p = sample(keys, ds.transforms, ds.recipe)
-    box = t2d._alpha_box(ds._canvases.index_select(0, torch.from_numpy(labels)))
-    X, Y = t2d._box_corners(box, t2d._canonical_linear(p), S)
-    off = t2d.placement(X, Y, rng.uniform(keys, "translate", 2))
+    box = pl.alpha_box(ds._canvases.index_select(0, torch.from_numpy(labels)))
+    X, Y = pl.box_corners(box, pl.canonical_linear(p), S)
+    off = pl.placement(X, Y, rng.uniform(keys, "translate", 2))
     assert off.shape == (n, 2) and np.isfinite(off).all()
     assert off.min() >= -1.0 and off.max() <= 1.0  # centre (x, y) = (off + 1) / 2 in [0, 1]
     big_any = np.zeros(n, bool)
@@ -47,12 +47,12 @@ def test_placement_edge_cases():
     # a box 3 images wide centred on the object: positions covering the image are [-2, 2], cut to [-1, 1]
     X = np.tile([-3.0, 3.0, -3.0, 3.0], (3, 1))
     Y = np.tile([-0.5, -0.5, 0.5, 0.5], (3, 1))
-    off = t2d.placement(X, Y, u)
+    off = pl.placement(X, Y, u)
     np.testing.assert_allclose(off[:, 0], [1.0, 0.0, -0.998], atol=1e-12)
     np.testing.assert_allclose(off[:, 1], [0.499, 0.0, -0.5], atol=1e-12)  # fits: lo + u (hi - lo)
     # a box that does not contain its centre and does not fit: clamped into the image, never outside
     X = np.tile([3.0, 9.0, 3.0, 9.0], (3, 1))
-    assert np.abs(t2d.placement(X, Y, u)).max() <= 1.0
+    assert np.abs(pl.placement(X, Y, u)).max() <= 1.0
 
 
 def test_rendered_centres_inside_image_all_types():
@@ -63,8 +63,8 @@ def test_rendered_centres_inside_image_all_types():
     ds = Transforms2D(61, ALL, n=n, seed=0)
     keys = rng.sample_keys(ds.seed, ds.split, np.arange(n))
     labels = rng.integers(keys, "object", ds.num_classes)
-    box = t2d._alpha_box(ds._canvases.index_select(0, torch.from_numpy(labels)))
-    X, Y = t2d._box_corners(box, t2d._canonical_linear(sample(keys, ds.transforms, ds.recipe)), 32)
+    box = pl.alpha_box(ds._canvases.index_select(0, torch.from_numpy(labels)))
+    X, Y = pl.box_corners(box, pl.canonical_linear(sample(keys, ds.transforms, ds.recipe)), 32)
     big = np.flatnonzero((X.max(1) - X.min(1) > 2.2) | (Y.max(1) - Y.min(1) > 2.2))[:200]
     assert big.size == 200
     for order in ("canonical", "random"):

@@ -60,9 +60,9 @@ def _mae(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def test_registry_names_and_families():
-    assert len(T.SYNTHETIC) == 18 and len(set(T.SYNTHETIC)) == 18
+    assert len(T.TEST_TRANSFORMS) == 18 and len(set(T.TEST_TRANSFORMS)) == 18
     spatial = {"crop", "hflip", "vflip", "scale", "shear", "rotation", "translation", "deform"}
-    for n in T.SYNTHETIC:
+    for n in T.TEST_TRANSFORMS:
         t = T.get(n)
         assert t.name == n
         assert t.family == ("spatial" if n in spatial else "appearance")
@@ -331,7 +331,7 @@ def test_equalize_constant_channel_unchanged():
 # batching, dtypes, preprocessing
 
 
-@pytest.mark.parametrize("name", T.SYNTHETIC)
+@pytest.mark.parametrize("name", T.TEST_TRANSFORMS)
 def test_batch_equals_per_image_and_dtypes_agree(name, photos):
     t = T.get(name)
     g = t.grid(9)
@@ -361,7 +361,7 @@ def test_preprocess_vs_pil_and_small_sizes():
     assert _mae(_hwc(y[0]), ref) < 1.5
     small = T.preprocess(x.float() / 255, resize=36, crop=32)
     assert small.shape == (1, 3, 32, 32) and small.dtype == torch.float32
-    for n in T.SYNTHETIC:
+    for n in T.TEST_TRANSFORMS:
         out = T.get(n).apply(small, T.get(n).grid(4))
         assert out.shape[-2:] == (32, 32) and torch.isfinite(out).all()
 

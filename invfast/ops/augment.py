@@ -26,7 +26,8 @@ import torch
 import torch.nn.functional as F
 
 from invfast import _loader, backend
-from invfast.ops.color import blend, hsv_to_rgb, luma, rgb_to_hsv
+from invfast.ops.color import adjust_hue, blend, luma
+from invfast.ops.kernels import gaussian_taps
 
 #: environment switch that lets the unmeasured CUDA kernels of this family serve under backend 'auto'
 CUDA_KERNELS_ENV = backend.CUDA_KERNELS_ENV
@@ -191,24 +192,6 @@ def warp_coords(images: torch.Tensor, coords: torch.Tensor, fill: torch.Tensor) 
 # fused policy views
 
 
-def _hue(x: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    h, s, v = rgb_to_hsv(x).unbind(dim=-3)
-    return hsv_to_rgb(torch.stack((torch.remainder(h + shift.view(-1, 1, 1), 1.0), s, v), dim=-3))
-
-
-def _gaussian_taps(sigma: torch.Tensor, on: torch.Tensor, max_radius: int) -> torch.Tensor:
-    """float32 [B, 2R+1] normalised taps, radius int(3 sigma + 0.5) cut at max_radius, 0 where ``on`` is
-    False; R is the largest radius (one host read: it sets the shape)."""
-    s = sigma.to(torch.float64)
-    radius = torch.where(on, (3.0 * s + 0.5).floor(), torch.zeros_like(s)).clamp(0, max_radius).to(torch.int64)
-    R = int(radius.max()) if radius.numel() else 0
-    xs = torch.arange(-R, R + 1, dtype=torch.float64, device=s.device).view(1, -1)
-    k = torch.exp(-0.5 * (xs / s.clamp_min(1e-12).view(-1, 1)) ** 2)
-    k = torch.where(xs.abs() <= radius.view(-1, 1), k, torch.zeros_like(k))
-    k = torch.where((xs == 0) & (radius.view(-1, 1) == 0), torch.ones_like(k), k)
-    return (k / k.sum(dim=1, keepdim=True)).to(torch.float32)
-
-
 def _blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     """Separable blur of x [B, 3, H, W] with per-image taps [B, 2R+1], reflect padding."""
     B, C, H, W = x.shape
@@ -250,7 +233,7 @@ def augment_views_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: i
                 (x * f[:, 0].view(B, 1, 1, 1)).clamp_(0.0, 1.0),
                 blend(x, gray.mean(dim=(1, 2, 3), keepdim=True), f[:, 1].view(B, 1, 1, 1)),
                 blend(x, gray, f[:, 2].view(B, 1, 1, 1)),
-                _hue(x, f[:, 3]),
+                adjust_hue(x, f[:, 3].view(-1, 1, 1)),
             )
             for k, cand in enumerate(cands):
                 x = torch.where((on & (op == k)).view(B, 1, 1, 1), cand, x)
@@ -259,7 +242,8 @@ def augment_views_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: i
         x = torch.where(g, luma(x).expand_as(x), x)
     if blur is not None:
         on = blur.to(device=dev, dtype=torch.bool)
-        x = _blur(x, _gaussian_taps(sigma.to(dev), on, min(out_h, out_w) - 1))
+        s = torch.where(on, sigma.to(device=dev, dtype=torch.float64), 0.0)  # sigma 0: the identity tap
+        x = _blur(x, gaussian_taps(s, max_radius=min(out_h, out_w) - 1).to(torch.float32))
     if solarize is not None:
         sol = solarize.to(device=dev, dtype=torch.bool).view(B, 1, 1, 1)
         x = torch.where(sol & (x >= threshold), 1.0 - x, x)

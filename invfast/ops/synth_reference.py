@@ -7,10 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from invfast.constants import LUMA_WEIGHTS
-from invfast.ops.color import rgb_to_hsv
-
-_GRAY = LUMA_WEIGHTS
+from invfast.ops.color import adjust_hue, luma
 
 __all__ = ["unpremultiply", "premultiply", "gray", "hue_shift", "brightness", "contrast", "grayscale", "posterize",
            "invert", "separable_blur", "pixel_centres", "sample_grid", "affine_warp"]
@@ -33,25 +30,14 @@ def _col(v: torch.Tensor) -> torch.Tensor:
 
 
 def gray(rgb: torch.Tensor) -> torch.Tensor:
-    """Luma [B, 1, H, W]."""
-    return rgb[:, 0:1] * _GRAY[0] + rgb[:, 1:2] * _GRAY[1] + rgb[:, 2:3] * _GRAY[2]
+    """Luma [B, 1, H, W] (:func:`invfast.ops.color.luma`)."""
+    return luma(rgb)
 
 
 def hue_shift(rgb: torch.Tensor, shift: torch.Tensor) -> torch.Tensor:
-    """Rotate hue by ``shift`` [B] (fraction of the colour circle) in HSV, as torchvision's adjust_hue."""
-    h, s, v = rgb_to_hsv(rgb).unbind(dim=1)
-    h = torch.remainder(h + shift.to(torch.float32).view(-1, 1, 1), 1.0)
-    i = torch.floor(h * 6.0)
-    f = h * 6.0 - i
-    i = i.to(torch.int64) % 6
-    p = (v * (1.0 - s)).clamp(0.0, 1.0)
-    q = (v * (1.0 - s * f)).clamp(0.0, 1.0)
-    t = (v * (1.0 - s * (1.0 - f))).clamp(0.0, 1.0)
-    # rows: i = 0..5 -> (r, g, b) picks from (v, q, p, t)
-    table = torch.stack([v, q, p, t], dim=1)  # [B, 4, H, W]
-    sel = torch.tensor([[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]], device=rgb.device)
-    idx = sel[i].permute(0, 3, 1, 2)  # [B, 3, H, W]
-    return torch.gather(table, 1, idx)
+    """Rotate hue by ``shift`` [B] (fraction of the colour circle) in HSV, as torchvision's adjust_hue
+    (:func:`invfast.ops.color.adjust_hue` with torchvision's sector table, as the compiled kernel)."""
+    return adjust_hue(rgb, shift.to(torch.float32).view(-1, 1, 1), sectors=True)
 
 
 def brightness(rgb: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:

@@ -33,7 +33,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from invfast.synthetic.recipe import canonical
-    from invfast.synthetic.transforms2d import RANDOM_BACKGROUNDS, Transforms2D
+    from invfast.synthetic.inputs import RANDOM_BACKGROUNDS
+    from invfast.synthetic.transforms2d import Transforms2D
 
     if args.out is None and args.preview is None:
         print("invfast generate: nothing to do; give --out DIR and/or --preview grid.png", file=sys.stderr)

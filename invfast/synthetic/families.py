@@ -20,9 +20,11 @@ import torch
 
 from invfast.ops.synth import composite
 from invfast.synthetic import ops2d, rng
-from invfast.synthetic.banks import ObjectBank, builtin_objects, random_pattern_objects, _open_image, _IMAGE_EXTS
-from invfast.synthetic.recipe import TRANSFORMATIONS, canonical
-from invfast.synthetic.transforms2d import RANDOM_BACKGROUNDS, Transforms2D, _alpha_box, _as_objects
+from invfast.synthetic.banks import _IMAGE_EXTS, ObjectBank, builtin_objects, random_pattern_objects
+from invfast.synthetic.inputs import RANDOM_BACKGROUNDS, as_indices, as_objects
+from invfast.synthetic.placement import alpha_box
+from invfast.synthetic.recipe import TRANSFORMATION_TYPES, canonical
+from invfast.synthetic.transforms2d import Transforms2D
 
 
 @dataclass
@@ -56,13 +58,13 @@ class SameVsDifferent:
 
 
 def same_vs_different(n_objects: int = 30, n_transforms: int = 3, seed: int = 0, objects: Any = None,
-                      transforms: Sequence[str] = TRANSFORMATIONS, **dataset_kwargs) -> SameVsDifferent:
+                      transforms: Sequence[str] = TRANSFORMATION_TYPES, **dataset_kwargs) -> SameVsDifferent:
     """Draw disjoint source/target object sets (|O| = n_objects each) from ``objects`` (built-in 61 by
     default) and disjoint transformation sets (|T| = n_transforms each) from ``transforms``.
 
     ``dataset_kwargs`` (size, n, backgrounds, recipe) go to every Transforms2D; the dataset seed is ``seed``.
     """
-    bank = _as_objects(61 if objects is None else objects, None)
+    bank = as_objects(61 if objects is None else objects, None)
     pool = canonical(transforms)
     if 2 * n_objects > len(bank):
         raise ValueError(f"same_vs_different needs 2 x {n_objects} disjoint objects but the bank holds {len(bank)}")
@@ -82,7 +84,7 @@ def same_vs_different(n_objects: int = 30, n_transforms: int = 3, seed: int = 0,
 
 
 def nested_transformation_sets(sizes: Sequence[int] = (1, 2, 4, 8, 18), seed: int = 0,
-                               transforms: Sequence[str] = TRANSFORMATIONS) -> list[tuple[str, ...]]:
+                               transforms: Sequence[str] = TRANSFORMATION_TYPES) -> list[tuple[str, ...]]:
     """T1 ⊂ T2 ⊂ ... : the first ``sizes[k]`` types of one seeded permutation of ``transforms``."""
     pool = canonical(transforms)
     sizes = list(sizes)
@@ -232,7 +234,7 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
             raise ValueError(f"object_scale must be in [0.05, 1], got {object_scale}")
         self.images_base = x.contiguous()
         self.base_labels = y
-        self.objects = _as_objects(objects, None)
+        self.objects = as_objects(objects, None)
         self.alpha, self.beta, self.task, self.position, self.seed = alpha, beta, task, position, int(seed)
         self.size = int(x.shape[2])
         self._canvases = self.objects.canvases(self.size, object_scale)
@@ -242,9 +244,7 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
 
     def generate(self, indices: Sequence[int]):
         """(images uint8 [B, 3, H, W], labels int64 [B] for ``task``, params dict of Tensors [B])."""
-        from invfast.synthetic.transforms2d import _as_indices
-
-        idx = _as_indices(indices, len(self))
+        idx = as_indices(indices, len(self))
         keys = rng.sample_keys(self.seed, "irrelevant", idx)
         B, S, K = idx.size, self.size, len(self.objects)
         base = self.base_labels[torch.from_numpy(idx)].numpy()
@@ -255,7 +255,7 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
         if self.beta is not None:
             present = rng.uniform(keys, "available") < self.beta
         pm = self._canvases.index_select(0, torch.from_numpy(obj)) * torch.from_numpy(present).view(-1, 1, 1, 1).float()
-        y0, y1, x0, x1 = _alpha_box(self._canvases.index_select(0, torch.from_numpy(obj)))
+        y0, y1, x0, x1 = alpha_box(self._canvases.index_select(0, torch.from_numpy(obj)))
         if self.position == "random":
             u = rng.uniform(keys, "position", 2)
             top = np.floor(u[:, 0] * (S - (y1 - y0))).astype(np.int64) - y0.astype(np.int64)

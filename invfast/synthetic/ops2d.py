@@ -10,11 +10,10 @@ with a separate alpha [B, 1, H, W].
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 
+from invfast.ops.kernels import gaussian_taps
 from invfast.ops.synth_reference import (_col, _shift_sum, affine_warp, brightness, contrast, gray,  # noqa: F401
                                          grayscale, hue_shift, invert, pixel_centres, posterize, premultiply,
                                          sample_grid, separable_blur, unpremultiply)
@@ -37,15 +36,6 @@ def sharpen(rgb: torch.Tensor, factor: float) -> torch.Tensor:
     degenerate = rgb.clone()
     degenerate[:, :, 1:-1, 1:-1] = blurred
     return (degenerate + (rgb - degenerate) * factor).clamp_(0.0, 1.0)
-
-
-def gaussian_kernels(sigma: torch.Tensor, size: int) -> torch.Tensor:
-    """Normalised 1-D Gaussian taps [B, size] for per-sample ``sigma`` [B] (float64 -> float32)."""
-    half = (size - 1) / 2.0
-    x = torch.arange(size, dtype=torch.float64) - half
-    s = sigma.to(torch.float64).view(-1, 1).clamp_min(1e-6)
-    k = torch.exp(-0.5 * (x.view(1, -1) / s) ** 2)
-    return (k / k.sum(dim=1, keepdim=True)).to(torch.float32)
 
 
 def pixelate(pm: torch.Tensor, ratio: float) -> torch.Tensor:
@@ -77,15 +67,9 @@ def elastic(pm: torch.Tensor, noise: torch.Tensor, alpha: float, sigma: float) -
     size = int(8 * sigma + 1)
     size += 1 - size % 2
     size = min(size, 2 * min(H, W) - 1)
-    taps = gaussian_kernels(torch.full((B,), float(sigma)), size)
+    taps = gaussian_taps(torch.full((B,), float(sigma)), size=size).to(torch.float32)
     disp = separable_blur(noise, taps) * (alpha / H)
     xs = pixel_centres(W).view(1, 1, W)
     ys = pixel_centres(H).view(1, H, 1)
     return sample_grid(pm, xs + disp[:, 0], ys + disp[:, 1])
 
-
-def rotation_matrix(angle_deg: torch.Tensor) -> torch.Tensor:
-    """[B, 2, 2] counter-clockwise (as displayed, y pointing down) rotation, float64."""
-    t = angle_deg.to(torch.float64) * (math.pi / 180.0)
-    c, s = torch.cos(t), torch.sin(t)
-    return torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)

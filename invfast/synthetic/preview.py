@@ -6,10 +6,10 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from invfast.synthetic.recipe import TRANSFORMATIONS, canonical
+from invfast.synthetic.recipe import TRANSFORMATION_TYPES, canonical
 
 
-def preview_grid(transforms: Sequence[str] | str = TRANSFORMATIONS, objects: Any = 61, n_cols: int = 10,
+def preview_grid(transforms: Sequence[str] | str = TRANSFORMATION_TYPES, objects: Any = 61, n_cols: int = 10,
                  size: int = 32, seed: int = 0, zoom: int = 3, combined: bool = True, backgrounds: Any = None):
     """A PIL image: row 0 untransformed, then one row per transformation type (same samples in each
     column, so a row shows exactly what its type changes), and a last row with all types combined.

@@ -7,7 +7,9 @@ the same latent factors.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, asdict
+from typing import Any
 
 import numpy as np
 
@@ -16,7 +18,8 @@ from invfast.synthetic import rng
 GEOMETRIC = ("translate", "rotate", "scale", "shear", "vflip", "hflip")
 PHOTOMETRIC = ("hue", "brightness", "grayscale", "posterize", "invert", "sharpen")
 CORRUPTION = ("blur", "noise", "pixelate", "elastic", "erasing", "contrast")
-TRANSFORMATIONS: tuple[str, ...] = GEOMETRIC + PHOTOMETRIC + CORRUPTION
+#: the 18 Transforms-2D transformation types (Speicher et al.), geometric, photometric, corruption
+TRANSFORMATION_TYPES: tuple[str, ...] = GEOMETRIC + PHOTOMETRIC + CORRUPTION
 CATEGORY = {**{t: "geometric" for t in GEOMETRIC}, **{t: "photometric" for t in PHOTOMETRIC},
             **{t: "corruption" for t in CORRUPTION}}
 ALIASES = {"rotation": "rotate", "translation": "translate", "vertical_flip": "vflip", "horizontal_flip": "hflip",
@@ -63,7 +66,7 @@ PARAM_NAMES: tuple[str, ...] = tuple(IDENTITY) + ("background",)
 
 
 def canonical(transforms) -> tuple[str, ...]:
-    """Validate and normalise a transformation list ('rotate,hue' or a sequence) to TRANSFORMATIONS order."""
+    """Validate and normalise a transformation list ('rotate,hue' or a sequence) to TRANSFORMATION_TYPES order."""
     if transforms is None:
         return ()
     if isinstance(transforms, str):
@@ -75,10 +78,10 @@ def canonical(transforms) -> tuple[str, ...]:
         if not isinstance(t, str):
             raise TypeError(f"transforms: names must be strings, got {type(t).__name__}")
         name = ALIASES.get(t.lower(), t.lower())
-        if name not in TRANSFORMATIONS:
-            raise ValueError(f"unknown transformation {t!r}; choose from {', '.join(TRANSFORMATIONS)}")
+        if name not in TRANSFORMATION_TYPES:
+            raise ValueError(f"unknown transformation {t!r}; choose from {', '.join(TRANSFORMATION_TYPES)}")
         out.add(name)
-    return tuple(t for t in TRANSFORMATIONS if t in out)
+    return tuple(t for t in TRANSFORMATION_TYPES if t in out)
 
 
 def _u(keys, stream, lo_hi):
@@ -114,3 +117,24 @@ def sample(keys: np.ndarray, transforms: tuple[str, ...], recipe: Recipe) -> dic
         if b in on:
             out[b] = (rng.uniform(keys, b) < recipe.p).astype(np.float64)
     return out
+
+
+_RENAMED = {"TRANSFORMATIONS": "TRANSFORMATION_TYPES"}
+_warned: set[str] = set()
+
+
+def _renamed(module: str, name: str) -> Any:
+    """The value of the old name ``name`` of ``module`` (warning once per process), or AttributeError."""
+    if name not in _RENAMED:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    new = _RENAMED[name]
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"invfast.synthetic.{name} is now invfast.synthetic.{new} (the 18 Transforms-2D "
+                      "transformation types; invfast.transforms.TEST_TRANSFORMS holds the test transforms); the old "
+                      "name will be removed in a later release", DeprecationWarning, stacklevel=3)
+    return globals()[new]
+
+
+def __getattr__(name: str) -> Any:
+    return _renamed(__name__, name)

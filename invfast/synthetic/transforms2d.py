@@ -1,5 +1,8 @@
 """Transforms-2D (Speicher et al.): one prototype object per class, transformed and alpha-composited
-onto a random background; every sample is a pure function of (seed, split, index)."""
+onto a random background; every sample is a pure function of (seed, split, index).
+
+The dataset class and its rendering; :mod:`invfast.synthetic.inputs` validates what it accepts and
+:mod:`invfast.synthetic.placement` builds the object's linear map and position."""
 from __future__ import annotations
 
 import hashlib
@@ -12,22 +15,20 @@ import numpy as np
 import torch
 
 from invfast.ops import synth as synth_ops
+from invfast.ops.kernels import gaussian_taps
 from invfast.ops.synth import COLOR_FLAGS, composite
 from invfast.synthetic import ops2d, rng
-from invfast.synthetic.banks import ObjectBank, bank_checksum, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects
-from invfast.synthetic.recipe import ALIASES, BINARY, GEOMETRIC, PARAM_NAMES, Recipe, canonical, sample
+from invfast.synthetic.banks import bank_checksum
+from invfast.synthetic.inputs import (DEFAULT_SIZES, ORDERS, RANDOM_BACKGROUNDS, SPLITS, as_backgrounds,  # noqa: F401
+                                      as_indices, as_objects, as_order, check_split)
+from invfast.synthetic.placement import (LINEAR_GEOMETRIC, alpha_box, box_corners, canonical_linear,  # noqa: F401
+                                         placement, type_matrix)
+from invfast.synthetic.recipe import BINARY, GEOMETRIC, PARAM_NAMES, Recipe, canonical, sample
 
-# generator version in every config/fingerprint: 2 = centre kept inside the image for boxes longer than
-# the image (those draws changed), so a dataset materialised by version 1 is not taken for the same one
-FORMAT_VERSION = 2
-DEFAULT_SIZES = {"train": 50_000, "val": 10_000, "test": 10_000}
-RANDOM_BACKGROUNDS = "uniform-random"
-#: the split names with a default size; ``invfast.synthetic.check_split`` accepts only these
-SPLITS: tuple[str, ...] = tuple(DEFAULT_SIZES)
-#: per-sample orders of the transformation types (see ``Transforms2D``)
-ORDERS: tuple[str, ...] = ("canonical", "random")
-#: geometric types that are linear maps about the object's centre (translate is the placement)
-LINEAR_GEOMETRIC: tuple[str, ...] = ("rotate", "scale", "shear", "vflip", "hflip")
+#: generator version, recorded as ``format_version`` in every config/fingerprint (the manifest file format is
+#: ``storage.FORMAT_VERSION``): 2 = centre kept inside the image for boxes longer than the image (those draws
+#: changed), so a dataset materialised by version 1 is not taken for the same one
+GENERATOR_VERSION = 2
 #: the order of application with ``order='canonical'`` (colour types fused in one pass; the geometric
 #: types fused in one warp that also places the object; noise on the placed object)
 CANONICAL_ORDER: tuple[str, ...] = ("hue", "brightness", "contrast", "grayscale", "posterize", "invert", "sharpen",
@@ -38,79 +39,10 @@ _CHUNK_PER_THREAD = 256  # samples per thread rendered together: intermediates s
 Batch = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
 
 
-def _as_objects(objects: Any, n_classes: int | None) -> ObjectBank:
-    if isinstance(objects, ObjectBank):
-        bank = objects
-    elif isinstance(objects, (int, np.integer)) and not isinstance(objects, bool):
-        if objects < 1:
-            raise ValueError(f"objects: need at least 1 object, got {objects}")
-        bank = builtin_objects(max(61, int(objects))).subset(range(int(objects)))
-    elif isinstance(objects, (str, os.PathLike)):
-        bank = load_objects(objects)
-    elif isinstance(objects, (list, tuple, range, np.ndarray, torch.Tensor)):
-        idx = [int(i) for i in objects]
-        if not idx:
-            raise ValueError("objects: empty list of object indices")
-        if len(set(idx)) != len(idx):
-            raise ValueError("objects: object indices must be distinct (one class per object)")
-        bank = builtin_objects(max(61, max(idx) + 1)).subset(idx)
-    else:
-        raise TypeError("objects must be an int (that many built-in objects), a list of built-in object "
-                        "indices, an ObjectBank, or a folder path in the SI-score layout; "
-                        f"got {type(objects).__name__}")
-    if n_classes is not None:
-        if n_classes < 1:
-            raise ValueError(f"n_classes must be >= 1, got {n_classes}")
-        if len(bank) < n_classes:
-            raise ValueError(f"{n_classes} classes requested but the object bank holds only {len(bank)} objects "
-                             "(one object per class); pass more objects or fewer classes")
-        bank = bank.subset(range(n_classes))
-    return bank
 
 
-def _as_backgrounds(backgrounds: Any, size: int) -> torch.Tensor | str:
-    if backgrounds is None:
-        return builtin_backgrounds(867, size)
-    if isinstance(backgrounds, str) and backgrounds == RANDOM_BACKGROUNDS:
-        return RANDOM_BACKGROUNDS
-    if isinstance(backgrounds, (str, os.PathLike)):
-        return load_backgrounds(backgrounds, size=size)
-    if isinstance(backgrounds, np.ndarray):
-        backgrounds = torch.from_numpy(np.ascontiguousarray(backgrounds))
-    if isinstance(backgrounds, torch.Tensor):
-        t = backgrounds
-        if t.dim() == 4 and t.shape[-1] == 3 and t.shape[1] != 3:
-            t = t.permute(0, 3, 1, 2)
-        if t.dim() != 4 or t.shape[1] != 3:
-            raise ValueError(f"backgrounds must be [N, 3, H, W] or [N, H, W, 3], got {tuple(backgrounds.shape)}")
-        if t.dtype != torch.uint8:
-            if not t.is_floating_point():
-                raise TypeError(f"backgrounds must be uint8 (0..255) or float (0..1), got {t.dtype}")
-            t = (t.float().clamp(0, 1) * 255).round().to(torch.uint8)
-        if t.shape[0] < 1:
-            raise ValueError("backgrounds: need at least one background image")
-        if tuple(t.shape[2:]) != (size, size):
-            t = torch.nn.functional.interpolate(t.float(), size=(size, size), mode="bilinear",
-                                                align_corners=False, antialias=True).round().clamp(0, 255).to(torch.uint8)
-        return t.contiguous()
-    raise TypeError(f"backgrounds must be None (built-in), {RANDOM_BACKGROUNDS!r}, a folder path or an image "
-                    f"tensor/array, got {type(backgrounds).__name__}")
 
 
-def _as_indices(indices: Any, n: int) -> np.ndarray:
-    if isinstance(indices, torch.Tensor):
-        indices = indices.cpu().numpy()
-    if isinstance(indices, range):
-        idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
-    else:
-        idx = np.asarray(indices)
-        if idx.dtype == bool or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
-            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
-        idx = idx.astype(np.int64).reshape(-1)
-    if idx.size and (idx.min() < 0 or idx.max() >= n):
-        bad = idx[(idx < 0) | (idx >= n)][0]
-        raise IndexError(f"index {int(bad)} out of range for a dataset of {n} samples")
-    return idx
 
 
 class Transforms2D(torch.utils.data.Dataset):
@@ -119,7 +51,7 @@ class Transforms2D(torch.utils.data.Dataset):
     Args:
         objects: int (the first that many built-in objects), list of built-in object indices,
             an :class:`ObjectBank`, or a folder in the SI-score layout. Object ``i`` is class ``i``.
-        transforms: transformation types (names from ``TRANSFORMATIONS`` or 'rotate,hue,blur');
+        transforms: transformation types (names from ``TRANSFORMATION_TYPES`` or 'rotate,hue,blur');
             all are applied to every sample (the order they are listed in does not matter).
         size: image side in pixels.
         n: number of samples (default 50 000 / 10 000 / 10 000 for train / val / test).
@@ -157,14 +89,14 @@ class Transforms2D(torch.utils.data.Dataset):
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
         self.transforms = canonical(transforms)
-        self.order = _as_order(order, self.transforms)
+        self.order = as_order(order, self.transforms)
         self.size = int(size)
         self.n = int(n)
         self.seed = int(seed)
         self.split = split
         self.recipe = recipe or Recipe()
-        self.objects = _as_objects(objects, n_classes)
-        self.backgrounds = _as_backgrounds(backgrounds, self.size)
+        self.objects = as_objects(objects, n_classes)
+        self.backgrounds = as_backgrounds(backgrounds, self.size)
         self._canvases = self.objects.canvases(self.size, self.recipe.fill)
 
     # ------------------------------------------------------------------ Dataset protocol
@@ -199,7 +131,7 @@ class Transforms2D(torch.utils.data.Dataset):
     def generate(self, indices: Iterable[int]) -> Batch:
         """Samples at ``indices``: (images uint8 [B, 3, size, size], labels int64 [B],
         params dict[str, float64 Tensor [B]]). Independent of batch composition and order."""
-        idx = _as_indices(indices, self.n)
+        idx = as_indices(indices, self.n)
         keys = rng.sample_keys(self.seed, self.split, idx)
         chunk = _CHUNK_PER_THREAD * max(1, torch.get_num_threads())
         if idx.size <= chunk:
@@ -260,7 +192,7 @@ class Transforms2D(torch.utils.data.Dataset):
             if t in T:
                 pm = self._apply_local(t, pm, np.ones(B, bool) if t == "blur" else p[t] > 0.5, keys, p)
         if T & set(GEOMETRIC):
-            pm = self._place(pm, keys, p, _canonical_linear(p))
+            pm = self._place(pm, keys, p, canonical_linear(p))
         if "noise" in T:
             pm = self._apply_local("noise", pm, p["noise"] > 0.5, keys, p)
         return pm
@@ -280,7 +212,7 @@ class Transforms2D(torch.utils.data.Dataset):
                 if not sel.any() or t == "translate":
                     continue
                 if t in LINEAR_GEOMETRIC:
-                    L[sel] = np.einsum("bij,bjk->bik", _type_matrix(t, p, sel), L[sel])
+                    L[sel] = np.einsum("bij,bjk->bik", type_matrix(t, p, sel), L[sel])
                     pending |= sel
                     continue
                 on = sel & (p[t] > 0.5) if t in BINARY else sel
@@ -312,7 +244,7 @@ class Transforms2D(torch.utils.data.Dataset):
             return pm
         S, rec = self.size, self.recipe
         if t == "blur":
-            taps = ops2d.gaussian_kernels(torch.from_numpy(p["blur_sigma"][on]), rec.blur_kernel)
+            taps = gaussian_taps(torch.from_numpy(p["blur_sigma"][on]), size=rec.blur_kernel).to(torch.float32)
             if on.all():
                 return synth_ops.blur(pm, taps)
             m = torch.from_numpy(on)
@@ -330,7 +262,7 @@ class Transforms2D(torch.utils.data.Dataset):
                                   rec.elastic_sigma * S / 32.0)
         elif t == "erasing":
             side = max(1, int(round(rec.erase_side_32 * S / 32.0)))
-            y0, y1, x0, x1 = _alpha_box(pm[m])
+            y0, y1, x0, x1 = alpha_box(pm[m])
             u = rng.uniform(keys[on], "erase-position", 2)
             cy = y0 + u[:, 0] * (y1 - y0)
             cx = x0 + u[:, 1] * (x1 - x0)
@@ -353,7 +285,7 @@ class Transforms2D(torch.utils.data.Dataset):
         and, with translate, place it (:func:`placement`); sets ``p['x']``, ``p['y']``."""
         offset = np.zeros((keys.shape[0], 2))
         if "translate" in self.transforms:
-            X, Y = _box_corners(_alpha_box(pm), m, self.size)
+            X, Y = box_corners(alpha_box(pm), m, self.size)
             offset = placement(X, Y, rng.uniform(keys, "translate", 2))
         p["x"] = (offset[:, 0] + 1.0) / 2.0
         p["y"] = (offset[:, 1] + 1.0) / 2.0
@@ -374,7 +306,7 @@ class Transforms2D(torch.utils.data.Dataset):
 
         Without the canonical order the linear geometric types run at their position (consecutive ones fused
         into one warp) and translate places the finished object last whatever its position."""
-        idx = _as_indices(indices, self.n)
+        idx = as_indices(indices, self.n)
         if self.order == "canonical":
             return [tuple(t for t in CANONICAL_ORDER if t in self.transforms)] * idx.size
         perm = self._order_indices(rng.sample_keys(self.seed, self.split, idx))
@@ -386,7 +318,7 @@ class Transforms2D(torch.utils.data.Dataset):
         bg = ({"kind": RANDOM_BACKGROUNDS} if isinstance(self.backgrounds, str) else
               {"kind": "images", "n": int(self.backgrounds.shape[0]), "sha256": bank_checksum(self.backgrounds)})
         return {
-            "generator": "invfast.synthetic.Transforms2D", "format_version": FORMAT_VERSION,
+            "generator": "invfast.synthetic.Transforms2D", "format_version": GENERATOR_VERSION,
             "transforms": list(self.transforms), "size": self.size, "n": self.n, "seed": self.seed,
             "split": self.split, "objects": {"source": self.objects.source, "names": list(self.objects.names),
                                              "sha256": self.objects.checksum()},
@@ -413,119 +345,15 @@ class Transforms2D(torch.utils.data.Dataset):
                 + (f", order={self.order!r})" if self.order != "canonical" else ")"))
 
 
-def _alpha_box(pm: torch.Tensor) -> tuple[np.ndarray, ...]:
-    """Per-sample inclusive pixel box (y0, y1, x0, x1) of alpha > 0, float64 [B] each
-    (the whole canvas for an empty alpha)."""
-    S_h, S_w = pm.shape[-2:]
-    a = pm[:, 3] > 0
-    rows = a.any(dim=2).numpy()
-    cols = a.any(dim=1).numpy()
-    empty = ~rows.any(1)
-
-    def first_last(m: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-        first = np.argmax(m, axis=1).astype(np.float64)
-        last = (n - 1 - np.argmax(m[:, ::-1], axis=1)).astype(np.float64)
-        return np.where(empty, 0.0, first), np.where(empty, n - 1.0, last)
-
-    y0, y1 = first_last(rows, S_h)
-    x0, x1 = first_last(cols, S_w)
-    return y0, y1, x0, x1
 
 
-def check_split(split: str) -> str:
-    """``split`` if it is one of :data:`SPLITS` (``train``, ``val``, ``test``), else ValueError naming them.
-
-    For spec parsers (``synthetic:...,split=NAME``); :class:`Transforms2D` itself also takes other names
-    with an explicit ``n`` (each name keys an independent stream)."""
-    if not isinstance(split, str) or split not in SPLITS:
-        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    return split
 
 
-def _box_corners(box: tuple[np.ndarray, ...], m: np.ndarray, S: int) -> tuple[np.ndarray, np.ndarray]:
-    """Corners (X, Y) [B, 4] of the pixel ``box`` (y0, y1, x0, x1 of :func:`_alpha_box`) mapped by ``m``
-    [B, 2, 2], normalised coordinates relative to the canvas centre."""
-    y0, y1, x0, x1 = box
-    # box edges in normalised coordinates, widened by half a pixel for bilinear support
-    ex0, ex1 = (x0 - 0.5) * 2.0 / S - 1.0, (x1 + 1.5) * 2.0 / S - 1.0
-    ey0, ey1 = (y0 - 0.5) * 2.0 / S - 1.0, (y1 + 1.5) * 2.0 / S - 1.0
-    cx = np.stack([ex0, ex1, ex0, ex1], 1)
-    cy = np.stack([ey0, ey0, ey1, ey1], 1)
-    return m[:, 0, 0, None] * cx + m[:, 0, 1, None] * cy, m[:, 1, 0, None] * cx + m[:, 1, 1, None] * cy
 
 
-def placement(X: np.ndarray, Y: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Where the object goes: offsets float64 [B, 2] (x, y) of its centre, normalised (−1, 1 = image edges).
-
-    ``X``, ``Y`` [B, 4]: corners of the object's (transformed) bounding box relative to its centre, in the
-    same units; ``u`` [B, 2]: uniforms in [0, 1). Per axis, a box that fits is placed uniformly inside the
-    image. A box longer than the image (a sheared/scaled object) is placed uniformly among the positions
-    where it covers the image *and* its centre lies inside the image, so the centre never leaves the
-    image (the original pastes into an image-sized canvas, which clips the object the same way).
-    """
-    out = np.empty((X.shape[0], 2))
-    for j, C in enumerate((X, Y)):
-        lo, hi = -1.0 - C.min(1), 1.0 - C.max(1)  # fits: lo <= hi; covers the image: hi <= offset <= lo
-        # offset = a + u (b - a) with a = lo, b = hi when it fits; when it does not, [b, a] = [hi, lo]
-        # (the covering positions) cut to the image [-1, 1]
-        big = lo > hi
-        a = np.where(big, np.minimum(lo, 1.0), lo)
-        b = np.where(big, np.maximum(hi, -1.0), hi)
-        # a centre outside its own box (never for the centred base layout): the nearest point inside
-        bad = big & (b > a)
-        mid = np.clip(0.5 * (lo + hi), -1.0, 1.0)
-        a, b = np.where(bad, mid, a), np.where(bad, mid, b)
-        out[:, j] = np.clip(a + u[:, j] * (b - a), -1.0, 1.0)
-    return out
 
 
-def _canonical_linear(p: dict[str, np.ndarray]) -> np.ndarray:
-    """The canonical order's linear map [B, 2, 2]: flip, then shear, scale, rotate (normalised coordinates)."""
-    th = np.deg2rad(p["angle"])
-    c, s = np.cos(th), np.sin(th)
-    tx, ty = np.tan(np.deg2rad(p["shear_x"])), np.tan(np.deg2rad(p["shear_y"]))
-    fx, fy = 1.0 - 2.0 * p["hflip"], 1.0 - 2.0 * p["vflip"]
-    sc = p["scale"]
-    # Sh = [[1, tx], [ty, 1 + tx ty]] (x-shear then y-shear, det 1); L = Sh @ diag(fx, fy) * sc
-    l00, l01, l10, l11 = sc * fx, sc * tx * fy, sc * ty * fx, sc * (1.0 + tx * ty) * fy
-    # M = R @ L with R = [[c, s], [-s, c]] (counter-clockwise as displayed)
-    return np.stack([np.stack([c * l00 + s * l10, c * l01 + s * l11], -1),
-                     np.stack([-s * l00 + c * l10, -s * l01 + c * l11], -1)], -2)
 
 
-def _type_matrix(t: str, p: dict[str, np.ndarray], sel: np.ndarray) -> np.ndarray:
-    """The linear map [n, 2, 2] of one geometric type for the samples ``sel`` (same conventions as
-    :func:`_canonical_linear`)."""
-    n = int(sel.sum())
-    one, zero = np.ones(n), np.zeros(n)
-    if t == "rotate":
-        th = np.deg2rad(p["angle"][sel])
-        c, s = np.cos(th), np.sin(th)
-        rows = ((c, s), (-s, c))
-    elif t == "scale":
-        sc = p["scale"][sel]
-        rows = ((sc, zero), (zero, sc))
-    elif t == "shear":
-        tx, ty = np.tan(np.deg2rad(p["shear_x"][sel])), np.tan(np.deg2rad(p["shear_y"][sel]))
-        rows = ((one, tx), (ty, 1.0 + tx * ty))
-    elif t == "hflip":
-        rows = ((1.0 - 2.0 * p["hflip"][sel], zero), (zero, one))
-    elif t == "vflip":
-        rows = ((one, zero), (zero, 1.0 - 2.0 * p["vflip"][sel]))
-    else:
-        raise ValueError(f"{t!r} is not a linear geometric type")
-    return np.stack([np.stack(r, -1) for r in rows], -2)
 
 
-def _as_order(order: Any, transforms: tuple[str, ...]) -> str | tuple[str, ...]:
-    """``'canonical'``, ``'random'``, or a validated tuple naming every type of ``transforms`` once."""
-    if isinstance(order, str) and order in ORDERS:
-        return order
-    if isinstance(order, str):
-        order = [t.strip() for t in order.split(",") if t.strip()]
-    if isinstance(order, (list, tuple)) and all(isinstance(t, str) for t in order):
-        names = tuple(ALIASES.get(t.lower(), t.lower()) for t in order)
-        if sorted(names) == sorted(transforms) and len(set(names)) == len(names):
-            return names
-    raise ValueError(f"order must be one of {', '.join(ORDERS)}, or name each of the dataset's types once "
-                     f"({', '.join(transforms) or 'none'}), got {order!r}")

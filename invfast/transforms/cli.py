@@ -9,7 +9,7 @@ import os
 
 import torch
 
-from invfast.transforms.registry import SYNTHETIC, get
+from invfast.transforms.registry import TEST_TRANSFORMS, get, names
 
 _SKIMAGE = ("astronaut", "chelsea", "coffee", "rocket")
 
@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image", default="astronaut",
                         help=f"an image file, or a scikit-image sample ({', '.join(_SKIMAGE)}); default astronaut")
     parser.add_argument("--names", nargs="+", default=None, metavar="NAME",
-                        help=f"transforms to show (default: all 18): {' '.join(SYNTHETIC)}")
+                        help=f"transforms to show (default: all 18): {' '.join(TEST_TRANSFORMS)}")
     parser.add_argument("--k", type=int, default=8, help="grid points per transform (columns)")
     parser.add_argument("--tile", type=int, default=96, help="thumbnail side in pixels")
 
@@ -54,12 +54,12 @@ def run(args: argparse.Namespace) -> int:
         for n in args.names:
             get(n)  # unknown names raise a ValueError listing the valid ones
     if not args.preview:
-        for n in SYNTHETIC:
+        for n in names():
             t = get(n)
             print(f"{n:12s} {t.family:10s} grid {tuple(t.grid(256).shape)}")
         return 0
     from invfast.transforms.contact_sheet import save_contact_sheet
 
     sheet = save_contact_sheet(args.preview, _load(args.image), args.names, k=args.k, tile=args.tile)
-    print(f"wrote {args.preview} ({sheet.shape[1]}x{sheet.shape[0]} px, {len(args.names or SYNTHETIC)} transforms)")
+    print(f"wrote {args.preview} ({sheet.shape[1]}x{sheet.shape[0]} px, {len(args.names or TEST_TRANSFORMS)} transforms)")
     return 0

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from invfast.transforms._checks import as_images
-from invfast.transforms.registry import SYNTHETIC, get
+from invfast.transforms.registry import TEST_TRANSFORMS, get
 
 
 def _pick(grid: torch.Tensor, k: int) -> torch.Tensor:
@@ -34,7 +34,7 @@ def contact_sheet(image: torch.Tensor, names: Sequence[str] | None = None, k: in
 
     Args:
         image: one RGB image [3, H, W] or [1, 3, H, W], uint8 or float in [0, 1].
-        names: transform names (see ``SYNTHETIC``).
+        names: transform names (``TEST_TRANSFORMS`` or registered ones).
         k: columns per row (grid points shown).
         tile: side of each thumbnail in pixels (the image is resized to tile x tile first).
         label: write the transform name and parameter values (needs Pillow).
@@ -49,7 +49,7 @@ def contact_sheet(image: torch.Tensor, names: Sequence[str] | None = None, k: in
         raise ValueError(f"image must be a single image, got a batch of {image.shape[0]}")
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         raise ValueError(f"k must be a positive int, got {k!r}")
-    names = list(SYNTHETIC if names is None else names)
+    names = list(TEST_TRANSFORMS if names is None else names)
     if not names:
         raise ValueError("names is empty; pass at least one transform name")
     from invfast.transforms.preprocess import center_crop, resize

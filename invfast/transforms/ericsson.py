@@ -33,9 +33,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from invfast.ops.geometry import shear_matrix
+from invfast.ops.kernels import gaussian_taps
 from invfast.transforms import functional as Fn
 from invfast.transforms import registry
 from invfast.transforms._checks import as_images
+from invfast.transforms.transform import check_k
 
 __all__ = ["ERICSSON_CHANGED", "EricssonTransform", "get", "translation_grid", "blur_kernels", "deform_grid",
            "elastic_params", "gaussian_filter_constant", "remap_reflect101", "elastic_apply", "SHEAR_DEG",
@@ -51,14 +54,14 @@ ERICSSON_CHANGED = ("translation", "scale", "blur", "deform")
 # ---------------------------------------------------------------------------------------------- grids
 def translation_grid(k: int, max_shift: float = 16.0) -> torch.Tensor:
     """float32 [n², 2], n = round(sqrt(k)): per axis ``linspace(-s, s, n + 1)[:n]`` (step 2s/n, includes 0)."""
-    n = registry._side(registry._k(k), 2)
+    n = registry._side(check_k(k), 2)
     a = torch.linspace(-max_shift, max_shift, n + 1, dtype=torch.float64)[:n].to(torch.float32)
     return torch.cartesian_prod(a, a).reshape(-1, 2)
 
 
 def deform_grid(k: int) -> torch.Tensor:
     """float32 [k, 2]: (sigma, draw) with sigma ``int(linspace(10, 50, 8))`` tiled k times' worth, draw = 0..k-1."""
-    k = registry._k(k)
+    k = check_k(k)
     sig = torch.linspace(10.0, 50.0, 8, dtype=torch.float64).floor()  # int() of positive values
     tiled = sig.repeat(math.ceil(k / 8))[:k]
     return torch.stack([tiled, torch.arange(k, dtype=torch.float64)], 1).to(torch.float32)
@@ -70,7 +73,8 @@ def _shear_affine_matrix(name: str, p: torch.Tensor, H: int, W: int) -> torch.Te
     ``affine(translate=t, scale=s, shear=(1°, 0))`` about the image centre."""
     pd = p.to(torch.float64)
     n = pd.shape[0]
-    sh = Fn.shear_matrix(torch.full((n,), SHEAR_DEG, dtype=torch.float64), torch.zeros(n, dtype=torch.float64))
+    sh = shear_matrix(torch.full((n,), SHEAR_DEG, dtype=torch.float64), torch.zeros(n, dtype=torch.float64),
+                      inverse=True)
     c = Fn.centre(H, W)
     if name == "scale":
         A, t = sh / pd.view(-1, 1, 1), torch.zeros(n, 2, dtype=torch.float64)
@@ -95,12 +99,9 @@ def _apply_affine(name: str, images: torch.Tensor, p: torch.Tensor, fill: Any) -
 
 # ---------------------------------------------------------------------------------------------- blur
 def blur_kernels(sigma: torch.Tensor, taps: int = BLUR_TAPS) -> torch.Tensor:
-    """float64 [P, taps]: ``exp(-x²/(2σ²))`` on x = -(taps-1)/2 .. (taps-1)/2, normalised (torchvision's kernel)."""
-    half = (taps - 1) / 2.0
-    xs = torch.linspace(-half, half, taps, dtype=torch.float64)
-    s = sigma.to(torch.float64).clamp_min(1e-12).view(-1, 1)
-    k = torch.exp(-0.5 * (xs / s) ** 2)
-    return k / k.sum(1, keepdim=True)
+    """float64 [P, taps]: the protocol's fixed-length kernel, ``exp(-x²/(2σ²))`` on x = -(taps-1)/2 .. (taps-1)/2,
+    normalised (torchvision's kernel; :func:`invfast.ops.kernels.gaussian_taps` with ``size=taps``)."""
+    return gaussian_taps(sigma, size=taps)
 
 
 def _blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
@@ -118,18 +119,11 @@ def _blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------------------------------------- elastic
-def _gauss1d(sigma: float, truncate: float = 4.0) -> torch.Tensor:
-    r = int(truncate * sigma + 0.5)
-    xs = torch.arange(-r, r + 1, dtype=torch.float64)
-    k = torch.exp(-0.5 * (xs / sigma) ** 2)
-    return k / k.sum()
-
-
 def gaussian_filter_constant(field: torch.Tensor, sigma: float) -> torch.Tensor:
     """scipy ``ndimage.gaussian_filter(field, sigma, mode='constant', cval=0, truncate=4)`` of [..., H, W]
     (float64, separable)."""
     H, W = field.shape[-2:]
-    k = _gauss1d(float(sigma)).to(field.device)
+    k = gaussian_taps(torch.tensor([float(sigma)], dtype=torch.float64), truncate=4.0)[0].to(field.device)
     r = (k.numel() - 1) // 2
     f = field.to(torch.float64).reshape(-1, 1, H, W)
     f = F.conv2d(F.pad(f, (r, r, 0, 0)), k.view(1, 1, 1, -1))

@@ -15,12 +15,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from invfast.constants import LUMA_WEIGHTS
 from invfast.ops.augment import _fill_vector, warp  # noqa: F401  (re-exported: part of this module's API)
-from invfast.ops.color import blend, hsv_to_rgb, rgb_to_hsv  # noqa: F401
-from invfast.ops.color import luma as grayscale  # noqa: F401
-
-GRAY_WEIGHTS = LUMA_WEIGHTS
+from invfast.ops.color import adjust_hue, blend, hsv_to_rgb, luma, rgb_to_hsv  # noqa: F401  (the colour maths' home)
+from invfast.ops.kernels import gaussian_taps
 
 # ----------------------------------------------------------------------------------------------
 # dtype handling
@@ -83,21 +80,6 @@ def affine_coords(A: torch.Tensor, b: torch.Tensor, out_size: tuple[int, int]) -
     sx = A[..., 0, 0] * uu + A[..., 0, 1] * vv + b[..., 0]
     sy = A[..., 1, 0] * uu + A[..., 1, 1] * vv + b[..., 1]
     return torch.stack([sx, sy], dim=-1)
-
-
-def rotation_matrix(degrees: torch.Tensor) -> torch.Tensor:
-    """Inverse linear part [..., 2, 2] of a counter-clockwise rotation (torchvision/PIL ``rotate``)."""
-    t = torch.deg2rad(degrees.to(torch.float64))
-    c, s = torch.cos(t), torch.sin(t)
-    return torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2)
-
-
-def shear_matrix(sx_deg: torch.Tensor, sy_deg: torch.Tensor) -> torch.Tensor:
-    """Inverse linear part of torchvision's ``affine(shear=(sx, sy))`` (determinant 1)."""
-    tx = torch.tan(torch.deg2rad(sx_deg.to(torch.float64)))
-    ty = torch.tan(torch.deg2rad(sy_deg.to(torch.float64)))
-    one = torch.ones_like(tx)
-    return torch.stack([torch.stack([1 + tx * ty, tx], -1), torch.stack([ty, one], -1)], -2)
 
 
 def centre(h: int, w: int, device: torch.device | str | None = "cpu") -> torch.Tensor:
@@ -175,25 +157,15 @@ def adjust_brightness(x: torch.Tensor, factor: torch.Tensor) -> torch.Tensor:
 def adjust_contrast(x: torch.Tensor, factor: torch.Tensor, gray_mean: torch.Tensor | None = None) -> torch.Tensor:
     """Blend with the per-image mean of the grayscale image."""
     if gray_mean is None:
-        gray_mean = grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)
+        gray_mean = luma(x).mean(dim=(-3, -2, -1), keepdim=True)
     return blend(x, gray_mean, factor)
 
 
 def adjust_saturation(x: torch.Tensor, factor: torch.Tensor, gray: torch.Tensor | None = None) -> torch.Tensor:
     """Blend with the grayscale image."""
     if gray is None:
-        gray = grayscale(x)
+        gray = luma(x)
     return blend(x, gray, factor)
-
-
-def adjust_hue(x: torch.Tensor, shift: torch.Tensor, hsv: torch.Tensor | None = None) -> torch.Tensor:
-    """Rotate hue by ``shift`` (fraction of the colour circle, [-0.5, 0.5])."""
-    if hsv is None:
-        hsv = rgb_to_hsv(x)
-    h, s, v = hsv.unbind(dim=-3)
-    shift = shift.squeeze(-3) if shift.dim() == hsv.dim() else shift
-    h = torch.remainder(h + shift, 1.0)
-    return hsv_to_rgb(torch.stack((h, s, v), dim=-3))
 
 
 def sharpness_degenerate(x: torch.Tensor, quantise: bool) -> torch.Tensor:
@@ -212,23 +184,6 @@ def sharpness_degenerate(x: torch.Tensor, quantise: bool) -> torch.Tensor:
     return out.reshape(*lead, H, W)
 
 
-def gaussian_kernels(sigma: torch.Tensor, truncate: float = 3.0, max_radius: int | None = None) -> torch.Tensor:
-    """Normalised 1-D Gaussian kernels [P, 2R+1], each of radius ``int(truncate*sigma + 0.5)`` (scipy's
-    rule), zero-padded to the largest radius R; radii above ``max_radius`` are cut there. On ``sigma``'s
-    device; reading R is one host sync per call (it sets the kernel's shape)."""
-    sigma = sigma.to(torch.float64)
-    radius = (truncate * sigma + 0.5).floor().to(torch.int64)
-    if max_radius is not None:
-        radius = radius.clamp(max=max_radius)
-    R = int(radius.max()) if radius.numel() else 0
-    xs = torch.arange(-R, R + 1, dtype=torch.float64, device=sigma.device)
-    s = sigma.clamp_min(1e-12).view(-1, 1)
-    k = torch.exp(-0.5 * (xs / s) ** 2)
-    k = torch.where(xs.abs().view(1, -1) <= radius.view(-1, 1), k, torch.zeros_like(k))
-    k[:, R] = torch.where(radius == 0, torch.ones_like(k[:, R]), k[:, R])
-    return (k / k.sum(dim=1, keepdim=True)).to(torch.float32)
-
-
 def blur_grid(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Gaussian blur of every image with every sigma, reflect padding (torchvision ``gaussian_blur``).
 
@@ -240,7 +195,7 @@ def blur_grid(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """
     B, C, H, W = x.shape
     P = sigma.shape[0]
-    k = gaussian_kernels(sigma, max_radius=min(H, W) - 1).to(device=x.device, dtype=x.dtype)
+    k = gaussian_taps(sigma, max_radius=min(H, W) - 1).to(torch.float32).to(device=x.device, dtype=x.dtype)
     R = (k.shape[1] - 1) // 2
     flat = x.reshape(B * C, 1, H, W)
     if R == 0:
@@ -255,7 +210,7 @@ def blur_per_image(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     N, C, H, W = x.shape
     if N == 0:
         return x
-    k = gaussian_kernels(sigma, max_radius=min(H, W) - 1).to(device=x.device, dtype=x.dtype)
+    k = gaussian_taps(sigma, max_radius=min(H, W) - 1).to(torch.float32).to(device=x.device, dtype=x.dtype)
     R = (k.shape[1] - 1) // 2
     if R == 0:
         return x.clone()

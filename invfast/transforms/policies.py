@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 import torch
 
+from invfast.ops.color import luma
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
 from invfast.transforms.policy_config import (AUGMENTATIONS, IMAGENET_MEAN, IMAGENET_STD, POLICIES,  # noqa: F401
@@ -141,7 +142,7 @@ class Policy:
         if c.jitter:
             x = _jitter(x, params["jitter"], params["factors"].to(torch.float32), params["order"])
         if c.grayscale:
-            x = _masked(x, params["grayscale"], lambda s: Fn.grayscale(s).expand_as(s))
+            x = _masked(x, params["grayscale"], lambda s: luma(s).expand_as(s))
         if c.blur:
             sig = params["sigma"]
             x = _masked(x, params["blur"], lambda s, idx: Fn.blur_per_image(s, sig[idx]), with_index=True)

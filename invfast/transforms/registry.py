@@ -1,385 +1,233 @@
-"""The 18 test transforms of Ericsson et al. (2021, App. B) with their parameter grids.
+"""The test-transform registry: the 18 built-ins of Ericsson et al. and a user's own, by name.
 
 >>> from invfast import transforms as T
->>> rot = T.get("rotation")
->>> params = rot.grid(8)                     # tensor([0., 45., ..., 315.])
->>> out = rot.apply(images, params)          # [B, 8, 3, H, W], same dtype as images
+>>> T.TEST_TRANSFORMS                      # the 18 built-in names
+>>> T.get("rotation").apply(images, T.get("rotation").grid(8))          # [B, 8, 3, H, W]
+>>> T.register("gamma", grid=lambda k: torch.linspace(0.5, 2.0, k), family="appearance", identity=1.0,
+...            apply=lambda x, g: x.unsqueeze(1) ** g.view(1, -1, 1, 1, 1))
+>>> T.get("gamma")                         # a TestTransform like the built-ins: measure it by name
 
-Parameter units (per transform, one row of ``params`` per output view):
-
-========== =========== ================================================================
-name       params      meaning
-========== =========== ================================================================
-crop       [P, 4]      (top, left, height, width) as fractions of the image side; resized back
-hflip      [P]         0 = unchanged, 1 = flipped left-right (likewise vflip, grayscale,
-                       invert, equalize: 0 = identity, 1 = transformed)
-scale      [P]         zoom factor about the centre (> 0; 1 = identity)
-shear      [P, 2]      x and y shear in degrees (torchvision ``affine(shear=...)``)
-rotation   [P]         degrees, counter-clockwise
-translation[P, 2]      (x, y) shift in pixels
-deform     [P]         elastic smoothness sigma in pixels (> 0), fixed seed and RMS ``alpha``
-brightness [P]         factor >= 0 (1 = identity); contrast, saturation, sharpness likewise
-hue        [P]         shift in [-0.5, 0.5] of the colour circle
-blur       [P]         Gaussian sigma in pixels (>= 0); radius int(3 sigma + 0.5)
-posterize  [P]         bits kept, integer 1..8 (8 = identity)
-========== =========== ================================================================
-
-Geometric transforms fill uncovered pixels with ``fill`` (default 0 = black).
+:func:`get` is the one lookup (``invfast.measure_invariance(transforms=...)`` and ``invfast measure
+--transforms`` resolve names through it), so a registered transform works wherever a built-in does.
 """
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+import re
+import warnings
+from typing import Any, Callable
 
 import torch
 
-from invfast.transforms import functional as Fn
-from invfast.transforms._checks import as_images
-
-SPATIAL = ("crop", "hflip", "vflip", "scale", "shear", "rotation", "translation", "deform")
-APPEARANCE = ("grayscale", "brightness", "contrast", "saturation", "hue", "blur", "sharpness", "equalize",
-              "posterize", "invert")
-SYNTHETIC: tuple[str, ...] = SPATIAL + APPEARANCE
-
-_CHUNK_ELEMENTS = 1 << 22  # float elements per intermediate chunk (16 MiB: stays cache-friendly)
-
-
-# grids are small host tensors (on the CPU whatever torch's default device); apply() moves them once
-
-_CPU = torch.device("cpu")
-
-
-def _lin(lo: float, hi: float, k: int) -> torch.Tensor:
-    return torch.linspace(lo, hi, k, dtype=torch.float64, device=_CPU).to(torch.float32)
-
-
-def _side(k: int, dims: int) -> int:
-    return max(1, int(round(k ** (1.0 / dims))))
-
-
-def _k(k: int) -> int:
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ValueError(f"k (number of grid points) must be a positive int, got {k!r}")
-    return k
-
-
-@dataclass(frozen=True)
-class TestTransform:
-    """One test transformation: its parameter grid and a batched ``apply``.
-
-    Attributes:
-        name: registry name (one of ``SYNTHETIC``).
-        family: 'spatial' or 'appearance'.
-        param_dim: 1 for scalar parameters ([P]), m for vector ones ([P, m]).
-        seed, alpha: elastic deformation only: noise seed and RMS displacement as a fraction of the
-            shorter image side.
-    """
-
-    __test__ = False  # not a pytest class
-
-    name: str
-    family: str
-    param_dim: int
-    _grid: Callable[[int], torch.Tensor] = dataclasses.field(repr=False, compare=False)
-    _identity: Callable[[torch.Tensor], torch.Tensor] = dataclasses.field(repr=False, compare=False)
-    _check: Callable[[torch.Tensor], None] = dataclasses.field(repr=False, compare=False)
-    seed: int = 0
-    alpha: float = 0.04
-
-    def grid(self, k: int = 256) -> torch.Tensor:
-        """The published parameter grid with about ``k`` points: float32 [P] or [P, param_dim].
-
-        Binary transforms (flips, grayscale, invert, equalize) give [0, 1] and posterize [1..8]
-        whatever ``k``; crop uses round(k^(1/4)) values per axis, shear/translation round(sqrt(k)).
-        """
-        return self._grid(_k(k))
-
-    def is_identity(self, params: Any) -> torch.Tensor:
-        """bool [P]: which parameters leave every image unchanged."""
-        return self._identity(self._params(params))
-
-    def _params(self, params: Any) -> torch.Tensor:
-        p = params.to(torch.float32) if isinstance(params, torch.Tensor) else torch.as_tensor(
-            params, dtype=torch.float32, device="cpu")
-        if self.param_dim == 1:
-            if p.dim() == 0:
-                p = p.reshape(1)
-            if p.dim() != 1:
-                raise ValueError(f"{self.name}: params must be 1-D [P], got shape {tuple(p.shape)}")
-        else:
-            if p.dim() == 1 and p.shape[0] == self.param_dim:
-                p = p.reshape(1, -1)
-            if p.dim() != 2 or p.shape[1] != self.param_dim:
-                raise ValueError(f"{self.name}: params must have shape [P, {self.param_dim}], got {tuple(p.shape)}")
-        if p.shape[0] == 0:
-            raise ValueError(f"{self.name}: params is empty; pass at least one parameter (see .grid())")
-        if not bool(torch.isfinite(p).all()):
-            raise ValueError(f"{self.name}: params contain NaN/Inf")
-        self._check(p)
-        return p
-
-    def apply(self, images: torch.Tensor, params: Any, fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-        """Every parameter applied to every image.
-
-        Args:
-            images: [B, 3, H, W] uint8 (0..255) or floating (0..1).
-            params: [P] or [P, param_dim] (see the module docstring for units).
-            fill: geometric transforms only: value(s) in 0..1 units for pixels mapped from outside.
-
-        Returns:
-            [B, P, 3, H, W] with the dtype of ``images``.
-        """
-        images = as_images(images)
-        p = self._params(params)
-        B, C, H, W = images.shape
-        P = p.shape[0]
-        if self.family == "spatial" and self.name != "deform":
-            return _affine_apply(self, images, p, fill)
-        p = p.to(images.device)  # the small parameter tensor moves once; everything below is on the data's device
-        out = torch.empty((B, P, C, H, W), dtype=images.dtype, device=images.device)
-        if self.name in ("posterize", "equalize", "invert"):
-            u8 = images if images.dtype == torch.uint8 else Fn.quantize(images.float())
-            res = _integer_op(self.name, u8, p)
-            out.copy_(res if images.dtype == torch.uint8 else res.to(images.dtype).div_(255.0))
-            return out
-        x = Fn.to_float(images)
-        ctx = _prepare(self, x)
-        step = max(1, _CHUNK_ELEMENTS // max(1, B * C * H * W))
-        for s in range(0, P, step):
-            y = _float_op(self, x, p[s:s + step], ctx, fill, images.dtype == torch.uint8)
-            out[:, s:s + step] = Fn.from_float(y, images.dtype)
-        return out
-
-    def __call__(self, images: torch.Tensor, params: Any, fill: float | Sequence[float] = 0.0) -> torch.Tensor:
-        return self.apply(images, params, fill)
-
-
-# ----------------------------------------------------------------------------------------------
-# per-transform implementations
-
-
-def _integer_op(name: str, u8: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    if name == "posterize":
-        return Fn.posterize_u8(u8, p.round())
-    on = (p > 0.5).view(1, -1, 1, 1, 1)
-    base = u8.unsqueeze(1)
-    other = (255 - u8) if name == "invert" else Fn.equalize_u8(u8)
-    return torch.where(on, other.unsqueeze(1), base)
-
-
-def _prepare(t: TestTransform, x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-batch quantities shared by every parameter (grayscale, HSV, means)."""
-    if t.name in ("saturation", "grayscale"):
-        return {"gray": Fn.grayscale(x)}
-    if t.name == "contrast":
-        return {"mean": Fn.grayscale(x).mean(dim=(-3, -2, -1), keepdim=True)}
-    if t.name == "hue":
-        return {"hsv": Fn.rgb_to_hsv(x)}
-    return {}
-
-
-def _affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
-    c = Fn.centre(H, W, device=p.device).expand(p.shape[0], 2)
-    n = p.shape[0]
-    eye = torch.eye(2, dtype=torch.float64, device=p.device).expand(n, 2, 2)
-    pd = p.to(torch.float64)
-    if t.name == "crop":
-        return Fn.crop_box_affine(pd[:, 0] * H, pd[:, 1] * W, pd[:, 2] * H, pd[:, 3] * W, (H, W))
-    if t.name in ("hflip", "vflip"):
-        axis = 0 if t.name == "hflip" else 1
-        A = eye.clone()
-        A[:, axis, axis] = torch.where(pd > 0.5, -1.0, 1.0)
-        return A, c
-    if t.name == "scale":
-        return eye / pd.view(-1, 1, 1), c
-    if t.name == "rotation":
-        return Fn.rotation_matrix(pd), c
-    if t.name == "shear":
-        return Fn.shear_matrix(pd[:, 0], pd[:, 1]), c
-    if t.name == "translation":
-        return eye, c - pd
-    raise KeyError(t.name)
-
-
-def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
-    """All affine test transforms: one call of the batched warp (compiled on CPU when built)."""
-    from invfast.ops.augment import warp_affine
-
-    B, C, H, W = images.shape
-    fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
-    if bool(((fillv < 0) | (fillv > 1)).any()):
-        raise ValueError(f"fill must be in [0, 1] (image units), got {fillv.tolist()}")
-    # the [P, 2, 3] matrices are computed in float64 on the CPU (bit-identical for every data device)
-    # and moved once to the images' device
-    A, b = _affine_params(t, p.to("cpu"), H, W)
-    A = Fn._snap(A.to(torch.float64))
-    offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
-    matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).to(images.device)
-    if images.dtype == torch.uint8:
-        return warp_affine(images.contiguous(), matrix, H, W, fillv * 255.0)
-    x = images if images.dtype in (torch.float32, torch.float64) else images.to(torch.float32)
-    return warp_affine(x.contiguous(), matrix, H, W, fillv).to(images.dtype)
-
-
-def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
-    B, C, H, W = x.shape
-    n = p.shape[0]
-    xb = x.unsqueeze(1)  # [B, 1, C, H, W]
-    col = p.view(1, n, 1, 1, 1) if p.dim() == 1 else None
-    name = t.name
-    if name == "deform":
-        disp = Fn.elastic_displacement(p, (H, W), t.alpha * min(H, W), t.seed)
-        coords = (Fn.identity_coords(H, W, device=x.device).unsqueeze(0) + disp).to(torch.float32)
-        return Fn.warp(x, coords, fill)
-    if name == "grayscale":
-        g = ctx["gray"].expand(B, C, H, W).unsqueeze(1)
-        if was_u8:  # the uint8 grayscale image holds rounded levels
-            g = g.mul(255.0).round_().div_(255.0)
-        return torch.where(col > 0.5, g, xb)
-    if name == "brightness":
-        return Fn.adjust_brightness(xb, col)
-    if name == "contrast":
-        return Fn.blend(xb, ctx["mean"].unsqueeze(1), col)
-    if name == "saturation":
-        return Fn.blend(xb, ctx["gray"].unsqueeze(1), col)
-    if name == "hue":
-        hsv = ctx["hsv"].unsqueeze(1)
-        return Fn.adjust_hue(None, p.view(1, n, 1, 1), hsv=hsv.expand(B, n, C, H, W))
-    if name == "blur":
-        return Fn.blur_grid(x, p)
-    if name == "sharpness":
-        deg = Fn.sharpness_degenerate(x, quantise=was_u8).unsqueeze(1)
-        return Fn.blend(xb, deg, col)
-    raise KeyError(name)
-
-
-# ----------------------------------------------------------------------------------------------
-# grids, identities and parameter checks
-
-
-def _binary_grid(k: int) -> torch.Tensor:
-    return torch.tensor([0.0, 1.0], device=_CPU)
-
-
-def _crop_grid(k: int) -> torch.Tensor:
-    n = _side(k, 4)
-    anchors = _lin(0.0, 0.25, n) if n > 1 else torch.zeros(1, device=_CPU)
-    sizes = _lin(0.75, 0.25, n) if n > 1 else torch.full((1,), 0.75, device=_CPU)
-    g = torch.cartesian_prod(anchors, anchors, sizes, sizes)
-    return g.reshape(-1, 4)
-
-
-def _shear_grid(k: int) -> torch.Tensor:
-    n = _side(k, 2)
-    a = torch.tensor([-160.0 + 320.0 * i / n for i in range(n)], dtype=torch.float32, device=_CPU)
-    return torch.cartesian_prod(a, a).reshape(-1, 2)
-
-
-def _translation_grid(k: int) -> torch.Tensor:
-    n = _side(k, 2)
-    a = _lin(-16.0, 16.0, n) if n > 1 else torch.zeros(1, device=_CPU)
-    return torch.cartesian_prod(a, a).reshape(-1, 2)
-
-
-def _rotation_grid(k: int) -> torch.Tensor:
-    return (torch.arange(k, dtype=torch.float64, device=_CPU) * (360.0 / k)).to(torch.float32)
-
-
-def _no_check(p: torch.Tensor) -> None:
-    return None
-
-
-def _range_check(name: str, lo: float | None, hi: float | None, what: str, strict_lo: bool = False):
-    def check(p: torch.Tensor) -> None:
-        if lo is not None:
-            bad = (p <= lo) if strict_lo else (p < lo)
-            if bool(bad.any()):
-                v = float(p[bad][0])
-                raise ValueError(f"{name}: {what} must be {'>' if strict_lo else '>='} {lo}, got {v:g}")
-        if hi is not None and bool((p > hi).any()):
-            raise ValueError(f"{name}: {what} must be <= {hi}, got {float(p[p > hi][0]):g}")
-    return check
-
-
-def _binary_check(name: str):
-    def check(p: torch.Tensor) -> None:
-        if not bool(((p == 0) | (p == 1)).all()):
-            raise ValueError(f"{name}: params must be 0 (identity) or 1 (transformed), got {p.unique().tolist()}")
-    return check
-
-
-def _posterize_check(p: torch.Tensor) -> None:
-    if not bool((p == p.round()).all()) or bool(((p < 1) | (p > 8)).any()):
-        bad = p[(p != p.round()) | (p < 1) | (p > 8)][0]
-        raise ValueError(f"posterize: bits must be an integer in 1..8 (8 = identity), got {float(bad):g}")
-
-
-def _crop_check(p: torch.Tensor) -> None:
-    top, left, h, w = p.unbind(1)
-    if bool(((h <= 0) | (w <= 0)).any()):
-        raise ValueError("crop: height and width fractions must be > 0")
-    if bool(((top < 0) | (left < 0) | (top + h > 1 + 1e-6) | (left + w > 1 + 1e-6)).any()):
-        raise ValueError("crop: the box (top, left, height, width) must lie inside the image: "
-                         "top, left >= 0 and top + height, left + width <= 1")
-
-
-def _shear_check(p: torch.Tensor) -> None:
-    c = torch.cos(torch.deg2rad(p.double())).abs()
-    if bool((c < 1e-6).any()):
-        raise ValueError("shear: angles of +-90 degrees (mod 180) are degenerate (infinite shear)")
-
-
-def _close(p: torch.Tensor, v: float) -> torch.Tensor:
-    return (p - v).abs() <= 1e-6 * max(1.0, abs(v))
-
-
-def _build() -> dict[str, TestTransform]:
-    lin = lambda lo, hi: (lambda k: _lin(lo, hi, k))  # noqa: E731
-    ones = lambda p: _close(p, 1.0)  # noqa: E731
-    on = lambda p: p < 0.5  # noqa: E731  (binary: 0 = identity)
-    specs: list[tuple[str, int, Callable, Callable, Callable]] = [
-        ("crop", 4, _crop_grid,
-         lambda p: _close(p[:, 0], 0) & _close(p[:, 1], 0) & _close(p[:, 2], 1) & _close(p[:, 3], 1), _crop_check),
-        ("hflip", 1, _binary_grid, on, _binary_check("hflip")),
-        ("vflip", 1, _binary_grid, on, _binary_check("vflip")),
-        ("scale", 1, lin(0.25, 2.0), ones, _range_check("scale", 0.0, None, "the factor", strict_lo=True)),
-        ("shear", 2, _shear_grid, lambda p: (torch.remainder(p, 180.0) == 0).all(dim=1), _shear_check),
-        ("rotation", 1, _rotation_grid, lambda p: _close(torch.remainder(p, 360.0), 0) | _close(torch.remainder(p, 360.0), 360),
-         _no_check),
-        ("translation", 2, _translation_grid, lambda p: (p == 0).all(dim=1), _no_check),
-        ("deform", 1, lin(10.0, 50.0), lambda p: torch.zeros_like(p, dtype=torch.bool),
-         _range_check("deform", 0.0, None, "sigma", strict_lo=True)),
-        ("grayscale", 1, _binary_grid, on, _binary_check("grayscale")),
-        ("brightness", 1, lin(0.25, 5.0), ones, _range_check("brightness", 0.0, None, "the factor")),
-        ("contrast", 1, lin(0.25, 5.0), ones, _range_check("contrast", 0.0, None, "the factor")),
-        ("saturation", 1, lin(0.25, 5.0), ones, _range_check("saturation", 0.0, None, "the factor")),
-        ("hue", 1, lin(-0.5, 0.5), lambda p: p == 0, _range_check("hue", -0.5, 0.5, "the shift")),
-        ("blur", 1, lin(1e-5, 20.0), lambda p: (3.0 * p.double() + 0.5).floor() == 0,
-         _range_check("blur", 0.0, None, "sigma")),
-        ("sharpness", 1, lin(1.0, 30.0), ones, _range_check("sharpness", 0.0, None, "the factor")),
-        ("equalize", 1, _binary_grid, on, _binary_check("equalize")),
-        ("posterize", 1, lambda k: torch.arange(1, 9, dtype=torch.float32, device=_CPU), lambda p: p == 8, _posterize_check),
-        ("invert", 1, _binary_grid, on, _binary_check("invert")),
-    ]
-    out = {}
-    for name, dim, grid, ident, check in specs:
-        out[name] = TestTransform(name=name, family="spatial" if name in SPATIAL else "appearance", param_dim=dim,
-                                  _grid=grid, _identity=ident, _check=check)
-    assert tuple(out) == SYNTHETIC
-    return out
-
-
-_REGISTRY = _build()
+from invfast.transforms.builtin import (APPEARANCE, SPATIAL, TEST_TRANSFORMS, _affine_params, _side,  # noqa: F401
+                                        build_builtins)
+from invfast.transforms.transform import FAMILIES, TestTransform, check_k, check_output
+
+__all__ = ["APPEARANCE", "FAMILIES", "SPATIAL", "TEST_TRANSFORMS", "TestTransform", "family", "get", "names",
+           "register", "unregister"]
+
+_BUILTIN: dict[str, TestTransform] = build_builtins()
+_REGISTRY: dict[str, TestTransform] = dict(_BUILTIN)
+
+#: names the transform selection reads as keywords, never as one transform
+RESERVED: tuple[str, ...] = ("all",) + FAMILIES
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
+_PROBE_K = 8  # grid points asked for when checking a registration
+_PROBE_SHAPE = (2, 3, 16, 16)
 
 
 def get(name: str) -> TestTransform:
-    """The test transform called ``name`` (one of ``SYNTHETIC``)."""
+    """The test transform called ``name``: a built-in (:data:`TEST_TRANSFORMS`) or a registered one."""
+    if not isinstance(name, str):
+        raise TypeError(f"transform name must be a string, got {type(name).__name__}")
     if name not in _REGISTRY:
-        raise ValueError(f"unknown transform {name!r}; valid names: {', '.join(SYNTHETIC)}")
+        raise ValueError(f"unknown transform {name!r}; valid names: {', '.join(names())}")
     return _REGISTRY[name]
 
 
+def names() -> tuple[str, ...]:
+    """Every name :func:`get` accepts: the 18 built-ins, then registered transforms in registration order."""
+    return tuple(_REGISTRY)
+
+
 def family(name: str) -> str:
+    """'spatial' or 'appearance'."""
     return get(name).family
 
+
+def register(name: str, *, grid: Any, apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+             family: str, identity: Any = None, param_dim: int | None = None,
+             overwrite: bool = False) -> Any:
+    """Register a user's own test transform under ``name`` and return it (a :class:`TestTransform`).
+
+    Once registered, ``get(name)``, ``invfast.measure_invariance(model, data, transforms=[name])`` and
+    ``invfast measure --transforms NAME`` (with the module that registers it imported, e.g. the
+    ``--model module:factory`` module) measure it exactly like a built-in.
+
+    Args:
+        name: letters, digits and ``_.+-`` (no commas: CLIs split lists on them); not 'all', 'spatial' or
+            'appearance'. Must not be taken (a built-in or an earlier registration) unless ``overwrite``.
+        grid: ``k -> params`` (about ``k`` points, [P] or [P, m], any float array-like), or a fixed
+            array-like grid returned whatever ``k``. Grids are float32 CPU tensors.
+        apply: ``(images, params) -> views``: ``images`` float [B, 3, H, W] in [0, 1] (float32, or float64
+            for float64 input) on the data's device, ``params`` float32 [p] or [p, m] (some rows of the
+            grid) on the same device; must return floating [B, p, 3, H, W] in [0, 1] on that device (every
+            parameter on every image). The registry converts back to the caller's dtype (uint8 rounded).
+            Leave it out to use ``register`` as a decorator of the apply function.
+        family: 'spatial' or 'appearance'.
+        identity: which parameters leave images unchanged (they are left out of the invariance means):
+            None (none), a value (``1.0``; m values for [P, m] grids) or ``params -> bool [P]``.
+        param_dim: 1 for [P] grids, m for [P, m]; inferred from the grid when None.
+        overwrite: replace a built-in or an earlier registration of ``name``.
+
+    The contract is checked once here, on ``grid(8)`` and a probe batch of two 16x16 float32 images on
+    the CPU, and the shape of every ``apply`` result is checked at each call.
+
+    Returns:
+        The registered :class:`TestTransform` (or, without ``apply``, a decorator that returns it).
+    """
+    if apply is None:
+        def decorator(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> TestTransform:
+            return register(name, grid=grid, apply=fn, family=family, identity=identity, param_dim=param_dim,
+                            overwrite=overwrite)
+        return decorator
+    _check_name(name, overwrite)
+    if family not in FAMILIES:
+        raise ValueError(f"register({name!r}): family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if not callable(apply):
+        raise TypeError(f"register({name!r}): apply must be a callable (images, params) -> [B, P, C, H, W], "
+                        f"got {type(apply).__name__}")
+    if param_dim is not None and (isinstance(param_dim, bool) or not isinstance(param_dim, int) or param_dim < 1):
+        raise ValueError(f"register({name!r}): param_dim must be a positive int or None, got {param_dim!r}")
+    grid_fn = _grid_function(name, grid)
+    probe = grid_fn(_PROBE_K)
+    dim = 1 if probe.dim() == 1 else int(probe.shape[1])
+    if param_dim is not None and param_dim != dim:
+        raise ValueError(f"register({name!r}): param_dim={param_dim} but the grid has shape {tuple(probe.shape)}")
+    t = TestTransform(name=name, family=family, param_dim=dim, _grid=_checked_grid(name, grid_fn, dim),
+                      _identity=_identity_function(name, identity, dim), _user_apply=apply)
+    _probe(t, probe)
+    _REGISTRY[name] = t
+    return t
+
+
+def unregister(name: str) -> None:
+    """Remove a registered transform (a built-in replaced with ``overwrite=True`` gets its built-in back)."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown transform {name!r}; registered: {', '.join(names())}")
+    if name in _BUILTIN:
+        if _REGISTRY[name] is _BUILTIN[name]:
+            raise ValueError(f"{name!r} is a built-in test transform; only registered transforms can be unregistered")
+        _REGISTRY[name] = _BUILTIN[name]
+        return
+    del _REGISTRY[name]
+
+
+# ----------------------------------------------------------------------------------------------
+# registration checks
+
+
+def _check_name(name: Any, overwrite: bool) -> None:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"transform name must be letters, digits and _.+- (starting with a letter or digit, no "
+                         f"commas or spaces), got {name!r}")
+    if name in RESERVED:
+        raise ValueError(f"{name!r} selects a group of transforms ({', '.join(RESERVED)}); choose another name")
+    if name in _REGISTRY and not overwrite:
+        what = "a built-in test transform" if name in _BUILTIN else "already registered"
+        raise ValueError(f"transform {name!r} is {what}; choose another name, or pass overwrite=True to replace it "
+                         "(unregister(name) removes a registration)")
+
+
+def _as_grid(name: str, g: Any) -> torch.Tensor:
+    try:
+        p = g.detach().to("cpu", torch.float32) if isinstance(g, torch.Tensor) else torch.as_tensor(
+            g, dtype=torch.float32, device="cpu")
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(f"transform {name!r}: the grid must be a float array [P] or [P, m], got {type(g).__name__} "
+                        f"({e})") from e
+    if p.dim() not in (1, 2) or p.shape[0] == 0 or (p.dim() == 2 and p.shape[1] == 0):
+        raise ValueError(f"transform {name!r}: the grid must have shape [P] or [P, m] with P, m >= 1, "
+                         f"got {tuple(p.shape)}")
+    if not bool(torch.isfinite(p).all()):
+        raise ValueError(f"transform {name!r}: the grid contains NaN/Inf")
+    return p
+
+
+def _grid_function(name: str, grid: Any) -> Callable[[int], torch.Tensor]:
+    if callable(grid):
+        return lambda k: _as_grid(name, grid(k))
+    fixed = _as_grid(name, grid)
+    return lambda k: fixed.clone()
+
+
+def _checked_grid(name: str, grid_fn: Callable[[int], torch.Tensor], dim: int) -> Callable[[int], torch.Tensor]:
+    def checked(k: int) -> torch.Tensor:
+        p = grid_fn(check_k(k))
+        if (1 if p.dim() == 1 else int(p.shape[1])) != dim:
+            raise ValueError(f"transform {name!r}: grid({k}) has shape {tuple(p.shape)}, but the transform was "
+                             f"registered with {'[P]' if dim == 1 else f'[P, {dim}]'} parameters")
+        return p
+    return checked
+
+
+def _identity_function(name: str, identity: Any, dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    if identity is None:
+        return lambda p: torch.zeros(p.shape[0], dtype=torch.bool, device=p.device)
+    if callable(identity):
+        def user(p: torch.Tensor) -> torch.Tensor:
+            m = torch.as_tensor(identity(p))
+            if m.shape != (p.shape[0],):
+                raise ValueError(f"transform {name!r}: identity(params) must return bool [P] = [{p.shape[0]}], "
+                                 f"got shape {tuple(m.shape)}")
+            return m.to(torch.bool)
+        return user
+    v = torch.as_tensor(identity, dtype=torch.float64, device="cpu").reshape(-1)
+    if v.numel() != dim or not bool(torch.isfinite(v).all()):
+        raise ValueError(f"transform {name!r}: identity must be None, a callable or {dim} finite number(s) "
+                         f"(one per parameter), got {identity!r}")
+
+    def equal(p: torch.Tensor) -> torch.Tensor:
+        ref = v.to(p.device)
+        close = (p.to(torch.float64).reshape(p.shape[0], -1) - ref).abs() <= 1e-6 * ref.abs().clamp_min(1.0)
+        return close.all(dim=1)
+    return equal
+
+
+def _probe(t: TestTransform, grid: torch.Tensor) -> None:
+    """One call of every part of ``t`` on a small CPU batch, with errors that say which part broke."""
+    t.is_identity(grid)
+    params = grid[:2]
+    images = torch.rand(_PROBE_SHAPE, generator=torch.Generator(device="cpu").manual_seed(0), dtype=torch.float32,
+                        device="cpu")
+    call = f"apply(images [{', '.join(map(str, _PROBE_SHAPE))}] float32, grid({_PROBE_K})[:2])"
+    try:
+        y = t._user_apply(images, params)  # type: ignore[misc]
+    except Exception as e:
+        raise ValueError(f"register({t.name!r}): the probe call {call} failed: {type(e).__name__}: {e}") from e
+    B, C, H, W = _PROBE_SHAPE
+    check_output(t.name, y, (B, params.shape[0], C, H, W), images.device)
+
+
+# ----------------------------------------------------------------------------------------------
+# names kept for a release
+
+
+_RENAMED = {"SYNTHETIC": "TEST_TRANSFORMS"}
+_warned: set[str] = set()
+
+
+def _renamed(module: str, name: str) -> Any:
+    """The value of the old name ``name`` of ``module`` (warning once per process), or AttributeError."""
+    if name not in _RENAMED:
+        raise AttributeError(f"module {module!r} has no attribute {name!r}")
+    new = _RENAMED[name]
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"invfast.transforms.{name} is now invfast.transforms.{new} (the 18 test transforms of "
+                      "Ericsson et al.; invfast.synthetic holds the Transforms-2D data); the old name will be "
+                      "removed in a later release", DeprecationWarning, stacklevel=3)
+    return globals()[new]
+
+
+def __getattr__(name: str) -> Any:
+    return _renamed(__name__, name)

@@ -1,0 +1,122 @@
+"""What :class:`~invfast.synthetic.Transforms2D` accepts, validated once: objects, backgrounds, sample
+indices, split names and orders of the transformation types."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from invfast.synthetic.banks import ObjectBank, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects
+from invfast.synthetic.recipe import ALIASES
+
+DEFAULT_SIZES = {"train": 50_000, "val": 10_000, "test": 10_000}
+RANDOM_BACKGROUNDS = "uniform-random"
+#: the split names with a default size; ``invfast.synthetic.check_split`` accepts only these
+SPLITS: tuple[str, ...] = tuple(DEFAULT_SIZES)
+#: per-sample orders of the transformation types (see ``Transforms2D``)
+ORDERS: tuple[str, ...] = ("canonical", "random")
+
+
+def as_objects(objects: Any, n_classes: int | None) -> ObjectBank:
+    """The object bank (one object per class) of ``objects`` (see ``Transforms2D``), cut to ``n_classes``."""
+    if isinstance(objects, ObjectBank):
+        bank = objects
+    elif isinstance(objects, (int, np.integer)) and not isinstance(objects, bool):
+        if objects < 1:
+            raise ValueError(f"objects: need at least 1 object, got {objects}")
+        bank = builtin_objects(max(61, int(objects))).subset(range(int(objects)))
+    elif isinstance(objects, (str, os.PathLike)):
+        bank = load_objects(objects)
+    elif isinstance(objects, (list, tuple, range, np.ndarray, torch.Tensor)):
+        idx = [int(i) for i in objects]
+        if not idx:
+            raise ValueError("objects: empty list of object indices")
+        if len(set(idx)) != len(idx):
+            raise ValueError("objects: object indices must be distinct (one class per object)")
+        bank = builtin_objects(max(61, max(idx) + 1)).subset(idx)
+    else:
+        raise TypeError("objects must be an int (that many built-in objects), a list of built-in object "
+                        "indices, an ObjectBank, or a folder path in the SI-score layout; "
+                        f"got {type(objects).__name__}")
+    if n_classes is not None:
+        if n_classes < 1:
+            raise ValueError(f"n_classes must be >= 1, got {n_classes}")
+        if len(bank) < n_classes:
+            raise ValueError(f"{n_classes} classes requested but the object bank holds only {len(bank)} objects "
+                             "(one object per class); pass more objects or fewer classes")
+        bank = bank.subset(range(n_classes))
+    return bank
+
+
+def as_backgrounds(backgrounds: Any, size: int) -> torch.Tensor | str:
+    """uint8 [N, 3, size, size] background images of ``backgrounds`` (see ``Transforms2D``), or
+    :data:`RANDOM_BACKGROUNDS`."""
+    if backgrounds is None:
+        return builtin_backgrounds(867, size)
+    if isinstance(backgrounds, str) and backgrounds == RANDOM_BACKGROUNDS:
+        return RANDOM_BACKGROUNDS
+    if isinstance(backgrounds, (str, os.PathLike)):
+        return load_backgrounds(backgrounds, size=size)
+    if isinstance(backgrounds, np.ndarray):
+        backgrounds = torch.from_numpy(np.ascontiguousarray(backgrounds))
+    if isinstance(backgrounds, torch.Tensor):
+        t = backgrounds
+        if t.dim() == 4 and t.shape[-1] == 3 and t.shape[1] != 3:
+            t = t.permute(0, 3, 1, 2)
+        if t.dim() != 4 or t.shape[1] != 3:
+            raise ValueError(f"backgrounds must be [N, 3, H, W] or [N, H, W, 3], got {tuple(backgrounds.shape)}")
+        if t.dtype != torch.uint8:
+            if not t.is_floating_point():
+                raise TypeError(f"backgrounds must be uint8 (0..255) or float (0..1), got {t.dtype}")
+            t = (t.float().clamp(0, 1) * 255).round().to(torch.uint8)
+        if t.shape[0] < 1:
+            raise ValueError("backgrounds: need at least one background image")
+        if tuple(t.shape[2:]) != (size, size):
+            t = torch.nn.functional.interpolate(t.float(), size=(size, size), mode="bilinear",
+                                                align_corners=False, antialias=True).round().clamp(0, 255).to(torch.uint8)
+        return t.contiguous()
+    raise TypeError(f"backgrounds must be None (built-in), {RANDOM_BACKGROUNDS!r}, a folder path or an image "
+                    f"tensor/array, got {type(backgrounds).__name__}")
+
+
+def as_indices(indices: Any, n: int) -> np.ndarray:
+    """int64 [B] sample indices, each in [0, n) (IndexError otherwise)."""
+    if isinstance(indices, torch.Tensor):
+        indices = indices.cpu().numpy()
+    if isinstance(indices, range):
+        idx = np.arange(indices.start, indices.stop, indices.step, dtype=np.int64)
+    else:
+        idx = np.asarray(indices)
+        if idx.dtype == bool or (idx.size and not np.issubdtype(idx.dtype, np.integer)):
+            raise TypeError(f"indices must be integers, got dtype {idx.dtype}")
+        idx = idx.astype(np.int64).reshape(-1)
+    if idx.size and (idx.min() < 0 or idx.max() >= n):
+        bad = idx[(idx < 0) | (idx >= n)][0]
+        raise IndexError(f"index {int(bad)} out of range for a dataset of {n} samples")
+    return idx
+
+
+def check_split(split: str) -> str:
+    """``split`` if it is one of :data:`SPLITS` (``train``, ``val``, ``test``), else ValueError naming them.
+
+    For spec parsers (``synthetic:...,split=NAME``); :class:`Transforms2D` itself also takes other names
+    with an explicit ``n`` (each name keys an independent stream)."""
+    if not isinstance(split, str) or split not in SPLITS:
+        raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    return split
+
+
+def as_order(order: Any, transforms: tuple[str, ...]) -> str | tuple[str, ...]:
+    """``'canonical'``, ``'random'``, or a validated tuple naming every type of ``transforms`` once."""
+    if isinstance(order, str) and order in ORDERS:
+        return order
+    if isinstance(order, str):
+        order = [t.strip() for t in order.split(",") if t.strip()]
+    if isinstance(order, (list, tuple)) and all(isinstance(t, str) for t in order):
+        names = tuple(ALIASES.get(t.lower(), t.lower()) for t in order)
+        if sorted(names) == sorted(transforms) and len(set(names)) == len(names):
+            return names
+    raise ValueError(f"order must be one of {', '.join(ORDERS)}, or name each of the dataset's types once "
+                     f"({', '.join(transforms) or 'none'}), got {order!r}")

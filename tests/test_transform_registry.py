@@ -1,0 +1,236 @@
+"""The open test-transform registry: a user's transform registered with ``invfast.transforms.register`` is
+found by name everywhere a built-in is (``get``, ``measure_invariance``, ``invfast measure``), its scores
+equal a direct float64 computation, the contract is checked with clear errors, and the old names
+(``transforms.SYNTHETIC``, ``synthetic.TRANSFORMATIONS``) still work with one DeprecationWarning."""
+from __future__ import annotations
+
+import importlib
+import json
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+import invfast
+import invfast.transforms as T
+from invfast import FeatureStats, invariance_scores
+
+GRID = torch.linspace(0.5, 2.0, 7)  # 1.0 is the 3rd point: the identity
+
+
+def _gamma(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    return x.unsqueeze(1) ** g.view(1, -1, 1, 1, 1)
+
+
+@pytest.fixture
+def registered():
+    """Names registered by a test, unregistered afterwards whatever happens."""
+    names: list[str] = []
+    yield names
+    for n in names:
+        if n in T.names():
+            try:
+                T.unregister(n)
+            except ValueError:  # a built-in already restored
+                pass
+
+
+def test_register_get_and_apply(registered, rng):
+    t = T.register("gamma", grid=lambda k: torch.linspace(0.5, 2.0, k), apply=_gamma, family="appearance",
+                   identity=1.0)
+    registered.append("gamma")
+    assert T.get("gamma") is t and "gamma" in T.names() and T.names()[:18] == T.TEST_TRANSFORMS
+    assert t.family == "appearance" and t.param_dim == 1 and not t.builtin and T.get("rotation").builtin
+    assert torch.equal(t.grid(7), GRID) and t.grid(7).dtype == torch.float32
+    assert t.is_identity(t.grid(7)).tolist() == [False, False, True, False, False, False, False]
+    x8 = torch.from_numpy(rng.integers(0, 256, (3, 3, 10, 12), dtype=np.uint8))
+    y8 = t.apply(x8, GRID)
+    assert y8.shape == (3, 7, 3, 10, 12) and y8.dtype == torch.uint8
+    ref = np.round(255 * (x8.numpy()[:, None] / 255.0) ** GRID.double().numpy()[None, :, None, None, None])
+    diff = np.abs(y8.numpy().astype(np.float64) - ref)
+    assert diff.max() <= 1 and (diff == 0).mean() > 0.99  # float32 pow vs float64: a rare half-level tie
+    xf = x8.float() / 255
+    torch.testing.assert_close(t(xf, GRID[3:]), _gamma(xf, GRID[3:]).clamp(0, 1), atol=0, rtol=0)
+    with pytest.raises(ValueError, match="fill is only for the built-in geometric"):
+        t.apply(xf, GRID, fill=0.5)
+    with pytest.raises(ValueError, match=r"params must be 1-D \[P\]"):
+        t.apply(xf, torch.ones(2, 2))
+
+
+def test_decorator_vector_params_fixed_grid_and_callable_identity(registered):
+    @T.register("roll", grid=[[0, 0], [1, 0], [0, -2], [3, 1]], family="spatial", identity=(0, 0))
+    def roll(x, p):
+        return torch.stack([torch.roll(x, (int(dy), int(dx)), dims=(-2, -1)) for dx, dy in p.tolist()], 1)
+
+    registered.append("roll")
+    assert isinstance(roll, T.TestTransform) and roll.param_dim == 2 and roll.family == "spatial"
+    assert roll.grid(1).shape == (4, 2) and roll.grid(100).shape == (4, 2)  # a fixed grid, whatever k
+    assert roll.is_identity(roll.grid()).tolist() == [True, False, False, False]
+    x = torch.rand(2, 3, 6, 7)
+    y = roll.apply(x, roll.grid())
+    assert torch.equal(y[:, 2], torch.roll(x, (-2, 0), dims=(-2, -1)))
+    t = T.register("noop", grid=lambda k: torch.arange(k, dtype=torch.float64), apply=lambda x, p: _gamma(x, p * 0 + 1),
+                   family="appearance", identity=lambda p: p == 0, param_dim=1)
+    registered.append("noop")
+    assert t.is_identity(t.grid(3)).tolist() == [True, False, False]
+
+
+def test_overwrite_and_unregister(registered):
+    with pytest.raises(ValueError, match="'rotation' is a built-in test transform; choose another name, or pass "
+                                         "overwrite=True"):
+        T.register("rotation", grid=[0.0, 1.0], apply=_gamma, family="spatial")
+    mine = T.register("rotation", grid=[0.5, 2.0], apply=_gamma, family="appearance", overwrite=True)
+    registered.append("rotation")
+    assert T.get("rotation") is mine
+    T.unregister("rotation")
+    assert T.get("rotation").builtin and T.get("rotation").family == "spatial"
+    with pytest.raises(ValueError, match="only registered transforms can be unregistered"):
+        T.unregister("rotation")
+    T.register("gamma", grid=GRID, apply=_gamma, family="appearance")
+    registered.append("gamma")
+    with pytest.raises(ValueError, match="'gamma' is already registered"):
+        T.register("gamma", grid=GRID, apply=_gamma, family="appearance")
+    T.register("gamma", grid=GRID[:2], apply=_gamma, family="appearance", overwrite=True)
+    assert T.get("gamma").grid().shape == (2,)
+    T.unregister("gamma")
+    with pytest.raises(ValueError, match="unknown transform 'gamma'"):
+        T.get("gamma")
+    with pytest.raises(ValueError, match="unknown transform 'gamma'"):
+        T.unregister("gamma")
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"name": "my gamma"}, ValueError, "letters, digits"),
+    ({"name": "a,b"}, ValueError, "no commas"),
+    ({"name": ""}, ValueError, "letters, digits"),
+    ({"name": 3}, ValueError, "letters, digits"),
+    ({"name": "all"}, ValueError, "selects a group"),
+    ({"name": "spatial"}, ValueError, "selects a group"),
+    ({"family": "colour"}, ValueError, "family must be one of spatial, appearance"),
+    ({"apply": "x ** g"}, TypeError, "apply must be a callable"),
+    ({"grid": torch.ones(2, 2, 2)}, ValueError, r"shape \[P\] or \[P, m\]"),
+    ({"grid": []}, ValueError, r"shape \[P\] or \[P, m\]"),
+    ({"grid": [1.0, float("nan")]}, ValueError, "NaN"),
+    ({"grid": "1,2"}, TypeError, "float array"),
+    ({"param_dim": 2}, ValueError, "param_dim=2 but the grid has shape"),
+    ({"param_dim": 0}, ValueError, "param_dim must be a positive int"),
+    ({"identity": (1.0, 2.0)}, ValueError, r"identity must be None, a callable or 1 finite"),
+    ({"identity": lambda p: p[:1] == 1}, ValueError, r"identity\(params\) must return bool \[P\]"),
+    ({"apply": lambda x, p: x}, ValueError, r"returned shape \(2, 3, 16, 16\), expected \[B, P, C, H, W\] = "
+                                            r"\[2, 2, 3, 16, 16\]"),
+    ({"apply": lambda x, p: (_gamma(x, p) * 255).to(torch.uint8)}, TypeError, "floating images"),
+    ({"apply": lambda x, p: _gamma(x, p).numpy()}, TypeError, "must return a torch.Tensor"),
+    ({"apply": lambda x, p: 1 / 0}, ValueError, r"probe call apply\(images \[2, 3, 16, 16\] float32, grid\(8\)\[:2\]\) "
+                                              "failed: ZeroDivisionError"),
+])
+def test_registration_errors_name_the_problem(kwargs, error, match):
+    args = {"name": "bad-one", "grid": GRID, "apply": _gamma, "family": "appearance", **kwargs}
+    name = args.pop("name")
+    with pytest.raises(error, match=match):
+        T.register(name, **args)
+    assert "bad-one" not in T.names()
+
+
+def test_every_apply_result_is_checked(registered):
+    calls = []
+
+    def flaky(x, p):  # right on the probe, wrong later
+        calls.append(1)
+        return _gamma(x, p) if len(calls) == 1 else _gamma(x, p)[:, :1]
+
+    t = T.register("flaky", grid=GRID, apply=flaky, family="appearance")
+    registered.append("flaky")
+    with pytest.raises(ValueError, match=r"'flaky': apply returned shape \(1, 1, 3, 8, 8\), expected"):
+        t.apply(torch.rand(1, 3, 8, 8), GRID[:3])
+
+
+def _manual_scores(model, x: torch.Tensor, grid: torch.Tensor, identity: torch.Tensor):
+    """Features of the original and gamma-transformed images, FeatureStats (trace shrinkage, eps 1e-6,
+    measure_invariance's defaults) and invariance_scores, all in float64 by hand."""
+    with torch.no_grad():
+        f_ref = model(x).double()
+        views = (x.double().unsqueeze(1) ** grid.double().view(1, -1, 1, 1, 1)).float()  # [N, P, 3, H, W]
+        f_t = model(views.flatten(0, 1)).double().view(x.shape[0], grid.shape[0], -1)
+    stats = FeatureStats().update(f_ref).finalize(shrinkage="trace", eps=1e-6)
+    sc = invariance_scores(f_ref, f_t, stats)
+    keep = ~identity
+    return sc["distance"].double(), sc["cosine"].double(), keep
+
+
+def test_measure_a_registered_transform_equals_the_direct_computation(registered, rng):
+    from registry_helpers import tiny_net
+
+    T.register("gamma", grid=lambda k: torch.linspace(0.5, 2.0, k), apply=_gamma, family="appearance", identity=1.0)
+    registered.append("gamma")
+    model = tiny_net(seed=int(rng.integers(1000))).eval()
+    x = torch.from_numpy(rng.random((20, 3, 12, 12), dtype=np.float32))
+    res = invfast.measure_invariance(model, x, transforms=["gamma", "hflip"], grid_size=7, batch_size=8,
+                                     normalize=False)
+    assert list(res.transforms) == ["gamma", "hflip"]
+    r = res.transforms["gamma"]
+    assert r.family == "appearance" and r.identity.tolist() == [False, False, True, False, False, False, False]
+    d, c, keep = _manual_scores(model, x, GRID, r.identity)
+    torch.testing.assert_close(r.distance, d.mean(0), atol=1e-4, rtol=1e-4)
+    torch.testing.assert_close(r.cosine, c.mean(0), atol=1e-4, rtol=1e-4)  # measure scores float32 features
+    assert r.mean_distance == pytest.approx(float(d[:, keep].mean()), rel=1e-4)
+    assert r.mean_cosine == pytest.approx(float(c[:, keep].mean()), rel=1e-4, abs=1e-4)
+    assert r.identity_distance == pytest.approx(0.0, abs=1e-6)  # gamma 1 changes nothing
+    # passing the object gives the same numbers; 'all' stays the 18 built-ins, 'all,gamma' adds it
+    again = invfast.measure_invariance(model, x, transforms=[T.get("gamma")], grid_size=7, batch_size=8,
+                                       normalize=False)
+    assert again.transforms["gamma"].mean_distance == pytest.approx(r.mean_distance, rel=1e-12)
+    from invfast.measure.selection import resolve_transforms
+
+    assert [t.name for t in resolve_transforms("all")] == list(T.TEST_TRANSFORMS)
+    assert [t.name for t in resolve_transforms("all,gamma")][-1] == "gamma"
+
+
+def test_measure_cli_measures_a_transform_registered_by_the_model_module(tmp_path, cli_env, monkeypatch, capsys):
+    from invfast.cli import main
+
+    monkeypatch.delitem(sys.modules, "registry_helpers", raising=False)  # the CLI's import registers it
+    if "gamma-cli" in T.names():
+        T.unregister("gamma-cli")
+    x = torch.from_numpy(np.random.default_rng(0).random((20, 3, 12, 12), dtype=np.float32))
+    np.save(tmp_path / "x.npy", (x.numpy() * 255).round().astype(np.uint8))
+    try:
+        rc = main(["measure", "--model", "registry_helpers:tiny_net", "--data", f"npy:{tmp_path / 'x.npy'}",
+                   "--transforms", "gamma-cli,vflip", "--grid-size", "5", "--images", "0", "--no-progress",
+                   "--no-plots", "--no-normalize", "--out", str(tmp_path / "out")])
+        assert rc == 0, capsys.readouterr().err
+        doc = json.loads((tmp_path / "out" / "result.json").read_text())
+        names = [t["name"] for t in doc["transforms"]]
+        assert names == ["gamma-cli", "vflip"]
+        assert "| gamma-cli |" in capsys.readouterr().out
+    finally:
+        if "gamma-cli" in T.names():
+            T.unregister("gamma-cli")
+    # without the module, the name is unknown: a usage error naming the valid ones
+    assert main(["measure", "--model", "resnet18-cifar", "--data", f"npy:{tmp_path / 'x.npy'}", "--transforms",
+                 "gamma-cli", "--out", str(tmp_path / "o2"), "--no-progress"]) == 2
+    assert "unknown transform 'gamma-cli'" in capsys.readouterr().err
+
+
+def test_old_names_warn_once_and_still_work():
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "import invfast.transforms as T, invfast.synthetic as S\n"
+            "from invfast.transforms.registry import SYNTHETIC\n"
+            "assert T.SYNTHETIC == SYNTHETIC == T.TEST_TRANSFORMS\n"
+            "from invfast.synthetic.recipe import TRANSFORMATIONS\n"
+            "assert S.TRANSFORMATIONS == TRANSFORMATIONS == S.TRANSFORMATION_TYPES\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stderr.count("DeprecationWarning") == 2, out.stderr
+    assert "invfast.transforms.SYNTHETIC is now invfast.transforms.TEST_TRANSFORMS" in out.stderr
+    assert "invfast.synthetic.TRANSFORMATIONS is now invfast.synthetic.TRANSFORMATION_TYPES" in out.stderr
+    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
+        T.NOPE  # noqa: B018
+    import invfast.synthetic as S
+
+    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
+        S.NOPE  # noqa: B018
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert len(importlib.import_module("invfast.transforms").SYNTHETIC) == 18
