@@ -266,7 +266,7 @@ def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device,
     import invfast.transforms as T
     from invfast.measure.extractor import FeatureExtractor
 
-    tfs = [T.get(n) for n in T.SYNTHETIC]
+    tfs = [T.get(n) for n in T.TEST_TRANSFORMS]
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     model = model.to(device).eval()
     if channels_last:

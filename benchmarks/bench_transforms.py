@@ -49,7 +49,7 @@ B = int(os.environ.get("INVFAST_BENCH_B", 8 if SMALL else 64))
 P = int(os.environ.get("INVFAST_BENCH_P", 16 if SMALL else 256))
 SIZE = int(os.environ.get("INVFAST_BENCH_SIZE", 224))
 PIL_PAIRS = int(os.environ.get("INVFAST_BENCH_PIL_PAIRS", 64 if SMALL else 256))
-NAMES = [n for n in os.environ.get("INVFAST_BENCH_NAMES", ",".join(T.SYNTHETIC)).split(",") if n]
+NAMES = [n for n in os.environ.get("INVFAST_BENCH_NAMES", ",".join(T.TEST_TRANSFORMS)).split(",") if n]
 POLICY_B = int(os.environ.get("INVFAST_BENCH_POLICY_B", 16 if SMALL else 64))
 
 

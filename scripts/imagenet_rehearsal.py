@@ -138,7 +138,7 @@ def timing(data: str, model_name: str, width: int | None, device: str | None, im
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     cuda = dev.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    names = list(T.SYNTHETIC) if transforms == "all" else [s for s in transforms.split(",") if s]
+    names = list(T.TEST_TRANSFORMS) if transforms == "all" else [s for s in transforms.split(",") if s]
     src = FolderSource(data, resize=resize, n=images, workers=workers)
     model = (create(model_name) if width is None else create(model_name, width=width)).to(dev).eval()
     if cuda:

@@ -9,7 +9,7 @@ import torch
 
 from invfast import transforms as T
 
-NAMES = T.SYNTHETIC
+NAMES = T.TEST_TRANSFORMS
 
 
 @pytest.fixture(autouse=True)

@@ -340,7 +340,7 @@ def test_real_transform_registry_and_synthetic_data():
     model = small_net(seed=12, dim=6)
     r = measure_invariance(model, "synthetic:objects=4,n=16,size=32,seed=1", "all", grid_size=3, batch_size=8,
                            forward_batch=64)
-    assert list(r.transforms) == list(T.SYNTHETIC)
+    assert list(r.transforms) == list(T.TEST_TRANSFORMS)
     assert {t.family for t in r.transforms.values()} == {"spatial", "appearance"}
     assert r.n_images == 16 and r.meta["data"]["n"] == 16
     for t in r.transforms.values():
@@ -354,7 +354,7 @@ def test_real_transform_registry_and_synthetic_data():
     from invfast.measure import resolve_transforms
 
     spatial = resolve_transforms("spatial")
-    assert [t.name for t in spatial] == [n for n in T.SYNTHETIC if T.get(n).family == "spatial"]
+    assert [t.name for t in spatial] == [n for n in T.TEST_TRANSFORMS if T.get(n).family == "spatial"]
     assert [t.name for t in resolve_transforms("rotation, hue")] == ["rotation", "hue"]
     one = measure_invariance(model, "synthetic:objects=4,n=16,size=32,seed=1", "rotation", grid_size=3, batch_size=8)
     assert one["rotation"].mean_cosine == pytest.approx(r["rotation"].mean_cosine, rel=1e-5)

@@ -50,7 +50,7 @@ class SyntheticSpec:
     order: str = SYNTHETIC_DEFAULTS["order"]
 
     def __post_init__(self) -> None:
-        from invfast.synthetic import TRANSFORMATIONS
+        from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
         from invfast.synthetic.recipe import canonical
 
         for k in ("objects", "n", "size", "seed"):
@@ -77,7 +77,7 @@ class SyntheticSpec:
 
     def to_string(self) -> str:
         """The canonical spec string (every key), ``synthetic:...``."""
-        from invfast.synthetic import TRANSFORMATIONS
+        from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
 
         t = "all" if set(self.transforms) == set(TRANSFORMATIONS) else ("+".join(self.transforms) or "none")
         return (f"synthetic:objects={self.objects},transforms={t},n={self.n},size={self.size},seed={self.seed},"

@@ -56,9 +56,9 @@ class Protocol:
         from invfast.transforms import ericsson
 
         name = t if isinstance(t, str) else getattr(t, "name", None)
-        from invfast.transforms.registry import SYNTHETIC
+        from invfast.transforms import TEST_TRANSFORMS
 
-        return ericsson.get(name, seed=seed) if name in SYNTHETIC else t
+        return ericsson.get(name, seed=seed) if name in TEST_TRANSFORMS else t
 
 
 PROTOCOLS: dict[str, Protocol] = {

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-FAMILIES = ("spatial", "appearance")
+from invfast.transforms.transform import FAMILIES
 
 __all__ = ["FAMILIES", "resolve_transforms"]
 
@@ -47,7 +47,7 @@ def _named_transforms(name: str) -> list[Any]:
     except ImportError as e:  # the registry is part of the package; this only guards partial checkouts
         raise ValueError(f"transform names need invfast.transforms, which cannot be imported ({e}); "
                          "pass transform objects instead") from e
-    names = list(T.SYNTHETIC)
+    names = list(T.TEST_TRANSFORMS)  # 'all' and the families select the 18 built-ins; others by name
     if name == "all":
         return [T.get(n) for n in names]
     if name in FAMILIES:
@@ -56,4 +56,4 @@ def _named_transforms(name: str) -> list[Any]:
         return [T.get(name)]
     except (KeyError, ValueError) as e:
         raise ValueError(f"unknown transform {name!r}; choose 'all', 'spatial', 'appearance' or names from "
-                         f"{names}") from e
+                         f"{list(T.names())} (invfast.transforms.register adds your own)") from e
