@@ -87,19 +87,32 @@ class DihedralAverage(nn.Module):
         return torch.stack([self.net(v) for v in views]).mean(0)
 
 
-def run_demo(n_ref: int = 256, n_test: int = 64, size: int = 64, seed: int = 0) -> dict:
+def run_demo(n_ref: int = 256, n_test: int = 64, size: int = 64, seed: int = 0, progress: bool = False) -> dict:
     """Scores of both extractors under every exact transform: {model: {transform: {...}}}."""
+    from invfast.progress import bar
+
     ref = photo_patches(n_ref, size, seed)
     test = photo_patches(n_test, size, seed + 1)
     base = ConvNet(seed=seed).eval()
     models = {"convnet": base, "convnet-d4": DihedralAverage(base)}
     results: dict = {}
     cosines: dict = {name: {} for name in EXACT_TRANSFORMS}
+    # the d4-averaged net runs 8 forward passes per image: count images x passes
+    per_model = {"convnet": 1, "convnet-d4": 8}
+    total = sum(k * (n_ref + n_test * (1 + len(EXACT_TRANSFORMS))) for k in per_model.values())
+    b = bar(total, desc="demo", unit="image", disable=not progress)
+
+    def run(model: nn.Module, name: str, x: torch.Tensor) -> torch.Tensor:
+        f = model(x)
+        b.update(per_model[name] * x.shape[0])
+        return f
+
     with torch.no_grad():
         for mname, model in models.items():
-            stats = FeatureStats().update(model(ref)).finalize()
-            f_ref = model(test)
-            f_t = torch.stack([model(fn(test)) for fn in EXACT_TRANSFORMS.values()], dim=1)  # [N, T, D]
+            b.set_description(f"demo {mname}")
+            stats = FeatureStats().update(run(model, mname, ref)).finalize()
+            f_ref = run(model, mname, test)
+            f_t = torch.stack([run(model, mname, fn(test)) for fn in EXACT_TRANSFORMS.values()], dim=1)  # [N, T, D]
             scores = invariance_scores(f_ref, f_t, stats)
             results[mname] = {}
             for j, tname in enumerate(EXACT_TRANSFORMS):
@@ -107,8 +120,9 @@ def run_demo(n_ref: int = 256, n_test: int = 64, size: int = 64, seed: int = 0) 
                 cos = aggregate_scores(scores["cosine"][:, j:j + 1])
                 results[mname][tname] = {"distance": dist["mean"], "cosine": cos["mean"]}
                 cosines[tname][mname] = scores["cosine"][:, j]
-    for tname, per_model in cosines.items():
-        best = most_invariant(per_model)
+    b.close()
+    for tname, by_model in cosines.items():
+        best = most_invariant(by_model)
         for mname in models:
             results[mname][tname]["most_invariant"] = best == mname
     return results
@@ -134,13 +148,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--size", type=int, default=64, help="patch side in pixels (default 64)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="PATH", help="also write the numbers as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.images < 2 or args.reference < 2:
         raise ValueError(f"--images and --reference must be at least 2, got {args.images} and {args.reference}")
     t0 = time.perf_counter()
-    results = run_demo(args.reference, args.images, args.size, args.seed)
+    results = run_demo(args.reference, args.images, args.size, args.seed, progress=not args.no_progress)
     print(f"Invariance of two fixed extractors on {args.images} photo patches ({args.size}px), "
           f"reference statistics from {args.reference} patches.")
     print("cosine: 1 = invariant; distance: 0 = invariant; • = significantly most invariant (Hoeffding, Bonferroni)\n")
@@ -148,6 +163,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"\nconvnet-d4 averages the net over flips/90° rotations, so it must score cosine 1 / distance 0 on the "
           f"spatial columns and not on the appearance ones. ({time.perf_counter() - t0:.1f} s)")
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(results, fh, indent=2)
+        from invfast.io import atomic_write_text
+
+        atomic_write_text(args.json, json.dumps(results, indent=2))
     return 0

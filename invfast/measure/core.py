@@ -87,7 +87,7 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", config: M
                            transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids], stats=stats_fingerprint(given),
                            world_size=run.shard.world_size, files=files_fingerprint(run.source, cfg.fingerprint_content)))
     drawn = resample_indices(run.n, cfg.n_images, cfg.protocol_seed) if proto.with_replacement else None
-    run.progress_bar = open_progress(run, given is None, [t.name for t, _, _ in grids],
+    run.progress_bar = open_progress(run, given is None, {t.name: int(p.shape[0]) for t, p, _ in grids},
                                      run.n if drawn is None else int(drawn.numel()))
     n_new = 0
     try:

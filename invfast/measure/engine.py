@@ -204,14 +204,15 @@ class Run:
                 self._cached += nbytes
         return f
 
-    def bar(self, total: int, desc: str, initial: int = 0):
-        from tqdm.auto import tqdm
+    def bar(self, total: int, desc: str, initial: int = 0, unit: str = "view") -> Any:
+        """A progress bar (:func:`invfast.progress.bar`: live on a terminal, plain lines in a log)."""
+        from invfast.progress import bar
 
-        return tqdm(total=total, initial=initial, desc=desc, unit="img", disable=not self.progress, leave=True,
-                    dynamic_ncols=True)
+        return bar(total, desc=desc, unit=unit, initial=initial, disable=not self.progress)
 
     def pass_bar(self, total: int, desc: str, initial: int) -> Any:
-        """The bar a pass updates: the run's single bar (described as ``desc``), else a bar of its own."""
+        """The bar a pass updates (in views: images x parameters through the model): the run's single bar
+        (described as ``desc``), else a bar of its own."""
         if self.progress_bar is None:
             return self.bar(total, desc, initial)
         self.progress_bar.set_description(desc, refresh=False)
@@ -315,20 +316,21 @@ class Run:
         return {"count": len(bad), "examples": [[p, r] for _, p, r in examples]}
 
 
-def open_progress(run: Run, stats_pass: bool, names: list[str], n_scored: int) -> Any:
-    """One bar with ETA over this rank's images x passes (the statistics pass, then each transform),
-    starting from what a resumed state has done already."""
+def open_progress(run: Run, stats_pass: bool, sizes: dict[str, int], n_scored: int) -> Any:
+    """One bar with ETA over this rank's views (model inputs): one per image for the statistics pass, then
+    P per image for a transform of P parameters (``sizes``: name -> P), starting from what a resumed
+    state has done already."""
     n_stats = run.stop - run.start
     s0, s1 = run.shard.bounds(n_scored)
     done = 0
     st = run.state.get("stats")
     if stats_pass and st is not None:
         done += st["next"] - run.start
-    for name in names:
+    for name, p in sizes.items():
         acc = run.state["transforms"].get(name)
         if acc is not None:
-            done += acc["next"] - s0
-    total = (n_stats if stats_pass else 0) + len(names) * (s1 - s0)
+            done += (acc["next"] - s0) * p
+    total = (n_stats if stats_pass else 0) + sum(sizes.values()) * (s1 - s0)
     return run.bar(total, "measure", initial=done)
 
 

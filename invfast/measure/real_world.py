@@ -72,8 +72,7 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
                    "pair_c": torch.zeros(1, dtype=torch.float64, device=cpu),
                    "pairs": 0, "views": 0}
             run.state["transforms"][name] = acc
-        bar = run.bar(g1 - g0, name, initial=acc["next"] - g0)
-        bar.unit = "group"
+        bar = run.bar(g1 - g0, name, initial=acc["next"] - g0, unit="group")
         with torch.inference_mode():
             for gi in range(acc["next"], g1):
                 idx = members[gi]

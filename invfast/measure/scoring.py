@@ -89,7 +89,7 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
     mm = _pair_files(os.fspath(pair_dir), t.name, layers, run.n, p, run.shard, fresh and acc["next"] == run.start) \
         if pair_dir is not None else None
     flush = (lambda: [m.flush() for per in mm.values() for m in per.values()]) if mm is not None else None
-    bar = run.pass_bar(run.stop - run.start, t.name, initial=acc["next"] - run.start)
+    bar = run.pass_bar((run.stop - run.start) * p, t.name, initial=(acc["next"] - run.start) * p)
     # transforms with few parameters take several image batches per model call, so every call
     # carries about forward_batch images (the reference features stay cached per image batch)
     group = max(1, run.extract.forward_batch // max(1, p * run.batch_size))
@@ -111,7 +111,7 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
                 f_ref = {ly: refs[0][ly] if len(refs) == 1 else torch.cat([r[ly] for r in refs]) for ly in layers}
                 _score_group(run, t, x, idx, f_ref, params, keep_dev, n_keep, stats, acc, mm)
             acc["next"] = e
-            bar.update(e - s)
+            bar.update((e - s) * p)
             run.checkpoint(before=flush)
     bar.close()
     if flush is not None:

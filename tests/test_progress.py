@@ -1,0 +1,39 @@
+"""Progress: counts views (images x parameters), plain lines without escape codes when stderr is not a terminal."""
+from __future__ import annotations
+
+import io
+
+import torch
+
+from invfast.measure import measure_invariance
+from invfast.progress import LineBar, bar
+from measure_helpers import HFlip, Rot90, small_net
+
+
+def test_line_bar_prints_plain_lines_with_eta():
+    out = io.StringIO()
+    b = LineBar(total=200, desc="measure", unit="view", every=0.0, file=out)
+    b.update(50)
+    b.update(50)
+    b.close()
+    text = out.getvalue()
+    assert "\r" not in text and "\x1b" not in text
+    lines = text.strip().splitlines()
+    assert lines[0].startswith("measure: 25% (50/200 view") and "ETA" in lines[0]
+    assert lines[-1].startswith("measure: 50% (100/200 view") and lines[-1].rstrip().endswith(" s")
+
+
+def test_bar_off_the_terminal_is_a_line_bar(capsys):
+    assert isinstance(bar(10, desc="x"), LineBar)  # pytest's captured stderr is not a terminal
+    assert type(bar(10, disable=True)).__name__ == "_Off"
+
+
+def test_measure_progress_counts_views(capsys, monkeypatch):
+    """The ETA is over views: the statistics pass (N) plus N x P per transform; the log has plain lines."""
+    monkeypatch.setenv("INVFAST_PROGRESS_SECONDS", "0")
+    x = torch.rand(6, 3, 8, 8, generator=torch.Generator().manual_seed(0))
+    measure_invariance(small_net(dim=4), x, [Rot90(), HFlip()], grid_size=4, batch_size=3, progress=True)
+    err = capsys.readouterr().err
+    assert "\r" not in err and "\x1b" not in err
+    last = [ln for ln in err.splitlines() if ln.startswith(("measure", "rot90", "hflip", "reference"))][-1]
+    assert "100% (42/42 view" in last  # 6 statistics + 6 x 4 rot90 + 6 x 2 hflip
