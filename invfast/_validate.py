@@ -22,11 +22,29 @@ def as_features(x: Any, name: str, ndim: int | None = 2, finite: bool = True) ->
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
     if ndim is None and x.dim() < 1:
         raise ValueError(f"{name} must have at least 1 dimension, got a scalar")
-    if finite and x.numel() and not bool(torch.isfinite(x).all()):
-        bad = int((~torch.isfinite(x)).sum())
-        raise ValueError(f"{name} contains {bad} NaN/Inf values; remove or impute them first "
-                         "(nothing is dropped silently)")
+    if finite:
+        check_finite(x, f"{name} contains NaN/Inf values; remove or impute them first (nothing is dropped silently)",
+                     count=True)
     return x
+
+
+def compiling() -> bool:
+    """Whether torch.compile is tracing this call (data-dependent Python checks would break its graph)."""
+    return bool(torch.compiler.is_compiling())
+
+
+def check_finite(x: torch.Tensor, message: str, count: bool = False) -> None:
+    """Raise ValueError(``message``) when ``x`` holds NaN/Inf. Under ``torch.compile`` the same check runs
+    inside the graph (``torch._assert_async``: a RuntimeError with ``message`` when the graph executes), so
+    a compiled call with ``fullgraph=True`` keeps it without a graph break."""
+    if compiling():
+        torch._assert_async(torch.isfinite(x).all(), message)
+        return
+    if x.numel() and not bool(torch.isfinite(x).all()):
+        if count:
+            bad = int((~torch.isfinite(x)).sum())
+            message = message.replace("contains NaN/Inf", f"contains {bad} NaN/Inf", 1)
+        raise ValueError(message)
 
 
 def as_labels(y: Any, name: str, n: int | None = None) -> torch.Tensor:

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from invfast._validate import as_features, as_labels
+from invfast._validate import as_features, as_labels, check_finite, compiling
 from invfast.ops.invariance import pair_scores, sqdist_logsumexp
 from invfast.stats import FeatureStats
 
@@ -30,6 +30,8 @@ def _check_pair(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, nan
         raise ValueError(f"f_t must be [N, D] or [N, P, D], got shape {tuple(f_t.shape)}")
     if f_ref.shape[0] != f_t.shape[0]:
         raise ValueError(f"f_ref has N={f_ref.shape[0]} rows but f_t has N={f_t.shape[0]}; pair them row by row")
+    if f_ref.shape[0] == 0:
+        raise ValueError("f_ref and f_t hold N=0 images; give at least one")
     if f_t.shape[1] == 0:
         raise ValueError("f_t has P=0 transformation parameters; give at least one")
     if f_ref.shape[1] != f_t.shape[2]:
@@ -73,7 +75,9 @@ def invariance_scores(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStat
         outs_d.append(dd)
         outs_c.append(cc)
     dist, cos = (torch.cat(outs_d), torch.cat(outs_c)) if len(outs_d) > 1 else (outs_d[0], outs_c[0])
-    if nan_policy == "raise" and not bool(torch.isfinite(dist).all() & torch.isfinite(cos).all()):
+    if nan_policy == "raise" and compiling():  # inside the graph: one device assert, no host read
+        check_finite(torch.stack([dist, cos]), "invariance_scores: the features or the scores are NaN/Inf")
+    elif nan_policy == "raise" and not bool(torch.isfinite(dist).all() & torch.isfinite(cos).all()):
         # NaN/Inf anywhere in a pair's features makes its scores non-finite: name the culprit
         as_features(f_ref, "f_ref", ndim=2)
         as_features(f_t, "f_t", ndim=3)
