@@ -14,7 +14,9 @@ from invfast.stats import FeatureStats
 
 
 def best_time(fn: Callable[[], object], repeat: int = 3) -> float:
-    """Best wall time in seconds of ``repeat`` calls of ``fn``."""
+    """Best wall time in seconds of ``repeat`` (>= 1) calls of ``fn``."""
+    if repeat < 1:
+        raise ValueError(f"repeat must be >= 1, got {repeat}")
     best = float("inf")
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -46,10 +48,12 @@ def run_bench(n: int = 200, p: int = 64, d: int = 512, n_uniform: int = 4000, re
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=3, help="timed calls per case, best kept (>= 1; default 3)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.repeat < 1:
+        raise ValueError(f"--repeat must be >= 1 (timed calls per case), got {args.repeat}")
     info = backend.backend_info()
     print(f"compiled core: {info['cpp']}  cuda: {info['cuda']}  threads: {info['threads']}")
     print(f"{'case':<40} {'auto (s)':>10} {'reference (s)':>14} {'speedup':>8} {'items/s':>12}")

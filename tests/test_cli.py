@@ -76,3 +76,8 @@ def test_warnings_are_one_line_each_once(monkeypatch, tmp_path, capsys):
     assert main(MEASURE + [str(tmp_path / "o")]) == 0
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["invfast: warning: N=3 reference samples for D=8 features"]
+
+
+def test_bench_repeat_zero_is_refused(capsys):
+    assert main(["bench", "--repeat", "0"]) == 2
+    assert "--repeat must be >= 1" in capsys.readouterr().err
