@@ -125,14 +125,15 @@ def test_one_progress_bar_over_images_and_transforms(monkeypatch):
         def close(self):
             self.closed = True
 
-    import tqdm.auto
+    import invfast.progress
 
-    monkeypatch.setattr(tqdm.auto, "tqdm", Bar)
+    monkeypatch.setattr(invfast.progress, "bar", lambda total, **kw: Bar(total, **kw))
     measure_invariance(small_net(dim=6), random_images(10), [Rot90(), HFlip(), Brightness()], grid_size=4,
                        batch_size=3, progress=True)
     assert len(bars) == 1
     bar = bars[0]
-    assert bar.total == bar.n == 10 * 4 and bar.closed  # the statistics pass + 3 transforms
+    # views: the statistics pass (10) + 10 images x (4 rot90 + 2 hflip + 4 brightness parameters)
+    assert bar.total == bar.n == 10 + 10 * (4 + 2 + 4) and bar.closed
     assert bar.descs[1:] == ["reference statistics", "rot90", "hflip", "brightness"]
 
 
@@ -217,3 +218,14 @@ def test_cli_rejects_negative_workers(tmp_path, capsys):
     d = _folder(tmp_path / "imgs", n=3)
     assert main(CLI + ["--data", f"folder:{d}", "--out", str(tmp_path / "o"), "--workers", "-1"]) == 2
     assert "--workers must be >= 0" in capsys.readouterr().err
+
+
+def test_views_made_ahead_on_a_thread_give_the_same_numbers(one_thread):
+    """The background view producer (CPU default) changes when views are made, not what is scored."""
+    x = random_images(11, size=8, seed=3)
+    kw = dict(grid_size=4, batch_size=4, forward_batch=6, layers=None)
+    a = measure_invariance(small_net(dim=5), x, [Rot90(), Brightness()], overlap=True, **kw)
+    b = measure_invariance(small_net(dim=5), x, [Rot90(), Brightness()], overlap=False, **kw)
+    for name in ("rot90", "brightness"):
+        torch.testing.assert_close(a[name].per_image_cosine, b[name].per_image_cosine, rtol=0, atol=0)
+        torch.testing.assert_close(a[name].cosine, b[name].cosine, rtol=0, atol=0)

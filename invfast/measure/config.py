@@ -65,6 +65,8 @@ class MeasureConfig:
         layers: the layers measured, all from one forward pass per view: None (what the model returns),
             'all' (every stage: ResNet ``layer1..layer4``), or module paths ('layer2,layer4', 'output');
             see :mod:`invfast.measure.layers`.
+        overlap: make the next chunk's transformed views on a background thread while the model runs on
+            the current one (None: on the CPU; CUDA launches are asynchronous already).
     """
 
     grid_size: int = 256
@@ -93,6 +95,7 @@ class MeasureConfig:
     workers: int | None = _free("decoding processes: the images they decode are the same", None)
     pair_block: int = _free("real-world mode: rows scored at once, a memory bound", 64)
     layers: tuple[str, ...] | None = None
+    overlap: bool | None = _free("how work is scheduled: the views and scores are the same", None)
 
     def __post_init__(self) -> None:
         def positive_int(k: str, low: int = 1, optional: bool = False) -> None:
@@ -115,6 +118,8 @@ class MeasureConfig:
                 raise ValueError(f"{k} must be a number >= 0, got {v!r}")
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps >= 0:
             raise ValueError(f"eps must be a number >= 0, got {self.eps!r}")
+        if self.overlap is not None and not isinstance(self.overlap, bool):
+            raise TypeError(f"overlap must be True, False or None, got {self.overlap!r}")
         for k in ("normalize", "strict", "progress", "fingerprint_content"):
             if not isinstance(getattr(self, k), bool):
                 raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")

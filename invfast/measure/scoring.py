@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -90,29 +90,18 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
         if pair_dir is not None else None
     flush = (lambda: [m.flush() for per in mm.values() for m in per.values()]) if mm is not None else None
     bar = run.pass_bar((run.stop - run.start) * p, t.name, initial=(acc["next"] - run.start) * p)
-    # transforms with few parameters take several image batches per model call, so every call
-    # carries about forward_batch images (the reference features stay cached per image batch)
-    group = max(1, run.extract.forward_batch // max(1, p * run.batch_size))
-    spans = list(run.batches(acc["next"]))
     count0 = acc["count"]
-    with contextlib.closing(run.stream(spans)) as stream:
-        for g in range(0, len(spans), group):
-            span = spans[g:g + group]
-            s, e = span[0][0], span[-1][1]
-            xs, idxs, refs = [], [], []
-            for (bs, _), (xb, ib) in zip(span, stream):
-                if count(xb):
-                    xs.append(xb)
-                    idxs.append(ib)
-                    refs.append(run.reference_features(bs, xb))
-            b = sum(count(xb) for xb in xs)
-            if b:
-                x, idx = concat(xs), (idxs[0] if len(idxs) == 1 else torch.cat(idxs))
-                f_ref = {ly: refs[0][ly] if len(refs) == 1 else torch.cat([r[ly] for r in refs]) for ly in layers}
-                _score_group(run, t, x, idx, f_ref, params, keep_dev, n_keep, stats, acc, mm)
-            acc["next"] = e
-            bar.update((e - s) * p)
-            run.checkpoint(before=flush)
+    ctx = _Context(run, t, params, keep_dev, n_keep, stats, acc, mm)
+    with contextlib.closing(_work(run, ctx)) as work, _ViewProducer(run) as producer:
+        for group, ps, pe, views in producer.views(work):
+            if views is not None:
+                group.score_chunk(ps, pe, views)
+            if pe is None or pe == p:  # the group's last piece: fold it into the accumulators, save now and then
+                if views is not None:
+                    group.finish()
+                acc["next"] = group.e
+                bar.update((group.e - group.s) * p)
+                run.checkpoint(before=flush)
     bar.close()
     if flush is not None:
         flush()
@@ -121,67 +110,161 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
     return acc, (acc["count"] - count0) * p
 
 
-def _score_group(run: Run, t: Any, x: Any, idx: torch.Tensor, f_ref: dict[str, torch.Tensor],
-                 params: torch.Tensor, keep: torch.Tensor, n_keep: int, stats: dict[str, FeatureStats],
-                 acc: dict[str, Any], mm: dict[str, dict[str, np.memmap]] | None) -> None:
-    """Images ``x [b, C, H, W]`` (or a list of images as loaded; device; indices ``idx`` on the host) under
-    every parameter, in chunks of at most ``forward_batch // b`` parameters; adds into ``acc`` on the
-    device without reading back."""
-    b, p, dev = count(x), params.shape[0], run.device
-    pc = max(1, run.extract.forward_batch // b)
-    layers = list(f_ref)
-    img_d = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in layers}
-    img_c = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in layers}
-    # per-image sums over the views of each unit (the transformational variance of each image)
-    v1 = {ly: f_ref[ly].double() if acc["add_ref"] else torch.zeros_like(f_ref[ly], dtype=torch.float64)
-          for ly in layers}
-    v2 = {ly: v1[ly] * v1[ly] for ly in layers}
-    pairs = None if mm is None else {ly: torch.empty(2, b, p, dtype=torch.float32, device=dev) for ly in layers}
-    for ps in range(0, p, pc):
-        pe = min(p, ps + pc)
-        xt = run.views(t, x, params[ps:pe])
-        feats = run.extract.features(xt.flatten(0, 1))
-        del xt
-        k = keep[ps:pe]
-        for ly in layers:
-            la = acc["layers"][ly]
+class _Context:
+    """What every group of one transform's pass shares."""
+
+    def __init__(self, run: Run, t: Any, params: torch.Tensor, keep: torch.Tensor, n_keep: int,
+                 stats: dict[str, FeatureStats], acc: dict[str, Any], mm: dict[str, dict[str, np.memmap]] | None) -> None:
+        self.run, self.t, self.params, self.keep, self.n_keep = run, t, params, keep, n_keep
+        self.stats, self.acc, self.mm = stats, acc, mm
+        self.p = params.shape[0]
+        # transforms with few parameters take several image batches per model call, so every call
+        # carries about forward_batch images (the reference features stay cached per image batch)
+        self.group = max(1, run.extract.forward_batch // max(1, self.p * run.batch_size))
+
+
+def _work(run: Run, ctx: _Context) -> Iterator[tuple["_Group", int | None, int | None]]:
+    """``(group, ps, pe)`` for every chunk of parameters of every group of image batches, in order, reading the
+    images as it goes; a group without readable images comes once with ``ps = pe = None``."""
+    spans = list(run.batches(ctx.acc["next"]))
+    with contextlib.closing(run.stream(spans)) as stream:
+        for g in range(0, len(spans), ctx.group):
+            span = spans[g:g + ctx.group]
+            xs, idxs, starts = [], [], []
+            for (bs, _), (xb, ib) in zip(span, stream):
+                if count(xb):
+                    xs.append(xb)
+                    idxs.append(ib)
+                    starts.append(bs)
+            group = _Group(ctx, span[0][0], span[-1][1], xs, idxs, starts)
+            if group.b == 0:
+                yield group, None, None
+                continue
+            pc = max(1, run.extract.forward_batch // group.b)
+            for ps in range(0, ctx.p, pc):
+                yield group, ps, min(ctx.p, ps + pc)
+
+
+class _ViewProducer:
+    """Makes the transformed views of the next chunk on a background thread while the model runs on the
+    current one (CPU: the transforms' work and the forward pass overlap); on CUDA the views are made in
+    line (kernel launches are asynchronous already)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.pool = None
+        # the caller's default device (a thread-local setting) holds in the producer thread too
+        self.default_device = torch.get_default_device()
+        if run.device.type == "cpu" and run.cfg.overlap is not False:
+            import concurrent.futures
+
+            self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="invfast-views")
+
+    def __enter__(self) -> "_ViewProducer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.pool is not None:
+            self.pool.shutdown(wait=True, cancel_futures=True)
+
+    def _make(self, group: "_Group", ps: int | None, pe: int | None) -> torch.Tensor | None:
+        if ps is None:
+            return None
+        with torch.inference_mode(), torch.device(self.default_device):
+            return self.run.views(group.ctx.t, group.x, group.ctx.params[ps:pe])
+
+    def views(self, work: Iterator[tuple["_Group", int | None, int | None]]) -> Iterator[tuple[Any, Any, Any, Any]]:
+        """``(group, ps, pe, views)`` for every item of ``work``, the next item's views made meanwhile."""
+        if self.pool is None:
+            for group, ps, pe in work:
+                yield group, ps, pe, self._make(group, ps, pe)
+            return
+        nxt = next(work, None)
+        pending = None if nxt is None else (nxt, self.pool.submit(self._make, *nxt))
+        while pending is not None:
+            item, fut = pending
+            nxt = next(work, None)
+            pending = None if nxt is None else (nxt, self.pool.submit(self._make, *nxt))
+            yield (*item, fut.result())
+
+
+class _Group:
+    """One group of image batches of one transform: its images, reference features and the per-image sums
+    that are complete only when every chunk of parameters has been scored."""
+
+    def __init__(self, ctx: _Context, s: int, e: int, xs: list[Any], idxs: list[torch.Tensor],
+                 starts: list[int]) -> None:
+        self.ctx, self.s, self.e = ctx, s, e
+        self.b = sum(count(x) for x in xs)
+        if not self.b:
+            return
+        run = ctx.run
+        refs = [run.reference_features(bs, xb) for bs, xb in zip(starts, xs)]
+        self.x, self.idx = concat(xs), (idxs[0] if len(idxs) == 1 else torch.cat(idxs))
+        self.layers = run.extract.layer_names
+        self.f_ref = {ly: refs[0][ly] if len(refs) == 1 else torch.cat([r[ly] for r in refs]) for ly in self.layers}
+        dev, b = run.device, self.b
+        self.img_d = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
+        self.img_c = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
+        # per-image sums over the views of each unit (the transformational variance of each image)
+        add_ref = ctx.acc["add_ref"]
+        self.v1 = {ly: self.f_ref[ly].double() if add_ref else torch.zeros_like(self.f_ref[ly], dtype=torch.float64)
+                   for ly in self.layers}
+        self.v2 = {ly: self.v1[ly] * self.v1[ly] for ly in self.layers}
+        self.pairs = None if ctx.mm is None else {ly: torch.empty(2, b, ctx.p, dtype=torch.float32, device=dev)
+                                                  for ly in self.layers}
+
+    def score_chunk(self, ps: int, pe: int, views: torch.Tensor) -> None:
+        """The model on the views of parameters ``ps..pe`` (``[b, pe - ps, C, H, W]``); adds into the
+        accumulators on the device without reading back."""
+        ctx, b = self.ctx, self.b
+        feats = ctx.run.extract.features(views.flatten(0, 1))
+        del views
+        k = ctx.keep[ps:pe]
+        for ly in self.layers:
+            la = ctx.acc["layers"][ly]
             f_t = feats[ly].view(b, pe - ps, -1)
             # 'propagate': no per-chunk host check; non-finite scores are flagged on the device instead
-            sc = invariance_scores(f_ref[ly], f_t, stats[ly], nan_policy="propagate")
+            sc = invariance_scores(self.f_ref[ly], f_t, ctx.stats[ly], nan_policy="propagate")
             d, c = sc["distance"].double(), sc["cosine"].double()
-            run.flag_nonfinite(t.name, d, c)
+            ctx.run.flag_nonfinite(ctx.t.name, d, c)
             la["sum_d"][ps:pe] += d.sum(0)
             la["sum_c"][ps:pe] += c.sum(0)
             la["sq_d"][ps:pe] += (d * d).sum(0)
             la["sq_c"][ps:pe] += (c * c).sum(0)
-            img_d[ly] += d.masked_fill(~k, 0).sum(1)
-            img_c[ly] += c.masked_fill(~k, 0).sum(1)
+            self.img_d[ly] += d.masked_fill(~k, 0).sum(1)
+            self.img_c[ly] += c.masked_fill(~k, 0).sum(1)
             f64 = f_t.double()
             sq = f64 * f64
             la["u_s1"][ps:pe] += f64.sum(0)
             la["u_s2"][ps:pe] += sq.sum(0)
-            v1[ly] += f64.sum(1)
-            v2[ly] += sq.sum(1)
-            if pairs is not None:
-                pairs[ly][0, :, ps:pe] = d
-                pairs[ly][1, :, ps:pe] = c
-    acc["count"] += b
-    views = p + acc["add_ref"]
-    rows = (idx - run.start).to(dev, non_blocking=True)
-    for ly in layers:
-        la = acc["layers"][ly]
-        if acc["add_ref"]:
-            r = f_ref[ly].double()
-            la["u_s1"][p] += r.sum(0)
-            la["u_s2"][p] += (r * r).sum(0)
-        mean = v1[ly] / views
-        la["tv"] += (v2[ly] / views - mean * mean).clamp_min_(0).sum(0)
-        if n_keep:
-            la["img_d"][rows] = img_d[ly] / n_keep
-            la["img_c"][rows] = img_c[ly] / n_keep
-    if mm is not None:
-        rows_h = idx.numpy()
-        for ly, per in mm.items():
-            host = pairs[ly].cpu().numpy()  # per-pair scores asked for: one copy per group of batches
-            per["distance"][rows_h] = host[0]
-            per["cosine"][rows_h] = host[1]
+            self.v1[ly] += f64.sum(1)
+            self.v2[ly] += sq.sum(1)
+            if self.pairs is not None:
+                self.pairs[ly][0, :, ps:pe] = d
+                self.pairs[ly][1, :, ps:pe] = c
+
+    def finish(self) -> None:
+        """Fold the group's per-image values into the accumulators (and the per-pair files)."""
+        ctx, p, run = self.ctx, self.ctx.p, self.ctx.run
+        acc = ctx.acc
+        acc["count"] += self.b
+        views = p + acc["add_ref"]
+        rows = (self.idx - run.start).to(run.device, non_blocking=True)
+        for ly in self.layers:
+            la = acc["layers"][ly]
+            if acc["add_ref"]:
+                r = self.f_ref[ly].double()
+                la["u_s1"][p] += r.sum(0)
+                la["u_s2"][p] += (r * r).sum(0)
+            mean = self.v1[ly] / views
+            la["tv"] += (self.v2[ly] / views - mean * mean).clamp_min_(0).sum(0)
+            if ctx.n_keep:
+                la["img_d"][rows] = self.img_d[ly] / ctx.n_keep
+                la["img_c"][rows] = self.img_c[ly] / ctx.n_keep
+        if ctx.mm is not None:
+            rows_h = self.idx.numpy()
+            for ly, per in ctx.mm.items():
+                host = self.pairs[ly].cpu().numpy()  # per-pair scores asked for: one copy per group of batches
+                per["distance"][rows_h] = host[0]
+                per["cosine"][rows_h] = host[1]
