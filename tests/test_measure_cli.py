@@ -120,3 +120,22 @@ def test_cli_world_size_two_equals_one(folder, tmp_path):
     for ta, tb in zip(a["transforms"], b["transforms"]):
         assert ta["mean_distance"] == pytest.approx(tb["mean_distance"], rel=1e-5)
         assert ta["mean_cosine"] == pytest.approx(tb["mean_cosine"], rel=1e-4, abs=1e-6)
+
+
+def test_quick_preset_and_help_defaults_from_the_code(folder, tmp_path, capsys):
+    from invfast.data.synthetic import SYNTHETIC_DEFAULTS
+    from invfast.measure.cli import QUICK_GRID
+
+    out = tmp_path / "q"
+    assert main(["measure", "--model", "measure_helpers:small_net", "--transforms", "rotation,hflip", "--resize",
+                 "24", "--no-progress", "--no-plots", "--quick", "--data", f"folder:{folder}", "--out", str(out)]) == 0
+    doc = json.loads((out / "result.json").read_text())
+    assert doc["meta"]["grid_size"] == QUICK_GRID and doc["meta"]["config"]["n_images"] == 100
+    assert [t["name"] for t in doc["transforms"]] == ["rotation", "hflip"]
+    capsys.readouterr()
+    with pytest.raises(SystemExit):
+        main(["measure", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for k, v in SYNTHETIC_DEFAULTS.items():
+        assert f"{k}={v}" in text
+    assert f"default 256; {QUICK_GRID} with --quick" in text

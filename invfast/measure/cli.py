@@ -28,6 +28,15 @@ import torch
 RESULT_FILE = "result.json"
 STATE_DIR = "state"
 DEFAULT_IMAGES = 1000
+DEFAULT_GRID = 256
+QUICK_GRID, QUICK_IMAGES = 8, 100  # --quick: ~125 views per image over the 18 transforms
+
+
+def _data_help() -> str:
+    from invfast.data.synthetic import SYNTHETIC_DEFAULTS as D
+
+    spec = ", ".join(f"{k}={v}" for k, v in D.items())
+    return f"folder:PATH | PATH | npy:FILE.npy | synthetic[:KEY=VALUE,...] (synthetic defaults: {spec})"
 PAIRS_DIR = "pairs"
 
 
@@ -40,12 +49,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, or a dict with 'state_dict'")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random initialisation when no --checkpoint is given (default 0; recorded)")
-    parser.add_argument("--data", required=True, help="folder:PATH | PATH | synthetic[:objects=10,n=1000,size=32,seed=0,...]")
+    parser.add_argument("--data", required=True, help=_data_help())
     parser.add_argument("--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)")
     parser.add_argument("--images", type=int, default=None,
-                        help=f"first N images of the data (default {DEFAULT_IMAGES}, or all when fewer; 0 = all); "
-                             "more than the data holds is an error")
-    parser.add_argument("--grid-size", type=int, default=256, help="parameters per transform, k of grid(k) (default 256)")
+                        help=f"first N images of the data (default {DEFAULT_IMAGES}, {QUICK_IMAGES} with --quick, or "
+                             "all when fewer; 0 = all); more than the data holds is an error")
+    parser.add_argument("--grid-size", type=int, default=None,
+                        help=f"parameters per transform, k of grid(k) (default {DEFAULT_GRID}; {QUICK_GRID} with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"a first look in minutes: grid size {QUICK_GRID} and at most {QUICK_IMAGES} images unless "
+                             "--grid-size/--images say otherwise (the same report layout)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
     parser.add_argument("--forward-batch", type=int, default=256, help="images x parameters per model call (default 256)")
     parser.add_argument("--resize", type=int, default=256, help="folder images: shorter side resized to this, centre-cropped square")
@@ -196,7 +209,7 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
     from invfast.measure.config import MeasureConfig
 
     return MeasureConfig(
-        grid_size=args.grid_size, batch_size=args.batch_size, forward_batch=args.forward_batch,
+        grid_size=_grid_size(args), batch_size=args.batch_size, forward_batch=args.forward_batch,
         n_images=_n_images(args), device=str(device), dtype=args.dtype, crop=args.crop,
         normalize=not args.no_normalize, protocol=args.protocol, state_path=os.path.join(state_dir, "state.pt"),
         pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
@@ -281,7 +294,16 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
 
 def _n_images(args: argparse.Namespace) -> int | None:
     """The number of images to measure (None = all): --images, or the default capped by the data."""
-    return (args.images or None) if args.images is not None else DEFAULT_IMAGES
+    if args.images is not None:
+        return args.images or None
+    return QUICK_IMAGES if args.quick else DEFAULT_IMAGES
+
+
+def _grid_size(args: argparse.Namespace) -> int:
+    """--grid-size, or the default (the --quick one with --quick)."""
+    if args.grid_size is not None:
+        return args.grid_size
+    return QUICK_GRID if args.quick else DEFAULT_GRID
 
 
 def _check_args(args: argparse.Namespace) -> None:
