@@ -155,8 +155,9 @@ class FeatureStats:
         if self.n <= d and shrinkage != "ledoit-wolf":  # Ledoit-Wolf picks a shrinkage strong enough for N <= D
             warnings.warn(f"FeatureStats: N={self.n} reference samples for D={d} features (N <= D): the covariance "
                           "is rank-deficient and the whitened cosine collapses towards 0 for every transform. Use "
-                          "more reference images (N well above D), reference stats from a larger set (--stats), or "
-                          "stronger shrinkage (e.g. shrinkage='ledoit-wolf' or a larger eps)",
+                          "more reference images (N well above D), reference stats from a larger set (stats=...; "
+                          "invfast measure --stats), or stronger shrinkage (shrinkage='ledoit-wolf' / --shrinkage "
+                          "ledoit-wolf, or a larger eps / --eps)",
                           RuntimeWarning, stacklevel=2)
         self.cov_, self.chol_, self.lambda_, self.shrinkage_ = cov, chol, float(lam), str(shrinkage)
         self.whitener_ = torch.linalg.solve_triangular(chol, eye, upper=False).T.contiguous()

@@ -139,3 +139,15 @@ def test_quick_preset_and_help_defaults_from_the_code(folder, tmp_path, capsys):
     for k, v in SYNTHETIC_DEFAULTS.items():
         assert f"{k}={v}" in text
     assert f"default 256; {QUICK_GRID} with --quick" in text
+
+
+def test_shrinkage_and_eps_options(folder, tmp_path):
+    base = ["measure", "--model", "measure_helpers:small_net", "--transforms", "hflip", "--resize", "24",
+            "--no-progress", "--no-plots", "--grid-size", "2", "--data", f"folder:{folder}"]
+    assert main(base + ["--out", str(tmp_path / "lw"), "--shrinkage", "ledoit-wolf"]) == 0
+    assert json.loads((tmp_path / "lw" / "result.json").read_text())["stats"]["shrinkage"] == "ledoit-wolf"
+    assert main(base + ["--out", str(tmp_path / "l"), "--shrinkage", "0.5"]) == 0
+    assert json.loads((tmp_path / "l" / "result.json").read_text())["stats"]["lambda"] == 0.5
+    assert main(base + ["--out", str(tmp_path / "t"), "--eps", "1e-2"]) == 0
+    assert json.loads((tmp_path / "t" / "result.json").read_text())["meta"]["config"]["eps"] == 1e-2
+    assert main(base + ["--out", str(tmp_path / "x"), "--shrinkage", "lots"]) == 2

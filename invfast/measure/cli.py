@@ -80,6 +80,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="invfast (default) or ericsson: the original evaluation code's protocol "
                              "(see the protocol table in docs/measure.md)")
     parser.add_argument("--stats", help="a saved FeatureStats file to use as reference statistics")
+    parser.add_argument("--shrinkage", default=None,
+                        help="covariance shrinkage of the reference statistics: trace (λ = eps·tr(Σ)/D), ledoit-wolf, "
+                             "none, or a number λ (default: the protocol's, trace for invfast, 0 for ericsson)")
+    parser.add_argument("--eps", type=float, default=1e-6, help="ε of the trace shrinkage (default 1e-6)")
     parser.add_argument("--real-world", action="store_true",
                         help="real-world mode: one subfolder per object/scene, all pairs of views within each")
     parser.add_argument("--name", help="model label in the tables (default: --model)")
@@ -215,6 +219,7 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
         pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
         save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
         fingerprint_content=args.hash_images, workers=args.workers, name=args.name or args.model, layers=args.layers,
+        shrinkage=_shrinkage(args.shrinkage), eps=args.eps,
         channels_last={"auto": None, "on": True, "off": False}[args.channels_last])
 
 
@@ -290,6 +295,16 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
         _measure(args)
     finally:
         dist.destroy_process_group()
+
+
+def _shrinkage(value: str | None) -> str | float | None:
+    """--shrinkage: a name, or a number λ."""
+    if value is None or value in ("trace", "ledoit-wolf", "none"):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise ValueError(f"--shrinkage must be trace, ledoit-wolf, none or a number >= 0, got {value!r}") from None
 
 
 def _n_images(args: argparse.Namespace) -> int | None:
