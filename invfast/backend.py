@@ -129,10 +129,7 @@ def references() -> dict[str, Callable[..., Any]]:
 
 def compiled_ops() -> list[str]:
     """Names of the ops the loaded compiled core provides (empty without it)."""
-    if _loader.load() is None:
-        return []
-    names = {n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith("invfast::")}
-    return sorted(names)
+    return dispatch.registered_ops()
 
 
 def device_type(args: tuple) -> str:

@@ -63,7 +63,7 @@ _CUDA_UNMEASURED = ("off: never run on a GPU (none was available to this project
                     "compiled by nvcc only (tests/test_cuda_syntax.py); measure with benchmarks/bench_ops.py on a GPU")
 _NO_CUDA_SYNTH = "off: no CUDA kernel (csrc/synth has CPU kernels only); the torch reference runs on the GPU"
 
-_CPU_RUN = "AMD EPYC, 2 cores shared with other jobs (load ~5), 1 thread, torch 2.13 CPU, 2026-11-25"
+_CPU_RUN = "two runs, AMD EPYC, 2 cores shared with other jobs (load 5 and 11), 1 thread, torch 2.13 CPU, 2026-11-25"
 
 
 def _cpu(op: str, ratio: str, regime: str, more: str = "") -> str:
@@ -74,40 +74,43 @@ def _cpu(op: str, ratio: str, regime: str, more: str = "") -> str:
 
 # fmt: off
 KNOWN: dict[tuple[str, str], Knowledge] = {
-    ("pair_scores", "cpu"): Knowledge("invariance", True, _cpu("pair_scores", "28.7x", "N=200 P=64 D=512 float32")),
+    ("pair_scores", "cpu"): Knowledge("invariance", True, _cpu(
+        "pair_scores", "28.7-38.7x", "N=200 P=64 D=512 float32")),
     ("sqdist_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
-        "sqdist_logsumexp", "3.25x", "512 rows x 4000, D=128",
+        "sqdist_logsumexp", "2.67-3.25x", "512 rows x 4000, D=128",
         "; inputs that require grad take the reference in every mode (the kernel has no backward)")),
     ("hyper_generate", "cpu"): Knowledge("hyper", True, _cpu(
-        "hyper_generate", "2.15x", "B=8, 20 kernels, 1.8M rows, H=32",
+        "hyper_generate", "1.47-2.15x", "B=8, 20 kernels, 1.8M rows, H=32",
         "; benchmarks/bench_hyper.py::TestCPUGenerate: 1.25x (B=1) / 1.30x (B=8) the per-kernel loop, "
         "Hyper-ResNet-50 width 64, Xeon AVX-512 idle, 2026-11-23 (docs/models.md)")),
     ("hyper_generate_backward", "cpu"): Knowledge("hyper", True, _cpu(
-        "hyper_generate_backward", "1.33x", "B=8, 1.8M rows, H=32",
+        "hyper_generate_backward", "1.33-1.35x", "B=8, 1.8M rows, H=32",
         "; called by hyper_generate's compiled backward")),
-    ("synth_color", "cpu"): Knowledge("synth", True, _cpu("synth_color", "5.72x", "B=512 RGBA 32 px, all flags")),
-    ("synth_blur", "cpu"): Knowledge("synth", True, _cpu("synth_blur", "2.91x", "B=512 RGBA 32 px, 7 taps")),
+    ("synth_color", "cpu"): Knowledge("synth", True, _cpu("synth_color", "4.44-5.72x", "B=512 RGBA 32 px, all flags")),
+    ("synth_blur", "cpu"): Knowledge("synth", True, _cpu("synth_blur", "2.91-5.97x", "B=512 RGBA 32 px, 7 taps")),
     ("synth_warp", "cpu"): Knowledge("synth", False, "off: measured slower than the reference: " + _cpu(
-        "synth_warp", "0.65x", "B=512 RGBA 32 px; 0.55-0.66x at B=64 and unpremultiplied")),
+        "synth_warp", "0.43-0.65x", "B=512 RGBA 32 px; 0.55-0.66x at B=64 and unpremultiplied")),
     ("synth_composite", "cpu"): Knowledge("synth", True, _cpu(
-        "synth_composite", "2.11x", "B=512 32 px",
+        "synth_composite", "2.11-2.49x", "B=512 32 px",
         "; benchmarks/bench_synthetic.py::test_composite_compiled_vs_torch: 5.3x / 6.2x, 2 000 images, load "
         "10 / 7, 2026-11-21 (docs/synthetic.md)")),
     ("warp_affine", "cpu"): Knowledge("augment", True, _cpu(
-        "warp_affine", "2.12x", "B=16 uint8 96 px, P=32 rotations; 1.22x float32",
+        "warp_affine", "2.12-2.46x", "B=16 uint8 96 px, P=32 rotations; 1.22x float32",
         "; benchmarks/bench_transforms.py::test_compiled_warp_vs_torch_path: 2.6-2.9x, B=64, 2026-11-21 "
         "(docs/transforms.md); under auto, integral maps keep the exact torch gather (faster for pixel copies)")),
     ("warp_coords", "cpu"): Knowledge("augment", True, _cpu(
-        "warp_coords", "1.62x", "B=16 uint8 96 px, P=8 smooth fields; 1.50x float32 224 px, P=8",
+        "warp_coords", "1.62-1.88x", "B=16 uint8 96 px, P=8 smooth fields; 1.50x float32 224 px, P=8",
         "; an earlier run recorded 0.98x (docs/transforms.md, float32 224 px)")),
     ("augment_views", "cpu"): Knowledge("augment", True, _cpu(
-        "augment_views", "1.83x", "Default-policy stages, B=16 uint8 160 px -> 128 px",
+        "augment_views", "1.83-2.51x", "Default-policy stages, B=16 uint8 160 px -> 128 px",
         "; against the whole torch policy the fused views measured 0.8-0.9x (Default) and 1.2-1.5x (Spatial) "
         "(bench_transforms.py::test_fused_policy_vs_torch_path_cpu), so FusedPolicy itself stays opt-in")),
 }
-for _op, _family in (("pair_scores", "invariance"), ("sqdist_logsumexp", "invariance"), ("hyper_generate", "hyper"),
-                     ("hyper_generate_backward", "hyper"), ("warp_affine", "augment"), ("warp_coords", "augment"),
-                     ("augment_views", "augment")):
+for _op in ("pair_scores", "sqdist_logsumexp"):  # the CUDA default before this table, though never measured
+    KNOWN[(_op, "cuda")] = Knowledge("invariance", False, _CUDA_UNMEASURED + "; was the CUDA default before the "
+                                     "dispatch table without a measurement, turned off for that reason")
+for _op, _family in (("hyper_generate", "hyper"), ("hyper_generate_backward", "hyper"), ("warp_affine", "augment"),
+                     ("warp_coords", "augment"), ("augment_views", "augment")):
     KNOWN[(_op, "cuda")] = Knowledge(_family, False, _CUDA_UNMEASURED)
 for _op in ("synth_color", "synth_blur", "synth_warp", "synth_composite"):
     KNOWN[(_op, "cuda")] = Knowledge("synth", False, _NO_CUDA_SYNTH)
@@ -167,15 +170,19 @@ def entry(op: str, device_type: str) -> Entry:
     return Entry(op, device_type, family, kernel_available(op, device_type), known.default, opted, known.evidence)
 
 
-def ops() -> list[str]:
-    """Every op the table knows or the loaded core registers."""
+def registered_ops() -> list[str]:
+    """Names of the ops the loaded compiled core registers under ``torch.ops.invfast`` (empty without it)."""
+    if _loader.load() is None:
+        return []
     import torch
 
-    names = {op for op, _ in KNOWN}
-    if _loader.load() is not None:
-        names |= {n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
-                  if n.startswith("invfast::")}
-    return sorted(names)
+    return sorted({n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
+                   if n.startswith("invfast::")})
+
+
+def ops() -> list[str]:
+    """Every op the table knows or the loaded core registers."""
+    return sorted({op for op, _ in KNOWN} | set(registered_ops()))
 
 
 def table() -> list[Entry]:

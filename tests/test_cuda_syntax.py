@@ -71,7 +71,7 @@ def _cuda_home() -> str | None:
         cands.append(os.path.dirname(os.path.dirname(os.path.realpath(found))))
     cands.append("/usr/local/cuda")
     for c in cands:
-        if c and os.path.exists(os.path.join(c, "bin", "nvcc")) and os.path.exists(os.path.join(c, "include", "cuda_runtime.h")):
+        if c and all(os.path.exists(os.path.join(c, *p)) for p in (("bin", "nvcc"), ("include", "cuda_runtime.h"))):
             return c
     return None
 

@@ -9,7 +9,8 @@ from invfast import backend, dispatch
 from invfast.ops import synth
 
 SYNTH_OPS = ("synth_color", "synth_blur", "synth_warp", "synth_composite")
-compiled = pytest.mark.skipif(not set(SYNTH_OPS) <= set(backend.compiled_ops()), reason="compiled core without synth ops")
+compiled = pytest.mark.skipif(not set(SYNTH_OPS) <= set(backend.compiled_ops()),
+                              reason="compiled core without synth ops")
 
 
 def _inputs(rng, b=5, h=9, w=11):
