@@ -1,72 +1,110 @@
 """Which backends exist, and the switch between compiled ops and their torch references.
 
-Every compiled op ``torch.ops.invfast.<name>`` has a pure-torch reference registered here
-with :func:`register_reference`; :func:`call` runs the compiled op when it can serve the
-inputs (core built, device supported, mode allows) and the reference otherwise.
+Every compiled op ``torch.ops.invfast.<name>`` has a pure-torch reference registered here with
+:func:`register_reference`; :func:`call` runs one or the other as the dispatch table
+(:mod:`invfast.dispatch`, printed by ``invfast info``) says for the device of the inputs and the mode:
+
+* ``auto`` (default): the compiled kernel where the table marks it measured faster than the torch
+  reference on that device, the reference elsewhere (including devices without a kernel);
+* ``compiled``: the kernel, and one clear RuntimeError where that device has none;
+* ``reference``: the torch reference everywhere.
+
+The mode comes from ``INVFAST_BACKEND`` at import and :func:`use`, a call or a context manager:
 
 >>> import invfast.backend as B
->>> with B.using("reference"):
+>>> with B.use("reference"):
 ...     pass  # everything in here runs the torch references
 """
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import os
-from typing import Any, Callable, Iterator
+import warnings
+from types import TracebackType
+from typing import Any, Callable
 
 import torch
 
-from invfast import _loader
+from invfast import _loader, dispatch
 
-_MODES = ("auto", "compiled", "reference")
-_mode = os.environ.get("INVFAST_BACKEND", "auto")
-if _mode not in _MODES:
-    raise ValueError(f"INVFAST_BACKEND must be one of {_MODES}, got {_mode!r}")
+_MODES = dispatch.MODES
+BACKEND_ENV = "INVFAST_BACKEND"
+#: environment switch for CUDA kernels not yet measured faster (see :mod:`invfast.dispatch`)
+CUDA_KERNELS_ENV = dispatch.CUDA_KERNELS_ENV
 
+
+def _mode_from_env() -> tuple[str, str | None]:
+    raw = os.environ.get(BACKEND_ENV, "")
+    value = raw.strip().lower() or "auto"
+    if value in _MODES:
+        return value, None
+    return "auto", f"{BACKEND_ENV}={raw!r} is not a backend mode; valid values: {', '.join(_MODES)}"
+
+
+_mode, _env_problem = _mode_from_env()
+_env_warned = False
 _references: dict[str, Callable[..., Any]] = {}
 
 
-def use(mode: str) -> None:
-    """Select the backend: 'auto' (compiled where available), 'compiled' (error if not), 'reference'."""
+def env_problem() -> str | None:
+    """One line describing an invalid ``INVFAST_BACKEND`` (read at import), or None when it is valid."""
+    return _env_problem
+
+
+def _warn_env_once() -> None:
+    global _env_warned
+    if _env_problem is not None and not _env_warned:
+        _env_warned = True
+        warnings.warn(f"{_env_problem}; using 'auto'", RuntimeWarning, stacklevel=4)
+
+
+class _ModeScope:
+    """The mode selected by :func:`use`; as a context manager it restores the previous mode on exit."""
+
+    def __init__(self, previous: str) -> None:
+        self.previous = previous
+
+    def __enter__(self) -> "_ModeScope":
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        global _mode
+        _mode = self.previous
+
+
+def use(mode: str) -> _ModeScope:
+    """Select the backend mode: ``use("reference")`` for the rest of the program, or
+    ``with use("reference"): ...`` for a block (the previous mode comes back when the block ends).
+
+    Modes: 'auto' (the dispatch table decides), 'compiled' (kernels; an error where a device has none),
+    'reference' (torch references)."""
     global _mode
     if mode not in _MODES:
-        raise ValueError(f"backend mode must be one of {_MODES}, got {mode!r}")
+        raise ValueError(f"backend mode must be one of {', '.join(_MODES)}, got {mode!r}")
+    scope = _ModeScope(_mode)
     _mode = mode
+    return scope
+
+
+#: the name earlier versions used for the context-manager form of :func:`use`
+using = use
 
 
 def mode() -> str:
+    """The current backend mode: 'auto', 'compiled' or 'reference'."""
+    _warn_env_once()
     return _mode
 
 
-#: environment switch for CUDA kernels not yet measured faster than the torch path on a GPU:
-#: ``1`` / ``all`` for every family, or a comma list of families (``augment,hyper``); read at each call
-CUDA_KERNELS_ENV = "INVFAST_CUDA_KERNELS"
-
-
 def cuda_kernels_enabled(family: str) -> bool:
-    """Whether op family ``family``'s CUDA kernels serve CUDA inputs: mode 'compiled', or mode 'auto'
-    with ``INVFAST_CUDA_KERNELS`` naming the family (or ``1``/``all``). Mode 'reference' never.
-    Under plain 'auto' the torch path serves on CUDA until a kernel is measured faster on a GPU."""
-    if _mode == "reference":
-        return False
-    if _mode == "compiled":
-        return True
-    raw = os.environ.get(CUDA_KERNELS_ENV, "").strip().lower()
-    if raw in ("", "0", "none"):
-        return False
-    return raw in ("1", "all") or family in {s.strip() for s in raw.split(",")}
-
-
-@contextlib.contextmanager
-def using(new_mode: str) -> Iterator[None]:
-    """Temporarily select a backend mode."""
-    old = _mode
-    use(new_mode)
-    try:
-        yield
-    finally:
-        use(old)
+    """Whether op family ``family``'s CUDA kernels serve CUDA inputs under the current mode: 'compiled'
+    always, 'reference' never, 'auto' where ``INVFAST_CUDA_KERNELS`` opts the family in (no CUDA kernel
+    is measured faster yet). Kept for callers of earlier versions; :func:`invfast.dispatch.entry` is the
+    per-op answer."""
+    if _mode != "auto":
+        return _mode == "compiled"
+    return bool(dispatch.cuda_opt_in() & {"*", family})
 
 
 def register_reference(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -80,61 +118,52 @@ def register_reference(name: str) -> Callable[[Callable[..., Any]], Callable[...
 
 
 def reference(name: str) -> Callable[..., Any]:
+    """The registered torch reference of op ``name`` (registered when its ``invfast.ops`` module is imported)."""
     return _references[name]
+
+
+def references() -> dict[str, Callable[..., Any]]:
+    """Every registered torch reference, by op name."""
+    return dict(_references)
 
 
 def compiled_ops() -> list[str]:
     """Names of the ops the loaded compiled core provides (empty without it)."""
-    if _loader.load() is None:
-        return []
-    names = {n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith("invfast::")}
-    return sorted(names)
+    return dispatch.registered_ops()
 
 
-def _has_compiled(name: str) -> bool:
-    if _loader.load() is None:
-        return False
-    try:
-        getattr(torch.ops.invfast, name)
-        return True
-    except (AttributeError, RuntimeError):
-        return False
-
-
-def _device_supported(args: tuple) -> bool:
+def device_type(args: tuple) -> str:
+    """The device type an op call runs on: that of its first tensor argument ('cpu' without one)."""
     for a in args:
         if isinstance(a, torch.Tensor):
-            if a.device.type == "cuda":
-                mod = _loader.load()
-                if mod is None or not mod.built_with_cuda():
-                    return False
-            elif a.device.type != "cpu":
-                return False
-    return True
+            return a.device.type
+    return "cpu"
+
+
+def uses_kernel(name: str, device_type: str) -> bool:
+    """Whether op ``name`` runs its compiled kernel on ``device_type`` under the current mode (the dispatch
+    table's answer; mode 'compiled' raises a RuntimeError where that device has no kernel)."""
+    _warn_env_once()
+    return dispatch.use_kernel(name, device_type, _mode)
 
 
 def compiled_for(name: str, *args: Any) -> Callable[..., Any] | None:
-    """The compiled op ``name`` if it should serve ``args`` under the current mode, else None."""
-    if _mode == "reference":
+    """The compiled op ``name`` if the dispatch table and the current mode pick it for ``args``, else None
+    (run the reference). Mode 'compiled' raises a RuntimeError where the device has no kernel."""
+    if not uses_kernel(name, device_type(args)):
         return None
-    ok = _has_compiled(name) and _device_supported(args)
-    if not ok and _mode == "compiled":
-        raise RuntimeError(
-            f"backend 'compiled' was forced but invfast op {name!r} has no compiled kernel for these "
-            f"inputs (core loaded: {_loader.load() is not None}); build with "
-            "`pip install --no-build-isolation -e .` or use backend 'auto'"
-        )
-    return getattr(torch.ops.invfast, name) if ok else None
+    return getattr(torch.ops.invfast, name)
 
 
 def call(name: str, *args: Any) -> Any:
-    """Run op ``name``: the compiled kernel when it can serve ``args``, else the torch reference."""
+    """Run op ``name`` on ``args``: the compiled kernel where :func:`compiled_for` picks it, else the torch
+    reference."""
     fn = compiled_for(name, *args)
-    return fn(*args) if fn is not None else _references[name](*args)
+    return fn(*args) if fn is not None else reference(name)(*args)
 
 
 def backend_info() -> dict[str, Any]:
-    """What this installation can run: compiled core, CUDA, DALI, threads, versions."""
+    """What this installation can run: compiled core, CUDA, DALI, threads, versions, the dispatch table."""
     from invfast import __version__
 
     mod = _loader.load()
@@ -150,7 +179,9 @@ def backend_info() -> dict[str, Any]:
         and importlib.util.find_spec("nvidia.dali") is not None,
         "threads": torch.get_num_threads(),
         "openmp_threads": mod.openmp_threads() if mod is not None else 0,
-        "mode": _mode,
+        "mode": mode(),
+        "cuda_kernels_env": os.environ.get(CUDA_KERNELS_ENV, ""),
         "compiled_ops": compiled_ops(),
         "core_error": _loader.load_error(),
+        "dispatch": [e.as_dict() for e in dispatch.table()],
     }

@@ -136,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     args.debug = debug
+    from invfast import backend
+
+    if backend.env_problem() is not None:  # a mistyped INVFAST_BACKEND is a usage error of every command
+        print(f"invfast {args.command}: error: {backend.env_problem()}", file=sys.stderr)
+        return USAGE_ERROR
     try:
         with _one_line_warnings():
             return int(chosen.run(args) or 0)

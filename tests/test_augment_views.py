@@ -95,7 +95,8 @@ def test_compiled_views_match_numpy_float64(dtype, rng):
     p = _random_params(rng, B)
     m = _random_matrix(rng, B, H, W, S)
     mean, std = tuple(rng.uniform(0.3, 0.6, 3)), tuple(rng.uniform(0.2, 0.3, 3))
-    y = aug.augment_views(x, m, (S, S), threshold=0.5, mean=mean, std=std, **p)
+    with backend.use("compiled"):
+        y = aug.augment_views(x, m, (S, S), threshold=0.5, mean=mean, std=std, **p)
     assert y.shape == (B, 3, S, S) and y.dtype == torch.float32
     std_min = min(std)
     for b in range(B):
@@ -113,7 +114,8 @@ def test_compiled_views_match_reference_in_every_layout(out_dtype, channels_last
     p = _random_params(rng, B)
     m = _random_matrix(rng, B, H, W, S)
     kw = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype=out_dtype, channels_last=channels_last)
-    y = aug.augment_views(img, m, (S, S), **p, **kw)
+    with backend.use("compiled"):
+        y = aug.augment_views(img, m, (S, S), **p, **kw)
     with backend.using("reference"):
         r = aug.augment_views(img, m, (S, S), **p, **kw)
     assert y.dtype == out_dtype and y.shape == (B, 3, S, S)
@@ -213,11 +215,16 @@ def test_view_matrix_is_the_policy_crop_map():
 
 
 def test_cuda_kernels_are_opt_in(monkeypatch):
+    """The augment family's CUDA entries are off under auto until measured; INVFAST_CUDA_KERNELS opts them in."""
+    from invfast import dispatch
+
     monkeypatch.delenv(aug.CUDA_KERNELS_ENV, raising=False)
     with backend.using("auto"):
         assert not aug.cuda_kernels_enabled()
+        assert not any(dispatch.entry(op, "cuda").auto for op in ("warp_affine", "warp_coords", "augment_views"))
         monkeypatch.setenv(aug.CUDA_KERNELS_ENV, "1")
         assert aug.cuda_kernels_enabled()
+        assert all(dispatch.entry(op, "cuda").opted_in for op in ("warp_affine", "warp_coords", "augment_views"))
     with backend.using("reference"):
         assert not aug.cuda_kernels_enabled()
     monkeypatch.delenv(aug.CUDA_KERNELS_ENV)

@@ -171,17 +171,23 @@ def test_non_contiguous_and_sliced_inputs():
 
 
 def test_dispatch_rules(monkeypatch):
-    """CPU auto runs the compiled op when built; CUDA auto keeps the torch reference until the CUDA
-    kernels are measured, unless INVFAST_CUDA_KERNELS=hyper opts in; 'reference' is always honoured."""
+    """implementation() is the dispatch table's answer: CPU auto runs the compiled op when built; CUDA auto
+    keeps the torch reference until the CUDA kernels are measured, unless INVFAST_CUDA_KERNELS=hyper opts in;
+    'reference' is always honoured; 'compiled' on a device without the kernel raises."""
     monkeypatch.delenv(hyper.CUDA_ENV, raising=False)
     built = "hyper_generate" in backend.compiled_ops()
     with backend.using("auto"):
         assert hyper.implementation("cpu") == ("compiled" if built else "reference")
         assert hyper.implementation("cuda") == "reference"
+        assert hyper.implementation("mps") == "reference"
         monkeypatch.setenv(hyper.CUDA_ENV, "hyper")
         assert hyper.implementation("cuda") == ("compiled" if built and _cuda_built() else "reference")
     with backend.using("reference"):
         assert hyper.implementation("cpu") == "reference"
+    with backend.using("compiled"):
+        if not (built and _cuda_built()):
+            with pytest.raises(RuntimeError, match="'hyper_generate' has no compiled kernel for device 'cuda'"):
+                hyper.implementation("cuda")
 
 
 def test_mixed_devices_refused():

@@ -42,7 +42,8 @@ def test_compiled_warp_matches_reference_and_numpy(dtype, rng):
     m[0] = torch.tensor([[-1.0, 0.0, W - 1.0], [0.0, 1.0, 0.0]])  # an exact flip
     scale = 255.0 if dtype == torch.uint8 else 1.0
     fill = torch.from_numpy(rng.uniform(0, 1, C)) * scale
-    y = warp_affine(x, m, oh, ow, fill)
+    with backend.use("compiled"):
+        y = warp_affine(x, m, oh, ow, fill)
     with backend.using("reference"):
         yr = warp_affine(x, m, oh, ow, fill)
     assert y.dtype == dtype and y.shape == (B, P, C, oh, ow)
@@ -85,7 +86,8 @@ def test_compiled_warp_coords_matches_reference_and_numpy(dtype, rng):
     coords[1] = torch.from_numpy(np.stack(np.meshgrid(np.arange(ow), np.arange(oh)), -1).astype(np.float64))  # identity
     scale = 255.0 if dtype == torch.uint8 else 1.0
     fill = torch.from_numpy(rng.uniform(0, 1, C)) * scale
-    y = warp_coords(x, coords, fill)
+    with backend.use("compiled"):
+        y = warp_coords(x, coords, fill)
     with backend.using("reference"):
         yr = warp_coords(x, coords, fill)
     tol = 1 if dtype == torch.uint8 else 1e-5
@@ -101,3 +103,36 @@ def test_compiled_warp_coords_matches_reference_and_numpy(dtype, rng):
                     ref = np.floor(np.clip(ref + 0.5, 0, 255))
                 assert np.abs(y[b, 0, :, yy, xx].double().numpy() - ref).max() <= tol
     assert torch.equal(y[:, 1], x[:, :, :oh, :ow])  # integer points: exact copies
+
+
+@pytest.mark.skipif("warp_coords" not in backend.compiled_ops(), reason="compiled core without warp_coords")
+def test_opcheck_warp_coords():
+    x = (torch.rand(2, 3, 9, 11) * 255).to(torch.uint8)
+    coords = torch.rand(3, 7, 8, 2, dtype=torch.float64) * 14 - 2
+    fill = torch.tensor([10.0, 20.0, 30.0])
+    torch.library.opcheck(torch.ops.invfast.warp_coords, (x, coords, fill))
+    torch.library.opcheck(torch.ops.invfast.warp_coords, (x.float() / 255, coords.float(), fill / 255))
+
+
+@compiled
+def test_auto_keeps_the_torch_gather_for_integral_maps_on_cpu(monkeypatch):
+    """Under auto on CPU a pure pixel-copy map skips the kernel (the gather is faster); others use it."""
+    from invfast.ops import augment
+
+    calls = []
+    real = backend.compiled_for
+
+    def spy(name, *args):
+        fn = real(name, *args)
+        return None if fn is None else (lambda *a: calls.append(name) or fn(*a))
+
+    monkeypatch.setattr(backend, "compiled_for", spy)
+    x = (torch.rand(2, 3, 10, 12) * 255).to(torch.uint8)
+    flip = torch.tensor([[[-1.0, 0.0, 11.0], [0.0, 1.0, 0.0]]], dtype=torch.float64)
+    y = augment.warp_affine(x, flip, 10, 12, torch.zeros(3))
+    assert calls == [] and torch.equal(y[:, 0], x.flip(-1))
+    augment.warp_affine(x, flip + 0.25, 10, 12, torch.zeros(3))
+    assert calls == ["warp_affine"]
+    with backend.use("compiled"):
+        assert torch.equal(augment.warp_affine(x, flip, 10, 12, torch.zeros(3))[:, 0], x.flip(-1))
+    assert calls == ["warp_affine", "warp_affine"]

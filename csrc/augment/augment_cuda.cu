@@ -15,8 +15,8 @@
 // The blur taps of each image are built once per block in shared memory; a block never spans images.
 //
 // NOT MEASURED: no GPU was available when these kernels were written; they are syntax-checked with nvcc
-// and their algorithm is tested through the CPU kernels. On CUDA, invfast's `auto` backend keeps the
-// torch path for these ops until they are measured (opt in with INVFAST_CUDA_KERNELS=1).
+// and their algorithm is tested through the CPU kernels. On CUDA, the dispatch table (invfast/dispatch.py)
+// keeps the torch path for these ops under `auto` until they are measured (opt in with INVFAST_CUDA_KERNELS=augment).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
@@ -30,6 +30,7 @@
 
 #include "augment/augment_views_args.h"
 #include "augment/augment_views_math.h"
+#include "common/cuda_utils.cuh"
 
 #ifndef INVFAST_AUGMENT_NS
 #define INVFAST_AUGMENT_NS invfast
@@ -39,7 +40,10 @@ namespace invfast {
 namespace augment {
 namespace {
 
-constexpr int kThreads = 256;
+using cuda_utils::block_sum;
+using cuda_utils::blocks_for;
+using cuda_utils::kThreads;
+using cuda_utils::kWarpsPerBlock;
 
 // ------------------------------------------------------------------------------------------------
 // batched warps
@@ -108,7 +112,7 @@ at::Tensor launch_warp(const at::Tensor& images, const at::Tensor& geo, const at
   const int64_t n = P * Ho * Wo;
   if (B * C * n == 0) return out;
   const int64_t per_block = std::max<int64_t>(8, (B + 65534) / 65535);
-  const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads),
+  const dim3 grid(blocks_for(n),
                   static_cast<unsigned>((B + per_block - 1) / per_block));
   TORCH_CHECK((n + kThreads - 1) / kThreads < (int64_t{1} << 31), name, ": output too large for one launch");
   const auto stream = c10::cuda::getCurrentCUDAStream();
@@ -173,21 +177,10 @@ struct ViewPtrs {
   int64_t H, W, Ho, Wo;
 };
 
-__device__ __forceinline__ double block_sum(double v, double* shared) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = (threadIdx.x < blockDim.x / 32) ? shared[lane] : 0.0;
-  if (warp == 0)
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
-}
-
 // Stage A: sums[b] += luma of the warped pixel after the jitter ops before contrast (grid.y = image).
 template <typename T>
 __global__ void views_mean_kernel(const T* __restrict__ src, ViewPtrs q, double* __restrict__ sums) {
-  __shared__ double red[kThreads / 32];
+  __shared__ double red[kWarpsPerBlock];
   const int64_t b = blockIdx.y;
   if (!q.jit[b]) return;  // uniform over the block
   const float* m = q.mat + b * 6;
@@ -321,7 +314,7 @@ void run_views(const ViewArgs& a, at::Tensor& out, bool channels_last) {
   const T* src = a.images.data_ptr<T>();
   O* o = reinterpret_cast<O*>(out.data_ptr());
   const int64_t n = a.Ho * a.Wo;
-  const unsigned bx = static_cast<unsigned>((n + kThreads - 1) / kThreads);
+  const unsigned bx = blocks_for(n);
   const dim3 grid(bx, static_cast<unsigned>(a.B));
 
   at::Tensor sums;

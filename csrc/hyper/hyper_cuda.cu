@@ -15,7 +15,7 @@
 //     (g^T h per kernel) above; grad_hidden[:, l] = g[:, rows of l] . weight[rows of l] is one cuBLAS
 //     GEMM per kernel (long reduction over the kernel's rows).
 // kGemmMinB is a design choice that has not been measured (no GPU was available when this was
-// written); invfast/ops/hyper.py keeps the torch reference as the CUDA default until it is.
+// written); the dispatch table (invfast/dispatch.py) keeps the torch reference as the CUDA default until it is.
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <ATen/OpMathType.h>
@@ -26,13 +26,15 @@
 
 #include <cstdint>
 
+#include "common/cuda_utils.cuh"
 #include "hyper/hyper_common.h"
 #include <vector>
 
 namespace invfast {
 namespace {
 
-constexpr int kThreads = 256;
+using cuda_utils::blocks_for;
+using cuda_utils::kThreads;
 constexpr int64_t kGemmMinB = 16;  // B from which the cuBLAS path serves (unmeasured design choice)
 constexpr int kFixedH = 32;        // hidden size with the vectorised row kernels (the paper's 32)
 
@@ -185,8 +187,6 @@ bool vector_rows_ok(const at::Tensor& a, const at::Tensor& b, int64_t H) {
   return H == kFixedH && reinterpret_cast<uintptr_t>(a.data_ptr()) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(b.data_ptr()) % 16 == 0;
 }
-
-unsigned blocks_for(int64_t N) { return static_cast<unsigned>((N + kThreads - 1) / kThreads); }
 
 at::Tensor hyper_generate_cuda(const at::Tensor& hidden_in, const at::Tensor& weight_in, const at::Tensor& bias_in,
                                at::IntArrayRef offsets) {

@@ -1,6 +1,8 @@
 // CUDA kernels for the invariance metrics. Compiled only when torch is a CUDA build.
 // Uses only the light c10/cuda headers, so nvcc can syntax-check it against a CPU torch.
 // Accepts float, double, half and bfloat16 inputs; reductions accumulate in float64.
+// NOT MEASURED: these kernels have never run on a GPU, so the dispatch table (invfast/dispatch.py) keeps the
+// torch references as the CUDA default under `auto` (opt in with INVFAST_CUDA_KERNELS=invariance).
 #include <ATen/ATen.h>
 #include <ATen/Dispatch.h>
 #include <torch/library.h>
@@ -10,49 +12,21 @@
 
 #include <cmath>
 
+#include "common/cuda_utils.cuh"
+
 namespace invfast {
 namespace {
 
-constexpr int kThreads = 256;
-
-__device__ inline double warp_sum(double v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ inline double warp_max(double v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmax(v, __shfl_down_sync(0xffffffffu, v, o));
-  return v;
-}
-
-// Sum over the block; result valid in thread 0. `shared` holds kThreads / 32 doubles.
-__device__ inline double block_sum(double v, double* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = (threadIdx.x < blockDim.x / 32) ? shared[lane] : 0.0;
-  if (warp == 0) v = warp_sum(v);
-  return v;
-}
-
-__device__ inline double block_max(double v, double* shared) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_max(v);
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  v = (threadIdx.x < blockDim.x / 32) ? shared[lane] : -INFINITY;
-  if (warp == 0) v = warp_max(v);
-  return v;
-}
+using cuda_utils::block_max;
+using cuda_utils::block_sum;
+using cuda_utils::kThreads;
+using cuda_utils::kWarpsPerBlock;
 
 template <typename T, typename O>
 __global__ void pair_scores_kernel(const T* __restrict__ zr, const T* __restrict__ zt, const T* __restrict__ sh,
                                    O* __restrict__ dist,
                                    O* __restrict__ cosv, int64_t P, int64_t D) {
-  __shared__ double red[4][kThreads / 32];
+  __shared__ double red[4][kWarpsPerBlock];
   const int64_t r = blockIdx.x;
   const T* a = zr + (r / P) * D;
   const T* b = zt + r * D;
@@ -110,7 +84,7 @@ template <typename T>
 __global__ void row_logsumexp_kernel(const T* __restrict__ gram, const double* __restrict__ sq_rows,
                                      const double* __restrict__ sq_x, double* __restrict__ out, int64_t N,
                                      int64_t row_offset, double scale) {
-  __shared__ double sh[kThreads / 32];
+  __shared__ double sh[kWarpsPerBlock];
   __shared__ double row_max;
   const int64_t i = blockIdx.x;
   const int64_t self = row_offset + i;

@@ -2,5 +2,9 @@
 
 Each module registers, for its ops: the torch reference (``backend.register_reference``),
 a fake/meta implementation (``torch.library.register_fake``) and, where the op is
-differentiable, its autograd formula (``torch.library.register_autograd``).
+differentiable, its autograd formula (``torch.library.register_autograd``). Whether a call runs
+the compiled kernel or the reference is the dispatch table's decision (:mod:`invfast.dispatch`,
+through ``backend.call`` / ``backend.compiled_for``). Two wrappers refine it, as their table entries say:
+``warp_affine`` keeps the exact torch gather for integral maps under ``auto`` on CPU, and
+``sqdist_logsumexp`` runs the reference for inputs that require grad (its kernel has no backward).
 """

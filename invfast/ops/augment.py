@@ -13,10 +13,12 @@ elastic ``deform``: identity plus a displacement field).
 flip as one bilinear map, ColorJitter in each image's order, grayscale, Gaussian blur, solarize and the
 normalisation (see :func:`augment_views`).
 
-Dispatch: on CPU the compiled kernels serve when the core is built (``warp_affine`` keeps the torch gather
-for integral maps). On CUDA the kernels in ``csrc/augment/augment_cuda.cu`` have NOT been measured, so the
-torch references serve unless the user opts in: ``INVFAST_CUDA_KERNELS=1`` in the environment (read at
-each call) or ``invfast.backend.use("compiled")``.
+Dispatch: the one dispatch table (:mod:`invfast.dispatch`, ``invfast info``) decides per op and device. Under
+backend ``auto`` on CPU: ``warp_affine`` compiled (measured faster; integral maps keep the exact torch gather,
+which copies faster), ``warp_coords`` the torch warp (the kernel measured no faster), ``augment_views`` as the
+table says. On CUDA the kernels in ``csrc/augment/augment_cuda.cu`` have NOT been measured, so the torch
+references serve unless the user opts in: ``INVFAST_CUDA_KERNELS=augment`` (or ``1``; read at each call) or
+``invfast.backend.use("compiled")``.
 """
 from __future__ import annotations
 
@@ -35,13 +37,9 @@ CUDA_KERNELS_ENV = backend.CUDA_KERNELS_ENV
 
 def cuda_kernels_enabled() -> bool:
     """Whether the (unmeasured) CUDA augment kernels serve CUDA inputs: ``INVFAST_CUDA_KERNELS=1`` (or
-    a list naming ``augment``) or backend mode 'compiled'. Backend 'reference' always wins."""
+    a list naming ``augment``) or backend mode 'compiled'. Backend 'reference' always wins. Kept for
+    callers of earlier versions: the dispatch table (:func:`invfast.dispatch.entry`) answers per op."""
     return backend.cuda_kernels_enabled("augment")
-
-
-def _use_compiled(images: torch.Tensor) -> bool:
-    """CPU: compiled when built (backend.call decides); CUDA: only when opted in."""
-    return images.device.type == "cpu" or (images.device.type == "cuda" and cuda_kernels_enabled())
 
 
 def _fill_vector(fill: float | Sequence[float], channels: int, device: torch.device | str = "cpu") -> torch.Tensor:
@@ -147,15 +145,16 @@ def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int
 
 def warp_affine(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int,
                 fill: torch.Tensor) -> torch.Tensor:
-    """Compiled on CPU when the core is built; on CUDA the compiled kernel (all P maps in one launch) only
-    when opted in (:func:`cuda_kernels_enabled`); the torch reference otherwise."""
-    if images.device.type == "cuda" and cuda_kernels_enabled():
-        return backend.call("warp_affine", images, matrix, int(out_h), int(out_w), fill)
-    integral = bool((matrix == torch.round(matrix)).all())
-    if images.device.type != "cpu" or integral:
-        # flips / 90-degree rotations / integer shifts: the torch gather copies faster than the kernel samples
+    """The compiled kernel (all P maps in one pass) where the dispatch table picks it, the torch reference
+    otherwise. Under backend 'auto' on CPU, integral maps (flips, 90-degree rotations, integer shifts) take
+    the exact torch gather, measured faster than the sampling kernel for pure pixel copies."""
+    fn = backend.compiled_for("warp_affine", images)
+    if fn is not None and backend.mode() == "auto" and images.device.type == "cpu" \
+            and bool((matrix == torch.round(matrix)).all()):
+        fn = None
+    if fn is None:
         return warp_affine_reference(images, matrix, out_h, out_w, fill)
-    return backend.call("warp_affine", images, matrix, int(out_h), int(out_w), fill)
+    return fn(images, matrix, int(out_h), int(out_w), fill)
 
 
 @backend.register_reference("warp_coords")
@@ -178,14 +177,12 @@ def warp_coords(images: torch.Tensor, coords: torch.Tensor, fill: torch.Tensor) 
         fill: [C] in image units, for neighbours outside the image.
 
     Returns:
-        [B, P, C, Ho, Wo] in the images' dtype (uint8 rounded half up). Compiled on CPU when built; on CUDA
-        only when opted in (:func:`cuda_kernels_enabled`).
+        [B, P, C, Ho, Wo] in the images' dtype (uint8 rounded half up). The compiled kernel where the
+        dispatch table picks it, the torch warp otherwise.
     """
     if coords.dim() != 4 or coords.shape[-1] != 2:
         raise ValueError(f"coords must be [P, Ho, Wo, 2], got shape {tuple(coords.shape)}")
-    if _use_compiled(images):
-        return backend.call("warp_coords", images, coords, fill)
-    return warp_coords_reference(images, coords, fill)
+    return backend.call("warp_coords", images, coords, fill)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,8 +273,8 @@ def augment_views(images: torch.Tensor, matrix: torch.Tensor, out_size: tuple[in
         dtype: torch.float32 or torch.bfloat16; channels_last: NHWC memory.
 
     Returns:
-        [B, 3, Ho, Wo] ``dtype``. Compiled on CPU when built; on CUDA only when opted in
-        (:func:`cuda_kernels_enabled`), the torch reference otherwise.
+        [B, 3, Ho, Wo] ``dtype``. The compiled kernel where the dispatch table picks it, the torch
+        reference otherwise.
     """
     if images.dim() != 4 or images.shape[1] != 3:
         raise ValueError(f"images must be RGB [B, 3, H, W], got shape {tuple(images.shape)}")
@@ -302,9 +299,7 @@ def augment_views(images: torch.Tensor, matrix: torch.Tensor, out_size: tuple[in
     args = (images, matrix, Ho, Wo, jitter, factors if factors is not None else empty,
             order if order is not None else empty, grayscale, blur, sigma if sigma is not None else empty,
             solarize, float(threshold), meanv, stdv, dtype, bool(channels_last))
-    if _use_compiled(images):
-        return backend.call("augment_views", *args)
-    return augment_views_reference(*args)
+    return backend.call("augment_views", *args)
 
 
 def _register_compiled() -> None:

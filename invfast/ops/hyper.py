@@ -11,13 +11,10 @@ conv weight in ``(out, in, kh, kw)`` layout. ``generate`` runs the compiled op
 (``torch.ops.invfast.hyper_generate``, differentiable in ``hidden``, ``weight`` and ``bias``)
 when it can serve, and the torch reference below otherwise.
 
-Dispatch under backend mode ``auto`` (see :func:`implementation`):
-
-* CPU: the compiled op (AVX-512 row tiles, measured faster than the reference; docs/models.md).
-* CUDA: the torch reference, because the CUDA kernels have not yet been measured on a GPU and
-  invfast makes a compiled kernel the default only where it was measured faster than the torch path
-  on that device. Opt in with ``INVFAST_CUDA_KERNELS=hyper`` (or ``1``; environment, read at each call) or
-  ``invfast.backend.use("compiled")`` / ``backend.using("compiled")``.
+Dispatch: the one dispatch table (:mod:`invfast.dispatch`, ``invfast info``). Under backend ``auto`` the
+CPU kernel serves (AVX-512 row tiles, measured faster than the reference: docs/models.md); on CUDA the
+torch reference serves until the CUDA kernels are measured on a GPU (opt in with ``INVFAST_CUDA_KERNELS=hyper``
+or ``invfast.backend.use("compiled")``).
 """
 from __future__ import annotations
 
@@ -83,31 +80,15 @@ CUDA_ENV = backend.CUDA_KERNELS_ENV
 
 
 def implementation(device: torch.device | str) -> str:
-    """'compiled' or 'reference': what :func:`generate` runs on ``device`` under the current mode."""
-    dev = torch.device(device)
-    mode = backend.mode()
-    if mode == "reference":
-        return "reference"
-    if dev.type == "cuda" and mode == "auto" and not backend.cuda_kernels_enabled("hyper"):
-        return "reference"  # not yet measured faster than the torch path on a GPU
-    return "compiled" if "hyper_generate" in backend.compiled_ops() and _device_ok(dev) else "reference"
-
-
-def _device_ok(dev: torch.device) -> bool:
-    if dev.type == "cpu":
-        return True
-    if dev.type == "cuda":
-        mod = _loader.load()
-        return mod is not None and bool(mod.built_with_cuda())
-    return False
+    """'compiled' or 'reference': what :func:`generate` runs on ``device`` under the current mode (the
+    dispatch table's answer; 'compiled' mode on a device without a kernel raises, as :func:`generate` would)."""
+    return "compiled" if backend.uses_kernel("hyper_generate", torch.device(device).type) else "reference"
 
 
 def generate(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, offsets: Sequence[int]) -> torch.Tensor:
     """All generated kernels for B descriptors: hidden [B, L, H], weight [N, H], bias [N] (one dtype,
     one device), offsets (L + 1 ints) -> [B, N] (see module docstring); differentiable."""
     offs = _check(hidden, weight, bias, offsets)
-    if backend.mode() == "auto" and implementation(hidden.device) == "reference":
-        return hyper_generate_reference(hidden, weight, bias, offs)
     return backend.call("hyper_generate", hidden, weight, bias, offs)
 
 

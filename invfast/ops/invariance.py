@@ -37,11 +37,14 @@ def sqdist_logsumexp_reference(rows: torch.Tensor, x: torch.Tensor, row_offset: 
 
 
 def pair_scores(z_ref: torch.Tensor, z_t: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Distance and cosine between each ``z_ref[n] − shift`` and every ``z_t[n, p] − shift`` (compiled when available)."""
+    """Distance and cosine between each ``z_ref[n] − shift`` and every ``z_t[n, p] − shift`` (compiled where the
+    dispatch table says so)."""
     return backend.call("pair_scores", z_ref, z_t, shift)
 
 
 def sqdist_logsumexp(rows: torch.Tensor, x: torch.Tensor, row_offset: int, scale: float) -> torch.Tensor:
+    """rows [B, D], x [N, D] -> [B] float64 (see :func:`sqdist_logsumexp_reference`); compiled where the dispatch
+    table says so. The kernel has no backward, so inputs that require grad take the reference in every mode."""
     fn = None if (rows.requires_grad or x.requires_grad) else backend.compiled_for("sqdist_logsumexp", rows, x)
     if fn is None:
         return sqdist_logsumexp_reference(rows, x, row_offset, scale)

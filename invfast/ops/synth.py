@@ -1,7 +1,8 @@
 """Synthetic-data ops (Transforms-2D): fused colour ops, separable blur and affine warp of premultiplied
 RGBA objects, and alpha-compositing onto backgrounds. The compiled kernels loop per sample, so a
 sample's result never depends on the batch it is computed in; the torch references below define
-the semantics."""
+the semantics. CPU kernels only: on other devices the dispatch table (:mod:`invfast.dispatch`) sends every
+call to the reference."""
 from __future__ import annotations
 
 import torch
@@ -84,27 +85,29 @@ def synth_warp_reference(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tenso
 
 def color(obj: torch.Tensor, hue: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor,
           flags: torch.Tensor, posterize_bits: int = 1) -> torch.Tensor:
-    """See :func:`synth_color_reference` (compiled when available)."""
+    """See :func:`synth_color_reference` (compiled where the dispatch table says so)."""
     args = (obj.contiguous(), hue.to(torch.float32).contiguous(), brightness.to(torch.float32).contiguous(),
             contrast.to(torch.float32).contiguous(), flags.to(torch.int64).contiguous())
     return backend.call("synth_color", *args, int(posterize_bits))
 
 
 def blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
-    """See :func:`synth_blur_reference` (compiled when available)."""
+    """See :func:`synth_blur_reference` (compiled where the dispatch table says so)."""
     if taps.dim() != 2 or taps.shape[0] != x.shape[0] or taps.shape[1] % 2 != 1:
         raise ValueError(f"synth_blur: taps must be [B={x.shape[0]}, K odd], got {tuple(taps.shape)}")
     return backend.call("synth_blur", x.contiguous(), taps.to(torch.float32).contiguous())
 
 
 def warp(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor, premultiplied: bool = False) -> torch.Tensor:
-    """See :func:`synth_warp_reference` (compiled when available)."""
+    """See :func:`synth_warp_reference` (compiled where the dispatch table says so; on CPU the kernel measured
+    slower than this reference, so `auto` runs the reference)."""
     return backend.call("synth_warp", x.contiguous(), inv.to(torch.float32).contiguous(),
                         offset.to(torch.float32).contiguous(), bool(premultiplied))
 
 
 def composite(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tensor) -> torch.Tensor:
-    """Alpha-composite premultiplied RGBA objects over backgrounds[bg_index] (compiled when available)."""
+    """Alpha-composite premultiplied RGBA objects over backgrounds[bg_index] (compiled where the dispatch table
+    says so)."""
     _check(obj, backgrounds, bg_index)
     obj = obj.contiguous()
     backgrounds = backgrounds.contiguous()
