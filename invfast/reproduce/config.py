@@ -15,7 +15,8 @@ __all__ = ["ReproduceConfig", "PRESETS", "FORMAT", "CONFIG_FILE", "preset", "Con
            "check_disk", "disk_estimate_mb"]
 
 CONFIG_FILE = "config.json"
-FORMAT = "invfast.reproduce/1"
+#: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs)
+FORMAT = "invfast.reproduce/2"
 
 
 @dataclass
@@ -238,8 +239,11 @@ def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
         except (OSError, json.JSONDecodeError) as e:
             raise ConfigMismatchError(f"{what} {folder!r} holds an unreadable {CONFIG_FILE} ({e}); "
                                       "delete the folder or choose another one") from None
-        saved_cfg = saved.get("config", {}) if saved.get("format") == FORMAT else {}
-        diff = config_difference(saved_cfg, config)
+        if saved.get("format") != FORMAT:
+            raise ConfigMismatchError(f"{what} {folder!r} was made by another version of invfast reproduce (format "
+                                      f"{saved.get('format')!r}, this one writes {FORMAT!r}), so it cannot be resumed; "
+                                      "delete the folder or choose another one")
+        diff = config_difference(saved.get("config", {}), config)
         if diff:
             raise ConfigMismatchError(
                 f"{what} {folder!r} was made by a different configuration, so it cannot be resumed:\n  "
