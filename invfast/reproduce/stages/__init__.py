@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.pipeline import Stage
+from invfast.reproduce.stage import Stage
 from invfast.reproduce.stages.amortised import amortised_interpolation, amortised_learned_i, interpolation_points
 from invfast.reproduce.stages.context import FUSIONS, LABELS, POLICIES, Context, extract, load_model, normalise, stage_seed
 from invfast.reproduce.stages.data import TASKS, colour_targets, main_objects, make_data, task_set
