@@ -33,6 +33,8 @@ from invfast.pretrain.schedules import ConstantSchedule, CosineSchedule
 CHECKPOINT_FORMAT = "invfast.pretrain/1"
 CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
+#: every file a pretraining run writes in its output folder (recorded in the folder's marker)
+OWN_FILES = (CHECKPOINT_NAME, MODEL_NAME, "metrics.jsonl", "metrics.csv")
 
 # TrainConfig fields that may change between a run and its resumption (they do not affect the result).
 RESUMABLE_FIELDS = ("checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
@@ -345,8 +347,17 @@ class Trainer:
         it does not); without it an existing checkpoint in ``out`` is an error, never overwritten.
         """
         cfg = self.config
+        folder = None
         if self.out is not None:
-            os.makedirs(self.out, exist_ok=True)
+            from invfast.run_folder import RunFolder
+
+            # an invfast pretraining run only by its marker; a folder of the user's files is refused, and only
+            # the files listed below (written by invfast) are ever replaced or deleted
+            folder = RunFolder(self.out, "pretrain", overwrite=True)
+            if self.dist.is_main:
+                folder.check()
+                os.makedirs(self.out, exist_ok=True)
+                folder.own(*OWN_FILES)
             if os.path.exists(self.checkpoint_path):
                 if not resume:
                     raise FileExistsError(f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
@@ -355,17 +366,17 @@ class Trainer:
             elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
                 raise FileExistsError(f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
                                       "to continue; it is never overwritten: choose another output folder")
-            elif self.dist.is_main:
-                for ext in ("jsonl", "csv"):
-                    if os.path.exists(self._log_path(ext)):
-                        os.remove(self._log_path(ext))
+            elif self.dist.is_main and folder is not None:
+                folder.remove(["metrics.jsonl", "metrics.csv"])  # a fresh run's logs start empty
+                folder.own(*OWN_FILES)
         end = self.total_steps if until_step is None else min(until_step, self.total_steps)
         self.method.train()
         bar = None
         if cfg.progress and self.dist.is_main:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}",
-                       unit="step", dynamic_ncols=True)
+            from invfast.progress import bar as progress_bar
+
+            bar = progress_bar(self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}",
+                               unit="step")
         if self.step == 0 and self._probe_due(0) and self.dist.is_main:
             self._log({"step": 0, "epoch": 0.0, **self.run_probe()})  # the initialisation's scores
         loss_sum, n_loss, t_aug, t_win, t_start = 0.0, 0, 0.0, 0.0, time.perf_counter()
@@ -435,4 +446,6 @@ class Trainer:
                 atomic_torch_save({"format": "invfast.pretrained/1", "config": self.run_config(),
                              "encoder": self.method.encoder.state_dict(), "method": self.method.state_dict(),
                              "seconds": time.perf_counter() - t_start}, os.path.join(self.out, MODEL_NAME))
+                if folder is not None:
+                    folder.finish()
         return self.history
