@@ -193,3 +193,21 @@ def test_pretrain_bad_numbers_are_one_line(npy, tmp_path, capsys, extra, words):
     assert main(PRETRAIN + ["--data", f"npy:{npy}", "--out", str(tmp_path / "o"), *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and words in err[0] and "Traceback" not in err[0]
+
+
+# ---------------------------------------------------------------------------------------------- reproduce
+def test_reproduce_takes_the_folder_lock(tmp_path, capsys):
+    from invfast.io import output_lock
+
+    out = tmp_path / "rep"
+    with output_lock(out, "invfast reproduce"):
+        assert main(["reproduce", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 1
+    assert "in use by another invfast run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting, words", [("seeds=1000000000", "seeds must be at most 100"),
+                                            ("seed=-1", "seed must be an int in")])
+def test_reproduce_absurd_sizes_are_refused(tmp_path, capsys, setting, words):
+    assert main(["reproduce", "--preset", "tiny", "--set", setting, "--out", str(tmp_path / "x")]) == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

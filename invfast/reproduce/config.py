@@ -93,6 +93,14 @@ class ReproduceConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config field {name} must be a positive int, got {v!r}")
+        # the sizes a run can hold; beyond them the run would take years or overflow a 31-bit seed
+        for name, hi in (("seeds", 100), ("threads", 1024), ("size", 1024), ("objects", 100_000),
+                         ("n_pretrain", 10_000_000), ("n_probe", 10_000_000), ("n_measure", 10_000_000)):
+            if getattr(self, name) > hi:
+                raise ValueError(f"config field {name} must be at most {hi}, got {getattr(self, name)}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= 2**31 - 1 - self.seeds:
+            raise ValueError(f"config field seed must be an int in [0, {2**31 - 1 - self.seeds}] (seeds seed..seed+"
+                             f"{self.seeds - 1} are used), got {self.seed!r}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.size < 16:
