@@ -310,7 +310,12 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
         from invfast.io import atomic_torch_save
         from invfast.reproduce.stages.transfer import transfer_train
 
-        # even with a valid checksum trailer, the content must be plain tensors and containers
+        from invfast.pretrain.trainer import OWN_FILES
+        from invfast.run_folder import RunFolder
+
+        # a folder that a pretraining run marked as its own (so the load path is reached); even with a valid
+        # checksum trailer, the content must be plain tensors and containers
+        RunFolder(ctx.path("transfer", "same"), "pretrain", overwrite=True).own(*OWN_FILES)
         atomic_torch_save({"model": _Payload(str(marker))}, ctx.path("transfer", "same", "checkpoint.pt"))
         with pytest.raises(ValueError, match="only tensors"):
             transfer_train(ctx, "same")

@@ -131,7 +131,7 @@ class ReproduceConfig:
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
         background_count(self.backgrounds)
-        from invfast.synthetic import TRANSFORMATIONS
+        from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
         bad = [t for t in self.data_transforms if t not in TRANSFORMATIONS]
         if bad:
             raise ValueError(f"data_transforms {bad} are not Transforms-2D types ({', '.join(TRANSFORMATIONS)})")
