@@ -59,11 +59,18 @@ def test_missing_or_unreadable_input_is_a_usage_error(files, tmp_path, capsys):
     ("regression", ["--max-iter", "50"], "--max-iter"),
     ("regression", ["--loo", "--folds", "3"], "--folds"),
     ("regression", ["--kernel", "--n-models", "2"], "--n-models"),
+    ("regression", ["--device", "nonsense"], "--device"),
 ])
 def test_options_that_do_not_apply_are_refused(files, capsys, task, extra, names):
     """Before: --loo and --kernel with classification (and the others) were silently ignored."""
     assert cli_main(_probe(files, "y" if task == "classification" else "r", task, *extra)) == 2
     assert names in _one_error_line(capsys)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda_is_a_usage_error(files, capsys):
+    assert cli_main(_probe(files, "y", "classification", "--device", "cuda")) == 2
+    assert "--device cpu" in _one_error_line(capsys)
 
 
 def test_kernel_loo_is_leave_one_out(files, tmp_path, capsys):

@@ -22,8 +22,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from invfast.probes.few_shot import FewShotResult, few_shot, few_shot_classification, few_shot_regression
 from invfast.probes._base import ConvergenceWarning, DataConversionWarning, NotFittedError
+from invfast.probes.few_shot import FewShotResult, few_shot, few_shot_classification, few_shot_regression
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS, alpha_grid, fuse, penalty_grid
 from invfast.probes.kernel_ridge import KernelRidgeCV
 from invfast.probes.logistic import LogisticCV

@@ -25,8 +25,8 @@ except ImportError:  # pragma: no cover - scikit-learn 1.3-1.5
     def _validate_data(est: Any, X: Any = "no_validation", **kw: Any) -> Any:
         return est._validate_data(X, **kw)
 
-__all__ = ["ConvergenceWarning", "DataConversionWarning", "NotFittedError", "ProbeTagsMixin", "check_features",
-           "as_tensor", "as_targets", "as_class_labels", "check_is_fitted", "output_like", "check_positive"]
+__all__ = ["ConvergenceWarning", "DataConversionWarning", "NotFittedError", "ProbeTagsMixin", "as_class_labels",
+           "as_targets", "as_tensor", "check_features", "check_is_fitted", "check_positive", "output_like"]
 
 
 class NotFittedError(_SkNotFittedError, RuntimeError):

@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", required=True, choices=["classification", "regression"])
     p.add_argument("--folds", type=int, default=None, help="number of CV folds (default 5)")
     p.add_argument("--n-models", type=int, default=None,
-                   help="linear probes: shift the grid for this many fused models (default: number of --features files)")
+                   help="linear probes: shift the grid for this many fused models (default: the number of --features)")
     p.add_argument("--kernel", action="store_true", help="regression: RBF kernel ridge over (alpha, gamma)")
     p.add_argument("--loo", action="store_true",
                    help="regression: exact leave-one-out instead of K-fold (ridge, or kernel ridge with --kernel)")
@@ -65,13 +65,22 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.loo and args.folds is not None:
         raise ValueError("give either --loo (leave-one-out) or --folds K, not both")
     if args.kernel and args.n_models is not None:
-        raise ValueError("--n-models shifts the linear probes' λ grid; kernel ridge (--kernel) has its own (α, γ) grid")
+        raise ValueError("--n-models shifts the linear probes' λ grid; kernel ridge (--kernel) has its own (α, γ) "
+                         "grid")
     if args.folds is not None and args.folds < 2:
         raise ValueError(f"--folds must be at least 2, got {args.folds}")
     if args.max_iter is not None and args.max_iter < 1:
         raise ValueError(f"--max-iter must be at least 1, got {args.max_iter}")
     if args.tol is not None and not args.tol > 0:
         raise ValueError(f"--tol must be > 0, got {args.tol}")
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise ValueError(f"--device {args.device!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device}: this torch has no CUDA device available; use --device cpu")
 
 
 def _numeric_targets(y: np.ndarray, path: str) -> None:

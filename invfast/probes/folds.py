@@ -26,7 +26,7 @@ def resolve_cv(cv: Any, n: int, y: np.ndarray | None = None, classifier: bool = 
             raise ValueError(f"cv must be at least 2 folds, got {k}")
         if n < k:
             raise ValueError(f"cannot split n_samples={n} into {k} folds; give at least {k} samples or fewer "
-                             "folds (cv >= 2)")
+                             "folds (at least 2)")
         seed = seed if shuffle else None
         cv = StratifiedKFold(k, shuffle=shuffle, random_state=seed) if classifier and y is not None else \
             KFold(k, shuffle=shuffle, random_state=seed)

@@ -14,8 +14,8 @@ meets ``tol``, and the directional derivative still decides.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
 
@@ -39,7 +39,7 @@ class LBFGSResult:
     memory: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
 
 
-def _flat(fun: Objective, shape: torch.Size) -> Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]:
+def _flat(fun: Objective, shape: torch.Size) -> Objective:
     def call(x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         f, g = fun(x.view(-1, *shape[1:]), idx)
         return f, g.reshape(x.shape[0], -1)
@@ -47,8 +47,8 @@ def _flat(fun: Objective, shape: torch.Size) -> Callable[[torch.Tensor, torch.Te
 
 
 def lbfgs(fun: Objective, x0: torch.Tensor, tol: float = 1e-4, max_iter: int = 100, history: int = 10,
-          precond: Optional[Preconditioner] = None, grad_norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-          memory: Optional[list[tuple[torch.Tensor, torch.Tensor]]] = None, c1: float = 1e-4,
+          precond: Preconditioner | None = None, grad_norm: Callable[[torch.Tensor], torch.Tensor] | None = None,
+          memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None, c1: float = 1e-4,
           f_rtol: float = 1e-12, max_backtracks: int = 30, stop_on_noise: bool = False) -> LBFGSResult:
     """Minimise ``fun`` from ``x0`` [F, ...] (float64), every problem to ``grad_norm(g) <= tol``.
 
@@ -86,7 +86,7 @@ def lbfgs(fun: Objective, x0: torch.Tensor, tol: float = 1e-4, max_iter: int = 1
         every = idx.numel() == nf   # no gathers while every problem is running
         gi = g if every else g[idx]
         pairs = mem if every else [(s[idx], y[idx], r[idx]) for s, y, r in mem]
-        p = -_two_loop(gi, pairs, gamma if every else gamma[idx], lambda v: pre(v, idx))
+        p = -_two_loop(gi, pairs, gamma if every else gamma[idx], lambda v, idx=idx: pre(v, idx))
         slope = (gi * p).sum(1)
         bad = ~(slope < 0)   # not a descent direction (or NaN): restart from the preconditioned gradient
         if bool(bad.any()):

@@ -37,7 +37,7 @@ from invfast.probes.grids import alpha_grid
 from invfast.probes.lbfgs import LBFGSResult, lbfgs
 from invfast.probes.softmax import KroneckerPreconditioner, SoftmaxLoss
 
-__all__ = ["LogisticCV", "ConvergenceWarning", "class_scores"]
+__all__ = ["ConvergenceWarning", "LogisticCV", "class_scores"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _F64 = torch.float64
@@ -145,7 +145,8 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
     ``scoring`` metric, ``*_test_accuracy`` and ``*_test_mean_per_class_accuracy`` are both metrics,
     ``split{k}_n_iter`` and ``split{k}_converged`` the optimiser's record), cv_n_iter_ and
     cv_converged_ (numpy [n_alphas, n_splits]: iterations and convergence of every CV fit),
-    n_iter_ and converged_ (the refit on all data), n_features_in_, feature_names_in_ (DataFrame
+    n_iter_ and converged_ (the refit on all data), n_loss_evaluations_ (batched loss and gradient
+    evaluations of the whole fit: the solver's work), n_features_in_, feature_names_in_ (DataFrame
     input only). ``penalty_`` is a deprecated alias of ``alpha_``.
     """
 
@@ -180,14 +181,14 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         if not (float(self.tol) > 0 and int(self.max_iter) >= 1):
             raise ValueError(f"tol must be > 0 and max_iter >= 1, got tol={self.tol!r}, max_iter={self.max_iter!r}")
 
-    def _solve(self, path: "_Path", w0: torch.Tensor, lam: float, memory: list | None = None) -> LBFGSResult:
+    def _solve(self, path: _Path, w0: torch.Tensor, lam: float, memory: list | None = None) -> LBFGSResult:
         """Minimise every problem of ``path`` at penalty ``lam`` from ``w0``. In float32, a problem whose
         loss stops resolving progress above ``tol`` is finished with float64 products, and the rest of
         the path runs in float64 (weaker penalties only make the weights, and the rounding, larger)."""
         loss = path.current()
         loss.lam = torch.full_like(loss.n_train, lam)
         path.pre.update(loss.start(w0), loss.lam / loss.n_train)
-        kw = dict(tol=float(self.tol), precond=path.pre, grad_norm=path.design.grad_norm)
+        kw = {"tol": float(self.tol), "precond": path.pre, "grad_norm": path.design.grad_norm}
         single = loss.x.dtype == _F64
         res = lbfgs(loss, w0, max_iter=int(self.max_iter), memory=memory, f_rtol=_F_RTOL[loss.x.dtype],
                     stop_on_noise=not single, **kw)
@@ -288,7 +289,8 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         where = ", ".join(f"{c:.3g}" for c in cs) if cs.size <= 5 else \
             f"{cs.size} values from {cs[0]:.3g} to {cs[-1]:.3g}"
         refit = "" if self.converged_ else f"{' and' if cs.size else ''} the refit at C = {self.C_:.3g}"
-        return f"{total} of {bad.size + 1} fits stopped before max|grad| <= tol{' at C = ' + where if cs.size else ''}{refit}"
+        at = f" at C = {where}" if cs.size else ""
+        return f"{total} of {bad.size + 1} fits stopped before max|grad| <= tol{at}{refit}"
 
     def _warn_unconverged(self) -> None:
         """One ConvergenceWarning line naming how many fits stopped short and at which C."""
