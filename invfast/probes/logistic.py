@@ -55,25 +55,41 @@ def class_scores(pred: torch.Tensor, truth: torch.Tensor, n_classes: int) -> tup
 
 
 class _Design:
-    """The centred design [n, D(+1)] in the compute dtype (and lazily in float64), its mean and Gram."""
+    """The centred design [n, D(+1)] in the compute dtype (and lazily in float64), its mean, and the
+    eigenpairs of XᵀX/n (its nonzero ones, from the n×n Gram, when n < D).
 
-    def __init__(self, x: torch.Tensor, fit_intercept: bool, dtype: torch.dtype):
-        x64 = x.to(_F64)
-        self.mu = x64.mean(0) if fit_intercept else torch.zeros(x.shape[1], dtype=_F64, device=x.device)
-        xc = x64 - self.mu
-        self.gram = xc.T @ xc / x.shape[0]
-        self.fit_intercept, self.d = fit_intercept, x.shape[1]
-        ones = torch.ones(x.shape[0], 1, dtype=_F64, device=x.device)
-        self._x64 = torch.cat([xc, ones], 1) if fit_intercept else xc
-        self.x = self._x64.to(dtype)
-        if dtype != _F64:
-            self._x64 = None
-        self._source = x
+    Built in row chunks: the only full-size copy is the design itself.
+    """
+
+    def __init__(self, x: torch.Tensor, fit_intercept: bool, dtype: torch.dtype, chunk_elems: int = 1 << 22):
+        n, d, dev = x.shape[0], x.shape[1], x.device
+        self.mu = x.sum(0, dtype=_F64) / n if fit_intercept else torch.zeros(d, dtype=_F64, device=dev)
+        self.fit_intercept, self.d, self._source = fit_intercept, d, x
+        self.rows = max(1, chunk_elems // d)
+        gram = torch.zeros(d, d, dtype=_F64, device=dev) if n >= d else None
+        self.x = self._build(dtype, gram)
+        self._x64 = self.x if dtype == _F64 else None
+        if gram is not None:
+            self.eig_s, self.eig_v = torch.linalg.eigh(gram / n)
+        else:   # XᵀX/n = V diag(s) Vᵀ with V = Xᵀ U diag(1/sqrt(n s)) from X Xᵀ/n = U diag(s) Uᵀ
+            xc = self.x[:, :d].to(_F64)
+            s, u = torch.linalg.eigh(xc @ xc.T / n)
+            keep = s > 1e-12 * s.max().clamp_min(1e-300)
+            self.eig_s, self.eig_v = s[keep], (xc.T @ u[:, keep]) / (n * s[keep]).sqrt()
+
+    def _build(self, dtype: torch.dtype, gram: torch.Tensor | None = None) -> torch.Tensor:
+        x = self._source
+        out = torch.ones(x.shape[0], self.d + self.fit_intercept, dtype=dtype, device=x.device)
+        for i in range(0, x.shape[0], self.rows):
+            xc = x[i:i + self.rows].to(_F64) - self.mu
+            out[i:i + self.rows, :self.d] = xc
+            if gram is not None:
+                gram += xc.T @ xc
+        return out
 
     def float64(self) -> torch.Tensor:
         if self._x64 is None:
-            xc = self._source.to(_F64) - self.mu
-            self._x64 = torch.cat([xc, torch.ones_like(xc[:, :1])], 1) if self.fit_intercept else xc
+            self._x64 = self._build(_F64)
         return self._x64
 
     def grad_norm(self, g: torch.Tensor) -> torch.Tensor:
@@ -222,7 +238,7 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
                             seed=self.random_state)
         codes = codes.to(dev)
         design = _Design(x, self.fit_intercept, _DTYPES[self.dtype])
-        pre = KroneckerPreconditioner(design.gram, self.fit_intercept)
+        pre = KroneckerPreconditioner(design.eig_s, design.eig_v, self.fit_intercept)
         tr = [torch.as_tensor(a, device=dev) for a, _ in splits]
         te = [torch.as_tensor(b, device=dev) for _, b in splits]
         path = _Path(design, pre, SoftmaxLoss(design.x, codes, tr, k, self.fit_intercept))

@@ -123,30 +123,39 @@ class SoftmaxLoss:
 class KroneckerPreconditioner:
     """Applies (A_f ⊗ G + λ_f/n_f I)⁻¹ to the feature rows and A_f⁺ to the intercept row.
 
-    gram: G = XᵀX / n [D, D] (float64, centred when there is an intercept), eigendecomposed once.
-    ``update(cov, reg)`` sets the class covariances A [F, Kout, Kout] and the penalties λ_f/n_f [F].
+    G = XᵀX/n [D, D] (float64, centred when there is an intercept) given by its eigenpairs s [r],
+    V [D, r]: all of them, or only the r < D nonzero ones (then G is zero on the rest, where only
+    the penalty acts). ``update(cov, reg)`` sets the class covariances A [F, Kout, Kout] and the
+    penalties λ_f/n_f [F].
     """
 
-    def __init__(self, gram: torch.Tensor, fit_intercept: bool):
-        s, self.v = torch.linalg.eigh(gram)
-        self.s = s.clamp_min(0)
+    def __init__(self, eig_s: torch.Tensor, eig_v: torch.Tensor, fit_intercept: bool):
+        self.s, self.v = eig_s.clamp_min(0), eig_v
         self.fit_intercept = fit_intercept
-        self.d = gram.shape[0]
+        self.d, self.r = eig_v.shape
 
     def update(self, cov: torch.Tensor, reg: torch.Tensor) -> None:
         a, self.q = torch.linalg.eigh(cov)
         a = a.clamp_min(0)                                                 # [F, Kout]
-        self.inv = 1.0 / (self.s[None, :, None] * a[:, None, :] + reg[:, None, None])   # [F, D, Kout]
+        self.reg = reg
+        self.inv = 1.0 / (self.s[None, :, None] * a[:, None, :] + reg[:, None, None])   # [F, r, Kout]
         top = a.amax(1, keepdim=True)
         self.a_inv = torch.where(a > 1e-12 * top, 1.0 / a.clamp_min(1e-300), torch.zeros_like(a))
 
     def __call__(self, v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         every = idx.numel() == self.q.shape[0]
-        q, inv = (self.q, self.inv) if every else (self.q[idx], self.inv[idx])   # [b, K, K], [b, D, K]
+        q, inv = (self.q, self.inv) if every else (self.q[idx], self.inv[idx])   # [b, K, K], [b, r, K]
         b, k = v.shape[0], v.shape[2]
-        t = (v[:, :self.d] @ q).transpose(0, 1).reshape(self.d, b * k)            # class eigenbasis, [D, b*K]
-        t = (self.v.T @ t).view(self.d, b, k).transpose(0, 1) * inv               # feature eigenbasis, scaled
-        out = (self.v @ t.transpose(0, 1).reshape(self.d, b * k)).view(self.d, b, k).transpose(0, 1)
+        vw = (v[:, :self.d] @ q).transpose(0, 1).reshape(self.d, b * k)           # class eigenbasis, [D, b*K]
+        t = self.v.T @ vw                                                          # feature eigenbasis, [r, b*K]
+        scaled = (t.view(self.r, b, k).transpose(0, 1) * inv).transpose(0, 1).reshape(self.r, b * k)
+        if self.r == self.d:
+            out = self.v @ scaled
+        else:   # the complement of V's span: penalty only
+            back = self.v @ torch.cat([scaled, t], 1)
+            reg = (self.reg if every else self.reg[idx]).repeat_interleave(k)
+            out = back[:, :b * k] + (vw - back[:, b * k:]) / reg
+        out = out.view(self.d, b, k).transpose(0, 1)
         if self.fit_intercept:
             ai = self.a_inv if every else self.a_inv[idx]
             out = torch.cat([out, (v[:, self.d:] @ q) * ai[:, None, :]], 1)
