@@ -40,7 +40,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint", help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, or a dict with 'state_dict'")
     parser.add_argument("--seed", type=int, default=0,
                         help="seed of the random initialisation when no --checkpoint is given (default 0; recorded)")
-    parser.add_argument("--data", required=True, help="folder:PATH | PATH | synthetic[:objects=10,n=1000,size=32,seed=0,...]")
+    from invfast.data.synthetic import synthetic_help
+
+    parser.add_argument("--data", required=True, help="folder:PATH | PATH | " + synthetic_help())
     parser.add_argument("--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)")
     parser.add_argument("--images", type=int, default=None,
                         help=f"first N images of the data (default {DEFAULT_IMAGES}, or all when fewer; 0 = all); "
