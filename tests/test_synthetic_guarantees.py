@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from invfast.cli import main
@@ -116,6 +117,8 @@ def test_damage_that_cannot_be_repaired_exactly_is_refused_in_one_line(tmp_path,
     line = one_line(capsys.readouterr().err)
     assert "images_00001.npy" in line and "--overwrite" in line
     assert (d / "images_00001.npy").read_bytes() == shard  # refused: nothing written
+    assert gen(d, "rotate,hue", "--overwrite") == 0  # as the line says: the whole dataset regenerated
+    assert "replaced" in capsys.readouterr().out and len(storage.load(d)) == 40
     os.remove(d / "manifest.json")
     assert gen(d) == 2
     line = one_line(capsys.readouterr().err)
@@ -141,6 +144,13 @@ def test_loader_refuses_an_unfinished_or_malformed_dataset_in_one_line(tmp_path)
     with pytest.raises(ValueError, match="shard"):
         storage.load(d, verify=False)
     (d / "manifest.json").write_text(good)
+    np.save(d / "images_00000.npy", np.zeros((16, 3, 8, 8), np.uint8))  # the wrong shape, checksum updated
+    edit_json(d / "manifest.json", lambda m: m["shards"][0].update(sha256=storage.sha256(d / "images_00000.npy")))
+    with pytest.raises(ValueError, match=r"images_00000.npy.*not the array its manifest.json describes"):
+        storage.load(d)
+    with pytest.raises(ValueError, match=r"images_00000.npy.*holds uint8 \[16, 3, 8, 8\]"):
+        storage.load(d, verify=False)
+    assert gen(d) == 2  # not the array the manifest describes: damage; regenerated, it differs from the record
     edit_json(d / MARKER, lambda m: m.update(state="swapping"))  # killed while the new files were moved in
     with pytest.raises(ValueError, match="did not finish") as e:
         storage.load(d)
@@ -234,7 +244,8 @@ def test_second_generate_on_a_folder_in_use_is_refused_naming_the_holder(tmp_pat
             "    return real(self, indices)\n"
             "Transforms2D.generate = held\n"
             "from invfast.cli import main\n"
-            f"sys.exit(main(['generate', '--transforms', 'rotate,hue', *{OPTS!r}, '--out', {str(d)!r}, '--overwrite']))\n")
+            f"args = ['generate', '--transforms', 'rotate,hue', *{OPTS!r}, '--out', {str(d)!r}, '--overwrite']\n"
+            "sys.exit(main(args))\n")
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "generating"

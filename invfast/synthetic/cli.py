@@ -146,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         extra = {os.path.basename(args.preview): preview} if in_out else {}
         written = write_dataset(ds, args.out, batch_size=args.batch_size, shard_size=args.shard_size,
                                 overwrite=args.overwrite, progress=not args.no_progress, extra=extra)
-        order = "" if ds.order == "canonical" else f", order {ds.order if isinstance(ds.order, str) else ','.join(ds.order)}"
+        order = "" if ds.order == "canonical" else ", order " + (ds.order if isinstance(ds.order, str) else
+                                                                 ",".join(ds.order))
         print(f"{written.describe()} ({ds.n} images of {ds.size} px, {ds.num_classes} objects, transforms "
               f"{transforms_text(ds.transforms)}, seed {ds.seed}, split {ds.split}{order}; fingerprint "
               f"{ds.fingerprint()[:12]})")

@@ -4,185 +4,31 @@ A dataset folder holds ``images_00000.npy ...`` (uint8 [n_shard, 3, S, S], memor
 ``labels.npy`` (int64 [n]), ``params.npy`` (float64 [n, len(PARAM_NAMES)]), ``manifest.json`` (config,
 fingerprint, seed, format version, package version, shard layout, sha256 of every data file) and the
 run marker ``.invfast-run.json`` (:mod:`invfast.run_folder`) that says which files invfast wrote.
-:mod:`invfast.synthetic.writer` writes it; the manifest describes the dataset, the marker alone decides
-what invfast may replace or delete. The loader reads only the plain file names a manifest lists, inside
-the dataset folder, checks every field of the manifest and (by default) every file's checksum, and
-refuses a dataset whose writer did not finish.
+:mod:`invfast.synthetic.writer` writes it; the manifest (:mod:`invfast.synthetic.manifest`) describes
+the dataset, the marker alone decides what invfast may replace or delete. The loader reads only the plain
+file names a manifest lists, inside the dataset folder, checks every field of the manifest and (by
+default) every file's checksum, and refuses a dataset whose writer did not finish.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import os
-import re
 import warnings
-from dataclasses import dataclass
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 import torch
 
-from invfast.synthetic.inputs import check_int
-
-MANIFEST = "manifest.json"
-FORMAT = "invfast-transforms2d"
-FORMAT_VERSION = 1
-#: the command name in the run marker of a dataset folder
-COMMAND = "generate"
-#: names of the files the generator writes (data files, manifest, previews): only these are ever deleted
-GENERATED = re.compile(r"^(images_\d{5,}\.npy|labels\.npy|params\.npy|manifest\.json|[^./\\][^/\\]*\.png)$")
-DAMAGED_FIX = ("rerun the `invfast generate` command (or Transforms2D.materialize) that wrote it: damaged files are "
-               "regenerated exactly")
-_REMAKE = "re-create the dataset with `invfast generate --overwrite` and the options that made it"
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
-
-
-def sha256(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def read_manifest(path: Path) -> dict[str, Any] | None:
-    """The manifest of dataset folder ``path`` (a dict of format :data:`FORMAT`), None when there is none or
-    it is another kind of JSON; ValueError when it cannot be read."""
-    mf = path / MANIFEST
-    if not mf.is_file():
-        return None
-    try:
-        data = json.loads(mf.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{str(mf)!r} is not a readable invfast manifest ({' '.join(str(exc).split())})") from exc
-    return data if isinstance(data, dict) and data.get("format") == FORMAT else None
-
-
-def _plain_name(name: Any, what: str, folder: Path) -> str:
-    """``name`` if it is a plain file name (no folder part, not '.'/'..', not absolute); else ValueError.
-    A manifest may only name files inside its own dataset folder."""
-    ok = (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-          and "\0" not in name and os.path.basename(name) == name and not os.path.isabs(name))
-    if not ok:
-        raise ValueError(f"{str(folder / MANIFEST)!r} names {what} {name!r}, which is not a plain file name inside "
-                         "the dataset folder; refusing to read outside it (re-create the dataset with "
-                         "`invfast generate --out`)")
-    return name
-
-
-@dataclass(frozen=True)
-class Layout:
-    """What a validated manifest says: sizes, class names, shards ``(file, start, n, sha256)`` in order,
-    and ``files``: every data file ``(name, sha256)``, shards first."""
-
-    n: int
-    size: int
-    num_classes: int
-    classes: tuple[str, ...]
-    param_names: tuple[str, ...]
-    shards: tuple[tuple[str, int, int, str], ...]
-    files: tuple[tuple[str, str], ...]
-
-
-def check_manifest(manifest: dict[str, Any], folder: Path) -> Layout:
-    """The :class:`Layout` of ``manifest`` (of the dataset in ``folder``), every field checked: one
-    ValueError naming the first bad field (a value that would break reading later)."""
-    mf = str(folder / MANIFEST)
-
-    def bad(field: str, value: Any, want: str) -> ValueError:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        return ValueError(f"{mf!r} field {field} must be {want}, got {shown}: the manifest was edited or damaged; "
-                          f"{_REMAKE}")
-
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{mf!r}: format_version {manifest.get('format_version')!r} is not supported (this invfast "
-                         f"reads version {FORMAT_VERSION}); {_REMAKE}")
-    ints = {}
-    for field in ("n", "size"):
-        try:
-            ints[field] = check_int(field, manifest.get(field))
-        except ValueError as e:
-            raise ValueError(f"{mf!r} field {e}: the manifest was edited or damaged; {_REMAKE}") from None
-    classes = manifest.get("classes")
-    if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
-        raise bad("classes", classes, "a non-empty list of class names")
-    k = manifest.get("num_classes")
-    if isinstance(k, bool) or not isinstance(k, int) or k != len(classes):
-        raise bad("num_classes", k, f"the number of classes listed ({len(classes)})")
-    names = manifest.get("param_names")
-    if not isinstance(names, list) or not names or not all(isinstance(c, str) for c in names):
-        raise bad("param_names", names, "a non-empty list of names")
-    if not isinstance(manifest.get("config"), dict) or not isinstance(manifest.get("fingerprint"), str):
-        raise ValueError(f"{mf!r} is malformed (no config or fingerprint); {_REMAKE}")
-    shards, files = manifest.get("shards"), manifest.get("files")
-    if not isinstance(shards, list) or not shards or not isinstance(files, dict):
-        raise ValueError(f"{mf!r} is malformed (no shard list or file table); {_REMAKE}")
-    out: list[tuple[str, int, int, str]] = []
-    start = 0
-    for s in shards:
-        if not isinstance(s, dict) or not {"file", "start", "n", "sha256"} <= set(s):
-            raise ValueError(f"{mf!r} has a malformed shard entry {str(s)[:80]}; {_REMAKE}")
-        name = _plain_name(s["file"], "shard", folder)
-        if s["start"] != start or isinstance(s["start"], bool):
-            raise bad(f"shards[{len(out)}].start", s["start"], f"{start} (the end of the shard before it)")
-        if isinstance(s["n"], bool) or not isinstance(s["n"], int) or not 1 <= s["n"] <= ints["n"] - start:
-            raise bad(f"shards[{len(out)}].n", s["n"], f"a count from 1 to {ints['n'] - start}")
-        if not isinstance(s["sha256"], str) or not _HEX64.match(s["sha256"]):
-            raise bad(f"shards[{len(out)}].sha256", s["sha256"], "64 hex digits")
-        out.append((name, start, s["n"], s["sha256"]))
-        start += s["n"]
-    if start != ints["n"]:
-        raise bad("shards", f"{start} images", f"the n = {ints['n']} images in shards")
-    for name in ("labels.npy", "params.npy"):
-        if name not in files:
-            raise ValueError(f"{mf!r} does not list {name}; {_REMAKE}")
-    table = [(_plain_name(k, "file", folder), v) for k, v in files.items()]
-    if sorted(files) != ["labels.npy", "params.npy"]:
-        raise ValueError(f"{mf!r} lists files {sorted(files)} in its file table, where only labels.npy and params.npy "
-                         f"belong; {_REMAKE}")
-    for name, digest in table:
-        if not isinstance(digest, str) or not _HEX64.match(digest):
-            raise bad(f"files[{name!r}]", digest, "64 hex digits")
-    return Layout(n=ints["n"], size=ints["size"], num_classes=k, classes=tuple(classes), param_names=tuple(names),
-                  shards=tuple(out), files=tuple((f, d) for f, _, _, d in out) + tuple(table))
-
-
-def _inside(folder: Path, name: str) -> Path:
-    """``folder / name``, refused (ValueError) when it resolves outside ``folder`` (e.g. a symbolic link)."""
-    f = folder / name
-    root = folder.resolve()
-    if f.resolve().parent != root:
-        raise ValueError(f"dataset file {str(f)!r} resolves to {str(f.resolve())!r}, outside the dataset folder; "
-                         "refusing to read it")
-    return f
-
-
-def damaged(folder: Path, layout: Layout, where: Any = None) -> list[tuple[str, str]]:
-    """``(name, 'missing' | 'altered')`` of every data file of ``layout`` that is absent or whose bytes do not
-    match its checksum; ``where(name)`` gives a file's path (default: inside ``folder``, links out refused)."""
-    out = []
-    for name, digest in layout.files:
-        p = where(name) if where is not None else _inside(folder, name)
-        if not os.path.isfile(p):
-            out.append((name, "missing"))
-        elif sha256(p) != digest:
-            out.append((name, "altered"))
-    return out
-
-
-def unfinished(path: Path) -> bool:
-    """Whether an ``invfast generate`` run in ``path`` started and did not finish (its marker says so)."""
-    from invfast.run_folder import RunFolder
-
-    m = RunFolder(path, COMMAND).marker()
-    return bool(m and m.get("command") == COMMAND and m.get("state") != "done")
+from invfast.synthetic.manifest import (COMMAND, DAMAGED_FIX, FORMAT, FORMAT_VERSION, GENERATED, MANIFEST,  # noqa: F401
+                                        Layout, _inside, _plain_name, check_manifest, damaged, read_manifest, sha256,
+                                        unfinished)
 
 
 def _damage_line(path: Path, bad: list[tuple[str, str]]) -> str:
     name, how = bad[0]
-    what = "is missing" if how == "missing" else f"does not match its checksum in {MANIFEST} (altered or corrupt)"
+    what = {"missing": "is missing", "altered": f"does not match its checksum in {MANIFEST} (altered or corrupt)"}.get(
+        how, f"is not the array its {MANIFEST} describes (shape or type)")
     more = f" (and {len(bad) - 1} more damaged file(s))" if len(bad) > 1 else ""
     return f"dataset file {str(path / name)!r} {what}{more}; {DAMAGED_FIX}"
 
@@ -195,8 +41,8 @@ def _open(f: Path, shape: tuple[int, ...], dtype: Any, mmap: bool = True) -> np.
         raise ValueError(f"dataset file {str(f)!r} is not a readable .npy array ({' '.join(str(e).split())[:200]}); "
                          f"{DAMAGED_FIX}") from None
     if a.shape != shape or a.dtype != np.dtype(dtype):
-        raise ValueError(f"dataset file {str(f)!r} holds {a.dtype} {list(a.shape)}, the manifest says {np.dtype(dtype)} "
-                         f"{list(shape)}; {DAMAGED_FIX}")
+        raise ValueError(f"dataset file {str(f)!r} holds {a.dtype} {list(a.shape)}, the manifest says "
+                         f"{np.dtype(dtype)} {list(shape)}; {DAMAGED_FIX}")
     return a
 
 

@@ -33,8 +33,8 @@ import numpy as np
 from invfast.io import atomic_write_text
 from invfast.run_folder import MARKER, STAGING, RunFolder
 from invfast.synthetic.recipe import PARAM_NAMES
-from invfast.synthetic.storage import (COMMAND, FORMAT, FORMAT_VERSION, GENERATED, MANIFEST, Layout, _plain_name,
-                                       check_manifest, damaged, read_manifest, sha256)
+from invfast.synthetic.manifest import (COMMAND, FORMAT, FORMAT_VERSION, GENERATED, MANIFEST, Layout, _plain_name,
+                                        check_manifest, damaged, read_manifest, sha256)
 
 __all__ = ["Written", "transforms_text", "write_dataset"]
 _OVERWRITE = "pass --overwrite (Python: overwrite=True)"
@@ -276,12 +276,19 @@ def write_dataset(dataset: Any, path: str | os.PathLike, *, batch_size: int = 20
         _refuse_clashes(folder, names)
         stage = Path(folder.staging())
         try:
+            if plan.kind == "repair":
+                try:
+                    _repair(dataset, stage, plan, batch_size, progress, Path(path))
+                except _NotExact:
+                    if not overwrite:
+                        raise
+                    plan, stage = _Plan("new", replacing=True), Path(folder.staging())  # regenerate it all
+                    names = [f for f, _, _ in shards] + ["labels.npy", "params.npy", MANIFEST] + list(extra)
+                    _refuse_clashes(folder, names)
             if plan.kind == "new":
                 _render(dataset, stage, shards, {f for f, _, _ in shards}, True, batch_size, progress,
                         f"generate {Path(path).name}")
                 _manifest(dataset, fp, stage, shards)
-            elif plan.kind == "repair":
-                _repair(dataset, stage, plan, batch_size, progress, Path(path))
             for name, write in extra.items():
                 write(str(stage / name))
             owned = folder.owned()
@@ -297,9 +304,13 @@ def write_dataset(dataset: Any, path: str | os.PathLike, *, batch_size: int = 20
     return Written(Path(path), "replaced" if plan.replacing else "created" if plan.kind == "new" else "kept")
 
 
+class _NotExact(ValueError):
+    """A regenerated file does not match the checksum the manifest recorded for it."""
+
+
 def _repair(dataset: Any, stage: Path, plan: _Plan, batch_size: int, progress: bool, path: Path) -> None:
     """Regenerate the damaged files of ``plan`` into ``stage`` and check each against its recorded checksum;
-    ValueError (nothing moved in) when one does not match. ``stage`` then holds exactly those files."""
+    :class:`_NotExact` (nothing moved in) when one does not match. ``stage`` then holds exactly those files."""
     assert plan.layout is not None
     bad = {name for name, _ in plan.bad}
     shards = tuple((f, s0, k) for f, s0, k, _ in plan.layout.shards)
@@ -308,10 +319,10 @@ def _repair(dataset: Any, stage: Path, plan: _Plan, batch_size: int, progress: b
     recorded = dict(plan.layout.files)
     for name in sorted(bad):
         if sha256(stage / name) != recorded[name]:
-            raise ValueError(f"{str(path / name)!r} is damaged and cannot be repaired exactly: regenerated, its bytes "
-                             f"do not match the checksum in {MANIFEST} (the manifest was edited, or this invfast "
-                             f"renders differently from the one that wrote it); {_OVERWRITE} to regenerate the whole "
-                             "dataset")
+            raise _NotExact(f"{str(path / name)!r} is damaged and cannot be repaired exactly: regenerated, its bytes "
+                            f"do not match the checksum in {MANIFEST} (the manifest was edited, or this invfast "
+                            f"renders differently from the one that wrote it); {_OVERWRITE} to regenerate the whole "
+                            "dataset")
     for f in os.listdir(stage):
         if f not in bad:
             os.remove(stage / f)  # regenerated only to rebuild a table: intact on disk already
