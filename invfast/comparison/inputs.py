@@ -125,7 +125,7 @@ def _run_fields(res: InvarianceResult) -> dict[str, Any]:
     images = meta.get("images") or {}
     f: dict[str, Any] = {
         "mode": meta.get("mode", "transforms"),
-        "transforms": list(res.transforms),
+        "transforms": sorted(res.transforms),
         "protocol": meta.get("protocol", cfg.get("protocol", _UNRECORDED)),
         "protocol_seed": cfg.get("protocol_seed", _UNRECORDED),
         "images.n": images.get("n", _UNRECORDED),
