@@ -64,7 +64,7 @@ def three(rng):
     (dict(image_id="77" * 32), r"images\.id differs: 'A' has '5e5e5e5e5e5e…', 'B' has '777777777777…'"),
     (dict(n=80), r"images\.n differs: 'A' has 120, 'B' has 80"),
     (dict(grid=4), r"grid_size differs: 'A' has 3, 'B' has 4"),
-    (dict(transforms=("rot90", "hue")), r"transforms differs: 'A' has \['rot90'"),
+    (dict(transforms=("rot90", "hue")), r"transforms differs: 'A' has \['brightness', 'crop'"),
     (dict(image_id=None), r"'B' has no recorded image identity"),
 ])
 def test_mismatched_runs_are_refused_naming_the_field_and_values(rng, change, field):
@@ -101,6 +101,28 @@ def test_bad_inputs_are_one_line_errors(rng, tmp_path):
         compare([a, str(tmp_path / "absent")])
     with pytest.raises(ValueError, match="test must be one of"):
         compare([a, _result("B", rng)], test="welch")
+    with pytest.raises(ValueError, match="alpha must be"):
+        compare([a, _result("B", rng)], alpha=1.5)
+    with pytest.raises(ValueError, match="n_boot"):
+        compare([a, _result("B", rng)], n_boot=-1)
+
+
+def test_real_world_runs(rng):
+    """Real-world results (groups of views, no grid): one column, per-group values paired like images."""
+    runs = []
+    for m in "AB":
+        per = rng.uniform(0.2, 0.6, 30) + (0.2 if m == "B" else 0.0)
+        tr = TransformResult(name="coil", family="real-world", mean_distance=float((1 - per).mean()),
+                             mean_cosine=float(per.mean()), n_images=90, per_image_cosine=torch.from_numpy(per),
+                             per_image_distance=torch.from_numpy(1 - per))
+        runs.append(InvarianceResult(model=m, transforms={"coil": tr}, n_images=90,
+                                     meta={"mode": "real-world", "images": {"n": 90, "id": IMAGE_ID},
+                                           "config": {"protocol": "invfast", "protocol_seed": 0}}))
+    c = compare(runs)
+    assert c.table.column_names == ["coil", "real-world"]
+    (t,) = c.paired.of("cosine")
+    assert t.more_invariant == "B" and t.n == 30
+    assert t.p_t == pytest.approx(sps.ttest_rel(runs[0]["coil"].per_image_cosine, runs[1]["coil"].per_image_cosine).pvalue)
 
 
 # ------------------------------------------------------------------------------------------------ the table
@@ -211,21 +233,21 @@ def test_rank_correlations_against_scipy_and_bootstrap_by_hand(rng):
     n = 9
     x = rng.standard_normal(n)
     y = 0.7 * x + 0.5 * rng.standard_normal(n)
-    rec = correlate(x, y, n_boot=400, seed=5)
-    s, k = sps.spearmanr(x, y), sps.kendalltau(x, y)
-    assert rec["spearman"] == pytest.approx(s.statistic) and rec["spearman_p"] == pytest.approx(s.pvalue)
-    assert rec["kendall"] == pytest.approx(k.statistic) and rec["kendall_p"] == pytest.approx(k.pvalue)
-    idx = np.random.default_rng(5).integers(0, n, size=(400, n))  # the documented resampling, one at a time
-    rho, tau = [], []
-    for i in idx:
-        if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0:
-            rho.append(sps.spearmanr(x[i], y[i]).statistic)
-            tau.append(sps.kendalltau(x[i], y[i]).statistic)
-    assert rec["n_boot_valid"] == len(rho)
-    np.testing.assert_allclose(rec["spearman_ci"], np.percentile(rho, [2.5, 97.5]), rtol=1e-12)
-    np.testing.assert_allclose(rec["kendall_ci"], np.percentile(tau, [2.5, 97.5]), rtol=1e-12)
-    assert correlate(x, y, n_boot=400, seed=5) == rec  # seeded
-    assert correlate(x, y, n_boot=400, seed=6)["spearman_ci"] != rec["spearman_ci"]
+    for seed in (5, 6):  # the interval comes from the documented resamples of this seed
+        rec = correlate(x, y, n_boot=400, seed=seed)
+        s, k = sps.spearmanr(x, y), sps.kendalltau(x, y)
+        assert rec["spearman"] == pytest.approx(s.statistic) and rec["spearman_p"] == pytest.approx(s.pvalue)
+        assert rec["kendall"] == pytest.approx(k.statistic) and rec["kendall_p"] == pytest.approx(k.pvalue)
+        idx = np.random.default_rng(seed).integers(0, n, size=(400, n))  # one resample at a time, with scipy
+        rho, tau = [], []
+        for i in idx:
+            if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0:
+                rho.append(sps.spearmanr(x[i], y[i]).statistic)
+                tau.append(sps.kendalltau(x[i], y[i]).statistic)
+        assert rec["n_boot_valid"] == len(rho)
+        np.testing.assert_allclose(rec["spearman_ci"], np.percentile(rho, [2.5, 97.5]), rtol=1e-12)
+        np.testing.assert_allclose(rec["kendall_ci"], np.percentile(tau, [2.5, 97.5]), rtol=1e-12)
+        assert correlate(x, y, n_boot=400, seed=seed) == rec  # reproducible
 
 
 def test_vectorised_rank_correlations_with_ties_match_scipy(rng):

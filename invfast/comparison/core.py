@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from invfast.comparison.inputs import Row, as_rows, check_comparable, setting_notes
-from invfast.comparison.paired import Paired, paired_tests
+from invfast.comparison.paired import Paired, check_test, paired_tests
 from invfast.comparison.table import METRICS, Table, check_metric
-from invfast.comparison.transfer import Transfer, as_transfer_scores, resolve_labels, transfer_correlations
+from invfast.comparison.transfer import (Transfer, as_transfer_scores, check_bootstrap, resolve_labels,
+                                         transfer_correlations)
 
 COMPARISON_FORMAT = "invfast.comparison/1"
 PLOTS = ("radar", "heatmap", "significance", "correlation")
@@ -179,6 +180,8 @@ def compare(results: Any, probes: Any = None, *, layers: str = "all", allow_mism
     Raises ValueError for fewer than 2 rows, duplicate labels, runs that are not comparable (naming the
     field and the two values), bad probe scores or a probe score for an unknown model.
     """
+    check_test(test, alpha)
+    check_bootstrap(n_boot, seed, level)
     rows = as_rows(results, layers=layers)
     diffs = check_comparable(rows, allow_mismatch=allow_mismatch)
     table = Table.from_results([r.label for r in rows], [r.result for r in rows])

@@ -172,14 +172,19 @@ def _values(row: Row, transform: str, metric: str) -> np.ndarray | None:
     return None if v is None else v.detach().cpu().double().numpy()
 
 
-def paired_tests(rows: Sequence[Row], transforms: Sequence[str], *, test: str = "t", alpha: float = 0.05) -> Paired:
-    """The paired tests of every two rows on every transform both measured, for both metrics; Holm
-    across each metric's tests. Pairs whose runs scored different image sets (or lack per-image values)
-    are listed with the reason and no numbers."""
+def check_test(test: str, alpha: float) -> None:
+    """ValueError unless ``test`` is one of :data:`PAIRED_TESTS` and ``alpha`` is in (0, 1)."""
     if test not in PAIRED_TESTS:
         raise ValueError(f"test must be one of {PAIRED_TESTS}, got {test!r}")
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
         raise ValueError(f"alpha must be a number in (0, 1), got {alpha!r}")
+
+
+def paired_tests(rows: Sequence[Row], transforms: Sequence[str], *, test: str = "t", alpha: float = 0.05) -> Paired:
+    """The paired tests of every two rows on every transform both measured, for both metrics; Holm
+    across each metric's tests. Pairs whose runs scored different image sets (or lack per-image values)
+    are listed with the reason and no numbers."""
+    check_test(test, alpha)
     pairable = paired_runs(rows)
     out: list[PairedTest] = []
     for metric in METRICS:

@@ -4,15 +4,14 @@ from __future__ import annotations
 import csv
 import io
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from invfast.comparison.table import HEADINGS, METRICS
 from invfast.comparison.transfer import MIN_MODELS_MARK, Transfer
 
-if TYPE_CHECKING:
-    from invfast.comparison.core import Comparison
+#: ``c`` below is an :class:`invfast.comparison.Comparison` (not imported: core imports this module)
 
 ROW_KINDS = ("table", "tests", "transfer")
 _PICTURES = {"radar": "radar chart of the rows per family (standardised cosine)",
@@ -41,7 +40,7 @@ def _test_name(test: str) -> str:
     return "paired t-test" if test == "t" else "Wilcoxon signed-rank test"
 
 
-def _header(c: "Comparison") -> list[str]:
+def _header(c: Any) -> list[str]:
     out = [f"# Comparison of {len(c.rows)} rows on {len(c.table.columns)} transforms", "",
            "| | row | model | layer | source |", "|---|---|---|---|---|"]
     for i, r in enumerate(c.rows):
@@ -63,7 +62,7 @@ def _header(c: "Comparison") -> list[str]:
     return out
 
 
-def _metric_block(c: "Comparison", metric: str, digits: int) -> list[str]:
+def _metric_block(c: Any, metric: str, digits: int) -> list[str]:
     t = c.table
     names = t.column_names
     n_tr = len(t.columns)
@@ -105,7 +104,7 @@ def _metric_block(c: "Comparison", metric: str, digits: int) -> list[str]:
     return out
 
 
-def _paired_block(c: "Comparison") -> list[str]:
+def _paired_block(c: Any) -> list[str]:
     p = c.paired
     out = ["## Paired significance", "",
            f"Entry (row, column) = on how many transforms the row is significantly more invariant than the column "
@@ -149,7 +148,7 @@ def _p(v: Any) -> str:
     return "–" if v is None else (f"{v:.3f}" if v >= 0.001 else f"{v:.1e}")
 
 
-def _transfer_block(c: "Comparison", digits: int) -> list[str]:
+def _transfer_block(c: Any, digits: int) -> list[str]:
     tr = c.transfer
     if tr is None:
         return []
@@ -184,7 +183,7 @@ def _transfer_block(c: "Comparison", digits: int) -> list[str]:
     return out
 
 
-def markdown(c: "Comparison", *, digits: int = 3, pictures: dict[str, str] | None = None) -> str:
+def markdown(c: Any, *, digits: int = 3, pictures: dict[str, str] | None = None) -> str:
     """The comparison report (see :meth:`Comparison.to_markdown`)."""
     out = _header(c)
     for metric in METRICS:
@@ -198,7 +197,7 @@ def markdown(c: "Comparison", *, digits: int = 3, pictures: dict[str, str] | Non
     return "\n".join(out).rstrip() + "\n"
 
 
-def long_rows(c: "Comparison", kind: str = "table") -> list[dict[str, Any]]:
+def long_rows(c: Any, kind: str = "table") -> list[dict[str, Any]]:
     """See :meth:`Comparison.to_rows`."""
     if kind not in ROW_KINDS:
         raise ValueError(f"kind must be one of {ROW_KINDS}, got {kind!r}")

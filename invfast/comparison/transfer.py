@@ -307,16 +307,21 @@ class Transfer:
                    float(d["level"]))
 
 
-def transfer_correlations(table: Table, scores: TransferScores, *, n_boot: int = 2000, seed: int = 0,
-                          level: float = 0.95) -> Transfer:
-    """Correlate every column of ``table`` (transforms, then families) with every task of ``scores``
-    (keyed by row label) across the rows that have both."""
+def check_bootstrap(n_boot: int, seed: int, level: float) -> None:
+    """ValueError unless ``n_boot`` and ``seed`` are integers >= 0 and ``level`` is in (0, 1)."""
     if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 0:
-        raise ValueError(f"n_boot must be an integer >= 0, got {n_boot!r}")
+        raise ValueError(f"n_boot (--bootstrap) must be an integer >= 0, got {n_boot!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
     if isinstance(level, bool) or not isinstance(level, (int, float)) or not 0 < level < 1:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
+
+
+def transfer_correlations(table: Table, scores: TransferScores, *, n_boot: int = 2000, seed: int = 0,
+                          level: float = 0.95) -> Transfer:
+    """Correlate every column of ``table`` (transforms, then families) with every task of ``scores``
+    (keyed by row label) across the rows that have both."""
+    check_bootstrap(n_boot, seed, level)
     kinds = ["transform"] * len(table.columns) + ["family"] * len(table.families)
     records = []
     for metric in METRICS:
