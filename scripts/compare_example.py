@@ -5,10 +5,12 @@ probe them on three downstream tasks with ``invfast probe --json``, and compare 
 
 Nine models: three fixed random conv nets (seeds 0, 1, 2), each also averaged over the 8 flips/rotations
 of its input (exactly invariant to flips and 90° rotations) and fed a grayscale copy of its input
-(exactly invariant to hue and saturation changes). WORKDIR gets ``runs/<model>/result.json`` (what
-``invfast measure`` writes), ``probes/`` (features, targets, probe JSONs), ``three/`` (the comparison of
-the seed-0 models) and ``nine/`` (all nine with the probe scores). ``--docs`` copies the pictures there.
-Needs scikit-image (the photographs) and matplotlib. About 20 minutes on 2 busy CPU cores.
+(exactly invariant to grayscale conversion, nearly so to hue and saturation). WORKDIR gets
+``runs/<model>/result.json`` (what ``invfast measure`` writes), ``probes/`` (features, targets, probe JSONs),
+``three/`` (the comparison of the seed-0 models) and ``nine/`` (all nine with the probe scores). ``--docs``
+copies the pictures there.
+Needs scikit-image (the photographs) and matplotlib. About 50 minutes on 2 busy CPU cores (half of it the 27
+logistic probes); a rerun skips the runs and probes already in WORKDIR.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ SIZE, N_MEASURE, N_PROBE, GRID = 32, 160, 300, 6
 
 
 class GrayInput(torch.nn.Module):
-    """``net`` applied to the grayscale copy of the input (ITU-R 601 luma): blind to hue and saturation."""
+    """``net`` applied to the grayscale copy of the input (ITU-R 601 luma): blind to colour except through the luma."""
 
     def __init__(self, net: torch.nn.Module) -> None:
         super().__init__()

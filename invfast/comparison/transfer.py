@@ -83,7 +83,7 @@ def probe_score(doc: Any, where: str) -> float:
 
 def _read_json(path: str, what: str) -> Any:
     if not os.path.isfile(path):
-        raise ValueError(f"{what} {path!r} does not exist")
+        raise ValueError(f"{what} {path!r} {'is a folder, not a file' if os.path.isdir(path) else 'does not exist'}")
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
