@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import torch
 
+from invfast.ops import transforms_u8
 from invfast.ops.color import adjust_hue, luma, rgb_to_hsv
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.transforms import functional as Fn
@@ -68,6 +69,8 @@ def apply_builtin(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
     if t.family == "spatial" and t.name != "deform":
         return _affine_apply(t, images, p, fill)
     p = p.to(images.device)  # the small parameter tensor moves once; everything below is on the data's device
+    if images.dtype == torch.uint8 and t.name in transforms_u8.APPEARANCE:  # one uint8 op (compiled on CPU)
+        return transforms_u8.APPEARANCE[t.name](images, p)
     out = torch.empty((B, P, C, H, W), dtype=images.dtype, device=images.device)
     if t.name in ("posterize", "equalize", "invert"):
         u8 = images if images.dtype == torch.uint8 else Fn.quantize(images.float())
@@ -145,7 +148,7 @@ def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
     offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
     matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).to(images.device)
     if images.dtype == torch.uint8:
-        return warp_affine(images.contiguous(), matrix, H, W, fillv * 255.0)
+        return transforms_u8.warp(images, matrix, fillv * 255.0)
     x = images if images.dtype in (torch.float32, torch.float64) else images.to(torch.float32)
     return warp_affine(x.contiguous(), matrix, H, W, fillv).to(images.dtype)
 
