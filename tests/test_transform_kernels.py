@@ -319,3 +319,24 @@ def test_kernels_reject_what_the_reference_cannot_mean():
             U.hue(x, torch.tensor([0.75]))
         with pytest.raises(RuntimeError, match="fill must be in 0..255"):
             U.warp(x, torch.zeros(1, 2, 3), torch.full((3,), 300.0))
+
+
+def test_affine_maps_are_kept_per_transform_size_and_grid(rng):
+    """The kept [P, 2, 3] maps of a grid are those a fresh computation gives, for every transform, image size
+    and grid (a key missing any of them would hand one transform's maps to another)."""
+    from invfast.transforms import builtin
+
+    cases = [(name, H, W) for name in ("rotation", "shear", "scale", "translation", "hflip", "vflip", "crop")
+             for H, W in ((20, 31), (31, 20))]
+    for name, H, W in cases:
+        t = T.get(name)
+        g = t.grid(16)
+        for grid in (g, g[1:]):
+            kept = builtin._affine_matrix(t, grid, H, W)
+            builtin._MATRICES.clear()
+            fresh = builtin._affine_matrix(t, grid, H, W)
+            assert torch.equal(kept, fresh), (name, H, W)
+    x = _images(rng, 2, 20, 31)
+    y1 = T.get("rotation").apply(x, torch.tensor([30.0]))
+    y2 = T.get("shear").apply(x, torch.tensor([[30.0, 0.0]]))
+    assert not torch.equal(y1, y2)

@@ -65,13 +65,15 @@ int classify_map(const double* m);
 int64_t padded_elems(int64_t C, int64_t H, int64_t W);
 void pad_planes(const uint8_t* img, int64_t C, int64_t H, int64_t W, const uint8_t* fill, uint8_t* padded);
 void pad_planes(const uint8_t* img, int64_t C, int64_t H, int64_t W, const double* fill, float* padded);
-// One image (C planes) through one map into out [C][H][W]. `img` is the unpadded image (copies), `padded` its
-// padded planes (bilinear kinds), `fill_level` the rounded fill of the copies. scratch: warp_scratch_floats(W).
+// n consecutive images (C planes each) through one map: image i is img + i C H W (unpadded, for the copies),
+// padded + i pstride (its padded planes, for the bilinear kinds), into out + i ostride [C][H][W];
+// `fill_level` is the rounded fill of the copies. kGeneral computes each row's coordinates once for all n
+// images. scratch: warp_scratch_floats(W).
 int64_t warp_scratch_floats(int64_t W);
-void warp_image(const uint8_t* img, const uint8_t* padded, int64_t C, int64_t H, int64_t W, const double* m, int kind,
-                const uint8_t* fill_level, uint8_t* out, float* scratch);
-void warp_image(const uint8_t* img, const float* padded, int64_t C, int64_t H, int64_t W, const double* m, int kind,
-                const uint8_t* fill_level, uint8_t* out, float* scratch);
+void warp_images(const uint8_t* img, const uint8_t* padded, int64_t n, int64_t pstride, int64_t C, int64_t H, int64_t W,
+                 const double* m, int kind, const uint8_t* fill_level, uint8_t* out, int64_t ostride, float* scratch);
+void warp_images(const uint8_t* img, const float* padded, int64_t n, int64_t pstride, int64_t C, int64_t H, int64_t W,
+                 const double* m, int kind, const uint8_t* fill_level, uint8_t* out, int64_t ostride, float* scratch);
 
 // whether the AVX2 variants run on this CPU (x86-64 only; false elsewhere)
 bool cpu_has_avx2();

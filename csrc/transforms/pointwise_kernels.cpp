@@ -110,15 +110,23 @@ TT_INLINE void blend_features(const uint8_t* img, int64_t H, int64_t W, int64_t 
   }
 }
 
-TT_INLINE void blend_out(const float* x, const float* d, int64_t n, bool per_channel_d, const float* factors,
-                         int64_t P, int64_t HW, int64_t i0, uint8_t* out) {
+// f = 1 gives 1 x + 0 d = x exactly, whose level is the input byte; f = 0 gives d, the same plane for every
+// channel when d is shared: those parameters (the on/off grayscale grid, identities) copy bytes
+TT_INLINE void blend_out(const uint8_t* img, const float* x, const float* d, int64_t n, bool per_channel_d,
+                         const float* factors, int64_t P, int64_t HW, int64_t i0, uint8_t* out) {
   for (int64_t p = 0; p < P; ++p) {
     const float f = factors[p], g = 1.0f - f;
     for (int c = 0; c < 3; ++c) {
       const float* xc = x + c * n;
       const float* dc = per_channel_d ? d + c * n : d;
       uint8_t* o = out + (p * 3 + c) * HW + i0;
-      for (int64_t i = 0; i < n; ++i) o[i] = to_u8(f * xc[i] + g * dc[i]);
+      if (f == 1.0f) {
+        std::memcpy(o, img + c * HW + i0, static_cast<size_t>(n));
+      } else if (f == 0.0f && !per_channel_d && c > 0) {
+        std::memcpy(o, out + (p * 3) * HW + i0, static_cast<size_t>(n));
+      } else {
+        for (int64_t i = 0; i < n; ++i) o[i] = to_u8(f * xc[i] + g * dc[i]);
+      }
     }
   }
 }
@@ -129,7 +137,7 @@ TT_INLINE void blend_chunk_impl(const uint8_t* img, int64_t H, int64_t W, int64_
   float* x = scratch;
   float* d = scratch + 3 * n;
   blend_features(img, H, W, i0, i1, mode, x, d);
-  blend_out(x, d, n, mode == kSmoothLevels, factors, P, H * W, i0, out);
+  blend_out(img, x, d, n, mode == kSmoothLevels, factors, P, H * W, i0, out);
 }
 TT_TWICE(TT_AVX2, void, blend_chunk,
          (const uint8_t* img, int64_t H, int64_t W, int64_t i0, int64_t i1, int mode, const float* factors,

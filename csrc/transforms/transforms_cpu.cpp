@@ -26,6 +26,8 @@ namespace {
 constexpr int64_t kMinParallelBytes = 1 << 17;
 // pixels per work item of the point-wise ops (their per-pixel features stay in L2)
 constexpr int64_t kChunk = 2048;
+// images per work item of the warp (a general map's coordinates are computed once per group)
+constexpr int64_t kWarpGroup = 8;
 
 // f(i, scratch) for every i in [0, n) on torch's intra-op threads. Each thread takes the next item from a
 // shared counter, so a thread that the OS deschedules (another process on the cores) delays the call by at
@@ -223,10 +225,12 @@ at::Tensor warp_affine_u8_cpu(const at::Tensor& images_in, const at::Tensor& mat
       run_items(B, C * HW, 0, [&](int64_t b, float*) {
         pad_image(src + b * C * HW, C, H, W, level.data(), fv, padded + b * npad);
       });
-    run_items(B * P, C * HW, warp_scratch_floats(W), [&](int64_t i, float* scratch) {
-      const int64_t b = i / P, p = i % P;
-      warp_image(src + b * C * HW, padded + b * npad, C, H, W, m + 6 * p, kinds[p], level.data(),
-                 dst + (b * P + p) * C * HW, scratch);
+    // an item is one map over a group of G images (general maps compute their coordinates once per group)
+    const int64_t groups = (B + kWarpGroup - 1) / kWarpGroup;
+    run_items(groups * P, std::min(B, kWarpGroup) * C * HW, warp_scratch_floats(W), [&](int64_t i, float* scratch) {
+      const int64_t g = i / P, p = i % P, b0 = g * kWarpGroup, n = std::min(kWarpGroup, B - b0);
+      warp_images(src + b0 * C * HW, padded + b0 * npad, n, npad, C, H, W, m + 6 * p, kinds[p], level.data(),
+                  dst + (b0 * P + p) * C * HW, P * C * HW, scratch);
     });
   };
   if (level_fill) {

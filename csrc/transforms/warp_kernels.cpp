@@ -132,9 +132,11 @@ TT_INLINE void lerp_columns_any(const T* prow, const int32_t* cidx, const float*
 }
 
 // ------------------------------------------------------------------------------------------ strategies
+// n images (padded planes pstride elements apart, outputs ostride bytes apart) through one map: each row's
+// coordinates are computed once for every image and plane
 template <typename T, bool Avx>
-TT_INLINE void warp_general(const T* padded, int64_t C, int64_t H, int64_t W, const double* m, uint8_t* out,
-                            float* scratch) {
+TT_INLINE void warp_general(const T* padded, int64_t n, int64_t pstride, int64_t C, int64_t H, int64_t W,
+                            const double* m, uint8_t* out, int64_t ostride, float* scratch) {
   const int64_t Wp = W + 2 * kPad, plane = (H + 2 * kPad) * Wp;
   int32_t* idx = reinterpret_cast<int32_t*>(scratch);
   float* fx = scratch + W;
@@ -146,7 +148,9 @@ TT_INLINE void warp_general(const T* padded, int64_t C, int64_t H, int64_t W, co
       split(m[3] * x + m[4] * y + m[5], H, yi, fy[x]);
       idx[x] = static_cast<int32_t>(yi * Wp + xi);
     }
-    for (int64_t c = 0; c < C; ++c) bilinear_any<T, Avx>(padded + c * plane, Wp, idx, fx, fy, W, out + (c * H + y) * W);
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t c = 0; c < C; ++c)
+        bilinear_any<T, Avx>(padded + i * pstride + c * plane, Wp, idx, fx, fy, W, out + i * ostride + (c * H + y) * W);
   }
 }
 
@@ -242,40 +246,46 @@ TT_INLINE void warp_transposed(const uint8_t* img, int64_t C, int64_t H, int64_t
 }
 
 template <typename T, bool Avx>
-TT_INLINE void warp_image_impl(const uint8_t* img, const T* padded, int64_t C, int64_t H, int64_t W, const double* m,
-                               int kind, const uint8_t* fill_level, uint8_t* out, float* scratch) {
-  switch (kind) {
-    case kCopy:
-      warp_copy(img, C, H, W, m, fill_level, out);
-      break;
-    case kTransposed:
-      warp_transposed(img, C, H, W, m, fill_level, out);
-      break;
-    case kSeparable:
-      warp_separable<T, Avx>(padded, C, H, W, m, out, scratch);
-      break;
-    default:
-      warp_general<T, Avx>(padded, C, H, W, m, out, scratch);
+TT_INLINE void warp_image_impl(const uint8_t* img, const T* padded, int64_t n, int64_t pstride, int64_t C, int64_t H,
+                               int64_t W, const double* m, int kind, const uint8_t* fill_level, uint8_t* out,
+                               int64_t ostride, float* scratch) {
+  if (kind == kGeneral) return warp_general<T, Avx>(padded, n, pstride, C, H, W, m, out, ostride, scratch);
+  for (int64_t i = 0; i < n; ++i, img += C * H * W, padded += pstride, out += ostride) {
+    switch (kind) {
+      case kCopy:
+        warp_copy(img, C, H, W, m, fill_level, out);
+        break;
+      case kTransposed:
+        warp_transposed(img, C, H, W, m, fill_level, out);
+        break;
+      default:
+        warp_separable<T, Avx>(padded, C, H, W, m, out, scratch);
+    }
   }
 }
 
+// n images through one map, compiled for AVX2 and for the baseline (warp_images picks one)
+#define TT_WARP_ARGS                                                                                         \
+  const uint8_t *img, const T *padded, int64_t n, int64_t pstride, int64_t C, int64_t H, int64_t W,          \
+      const double *m, int kind, const uint8_t *fill_level, uint8_t *out, int64_t ostride, float *scratch
+#define TT_WARP_CALL img, padded, n, pstride, C, H, W, m, kind, fill_level, out, ostride, scratch
 #if INVFAST_TT_X86
-TT_AVX2 void warp_u8_avx2(const uint8_t* img, const uint8_t* padded, int64_t C, int64_t H, int64_t W, const double* m,
-                          int kind, const uint8_t* fill_level, uint8_t* out, float* scratch) {
-  warp_image_impl<uint8_t, true>(img, padded, C, H, W, m, kind, fill_level, out, scratch);
-}
-TT_AVX2 void warp_f32_avx2(const uint8_t* img, const float* padded, int64_t C, int64_t H, int64_t W, const double* m,
-                           int kind, const uint8_t* fill_level, uint8_t* out, float* scratch) {
-  warp_image_impl<float, true>(img, padded, C, H, W, m, kind, fill_level, out, scratch);
+template <typename T>
+TT_AVX2 void warp_avx2(TT_WARP_ARGS) {
+  warp_image_impl<T, true>(TT_WARP_CALL);
 }
 #endif
-void warp_u8_base(const uint8_t* img, const uint8_t* padded, int64_t C, int64_t H, int64_t W, const double* m,
-                  int kind, const uint8_t* fill_level, uint8_t* out, float* scratch) {
-  warp_image_impl<uint8_t, false>(img, padded, C, H, W, m, kind, fill_level, out, scratch);
+template <typename T>
+void warp_base(TT_WARP_ARGS) {
+  warp_image_impl<T, false>(TT_WARP_CALL);
 }
-void warp_f32_base(const uint8_t* img, const float* padded, int64_t C, int64_t H, int64_t W, const double* m,
-                   int kind, const uint8_t* fill_level, uint8_t* out, float* scratch) {
-  warp_image_impl<float, false>(img, padded, C, H, W, m, kind, fill_level, out, scratch);
+
+template <typename T>
+void warp_pick(TT_WARP_ARGS) {
+#if INVFAST_TT_X86
+  if (cpu_has_avx2()) return warp_avx2<T>(TT_WARP_CALL);
+#endif
+  warp_base<T>(TT_WARP_CALL);
 }
 
 template <typename T, typename F>
@@ -320,20 +330,14 @@ void pad_planes(const uint8_t* img, int64_t C, int64_t H, int64_t W, const doubl
 
 int64_t warp_scratch_floats(int64_t W) { return 4 * W; }
 
-void warp_image(const uint8_t* img, const uint8_t* padded, int64_t C, int64_t H, int64_t W, const double* m, int kind,
-                const uint8_t* fill_level, uint8_t* out, float* scratch) {
-#if INVFAST_TT_X86
-  if (cpu_has_avx2()) return warp_u8_avx2(img, padded, C, H, W, m, kind, fill_level, out, scratch);
-#endif
-  warp_u8_base(img, padded, C, H, W, m, kind, fill_level, out, scratch);
+void warp_images(const uint8_t* img, const uint8_t* padded, int64_t n, int64_t pstride, int64_t C, int64_t H, int64_t W,
+                 const double* m, int kind, const uint8_t* fill_level, uint8_t* out, int64_t ostride, float* scratch) {
+  warp_pick<uint8_t>(TT_WARP_CALL);
 }
 
-void warp_image(const uint8_t* img, const float* padded, int64_t C, int64_t H, int64_t W, const double* m, int kind,
-                const uint8_t* fill_level, uint8_t* out, float* scratch) {
-#if INVFAST_TT_X86
-  if (cpu_has_avx2()) return warp_f32_avx2(img, padded, C, H, W, m, kind, fill_level, out, scratch);
-#endif
-  warp_f32_base(img, padded, C, H, W, m, kind, fill_level, out, scratch);
+void warp_images(const uint8_t* img, const float* padded, int64_t n, int64_t pstride, int64_t C, int64_t H, int64_t W,
+                 const double* m, int kind, const uint8_t* fill_level, uint8_t* out, int64_t ostride, float* scratch) {
+  warp_pick<float>(TT_WARP_CALL);
 }
 
 }  // namespace tt

@@ -133,6 +133,29 @@ def _affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[t
     raise KeyError(t.name)
 
 
+_MATRICES: dict[tuple, torch.Tensor] = {}  # (name, H, W, dtype, shape, parameter bytes) -> [P, 2, 3] float64
+_MATRICES_MAX = 64
+
+
+def _affine_matrix(t: TestTransform, p: torch.Tensor, H: int, W: int) -> torch.Tensor:
+    """The [P, 2, 3] sampling maps of an affine transform's parameters, computed in float64 on the CPU
+    (bit-identical for every data device). A measurement applies one grid to batch after batch, so the maps
+    of the last few (transform, size, grid) are kept: the dozen small torch ops that build them cost more
+    than a flip of a 224-px batch."""
+    pc = p.detach().to("cpu").contiguous()
+    key = (t.name, H, W, pc.dtype, tuple(pc.shape), pc.numpy().tobytes())
+    matrix = _MATRICES.get(key)
+    if matrix is None:
+        A, b = _affine_params(t, pc, H, W)
+        A = Fn._snap(A.to(torch.float64))
+        offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
+        matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).contiguous()
+        if len(_MATRICES) >= _MATRICES_MAX:
+            _MATRICES.pop(next(iter(_MATRICES)))
+        _MATRICES[key] = matrix
+    return matrix
+
+
 def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
     """All affine test transforms: one call of the batched warp (compiled on CPU when built)."""
     from invfast.ops.augment import warp_affine
@@ -141,12 +164,7 @@ def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
     fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
     if bool(((fillv < 0) | (fillv > 1)).any()):
         raise ValueError(f"fill must be in [0, 1] (image units), got {fillv.tolist()}")
-    # the [P, 2, 3] matrices are computed in float64 on the CPU (bit-identical for every data device)
-    # and moved once to the images' device
-    A, b = _affine_params(t, p.to("cpu"), H, W)
-    A = Fn._snap(A.to(torch.float64))
-    offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
-    matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).to(images.device)
+    matrix = _affine_matrix(t, p, H, W).to(images.device)
     if images.dtype == torch.uint8:
         return transforms_u8.warp(images, matrix, fillv * 255.0)
     x = images if images.dtype in (torch.float32, torch.float64) else images.to(torch.float32)
