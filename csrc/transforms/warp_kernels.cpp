@@ -142,15 +142,29 @@ TT_INLINE void warp_general(const T* padded, int64_t n, int64_t pstride, int64_t
   float* fx = scratch + W;
   float* fy = scratch + 2 * W;
   for (int64_t y = 0; y < H; ++y) {
+    // pixels whose four neighbours are all padding are the fill; on a row they lie outside one interval
+    // [lo, hi) (the source line crosses the image once), which is the only part sampled
+    int64_t lo = W, hi = 0;
     for (int64_t x = 0; x < W; ++x) {
       int64_t xi, yi;
       split(m[0] * x + m[1] * y + m[2], W, xi, fx[x]);
       split(m[3] * x + m[4] * y + m[5], H, yi, fy[x]);
       idx[x] = static_cast<int32_t>(yi * Wp + xi);
+      if (xi >= kPad - 1 && xi < W + kPad && yi >= kPad - 1 && yi < H + kPad) {
+        lo = std::min(lo, x);
+        hi = x + 1;
+      }
     }
+    lo = std::min(lo, hi);
     for (int64_t i = 0; i < n; ++i)
-      for (int64_t c = 0; c < C; ++c)
-        bilinear_any<T, Avx>(padded + i * pstride + c * plane, Wp, idx, fx, fy, W, out + i * ostride + (c * H + y) * W);
+      for (int64_t c = 0; c < C; ++c) {
+        const T* pl = padded + i * pstride + c * plane;
+        uint8_t* o = out + i * ostride + (c * H + y) * W;
+        const uint8_t f = store_u8(static_cast<float>(pl[0]));  // the bilinear value of four fill neighbours
+        std::memset(o, f, static_cast<size_t>(lo));
+        bilinear_any<T, Avx>(pl, Wp, idx + lo, fx + lo, fy + lo, hi - lo, o + lo);
+        std::memset(o + hi, f, static_cast<size_t>(W - hi));
+      }
   }
 }
 
