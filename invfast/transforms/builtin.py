@@ -161,9 +161,14 @@ def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
     from invfast.ops.augment import warp_affine
 
     B, C, H, W = images.shape
-    fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
-    if bool(((fillv < 0) | (fillv > 1)).any()):
-        raise ValueError(f"fill must be in [0, 1] (image units), got {fillv.tolist()}")
+    if isinstance(fill, (int, float)) and not isinstance(fill, bool):  # one number: checked without torch ops
+        if not 0.0 <= fill <= 1.0:
+            raise ValueError(f"fill must be in [0, 1] (image units), got {[float(fill)] * C}")
+        fillv = torch.full((C,), float(fill), dtype=torch.float64, device=_CPU)
+    else:
+        fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
+        if bool(((fillv < 0) | (fillv > 1)).any()):
+            raise ValueError(f"fill must be in [0, 1] (image units), got {fillv.tolist()}")
     matrix = _affine_matrix(t, p, H, W).to(images.device)
     if images.dtype == torch.uint8:
         return transforms_u8.warp(images, matrix, fillv * 255.0)
