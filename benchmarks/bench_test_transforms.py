@@ -24,11 +24,11 @@ import time
 import numpy as np
 import pytest
 import torch
+from bench_transforms import _photos, _pil_op  # the same photographs and Pillow ops as bench_transforms.py
+from conftest import SMALL
 
 import invfast.backend as backend
 import invfast.transforms as T
-from bench_transforms import _photos, _pil_op  # the same photographs and Pillow ops as bench_transforms.py
-from conftest import SMALL
 
 B = 4 if SMALL else 16
 SIZE = 64 if SMALL else 224

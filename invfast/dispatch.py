@@ -106,7 +106,8 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
         "; against the whole torch policy the fused views measured 0.8-0.9x (Default) and 1.2-1.5x (Spatial) "
         "(bench_transforms.py::test_fused_policy_vs_torch_path_cpu), so FusedPolicy itself stays opt-in")),
 }
-_TT_RUN = "one run, AMD EPYC, 2 cores shared with other jobs (load 7.5 falling to 5.7), 1 thread, torch 2.13 CPU, 2026-11-25"
+_TT_RUN = ("one run, AMD EPYC, 2 cores shared with other jobs (load 7.5 falling to 5.7), 1 thread, torch 2.13 CPU, "
+           "2026-11-25")
 _TT_REGIME = "B=16 uint8 224 px, P=16"
 for _op, _ratio, _what in (("lut_u8", "2.17x", "brightness-like tables"), ("histogram_u8", "17.9x", "level counts"),
                            ("blend_u8", "4.76x", "saturation factors"), ("hue_u8", "13.0x", "hue shifts"),

@@ -281,7 +281,8 @@ def test_results_do_not_depend_on_the_thread_count(rng):
 def test_opcheck(rng):
     x = _images(rng, 2, 7, 9)
     f = torch.tensor([0.5, 2.0])
-    torch.library.opcheck(torch.ops.invfast.lut_u8.default, (x, torch.randint(0, 256, (2, 3, 1, 256), dtype=torch.uint8)))
+    tables = torch.randint(0, 256, (2, 3, 1, 256), dtype=torch.uint8)
+    torch.library.opcheck(torch.ops.invfast.lut_u8.default, (x, tables))
     torch.library.opcheck(torch.ops.invfast.histogram_u8.default, (x,))
     torch.library.opcheck(torch.ops.invfast.blend_u8.default, (x, f, "smooth_levels"))
     torch.library.opcheck(torch.ops.invfast.hue_u8.default, (x, torch.tensor([-0.25, 0.5])))

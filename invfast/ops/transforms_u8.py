@@ -303,7 +303,7 @@ def _register_compiled() -> None:
     if _loader.load() is None:
         return
     try:
-        torch.ops.invfast.lut_u8
+        _ = torch.ops.invfast.lut_u8
     except (AttributeError, RuntimeError):
         return  # a core built before these ops existed
 
