@@ -212,6 +212,14 @@ TT_INLINE void warp_copy(const uint8_t* img, int64_t C, int64_t H, int64_t W, co
   const int64_t lo = ax > 0 ? std::max<int64_t>(0, -bx) : std::max<int64_t>(0, bx - W + 1);
   const int64_t hi = std::max(lo, ax > 0 ? std::min<int64_t>(W, W - bx) : std::min<int64_t>(W, bx + 1));
   for (int64_t c = 0; c < C; ++c) {
+    if (ax > 0 && ay == 1 && bx == 0) {  // whole rows in order (identity, vertical shifts): one block copy
+      const int64_t y0 = std::min(H, std::max<int64_t>(0, -by)), y1 = std::max(y0, std::min(H, H - by));
+      uint8_t* d = out + c * H * W;
+      std::memset(d, fill[c], static_cast<size_t>(y0 * W));
+      if (y1 > y0) std::memcpy(d + y0 * W, img + (c * H + y0 + by) * W, static_cast<size_t>((y1 - y0) * W));
+      std::memset(d + y1 * W, fill[c], static_cast<size_t>((H - y1) * W));
+      continue;
+    }
     for (int64_t y = 0; y < H; ++y) {
       uint8_t* d = out + (c * H + y) * W;
       const int64_t sy = ay * y + by;
@@ -220,14 +228,14 @@ TT_INLINE void warp_copy(const uint8_t* img, int64_t C, int64_t H, int64_t W, co
         continue;
       }
       const uint8_t* s = img + (c * H + sy) * W;
-      std::memset(d, fill[c], static_cast<size_t>(lo));
+      if (lo > 0) std::memset(d, fill[c], static_cast<size_t>(lo));
       if (ax > 0) {
         std::memcpy(d + lo, s + lo + bx, static_cast<size_t>(hi - lo));
       } else {
         const uint8_t* e = s + bx;  // d[x] = s[bx - x]
         for (int64_t x = lo; x < hi; ++x) d[x] = e[-x];
       }
-      std::memset(d + hi, fill[c], static_cast<size_t>(W - hi));
+      if (hi < W) std::memset(d + hi, fill[c], static_cast<size_t>(W - hi));
     }
   }
 }
