@@ -356,3 +356,20 @@ def test_protocol_hands_out_every_changed_transform():
     with pytest.raises(ValueError, match="degenerate"):
         E.get("shear").apply(torch.zeros(1, 3, 8, 8, dtype=torch.uint8), [[90.0, 0.0]])
 
+
+def test_elastic_fields_kept_between_calls_are_bounded_in_bytes(monkeypatch):
+    """Photos measured at their own sizes each get their own fields: the cache holds at most CACHE_BYTES (least
+    recently used dropped first), and a field computed again after eviction is the same."""
+    from invfast.transforms import ericsson_elastic as EE
+
+    H, W = 21, 34
+    one = 2 * H * W * 4 + 6 * 8  # a field (float32 [H, W, 2]) and its matrix (float64 [2, 3])
+    monkeypatch.setattr(EE, "CACHE_BYTES", 3 * one)
+    monkeypatch.setattr(EE, "_FIELDS", EE._FieldCache())
+    sig, draws = torch.full((6,), 10.0, dtype=torch.float64), torch.arange(6, dtype=torch.float64)
+    m1, d1 = EE.elastic_params(sig, draws, (H, W), seed=4)
+    assert len(EE._FIELDS) == 3 and EE._FIELDS.nbytes == 3 * one
+    m2, d2 = EE.elastic_params(sig[:2], draws[:2], (H, W), seed=4)  # evicted, drawn again from the same seed
+    torch.testing.assert_close(d2, d1[:2], rtol=0, atol=0)
+    torch.testing.assert_close(m2, m1[:2], rtol=0, atol=0)
+    assert EE._FIELDS.nbytes <= 3 * one

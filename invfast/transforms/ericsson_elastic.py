@@ -22,7 +22,8 @@ sigma 10 to 0.006 px at 50 on 256x256 (0.022 to 0.004 with zero padding, invfast
 """
 from __future__ import annotations
 
-import functools
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import torch
@@ -43,6 +44,7 @@ __all__ = [
 ALPHA_AFFINE = 50.0   #: albumentations' default ``alpha_affine`` (pixels)
 ELASTIC_ALPHA = 1.0   #: albumentations' default ``alpha``
 ELASTIC_KSIZE = 17    #: the fixed kernel size of albumentations' ``approximate=True`` smoothing
+CACHE_BYTES = 256 * 2**20  #: the most the fields kept between calls may hold (photos of many sizes, large ones)
 
 
 def _reflect101(i: torch.Tensor, n: int) -> torch.Tensor:
@@ -82,15 +84,48 @@ def elastic_params(sigma: torch.Tensor, draw: torch.Tensor, size: tuple[int, int
     Returns:
         (matrix float64 [P, 2, 3] mapping output pixel (x, y, 1) to its source in the input (the inverse
         of ``cv2.getAffineTransform(pts1, pts2)``), displacement float32 [P, H, W, 2] (dx, dy) in pixels).
-        Each view's parts are computed once per process and size (the grid reuses them for every batch).
+        Each view's parts are computed once per process and size while they fit :data:`CACHE_BYTES` (the grid
+        reuses them for every batch of same-sized images; the least recently used go first).
     """
     H, W = size
-    parts = [_elastic_one(float(s), int(d), H, W, int(seed), float(alpha), float(alpha_affine))
+    parts = [_FIELDS.get((float(s), int(d), H, W, int(seed), float(alpha), float(alpha_affine)))
              for s, d in zip(sigma.tolist(), draw.tolist())]
     return (torch.stack([m for m, _ in parts]).to(device), torch.stack([d for _, d in parts]).to(device))
 
 
-@functools.lru_cache(maxsize=512)
+class _FieldCache:
+    """Least-recently-used cache of :func:`_elastic_one` bounded by bytes, not entries: one entry of a
+    4000 x 3000 photo holds 96 MB, so a count bound (512 entries) could hold tens of GB."""
+
+    def __init__(self) -> None:
+        self._items: OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self._lock = threading.Lock()  # measure makes views on a background thread
+        self.nbytes = 0
+
+    def get(self, key: tuple) -> tuple[torch.Tensor, torch.Tensor]:
+        with self._lock:
+            hit = self._items.get(key)
+            if hit is not None:
+                self._items.move_to_end(key)
+                return hit
+        value = _elastic_one(*key)
+        size = sum(v.numel() * v.element_size() for v in value)
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = value
+                self.nbytes += size
+            while self.nbytes > CACHE_BYTES and len(self._items) > 1:
+                _, old = self._items.popitem(last=False)
+                self.nbytes -= sum(v.numel() * v.element_size() for v in old)
+        return value
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+_FIELDS = _FieldCache()
+
+
 def _elastic_one(sigma: float, draw: int, H: int, W: int, seed: int, alpha: float,
                  alpha_affine: float) -> tuple[torch.Tensor, torch.Tensor]:
     cs = torch.tensor([H // 2, W // 2], dtype=torch.float64, device="cpu")  # albumentations' (h, w) centre, used as (x, y)
