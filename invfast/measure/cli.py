@@ -1,7 +1,7 @@
 """``invfast measure``: how invariant a model is to each transform, written to an output folder.
 
     invfast measure --model resnet18-cifar --checkpoint ckpt.pt --data synthetic:n=1000 --out report/
-    invfast measure --model resnet50 --data folder:/data/imagenet/val --transforms spatial --images 1000 \
+    invfast measure --model resnet50 --data folder:/data/imagenet/val --transforms spatial --images 1000 \\
         --crop 224 --out report/
     torchrun --nproc-per-node 4 -m invfast measure ...        # NCCL on CUDA, gloo on CPU; or --world-size 4 (local gloo)
     invfast measure --model resnet50 --data folder:/data/coil100 --real-world --out coil/
