@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
-from tqdm.auto import tqdm
+from invfast.progress import track
 
 from invfast.probes._base import (ProbeTagsMixin, as_targets, check_features, check_is_fitted, check_positive,
                                   output_like, require_y)
@@ -160,7 +160,7 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         a = (x - xm) / xs
         d, y_s = sq_distances(a, a), (yt - ym) / ys
         scores = np.zeros((a_t.numel(), gammas.size, 1, yt.shape[1]))
-        for g, gamma in enumerate(tqdm(gammas, desc="kernel ridge LOO", disable=not self.verbose, leave=False)):
+        for g, gamma in enumerate(track(gammas, desc="kernel ridge LOO", disable=not self.verbose, leave=False)):
             pred = kernel_loo_predictions(torch.exp(-gamma * d), y_s, a_t)
             scores[:, g, 0] = r2_scores(pred * ys + ym, yt).cpu().numpy()
         return scores
@@ -170,7 +170,7 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         """R² [A, G, folds, t] of every (α, γ) on every held-out fold."""
         splits = resolve_cv(self.cv, x.shape[0], shuffle=self.shuffle, seed=self.random_state)
         scores = np.zeros((a_t.numel(), gammas.size, len(splits), yt.shape[1]))
-        for f, (train, test) in enumerate(tqdm(splits, desc="kernel ridge folds", disable=not self.verbose,
+        for f, (train, test) in enumerate(track(splits, desc="kernel ridge folds", disable=not self.verbose,
                                                leave=False)):
             tr = torch.as_tensor(train, device=x.device)
             te = torch.as_tensor(test, device=x.device)

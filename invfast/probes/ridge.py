@@ -19,7 +19,7 @@ import numpy as np
 import scipy.linalg
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
-from tqdm.auto import tqdm
+from invfast.progress import track
 
 from invfast.probes._base import (DEPRECATED, ProbeTagsMixin, as_targets, check_features, check_is_fitted,
                                   check_positive, deprecated_attribute, output_like, renamed_param, require_y)
@@ -106,7 +106,7 @@ def ridge_cv_predictions(x: torch.Tensor, y: torch.Tensor, splits: list[tuple[np
     n, d = x.shape
     x0 = x - x.mean(0) if fit_intercept else x
     out = []
-    for train, test in tqdm(splits, desc="ridge folds", disable=not progress, leave=False):
+    for train, test in track(splits, desc="ridge folds", disable=not progress, leave=False):
         tr = torch.as_tensor(train, device=x.device)
         te = torch.as_tensor(test, device=x.device)
         m = tr.numel()
