@@ -24,7 +24,7 @@ from invfast.probes._base import (ProbeTagsMixin, as_targets, check_features, ch
 from invfast.probes.cv_results import search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
-from invfast.probes.ridge import r2_scores, scaled_products, sym_eigh
+from invfast.probes.ridge import mean_r2, r2_scores, scaled_products, sym_eigh
 
 _F64 = torch.float64
 # LAPACK's symmetric eigensolver costs 7x (n=400) to 20x (n=1600) one Cholesky factorisation
@@ -198,11 +198,5 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         return output_like(p, is_np)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Mean R² over targets."""
-        if sample_weight is not None:
-            raise ValueError("sample_weight is not supported by invfast probes")
-        check_is_fitted(self)
-        p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
-        yt, _ = as_targets(y, "y", p.shape[0])
-        p = p[:, None] if p.dim() == 1 else p
-        return float(r2_scores(p, yt.to(_F64).cpu()).mean())
+        """Mean R² over targets (``r2_score`` with uniform averaging)."""
+        return mean_r2(self, X, y, sample_weight)

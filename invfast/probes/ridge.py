@@ -44,6 +44,17 @@ def r2_scores(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, r2, const)
 
 
+def mean_r2(est: Any, X: Any, y: Any, sample_weight: Any = None) -> float:
+    """A fitted regressor's mean R² over targets on (X, y): scikit-learn's ``score`` of a regressor."""
+    if sample_weight is not None:
+        raise ValueError("sample_weight is not supported by invfast probes")
+    check_is_fitted(est)
+    p = torch.as_tensor(est.predict(X)).to(_F64).cpu()
+    yt, _ = as_targets(y, "y", p.shape[0])
+    p = p[:, None] if p.dim() == 1 else p
+    return float(r2_scores(p, yt.to(_F64).cpu()).mean())
+
+
 def sym_eigh(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Eigenvalues (ascending) and eigenvectors of the symmetric float64 matrix ``a`` (overwritten).
 
@@ -291,10 +302,4 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Mean R² over targets (``r2_score`` with uniform averaging)."""
-        if sample_weight is not None:
-            raise ValueError("sample_weight is not supported by invfast probes")
-        check_is_fitted(self)
-        p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
-        yt, _ = as_targets(y, "y", p.shape[0])
-        p = p[:, None] if p.dim() == 1 else p
-        return float(r2_scores(p, yt.to(_F64).cpu()).mean())
+        return mean_r2(self, X, y, sample_weight)
