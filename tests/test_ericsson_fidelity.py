@@ -248,7 +248,8 @@ def test_pillow_resize_is_bit_exact(rng):
         h, w = (int(v) for v in rng.integers(1, 200, 2))
         a = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
         got = E.resize_bilinear(to_tensor(a), (h, w))[0]
-        np.testing.assert_array_equal(to_hwc(got), pil81_resize(Image.fromarray(a), (w, h)), err_msg=f"{H}x{W}->{h}x{w}")
+        want = pil81_resize(Image.fromarray(a), (w, h))
+        np.testing.assert_array_equal(to_hwc(got), want, err_msg=f"{H}x{W}->{h}x{w}")
 
 
 def test_resize_center_crop_is_torchvisions_on_pil(rng):

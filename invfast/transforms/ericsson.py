@@ -176,7 +176,8 @@ def affine_data(name: str, p: torch.Tensor, H: int, W: int) -> torch.Tensor:
         A, t = shear_matrix(pd[:, 0], pd[:, 1], inverse=True), torch.zeros(n, 2, dtype=torch.float64, device="cpu")
     else:
         A = shear_matrix(torch.full((n,), SHEAR_DEG, dtype=torch.float64, device="cpu"), zero, inverse=True)
-        A, t = (A / pd.view(-1, 1, 1), torch.zeros(n, 2, dtype=torch.float64, device="cpu")) if name == "scale" else (A, pd)
+        no_shift = torch.zeros(n, 2, dtype=torch.float64, device="cpu")
+        A, t = (A / pd.view(-1, 1, 1), no_shift) if name == "scale" else (A, pd)
     return _with_offsets(A, t, H, W)
 
 
@@ -218,7 +219,8 @@ def crop_boxes(p: torch.Tensor) -> torch.Tensor:
     return torch.round(torch.stack([left, top, left + w, top + h], 1)).to(torch.int64)
 
 
-def resize_bilinear(x: torch.Tensor, size: tuple[int, int], box: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+def resize_bilinear(x: torch.Tensor, size: tuple[int, int],
+                    box: tuple[int, int, int, int] | None = None) -> torch.Tensor:
     """torchvision ``resize`` to ``size`` (h, w), bilinear, of [..., C, H, W]: uint8 images as Pillow resizes them
     (:func:`invfast.ops.pillow.pillow_resize`, bit for bit); float images with torch's antialiased bilinear
     (the same filter without Pillow's uint8 rounding). ``box`` (top, left, height, width): only that part of

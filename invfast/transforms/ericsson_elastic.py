@@ -128,11 +128,13 @@ _FIELDS = _FieldCache()
 
 def _elastic_one(sigma: float, draw: int, H: int, W: int, seed: int, alpha: float,
                  alpha_affine: float) -> tuple[torch.Tensor, torch.Tensor]:
-    cs = torch.tensor([H // 2, W // 2], dtype=torch.float64, device="cpu")  # albumentations' (h, w) centre, used as (x, y)
+    # albumentations' centre is (h, w) // 2, used as (x, y)
+    cs = torch.tensor([H // 2, W // 2], dtype=torch.float64, device="cpu")
     sq = float(min(H, W) // 3)
     pts1 = torch.stack([cs + sq, torch.stack([cs[0] + sq, cs[1] - sq]), cs - sq]).to(torch.float32).double()
     g = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + draw)
-    pts2 = pts1 + ((torch.rand(3, 2, generator=g, dtype=torch.float64, device="cpu") * 2 - 1) * alpha_affine).float().double()
+    shift = (torch.rand(3, 2, generator=g, dtype=torch.float64, device="cpu") * 2 - 1) * alpha_affine
+    pts2 = pts1 + shift.float().double()  # float32 like numpy's .astype(np.float32)
     # forward affine M (pts1 -> pts2), then its inverse: output -> source
     X = torch.cat([pts1, torch.ones(3, 1, dtype=torch.float64, device="cpu")], 1)
     M = torch.linalg.solve(X, pts2).T  # [2, 3]
