@@ -341,3 +341,30 @@ def test_affine_maps_are_kept_per_transform_size_and_grid(rng):
     y1 = T.get("rotation").apply(x, torch.tensor([30.0]))
     y2 = T.get("shear").apply(x, torch.tensor([[30.0, 0.0]]))
     assert not torch.equal(y1, y2)
+
+
+def test_affine_maps_kept_safely_across_threads(rng):
+    """The measure loop makes views on a producer thread: threads applying many grids at once (more than are
+    kept, so entries are evicted while others look up) get the maps a single thread gets."""
+    import threading
+
+    x = _images(rng, 1, 12, 13)
+    t = T.get("rotation")
+    grids = [torch.tensor([float(a), float(a) + 0.5]) for a in range(100)]
+    want = [t.apply(x, g) for g in grids]
+    errors: list[BaseException] = []
+
+    def work(k: int) -> None:
+        try:
+            for i in range(k, len(grids) + k):
+                j = i % len(grids)
+                assert torch.equal(t.apply(x, grids[j]), want[j])
+        except BaseException as e:  # noqa: BLE001  (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k * 25,)) for k in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]

@@ -29,6 +29,7 @@ Geometric transforms fill uncovered pixels with ``fill`` (default 0 = black).
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
@@ -135,6 +136,7 @@ def _affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[t
 
 _MATRICES: dict[tuple, torch.Tensor] = {}  # (name, H, W, dtype, shape, parameter bytes) -> [P, 2, 3] float64
 _MATRICES_MAX = 64
+_MATRICES_LOCK = threading.Lock()
 
 
 def _affine_matrix(t: TestTransform, p: torch.Tensor, H: int, W: int) -> torch.Tensor:
@@ -144,15 +146,17 @@ def _affine_matrix(t: TestTransform, p: torch.Tensor, H: int, W: int) -> torch.T
     than a flip of a 224-px batch."""
     pc = p.detach().to("cpu").contiguous()
     key = (t.name, H, W, pc.dtype, tuple(pc.shape), pc.numpy().tobytes())
-    matrix = _MATRICES.get(key)
+    with _MATRICES_LOCK:  # the measure loop makes views on a producer thread
+        matrix = _MATRICES.get(key)
     if matrix is None:
         A, b = _affine_params(t, pc, H, W)
         A = Fn._snap(A.to(torch.float64))
         offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
         matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).contiguous()
-        if len(_MATRICES) >= _MATRICES_MAX:
-            _MATRICES.pop(next(iter(_MATRICES)))
-        _MATRICES[key] = matrix
+        with _MATRICES_LOCK:
+            if len(_MATRICES) >= _MATRICES_MAX:
+                _MATRICES.pop(next(iter(_MATRICES)))
+            _MATRICES[key] = matrix
     return matrix
 
 
