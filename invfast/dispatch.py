@@ -79,6 +79,14 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
     ("sqdist_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
         "sqdist_logsumexp", "2.67-3.25x", "512 rows x 4000, D=128",
         "; inputs that require grad take the reference in every mode (the kernel has no backward)")),
+    ("pairwise_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
+        "pairwise_logsumexp", "3.48-3.86x", "N=2000 float32, D=128, 256-row blocks; load 7-9",
+        "; benchmarks/bench_invariance.py::test_uniformity_vs_pdist_2000: 2.79-2.81x torch.pdist, 1 thread, load "
+        "5-11, 2026-11-25 (docs/performance.md)")),
+    ("knn_sqdist", "cpu"): Knowledge("invariance", True, _cpu(
+        "knn_sqdist", "19.1x", "4000 float32 rows, D=128, k=10, against the exact float64 reference; load 7",
+        "; benchmarks/bench_invariance.py::test_acr_vs_cdist_topk: 1.07x the float32 cdist + topk ACR used "
+        "before (which is not exact), load 5, 2026-11-25 (docs/performance.md)")),
     ("hyper_generate", "cpu"): Knowledge("hyper", True, _cpu(
         "hyper_generate", "1.47-2.15x", "B=8, 20 kernels, 1.8M rows, H=32",
         "; benchmarks/bench_hyper.py::TestCPUGenerate: 1.25x (B=1) / 1.30x (B=8) the per-kernel loop, "
@@ -106,6 +114,9 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
         "; against the whole torch policy the fused views measured 0.8-0.9x (Default) and 1.2-1.5x (Spatial) "
         "(bench_transforms.py::test_fused_policy_vs_torch_path_cpu), so FusedPolicy itself stays opt-in")),
 }
+for _op in ("pairwise_logsumexp", "knn_sqdist"):
+    KNOWN[(_op, "cuda")] = Knowledge("invariance", False, "off: no CUDA kernel (csrc/invariance/pairwise_cpu.cpp "
+                                     "is CPU only); the torch reference runs on the GPU")
 for _op in ("pair_scores", "sqdist_logsumexp"):  # the CUDA default before this table, though never measured
     KNOWN[(_op, "cuda")] = Knowledge("invariance", False, _CUDA_UNMEASURED + "; was the CUDA default before the "
                                      "dispatch table without a measurement, turned off for that reason")
