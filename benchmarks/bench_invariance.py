@@ -162,4 +162,5 @@ def test_uniformity_at_100k(benchmark):
     u = benchmark.pedantic(lambda: ivf.uniformity(x), rounds=1, warmup_rounds=0)
     assert math.isfinite(float(u))
     benchmark.extra_info["pdist_bytes_needed"] = n * (n - 1) // 2 * 4
-    benchmark.extra_info["note"] = "torch.pdist would need %.0f GB for the condensed matrix alone" % (n * (n - 1) / 2 * 4 / 1e9)
+    benchmark.extra_info["note"] = "torch.pdist would need %.0f GB for the condensed matrix alone" % (
+        n * (n - 1) / 2 * 4 / 1e9)

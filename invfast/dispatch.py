@@ -115,7 +115,7 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
         "augment_views", "7.31x", "Default-policy stages, B=16 uint8 160 px -> 128 px; load 7 (planes per image, "
         "separable crop warp, vectorised colour and blur passes)",
         "; the Policy runs it on CPU: benchmarks/bench_policies.py, 1 thread, B=64, load 6-7, 2026-11-25: "
-        "Default two views 3.38x its torch-ops path and 4.49x kornia at 224 px, 9.06x kornia at 32 px; Spatial "
+        "Default two views 3.38x its torch-ops path and 4.49-4.59x kornia at 224 px, 5.70-9.06x at 32 px; Spatial "
         "7.89x (docs/performance.md)")),
 }
 for _op in ("pairwise_logsumexp", "knn_sqdist"):

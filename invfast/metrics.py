@@ -156,7 +156,8 @@ def pair_block_rows(n: int, itemsize: int) -> int:
     return max(1, min(n, _PAIR_BLOCK_MAX, _PAIR_TILE_BYTES // (itemsize * n)))
 
 
-def uniformity(x: torch.Tensor, t: float = 2.0, *, normalize: bool = True, block_rows: int | None = None) -> torch.Tensor:
+def uniformity(x: torch.Tensor, t: float = 2.0, *, normalize: bool = True,
+               block_rows: int | None = None) -> torch.Tensor:
     """``log E_{i≠j} exp(−t ‖x̂_i − x̂_j‖²)`` over all ordered pairs (Wang & Isola), streamed in row blocks.
 
     ``x [N, D]``; x̂ = x / ‖x‖ when ``normalize``. Returns a float64 scalar. Memory is O(block_rows · N) (default

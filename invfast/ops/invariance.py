@@ -56,7 +56,8 @@ def pairwise_logsumexp_reference(x: torch.Tensor, scale: float, normalize: bool,
 
 
 @backend.register_reference("knn_sqdist")
-def knn_sqdist_reference(x: torch.Tensor, k: int, normalize: bool, block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def knn_sqdist_reference(x: torch.Tensor, k: int, normalize: bool,
+                         block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
     """x [N, D] -> (sqdist [N, k] float64, index [N, k] int64): the k nearest other rows of every row (squared
     Euclidean distance of x^, float64), ascending, ties by the lower index (a stable sort)."""
     xx = x.to(torch.float64)
@@ -121,11 +122,7 @@ def _register_compiled() -> None:
     def _(rows, x, row_offset, scale):
         return rows.new_empty((rows.shape[0],), dtype=torch.float64)
 
-    try:
-        torch.ops.invfast.pairwise_logsumexp
-    except (AttributeError, RuntimeError):
-        pass  # a core built before the all-pairs ops existed
-    else:
+    if "pairwise_logsumexp" in backend.compiled_ops():  # a core built before the all-pairs ops has neither
         @torch.library.register_fake("invfast::pairwise_logsumexp")
         def _(x, scale, normalize, block_rows):
             return x.new_empty((), dtype=torch.float64)
