@@ -31,9 +31,11 @@ from invfast.metrics import (  # noqa: E402
 from invfast.significance import HoeffdingResult, hoeffding_test, most_invariant  # noqa: E402
 from invfast.stats import FeatureStats  # noqa: E402
 
-_SUBPACKAGES = ("transforms", "synthetic", "models", "pretrain", "probes", "report", "measure")
+_SUBPACKAGES = ("transforms", "synthetic", "models", "pretrain", "probes", "report", "measure", "comparison")
+#: public functions loaded on first use; ``invfast.compare`` is a function (its subpackage is ``invfast.comparison``)
 _LAZY = {"measure_invariance": ("invfast.measure", "measure_invariance"),
-         "measure_real_world": ("invfast.measure", "measure_real_world")}
+         "measure_real_world": ("invfast.measure", "measure_real_world"),
+         "compare": ("invfast.comparison", "compare")}
 
 __all__ = [
     "FeatureStats", "HoeffdingResult", "acr", "aggregate_scores", "alignment", "backend", "backend_info",

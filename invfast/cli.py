@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "transforms": ("invfast.transforms.cli", "preview the test transforms as a contact sheet"),
     "generate": ("invfast.synthetic.cli", "generate a Transforms-2D synthetic data set"),
     "measure": ("invfast.measure.cli", "measure the invariances of a model"),
+    "compare": ("invfast.comparison.cli", "models and layers side by side: significance, invariance vs transfer"),
     "pretrain": ("invfast.pretrain.cli", "contrastive pretraining (MoCo-v2, SimCLR, amortised)"),
     "probe": ("invfast.probes.cli", "linear probes with cross-validation on saved features"),
     "reproduce": ("invfast.reproduce.cli", "the papers' findings end to end on built-in synthetic data"),

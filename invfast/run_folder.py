@@ -189,6 +189,10 @@ class RunFolder:
         self._write_marker(self.marker().get("state", "running") if self.marker() else "running",
                            [*self.owned(), *files])
 
+    def finish(self) -> None:
+        """Mark the run finished, for commands that write their files in place (pretraining)."""
+        self._write_marker("done", self.owned())
+
     def staging(self) -> str:
         """A fresh, empty staging folder inside the run for a new report (owned by invfast)."""
         stage = self.inside(STAGING)

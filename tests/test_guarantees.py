@@ -160,3 +160,54 @@ def test_a_random_init_run_resumes(folder, tmp_path, monkeypatch):
     assert main(args) == 0
     doc = json.loads((tmp_path / "out" / "result.json").read_text())
     assert doc["meta"]["resumed"] and doc["meta"]["pairs_computed"] == 30 * 2
+
+
+# ---------------------------------------------------------------------------------------------- pretrain
+PRETRAIN = ["pretrain", "--arch", "test_pretrain_fixtures:TinyEncoder", "--steps", "2", "--batch-size", "8",
+            "--no-progress", "--checkpoint-every", "0"]
+
+
+def test_pretrain_never_replaces_a_users_metrics(npy, tmp_path, capsys):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "metrics.csv").write_text("my own numbers")
+    assert main(PRETRAIN + ["--data", f"npy:{npy}", "--out", str(out)]) == 2
+    assert "no invfast run" in capsys.readouterr().err
+    assert (out / "metrics.csv").read_text() == "my own numbers"
+
+
+def test_pretrain_marks_its_run_and_lists_its_files(npy, tmp_path):
+    out = tmp_path / "run"
+    assert main(PRETRAIN + ["--data", f"npy:{npy}", "--out", str(out)]) == 0
+    marker = json.loads((out / MARKER).read_text())
+    assert marker["command"] == "pretrain" and marker["state"] == "done"
+    assert {"model.pt", "checkpoint.pt", "metrics.jsonl", "metrics.csv"} <= set(marker["files"])
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--invariance-images", "0"], "--invariance-images must be >= 2"),
+    (["--proj-hidden", "-1"], "--proj-hidden must be >= 1"),
+    (["--queue-size", "0"], "--queue-size must be >= 1"),
+])
+def test_pretrain_bad_numbers_are_one_line(npy, tmp_path, capsys, extra, words):
+    assert main(PRETRAIN + ["--data", f"npy:{npy}", "--out", str(tmp_path / "o"), *extra]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0] and "Traceback" not in err[0]
+
+
+# ---------------------------------------------------------------------------------------------- reproduce
+def test_reproduce_takes_the_folder_lock(tmp_path, capsys):
+    from invfast.io import output_lock
+
+    out = tmp_path / "rep"
+    with output_lock(out, "invfast reproduce"):
+        assert main(["reproduce", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 1
+    assert "in use by another invfast run" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("setting, words", [("seeds=1000000000", "seeds must be at most 100"),
+                                            ("seed=-1", "seed must be an int in")])
+def test_reproduce_absurd_sizes_are_refused(tmp_path, capsys, setting, words):
+    assert main(["reproduce", "--preset", "tiny", "--set", setting, "--out", str(tmp_path / "x")]) == 2
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

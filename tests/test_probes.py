@@ -10,7 +10,7 @@ from sklearn.pipeline import Pipeline
 from sklearn.preprocessing import StandardScaler
 
 import invfast.probes as P
-from invfast.probes.folds import kfold, stratified_kfold
+from invfast.probes.folds import resolve_cv
 from invfast.probes.ridge import ridge_cv_predictions, ridge_loo_predictions
 
 
@@ -58,7 +58,7 @@ def test_ridge_predictions_every_penalty_match_ridge(rng, n, d):
     """Held-out predictions of every λ of every fold equal a fresh Ridge(alpha=λ) fit."""
     x, y = _structured(rng, n, d, t=2)
     grid = P.alpha_grid()
-    splits = kfold(n, 5)
+    splits = list(KFold(5).split(x))
     preds = ridge_cv_predictions(torch.from_numpy(x), torch.from_numpy(y), splits, torch.from_numpy(grid))
     for (train, test), pred in zip(splits, preds):
         for j, lam in enumerate(grid):
@@ -140,13 +140,24 @@ def test_alpha_grid_and_fuse():
         np.testing.assert_array_equal(P.penalty_grid(2), P.alpha_grid(2))
 
 
-def test_folds_equal_sklearn(rng):
+def test_folds_are_sklearn_splitters(rng):
+    """An int cv is KFold / StratifiedKFold (shuffled with the seed); bad cv values raise clear errors."""
     n = 53
-    for (a, b), (c, d) in zip(kfold(n, 5), KFold(5).split(np.zeros(n))):
-        np.testing.assert_array_equal(a, c), np.testing.assert_array_equal(b, d)
-    y = np.concatenate([rng.integers(0, 4, n), np.repeat(np.arange(4), 5)])  # every class >= 5 members
-    for (a, b), (c, d) in zip(stratified_kfold(y, 5), StratifiedKFold(5).split(np.zeros(len(y)), y)):
-        np.testing.assert_array_equal(a, c), np.testing.assert_array_equal(b, d)
+    y = np.concatenate([rng.integers(0, 4, n - 20), np.repeat(np.arange(4), 5)])
+    for ours, ref in ((resolve_cv(5, n), KFold(5).split(np.zeros(n))),
+                      (resolve_cv(5, n, y=y, classifier=True), StratifiedKFold(5).split(np.zeros(n), y)),
+                      (resolve_cv(5, n, y=y, classifier=True, shuffle=True, seed=3),
+                       StratifiedKFold(5, shuffle=True, random_state=3).split(np.zeros(n), y))):
+        for (a, b), (c, d) in zip(ours, ref, strict=True):
+            np.testing.assert_array_equal(a, c), np.testing.assert_array_equal(b, d)
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        resolve_cv(1, n)
+    with pytest.raises(ValueError, match="into 5 folds"):
+        resolve_cv(5, 4)
+    with pytest.raises(ValueError, match="outside"):
+        resolve_cv([(np.arange(3), np.arange(3, 60))], n)
+    with pytest.raises(TypeError, match="cv must be"):
+        resolve_cv(2.5, n)
 
 
 @pytest.mark.parametrize("make", [lambda: P.RidgeCV(alphas=[0.1, 1.0, 10.0]),
@@ -176,7 +187,7 @@ def test_bad_input_ridge(rng):
     bad[3, 1] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         P.RidgeCV().fit(bad, y)
-    with pytest.raises(ValueError, match="NaN"):
+    with pytest.raises(ValueError, match="infinity"):
         P.RidgeCV().fit(x, np.where(np.arange(20) == 2, np.inf, y))
     with pytest.raises(ValueError, match="must match"):
         P.RidgeCV().fit(x, y[:15])
@@ -184,7 +195,7 @@ def test_bad_input_ridge(rng):
         P.RidgeCV(cv=5).fit(x[:4], y[:4])
     with pytest.raises(ValueError, match="> 0"):
         P.RidgeCV(alphas=[1.0, -1.0]).fit(x, y)
-    with pytest.raises(ValueError, match="2-D"):
+    with pytest.raises(ValueError, match="dim 3"):
         P.RidgeCV().fit(x[None], y)
     with pytest.raises(P.NotFittedError, match="not fitted"):
         P.RidgeCV().predict(x)

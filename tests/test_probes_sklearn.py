@@ -26,18 +26,10 @@ CHECKED = [P.RidgeCV(alphas=[1e-3, 1e-1, 10.0]),
            P.LogisticCV(alphas=[1e-3, 1e-1, 10.0]),
            P.KernelRidgeCV(alphas=[1e-2, 1.0], gammas=[1e-2, 1.0])]
 
-# Deliberate deviations from scikit-learn's conventions, each with its reason.
-DEVIATIONS = {
-    "LogisticCV": {
-        "check_fit2d_1feature": "a class with fewer members than the stratified folds (3 < 5 here) raises a "
-                                "ValueError naming the fallbacks instead of StratifiedKFold's warning",
-    },
-}
-
-
-@parametrize_with_checks(CHECKED, expected_failed_checks=lambda est: DEVIATIONS.get(type(est).__name__, {}),
-                         xfail_strict=True)
+@parametrize_with_checks(CHECKED)
 def test_check_estimator(estimator, check):
+    """scikit-learn's whole suite, no expected failures (LogisticCV's check_fit2d_1feature included: a class
+    with fewer members than folds warns, as StratifiedKFold does)."""
     check(estimator)
 
 
@@ -101,7 +93,7 @@ def test_cv_results_loads_into_dataframe(rng):
 def test_rank_ties_follow_gridsearch():
     from scipy.stats import rankdata
 
-    from invfast.probes._base import score_columns
+    from invfast.probes.cv_results import score_columns
     folds = np.array([[0.5, 0.7], [0.9, 0.9], [0.6, 0.6], [0.9, 0.9], [0.1, 0.2]])
     ranks = score_columns(folds)["rank_test_score"]
     np.testing.assert_array_equal(ranks, rankdata(-folds.mean(1), method="min"))
@@ -127,7 +119,7 @@ def test_exception_and_warning_types(rng):
     assert m.predict(x).shape == (40,)
     with pytest.raises(ValueError, match="Unknown label type: continuous"):
         P.LogisticCV(alphas=[1.0]).fit(x, x[:, 0])
-    with pytest.raises(TypeError, match="sparse"):
+    with pytest.raises(TypeError, match="Sparse data was passed"):
         P.RidgeCV().fit(__import__("scipy.sparse").sparse.csr_matrix(x), x[:, 0])
     with pytest.raises(ValueError, match="numeric regression targets"):
         P.RidgeCV().fit(x, np.array(["a", "b"] * 20))

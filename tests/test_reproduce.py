@@ -2,6 +2,7 @@
 resume without recomputation, interrupted runs, configuration mismatch, and the statistics behind
 the verdict against independent references (scipy, colorsys)."""
 import colorsys
+import dataclasses
 import json
 import math
 import os
@@ -12,11 +13,14 @@ import pytest
 
 from invfast.reproduce import config as RCfg
 from invfast.reproduce import pipeline as R
-from invfast.reproduce import report as RR
+from invfast.reproduce import sections as RS
 from invfast.reproduce import stages as S
+from invfast.reproduce.sections import (amortised as F5, fusion as F3, invariances as F1, over_seeds as OS,
+                                        summary as SUM, task_preferences as F2, transfer as F4)
+from invfast.reproduce.sections.base import NOT, NOT_RUN, PARTLY, REPRODUCED, DIRECTION, paired
 from invfast.cli import main
 
-STATUSES = {RR.REPRODUCED, RR.PARTLY, RR.NOT, RR.NOT_RUN}
+STATUSES = {REPRODUCED, PARTLY, NOT, NOT_RUN}
 
 
 def run_cli(*args):
@@ -94,11 +98,17 @@ def test_tiny_end_to_end_report(tiny_run):
     assert all(f["status"] in STATUSES for f in doc["findings"])
     for f in doc["findings"]:
         assert f"finding {f['id']} ({f['status']})" in doc["verdict"]
-    assert doc["verdict"] == RR.verdict(doc["findings"])
+    assert doc["verdict"] == SUM.verdict(doc["findings"])
     # seeds, machine, versions, time per stage
     assert doc["seeds"]["master"] == 0 and len(doc["seeds"]) > 5
     assert doc["environment"]["versions"]["torch"]
     assert set(doc["timings"]) == set(R.stage_names(RCfg.preset("tiny")))
+    # every seed's numbers are recorded, not only the first's
+    assert set(doc["per_seed"]) == {"0", "1"}
+    assert doc["per_seed"]["0"]["stages"]["probes"] == doc["probes"]
+    assert doc["per_seed"]["1"]["stages"]["probes"] != doc["probes"]
+    assert [f["status"] for f in doc["per_seed"]["1"]["findings"]] == [
+        f["per_seed_status"]["1"] for f in doc["findings"]]
     md = (out / "report.md").read_text()
     for heading in ("## Verdict", "## 1. Invariances (Table 1)", "## 2. Probes (Table 2)",
                     "## 3. Same vs different transformations", "## 4. Amortised invariance", "## Findings in detail",
@@ -142,15 +152,16 @@ def test_interrupted_run_keeps_finished_stages(tiny_run, tmp_path, monkeypatch):
     os.remove(os.path.join(cache, "stages", "probes.json"))
     os.remove(out / "results.json")
     before = _stage_mtimes(cache)
-    real = S.probes
+    real = S.STAGES
 
     def interrupted(ctx):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(S, "probes", interrupted)
+    monkeypatch.setattr(S, "STAGES", tuple(dataclasses.replace(st, run=interrupted) if st.name == "probes" else st
+                                           for st in real))
     assert run_cli("--preset", "tiny", "--out", str(out)) == 130
     assert _stage_mtimes(cache) == before and not (out / "results.json").exists()
-    monkeypatch.setattr(S, "probes", real)
+    monkeypatch.setattr(S, "STAGES", real)
     assert run_cli("--preset", "tiny", "--out", str(out)) == 0
     after = _stage_mtimes(cache)
     assert {k: v for k, v in after.items() if k != "probes.json"} == before and "probes.json" in after
@@ -190,13 +201,13 @@ def test_paired_against_scipy():
     rng = np.random.default_rng(3)
     for _ in range(20):
         a, b = rng.normal(size=5), rng.normal(size=5) + rng.normal() * 0.5
-        got = RR.paired(a, b)
+        got = paired(a, b)
         ref = stats.ttest_rel(a, b, alternative="greater")
         assert got["t"] == pytest.approx(ref.statistic, rel=1e-10)
         assert got["diff"] == pytest.approx(np.mean(a - b))
         significant = ref.pvalue <= 0.05
-        assert (got["status"] == RR.REPRODUCED) == (significant and got["diff"] > 0)
-        assert (got["status"] == RR.NOT) == (got["diff"] <= 0)
+        assert (got["status"] == REPRODUCED) == (significant and got["diff"] > 0)
+        assert (got["status"] == NOT) == (got["diff"] <= 0)
 
 
 def _probe_doc(means):
@@ -214,37 +225,37 @@ def test_findings_follow_the_numbers():
             "position": dict(zip(models, [0.1, 0.3, 0.2, 0.8, 0.75, 0.7])),
             "rotation": dict(zip(models, [0.1, 0.3, 0.2, 0.7, 0.7, 0.65])),
             "colour": dict(zip(models, [0.3, 0.5, 0.9, 0.6, 0.88, 0.85]))}
-    f2, f3 = RR.finding_2(_probe_doc(good)), RR.finding_3(_probe_doc(good))
-    assert f2["status"] == RR.REPRODUCED and f3["status"] == RR.REPRODUCED
+    f2, f3 = F2.finding_2(_probe_doc(good)), F3.finding_3(_probe_doc(good))
+    assert f2["status"] == REPRODUCED and f3["status"] == REPRODUCED
     bad = {t: {m: (1.0 - v if m != "Random" else v) for m, v in ms.items()} for t, ms in good.items()}
-    f2b, f3b = RR.finding_2(_probe_doc(bad)), RR.finding_3(_probe_doc(bad))
-    assert f2b["status"] == RR.NOT and f3b["status"] == RR.NOT
+    f2b, f3b = F2.finding_2(_probe_doc(bad)), F3.finding_3(_probe_doc(bad))
+    assert f2b["status"] == NOT and f3b["status"] == NOT
     fam = {"rotation": "spatial", "crop": "spatial", "hue": "appearance", "blur": "appearance"}
     cos = {"Spatial": {"rotation": 0.8, "crop": 0.7, "hue": 0.2, "blur": 0.5},
            "Default": {"rotation": 0.6, "crop": 0.6, "hue": 0.4, "blur": 0.6},
            "Appearance": {"rotation": 0.3, "crop": 0.4, "hue": 0.8, "blur": 0.7},
            "Random": {"rotation": 0.5, "crop": 0.5, "hue": 0.5, "blur": 0.5}}
-    f1 = RR.finding_1({"cosine": cos, "families": fam, "best": {"rotation": "Spatial", "hue": "Appearance"}})
-    assert f1["status"] == RR.REPRODUCED and f1["per_transform_wins"] == {"spatial": [2, 2], "appearance": [2, 2]}
+    f1 = F1.finding_1({"cosine": cos, "families": fam, "best": {"rotation": "Spatial", "hue": "Appearance"}})
+    assert f1["status"] == REPRODUCED and f1["per_transform_wins"] == {"spatial": [2, 2], "appearance": [2, 2]}
     cos["Default"]["rotation"] = 0.95
-    assert RR.finding_1({"cosine": cos, "families": fam, "best": {}})["status"] == RR.PARTLY
+    assert F1.finding_1({"cosine": cos, "families": fam, "best": {}})["status"] == PARTLY
     cos["Spatial"], cos["Appearance"] = cos["Appearance"], cos["Spatial"]
-    assert RR.finding_1({"cosine": cos, "families": fam, "best": {}})["status"] == RR.NOT
+    assert F1.finding_1({"cosine": cos, "families": fam, "best": {}})["status"] == NOT
     tr = {k: {"mean": v, "std": 0.01, "fold_scores": (v + np.array([0.01, -0.01, 0.0, 0.005, -0.005]) * s).tolist()}
           for (k, v), s in zip({"random": 0.3, "same": 0.8, "different": 0.6, "superset": 0.81}.items(), (1, 1, 2, 1.5))}
-    assert RR.finding_4({"scores": tr})["status"] == RR.REPRODUCED
+    assert F4.finding_4({"scores": tr})["status"] == REPRODUCED
     tr["superset"] = {**tr["different"]}
-    assert RR.finding_4({"scores": tr})["status"] == RR.PARTLY
-    assert RR.finding_5(None)["status"] == RR.NOT_RUN
+    assert F4.finding_4({"scores": tr})["status"] == PARTLY
+    assert F5.finding_5(None)["status"] == NOT_RUN
     pts = [{"i": [1 - t, t], "family_cosine": {"spatial": 0.8 - 0.4 * t, "appearance": 0.3 + 0.5 * t}}
            for t in (0.0, 0.25, 0.5, 0.75, 1.0)]
     li = {"identity": {"i": [0.9, 0.2]}, "position": {"i": [0.1, 0.8]}, "rotation": {"i": [0.2, 0.9]},
           "colour": {"i": [0.9, 0.1]}}
-    assert RR.finding_5({"interpolation": {"points": pts}, "learned_i": li})["status"] == RR.REPRODUCED
+    assert F5.finding_5({"interpolation": {"points": pts}, "learned_i": li})["status"] == REPRODUCED
     jumpy = [dict(p, family_cosine={"spatial": 0.8 if p["i"][1] < 0.9 else 0.1, "appearance": 0.3 + 0.5 * p["i"][1]})
              for p in pts]
     li_same = {k: {"i": [0.5, 0.5]} for k in li}
-    assert RR.finding_5({"interpolation": {"points": jumpy}, "learned_i": li_same})["status"] == RR.NOT
+    assert F5.finding_5({"interpolation": {"points": jumpy}, "learned_i": li_same})["status"] == NOT
 
 
 def test_colour_targets_against_colorsys():
@@ -297,11 +308,17 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
         np.save(ctx.path("transfer", "same_images.npy"), np.zeros((n, 3, cfg.size, cfg.size), np.uint8))
         np.save(ctx.path("transfer", "same_labels.npy"), np.arange(n) % 2)
         from invfast.io import atomic_torch_save
+        from invfast.reproduce.stages.transfer import transfer_train
 
-        # even with a valid checksum trailer, the content must be plain tensors and containers
-        atomic_torch_save({"net": _Payload(str(marker))}, ctx.path("transfer", "same.ckpt"))
+        from invfast.pretrain.trainer import OWN_FILES
+        from invfast.run_folder import RunFolder
+
+        # a folder that a pretraining run marked as its own (so the load path is reached); even with a valid
+        # checksum trailer, the content must be plain tensors and containers
+        RunFolder(ctx.path("transfer", "same"), "pretrain", overwrite=True).own(*OWN_FILES)
+        atomic_torch_save({"model": _Payload(str(marker))}, ctx.path("transfer", "same", "checkpoint.pt"))
         with pytest.raises(ValueError, match="only tensors"):
-            S.transfer_train(ctx, "same")
+            transfer_train(ctx, "same")
     assert not marker.exists()
 
 
@@ -317,7 +334,7 @@ def test_over_seeds_in_the_tiny_report(tiny_run):
     for f in doc["findings"]:
         per = [ov["findings"][str(s)][f["id"] - 1]["status"] for s in (0, 1)]
         assert list(f["per_seed_status"].values()) == per
-        assert f["status"] == RR.combine_over_seeds([[{"status": per[0], "summary": ""}],
+        assert f["status"] == OS.combine_over_seeds([[{"status": per[0], "summary": ""}],
                                                      [{"status": per[1], "summary": ""}]], [0, 1])[0]["status"]
     # the identity gain over Random is tested over the shared folds on each seed (scipy's paired t)
     from scipy import stats as st
@@ -337,10 +354,10 @@ def test_over_seeds_in_the_tiny_report(tiny_run):
 
 
 def test_combine_over_seeds():
-    R_, P_, N_, D_, X_ = RR.REPRODUCED, RR.PARTLY, RR.NOT, RR.DIRECTION, RR.NOT_RUN
+    R_, P_, N_, D_, X_ = REPRODUCED, PARTLY, NOT, DIRECTION, NOT_RUN
 
     def comb(*statuses):
-        return RR.combine_over_seeds([[{"status": s, "summary": "x"}] for s in statuses], list(range(len(statuses))))[0]
+        return OS.combine_over_seeds([[{"status": s, "summary": "x"}] for s in statuses], list(range(len(statuses))))[0]
 
     assert comb(R_, R_, R_)["status"] == R_
     assert comb(R_, R_, N_)["status"] == P_  # one seed failing is enough to stop "reproduced"
@@ -445,3 +462,87 @@ def test_gpu_preset_is_the_default_with_cuda(monkeypatch, capsys, tmp_path):
     with pytest.raises(ValueError, match="no CUDA device"):
         R.reproduce(RCfg.preset("gpu"), str(tmp_path / "g2"), progress=False)
     assert not (tmp_path / "g2").exists()
+
+
+# ---------------------------------------------------------------------------------------------- structure
+def test_stages_are_records_in_an_order_that_respects_their_needs():
+    tiny, quick = RCfg.preset("tiny"), RCfg.preset("quick", amortised=False)
+    order = R.plan(S.STAGES, tiny)
+    names = [st.name for st in order]
+    assert len(names) == len(set(names)) == len(S.STAGES)
+    for i, st in enumerate(order):
+        assert set(st.needs) <= set(names[:i]), st.name
+    assert not any(n.startswith("amortised") or n == "pretrain-amortised" for n in
+                   (st.name for st in R.plan(S.STAGES, quick)))
+    assert R.stage_names(tiny) == names + [f"seed-1/{n}" for n in names]
+
+    def run(ctx):
+        return {}
+
+    a, b, c = R.Stage("a", run), R.Stage("b", run, needs=("a",)), R.Stage("c", run, needs=("b",))
+    assert [st.name for st in R.plan([c, b, a], tiny)] == ["a", "b", "c"]  # needs first, list order otherwise
+    with pytest.raises(ValueError, match="two stages are called 'a'"):
+        R.plan([a, a], tiny)
+    with pytest.raises(ValueError, match="needs 'x', which no stage provides"):
+        R.plan([R.Stage("d", run, needs=("x",))], tiny)
+    with pytest.raises(ValueError, match="which this configuration does not run"):
+        R.plan([R.Stage("a", run, when=lambda cfg: False), b], tiny)
+    with pytest.raises(ValueError, match="cycle"):
+        R.plan([R.Stage("a", run, needs=("b",)), b], tiny)
+    with pytest.raises(ValueError, match="stage name"):
+        R.Stage("has/slash", run)
+    with pytest.raises(TypeError, match="tuple of non-empty strings"):
+        R.Stage("e", run, needs="a")
+    with pytest.raises(ValueError, match="needs itself"):
+        R.Stage("e", run, needs=("e",))
+
+
+def test_findings_and_sections_are_records():
+    ids = [f.id for f in RS.FINDINGS]
+    assert ids == list(range(1, len(ids) + 1))
+    stage_names = {st.name for st in S.STAGES}
+    for f in RS.FINDINGS:
+        assert set(f.needs) <= stage_names, f.id
+    assert len({s.name for s in RS.SECTIONS}) == len(RS.SECTIONS)
+    # a finding whose stages did not run is 'not run', without calling its check
+    assert RS.FINDINGS[0].evaluate({})["status"] == NOT_RUN
+
+
+def test_adding_a_stage_is_one_record(tiny_run, tmp_path, monkeypatch):
+    """A new stage appended to STAGES runs once per seed after the stages it needs, is cached and
+    timed like the others, and reruns compute nothing; the finished stages are not recomputed."""
+    out = tmp_path / "copy"
+    shutil.copytree(tiny_run, out)
+    cache = str(out / "cache")
+    before = _stage_mtimes(cache)
+    calls = []
+
+    def feature_norms(ctx):
+        calls.append(ctx.cfg.seed)
+        f = ctx.array(*S.feature_file("spatial", "probe"))
+        path = ctx.path("extra", "norms.npy")
+        np.save(path, np.linalg.norm(f, axis=1))
+        return {"mean_norm": float(np.linalg.norm(f, axis=1).mean())}
+
+    extra = R.Stage("feature-norms", feature_norms, needs=("features",), writes=("extra/",))
+    monkeypatch.setattr(S, "STAGES", (*S.STAGES, extra))
+    assert run_cli("--preset", "tiny", "--out", str(out)) == 0
+    assert calls == [0, 1]
+    after = _stage_mtimes(cache)
+    assert {k: v for k, v in after.items() if k != "feature-norms.json"} == before
+    rec = json.loads((out / "cache" / "stages" / "feature-norms.json").read_text())
+    f = np.load(out / "cache" / "features" / "spatial.npy")
+    assert rec["result"]["mean_norm"] == pytest.approx(float(np.linalg.norm(f, axis=1).mean()))
+    assert (out / "cache" / "seed-1" / "extra" / "norms.npy").exists()
+    doc = json.loads((out / "results.json").read_text())
+    assert [k for k, t in doc["timings"].items() if not t["cached"]] == ["feature-norms", "seed-1/feature-norms"]
+    assert doc["per_seed"]["1"]["stages"]["feature-norms"]["mean_norm"] > 0
+    assert run_cli("--preset", "tiny", "--out", str(out)) == 0 and calls == [0, 1]
+
+
+def test_an_old_cache_format_is_refused(tmp_path, capsys):
+    out = tmp_path / "old"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"format": "invfast.reproduce/1", "config": RCfg.preset("tiny").to_dict()}))
+    assert main(["reproduce", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 2
+    assert "another version of invfast reproduce" in capsys.readouterr().err

@@ -1,12 +1,12 @@
 """Transforms-2D storage safety: the manifest loader reads only plain file names inside the dataset
-folder; materialize/`invfast generate --overwrite` never deletes files it did not write and swaps a
-replaced dataset atomically; split names of ``synthetic:`` specs are validated."""
+folder; materialize/`invfast generate --overwrite` never deletes files it did not write and keeps the old
+dataset until the new one is complete (more in test_synthetic_guarantees.py); split names of
+``synthetic:`` specs are validated."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -107,44 +107,33 @@ def test_cli_overwrite_refuses_user_folder(tmp_path, capsys):
         assert intact(d)
 
 
-def test_overwrite_refuses_dataset_with_user_file_beside_it(tmp_path):
+def test_overwrite_keeps_a_user_file_beside_the_dataset(tmp_path):
     d = make("rotate").materialize(tmp_path / "ds", progress=False)
     (d / "notes.txt").write_text("mine")
-    with pytest.raises(FileExistsError, match="notes.txt beside an invfast dataset"):
-        make("hue").materialize(d, overwrite=True, progress=False)
-    assert (d / "notes.txt").read_text() == "mine" and storage.load(d).config["transforms"] == ["rotate"]
+    make("hue").materialize(d, overwrite=True, progress=False)
+    assert (d / "notes.txt").read_text() == "mine" and storage.load(d).config["transforms"] == ["hue"]
 
 
 def test_overwrite_replaces_dataset_and_own_preview(tmp_path):
     from invfast.cli import main
+    from invfast.run_folder import MARKER
 
     d = tmp_path / "ds"
     args = ["--objects", "5", "--n", "16", "--out", str(d), "--preview", str(d / "grid.png"), "--no-progress"]
     assert main(["generate", "--transforms", "rotate"] + args) == 0
-    assert (d / "grid.png").is_file() and json.loads((d / "manifest.json").read_text())["extra_files"] == ["grid.png"]
+    assert (d / "grid.png").is_file() and "grid.png" in json.loads((d / MARKER).read_text())["files"]
     assert main(["generate", "--transforms", "hue"] + args) == 2  # a different dataset: needs --overwrite
     assert main(["generate", "--transforms", "hue", "--overwrite"] + args) == 0
     assert storage.load(d).config["transforms"] == ["hue"] and (d / "grid.png").is_file()
-    # the preview recorded in the manifest is the command's own file on a later run without --preview
+    # the preview the marker lists is the command's own file: replaced with the dataset it showed
     assert main(["generate", "--transforms", "blur", "--objects", "5", "--n", "16", "--out", str(d),
                  "--no-progress", "--overwrite"]) == 0
-    assert sorted(os.listdir(tmp_path)) == ["ds"]
+    assert not (d / "grid.png").exists() and sorted(os.listdir(tmp_path)) == ["ds"]
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="atomic exchange is Linux renameat2")
-def test_overwrite_swaps_atomically(tmp_path, monkeypatch):
-    """A failure at the swap leaves the old dataset where it was (no window with the folder missing)."""
-    d = make("rotate").materialize(tmp_path / "ds", progress=False)
-
-    def no_rename(*a, **k):
-        raise OSError("simulated crash during the swap")
-
-    monkeypatch.setattr(os, "replace", no_rename)
-    make("hue").materialize(d, overwrite=True, progress=False)
-    monkeypatch.undo()
-    assert storage.load(d).config["transforms"] == ["hue"]
-    assert sorted(os.listdir(tmp_path)) == ["ds"]
-    # interrupted while generating: the old dataset stays, the temporary folder goes
+def test_interrupted_overwrite_keeps_the_old_dataset(tmp_path, monkeypatch):
+    """Interrupted while generating: the old dataset stays whole and loadable, nothing is left beside it."""
+    d = make("hue").materialize(tmp_path / "ds", progress=False)
     ds = make("blur", n=64)
 
     def boom(indices):

@@ -1,30 +1,34 @@
-"""The ``synthetic:`` data spec: one parser, one set of defaults, for measurement and pretraining.
+"""The ``synthetic:`` data spec: one parser, one set of defaults, for measurement, pretraining and
+``invfast generate``.
 
-``synthetic:objects=61,transforms=all,n=5000,size=32,seed=0,split=train`` names a Transforms-2D data
-set (:class:`invfast.synthetic.Transforms2D`); every key is optional:
+``synthetic:objects=61,transforms=all,n=5000,size=32,seed=0,split=train,order=canonical`` names a
+Transforms-2D data set (:class:`invfast.synthetic.Transforms2D`); every key is optional:
 
 ========== ========= ==================================================================================
 key        default   meaning
 ========== ========= ==================================================================================
-objects    61        built-in objects (= classes), the first N of the 61
+objects    61        built-in objects (= classes), the first N (1 to 1000; the paper has 61)
 transforms all       Transforms-2D types sampled into every image: ``all`` (the 18), ``none``, or names
                      joined by ``+`` (``rotate+hue``)
-n          5000      images
-size       32        side in px
-seed       0         data set seed
+n          5000      images (1 to 2^31 - 1)
+size       32        side in px (8 to 512)
+seed       0         data set seed (a 64-bit signed integer)
 split      train     ``train``, ``val`` or ``test`` (independent streams: splits never share images)
 order      canonical order of the transformation types in each image: ``canonical`` or ``random`` (per image)
 ========== ========= ==================================================================================
 
 The defaults are the data set of Speicher et al.'s Transforms-2D experiments (all 61 objects, all 18
 transformation types sampled) at a CPU-sized n, and are the same whether the spec feeds ``invfast
-pretrain`` or ``invfast measure``: a spec names one data set. (Before invfast 0.2 measurement read
-``synthetic:`` as 10 objects, no transforms, n=1000, split=test; write those keys to get that data.)
-Measure held-out images with ``split=test``.
+pretrain``, ``invfast measure`` or ``invfast generate`` (whose options default to these values): a spec
+names one data set. (Before invfast 0.2 measurement read ``synthetic:`` as 10 objects, no transforms,
+n=1000, split=test; write those keys to get that data.) Measure held-out images with ``split=test``.
+Every value is checked when the spec is parsed (:data:`invfast.synthetic.inputs.LIMITS`), before any
+image is made.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -35,6 +39,23 @@ from invfast.data.protocol import Source
 #: the keys of a ``synthetic:`` spec and their defaults
 SYNTHETIC_DEFAULTS: dict[str, Any] = {"objects": 61, "transforms": "all", "n": 5000, "size": 32, "seed": 0,
                                       "split": "train", "order": "canonical"}
+_INT_KEYS = ("objects", "n", "size", "seed")
+
+
+def synthetic_help() -> str:
+    """One line for a ``--data`` help text: the ``synthetic:`` spec with every key at its code default."""
+    return ("synthetic[:" + ",".join(f"{k}={v}" for k, v in SYNTHETIC_DEFAULTS.items()) + "] (every key optional; "
+            "these are the defaults)")
+
+
+def _spec_int(key: str, value: Any) -> int:
+    """The integer value of spec key ``key``: an int, or a string of decimal digits; in range (one ValueError)."""
+    from invfast.synthetic.inputs import check_int
+
+    if isinstance(value, str):
+        digits = re.fullmatch(r"\s*([+-]?\d{1,30})\s*", value)
+        value = int(digits.group(1)) if digits else value  # longer than 30 digits: out of any range, said below
+    return check_int(f"synthetic spec {key}", value, key)
 
 
 @dataclass(frozen=True)
@@ -53,12 +74,8 @@ class SyntheticSpec:
         from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
         from invfast.synthetic.recipe import canonical
 
-        for k in ("objects", "n", "size", "seed"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, int):
-                raise TypeError(f"synthetic spec {k} must be an int, got {v!r}")
-        if self.objects < 1 or self.n < 1:
-            raise ValueError(f"synthetic spec objects and n must be >= 1, got objects={self.objects}, n={self.n}")
+        for k in _INT_KEYS:
+            object.__setattr__(self, k, _spec_int(k, getattr(self, k)))
         names = tuple(TRANSFORMATIONS) if self.transforms is None else self.transforms
         try:
             names = canonical(names)
@@ -67,9 +84,9 @@ class SyntheticSpec:
         object.__setattr__(self, "transforms", names)
         from invfast.synthetic import ORDERS, SPLITS
 
-        if self.split not in SPLITS:
+        if not isinstance(self.split, str) or self.split not in SPLITS:
             raise ValueError(f"synthetic spec split must be one of {', '.join(SPLITS)}, got {self.split!r}")
-        if self.order not in ORDERS:
+        if not isinstance(self.order, str) or self.order not in ORDERS:
             raise ValueError(f"synthetic spec order must be one of {', '.join(ORDERS)}, got {self.order!r}")
 
     def replace(self, **kw: Any) -> "SyntheticSpec":
@@ -113,16 +130,16 @@ def parse_synthetic_spec(spec: str | dict[str, Any] | SyntheticSpec = "") -> Syn
         raise ValueError(f"unknown synthetic data option(s) {unknown}; known: {', '.join(SYNTHETIC_DEFAULTS)}")
     kw: dict[str, Any] = {}
     for k, v in items.items():
-        if k in ("objects", "n", "size", "seed"):
-            try:
-                kw[k] = int(v)
-            except (TypeError, ValueError):
-                raise ValueError(f"synthetic spec {k} must be an integer, got {v!r}") from None
+        if k in _INT_KEYS:
+            kw[k] = _spec_int(k, v)
         elif k == "transforms":
             if isinstance(v, str):
                 kw[k] = None if v == "all" else tuple(t for t in v.split("+") if t and t != "none")
-            else:
+            elif isinstance(v, (list, tuple)):
                 kw[k] = tuple(v)
+            else:
+                raise ValueError(f"synthetic spec transforms must be 'all', 'none', names joined by '+' or a list "
+                                 f"of names, got {v!r}")
         else:
             kw[k] = str(v)
     return SyntheticSpec(**kw)
@@ -207,4 +224,4 @@ def heldout_split(spec: str | dict[str, Any] | SyntheticSpec, split: str = "val"
 
 
 __all__ = ["SYNTHETIC_DEFAULTS", "SyntheticSource", "SyntheticSpec", "heldout_split", "parse_synthetic_spec",
-           "synthetic_source"]
+           "synthetic_help", "synthetic_source"]

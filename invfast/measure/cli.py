@@ -33,10 +33,11 @@ QUICK_GRID, QUICK_IMAGES = 8, 100  # --quick: ~125 views per image over the 18 t
 
 
 def _data_help() -> str:
-    from invfast.data.synthetic import SYNTHETIC_DEFAULTS as D
+    from invfast.data.synthetic import synthetic_help
 
-    spec = ", ".join(f"{k}={v}" for k, v in D.items())
-    return f"folder:PATH | PATH | npy:FILE.npy | synthetic[:KEY=VALUE,...] (synthetic defaults: {spec})"
+    return "folder:PATH | PATH | npy:FILE.npy | " + synthetic_help()
+
+
 PAIRS_DIR = "pairs"
 
 

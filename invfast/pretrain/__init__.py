@@ -1,10 +1,13 @@
-"""Contrastive pretraining: MoCo-v2, SimCLR and amortised invariance learning (AI-MoCo, AI-SimCLR).
+"""Pretraining: MoCo-v2, SimCLR, amortised invariance learning (AI-MoCo, AI-SimCLR) and supervised.
 
 - losses as pure functions: :func:`infonce` (queue negatives), :func:`nt_xent` (in-batch negatives);
 - MoCo machinery: :class:`KeyQueue`, :func:`momentum_update`, :func:`default_queue_size`;
-- methods: :class:`MoCoV2`, :class:`SimCLR`, :class:`AmortisedMoCo`, :class:`AmortisedSimCLR`;
+- methods: :class:`MoCoV2`, :class:`SimCLR`, :class:`AmortisedMoCo`, :class:`AmortisedSimCLR` (over
+  :class:`ContrastiveMethod`), and :class:`Supervised` (cross-entropy on a :class:`LabelledSource`),
+  each a :class:`PretrainMethod`;
 - :class:`Trainer` / :class:`TrainConfig`: CPU, one GPU or DDP over torchrun processes, atomic
-  checkpoints with exact resume, JSON/CSV metrics, periodic invariance measurement;
+  checkpoints with exact resume, JSON/CSV metrics, periodic invariance measurement and a periodic
+  :class:`HeldoutProbe` (kNN / linear accuracy on labelled held-out images);
 - image sources: :class:`ArraySource`, :class:`FolderSource`, :class:`SyntheticSource` (those of
   :mod:`invfast.data`, shared with measurement).
 
@@ -14,14 +17,18 @@ from invfast.data import ArraySource, FolderSource, SyntheticSource
 from invfast.pretrain.data import open_source
 from invfast.pretrain.descriptors import descriptor_set
 from invfast.pretrain.heads import ProjectionHead
+from invfast.pretrain.heldout_probe import HeldoutProbe, knn_accuracy
 from invfast.pretrain.key_queue import KeyQueue, default_queue_size
 from invfast.pretrain.losses import infonce, nt_xent
-from invfast.pretrain.methods import METHODS, AmortisedMoCo, AmortisedSimCLR, ContrastiveMethod, MoCoV2, SimCLR
+from invfast.pretrain.methods import (METHODS, AmortisedMoCo, AmortisedSimCLR, ContrastiveMethod, MoCoV2,
+                                     PretrainMethod, SimCLR)
 from invfast.pretrain.momentum import momentum_update
+from invfast.pretrain.supervised import LabelledSource, Supervised
 from invfast.pretrain.trainer import TrainConfig, Trainer
 
 __all__ = [
-    "METHODS", "AmortisedMoCo", "AmortisedSimCLR", "ArraySource", "ContrastiveMethod", "FolderSource", "KeyQueue",
-    "MoCoV2", "ProjectionHead", "SimCLR", "SyntheticSource", "TrainConfig", "Trainer", "default_queue_size",
-    "descriptor_set", "infonce", "momentum_update", "nt_xent", "open_source",
+    "METHODS", "AmortisedMoCo", "AmortisedSimCLR", "ArraySource", "ContrastiveMethod", "FolderSource", "HeldoutProbe",
+    "KeyQueue", "LabelledSource", "MoCoV2", "PretrainMethod", "ProjectionHead", "SimCLR", "Supervised",
+    "SyntheticSource", "TrainConfig", "Trainer", "default_queue_size", "descriptor_set", "infonce", "knn_accuracy",
+    "momentum_update", "nt_xent", "open_source",
 ]

@@ -104,6 +104,11 @@ def check_args(args: argparse.Namespace) -> None:
     for k in ("checkpoint_every", "log_every", "invariance_every"):
         if getattr(args, k) < 0:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 0, got {getattr(args, k)}")
+    for k, low in (("invariance_images", 2), ("proj_dim", 1), ("proj_hidden", 1), ("queue_size", 1), ("size", 8),
+                   ("load_size", 1), ("width", 1)):
+        v = getattr(args, k, None)
+        if v is not None and v < low:
+            raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
         raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
     for k, lo, hi in (("weight_decay", 0.0, math.inf), ("sgd_momentum", 0.0, 1.0), ("key_momentum", 0.0, 1.0)):
@@ -210,13 +215,16 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
 
 
 def run(args: argparse.Namespace) -> int:
-    from invfast.io import output_lock
+    from invfast.run_folder import RunFolder, refuse_inside
 
     check_args(args)
+    data = args.data[len("folder:"):] if args.data.startswith("folder:") else args.data
+    if os.path.isdir(data):
+        refuse_inside(args.out, data)
     under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if under_torchrun and int(os.environ.get("RANK", "0")) != 0:
         return _train(args)  # rank 0 holds the folder for the whole run
-    with output_lock(args.out, "invfast pretrain"):
+    with RunFolder(args.out, "pretrain", overwrite=True).lock():
         if args.nproc > 1 and not under_torchrun:
             from invfast.launch import spawn_local
 

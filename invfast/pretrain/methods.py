@@ -61,8 +61,72 @@ def _feature_dim(encoder: nn.Module) -> int:
     return dim
 
 
-class ContrastiveMethod(nn.Module):
-    """Shared base: the online network, the augmentation policies and descriptor sampling.
+class PretrainMethod(nn.Module):
+    """What the :class:`~invfast.pretrain.Trainer` drives: an online network (encoder + heads) whose
+    parameters it optimises, and one training step in two halves::
+
+        inputs = method.make_views(batch, d, aug_generator)     # augmentation (timed apart)
+        loss = method.training_loss(*inputs, d, online=..., generator=shuffle_generator)
+
+    ``batch`` is what the source's ``get`` returns: images uint8 [B, 3, H, W], or (images, labels)
+    for a method with ``uses_labels`` (:class:`~invfast.pretrain.Supervised`). Subclasses set
+    ``self.augments`` (one policy per descriptor), ``self.descriptor_names`` and ``self.online``
+    (a module with ``forward(x, d)`` and ``features(x, d)``).
+    """
+
+    method_name = "method"
+    #: True when the method trains on (images, labels) batches (a labelled source)
+    uses_labels = False
+
+    @property
+    def encoder(self) -> nn.Module:
+        return self.online.encoder
+
+    @property
+    def feature_dim(self) -> int:
+        return _feature_dim(self.online.encoder)
+
+    @property
+    def n_descriptors(self) -> int:
+        return len(self.augments)
+
+    @property
+    def amortised(self) -> bool:
+        return bool(getattr(self.online, "conditioned", False))
+
+    def sample_descriptor(self, generator: torch.Generator) -> int:
+        """Index of the descriptor for this batch (uniform; 0 when not amortised)."""
+        if self.n_descriptors == 1:
+            return 0
+        return int(torch.randint(self.n_descriptors, (1,), generator=generator, device=generator.device))
+
+    def make_views(self, images: torch.Tensor, d: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+        """The inputs of :meth:`training_loss` for one batch under descriptor ``d``."""
+        raise NotImplementedError
+
+    def features(self, x: torch.Tensor, d: int = 0) -> torch.Tensor:
+        """Encoder features [B, feature_dim] (descriptor ``d`` for amortised methods)."""
+        return self.online.features(x, d)
+
+    def training_loss(self, v1: torch.Tensor, v2: torch.Tensor, d: int = 0,
+                      online: nn.Module | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The loss of one step on the inputs :meth:`make_views` returned (this rank's share of the batch).
+
+        ``online`` is the network to call for gradients (a DDP wrapper of ``self.online`` in
+        multi-process runs); state updates of the method (queue, key network) happen here too.
+        ``generator``: a CPU generator in the same state on every rank for this step (MoCo uses it
+        to shuffle the key batch across processes).
+        """
+        raise NotImplementedError
+
+    def config(self) -> dict:
+        """The method's hyper-parameters (recorded in checkpoints)."""
+        return {"method": self.method_name, "n_descriptors": self.n_descriptors}
+
+
+class ContrastiveMethod(PretrainMethod):
+    """Shared base of the contrastive methods: the online network, the augmentation policies and
+    descriptor sampling.
 
     Args:
         encoder: ``nn.Module`` mapping images to pooled features [B, feature_dim] (``encoder(x, i)``
@@ -100,47 +164,10 @@ class ContrastiveMethod(nn.Module):
         self.tau = float(tau)
         self.proj_dim = proj_dim
 
-    @property
-    def encoder(self) -> nn.Module:
-        return self.online.encoder
-
-    @property
-    def feature_dim(self) -> int:
-        return _feature_dim(self.online.encoder)
-
-    @property
-    def n_descriptors(self) -> int:
-        return len(self.augments)
-
-    @property
-    def amortised(self) -> bool:
-        return self.online.conditioned
-
-    def sample_descriptor(self, generator: torch.Generator) -> int:
-        """Index of the descriptor for this batch (uniform; 0 when not amortised)."""
-        if self.n_descriptors == 1:
-            return 0
-        return int(torch.randint(self.n_descriptors, (1,), generator=generator, device=generator.device))
-
     def make_views(self, images: torch.Tensor, d: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """The two augmented views [B, 3, S, S] of ``images`` under descriptor ``d``'s policy."""
         v1, v2 = self.augments[d](images, generator=generator)
         return v1, v2
-
-    def features(self, x: torch.Tensor, d: int = 0) -> torch.Tensor:
-        """Encoder features [B, feature_dim] (descriptor ``d`` for amortised methods)."""
-        return self.online.features(x, d)
-
-    def training_loss(self, v1: torch.Tensor, v2: torch.Tensor, d: int = 0,
-                      online: nn.Module | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
-        """The loss of one step on views ``v1, v2 [b, 3, S, S]`` (this rank's share of the batch).
-
-        ``online`` is the network to call for gradients (a DDP wrapper of ``self.online`` in
-        multi-process runs); state updates of the method (queue, key network) happen here too.
-        ``generator``: a CPU generator in the same state on every rank for this step (MoCo uses it
-        to shuffle the key batch across processes).
-        """
-        raise NotImplementedError
 
     def config(self) -> dict:
         """The method's hyper-parameters (recorded in checkpoints)."""

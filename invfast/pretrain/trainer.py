@@ -27,15 +27,18 @@ from invfast.devices import resolve_device
 from invfast.io import atomic_torch_save, atomic_write_text, config_difference, load_verified
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
-from invfast.pretrain.methods import ContrastiveMethod
+from invfast.pretrain.methods import PretrainMethod
+from invfast.pretrain.schedules import ConstantSchedule, CosineSchedule
 
 CHECKPOINT_FORMAT = "invfast.pretrain/1"
 CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
+#: every file a pretraining run writes in its output folder (recorded in the folder's marker)
+OWN_FILES = (CHECKPOINT_NAME, MODEL_NAME, "metrics.jsonl", "metrics.csv")
 
 # TrainConfig fields that may change between a run and its resumption (they do not affect the result).
 RESUMABLE_FIELDS = ("checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
-                    "invariance_transforms", "device")
+                    "invariance_transforms", "probe_every", "device")
 
 
 @dataclass
@@ -48,7 +51,9 @@ class TrainConfig:
     side of the views the policies produce (used to preprocess the held-out batch). amp runs the
     forward passes under bfloat16 autocast (for GPUs; parameters and optimiser stay float32).
     device is 'auto' (CUDA when available, GPU ``LOCAL_RANK``; else the CPU), 'cpu', 'cuda' or 'cuda:N';
-    the Trainer's ``device=`` argument overrides it.
+    the Trainer's ``device=`` argument overrides it. probe_every: steps between runs of the Trainer's
+    ``probe`` (a :class:`~invfast.pretrain.HeldoutProbe`; also before the first step and at the end),
+    0 never.
     """
 
     batch_size: int = 256
@@ -66,6 +71,7 @@ class TrainConfig:
     invariance_every: int = 0
     invariance_images: int = 256
     invariance_transforms: tuple[str, ...] = inv.DEFAULT_TRANSFORMS
+    probe_every: int = 0
     device: str = "auto"
     amp: bool = False
 
@@ -81,7 +87,7 @@ class TrainConfig:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
-        for name in ("checkpoint_every", "log_every", "invariance_every"):
+        for name in ("checkpoint_every", "log_every", "invariance_every", "probe_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.base_lr() <= 0:
@@ -102,45 +108,39 @@ def _mix(*parts: int) -> int:
 _STREAM_DATA, _STREAM_DESC, _STREAM_AUG, _STREAM_SHUFFLE = 1, 2, 3, 4
 
 
+def _images(batch: Any) -> torch.Tensor:
+    """The images of a source's batch (a labelled source returns (images, labels))."""
+    return batch[0] if isinstance(batch, (tuple, list)) else batch
+
+
 def generator(seed: int, stream: int, *counters: int, device: torch.device | str = "cpu") -> torch.Generator:
     """A fresh ``torch.Generator`` on ``device`` seeded from (seed, stream, counters)."""
     return torch.Generator(device=device).manual_seed(_mix(seed, stream, *counters))
 
 
-class CosineSchedule:
-    """LR multiplier ``½(1 + cos(π·step/total))`` (picklable, for LambdaLR)."""
-
-    def __init__(self, total: int) -> None:
-        self.total = total
-
-    def __call__(self, step: int) -> float:
-        return 0.5 * (1.0 + math.cos(math.pi * min(step, self.total) / self.total))
-
-
-class ConstantSchedule:
-    def __call__(self, step: int) -> float:
-        return 1.0
-
-
 class Trainer:
-    """Trains a :class:`ContrastiveMethod` on an image source.
+    """Trains a :class:`PretrainMethod` (the contrastive methods, :class:`Supervised`) on an image source.
 
     Args:
         method: the method (owns encoder, heads, key network, queues, policies).
-        source: an image source (``len``, ``get(indices) -> uint8 [B, 3, H, W]``, ``spec``).
+        source: an image source (``len``, ``get(indices) -> uint8 [B, 3, H, W]``, ``spec``); a
+            labelled one (``get -> (images, labels)``, :class:`LabelledSource`) for a method with
+            ``uses_labels``.
         config: :class:`TrainConfig`.
         out: folder for ``checkpoint.pt``, ``metrics.jsonl`` / ``metrics.csv`` and ``model.pt``
             (None: nothing is written, no resume).
         heldout: images for the periodic invariance measurement (a source; default: ``source``).
         meta: extra identity of the run (e.g. architecture and policy names), checked on resume.
+        probe: a :class:`~invfast.pretrain.HeldoutProbe` run every ``config.probe_every`` steps (and
+            before the first): its kNN / linear accuracy and feature spread go into the metrics log.
 
     Call :meth:`fit`. Launch several processes with ``torchrun`` and initialise the process group
     first (:func:`invfast.pretrain.distributed.init_from_env`); ``config.batch_size`` is global.
     """
 
-    def __init__(self, method: ContrastiveMethod, source: Any, config: TrainConfig | None = None, *,
+    def __init__(self, method: PretrainMethod, source: Any, config: TrainConfig | None = None, *,
                  out: str | os.PathLike | None = None, heldout: Any = None, meta: dict | None = None,
-                 device: torch.device | str | None = None) -> None:
+                 device: torch.device | str | None = None, probe: Any = None) -> None:
         self.method = method
         self.source = source
         self.config = config or TrainConfig()
@@ -148,6 +148,10 @@ class Trainer:
         self.out = os.fspath(out) if out is not None else None
         self.heldout = heldout if heldout is not None else source
         self.meta = dict(meta or {})
+        self.probe = probe
+        if getattr(method, "uses_labels", False) and not hasattr(source, "labels"):
+            raise TypeError(f"the {method.method_name} method trains on labelled images: pass a LabelledSource "
+                            f"(get -> (images, labels)), not {type(source).__name__}")
         self.dist = D.info()
         self.device = resolve_device(device if device is not None else self.config.device,
                                      local_rank=self.dist.local_rank)
@@ -297,7 +301,7 @@ class Trainer:
         """Standardised cosine per transform of the current encoder on the held-out batch
         (``invariance/<transform>`` keys; ``invariance/<descriptor>/<transform>`` for amortised methods)."""
         n = min(self.config.invariance_images, len(self.heldout))
-        images = self.heldout.get(torch.arange(n, device="cpu"))
+        images = _images(self.heldout.get(torch.arange(n, device="cpu")))
         m = self.method
         was = m.training
         m.eval()
@@ -312,6 +316,29 @@ class Trainer:
             m.train(was)
         return out
 
+    def _probe_due(self, step: int) -> bool:
+        every = self.config.probe_every
+        return bool(self.probe is not None and every and (step % every == 0 or step == self.total_steps))
+
+    def run_probe(self) -> dict[str, float]:
+        """The held-out probe's numbers for the current encoder (``probe/...`` keys; eval mode while it runs)."""
+        m = self.method
+        was = m.training
+        m.eval()
+        try:
+            with torch.no_grad():
+                return self.probe(lambda x: m.features(x, 0), self.config.size, device=self.device)
+        finally:
+            m.train(was)
+
+    def _batch(self, batch: Any) -> Any:
+        """The source's batch on the training device; labels dropped for a method that does not use them."""
+        if isinstance(batch, (tuple, list)):
+            if not getattr(self.method, "uses_labels", False):
+                return batch[0].to(self.device, non_blocking=True)
+            return tuple(b.to(self.device, non_blocking=True) for b in batch)
+        return batch.to(self.device, non_blocking=True)
+
     # ------------------------------------------------------------------ training
     def fit(self, resume: bool = False, until_step: int | None = None) -> list[dict]:
         """Train to the end (or to global step ``until_step``); returns the metric records.
@@ -320,8 +347,17 @@ class Trainer:
         it does not); without it an existing checkpoint in ``out`` is an error, never overwritten.
         """
         cfg = self.config
+        folder = None
         if self.out is not None:
-            os.makedirs(self.out, exist_ok=True)
+            from invfast.run_folder import RunFolder
+
+            # an invfast pretraining run only by its marker; a folder of the user's files is refused, and only
+            # the files listed below (written by invfast) are ever replaced or deleted
+            folder = RunFolder(self.out, "pretrain", overwrite=True)
+            if self.dist.is_main:
+                folder.check()
+                os.makedirs(self.out, exist_ok=True)
+                folder.own(*OWN_FILES)
             if os.path.exists(self.checkpoint_path):
                 if not resume:
                     raise FileExistsError(f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
@@ -330,17 +366,19 @@ class Trainer:
             elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
                 raise FileExistsError(f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
                                       "to continue; it is never overwritten: choose another output folder")
-            elif self.dist.is_main:
-                for ext in ("jsonl", "csv"):
-                    if os.path.exists(self._log_path(ext)):
-                        os.remove(self._log_path(ext))
+            elif self.dist.is_main and folder is not None:
+                folder.remove(["metrics.jsonl", "metrics.csv"])  # a fresh run's logs start empty
+                folder.own(*OWN_FILES)
         end = self.total_steps if until_step is None else min(until_step, self.total_steps)
         self.method.train()
         bar = None
         if cfg.progress and self.dist.is_main:
-            from tqdm.auto import tqdm
-            bar = tqdm(total=self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}",
-                       unit="step", dynamic_ncols=True)
+            from invfast.progress import bar as progress_bar
+
+            bar = progress_bar(self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}",
+                               unit="step")
+        if self.step == 0 and self._probe_due(0) and self.dist.is_main:
+            self._log({"step": 0, "epoch": 0.0, **self.run_probe()})  # the initialisation's scores
         loss_sum, n_loss, t_aug, t_win, t_start = 0.0, 0, 0.0, 0.0, time.perf_counter()
         loader = ThreadPoolExecutor(1)  # loads the next batch while this one trains
         pending = None
@@ -350,16 +388,16 @@ class Trainer:
                 t0 = time.perf_counter()
                 if pending is None:
                     pending = loader.submit(self.source.get, self.batch_indices(s))
-                images = pending.result().to(self.device, non_blocking=True)
+                batch = self._batch(pending.result())
                 pending = loader.submit(self.source.get, self.batch_indices(s + 1)) if s + 1 < end else None
                 d = self.method.sample_descriptor(generator(cfg.seed, _STREAM_DESC, s))
                 g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank)
-                v1, v2 = self.method.make_views(images, d, g)
+                inputs = self.method.make_views(batch, d, g)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 t1 = time.perf_counter()
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-                    loss = self.method.training_loss(v1, v2, d, online=self.online,
+                    loss = self.method.training_loss(*inputs, d, online=self.online,
                                                      generator=generator(cfg.seed, _STREAM_SHUFFLE, s))
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -377,7 +415,8 @@ class Trainer:
                     bar.update(1)
                 log_now = cfg.log_every and (self.step % cfg.log_every == 0 or self.step == end)
                 inv_now = cfg.invariance_every and (self.step % cfg.invariance_every == 0 or self.step == self.total_steps)
-                if log_now or inv_now:
+                probe_now = self._probe_due(self.step)
+                if log_now or inv_now or probe_now:
                     # on the training device: NCCL all-reduces CUDA tensors only
                     stat = torch.tensor([loss_sum, n_loss], dtype=torch.float64, device=self.device)
                     if self.dist.world_size > 1:
@@ -389,6 +428,8 @@ class Trainer:
                            "descriptor": self.method.descriptor_names[d]}
                     if inv_now and self.dist.is_main:
                         rec.update(self.measure_invariance())
+                    if probe_now and self.dist.is_main:
+                        rec.update(self.run_probe())
                     self._log(rec)
                     if bar is not None:
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", img_s=f"{rec['images_per_s']:.0f}")
@@ -405,4 +446,6 @@ class Trainer:
                 atomic_torch_save({"format": "invfast.pretrained/1", "config": self.run_config(),
                              "encoder": self.method.encoder.state_dict(), "method": self.method.state_dict(),
                              "seconds": time.perf_counter() - t_start}, os.path.join(self.out, MODEL_NAME))
+                if folder is not None:
+                    folder.finish()
         return self.history

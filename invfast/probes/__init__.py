@@ -1,7 +1,7 @@
 """Linear and kernel readouts on frozen features, with exact cross-validation (Ericsson et al. 2021, App. E; Chavhan et al. 2023, A.2).
 
 * :class:`RidgeCV` — multi-output ridge; every λ of a fold from one eigendecomposition.
-* :class:`LogisticCV` — multinomial L2 logistic regression; folds batched, path continuation.
+* :class:`LogisticCV` — multinomial L2 logistic regression; folds batched, preconditioned L-BFGS along the path.
 * :class:`KernelRidgeCV` — RBF kernel ridge; every α of a (fold, γ) from one eigendecomposition.
 * :func:`few_shot` — N-way K-shot episodes and few-shot regression, mean with a 95% CI.
 * :func:`alpha_grid`, :func:`fuse` — the 45-value grids (shifted for fused models) and concatenation.
@@ -9,7 +9,8 @@
 Penalty convention (see :mod:`invfast.probes.grids`): ``alpha`` = λ multiplies ½‖W‖² against a
 summed loss, so ridge's λ is scikit-learn's ``alpha`` and logistic's λ is ``1 / C``.
 
-Every estimator is a scikit-learn estimator (``check_estimator`` passes) with ``alphas`` /
+Every estimator is a scikit-learn estimator (``BaseEstimator`` with scikit-learn's validation and
+splitters; ``check_estimator`` passes) with ``alphas`` /
 ``alpha_``, ``best_index_``, ``best_score_``, ``best_params_`` and a ``cv_results_`` in
 GridSearchCV's layout (``params``, ``param_*``, ``mean_test_score``, ``std_test_score``,
 ``split{k}_test_score``, ``rank_test_score``), loadable with ``pandas.DataFrame(cv_results_)``.
@@ -21,8 +22,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from invfast.probes.few_shot import FewShotResult, few_shot, few_shot_classification, few_shot_regression
 from invfast.probes._base import ConvergenceWarning, DataConversionWarning, NotFittedError
+from invfast.probes.few_shot import FewShotResult, few_shot, few_shot_classification, few_shot_regression
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS, alpha_grid, fuse, penalty_grid
 from invfast.probes.kernel_ridge import KernelRidgeCV
 from invfast.probes.logistic import LogisticCV

@@ -4,6 +4,8 @@
 
 Several ``--features`` files are fused (concatenated) and the α grid shifts accordingly.
 Prints the probe table (Ericsson et al. 2021, App. E): mean ± std over folds at the α (penalty λ) with the best mean.
+Bad usage or input raises ValueError / FileNotFoundError, which ``invfast.cli`` turns into one line
+and exit code 2; warnings print once each, one line, as ``warning: ...``.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import argparse
 import json
 import sys
 import warnings
+from typing import Any
 
 import numpy as np
 
@@ -21,90 +24,153 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--targets", required=True, metavar="Y.npy",
                    help="labels [n] (classification) or targets [n] / [n, t] (regression), .npy")
     p.add_argument("--task", required=True, choices=["classification", "regression"])
-    p.add_argument("--folds", type=int, default=5, help="number of CV folds (default 5)")
+    p.add_argument("--folds", type=int, default=None, help="number of CV folds (default 5)")
     p.add_argument("--n-models", type=int, default=None,
-                   help="shift the grid for this many fused models (default: number of --features files)")
+                   help="linear probes: shift the grid for this many fused models (default: the number of --features)")
     p.add_argument("--kernel", action="store_true", help="regression: RBF kernel ridge over (alpha, gamma)")
-    p.add_argument("--loo", action="store_true", help="regression: exact leave-one-out instead of K-fold")
+    p.add_argument("--loo", action="store_true",
+                   help="regression: exact leave-one-out instead of K-fold (ridge, or kernel ridge with --kernel)")
     p.add_argument("--no-stratify", action="store_true",
-                   help="classification: plain shuffled K-fold (fallback when a class is smaller than --folds)")
-    p.add_argument("--max-iter", type=int, default=500, help="logistic: L-BFGS iterations per α value")
-    p.add_argument("--tol", type=float, default=1e-4, help="logistic: gradient tolerance")
+                   help="classification: plain shuffled K-fold instead of stratified folds")
+    p.add_argument("--max-iter", type=int, default=None, help="classification: L-BFGS iterations per C value (500)")
+    p.add_argument("--tol", type=float, default=None, help="classification: gradient tolerance (1e-4)")
     p.add_argument("--device", default="cpu", help="torch device for the solves (cpu, cuda, cuda:1, ...)")
     p.add_argument("--all", action="store_true", help="also print the score of every α value")
-    p.add_argument("--json", metavar="OUT.json", help="write the summary and cv_results to this file")
+    p.add_argument("--json", metavar="OUT.json", help="write the summary and cv_results to this file (atomically)")
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (used with --no-stratify)")
 
 
 def _load(path: str, what: str) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"cannot read {what} {path!r}: no such file") from None
     except (OSError, ValueError) as e:
-        raise SystemExit(f"invfast probe: cannot read {what} {path!r}: {e}") from None
+        raise ValueError(f"cannot read {what} {path!r} as a .npy array: {e}") from None
 
 
-def _fmt(v: float) -> str:
-    return f"{v:.4f}"
+def _check_options(args: argparse.Namespace) -> None:
+    """Refuse options that do not apply to the chosen probe (nothing is silently ignored)."""
+    if args.task == "classification":
+        for flag, given in (("--kernel", args.kernel), ("--loo", args.loo)):
+            if given:
+                raise ValueError(f"{flag} is for --task regression; classification runs stratified K-fold "
+                                 "logistic regression (--folds, --no-stratify)")
+    else:
+        for flag, given in (("--no-stratify", args.no_stratify), ("--max-iter", args.max_iter is not None),
+                            ("--tol", args.tol is not None)):
+            if given:
+                raise ValueError(f"{flag} is for --task classification (logistic regression); regression folds "
+                                 "are plain K-fold and solved exactly")
+    if args.loo and args.folds is not None:
+        raise ValueError("give either --loo (leave-one-out) or --folds K, not both")
+    if args.kernel and args.n_models is not None:
+        raise ValueError("--n-models shifts the linear probes' λ grid; kernel ridge (--kernel) has its own (α, γ) "
+                         "grid")
+    if args.folds is not None and args.folds < 2:
+        raise ValueError(f"--folds must be at least 2, got {args.folds}")
+    if args.max_iter is not None and args.max_iter < 1:
+        raise ValueError(f"--max-iter must be at least 1, got {args.max_iter}")
+    if args.tol is not None and not args.tol > 0:
+        raise ValueError(f"--tol must be > 0, got {args.tol}")
+    import torch
+
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        raise ValueError(f"--device {args.device!r} is not a torch device (cpu, cuda, cuda:1, ...)") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {args.device}: this torch has no CUDA device available; use --device cpu")
 
 
-def _numeric_targets(y: np.ndarray, path: str) -> str | None:
-    """The one-line complaint when regression targets are not numbers (class names, say), else None."""
-    if y.dtype.kind in "biuf":
+def _numeric_targets(y: np.ndarray, path: str) -> None:
+    if y.dtype.kind not in "biuf":
+        raise ValueError(f"--task regression needs numeric targets, but {path} holds {y.dtype} values "
+                         f"(e.g. {y.ravel()[:1].tolist()[0]!r}); use --task classification for class labels")
+
+
+def _rare_classes(y: np.ndarray, folds: int) -> str | None:
+    """The warning for classes with fewer members than stratified folds, in the command line's words."""
+    classes, counts = np.unique(y, return_counts=True)
+    rare = counts < folds
+    if not rare.any():
         return None
-    example = y.ravel()[:1].tolist()
-    return (f"--task regression needs numeric targets, but {path} holds {y.dtype} values (e.g. {example[0]!r}); "
-            "use --task classification for class labels")
+    names = ", ".join(f"{c!r} ({k})" for c, k in zip(classes[rare][:5].tolist(), counts[rare][:5].tolist()))
+    return (f"{int(rare.sum())} class(es) have fewer members than --folds {folds}: {names}; some test folds miss "
+            "them. Lower --folds or drop those classes.")
+
+
+def _convergence(est: Any) -> str | None:
+    """The logistic convergence warning, in the command line's words."""
+    summary = est.unconverged_summary()
+    if summary is None:
+        return None
+    return f"logistic regression: {summary} (--tol {est.tol:g}, --max-iter {est.max_iter}); raise --max-iter"
+
+
+def _estimator(args: argparse.Namespace, n_models: int, folds: int) -> Any:
+    from invfast.probes import KernelRidgeCV, LogisticCV, RidgeCV
+
+    cv: Any = "loo" if args.loo else folds
+    if args.task == "classification":
+        return LogisticCV(cv=folds, n_models=n_models, stratify=not args.no_stratify, shuffle=args.no_stratify,
+                          random_state=args.seed, max_iter=500 if args.max_iter is None else args.max_iter,
+                          tol=1e-4 if args.tol is None else args.tol, verbose=True)
+    if args.kernel:
+        return KernelRidgeCV(cv=cv, verbose=True)
+    return RidgeCV(cv=cv, n_models=n_models, verbose=True)
+
+
+def _rows(args: argparse.Namespace, est: Any) -> list[tuple[str, str, str]]:
+    res, b = est.cv_results_, est.best_index_
+
+    def mean_std(key: str) -> str:
+        return f"{res[f'mean_test_{key}'][b]:.4f} ± {res[f'std_test_{key}'][b]:.4f}"
+
+    if args.task == "classification":
+        where = f"λ = {est.alpha_:.3g} (C = {est.C_:.3g})"
+        return [("accuracy", mean_std("accuracy"), where),
+                ("mean per-class accuracy", mean_std("mean_per_class_accuracy"), where)]
+    where = f"α = {est.alpha_:.3g}, γ = {est.gamma_:.3g}" if args.kernel else f"λ = {est.alpha_:.3g} (Ridge alpha)"
+    rows = [("R² (mean over targets)", mean_std("score"), where)]
+    per = est.cv_scores_per_target_.mean(1)[b]
+    if per.size > 1:
+        rows += [(f"R² target {t}", f"{v:.4f}", where) for t, v in enumerate(per)]
+    return rows
 
 
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from invfast.probes import KernelRidgeCV, LogisticCV, RidgeCV, fuse
+    from invfast.io import atomic_write_text
+    from invfast.probes import ConvergenceWarning, fuse
 
+    _check_options(args)
+    folds = 5 if args.folds is None else args.folds
     feats = [_load(f, "features") for f in args.features]
     y = _load(args.targets, "targets")
-    if args.task == "regression" and (problem := _numeric_targets(y, args.targets)):
-        print(f"invfast probe: {problem}", file=sys.stderr)
-        return 2
+    if args.task == "regression":
+        _numeric_targets(y, args.targets)
     n_models = args.n_models or len(feats)
-    try:
-        x = fuse(feats) if len(feats) > 1 else feats[0]
-        xt = torch.as_tensor(np.ascontiguousarray(x)).to(args.device)
-        if not xt.is_floating_point():
-            xt = xt.double()
-        yt = y
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            if args.task == "classification":
-                est = LogisticCV(cv=args.folds, n_models=n_models, stratify=not args.no_stratify,
-                                 shuffle=args.no_stratify, random_state=args.seed, max_iter=args.max_iter,
-                                 tol=args.tol, verbose=True)
-            elif args.kernel:
-                est = KernelRidgeCV(cv=args.folds, verbose=True)
-            else:
-                est = RidgeCV(cv="loo" if args.loo else args.folds, n_models=n_models, verbose=True)
-            est.fit(xt, yt)
-    except (ValueError, TypeError) as e:
-        print(f"invfast probe: {e}", file=sys.stderr)
-        return 2
-    res = est.cv_results_
-    b = est.best_index_
-    rows: list[tuple[str, str, str]] = []
+    x = fuse(feats) if len(feats) > 1 else feats[0]
+    xt = torch.as_tensor(np.ascontiguousarray(x)).to(args.device)
+    if not xt.is_floating_point():
+        xt = xt.double()
+    notes = []
+    if args.task == "classification" and not args.no_stratify and y.ndim == 1 and y.shape[0] == xt.shape[0]:
+        notes.append(_rare_classes(y, folds))
+    est = _estimator(args, n_models, folds)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.filterwarnings("ignore", message="The least populated class")   # said above in CLI words
+        est.fit(xt, y)
+    notes += [str(w.message) for w in caught if not issubclass(w.category, ConvergenceWarning)]
     if args.task == "classification":
-        where = f"λ = {est.alpha_:.3g} (C = {est.C_:.3g})"
-        for name, key in (("accuracy", "accuracy"), ("mean per-class accuracy", "mean_per_class_accuracy")):
-            rows.append((name, f"{_fmt(res[f'mean_test_{key}'][b])} ± {_fmt(res[f'std_test_{key}'][b])}", where))
-    else:
-        where = (f"α = {est.alpha_:.3g}, γ = {est.gamma_:.3g}" if args.kernel
-                 else f"λ = {est.alpha_:.3g} (Ridge alpha)")
-        rows.append(("R² (mean over targets)", f"{_fmt(res['mean_test_score'][b])} ± {_fmt(res['std_test_score'][b])}",
-                     where))
-        per = est.cv_scores_per_target_.mean(1)[b]
-        if per.size > 1:
-            for t, v in enumerate(per):
-                rows.append((f"R² target {t}", _fmt(v), where))
+        notes.append(_convergence(est))
+    res, b = est.cv_results_, est.best_index_
+    rows = _rows(args, est)
     model = type(est).__name__
-    cvdesc = "leave-one-out" if args.loo and args.task == "regression" else f"{args.folds}-fold"
+    cvdesc = "leave-one-out" if args.loo else f"{folds}-fold"
     print(f"{model}: n = {xt.shape[0]}, d = {xt.shape[1]} ({len(feats)} model(s)), {cvdesc} CV, "
           f"{len(res['params'])} values; mean ± std over folds at the best value")
     w = max(len(r[0]) for r in rows)
@@ -118,11 +184,10 @@ def run(args: argparse.Namespace) -> int:
         for i, (m_, s_) in enumerate(zip(res["mean_test_score"], res["std_test_score"])):
             label = ", ".join(f"{k[6:]}={res[k][i]:.3g}" for k in names)
             print(f"{label:<24} {m_:.4f}    {s_:.4f}")
-    for wmsg in caught:
-        print(f"warning: {wmsg.message}", file=sys.stderr)
+    for note in dict.fromkeys(n for n in notes if n):   # once each, in order
+        print(f"warning: {' '.join(note.split())}", file=sys.stderr)
     if args.json:
         out = {"model": model, "rows": rows, "best_index": b, "best_params": est.best_params_,
                "cv_results": {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in res.items()}}
-        with open(args.json, "w") as fh:
-            json.dump(out, fh, indent=1, default=float)
+        atomic_write_text(args.json, json.dumps(out, indent=1, default=float))
     return 0

@@ -4,6 +4,8 @@ Features (and targets) are standardised on each training fold, as
 ``Pipeline([StandardScaler(), KernelRidge(kernel='rbf')])`` inside ``GridSearchCV`` would do.
 Per fold the squared distances are computed once; per γ one eigendecomposition of the training
 kernel K = U diag(s) Uᵀ gives the dual coefficients of every α as U diag(1/(s+α)) Uᵀ y.
+``cv="loo"`` gives exact leave-one-out residuals e_i / (1 − H_ii) of every α from the same
+eigendecomposition (H = U diag(s/(s+α)) Uᵀ), with X and y standardised once on all samples.
 ``solver='cholesky'`` instead factors K + αI for each α; that is cheaper for short α grids (the default
 grid has 5 values and an eigendecomposition costs 7-20 Choleskys), so ``solver='auto'`` takes the
 eigendecomposition from 16 α values up.
@@ -14,10 +16,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator, RegressorMixin
 from tqdm.auto import tqdm
 
-from invfast.probes._base import (ProbeBase, ProbeTagsMixin, RegressorMixin, as_targets, check_features,
-                                  check_is_fitted, check_positive, output_like, require_y, search_results)
+from invfast.probes._base import (ProbeTagsMixin, as_targets, check_features, check_is_fitted, check_positive,
+                                  output_like, require_y)
+from invfast.probes.cv_results import search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
 from invfast.probes.ridge import r2_scores, scaled_products, sym_eigh
@@ -60,7 +64,17 @@ def _path_predict(k_tr: torch.Tensor, k_te: torch.Tensor, y: torch.Tensor, alpha
     return torch.stack(out)
 
 
-class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
+def kernel_loo_predictions(k: torch.Tensor, y: torch.Tensor, alphas: torch.Tensor) -> torch.Tensor:
+    """Exact leave-one-out predictions [A, n, t] of kernel ridge (no intercept) for every α in
+    ``alphas`` [A], from one eigendecomposition of the kernel ``k`` [n, n] (consumed); y [n, t]."""
+    s, u = sym_eigh(k)
+    shrink = s.clamp_min(0)[None, :] / (s.clamp_min(0)[None, :] + alphas[:, None])   # [A, n]
+    fitted = scaled_products(u, u.T @ y, shrink)                                     # [A, n, t]
+    hat = (u * u) @ shrink.T                                                          # [n, A]
+    return y - (y - fitted) / (1.0 - hat.T[:, :, None]).clamp_min(1e-12)
+
+
+class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
     """RBF kernel ridge regression with (α, γ) chosen by K-fold cross-validation (Ericsson et al. 2021 BMVC).
 
     Parameters
@@ -69,10 +83,12 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
         standardised targets). None: 1e-4 … 1e0 (5 values).
     gammas : sequence of float or None — RBF γ in exp(−γ‖x − x′‖²) on standardised features.
         None: 1e-5 … 1e2 (8 values).
-    cv : int, splitter or iterable of (train, test); an int gives ``KFold(cv)`` folds.
+    cv : int, splitter, iterable of (train, test) or "loo"; an int gives ``KFold(cv)`` folds; "loo" exact
+        leave-one-out (features and targets standardised once on all samples; one "split" in
+        ``cv_results_``).
     standardize : standardise features and targets with training-fold statistics (default True).
     solver : "eigh" (one eigendecomposition per γ gives all α), "cholesky" (one factorisation per
-        (α, γ)) or "auto" (eigh from 16 α values up, Cholesky below).
+        (α, γ)) or "auto" (eigh from 16 α values up, Cholesky below). ``cv="loo"`` always uses eigh.
     shuffle, random_state, verbose : as in ``RidgeCV``.
 
     Fitted attributes: alpha_, gamma_, best_index_, best_score_ (mean CV R²), best_params_
@@ -100,7 +116,7 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
         if self.solver not in ("auto", "eigh", "cholesky"):
             raise ValueError(f"solver must be 'auto', 'eigh' or 'cholesky', got {self.solver!r}")
         require_y(self, y)
-        self._numpy_ = not isinstance(X, torch.Tensor)
+        self._numpy_in = not isinstance(X, torch.Tensor)
         x = check_features(self, X, reset=True)
         n = x.shape[0]
         yt, one_d = as_targets(y if not isinstance(y, torch.Tensor) else y.to(x.device), "y", n)
@@ -109,21 +125,11 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
         gammas = check_positive(KERNEL_GAMMAS if self.gammas is None else self.gammas, "gammas")
         solver = self.solver if self.solver != "auto" else ("eigh" if alphas.size >= _EIGH_MIN_ALPHAS else "cholesky")
         a_t = torch.as_tensor(alphas, dtype=_F64, device=x.device)
-        splits = resolve_cv(self.cv, n, shuffle=self.shuffle, seed=self.random_state)
-        scores = np.zeros((alphas.size, gammas.size, len(splits), yt.shape[1]))
-        for f, (train, test) in enumerate(tqdm(splits, desc="kernel ridge folds", disable=not self.verbose,
-                                               leave=False)):
-            tr = torch.as_tensor(train, device=x.device)
-            te = torch.as_tensor(test, device=x.device)
-            xm, xs = _scaler(x[tr], self.standardize)
-            ym, ys = _scaler(yt[tr], self.standardize)
-            a, b = (x[tr] - xm) / xs, (x[te] - xm) / xs
-            d_tr, d_te = sq_distances(a, a), sq_distances(b, a)
-            y_s = (yt[tr] - ym) / ys
-            for g, gamma in enumerate(gammas):
-                pred = _path_predict(torch.exp(-gamma * d_tr), torch.exp(-gamma * d_te), y_s, a_t, solver)
-                scores[:, g, f] = r2_scores(pred * ys + ym, yt[te]).cpu().numpy()
-        per_target = scores.reshape(alphas.size * gammas.size, len(splits), -1)
+        if isinstance(self.cv, str):
+            scores = self._loo_scores(x, yt, a_t, gammas)
+        else:
+            scores = self._fold_scores(x, yt, a_t, gammas, solver)
+        per_target = scores.reshape(alphas.size * gammas.size, scores.shape[2], -1)
         pairs = np.array([(a_, g_) for a_ in alphas for g_ in gammas])
         self.cv_results_, best = search_results(
             [{"alpha": float(a_), "gamma": float(g_)} for a_, g_ in pairs], per_target.mean(-1), pairs,
@@ -140,12 +146,47 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
         k.diagonal().add_(self.alpha_)
         dual = torch.linalg.solve(k, (yt - ym) / ys)
         self._state = (xf, xm, xs, ym, ys, dual, one_d)
-        self.dual_coef_ = output_like(dual[:, 0] if one_d else dual, self._numpy_)
+        self.dual_coef_ = output_like(dual[:, 0] if one_d else dual, self._numpy_in)
         return self
+
+    def _loo_scores(self, x: torch.Tensor, yt: torch.Tensor, a_t: torch.Tensor, gammas: np.ndarray) -> np.ndarray:
+        """R² [A, G, 1, t] of exact leave-one-out predictions on data standardised once."""
+        if self.cv != "loo":
+            raise ValueError(f"cv must be an int, a splitter, a list of splits or 'loo', got {self.cv!r}")
+        if x.shape[0] < 3:
+            raise ValueError(f"leave-one-out needs at least 3 samples, got n_samples={x.shape[0]}")
+        xm, xs = _scaler(x, self.standardize)
+        ym, ys = _scaler(yt, self.standardize)
+        a = (x - xm) / xs
+        d, y_s = sq_distances(a, a), (yt - ym) / ys
+        scores = np.zeros((a_t.numel(), gammas.size, 1, yt.shape[1]))
+        for g, gamma in enumerate(tqdm(gammas, desc="kernel ridge LOO", disable=not self.verbose, leave=False)):
+            pred = kernel_loo_predictions(torch.exp(-gamma * d), y_s, a_t)
+            scores[:, g, 0] = r2_scores(pred * ys + ym, yt).cpu().numpy()
+        return scores
+
+    def _fold_scores(self, x: torch.Tensor, yt: torch.Tensor, a_t: torch.Tensor, gammas: np.ndarray,
+                     solver: str) -> np.ndarray:
+        """R² [A, G, folds, t] of every (α, γ) on every held-out fold."""
+        splits = resolve_cv(self.cv, x.shape[0], shuffle=self.shuffle, seed=self.random_state)
+        scores = np.zeros((a_t.numel(), gammas.size, len(splits), yt.shape[1]))
+        for f, (train, test) in enumerate(tqdm(splits, desc="kernel ridge folds", disable=not self.verbose,
+                                               leave=False)):
+            tr = torch.as_tensor(train, device=x.device)
+            te = torch.as_tensor(test, device=x.device)
+            xm, xs = _scaler(x[tr], self.standardize)
+            ym, ys = _scaler(yt[tr], self.standardize)
+            a, b = (x[tr] - xm) / xs, (x[te] - xm) / xs
+            d_tr, d_te = sq_distances(a, a), sq_distances(b, a)
+            y_s = (yt[tr] - ym) / ys
+            for g, gamma in enumerate(gammas):
+                pred = _path_predict(torch.exp(-gamma * d_tr), torch.exp(-gamma * d_te), y_s, a_t, solver)
+                scores[:, g, f] = r2_scores(pred * ys + ym, yt[te]).cpu().numpy()
+        return scores
 
     def predict(self, X: Any) -> Any:
         """Predictions [n] (1-D y at fit) or [n, t]; numpy for numpy input, else a tensor."""
-        check_is_fitted(self, "_state")
+        check_is_fitted(self)
         xf, xm, xs, ym, ys, dual, one_d = self._state
         is_np = not isinstance(X, torch.Tensor)
         x = check_features(self, X, reset=False)
@@ -160,7 +201,7 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
         """Mean R² over targets."""
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by invfast probes")
-        check_is_fitted(self, "_state")
+        check_is_fitted(self)
         p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
         yt, _ = as_targets(y, "y", p.shape[0])
         p = p[:, None] if p.dim() == 1 else p

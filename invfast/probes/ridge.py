@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 import scipy.linalg
 import torch
+from sklearn.base import BaseEstimator, RegressorMixin
 from tqdm.auto import tqdm
 
-from invfast.probes._base import (DEPRECATED, ProbeBase, ProbeTagsMixin, RegressorMixin, as_targets,
-                                  check_features, check_is_fitted, check_positive, deprecated_attribute,
-                                  output_like, renamed_param, require_y, search_results)
+from invfast.probes._base import (DEPRECATED, ProbeTagsMixin, as_targets, check_features, check_is_fitted,
+                                  check_positive, deprecated_attribute, output_like, renamed_param, require_y)
+from invfast.probes.cv_results import search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import alpha_grid
 
@@ -183,7 +184,7 @@ def ridge_solve(x: torch.Tensor, y: torch.Tensor, penalty: float, fit_intercept:
     return w, ym - xm @ w
 
 
-class RidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
+class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
     """Multi-output ridge regression, α chosen by K-fold (or exact leave-one-out) cross-validation.
 
     Parameters
@@ -234,7 +235,7 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
         """Cross-validate every α, then refit on all of X [n, d], y [n] or [n, t] at the best one."""
         alphas = renamed_param(self, "alphas", "penalties")
         require_y(self, y)
-        self._numpy_ = not isinstance(X, torch.Tensor)
+        self._numpy_in = not isinstance(X, torch.Tensor)
         x = check_features(self, X, reset=True)
         n, d = x.shape
         yt, one_d = as_targets(y if not isinstance(y, torch.Tensor) else y.to(x.device), "y", n)
@@ -271,15 +272,15 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
         w, b = ridge_solve(x, yt, self.alpha_, self.fit_intercept, full_gram=full_gram)
         self._w, self._b, self._one_d = w, b, one_d
         r2t = torch.as_tensor(per_target_np.mean(1)[best])
-        self.r2_per_target_ = output_like(r2t, self._numpy_)
+        self.r2_per_target_ = output_like(r2t, self._numpy_in)
         coef = w.T[0] if one_d else w.T
-        self.coef_ = output_like(coef, self._numpy_)
-        self.intercept_ = float(b[0]) if one_d else output_like(b, self._numpy_)
+        self.coef_ = output_like(coef, self._numpy_in)
+        self.intercept_ = float(b[0]) if one_d else output_like(b, self._numpy_in)
         return self
 
     def predict(self, X: Any) -> Any:
         """Predictions [n] (1-D y at fit) or [n, t]; numpy for numpy input, else a tensor on X's device."""
-        check_is_fitted(self, "_w")
+        check_is_fitted(self)
         is_np = not isinstance(X, torch.Tensor)
         x = check_features(self, X, reset=False)
         p = x.to(device=self._w.device, dtype=_F64) @ self._w + self._b
@@ -292,7 +293,7 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, ProbeBase):
         """Mean R² over targets (``r2_score`` with uniform averaging)."""
         if sample_weight is not None:
             raise ValueError("sample_weight is not supported by invfast probes")
-        check_is_fitted(self, "_w")
+        check_is_fitted(self)
         p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
         yt, _ = as_targets(y, "y", p.shape[0])
         p = p[:, None] if p.dim() == 1 else p

@@ -1,12 +1,14 @@
 """``invfast reproduce``: the papers' findings end to end on built-in synthetic data.
 
 - :mod:`~invfast.reproduce.config`: :class:`ReproduceConfig`, presets, the on-disk format;
-- :mod:`~invfast.reproduce.pipeline`: the cached, resumable job (:func:`reproduce`);
-- :mod:`~invfast.reproduce.stages`: each stage (data, pretraining, measurement, probes, transfer, amortised);
-- :mod:`~invfast.reproduce.report`: verdicts computed from the numbers, ``report.md``, figures;
+- :mod:`~invfast.reproduce.pipeline`: the cached, resumable job (:func:`reproduce`) over :class:`Stage` records;
+- :mod:`~invfast.reproduce.stages`: the stages as data (``STAGES``: data, pretraining, measurement, probes,
+  transfer, amortised), one module per kind;
+- :mod:`~invfast.reproduce.sections`: the report's findings and sections as data, one module per section;
+- :mod:`~invfast.reproduce.document`: ``report.md``, ``results.json`` and figures assembled from the sections;
 - :mod:`~invfast.reproduce.cli`: the command line.
 """
 from invfast.reproduce.config import PRESETS, ConfigMismatchError, ReproduceConfig, preset
-from invfast.reproduce.pipeline import reproduce
+from invfast.reproduce.pipeline import Stage, reproduce
 
-__all__ = ["ReproduceConfig", "PRESETS", "preset", "reproduce", "ConfigMismatchError"]
+__all__ = ["ReproduceConfig", "PRESETS", "preset", "reproduce", "ConfigMismatchError", "Stage"]

@@ -25,7 +25,7 @@ import dataclasses
 import json
 import sys
 
-from invfast.reproduce.config import PRESETS, ConfigMismatchError, ReproduceConfig, _parse_override, preset
+from invfast.reproduce.config import PRESETS, ReproduceConfig, _parse_override, preset
 from invfast.reproduce.pipeline import reproduce
 
 __all__ = ["add_arguments", "run"]
@@ -58,25 +58,21 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     fields = {f.name: f for f in dataclasses.fields(ReproduceConfig)}
-    try:
-        overrides = dict(_parse_override(fields, s) for s in args.overrides)
-        if args.seed is not None:
-            overrides["seed"] = args.seed
-        if args.threads is not None:
-            overrides["threads"] = args.threads
-        name = args.preset or ("gpu" if torch.cuda.is_available() else "quick")
-        cfg = preset(name, **overrides)
-    except ValueError as e:
-        print(f"invfast reproduce: {e}", file=sys.stderr)
-        return 2
+    overrides = dict(_parse_override(fields, s) for s in args.overrides)
+    if args.seed is not None:
+        overrides["seed"] = args.seed
+    if args.threads is not None:
+        overrides["threads"] = args.threads
+    name = args.preset or ("gpu" if torch.cuda.is_available() else "quick")
+    cfg = preset(name, **overrides)  # a bad value is a ValueError naming the field: exit 2 (invfast.cli)
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
+    from invfast.io import output_lock
+
     try:
-        reproduce(cfg, args.out, cache_dir=args.cache_dir, progress=not args.no_progress, log=print)
-    except (ConfigMismatchError, OSError) as e:
-        print(f"invfast reproduce: {e}", file=sys.stderr)
-        return 2
+        with output_lock(args.out, "invfast reproduce"):  # one run at a time per folder (a second one is refused)
+            reproduce(cfg, args.out, cache_dir=args.cache_dir, progress=not args.no_progress, log=print)
     except KeyboardInterrupt:
         print("invfast reproduce: interrupted; rerun the same command to continue (finished stages are kept)",
               file=sys.stderr)

@@ -15,7 +15,8 @@ __all__ = ["ReproduceConfig", "PRESETS", "FORMAT", "CONFIG_FILE", "preset", "Con
            "check_disk", "disk_estimate_mb"]
 
 CONFIG_FILE = "config.json"
-FORMAT = "invfast.reproduce/1"
+#: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs)
+FORMAT = "invfast.reproduce/2"
 
 
 @dataclass
@@ -92,6 +93,14 @@ class ReproduceConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config field {name} must be a positive int, got {v!r}")
+        # the sizes a run can hold; beyond them the run would take years or overflow a 31-bit seed
+        for name, hi in (("seeds", 100), ("threads", 1024), ("size", 1024), ("objects", 100_000),
+                         ("n_pretrain", 10_000_000), ("n_probe", 10_000_000), ("n_measure", 10_000_000)):
+            if getattr(self, name) > hi:
+                raise ValueError(f"config field {name} must be at most {hi}, got {getattr(self, name)}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= 2**31 - 1 - self.seeds:
+            raise ValueError(f"config field seed must be an int in [0, {2**31 - 1 - self.seeds}] (seeds seed..seed+"
+                             f"{self.seeds - 1} are used), got {self.seed!r}")
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.size < 16:
@@ -122,7 +131,7 @@ class ReproduceConfig:
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
         background_count(self.backgrounds)
-        from invfast.synthetic import TRANSFORMATIONS
+        from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
         bad = [t for t in self.data_transforms if t not in TRANSFORMATIONS]
         if bad:
             raise ValueError(f"data_transforms {bad} are not Transforms-2D types ({', '.join(TRANSFORMATIONS)})")
@@ -238,8 +247,11 @@ def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
         except (OSError, json.JSONDecodeError) as e:
             raise ConfigMismatchError(f"{what} {folder!r} holds an unreadable {CONFIG_FILE} ({e}); "
                                       "delete the folder or choose another one") from None
-        saved_cfg = saved.get("config", {}) if saved.get("format") == FORMAT else {}
-        diff = config_difference(saved_cfg, config)
+        if saved.get("format") != FORMAT:
+            raise ConfigMismatchError(f"{what} {folder!r} was made by another version of invfast reproduce (format "
+                                      f"{saved.get('format')!r}, this one writes {FORMAT!r}), so it cannot be resumed; "
+                                      "delete the folder or choose another one")
+        diff = config_difference(saved.get("config", {}), config)
         if diff:
             raise ConfigMismatchError(
                 f"{what} {folder!r} was made by a different configuration, so it cannot be resumed:\n  "

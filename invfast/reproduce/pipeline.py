@@ -1,21 +1,57 @@
-"""The ``invfast reproduce`` job: cached, resumable stages in order, then the report."""
+"""The ``invfast reproduce`` job: the :class:`Stage` records of :data:`invfast.reproduce.stages.STAGES`
+put in order (:func:`plan`), each run once and cached (:class:`StageCache`), for every seed; then the
+report (:mod:`invfast.reproduce.document`)."""
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from invfast.io import atomic_write_text
 from invfast.reproduce.config import ReproduceConfig, check_disk, claim_folder, disk_estimate_mb
+from invfast.reproduce.stage import Stage
 
-__all__ = ["Stages", "stage_names", "seed_configs", "deterministic", "reproduce"]
+__all__ = ["Stage", "StageCache", "plan", "run_seed", "stage_names", "seed_configs", "deterministic", "reproduce"]
 
 
-class Stages:
-    """Runs named stages once: a finished stage's JSON result lives in ``<cache>/stages/<name>.json``
+def plan(stages: Sequence[Stage], cfg: ReproduceConfig) -> list[Stage]:
+    """The stages ``cfg`` runs, each after every stage it needs (list order among the others).
+
+    Raises ValueError for a duplicated name, a need no stage of the list provides, a need on a stage
+    this configuration does not run, or a cycle."""
+    by_name: dict[str, Stage] = {}
+    for st in stages:
+        if st.name in by_name:
+            raise ValueError(f"two stages are called {st.name!r}")
+        by_name[st.name] = st
+    active = [st for st in stages if st.active(cfg)]
+    names = {st.name for st in active}
+    for st in active:
+        for need in st.needs:
+            if need not in by_name:
+                raise ValueError(f"stage {st.name!r} needs {need!r}, which no stage provides")
+            if need not in names:
+                raise ValueError(f"stage {st.name!r} needs {need!r}, which this configuration does not run")
+    order: list[Stage] = []
+    done: set[str] = set()
+    pending = list(active)
+    while pending:
+        ready = [st for st in pending if all(n in done for n in st.needs)]
+        if not ready:
+            raise ValueError("the stages' needs form a cycle: " + ", ".join(st.name for st in pending))
+        st = ready[0]
+        order.append(st)
+        done.add(st.name)
+        pending.remove(st)
+    return order
+
+
+class StageCache:
+    """Runs stages once: a finished stage's JSON result lives in ``<cache>/stages/<name>.json``
     (written atomically) and is returned as is on every later call, with its original elapsed time."""
 
     def __init__(self, cache: str, bar: Any = None) -> None:
@@ -25,7 +61,7 @@ class Stages:
         self.timings: dict[str, dict[str, Any]] = {}
 
     def path(self, name: str) -> str:
-        return os.path.join(self.dir, name.replace("/", "_") + ".json")
+        return os.path.join(self.dir, name + ".json")
 
     def done(self, name: str) -> bool:
         return os.path.exists(self.path(name))
@@ -77,29 +113,11 @@ def deterministic(cfg: ReproduceConfig) -> Iterator[None]:
         torch.backends.cudnn.benchmark = bench
 
 
-def _run_seed(ctx: Any, stages: Stages) -> dict[str, Any]:
-    """Every stage of one seed (cached in ``stages``): its data, measure, probes, transfer and amortised results."""
-    from invfast.reproduce import stages as S
+def run_seed(ctx: Any, cache: StageCache, stages: Sequence[Stage]) -> dict[str, Any]:
+    """Every stage of ``plan(stages, ctx.cfg)`` for one seed (each cached in ``cache``): ``{stage name: result}``."""
+    return {st.name: cache.run(st.name, functools.partial(st.run, ctx)) for st in plan(stages, ctx.cfg)}
 
-    cfg = ctx.cfg
-    data = stages.run("data", lambda: S.make_data(ctx))
-    for p in cfg.policies:
-        stages.run(f"pretrain-{p}", lambda p=p: S.pretrain_policy(ctx, p))
-    stages.run("features", lambda: S.features(ctx))
-    measure = stages.run("measure", lambda: S.measure(ctx))
-    probes = stages.run("probes", lambda: S.probes(ctx))
-    stages.run("transfer-data", lambda: S.transfer_data(ctx))
-    for s in ("same", "different", "superset"):
-        stages.run(f"transfer-train-{s}", lambda s=s: S.transfer_train(ctx, s))
-    transfer = stages.run("transfer-probe", lambda: S.transfer_probe(ctx))
-    amortised = None
-    if cfg.amortised:
-        stages.run("pretrain-amortised", lambda: S.pretrain_amortised(ctx))
-        interp = stages.run("amortised-interpolation", lambda: S.amortised_interpolation(ctx))
-        learned = stages.run("amortised-learned-i", lambda: S.amortised_learned_i(ctx))
-        amortised = {"interpolation": interp, "learned_i": learned}
-    return {"seed": cfg.seed, "data": data, "measure": measure, "probes": probes, "transfer": transfer,
-            "amortised": amortised}
+
 def seed_configs(cfg: ReproduceConfig) -> list[ReproduceConfig]:
     """One configuration per master seed: ``cfg`` itself, then ``cfg.seed + 1``, ... (``cfg.seeds`` in all)."""
     return [cfg] + [dataclasses.replace(cfg, seed=cfg.seed + j) for j in range(1, cfg.seeds)]
@@ -110,17 +128,12 @@ def seed_prefix(cfg: ReproduceConfig, seed: int) -> str:
     return "" if seed == cfg.seed else f"seed-{seed}/"
 
 
-def stage_names(cfg: ReproduceConfig) -> list[str]:
+def stage_names(cfg: ReproduceConfig, stages: Sequence[Stage] | None = None) -> list[str]:
     """The stages of a run over every seed, in order (the progress display counts them)."""
-    return [seed_prefix(cfg, c.seed) + n for c in seed_configs(cfg) for n in _seed_stage_names(cfg)]
-
-
-def _seed_stage_names(cfg: ReproduceConfig) -> list[str]:
-    names = ["data"] + [f"pretrain-{p}" for p in cfg.policies] + ["features", "measure", "probes"]
-    names += ["transfer-data"] + [f"transfer-train-{s}" for s in ("same", "different", "superset")] + ["transfer-probe"]
-    if cfg.amortised:
-        names += ["pretrain-amortised", "amortised-interpolation", "amortised-learned-i"]
-    return names
+    if stages is None:
+        from invfast.reproduce.stages import STAGES as stages
+    names = [st.name for st in plan(stages, cfg)]
+    return [seed_prefix(cfg, c.seed) + n for c in seed_configs(cfg) for n in names]
 
 
 def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, progress: bool = True,
@@ -133,7 +146,7 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
     """
     from tqdm.auto import tqdm
 
-    from invfast.reproduce import report as R
+    from invfast.reproduce import document
     from invfast.reproduce import stages as S
 
     cfg.validate()
@@ -151,7 +164,7 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
         claim_folder(cache, conf, "cache folder")
     check_disk(cache, disk_estimate_mb(cfg))
     t_start = time.perf_counter()
-    names = stage_names(cfg)
+    names = stage_names(cfg, S.STAGES)
     bar = tqdm(total=len(names) + 1, desc="reproduce", unit="stage", disable=not progress, position=0,
                dynamic_ncols=True)
     timings: dict[str, dict[str, Any]] = {}
@@ -161,14 +174,13 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
             for c in seed_configs(cfg):
                 prefix = seed_prefix(cfg, c.seed)
                 seed_cache = os.path.join(cache, prefix) if prefix else cache
-                stages = Stages(seed_cache, bar)
-                runs.append(_run_seed(S.Context(cfg=c, cache=seed_cache, progress=progress), stages))
-                timings.update({prefix + k: v for k, v in stages.timings.items()})
-            first = runs[0]
+                stage_cache = StageCache(seed_cache, bar)
+                results = run_seed(S.Context(cfg=c, cache=seed_cache, progress=progress), stage_cache, S.STAGES)
+                runs.append(document.SeedRun(seed=c.seed, cache=seed_cache, results=results))
+                timings.update({prefix + k: v for k, v in stage_cache.timings.items()})
             bar.set_description("reproduce [report]")
-            doc = R.write_report(out, cfg, data=first["data"], measure=first["measure"], probes=first["probes"],
-                                 transfer=first["transfer"], amortised=first["amortised"], timings=timings,
-                                 total_elapsed_s=time.perf_counter() - t_start, cache=cache, other_seeds=runs[1:])
+            doc = document.write_report(out, cfg, runs, timings=timings,
+                                        total_elapsed_s=time.perf_counter() - t_start)
         bar.update(1)
     finally:
         bar.close()

@@ -17,6 +17,31 @@ RANDOM_BACKGROUNDS = "uniform-random"
 SPLITS: tuple[str, ...] = tuple(DEFAULT_SIZES)
 #: per-sample orders of the transformation types (see ``Transforms2D``)
 ORDERS: tuple[str, ...] = ("canonical", "random")
+#: inclusive ranges of the integer options of a data set. ``size``: the background bank is held in memory
+#: (867 x 3 x size² bytes, 680 MB at 512 px); ``n``: sample indices are int32-sized; ``objects``: built-in
+#: objects are drawn procedurally, 1000 of them in about a second; ``seed``: int64 (distinct 64-bit keys)
+LIMITS: dict[str, tuple[int, int]] = {"objects": (1, 1000), "n": (1, 2**31 - 1), "size": (8, 512),
+                                      "seed": (-(2**63), 2**63 - 1)}
+
+
+def check_int(name: str, value: Any, key: str | None = None) -> int:
+    """``value`` as an int if it is an integer (not a bool, not a float, not a string) inside ``LIMITS[key]``
+    (``key`` defaults to ``name``); else one ValueError naming ``name`` and the accepted range."""
+    lo, hi = LIMITS[key or name]
+    ok = not isinstance(value, (bool, np.bool_)) and isinstance(value, (int, np.integer)) and lo <= int(value) <= hi
+    if not ok:
+        shown = repr(value)
+        shown = shown if len(shown) <= 40 else shown[:30] + "..." + shown[-6:]
+        raise ValueError(f"{name} must be an integer from {_power(lo)} to {_power(hi)}, got {shown}")
+    return int(value)
+
+
+def _power(v: int) -> str:
+    """``v`` as ``2^k - 1`` / ``-2^k`` where it is one of those (large range ends), else in digits."""
+    k = (abs(v) + (v > 0)).bit_length() - 1
+    if abs(v) > 10**6 and abs(v) + (v > 0) == 2**k:
+        return f"2^{k} - 1" if v > 0 else f"-2^{k}"
+    return str(v)
 
 
 def as_objects(objects: Any, n_classes: int | None) -> ObjectBank:
@@ -24,9 +49,8 @@ def as_objects(objects: Any, n_classes: int | None) -> ObjectBank:
     if isinstance(objects, ObjectBank):
         bank = objects
     elif isinstance(objects, (int, np.integer)) and not isinstance(objects, bool):
-        if objects < 1:
-            raise ValueError(f"objects: need at least 1 object, got {objects}")
-        bank = builtin_objects(max(61, int(objects))).subset(range(int(objects)))
+        objects = check_int("objects", objects)
+        bank = builtin_objects(max(61, objects)).subset(range(objects))
     elif isinstance(objects, (str, os.PathLike)):
         bank = load_objects(objects)
     elif isinstance(objects, (list, tuple, range, np.ndarray, torch.Tensor)):
@@ -35,6 +59,9 @@ def as_objects(objects: Any, n_classes: int | None) -> ObjectBank:
             raise ValueError("objects: empty list of object indices")
         if len(set(idx)) != len(idx):
             raise ValueError("objects: object indices must be distinct (one class per object)")
+        if min(idx) < 0 or max(idx) >= LIMITS["objects"][1]:
+            raise ValueError(f"objects: built-in object indices must be from 0 to {LIMITS['objects'][1] - 1}, got "
+                             f"{min(idx) if min(idx) < 0 else max(idx)}")
         bank = builtin_objects(max(61, max(idx) + 1)).subset(idx)
     else:
         raise TypeError("objects must be an int (that many built-in objects), a list of built-in object "

@@ -20,7 +20,7 @@ from invfast.ops.synth import COLOR_FLAGS, composite
 from invfast.synthetic import ops2d, rng
 from invfast.synthetic.banks import bank_checksum
 from invfast.synthetic.inputs import (DEFAULT_SIZES, ORDERS, RANDOM_BACKGROUNDS, SPLITS, as_backgrounds,  # noqa: F401
-                                      as_indices, as_objects, as_order, check_split)
+                                      as_indices, as_objects, as_order, check_int, check_split)
 from invfast.synthetic.placement import (LINEAR_GEOMETRIC, alpha_box, box_corners, canonical_linear,  # noqa: F401
                                          placement, type_matrix)
 from invfast.synthetic.recipe import BINARY, GEOMETRIC, PARAM_NAMES, Recipe, canonical, sample
@@ -76,18 +76,17 @@ class Transforms2D(torch.utils.data.Dataset):
     def __init__(self, objects: Any = 61, transforms: Any = (), size: int = 32, n: int | None = None,
                  seed: int = 0, split: str = "train", backgrounds: Any = None, n_classes: int | None = None,
                  recipe: Recipe | None = None, order: str = "canonical"):
-        if not isinstance(size, (int, np.integer)) or size < 8:
-            raise ValueError(f"size must be an int >= 8 pixels, got {size!r}")
+        size = check_int("size", size)
         if not isinstance(split, str) or not split:
             raise ValueError(f"split must be a non-empty string, got {split!r}")
         if n is None:
             if split not in DEFAULT_SIZES:
                 raise ValueError(f"n is required for split {split!r} (defaults exist for {sorted(DEFAULT_SIZES)})")
             n = DEFAULT_SIZES[split]
-        if not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"n must be a positive int, got {n!r}")
+        n = check_int("n", n)
         if not isinstance(seed, (int, np.integer)) or isinstance(seed, bool):
             raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+        seed = check_int("seed", seed)
         self.transforms = canonical(transforms)
         self.order = as_order(order, self.transforms)
         self.size = int(size)
@@ -333,7 +332,9 @@ class Transforms2D(torch.utils.data.Dataset):
 
     def materialize(self, path: str | os.PathLike, *, batch_size: int = 2048, shard_size: int = 10_000,
                     overwrite: bool = False, progress: bool = True, own_files: Iterable[str] = ()) -> Path:
-        """Write all samples to ``path`` (sharded .npy + manifest.json); see :func:`invfast.synthetic.storage.materialize`."""
+        """Write all samples to folder ``path`` (sharded .npy + manifest.json) and return it; a folder that holds
+        this dataset already is verified and any damaged file regenerated exactly. Rules:
+        :mod:`invfast.synthetic.writer`; :func:`invfast.synthetic.storage.materialize`."""
         from invfast.synthetic.storage import materialize
 
         return materialize(self, path, batch_size=batch_size, shard_size=shard_size, overwrite=overwrite,

@@ -1,0 +1,92 @@
+"""The report of ``invfast reproduce`` assembled from its sections: ``results.json``, ``report.md`` and
+``figures/`` in the output folder. What each part says and how each finding is decided lives in
+:mod:`invfast.reproduce.sections` (one module per section); this module only puts them together:
+
+1. the results document starts with the configuration, the machine and the seeds, and each section
+   adds its entries (``Section.content``, from the first seed's stage results);
+2. every :data:`~invfast.reproduce.sections.FINDINGS` entry is decided on every seed, the statuses
+   are combined over seeds and the statistics behind them aggregated (``over_seeds``); every seed's
+   findings, statistics and stage results go under ``per_seed``;
+3. the sections write their figures, then their markdown, in order.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Sequence
+
+from invfast.io import atomic_write_text
+from invfast.reproduce.config import FORMAT, ReproduceConfig
+from invfast.reproduce.sections import FINDINGS, SECTIONS, ReportView, SeedRun
+from invfast.reproduce.sections.environment import environment
+from invfast.reproduce.sections.over_seeds import aggregate_statistics, combine_over_seeds
+from invfast.reproduce.sections.summary import verdict
+from invfast.reproduce.stages.context import LABELS, stage_seed
+
+__all__ = ["SeedRun", "findings_of", "seed_statistics", "write_report"]
+
+
+def findings_of(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every finding decided on one seed's stage results (``{stage name: result}``)."""
+    return [f.evaluate(results) for f in FINDINGS]
+
+
+def seed_statistics(results: dict[str, Any], findings: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """The numbers behind the findings for one seed, flat ``{name: value}`` (aggregated over seeds)."""
+    out: dict[str, float] = {}
+    for spec, f in zip(FINDINGS, findings):
+        if spec.statistics is not None and f["status"] != "not run":
+            out.update(spec.statistics(results, f))
+    return {k: float(v) for k, v in out.items()}
+
+
+def _seeds(cfg: ReproduceConfig, results: dict[str, Any]) -> dict[str, int]:
+    """The master seed and the stage seeds of one seed's run."""
+    out = {"master": cfg.seed, **{f"init/{k}": stage_seed(cfg.seed, f"init/{k}") for k in [*LABELS, "transfer", "amortised"]}}
+    for name, r in results.items():
+        if isinstance(r, dict) and "seed" in r and name.startswith(("pretrain-", "transfer-train-")):
+            out[name.replace("pretrain-", "pretrain/").replace("transfer-train-", "transfer/")] = r["seed"]
+    return out
+
+
+def write_report(out: str, cfg: ReproduceConfig, runs: Sequence[SeedRun], *, timings: dict[str, dict[str, Any]],
+                 total_elapsed_s: float) -> dict[str, Any]:
+    """Decide the findings, write ``results.json``, ``report.md`` and ``figures/*.png``; return the document.
+
+    ``runs`` holds one :class:`SeedRun` per master seed, the first (``cfg.seed``) being the one the
+    tables and figures show; the findings' statuses are combined over all of them."""
+    view = ReportView(cfg=cfg, runs=list(runs), out=out)
+    first = view.first.results
+    doc: dict[str, Any] = {
+        "format": FORMAT, "config": cfg.to_dict(), "generated_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "environment": environment(), "seeds": _seeds(cfg, first),
+        "pretraining": {k[len("pretrain-"):]: v for k, v in first.items() if k.startswith("pretrain-")},
+    }
+    view.doc = doc
+    for section in SECTIONS:
+        if section.content is not None:
+            doc.update(section.content(view))
+    per_seed = [findings_of(r.results) for r in view.runs]
+    seed_list = [int(r.seed) for r in view.runs]
+    stats = [seed_statistics(r.results, f) for r, f in zip(view.runs, per_seed)]
+    doc["findings"] = combine_over_seeds(per_seed, seed_list)
+    doc["verdict"] = verdict(doc["findings"])
+    doc["over_seeds"] = {"seeds": seed_list, "statistics": aggregate_statistics(stats),
+                         "findings": {str(sd): [{"id": f["id"], "status": f["status"], "summary": f["summary"]}
+                                                for f in fs] for sd, fs in zip(seed_list, per_seed)}}
+    doc["per_seed"] = {str(r.seed): {"findings": fs, "statistics": st, "stages": r.results}
+                       for r, fs, st in zip(view.runs, per_seed, stats)}
+    doc["timings"] = timings
+    doc["stages_elapsed_s"] = float(sum(t["elapsed_s"] for t in timings.values()))
+    doc["total_elapsed_s"] = total_elapsed_s
+    doc["figures"] = {}
+    for section in SECTIONS:
+        if section.figures is not None:
+            doc["figures"].update(section.figures(view))
+    lines: list[str] = []
+    for section in SECTIONS:
+        lines.extend(section.markdown(view))
+    atomic_write_text(os.path.join(out, "results.json"), json.dumps(doc, indent=1, allow_nan=False))
+    atomic_write_text(os.path.join(out, "report.md"), "\n".join(lines))
+    return doc

@@ -1,0 +1,56 @@
+"""The stages of ``invfast reproduce``, as data: :data:`STAGES` lists every stage as a
+:class:`~invfast.reproduce.pipeline.Stage` record (name, the stages it needs, what it writes under
+the cache, the function that makes it, and when it runs). The pipeline derives their order, caching,
+progress and resume from this list and runs it once per seed; adding a stage is adding a record.
+
+Each stage function takes a :class:`Context`, keeps its large outputs (images, checkpoints,
+features, measurement results) under ``ctx.cache`` and returns a small JSON-able dict (its result,
+cached as ``<cache>/stages/<name>.json``).
+
+Everything built here comes from the invfast packages: ``invfast.synthetic`` (data and the
+same-vs-different family), ``invfast.transforms`` (policies, colour ops), ``invfast.models``,
+``invfast.pretrain`` (MoCo-v2, AI-MoCo, Supervised, Trainer), ``invfast.measure_invariance`` and
+``invfast.probes``.
+"""
+from __future__ import annotations
+
+import functools
+
+from invfast.reproduce.config import ReproduceConfig
+from invfast.reproduce.stage import Stage
+from invfast.reproduce.stages.amortised import amortised_interpolation, amortised_learned_i, interpolation_points
+from invfast.reproduce.stages.context import FUSIONS, LABELS, POLICIES, Context, extract, load_model, normalise, stage_seed
+from invfast.reproduce.stages.data import TASKS, colour_targets, main_objects, make_data, task_set
+from invfast.reproduce.stages.measurement import measure
+from invfast.reproduce.stages.pretraining import pretrain_amortised, pretrain_policy
+from invfast.reproduce.stages.probing import feature_file, features, probe_scores, probes
+from invfast.reproduce.stages.transfer import TRANSFER_SOURCES, transfer_data, transfer_probe, transfer_train
+
+__all__ = ["STAGES", "Context", "LABELS", "FUSIONS", "POLICIES", "TASKS", "TRANSFER_SOURCES", "stage_seed", "extract",
+           "normalise", "load_model", "main_objects", "colour_targets", "task_set", "feature_file", "probe_scores",
+           "interpolation_points"]
+
+
+def _amortised(cfg: ReproduceConfig) -> bool:
+    return cfg.amortised
+
+
+_PRETRAINED = tuple(f"pretrain-{p}" for p in POLICIES)
+
+#: every stage of one seed; the pipeline runs them in an order that respects ``needs``
+STAGES: tuple[Stage, ...] = (
+    Stage("data", make_data, writes=("data/",)),
+    *(Stage(f"pretrain-{p}", functools.partial(pretrain_policy, policy=p), needs=("data",), writes=(f"pretrain/{p}/",))
+      for p in POLICIES),
+    Stage("features", features, needs=("data", *_PRETRAINED), writes=("features/",)),
+    Stage("measure", measure, needs=("data", "features", *_PRETRAINED), writes=("measure/",)),
+    Stage("probes", probes, needs=("data", "features")),
+    Stage("transfer-data", transfer_data, writes=("transfer/",)),
+    *(Stage(f"transfer-train-{s}", functools.partial(transfer_train, source=s), needs=("transfer-data",),
+            writes=(f"transfer/{s}/",)) for s in TRANSFER_SOURCES),
+    Stage("transfer-probe", transfer_probe, needs=tuple(f"transfer-train-{s}" for s in TRANSFER_SOURCES)),
+    Stage("pretrain-amortised", pretrain_amortised, needs=("data",), writes=("pretrain/amortised/",), when=_amortised),
+    Stage("amortised-interpolation", amortised_interpolation, needs=("data", "pretrain-amortised"),
+          writes=("measure/",), when=_amortised),
+    Stage("amortised-learned-i", amortised_learned_i, needs=("data", "pretrain-amortised"), when=_amortised),
+)

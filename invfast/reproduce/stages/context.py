@@ -1,0 +1,96 @@
+"""What every stage of ``invfast reproduce`` works with: the :class:`Context` (configuration, cache
+folder, loaded models), stage seeds, the model names and the frozen feature extractors."""
+from __future__ import annotations
+
+import os
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
+from invfast.reproduce.config import ReproduceConfig
+
+__all__ = ["LABELS", "FUSIONS", "POLICIES", "Context", "stage_seed", "normalise", "extract", "encoder", "load_model"]
+
+#: model keys (cache names) -> labels in the report, in report order
+LABELS = {"random": "Random", "default": "Default", "spatial": "Spatial", "appearance": "Appearance"}
+#: the pretraining policies every run compares (ReproduceConfig.validate insists on exactly these)
+POLICIES = ("default", "spatial", "appearance")
+FUSIONS = {"spa+app": ("Spa+App", ("spatial", "appearance")),
+           "def+spa+app": ("Def+Spa+App", ("default", "spatial", "appearance"))}
+
+
+def stage_seed(seed: int, name: str) -> int:
+    """A stable 31-bit seed for stage ``name`` derived from the master seed."""
+    return (zlib.crc32(f"{seed}/{name}".encode()) ^ (seed * 0x9E3779B1)) & 0x7FFFFFFF
+
+
+@dataclass
+class Context:
+    """What every stage needs: the configuration, the cache folder and whether to show progress."""
+
+    cfg: ReproduceConfig
+    cache: str
+    progress: bool = True
+    _models: dict[str, torch.nn.Module] = field(default_factory=dict)
+
+    def path(self, *parts: str) -> str:
+        """``<cache>/<parts...>``, its parent folder created."""
+        p = os.path.join(self.cache, *parts)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
+        return p
+
+    def array(self, *parts: str) -> np.ndarray:
+        return np.load(os.path.join(self.cache, *parts))
+
+    def images(self, split: str) -> torch.Tensor:
+        """uint8 [N, 3, size, size] of a main-data split ('pretrain', 'probe', 'rotation', 'measure')."""
+        return torch.from_numpy(self.array("data", f"{split}_images.npy"))
+
+    def model(self, key: str) -> torch.nn.Module:
+        """A frozen feature extractor in eval mode: 'random', a policy name, or 'amortised'."""
+        if key not in self._models:
+            self._models[key] = load_model(self, key).to(self.cfg.device)
+        return self._models[key]
+
+
+def normalise(images: torch.Tensor) -> torch.Tensor:
+    """uint8 [B, 3, H, W] -> float32 normalised with ImageNet mean/std (as the policies' views)."""
+    mean = torch.tensor(IMAGENET_MEAN, device=images.device).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=images.device).view(1, 3, 1, 1)
+    return (images.float() / 255.0 - mean) / std
+
+
+@torch.no_grad()
+def extract(model: torch.nn.Module, images: torch.Tensor, batch: int = 256) -> np.ndarray:
+    """Pooled features float32 [N, D] of uint8 images [N, 3, H, W]."""
+    model.eval()
+    dev = next(model.parameters()).device
+    out = [model(normalise(images[s:s + batch].to(dev))).float().cpu() for s in range(0, images.shape[0], batch)]
+    return torch.cat(out).numpy()
+
+
+def encoder(cfg: ReproduceConfig, key: str) -> torch.nn.Module:
+    """A freshly initialised encoder for ``key`` (its initialisation seeded by the master seed and key):
+    the Hyper-ResNet for 'amortised', the plain ResNet otherwise."""
+    from invfast.models import create
+
+    torch.manual_seed(stage_seed(cfg.seed, f"init/{key}"))
+    if key == "amortised":
+        return create(f"hyper-{cfg.arch}", width=cfg.width, inv_dim=2)
+    return create(cfg.arch, width=cfg.width)
+
+
+def load_model(ctx: Context, key: str) -> torch.nn.Module:
+    """The encoder called ``key``: 'random' (seeded initialisation), a policy or 'amortised'
+    (weights from the pretraining run), a transfer source 'transfer-<source>'."""
+    from invfast.models import load_checkpoint
+
+    if key == "random":
+        return encoder(ctx.cfg, "random").eval()
+    if key.startswith("transfer-"):
+        enc = encoder(ctx.cfg, "transfer")
+        return load_checkpoint(enc, ctx.path("transfer", key[len("transfer-"):], "model.pt")).eval()
+    return load_checkpoint(encoder(ctx.cfg, key), ctx.path("pretrain", key, "model.pt")).eval()

@@ -1,0 +1,58 @@
+"""The ``measure`` stage: invariance of Random, Default, Spatial and Appearance to the test transforms
+(Table 1, :func:`invfast.measure_invariance`), with reference statistics from the probe-set features."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import torch
+
+from invfast.reproduce.stages.context import LABELS, Context
+from invfast.reproduce.stages.probing import feature_file
+
+__all__ = ["measure", "measure_one", "reference_stats"]
+
+
+def reference_stats(feats: np.ndarray) -> tuple[Any, str]:
+    """FeatureStats of the probe-set features (a larger reference set than the measured images, as the
+    paper allows): trace shrinkage ε = 1e-6 when there are at least 4 samples per dimension, Ledoit-Wolf below."""
+    from invfast.stats import FeatureStats
+
+    shrink = "trace" if feats.shape[0] >= 4 * feats.shape[1] else "ledoit-wolf"
+    stats = FeatureStats().update(torch.from_numpy(np.ascontiguousarray(feats)))
+    stats.finalize(shrinkage=shrink)
+    return stats, shrink
+
+
+def measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = None) -> Any:
+    """``model``'s invariance result on the measurement images (cached as ``measure/<file>.json``;
+    the measurement itself resumes from ``measure/<file>.state``)."""
+    from invfast.measure import measure_invariance
+    from invfast.measure.result import InvarianceResult
+
+    path = ctx.path("measure", f"{file}.json")
+    if os.path.exists(path):
+        return InvarianceResult.from_json(path)
+    r = measure_invariance(model, ctx.images("measure"), transforms=ctx.cfg.test_transforms, stats=stats,
+                           grid_size=ctx.cfg.grid_size, batch_size=16, forward_batch=256, device=ctx.cfg.device,
+                           state_path=ctx.path("measure", f"{file}.state"), name=name, progress=ctx.progress)
+    r.to_json(path)
+    return r
+
+
+def measure(ctx: Context) -> dict[str, Any]:
+    """Invariance of Random, Default, Spatial, Appearance to the test transforms (Table 1); the
+    reference statistics of each model come from its features of the probe images."""
+    from invfast import report
+
+    results, shrinkage = [], {}
+    for k in LABELS:
+        stats, shrinkage[LABELS[k]] = reference_stats(ctx.array(*feature_file(k, "probe")))
+        results.append(measure_one(ctx, ctx.model(k), LABELS[k], k, stats))
+    return {"files": {LABELS[k]: f"measure/{k}.json" for k in LABELS},
+            "reference": {"images": "probe set", "n": ctx.cfg.n_probe, "shrinkage": shrinkage},
+            "cosine": {r.model: r.means("cosine") for r in results},
+            "distance": {r.model: r.means("distance") for r in results},
+            "families": {t.name: t.family for t in results[0].transforms.values()},
+            "best": report.significance(results)}

@@ -1,0 +1,71 @@
+"""The pretraining stages: MoCo-v2 with the Default / Spatial / Appearance policies and the amortised
+AI-MoCo model, all through :class:`invfast.pretrain.Trainer` (checkpoints and exact resume inside a
+stage, ``metrics.jsonl`` per model)."""
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from invfast.reproduce.stages.context import Context, encoder, stage_seed
+
+__all__ = ["pretrain_policy", "pretrain_amortised", "train_config", "read_metrics"]
+
+
+def train_config(ctx: Context, key: str, epochs: int, n: int, lr: float | None = None, weight_decay: float = 1e-4) -> Any:
+    """The :class:`invfast.pretrain.TrainConfig` of model ``key``: ``epochs`` over ``n`` images in
+    batches of ``cfg.batch_size``, checkpoints five times per run, its seed derived from the master seed."""
+    from invfast.pretrain import TrainConfig
+
+    cfg = ctx.cfg
+    steps = epochs * (n // cfg.batch_size)
+    return TrainConfig(batch_size=cfg.batch_size, epochs=epochs, lr=cfg.lr if lr is None else lr,
+                       weight_decay=weight_decay, seed=stage_seed(cfg.seed, f"train/{key}"), size=cfg.size,
+                       checkpoint_every=max(10, steps // 5), log_every=max(1, min(10, steps)), progress=ctx.progress,
+                       device=cfg.device)
+
+
+def read_metrics(folder: str) -> list[dict[str, Any]]:
+    """The records of a training run's ``metrics.jsonl``."""
+    with open(os.path.join(folder, "metrics.jsonl"), encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
+    from invfast.pretrain import ArraySource, Trainer
+
+    cfg = ctx.cfg
+    images = ctx.images("pretrain")
+    out = os.path.dirname(ctx.path("pretrain", key, "model.pt"))
+    tc = train_config(ctx, key, epochs, images.shape[0])
+    trainer = Trainer(method, ArraySource(images, spec=f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"), tc,
+                      out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": key})
+    trainer.fit(resume=True)
+    losses = [r["loss"] for r in read_metrics(out) if "loss" in r]
+    return {"model": key, "steps": trainer.total_steps, "epochs": epochs, "seed": tc.seed,
+            "queue_size": int(method.queue.size), "first_loss": losses[0] if losses else None,
+            "final_loss": losses[-1] if losses else None}
+
+
+def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
+    """MoCo-v2 with the Default / Spatial / Appearance policy (Ericsson et al. 2021, App. A, scaled to ``size``)."""
+    from invfast import transforms as T
+    from invfast.pretrain import MoCoV2, default_queue_size
+
+    cfg = ctx.cfg
+    method = MoCoV2(encoder(cfg, policy), T.policy(policy, size=cfg.size),
+                    queue_size=default_queue_size(cfg.n_pretrain, cfg.batch_size), key_momentum=cfg.key_momentum,
+                    proj_dim=cfg.proj_dim, queue_seed=stage_seed(cfg.seed, f"queue/{policy}"))
+    return _fit(ctx, policy, method, cfg.pretrain_epochs)
+
+
+def pretrain_amortised(ctx: Context) -> dict[str, Any]:
+    """AI-MoCo on a Hyper-ResNet with the K = 2 group descriptors ([1,1] default, [1,0] spatial, [0,1] appearance)."""
+    from invfast.pretrain import AmortisedMoCo, default_queue_size
+
+    cfg = ctx.cfg
+    method = AmortisedMoCo(encoder(cfg, "amortised"), descriptors="groups", size=cfg.size,
+                           queue_size=default_queue_size(cfg.n_pretrain, cfg.batch_size),
+                           key_momentum=cfg.key_momentum, proj_dim=cfg.proj_dim,
+                           queue_seed=stage_seed(cfg.seed, "queue/amortised"))
+    return _fit(ctx, "amortised", method, cfg.amortised_epochs)

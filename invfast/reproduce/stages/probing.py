@@ -1,0 +1,91 @@
+"""The ``features`` and ``probes`` stages: frozen features of the probe sets and the linear probes of
+every task (Ericsson et al. 2021, App. E) for every model and fusion."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from invfast.io import atomic_save_npy
+from invfast.reproduce.config import ReproduceConfig
+from invfast.reproduce.stages.context import FUSIONS, LABELS, Context, extract
+from invfast.reproduce.stages.data import TASKS, task_set
+
+__all__ = ["feature_file", "features", "probe_scores", "probes"]
+
+
+def feature_file(model: str, split: str) -> tuple[str, str]:
+    """Cache path parts of ``model``'s features of a probe split ('probe' or 'rotation')."""
+    return ("features", f"{model}.npy" if split == "probe" else f"{split}-{model}.npy")
+
+
+def features(ctx: Context) -> dict[str, Any]:
+    """Frozen features of the probe and rotation-probe images for Random, Default, Spatial, Appearance."""
+    dims, sizes = {}, {}
+    for split in sorted({task_set(t) for t in TASKS}):
+        images = ctx.images(split)
+        sizes[split] = int(images.shape[0])
+        for k in LABELS:
+            f = extract(ctx.model(k), images)
+            if not np.isfinite(f).all():
+                raise FloatingPointError(f"the {LABELS[k]} model gave non-finite features")
+            atomic_save_npy(ctx.path(*feature_file(k, split)), f)
+            dims[LABELS[k]] = int(f.shape[1])
+    return {"dims": dims, "n": sizes["probe"], "n_per_set": sizes}
+
+
+def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: ReproduceConfig) -> dict[str, Any]:
+    """``cfg.folds``-fold CV over the published grid (Ericsson et al. 2021, App. E; ``cfg.n_penalties``
+    values, shifted for fusions): mean ± std over folds at the best α. Logistic fits that stopped at
+    ``logistic_max_iter`` are counted (``not_converged``) rather than printed."""
+    import warnings
+
+    from invfast.probes import LogisticCV, RidgeCV, alpha_grid
+
+    grid = alpha_grid(n_models, cfg.n_penalties)
+    if kind == "classification":
+        est = LogisticCV(alphas=grid, cv=cfg.folds, n_models=n_models, max_iter=cfg.logistic_max_iter)
+    else:
+        est = RidgeCV(alphas=grid, cv=cfg.folds, n_models=n_models)
+    threads = torch.get_num_threads()
+    try:
+        # the solvers run many small ops; one thread avoids OpenMP overhead (10x on a loaded 2-core machine)
+        torch.set_num_threads(1)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="LogisticCV")
+            est.fit(x, y)
+    finally:
+        torch.set_num_threads(threads)
+    cv = est.cv_results_
+    b = int(est.best_index_)
+    folds = [float(cv[f"split{k}_test_score"][b]) for k in range(cfg.folds)]
+    out = {"mean": float(est.best_score_), "std": float(cv["std_test_score"][b]), "best_penalty": float(est.alpha_),
+           "fold_scores": folds}
+    if "split0_converged" in cv:
+        conv = np.stack([np.asarray(cv[f"split{k}_converged"]) for k in range(cfg.folds)], axis=1)  # [alphas, folds]
+        out["not_converged"] = int(conv.size - conv.sum())
+        out["not_converged_at_best"] = int(conv[b].size - conv[b].sum())
+    per_target = getattr(est, "cv_scores_per_target_", None)
+    if per_target is not None and np.asarray(per_target).ndim == 3:
+        out["per_target"] = [float(v) for v in np.asarray(per_target).mean(1)[b]]
+    return out
+
+
+def probes(ctx: Context) -> dict[str, Any]:
+    """Every task x (Random, Default, Spatial, Appearance, Spa+App, Def+Spa+App)."""
+    from invfast.probes import fuse
+
+    sets = {LABELS[k]: [k] for k in LABELS}
+    sets.update({label: list(parts) for label, parts in FUSIONS.values()})
+    out: dict[str, Any] = {}
+    feats_of = {split: {k: ctx.array(*feature_file(k, split)) for k in LABELS} for split in {task_set(t) for t in TASKS}}
+    for task, (kind, what) in TASKS.items():
+        feats = feats_of[task_set(task)]
+        y = ctx.array("data", f"probe_target_{task}.npy")
+        rows = {}
+        for label, parts in sets.items():
+            x = feats[parts[0]] if len(parts) == 1 else fuse([feats[p] for p in parts])
+            rows[label] = probe_scores(x, y, kind, len(parts), ctx.cfg)
+        out[task] = {"kind": kind, "target": what, "scores": rows}
+    return out

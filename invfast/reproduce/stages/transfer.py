@@ -1,0 +1,77 @@
+"""Speicher et al.'s same-vs-different transformation experiment: the ``transfer-data`` stage (disjoint
+source and target objects and transformation sets), one ``transfer-train-<source>`` stage per source
+(supervised pretraining on the source task with :class:`invfast.pretrain.Supervised` through the
+:class:`~invfast.pretrain.Trainer`), and ``transfer-probe`` (a linear probe on the target)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import torch
+
+from invfast.io import atomic_save_npy
+from invfast.reproduce.stages.context import Context, encoder, extract, load_model
+from invfast.reproduce.stages.pretraining import read_metrics, train_config
+from invfast.reproduce.stages.probing import probe_scores
+
+__all__ = ["TRANSFER_SOURCES", "transfer_data", "transfer_train", "transfer_probe"]
+
+TRANSFER_SOURCES = ("same", "different", "superset")
+
+
+def transfer_data(ctx: Context) -> dict[str, Any]:
+    """Speicher's same/different-transformation family: disjoint source/target objects; sources under
+    the target's transformations (same), a disjoint set (different) and their union (superset)."""
+    from invfast.synthetic import Transforms2D
+    from invfast.synthetic.families import same_vs_different
+
+    cfg = ctx.cfg
+    sv = same_vs_different(n_objects=cfg.transfer_objects, n_transforms=cfg.transfer_transforms, seed=cfg.seed,
+                           size=cfg.size)
+    superset = tuple(sv.target_transforms) + tuple(sv.other_transforms)
+    sources = {"same": sv.source_same("train", n=cfg.transfer_n_source),
+               "different": sv.source_different("train", n=cfg.transfer_n_source),
+               "superset": Transforms2D(sv.bank.subset(sv.source_objects), superset, size=cfg.size,
+                                        n=cfg.transfer_n_source, seed=cfg.seed, split="train")}
+    target = sv.target("val", n=cfg.transfer_n_target)
+    for name, ds in [*sources.items(), ("target", target)]:
+        images, labels, _ = ds.generate(range(len(ds)))
+        atomic_save_npy(ctx.path("transfer", f"{name}_images.npy"), images.numpy())
+        atomic_save_npy(ctx.path("transfer", f"{name}_labels.npy"), labels.numpy())
+    return {"source_objects": sv.source_objects, "target_objects": sv.target_objects,
+            "target_transforms": list(sv.target_transforms), "other_transforms": list(sv.other_transforms),
+            "sources": {k: list(v.transforms) for k, v in sources.items()}, "target": list(target.transforms)}
+
+
+def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
+    """Supervised pretraining on one source (object classification, cross-entropy, SGD at lr 0.05 with
+    weight decay 5e-4 and cosine decay, no augmentation beyond the data's own transformations), every
+    source from the same initialisation; resumable inside the stage (Trainer checkpoints)."""
+    from invfast.pretrain import LabelledSource, Supervised, Trainer
+
+    cfg = ctx.cfg
+    images = torch.from_numpy(ctx.array("transfer", f"{source}_images.npy"))
+    labels = torch.from_numpy(ctx.array("transfer", f"{source}_labels.npy")).long()
+    data = LabelledSource(images, labels, spec=f"reproduce:transfer:{source}:{cfg.seed}:{images.shape[0]}")
+    method = Supervised(encoder(cfg, "transfer"), num_classes=data.num_classes)
+    tc = train_config(ctx, f"transfer/{source}", cfg.transfer_epochs, len(data), lr=0.05, weight_decay=5e-4)
+    steps_per_epoch = len(data) // cfg.batch_size
+    tc = dataclasses.replace(tc, log_every=steps_per_epoch, checkpoint_every=steps_per_epoch)
+    out = os.path.dirname(ctx.path("transfer", source, "model.pt"))
+    trainer = Trainer(method, data, tc, out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": f"transfer-{source}"})
+    trainer.fit(resume=True)
+    losses = [r["loss"] for r in read_metrics(out) if "loss" in r]  # one record per epoch: its mean loss
+    return {"source": source, "epochs": cfg.transfer_epochs, "steps": trainer.total_steps, "seed": tc.seed,
+            "losses": losses, "train_accuracy": method.accuracy(data)}
+
+
+def transfer_probe(ctx: Context) -> dict[str, Any]:
+    """Linear probe (object classification) on the target for each source model and Random."""
+    images = torch.from_numpy(ctx.array("transfer", "target_images.npy"))
+    labels = ctx.array("transfer", "target_labels.npy")
+    out = {}
+    for key in ("random", *TRANSFER_SOURCES):
+        model = ctx.model("random") if key == "random" else load_model(ctx, f"transfer-{key}")
+        out[key] = probe_scores(extract(model, images), labels, "classification", 1, ctx.cfg)
+    return {"scores": out, "n_target": int(images.shape[0])}
