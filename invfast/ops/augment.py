@@ -43,7 +43,8 @@ def cuda_kernels_enabled() -> bool:
     return backend.cuda_kernels_enabled("augment")
 
 
-def _fill_vector(fill: float | Sequence[float], channels: int, device: torch.device | str = "cpu") -> torch.Tensor:
+def _fill_vector(fill: float | Sequence[float] | torch.Tensor, channels: int,
+                 device: torch.device | str = "cpu") -> torch.Tensor:
     f = torch.as_tensor(fill, dtype=torch.float32, device=device).flatten()
     if f.numel() == 1:
         f = f.expand(channels)
@@ -52,15 +53,16 @@ def _fill_vector(fill: float | Sequence[float], channels: int, device: torch.dev
     return f
 
 
-def warp(images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[float] = 0.0) -> torch.Tensor:
+def warp(images: torch.Tensor, coords: torch.Tensor,
+         fill: float | Sequence[float] | torch.Tensor = 0.0) -> torch.Tensor:
     """Bilinear sampling of ``images`` at source coordinates, with a constant fill outside.
 
     Args:
         images: float [B, C, H, W].
         coords: float [P, Ho, Wo, 2] (the same warps for every image) or [B, P, Ho, Wo, 2] (per image);
             ``coords[..., 0]`` is the source x, ``coords[..., 1]`` the source y, in pixel-centre units.
-        fill: value(s) in image units for samples whose bilinear neighbours fall outside the image
-            (each of the four neighbours outside contributes ``fill`` with its bilinear weight).
+        fill: value(s) (numbers or a tensor) in image units for samples whose bilinear neighbours fall
+            outside the image (each of the four neighbours outside contributes ``fill`` with its bilinear weight).
 
     Returns:
         [B, P, C, Ho, Wo] in the dtype of ``images``. Warps whose source coordinates are all integers
@@ -139,7 +141,8 @@ def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int
     coords = torch.stack([sx, sy], dim=-1).to(torch.float32)
     if compiling():  # one graph: the sampling path, which copies integral maps exactly as well
         if images.dtype == torch.uint8:
-            return warp(images.to(torch.float32), coords, fill.to(torch.float32)).add_(0.5).clamp_(0, 255).to(torch.uint8)
+            out = warp(images.to(torch.float32), coords, fill.to(torch.float32))
+            return out.add_(0.5).clamp_(0, 255).to(torch.uint8)
         return warp(images, coords, fill)
     if bool((coords == torch.round(coords)).all()):  # pure pixel copies: an exact gather in any dtype
         f = torch.floor(fill.to(torch.float64) + 0.5) if images.dtype == torch.uint8 else fill

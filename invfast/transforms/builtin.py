@@ -218,7 +218,8 @@ def _range_check(name: str, lo: float | None, hi: float | None, what: str, stric
     def check(p: torch.Tensor) -> None:
         if lo is not None:
             ok = (p > lo) if strict_lo else (p >= lo)
-            require(ok, f"{name}: {what} must be {'>' if strict_lo else '>='} {lo}", lambda: f", got {float(p[~ok][0]):g}")
+            require(ok, f"{name}: {what} must be {'>' if strict_lo else '>='} {lo}",
+                    lambda: f", got {float(p[~ok][0]):g}")
         if hi is not None:
             require(p <= hi, f"{name}: {what} must be <= {hi}", lambda: f", got {float(p[p > hi][0]):g}")
     return check
