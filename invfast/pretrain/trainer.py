@@ -9,8 +9,8 @@ RNG states of every rank are saved as well, for anything else that draws from th
 from __future__ import annotations
 
 import csv
-import functools
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -202,12 +202,11 @@ class Trainer:
     def batch_indices(self, step: int) -> torch.Tensor:
         """This rank's image indices [local_batch] for global step ``step`` (drop-last epochs)."""
         epoch, pos = divmod(step, self.steps_per_epoch)
-        perm = self._perm
-        if self._perm_epoch != epoch or perm is None:
-            perm = self._perm = torch.randperm(len(self.source), device="cpu",  # host indices into the source
-                                               generator=generator(self.config.seed, _STREAM_DATA, epoch))
+        if self._perm_epoch != epoch or self._perm is None:
+            self._perm = torch.randperm(len(self.source), generator=generator(self.config.seed, _STREAM_DATA, epoch),
+                                        device="cpu")  # host indices into the source
             self._perm_epoch = epoch
-        g = perm[pos * self.config.batch_size:(pos + 1) * self.config.batch_size]
+        g = self._perm[pos * self.config.batch_size:(pos + 1) * self.config.batch_size]
         r = self.dist.rank
         return g[r * self.local_batch:(r + 1) * self.local_batch]
 

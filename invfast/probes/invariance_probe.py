@@ -8,7 +8,8 @@ straight-through gradient, and ``i_`` reports the quantised descriptor.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
