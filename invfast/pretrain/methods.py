@@ -83,7 +83,7 @@ class PretrainMethod(nn.Module):
     ``batch`` is what the source's ``get`` returns: images uint8 [B, 3, H, W], or (images, labels)
     for a method with ``uses_labels`` (:class:`~invfast.pretrain.Supervised`). Subclasses set
     ``self.augments`` (one policy per descriptor), ``self.descriptor_names`` and ``self.online``
-    (a module with ``forward(x, d)`` and ``features(x, d)``).
+    (a :class:`PretrainNetwork`: ``forward(x, d)`` and ``features(x, d)``).
     """
 
     method_name = "method"
