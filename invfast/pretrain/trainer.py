@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import math
@@ -176,7 +177,7 @@ class Trainer:
                                          weight_decay=cfg.weight_decay)
         sched = CosineSchedule(self.total_steps) if cfg.schedule == "cosine" else ConstantSchedule()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, sched)
-        self.online = method.online
+        self.online: torch.nn.Module = method.online
         if self.dist.world_size > 1:
             self.online = DistributedDataParallel(
                 method.online, device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -201,7 +202,7 @@ class Trainer:
     def batch_indices(self, step: int) -> torch.Tensor:
         """This rank's image indices [local_batch] for global step ``step`` (drop-last epochs)."""
         epoch, pos = divmod(step, self.steps_per_epoch)
-        if self._perm_epoch != epoch:
+        if self._perm_epoch != epoch or self._perm is None:
             self._perm = torch.randperm(len(self.source), generator=generator(self.config.seed, _STREAM_DATA, epoch),
                                         device="cpu")  # host indices into the source
             self._perm_epoch = epoch
@@ -212,7 +213,12 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     @property
     def checkpoint_path(self) -> str | None:
-        return None if self.out is None else os.path.join(self.out, CHECKPOINT_NAME)
+        return None if self.out is None else self._out_file(CHECKPOINT_NAME)
+
+    def _out_file(self, name: str) -> str:
+        if self.out is None:
+            raise RuntimeError(f"this Trainer has out=None: it writes no {name}")
+        return os.path.join(self.out, name)
 
     def _rng_states(self) -> list[dict]:
         mine = {"cpu": torch.get_rng_state()}
@@ -236,7 +242,7 @@ class Trainer:
                 "data_position": {"epoch": epoch, "batch_in_epoch": pos, "images_seen": self.step * self.config.batch_size},
                 "model": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "rng": rng,
-            }, self.checkpoint_path)
+            }, self._out_file(CHECKPOINT_NAME))
             self._write_csv()
         if self.dist.world_size > 1:
             dist.barrier()
@@ -262,28 +268,25 @@ class Trainer:
         self._truncate_log()
 
     # ------------------------------------------------------------------ metrics log
-    def _log_path(self, ext: str) -> str:
-        return os.path.join(self.out, f"metrics.{ext}")
-
     def _truncate_log(self) -> None:
         """Drop log records written after the checkpoint (the steps the resumed run redoes)."""
         self.history = []
-        if self.out is None or not self.dist.is_main or not os.path.exists(self._log_path("jsonl")):
+        if self.out is None or not self.dist.is_main or not os.path.exists(self._out_file("metrics.jsonl")):
             return
         recs = []
-        with open(self._log_path("jsonl")) as f:
+        with open(self._out_file("metrics.jsonl")) as f:
             for line in f:
                 try:
                     recs.append(json.loads(line))
                 except json.JSONDecodeError:  # a line cut short by the kill
                     continue
         self.history = [r for r in recs if r["step"] <= self.step]
-        atomic_write_text(self._log_path("jsonl"), "".join(json.dumps(r) + "\n" for r in self.history))
+        atomic_write_text(self._out_file("metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in self.history))
 
     def _log(self, rec: dict) -> None:
         self.history.append(rec)
         if self.out is not None and self.dist.is_main:
-            with open(self._log_path("jsonl"), "a") as f:
+            with open(self._out_file("metrics.jsonl"), "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
     def _write_csv(self) -> None:
@@ -294,7 +297,7 @@ class Trainer:
         w = csv.DictWriter(buf, fieldnames=keys)
         w.writeheader()
         w.writerows(self.history)
-        atomic_write_text(self._log_path("csv"), buf.getvalue())
+        atomic_write_text(self._out_file("metrics.csv"), buf.getvalue())
 
     # ------------------------------------------------------------------ invariance
     def measure_invariance(self) -> dict[str, float]:
@@ -308,7 +311,7 @@ class Trainer:
         out = {}
         try:
             for d in range(m.n_descriptors) if m.n_descriptors <= 3 else [m.n_descriptors - 1]:
-                scores = inv.measure(lambda x, d=d: m.features(x, d), images, self.config.size,
+                scores = inv.measure(functools.partial(m.features, d=d), images, self.config.size,
                                      self.config.invariance_transforms, device=self.device)
                 prefix = "invariance/" if m.n_descriptors == 1 else f"invariance/{m.descriptor_names[d]}/"
                 out.update({prefix + k: v for k, v in scores.items()})
@@ -358,11 +361,11 @@ class Trainer:
                 folder.check()
                 os.makedirs(self.out, exist_ok=True)
                 folder.own(*OWN_FILES)
-            if os.path.exists(self.checkpoint_path):
+            if os.path.exists(self._out_file(CHECKPOINT_NAME)):
                 if not resume:
                     raise FileExistsError(f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
                                           "(--resume) to continue it or choose another output folder")
-                self.load_checkpoint(self.checkpoint_path)
+                self.load_checkpoint(self._out_file(CHECKPOINT_NAME))
             elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
                 raise FileExistsError(f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
                                       "to continue; it is never overwritten: choose another output folder")
