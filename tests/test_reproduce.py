@@ -124,7 +124,7 @@ def test_tiny_end_to_end_report(tiny_run):
             assert got[m]["ratio"] == pytest.approx(idn[label]["mean"] / idn["Random"]["mean"])
             assert got[m]["learned"] == (got[m]["ratio"] >= LR.LEARNED_RATIO)
     md = (out / "report.md").read_text()
-    assert "## Do the models learn?" in md and "figures/learning.png" in md
+    assert "## Do the models learn?" in md and "figures/learning.png" in md and "| epoch | default linear / kNN" in md
     for heading in ("## Verdict", "## 1. Invariances (Table 1)", "## 2. Probes (Table 2)",
                     "## 3. Same vs different transformations", "## 4. Amortised invariance", "## Findings in detail",
                     "## Machine, versions, time"):
@@ -623,3 +623,22 @@ def test_under_trained_models_are_named_with_the_findings_that_rest_on_them():
     note = SUM.under_trained_note({"learned": {"0": r0, "1": r1}})
     assert "default on seed 0" in note and "Findings 1, 2, 3 rest on this model" in note
     assert SUM.under_trained_note({"learned": {"1": r1}}) == ""
+
+
+def test_learning_curve_table_lists_every_probed_epoch_per_model(rng):
+    from invfast.reproduce.sections import learning as LR
+
+    def curve(epochs):
+        return {"probe": [{"epoch": e, "linear": float(rng.uniform()), "knn": float(rng.uniform())} for e in epochs],
+                "loss": [{"epoch": 0.0, "loss": 6.0}]}
+
+    curves = {"default": curve([0.0, 2.0, 4.0, 5.0]), "amortised": curve([0.0, 2.0, 3.0])}
+    rows = LR.curve_table(curves)
+    assert rows[0] == "| epoch | default linear / kNN | amortised linear / kNN |"
+    body = [r.strip("|").split("|") for r in rows[2:]]
+    assert [float(r[0]) for r in body] == [0.0, 2.0, 3.0, 4.0, 5.0]
+    for cells in body:
+        e = float(cells[0])
+        for key, cell in zip(curves, cells[1:]):
+            hit = [r for r in curves[key]["probe"] if r["epoch"] == e]
+            assert cell.strip() == (f"{hit[0]['linear']:.3f} / {hit[0]['knn']:.3f}" if hit else "–"), (key, e)

@@ -86,7 +86,7 @@ class ReproduceConfig:
     transfer_n_source: int = 1200
     transfer_n_target: int = 500
     transfer_epochs: int = 5
-    # amortised model (--full)
+    # amortised model (finding 5; on in every preset)
     amortised: bool = False
     amortised_epochs: int = 10
     interp_points: int = 5

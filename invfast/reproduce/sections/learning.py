@@ -13,7 +13,7 @@ from typing import Any
 from invfast.reproduce.sections.base import ReportView, Section, figure
 from invfast.reproduce.stages.context import LABELS, POLICIES
 
-__all__ = ["LEARNED_RATIO", "DEPENDS_ON", "under_trained", "plot_learning", "SECTION"]
+__all__ = ["LEARNED_RATIO", "DEPENDS_ON", "under_trained", "plot_learning", "curve_table", "SECTION"]
 
 #: a pretrained model counts as learned when its identity accuracy reaches this multiple of Random's
 LEARNED_RATIO = 1.2
@@ -63,6 +63,18 @@ def plot_learning(pretraining: dict[str, Any], path: str) -> None:
     fig.savefig(path, dpi=90)
 
 
+def curve_table(curves: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown rows: held-out identity accuracy (linear / kNN) per probed epoch (rows) and model (columns);
+    a model not probed at an epoch shows '–'."""
+    at = {k: {round(r["epoch"], 2): r for r in c["probe"]} for k, c in curves.items()}
+    epochs = sorted({e for rows in at.values() for e in rows})
+    L = ["| epoch | " + " | ".join(f"{k} linear / kNN" for k in at) + " |", "|---:|" + "---|" * len(at)]
+    for e in epochs:
+        cells = [f"{rows[e]['linear']:.3f} / {rows[e]['knn']:.3f}" if e in rows else "–" for rows in at.values()]
+        L.append(f"| {e:g} | " + " | ".join(cells) + " |")
+    return L
+
+
 def _content(view: ReportView) -> dict[str, Any]:
     return {"learned": {str(r.seed): under_trained(r.results) for r in view.runs}}
 
@@ -85,14 +97,14 @@ def _markdown(view: ReportView) -> list[str]:
         L.append(f"![learning curves]({doc['figures']['learning']})\n")
         L.append("| model | loss first → last | held-out linear, init → end | held-out kNN, init → end | "
                  "feature effective rank, init → end |\n|---|---|---|---|---|")
-        for key, run in doc["pretraining"].items():
-            curve = run.get("curve") or {}
-            pr, loss = curve.get("probe"), curve.get("loss")
-            if not pr or not loss:
-                continue
+        curves = {key: (run.get("curve") or {}) for key, run in doc["pretraining"].items()}
+        curves = {k: c for k, c in curves.items() if c.get("probe") and c.get("loss")}
+        for key, c in curves.items():
+            pr, loss = c["probe"], c["loss"]
             L.append(f"| {key} | {loss[0]['loss']:.2f} → {loss[-1]['loss']:.2f} | {pr[0]['linear']:.3f} → "
                      f"{pr[-1]['linear']:.3f} | {pr[0]['knn']:.3f} → {pr[-1]['knn']:.3f} | "
                      f"{pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} |")
+        L.extend(["", *curve_table(curves)])
     seeds = [str(r.seed) for r in view.runs]
     learned = doc["learned"]
     models = list(learned[seeds[0]])
