@@ -23,6 +23,16 @@ import traceback
 import warnings
 from typing import Any, Iterator
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse's help layout (descriptions and epilogs as written) that never breaks a word: a spec such as
+    ``synthetic[:objects=61,n=5000,...]`` stays whole on its line, so it can be copied."""
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        import textwrap
+
+        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
+
+
 # name -> (module, one-line help). Modules that are not present in this checkout are left out.
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("invfast.backend_cli", "what this installation can run (compiled core, CUDA, DALI, threads)"),
@@ -132,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         if argv and argv[0] == name:
             chosen = importlib.import_module(mod)
             chosen.add_arguments(sp)
+            sp.formatter_class = HelpFormatter
     args = parser.parse_args(argv)
     if chosen is None:
         parser.print_help()

@@ -14,9 +14,11 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Iterable, Iterator, TextIO, TypeVar
 
-__all__ = ["bar", "LineBar", "is_terminal"]
+T = TypeVar("T")
+
+__all__ = ["bar", "track", "LineBar", "is_terminal"]
 
 
 def is_terminal(stream: TextIO | None = None) -> bool:
@@ -138,3 +140,17 @@ def bar(total: float | None = None, *, desc: str = "", unit: str = "it", initial
         return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=leave, position=position,
                     dynamic_ncols=True)
     return LineBar(total=total, initial=initial, desc=desc, unit=unit)
+
+
+def track(iterable: Iterable[T], *, total: float | None = None, desc: str = "", unit: str = "it",
+          disable: bool = False, leave: bool = True) -> Iterator[T]:
+    """Yield the items of ``iterable`` while a :func:`bar` counts them (``total`` defaults to its length)."""
+    if total is None and hasattr(iterable, "__len__"):
+        total = len(iterable)  # type: ignore[arg-type]
+    b = bar(total=total, desc=desc, unit=unit, disable=disable, leave=leave)
+    try:
+        for item in iterable:
+            yield item
+            b.update(1)
+    finally:
+        b.close()

@@ -219,14 +219,19 @@ class RunFolder:
             p = self.inside(rel)
             if os.path.isfile(p):
                 os.remove(p)
-        for d in sorted({os.path.dirname(f) for f in old if os.path.dirname(f)}, key=len, reverse=True):
-            while d:
-                with contextlib.suppress(OSError):
-                    os.rmdir(self.inside(d))  # left in place when it holds the user's files
-                d = os.path.dirname(d)
+        self._prune_folders(old)
         shutil.rmtree(stage, ignore_errors=True)
         self._write_marker("done", [*new, *keep])
         return new
+
+    def _prune_folders(self, files: Iterable[str]) -> None:
+        """Remove the folders of ``files`` (and their parents inside the run) that are now empty; a folder
+        holding anything else, the user's files included, stays."""
+        for d in sorted({os.path.dirname(f) for f in files if os.path.dirname(f)}, key=len, reverse=True):
+            while d:
+                with contextlib.suppress(OSError):
+                    os.rmdir(self.inside(d))
+                d = os.path.dirname(d)
 
     def remove(self, files: Iterable[str]) -> None:
         """Delete ``files`` (relative paths) that the marker lists as invfast's, then their folders if empty."""
@@ -236,10 +241,6 @@ class RunFolder:
             p = self.inside(rel)
             if os.path.isfile(p):
                 os.remove(p)
-        for d in sorted({os.path.dirname(f) for f in gone if os.path.dirname(f)}, key=len, reverse=True):
-            while d:
-                with contextlib.suppress(OSError):
-                    os.rmdir(self.inside(d))
-                d = os.path.dirname(d)
+        self._prune_folders(gone)
         self._write_marker(self.marker().get("state", "running") if self.marker() else "running",
                            [f for f in self.owned() if f not in set(gone)])

@@ -406,7 +406,8 @@ def test_cli_end_to_end(measured, tmp_path, capsys, cli_env):
     probe.write_text(json.dumps({"tasks": {"pets": {"net0": 0.2, "net1": 0.6, "net2": 0.4}}}))
     out = tmp_path / "cmp"
     assert cli_main(["compare", *paths[:3], "--out", str(out), "--probes", str(probe), "--bootstrap", "100"]) == 0
-    files = sorted(os.listdir(out))
+    files = sorted(f for f in os.listdir(out) if not f.startswith("."))
+    assert json.loads((out / ".invfast-run.json").read_text())["command"] == "compare"
     assert files == sorted(["report.md", "results.json", "table.csv", "heatmap.png", "significance.png",
                             "correlation.png"])  # no radar: no family has 3 transforms to draw one
     c = Comparison.from_json(str(out / "results.json"))
@@ -415,11 +416,12 @@ def test_cli_end_to_end(measured, tmp_path, capsys, cli_env):
     assert "| a | net0 |" in capsys.readouterr().out
     # a finished report is kept unless --overwrite; then only invfast's files are replaced
     assert cli_main(["compare", *paths[:2], "--out", str(out)]) == 2
-    assert "already holds a finished comparison" in capsys.readouterr().err
+    assert "already holds a finished report" in capsys.readouterr().err
     (out / "notes.txt").write_text("mine")
     assert cli_main(["compare", f"x={paths[0]}", f"y={paths[1]}", paths[3], "--out", str(out), "--overwrite",
                      "--no-plots"]) == 0
-    assert sorted(os.listdir(out)) == ["notes.txt", "report.md", "results.json", "table.csv"]
+    assert sorted(f for f in os.listdir(out) if not f.startswith(".")) == ["notes.txt", "report.md", "results.json",
+                                                                            "table.csv"]
     assert Comparison.from_json(str(out / "results.json")).labels == ["x", "y", "rn [layer2]", "rn [layer4]"]
 
 
@@ -447,3 +449,19 @@ def test_cli_refusals(measured, tmp_path, capsys, cli_env):
     assert "at least 2" in capsys.readouterr().err
     assert cli_main(["compare", *paths, "--out", str(tmp_path / "p"), "--probes", "nobody:t=/absent.json"]) == 2
     assert cli_main(["compare", *paths, "--out", str(tmp_path / "q"), "--probes", "net0:t=" + str(tmp_path)]) == 2
+
+
+def test_a_symlink_in_a_finished_comparison_is_refused_and_its_target_untouched(measured, tmp_path, capsys, cli_env):
+    runs, _ = measured
+    paths = _save_runs(runs[:2], tmp_path / "runs")
+    out = tmp_path / "cmp"
+    assert cli_main(["compare", *paths, "--out", str(out), "--no-plots"]) == 0
+    capsys.readouterr()
+    precious = tmp_path / "precious.md"
+    precious.write_text("mine")
+    (out / "report.md").unlink()
+    (out / "report.md").symlink_to(precious)
+    assert cli_main(["compare", *paths, "--out", str(out), "--no-plots", "--overwrite"]) == 2
+    err = capsys.readouterr().err
+    assert "symbolic link" in err and "report.md" in err and len(err.strip().splitlines()) == 1
+    assert precious.read_text() == "mine" and (out / "report.md").is_symlink()

@@ -132,6 +132,7 @@ def test_quick_preset_and_help_defaults_from_the_code(folder, tmp_path, capsys):
     doc = json.loads((out / "result.json").read_text())
     assert doc["meta"]["grid_size"] == QUICK_GRID and doc["meta"]["config"]["n_images"] == 100
     assert [t["name"] for t in doc["transforms"]] == ["rotation", "hflip"]
+    assert doc["stats"]["shrinkage"] == "ledoit-wolf" and doc["meta"]["config"]["shrinkage"] == "ledoit-wolf"
     capsys.readouterr()
     with pytest.raises(SystemExit):
         main(["measure", "--help"])

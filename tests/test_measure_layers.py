@@ -213,3 +213,26 @@ def test_cli_layers_end_to_end(tmp_path, monkeypatch, capsys, rng):
     assert sorted(os.listdir(out / "pairs"))[:2] == ["hflip.layer1.cosine.npy", "hflip.layer1.distance.npy"]
     r = InvarianceResult.from_json(out / "result.json")
     assert r.layers["layer2"]["rotation"].normalized_variance is not None
+
+
+@pytest.mark.slow
+def test_two_ranks_equal_one_process_at_every_layer(tmp_path, capsys, rng):
+    """`--world-size 2 --layers ...`: each layer's statistics and scores reduced over the ranks equal one process."""
+    from invfast.cli import main
+
+    x = rng.integers(0, 256, (24, 3, 16, 16), dtype=np.uint8)
+    np.save(tmp_path / "x.npy", x)
+    base = ["measure", "--model", "resnet18-cifar", "--data", f"npy:{tmp_path / 'x.npy'}",
+            "--transforms", "hflip,brightness", "--grid-size", "4", "--images", "0", "--layers", "layer2,layer4",
+            "--no-progress", "--no-plots", "--shrinkage", "ledoit-wolf"]
+    assert main(base + ["--out", str(tmp_path / "one")]) == 0, capsys.readouterr().err
+    assert main(base + ["--out", str(tmp_path / "two"), "--world-size", "2"]) == 0, capsys.readouterr().err
+    one = InvarianceResult.from_json(tmp_path / "one" / "result.json")
+    two = InvarianceResult.from_json(tmp_path / "two" / "result.json")
+    assert two.meta["world_size"] == 2 and sorted(two.layers) == sorted(one.layers) == ["layer2", "layer4"]
+    for layer in one.layers:
+        for name, a in one.layers[layer].transforms.items():
+            b = two.layers[layer].transforms[name]
+            assert b.mean_distance == pytest.approx(a.mean_distance, rel=1e-5), (layer, name)
+            assert b.mean_cosine == pytest.approx(a.mean_cosine, rel=1e-4, abs=1e-6), (layer, name)
+            np.testing.assert_allclose(b.per_image_cosine.numpy(), a.per_image_cosine.numpy(), rtol=1e-4, atol=1e-6)

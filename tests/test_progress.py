@@ -37,3 +37,23 @@ def test_measure_progress_counts_views(capsys, monkeypatch):
     assert "\r" not in err and "\x1b" not in err
     last = [ln for ln in err.splitlines() if ln.startswith(("measure", "rot90", "hflip", "reference"))][-1]
     assert "100% (42/42 view" in last  # 6 statistics + 6 x 4 rot90 + 6 x 2 hflip
+
+
+def test_track_yields_every_item_and_reports_the_count_in_plain_lines(capsys):
+    from invfast.progress import track
+
+    items = list(range(7))
+    assert list(track(iter(items), total=7, desc="folds", unit="fold")) == items
+    err = capsys.readouterr().err
+    assert "\x1b" not in err and "\r" not in err and "folds: 100% (7/7 fold" in err
+    assert list(track(items, desc="quiet", disable=True)) == items and capsys.readouterr().err == ""
+
+
+def test_no_module_uses_tqdm_directly():
+    """Every progress display goes through invfast.progress, so logs never get tqdm's escape codes."""
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "invfast"
+    users = [str(p.relative_to(root)) for p in root.rglob("*.py")
+             if p.name != "progress.py" and "tqdm" in p.read_text(encoding="utf-8")]
+    assert users == [], users

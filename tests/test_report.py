@@ -107,3 +107,14 @@ def test_real_measurement_marks_the_invariant_model():
     md = inv.to_markdown()
     assert "| avg |" in md and "•" not in md  # one model: nothing to compare
     assert isinstance(inv.plot("heatmap"), object)
+
+
+@pytest.mark.parametrize("shrinkage, says", [("trace", "collapses towards 0"), ("ledoit-wolf", "Ledoit–Wolf shrinkage")])
+def test_reference_line_says_what_n_le_d_does_under_the_shrinkage_used(shrinkage, says):
+    r = _fake("A", {"rot90": 0.9, "hflip": 0.5, "brightness": 0.5, "hue": 0.5})
+    r.stats = {"n": 100, "dim": 512, "shrinkage": shrinkage, "lambda": 0.002}
+    line = [l for l in report.to_markdown([r]).splitlines() if l.startswith("Reference statistics of A")][0]
+    assert "N/D = 0.20" in line and says in line
+    r.stats = {"n": 1000, "dim": 512, "shrinkage": shrinkage, "lambda": 0.002}
+    line = [l for l in report.to_markdown([r]).splitlines() if l.startswith("Reference statistics of A")][0]
+    assert "N ≤ D" not in line

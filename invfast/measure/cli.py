@@ -1,7 +1,7 @@
 """``invfast measure``: how invariant a model is to each transform, written to an output folder.
 
     invfast measure --model resnet18-cifar --checkpoint ckpt.pt --data synthetic:n=1000 --out report/
-    invfast measure --model resnet50 --data folder:/data/imagenet/val --transforms spatial --images 1000 \
+    invfast measure --model resnet50 --data folder:/data/imagenet/val --transforms spatial --images 1000 \\
         --crop 224 --out report/
     torchrun --nproc-per-node 4 -m invfast measure ...        # NCCL on CUDA, gloo on CPU; or --world-size 4 (local gloo)
     invfast measure --model resnet50 --data folder:/data/coil100 --real-world --out coil/
@@ -58,8 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--grid-size", type=int, default=None,
                         help=f"parameters per transform, k of grid(k) (default {DEFAULT_GRID}; {QUICK_GRID} with --quick)")
     parser.add_argument("--quick", action="store_true",
-                        help=f"a first look in minutes: grid size {QUICK_GRID} and at most {QUICK_IMAGES} images unless "
-                             "--grid-size/--images say otherwise (the same report layout)")
+                        help=f"a first look in minutes: grid size {QUICK_GRID}, at most {QUICK_IMAGES} images and "
+                             "Ledoit-Wolf shrinkage (fewer images than most models' features: the plain covariance "
+                             "would make every cosine 0) unless --grid-size/--images/--shrinkage say otherwise (the "
+                             "same report layout)")
     parser.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
     parser.add_argument("--forward-batch", type=int, default=256, help="images x parameters per model call (default 256)")
     parser.add_argument("--resize", type=int, default=256, help="folder images: shorter side resized to this, centre-cropped square")
@@ -220,7 +222,7 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
         pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
         save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
         fingerprint_content=args.hash_images, workers=args.workers, name=args.name or args.model, layers=args.layers,
-        shrinkage=_shrinkage(args.shrinkage), eps=args.eps,
+        shrinkage=_shrinkage(args.shrinkage, quick=args.quick and args.protocol == "invfast"), eps=args.eps,
         channels_last={"auto": None, "on": True, "off": False}[args.channels_last])
 
 
@@ -298,8 +300,10 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
         dist.destroy_process_group()
 
 
-def _shrinkage(value: str | None) -> str | float | None:
-    """--shrinkage: a name, or a number λ."""
+def _shrinkage(value: str | None, quick: bool = False) -> str | float | None:
+    """--shrinkage: a name, or a number λ; not given, Ledoit-Wolf with ``quick`` (else the protocol's)."""
+    if value is None and quick:
+        return "ledoit-wolf"
     if value is None or value in ("trace", "ledoit-wolf", "none"):
         return value
     try:

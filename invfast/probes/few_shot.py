@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
+from invfast.progress import track
 
 from invfast.probes._base import as_class_labels, as_targets, as_tensor, check_positive
 from invfast.probes.grids import alpha_grid
@@ -89,7 +89,7 @@ def few_shot_classification(features: Any, labels: Any, n_way: int = 5, k_shot: 
     y_qry = torch.arange(n_way, device=x.device).repeat_interleave(n_query)              # [NQ]
     eye = torch.eye(n_way * k_shot, dtype=_F64, device=x.device)
     acc = []
-    for start in tqdm(range(0, episodes, batch_size), desc="episodes", disable=not progress, leave=False):
+    for start in track(range(0, episodes, batch_size), desc="episodes", disable=not progress, leave=False):
         s = x[torch.as_tensor(sup[start:start + batch_size], device=x.device)]            # [E, NK, d]
         q = x[torch.as_tensor(qry[start:start + batch_size], device=x.device)]            # [E, NQ, d]
         mu = s.mean(1, keepdim=True)
@@ -130,7 +130,7 @@ def few_shot_regression(features: Any, targets: Any, fractions: Sequence[float] 
             raise ValueError(f"train fraction {frac} of {n} samples leaves {m} train / {n - m} test samples; "
                              "need >= 3 train and >= 2 test")
         scores = np.empty(splits)
-        for i in tqdm(range(splits), desc=f"s={frac}", disable=not progress, leave=False):
+        for i in track(range(splits), desc=f"s={frac}", disable=not progress, leave=False):
             perm = torch.as_tensor(rng.permutation(n), device=x.device)
             tr, te = perm[:m], perm[m:]
             if isinstance(penalty, str):

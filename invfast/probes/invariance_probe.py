@@ -13,7 +13,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from tqdm.auto import tqdm
+from invfast.progress import track
 
 from invfast._validate import as_features, as_labels
 from invfast.probes._base import NotFittedError
@@ -149,7 +149,7 @@ class InvarianceProbe:
                                     {"params": [raw], "lr": self.lr_i}])
             gen = torch.Generator().manual_seed(self.seed)
             self.history_, i_hist = [], []
-            for _ in tqdm(range(self.epochs), desc="InvarianceProbe", disable=not self.verbose):
+            for _ in track(range(self.epochs), desc="InvarianceProbe", disable=not self.verbose):
                 perm = torch.randperm(n, generator=gen)
                 total = 0.0
                 for s in range(0, n, self.batch_size):

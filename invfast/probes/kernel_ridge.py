@@ -17,14 +17,14 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
-from tqdm.auto import tqdm
+from invfast.progress import track
 
 from invfast.probes._base import (ProbeTagsMixin, as_targets, check_features, check_is_fitted, check_positive,
                                   output_like, require_y)
 from invfast.probes.cv_results import search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
-from invfast.probes.ridge import r2_scores, scaled_products, sym_eigh
+from invfast.probes.ridge import mean_r2, r2_scores, scaled_products, sym_eigh
 
 _F64 = torch.float64
 # LAPACK's symmetric eigensolver costs 7x (n=400) to 20x (n=1600) one Cholesky factorisation
@@ -160,7 +160,7 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         a = (x - xm) / xs
         d, y_s = sq_distances(a, a), (yt - ym) / ys
         scores = np.zeros((a_t.numel(), gammas.size, 1, yt.shape[1]))
-        for g, gamma in enumerate(tqdm(gammas, desc="kernel ridge LOO", disable=not self.verbose, leave=False)):
+        for g, gamma in enumerate(track(gammas, desc="kernel ridge LOO", disable=not self.verbose, leave=False)):
             pred = kernel_loo_predictions(torch.exp(-gamma * d), y_s, a_t)
             scores[:, g, 0] = r2_scores(pred * ys + ym, yt).cpu().numpy()
         return scores
@@ -170,7 +170,7 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         """R² [A, G, folds, t] of every (α, γ) on every held-out fold."""
         splits = resolve_cv(self.cv, x.shape[0], shuffle=self.shuffle, seed=self.random_state)
         scores = np.zeros((a_t.numel(), gammas.size, len(splits), yt.shape[1]))
-        for f, (train, test) in enumerate(tqdm(splits, desc="kernel ridge folds", disable=not self.verbose,
+        for f, (train, test) in enumerate(track(splits, desc="kernel ridge folds", disable=not self.verbose,
                                                leave=False)):
             tr = torch.as_tensor(train, device=x.device)
             te = torch.as_tensor(test, device=x.device)
@@ -198,11 +198,5 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         return output_like(p, is_np)
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
-        """Mean R² over targets."""
-        if sample_weight is not None:
-            raise ValueError("sample_weight is not supported by invfast probes")
-        check_is_fitted(self)
-        p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
-        yt, _ = as_targets(y, "y", p.shape[0])
-        p = p[:, None] if p.dim() == 1 else p
-        return float(r2_scores(p, yt.to(_F64).cpu()).mean())
+        """Mean R² over targets (``r2_score`` with uniform averaging)."""
+        return mean_r2(self, X, y, sample_weight)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.metrics import accuracy_score
-from tqdm.auto import tqdm
+from invfast.progress import track
 
 from invfast.probes._base import (DEPRECATED, ConvergenceWarning, ProbeTagsMixin, as_class_labels, check_features,
                                   check_is_fitted, check_positive, deprecated_attribute, label_array, output_like,
@@ -250,7 +250,7 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         sols: dict[int, torch.Tensor] = {}
         memory, prev = None, None
         mask = loss.mask.expand(-1, n_out).reshape(1, -1)
-        for j in tqdm(np.argsort(-grid, kind="stable"), desc="logistic path", disable=not self.verbose, leave=False):
+        for j in track(np.argsort(-grid, kind="stable"), desc="logistic path", disable=not self.verbose, leave=False):
             lam = float(grid[j])
             if continuation and memory:   # curvature pairs of the previous value, its penalty swapped for this one
                 shift = ((lam - prev) / loss.n_train)[:, None] * mask

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.linalg
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
-from tqdm.auto import tqdm
+from invfast.progress import track
 
 from invfast.probes._base import (DEPRECATED, ProbeTagsMixin, as_targets, check_features, check_is_fitted,
                                   check_positive, deprecated_attribute, output_like, renamed_param, require_y)
@@ -42,6 +42,17 @@ def r2_scores(pred: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     r2 = 1.0 - ss_res / torch.where(ok, ss_tot, torch.ones_like(ss_tot))
     const = torch.where(ss_res == 0, torch.ones_like(r2), torch.zeros_like(r2))
     return torch.where(ok, r2, const)
+
+
+def mean_r2(est: Any, X: Any, y: Any, sample_weight: Any = None) -> float:
+    """A fitted regressor's mean R² over targets on (X, y): scikit-learn's ``score`` of a regressor."""
+    if sample_weight is not None:
+        raise ValueError("sample_weight is not supported by invfast probes")
+    check_is_fitted(est)
+    p = torch.as_tensor(est.predict(X)).to(_F64).cpu()
+    yt, _ = as_targets(y, "y", p.shape[0])
+    p = p[:, None] if p.dim() == 1 else p
+    return float(r2_scores(p, yt.to(_F64).cpu()).mean())
 
 
 def sym_eigh(a: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -106,7 +117,7 @@ def ridge_cv_predictions(x: torch.Tensor, y: torch.Tensor, splits: list[tuple[np
     n, d = x.shape
     x0 = x - x.mean(0) if fit_intercept else x
     out = []
-    for train, test in tqdm(splits, desc="ridge folds", disable=not progress, leave=False):
+    for train, test in track(splits, desc="ridge folds", disable=not progress, leave=False):
         tr = torch.as_tensor(train, device=x.device)
         te = torch.as_tensor(test, device=x.device)
         m = tr.numel()
@@ -291,10 +302,4 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
 
     def score(self, X: Any, y: Any, sample_weight: Any = None) -> float:
         """Mean R² over targets (``r2_score`` with uniform averaging)."""
-        if sample_weight is not None:
-            raise ValueError("sample_weight is not supported by invfast probes")
-        check_is_fitted(self)
-        p = torch.as_tensor(self.predict(X)).to(_F64).cpu()
-        yt, _ = as_targets(y, "y", p.shape[0])
-        p = p[:, None] if p.dim() == 1 else p
-        return float(r2_scores(p, yt.to(_F64).cpu()).mean())
+        return mean_r2(self, X, y, sample_weight)

@@ -151,7 +151,10 @@ def _reference_lines(results: Sequence[InvarianceResult]) -> list[str]:
         if not (n and d):
             continue
         line = f"Reference statistics of {r.model}: N = {n} images, D = {d} features, N/D = {n / d:.2f}."
-        if n <= d:
+        if n <= d and stats.get("shrinkage") == "ledoit-wolf":
+            line += (f" N ≤ D: Ledoit–Wolf shrinkage (λ = {stats.get('lambda', float('nan')):.3g}) keeps the "
+                     "covariance invertible; more reference images would still sharpen the whitening.")
+        elif n <= d:
             line += (" **N ≤ D: the whitened cosine collapses towards 0** — use more reference images, --stats "
                      "from a larger set, or stronger shrinkage.")
         lines.append(line)

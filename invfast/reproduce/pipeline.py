@@ -144,8 +144,7 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
     :class:`ConfigMismatchError` when ``out`` or the cache holds another configuration and OSError
     when the disk is too small.
     """
-    from tqdm.auto import tqdm
-
+    from invfast.progress import bar as progress_bar
     from invfast.reproduce import document
     from invfast.reproduce import stages as S
 
@@ -165,8 +164,7 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
     check_disk(cache, disk_estimate_mb(cfg))
     t_start = time.perf_counter()
     names = stage_names(cfg, S.STAGES)
-    bar = tqdm(total=len(names) + 1, desc="reproduce", unit="stage", disable=not progress, position=0,
-               dynamic_ncols=True)
+    bar = progress_bar(total=len(names) + 1, desc="reproduce", unit="stage", disable=not progress, position=0)
     timings: dict[str, dict[str, Any]] = {}
     try:
         with deterministic(cfg):

@@ -9,7 +9,6 @@
 ``TRANSFORMATION_TYPES`` (formerly ``TRANSFORMATIONS``) names the 18 transformation types of the data;
 the test transforms that measure invariance are ``invfast.transforms.TEST_TRANSFORMS``.
 """
-from typing import Any
 
 from invfast.synthetic.banks import (ObjectBank, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects,
                                      random_pattern_objects)
@@ -22,8 +21,4 @@ __all__ = ["CATEGORY", "CORRUPTION", "GEOMETRIC", "ORDERS", "ObjectBank", "PARAM
            "SPLITS", "TRANSFORMATION_TYPES", "Transforms2D", "builtin_backgrounds", "builtin_objects", "check_split",
            "load_backgrounds", "load_objects", "random_pattern_objects"]
 
-
-def __getattr__(name: str) -> Any:
-    from invfast.synthetic.recipe import _renamed
-
-    return _renamed(__name__, name)
+from invfast.synthetic.recipe import old_name as __getattr__  # noqa: E402, F401  (old names warn once)

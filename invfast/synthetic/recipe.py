@@ -7,12 +7,11 @@ the same latent factors.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, asdict
-from typing import Any
 
 import numpy as np
 
+from invfast._renamed import renamed_names
 from invfast.synthetic import rng
 
 GEOMETRIC = ("translate", "rotate", "scale", "shear", "vflip", "hflip")
@@ -119,22 +118,9 @@ def sample(keys: np.ndarray, transforms: tuple[str, ...], recipe: Recipe) -> dic
     return out
 
 
-_RENAMED = {"TRANSFORMATIONS": "TRANSFORMATION_TYPES"}
-_warned: set[str] = set()
-
-
-def _renamed(module: str, name: str) -> Any:
-    """The value of the old name ``name`` of ``module`` (warning once per process), or AttributeError."""
-    if name not in _RENAMED:
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    new = _RENAMED[name]
-    if name not in _warned:
-        _warned.add(name)
-        warnings.warn(f"invfast.synthetic.{name} is now invfast.synthetic.{new} (the 18 Transforms-2D "
-                      "transformation types; invfast.transforms.TEST_TRANSFORMS holds the test transforms); the old "
-                      "name will be removed in a later release", DeprecationWarning, stacklevel=3)
-    return globals()[new]
-
-
-def __getattr__(name: str) -> Any:
-    return _renamed(__name__, name)
+_OLD_NAMES = {"TRANSFORMATIONS": "TRANSFORMATION_TYPES"}
+_WHAT = ("the 18 Transforms-2D transformation types; invfast.transforms.TEST_TRANSFORMS holds the test "
+         "transforms")
+#: the ``__getattr__`` of invfast.synthetic (and of this module): an old name warns once and gives the new name's value
+old_name = renamed_names("invfast.synthetic", _OLD_NAMES, lambda new: globals()[new], _WHAT)
+__getattr__ = old_name

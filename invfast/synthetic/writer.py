@@ -166,9 +166,9 @@ def _render(dataset: Any, stage: Path, shards: tuple[tuple[str, int, int], ...],
     todo = [s for s in shards if tables or s[0] in images]
     bar = None
     if progress:
-        from tqdm.auto import tqdm
+        from invfast.progress import bar as progress_bar
 
-        bar = tqdm(total=sum(k for _, _, k in todo), unit="img", desc=desc)
+        bar = progress_bar(total=sum(k for _, _, k in todo), unit="img", desc=desc)
     fmt = np.lib.format
     labels = fmt.open_memmap(stage / "labels.npy", "w+", np.int64, (n,)) if tables else None
     params = fmt.open_memmap(stage / "params.npy", "w+", np.float64, (n, len(PARAM_NAMES))) if tables else None

@@ -11,7 +11,6 @@ amortised 5-way switches), the paper's preprocessing, a contact sheet, and optio
 """
 from __future__ import annotations
 
-from typing import Any
 
 from invfast.transforms.registry import (APPEARANCE, FAMILIES, SPATIAL, TEST_TRANSFORMS, TestTransform, get, names,
                                          register, unregister)
@@ -33,8 +32,4 @@ __all__ = [
     "policy_from_descriptor", "preprocess", "register", "resize", "unregister",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    from invfast.transforms.registry import _renamed
-
-    return _renamed(__name__, name)
+from invfast.transforms.registry import old_name as __getattr__  # noqa: E402, F401  (old names warn once)

@@ -13,11 +13,11 @@
 from __future__ import annotations
 
 import re
-import warnings
 from typing import Any, Callable
 
 import torch
 
+from invfast._renamed import renamed_names
 from invfast.transforms.builtin import (APPEARANCE, SPATIAL, TEST_TRANSFORMS, _affine_params, _side,  # noqa: F401
                                         build_builtins)
 from invfast.transforms.transform import FAMILIES, TestTransform, check_k, check_output
@@ -212,22 +212,8 @@ def _probe(t: TestTransform, grid: torch.Tensor) -> None:
 # names kept for a release
 
 
-_RENAMED = {"SYNTHETIC": "TEST_TRANSFORMS"}
-_warned: set[str] = set()
-
-
-def _renamed(module: str, name: str) -> Any:
-    """The value of the old name ``name`` of ``module`` (warning once per process), or AttributeError."""
-    if name not in _RENAMED:
-        raise AttributeError(f"module {module!r} has no attribute {name!r}")
-    new = _RENAMED[name]
-    if name not in _warned:
-        _warned.add(name)
-        warnings.warn(f"invfast.transforms.{name} is now invfast.transforms.{new} (the 18 test transforms of "
-                      "Ericsson et al.; invfast.synthetic holds the Transforms-2D data); the old name will be "
-                      "removed in a later release", DeprecationWarning, stacklevel=3)
-    return globals()[new]
-
-
-def __getattr__(name: str) -> Any:
-    return _renamed(__name__, name)
+_OLD_NAMES = {"SYNTHETIC": "TEST_TRANSFORMS"}
+_WHAT = "the 18 test transforms of Ericsson et al.; invfast.synthetic holds the Transforms-2D data"
+#: the ``__getattr__`` of invfast.transforms (and of this module): an old name warns once and gives the new name's value
+old_name = renamed_names("invfast.transforms", _OLD_NAMES, lambda new: globals()[new], _WHAT)
+__getattr__ = old_name
