@@ -52,7 +52,7 @@ def plot_learning(pretraining: dict[str, Any], path: str) -> None:
             ax_acc.plot(ep, [r["knn"] for r in curve["probe"]], "--", color=c, lw=1)
         if curve.get("loss"):
             ax_loss.plot([r["epoch"] for r in curve["loss"]], [r["loss"] for r in curve["loss"]], "-", color=c, lw=1,
-                         label=key)
+                         marker="o" if len(curve["loss"]) < 3 else None, ms=3, label=key)
     ax_acc.set_xlabel("epoch", fontsize=8)
     ax_acc.set_ylabel("held-out identity accuracy\n(linear solid, kNN dashed)", fontsize=8)
     ax_loss.set_xlabel("epoch", fontsize=8)
