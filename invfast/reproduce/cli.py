@@ -1,6 +1,6 @@
 """``invfast reproduce``: the papers' five findings, end to end, on built-in synthetic data.
 
-    invfast reproduce --quick --out report/          # ~15 minutes on 2 CPU cores, 3 seeds (the README's main job)
+    invfast reproduce --quick --out report/          # 3 seeds, ~15 minutes (estimated) on 2 idle CPU cores
     invfast reproduce --preset gpu --out report/     # one GPU, all five findings (the default where CUDA exists)
     invfast reproduce --full --out report/           # larger data and models; hours on a CPU, see docs/reproduce.md
     invfast reproduce --preset tiny --out /tmp/t     # seconds: a smoke test of every stage
@@ -37,7 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = __doc__.split("\n\n", 1)[1]
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                      help="the quick configuration (default without CUDA; 3 seeds, about 15 minutes on 2 CPU cores)")
+                      help="the quick configuration (default without CUDA; 3 seeds, an estimated 15 minutes on "
+                           "2 idle CPU cores)")
     mode.add_argument("--full", dest="preset", action="store_const", const="full",
                       help="larger data and models (hours on a CPU; see docs/reproduce.md)")
     mode.add_argument("--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)")

@@ -192,12 +192,12 @@ def background_count(spec: str) -> int | None:
                      f"'uniform-random', got {spec!r}")
 
 
-#: the named configurations; ``quick`` (3 seeds) takes about 15 minutes on 2 idle CPU cores (see docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds): an estimated 15 minutes on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(seeds=2, threads=1, objects=4, n_pretrain=96, n_probe=60, n_measure=12, width=4, pretrain_epochs=1, batch_size=32,
                  proj_dim=16, grid_size=3, folds=3, n_penalties=9, logistic_max_iter=100, transfer_objects=3,
                  transfer_n_source=64, transfer_n_target=30, transfer_epochs=1, amortised=True, amortised_epochs=1, interp_points=3, ip_epochs=1, ip_n=24),
-    # 3 seeds in about 15 minutes on 2 idle CPU cores, the amortised model (finding 5) included: a
+    # 3 seeds in an estimated 15 minutes on 2 idle CPU cores, the amortised model (finding 5) included: a
     # width-8 ResNet (half the time of width 16 per step) for 15 epochs, the amortised one for 8; the
     # models are under-trained at this budget and the report says which (docs/reproduce.md)
     "quick": dict(width=8, pretrain_epochs=15, amortised=True, amortised_epochs=8, interp_points=3, ip_epochs=4,
