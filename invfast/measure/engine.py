@@ -170,7 +170,7 @@ class Run:
         xt = t.apply(x, params)
         if xt.dim() != 5 or xt.shape[:2] != (b, p):
             raise ValueError(f"transform {t.name!r}.apply returned shape {tuple(xt.shape)}, expected [{b}, {p}, C, H, W]")
-        if self.post is None:
+        if self.post is None or getattr(t, "includes_preprocessing", False):  # e.g. the original's resized crop
             return xt
         out = self.post(xt.flatten(0, 1))
         return out.view(b, p, *out.shape[1:])
