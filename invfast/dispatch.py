@@ -20,6 +20,8 @@ import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
+
 from invfast import _loader
 
 DEVICES = ("cpu", "cuda")
@@ -121,6 +123,7 @@ FAMILIES: dict[str, str] = {op: k.family for (op, _), k in KNOWN.items()}
 _available_cache: dict[tuple[str, str], bool] = {}
 
 
+@torch.compiler.assume_constant_result  # fixed for the process: torch.compile takes it as a constant
 def kernel_available(op: str, device_type: str) -> bool:
     """Whether the loaded core has a compiled ``op`` kernel for ``device_type`` ('cpu', 'cuda', ...)."""
     key = (op, device_type)
