@@ -136,8 +136,7 @@ FAMILIES: dict[str, str] = {op: k.family for (op, _), k in KNOWN.items()}
 _available_cache: dict[tuple[str, str], bool] = {}
 
 
-# torch.compile: a constant of the process (dynamo cannot trace OpOverload.has_kernel_for_dispatch_key)
-@torch.compiler.assume_constant_result
+@torch.compiler.assume_constant_result  # fixed for the process: torch.compile takes it as a constant
 def kernel_available(op: str, device_type: str) -> bool:
     """Whether the loaded core has a compiled ``op`` kernel for ``device_type`` ('cpu', 'cuda', ...)."""
     key = (op, device_type)

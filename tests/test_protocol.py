@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy import ndimage
 
 from invfast.measure import measure_invariance, measure_real_world
 from invfast.measure.protocol import PROTOCOLS, Protocol, get_protocol, resample_indices, resize_center_crop
@@ -93,9 +92,16 @@ def test_scale_and_translation_carry_a_one_degree_shear(images, name):
     for j, p in enumerate(params.numpy()):
         A, tr = (shear1(), p) if name == "translation" else (shear1() / p, np.zeros(2))
         for b in range(2):
-            ref, sx, sy = affine_np(images[b].numpy(), A, tr)
-            inner = (sx >= 0) & (sx <= 32) & (sy >= 0) & (sy <= 28)
-            np.testing.assert_allclose(out[b, j][:, inner], ref[:, inner], atol=1e-9)
+            _, sx, sy = affine_np(images[b].numpy(), A, tr)
+            # nearest (torchvision's default for PIL images): the pixel containing the point, 0 outside; Pillow's
+            # 16.16 fixed point may pick the neighbour within 1e-3 px of a pixel edge
+            xi, yi = np.floor(sx + 0.5).astype(int), np.floor(sy + 0.5).astype(int)
+            inside = (xi >= 0) & (xi < 33) & (yi >= 0) & (yi < 29)
+            ref = images[b].numpy()[:, yi.clip(0, 28), xi.clip(0, 32)] * inside
+            edge = lambda v: np.abs((v + 0.5) - np.round(v + 0.5))  # noqa: E731
+            sure = (edge(sx) > 1e-3) & (edge(sy) > 1e-3)
+            assert sure.mean() > 0.99
+            np.testing.assert_array_equal(out[b, j][:, sure], ref[:, sure])
 
 
 # ---------------------------------------------------------------------------------------------- blur
@@ -124,14 +130,6 @@ def test_blur_uses_a_fixed_23_tap_kernel(images):
 
 
 # ---------------------------------------------------------------------------------------------- elastic
-def test_gaussian_filter_matches_scipy():
-    noise = np.random.default_rng(0).uniform(-1, 1, (2, 40, 37))
-    for s in (1.5, 10.0, 21.0):
-        ours = E.gaussian_filter_constant(torch.from_numpy(noise), s).numpy()
-        ref = np.stack([ndimage.gaussian_filter(n, s, mode="constant", cval=0.0, truncate=4.0) for n in noise])
-        np.testing.assert_allclose(ours, ref, atol=1e-12)
-
-
 def test_elastic_affine_part_moves_three_points_by_at_most_alpha_affine():
     H, W = 60, 60
     m, d = E.elastic_params(torch.tensor([10.0, 32.0]), torch.tensor([0.0, 1.0]), (H, W), seed=3)
@@ -205,8 +203,9 @@ def test_protocols_agree_where_they_do_not_differ():
     b = measure_invariance(model, x, "brightness,posterize,hflip", protocol=no_draw, **kw)
     for name in ("brightness", "posterize", "hflip"):
         ta, tb = a.transforms[name], b.transforms[name]
-        torch.testing.assert_close(ta.cosine, tb.cosine, rtol=0, atol=1e-12)  # bit-identical features
-        torch.testing.assert_close(ta.distance, tb.distance, rtol=0, atol=1e-12)
+        n = tb.cosine.shape[0]  # posterize: bits 1..8 and the original's 1..7
+        torch.testing.assert_close(ta.cosine[:n], tb.cosine, rtol=0, atol=1e-12)  # bit-identical features
+        torch.testing.assert_close(ta.distance[:n], tb.distance, rtol=0, atol=1e-12)
         keep = ~ta.identity
         assert ta.mean_cosine == pytest.approx(float(ta.cosine[keep].mean()), abs=1e-12)
         assert tb.mean_cosine == pytest.approx(float(tb.cosine.mean()), abs=1e-12)  # identity averaged in

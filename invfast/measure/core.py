@@ -8,6 +8,7 @@ killed run resumes where it stopped (:mod:`invfast.measure.engine`). How to meas
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from typing import Any
@@ -74,11 +75,13 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", config: M
     t0 = time.monotonic()
     cfg = MeasureConfig.build(config, **overrides)
     proto = get_protocol(cfg.protocol)
+    if proto.preprocess_after_transform and cfg.crop:  # the CenterCrop asked for (the resized crop's size too)
+        proto = dataclasses.replace(proto, crop=cfg.crop)
     shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
     grids = transform_grids(transforms, cfg.grid_size, proto, cfg.protocol_seed)
     post = None
     if proto.preprocess_after_transform:  # the transform sees the image as loaded; Resize + CenterCrop follow
-        post = functools.partial(resize_center_crop, resize=proto.resize, crop=cfg.crop or proto.crop)
+        post = functools.partial(resize_center_crop, resize=proto.resize, crop=proto.crop)
     run = Run(model, data, cfg, shard=shard, n_images=None if proto.with_replacement else cfg.n_images, post=post,
               native=proto.preprocess_after_transform)
     layers = run.extract.layer_names

@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
-__all__ = ["Protocol", "PROTOCOLS", "get_protocol", "resize_center_crop", "resample_indices"]
+__all__ = ["PROTOCOLS", "Protocol", "get_protocol", "resample_indices", "resize_center_crop"]
 
 
 @dataclass(frozen=True)
@@ -35,7 +34,9 @@ class Protocol:
         transforms: 'registry' (invfast's grids and ops) or 'ericsson' (:mod:`invfast.transforms.ericsson`).
         real_world_self_pairs: real-world cosine means over a group include each view paired with itself
             (the distance never does: the original computes it with ``torch.pdist``, distinct pairs only).
-        resize, crop: the sizes of the post-transform preprocessing (pixels).
+        resize, crop: the sizes of the post-transform preprocessing (pixels); under ``transforms='ericsson'``
+            they also set the translation range ((resize - crop) / 2), the crop boxes (fractions of
+            ``resize``) and the side of the crop views (``crop``), as in the original.
     """
 
     name: str
@@ -58,7 +59,7 @@ class Protocol:
         name = t if isinstance(t, str) else getattr(t, "name", None)
         from invfast.transforms import TEST_TRANSFORMS
 
-        return ericsson.get(name, seed=seed) if name in TEST_TRANSFORMS else t
+        return ericsson.get(name, seed=seed, resize=self.resize, crop=self.crop) if name in TEST_TRANSFORMS else t
 
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -79,21 +80,24 @@ def get_protocol(protocol: str | Protocol) -> Protocol:
 
 
 def resize_center_crop(x: torch.Tensor, resize: int, crop: int) -> torch.Tensor:
-    """torchvision ``Resize(resize)`` (shorter side, bilinear with antialias) + ``CenterCrop(crop)``.
+    """torchvision 0.10 ``Resize(resize)`` + ``CenterCrop(crop)`` on PIL images: the shorter side becomes
+    ``resize`` (the longer ``int(resize * long / short)``; width on ties), bilinear -- uint8 images exactly as
+    Pillow resizes them, float ones with torch's antialiased bilinear
+    (:func:`invfast.transforms.ericsson.resize_bilinear`) -- then the centre ``crop`` (offsets rounded half to even).
 
     x: [B, C, H, W] uint8 or float -> [B, C, crop, crop] in the dtype of ``x``.
     """
-    B, C, H, W = x.shape
+    from invfast.transforms.ericsson import resize_bilinear
+
+    H, W = x.shape[-2:]
     if crop > resize:
         raise ValueError(f"crop ({crop}) must not exceed resize ({resize})")
-    s = resize / min(H, W)
-    nh, nw = max(resize, int(H * s)), max(resize, int(W * s))
-    y = x.float() if x.dtype == torch.uint8 else x
-    if (nh, nw) != (H, W):
-        y = F.interpolate(y, size=(nh, nw), mode="bilinear", align_corners=False, antialias=True)
-    top, left = int(round((nh - crop) / 2.0)), int(round((nw - crop) / 2.0))
-    y = y[..., top:top + crop, left:left + crop]
-    return y.round().clamp(0, 255).to(torch.uint8) if x.dtype == torch.uint8 else y
+    if W <= H:
+        nw, nh = resize, int(resize * H / W)
+    else:
+        nh, nw = resize, int(resize * W / H)
+    top, left = round((nh - crop) / 2.0), round((nw - crop) / 2.0)
+    return resize_bilinear(x, (nh, nw), box=(top, left, crop, crop))
 
 
 def resample_indices(n: int, k: int | None, seed: int) -> torch.Tensor:

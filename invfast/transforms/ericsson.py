@@ -1,22 +1,38 @@
 """The test transforms as Ericsson et al.'s (2021) published evaluation code applies them.
 
 Used by ``protocol="ericsson"`` (:mod:`invfast.measure.protocol`); invfast's own registry
-(:mod:`invfast.transforms.registry`) stays the default. Four transforms differ from the registry:
+(:mod:`invfast.transforms.registry`) stays the default. The original is
+github.com/linusericsson/ssl-invariances, ``eval_synthetic_invariance.py`` (``ManualTransform``): each
+transform is a ``torchvision.transforms.functional`` call (torchvision 0.10, Pillow 8.1) on the PIL image
+as loaded, then ``Resize(resize)`` + ``CenterCrop(crop)`` (256, 224) -- except ``resized_crop``, which
+is resized straight to ``crop x crop``. Eight transforms differ from the registry:
 
 =========== ========== ===========================================================================
 name        params     what the original code does
 =========== ========== ===========================================================================
-translation [P, 2]     (x, y) shift in pixels with a 1° x-shear, grid ``linspace(-16, 16, n+1)[:n]``
-                       per axis (step 2 px at n = 16, includes 0)
-scale       [P]        zoom factor about the centre with a 1° x-shear (grid as the registry's)
+crop        [P, 4]     ``TF.resized_crop(img, top, left, height, width, (crop, crop))``: the box in
+                       **pixels of the image as loaded** (top, left in ``linspace(0, 0.25, n)·resize``,
+                       height, width in ``linspace(0.75, 0.25, n)·resize``, n = int(k^¼)); PIL rounds
+                       the box corners (half to even) and pads outside the image with 0; the crop is
+                       resized (bilinear, antialiased) to crop x crop with **no** Resize + CenterCrop
+scale       [P]        ``TF.affine(scale=s, shear=1)``: zoom about the centre with a 1° x-shear,
+                       s in ``linspace(0.25, 2, k)`` (float32)
+shear       [P, 2]     ``TF.affine(shear=(sx, sy))``, ``linspace(-160, 160, n + 1)[:n]`` per axis
+rotation    [P]        ``TF.rotate(angle)`` = Pillow ``Image.rotate``, ``linspace(0, 360, k + 1)[:k]``
+translation [P, 2]     ``TF.affine(translate=(x, y), shear=1)``: shift in pixels with a 1° x-shear, per
+                       axis ``linspace(-s, s, n + 1)[:n]``, s = (resize - crop) / 2 (-16..14 px, step 2)
 blur        [P]        Gaussian of std sigma on a fixed 23-tap kernel (taps -11..11, reflect
                        padding): its effective std saturates at sqrt((23²-1)/12) ≈ 6.6 px
-deform      [P, 2]     (sigma, draw): albumentations ``ElasticTransform(alpha=1, sigma, alpha_affine=50)``:
-                       a random affine warp (three points moved by U(-50, 50) px) then a
-                       displacement ``alpha * gaussian_filter(U(-1, 1), sigma)`` (scipy, zero
-                       padding, truncate 4), both bilinear with reflect-101 borders; sigma in
-                       ``int(linspace(10, 50, 8))`` tiled over the grid; ``draw`` seeds the randomness
+posterize   [P]        bits 1..7 (7 views; no identity view in the grid)
+deform      [P, 2]     (sigma, draw): albumentations 1.0.3 ``ElasticTransform(sigma=σ, approximate=True)``
+                       (:mod:`invfast.transforms.ericsson_elastic`); sigma in ``int(linspace(10, 50, 8))``
+                       tiled over the grid; ``draw`` seeds the randomness
 =========== ========== ===========================================================================
+
+Resampling of scale, shear, rotation and translation is **nearest**, torchvision's default for PIL
+images: Pillow's ``Image.transform(size, AFFINE, data, NEAREST)`` with torchvision's inverse matrix
+(``_get_inverse_affine_matrix``, centre ``(W/2, H/2)`` in corner coordinates), or ``Image.rotate``'s
+own matrix, reproduced bit for bit by :func:`invfast.ops.pillow.pillow_affine_nearest`; fill 0.
 
 Every other name is the registry's transform. Randomness of ``deform`` comes from
 ``torch.Generator().manual_seed(seed * 1_000_003 + draw)`` (CPU, float64), moved to the data's
@@ -25,7 +41,6 @@ image and call, here every grid point has its own draw shared by all images.
 """
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -33,68 +48,209 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from invfast.ops.geometry import shear_matrix
+from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.ops.kernels import gaussian_taps
+from invfast.ops.pillow import pillow_affine_nearest, pillow_resize
 from invfast.transforms import functional as Fn
 from invfast.transforms import registry
 from invfast.transforms._checks import as_images
+from invfast.transforms.ericsson_elastic import (  # noqa: F401
+    ALPHA_AFFINE,
+    ELASTIC_ALPHA,
+    elastic_apply,
+    elastic_params,
+    gaussian_blur_reflect101,
+    remap_reflect101,
+)
 from invfast.transforms.transform import check_k
 
-__all__ = ["ERICSSON_CHANGED", "EricssonTransform", "get", "translation_grid", "blur_kernels", "deform_grid",
-           "elastic_params", "gaussian_filter_constant", "remap_reflect101", "elastic_apply", "SHEAR_DEG",
-           "BLUR_TAPS", "ALPHA_AFFINE"]
+__all__ = [
+    "ALPHA_AFFINE",
+    "BLUR_TAPS",
+    "ERICSSON_CHANGED",
+    "POSTERIZE_BITS",
+    "SHEAR_DEG",
+    "EricssonTransform",
+    "affine_data",
+    "blur_kernels",
+    "crop_boxes",
+    "crop_grid",
+    "deform_grid",
+    "elastic_apply",
+    "elastic_params",
+    "get",
+    "posterize_grid",
+    "resize_bilinear",
+    "rotate_data",
+    "rotation_grid",
+    "scale_grid",
+    "shear_grid",
+    "translation_grid",
+]
 
 SHEAR_DEG = 1.0       #: x-shear passed with every scale and translation view
 BLUR_TAPS = 23        #: fixed Gaussian kernel length of the blur transform
-ALPHA_AFFINE = 50.0   #: albumentations' default ``alpha_affine`` (pixels)
-ELASTIC_ALPHA = 1.0   #: albumentations' default ``alpha``
-ERICSSON_CHANGED = ("translation", "scale", "blur", "deform")
+POSTERIZE_BITS = tuple(range(1, 8))  #: the published posterize grid (``torch.arange(1, 8)``)
+ERICSSON_CHANGED = ("crop", "scale", "shear", "rotation", "translation", "deform", "blur", "posterize")
+_AFFINE = ("scale", "shear", "rotation", "translation")
+_DIMS = {"crop": 4, "shear": 2, "translation": 2, "deform": 2}
 
 
 # ---------------------------------------------------------------------------------------------- grids
-def translation_grid(k: int, max_shift: float = 16.0) -> torch.Tensor:
-    """float32 [n², 2], n = round(sqrt(k)): per axis ``linspace(-s, s, n + 1)[:n]`` (step 2s/n, includes 0)."""
-    n = registry._side(check_k(k), 2)
-    a = torch.linspace(-max_shift, max_shift, n + 1, dtype=torch.float64)[:n].to(torch.float32)
+def _published_side(k: int, root: int) -> int:
+    """``int(np.sqrt(k))`` (root 2) or ``int(np.sqrt(np.sqrt(k)))`` (root 4), as the original sizes its grids."""
+    v = float(check_k(k))
+    for _ in range(root // 2):
+        v = math.sqrt(v)
+    return max(1, int(v))
+
+
+def _linspace32(lo: float, hi: float, n: int) -> torch.Tensor:
+    """``torch.linspace(lo, hi, n)`` in float32 (torch's default dtype in the original)."""
+    return torch.linspace(lo, hi, n, dtype=torch.float32, device="cpu")
+
+
+def translation_grid(k: int, resize: int = 256, crop: int = 224) -> torch.Tensor:
+    """float32 [n², 2], n = int(sqrt(k)): (x, y) shifts ``linspace(-s, s, n + 1)[:n] * resize`` per axis with
+    s = (1 - crop / resize) / 2 (-16..14 px, step 2, for 256/224 and k = 256)."""
+    n = _published_side(k, 2)
+    space = (1 - crop / resize) / 2
+    a = _linspace32(-space, space, n + 1)[:n] * resize
     return torch.cartesian_prod(a, a).reshape(-1, 2)
+
+
+def scale_grid(k: int) -> torch.Tensor:
+    """float32 [k]: ``linspace(1/4, 2, k)``."""
+    return _linspace32(0.25, 2.0, check_k(k))
+
+
+def shear_grid(k: int) -> torch.Tensor:
+    """float32 [n², 2], n = int(sqrt(k)): (sx, sy) degrees, ``linspace(-160, 160, n + 1)[:n]`` per axis."""
+    n = _published_side(k, 2)
+    a = _linspace32(-160.0, 160.0, n + 1)[:n]
+    return torch.cartesian_prod(a, a).reshape(-1, 2)
+
+
+def rotation_grid(k: int) -> torch.Tensor:
+    """float32 [k]: degrees counter-clockwise, ``linspace(0, 360, k + 1)[:k]``."""
+    return _linspace32(0.0, 360.0, check_k(k) + 1)[:k]
+
+
+def crop_grid(k: int, resize: int = 256) -> torch.Tensor:
+    """float32 [n⁴, 4], n = int(k^¼): (top, left, height, width) in pixels of the image as loaded,
+    top/left in ``linspace(0, 0.25, n) * resize``, height/width in ``linspace(0.75, 0.25, n) * resize``."""
+    n = _published_side(k, 4)
+    a = _linspace32(0.0, 0.25, n) * resize
+    b = _linspace32(0.75, 0.25, n) * resize
+    return torch.cartesian_prod(a, a, b, b).reshape(-1, 4)
+
+
+def posterize_grid(k: int) -> torch.Tensor:
+    """float32 [7]: bits 1..7 whatever ``k`` (the original measures posterize with k = 7)."""
+    check_k(k)
+    return torch.tensor(POSTERIZE_BITS, dtype=torch.float32, device="cpu")
 
 
 def deform_grid(k: int) -> torch.Tensor:
     """float32 [k, 2]: (sigma, draw) with sigma ``int(linspace(10, 50, 8))`` tiled k times' worth, draw = 0..k-1."""
     k = check_k(k)
-    sig = torch.linspace(10.0, 50.0, 8, dtype=torch.float64).floor()  # int() of positive values
+    sig = torch.linspace(10.0, 50.0, 8, dtype=torch.float64, device="cpu").floor()  # int() of positive values
     tiled = sig.repeat(math.ceil(k / 8))[:k]
-    return torch.stack([tiled, torch.arange(k, dtype=torch.float64)], 1).to(torch.float32)
+    return torch.stack([tiled, torch.arange(k, dtype=torch.float64, device="cpu")], 1).to(torch.float32)
 
 
-# ---------------------------------------------------------------------------------------------- affine
-def _shear_affine_matrix(name: str, p: torch.Tensor, H: int, W: int) -> torch.Tensor:
-    """[P, 2, 3] source-from-output matrices (pixel-centre units) of torchvision's
-    ``affine(translate=t, scale=s, shear=(1°, 0))`` about the image centre."""
-    pd = p.to(torch.float64)
+_GRIDS = {"translation": translation_grid, "scale": scale_grid, "shear": shear_grid, "rotation": rotation_grid,
+          "crop": crop_grid, "posterize": posterize_grid, "deform": deform_grid}
+
+
+# ---------------------------------------------------------------------------------------------- affine (nearest)
+def affine_data(name: str, p: torch.Tensor, H: int, W: int) -> torch.Tensor:
+    """float64 [P, 6]: the Pillow ``AFFINE`` data torchvision's ``F.affine`` passes for each view of
+    ``name`` ('translation', 'scale', 'shear') on a W x H PIL image: the inverse of the shear (and
+    1/scale) about the centre ``(W/2, H/2)`` (corner coordinates), ``a2 = a0 (-cx - tx) + a1 (-cy - ty) + cx``
+    as ``_get_inverse_affine_matrix`` orders it (angle 0)."""
+    pd = p.detach().to("cpu", torch.float64)
     n = pd.shape[0]
-    sh = shear_matrix(torch.full((n,), SHEAR_DEG, dtype=torch.float64), torch.zeros(n, dtype=torch.float64),
-                      inverse=True)
-    c = Fn.centre(H, W)
-    if name == "scale":
-        A, t = sh / pd.view(-1, 1, 1), torch.zeros(n, 2, dtype=torch.float64)
+    zero = torch.zeros(n, dtype=torch.float64, device="cpu")
+    if name == "shear":
+        A, t = shear_matrix(pd[:, 0], pd[:, 1], inverse=True), torch.zeros(n, 2, dtype=torch.float64, device="cpu")
     else:
-        A, t = sh, pd
-    # source = c + A (p - c - t)
-    offset = c - (A @ (c.view(1, 2, 1) + t.unsqueeze(-1))).squeeze(-1)
-    return torch.cat([A, offset.unsqueeze(-1)], -1)
+        A = shear_matrix(torch.full((n,), SHEAR_DEG, dtype=torch.float64, device="cpu"), zero, inverse=True)
+        no_shift = torch.zeros(n, 2, dtype=torch.float64, device="cpu")
+        A, t = (A / pd.view(-1, 1, 1), no_shift) if name == "scale" else (A, pd)
+    return _with_offsets(A, t, H, W)
 
 
-def _apply_affine(name: str, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
-    from invfast.ops.augment import warp_affine
+def rotate_data(angle: torch.Tensor, H: int, W: int) -> torch.Tensor:
+    """float64 [P, 6]: Pillow ``Image.rotate(angle)``'s data (no expand, centre ``(W/2, H/2)``): the inverse
+    rotation with entries rounded to 15 decimals, as ``Image.rotate`` rounds them."""
+    a = torch.remainder(angle.detach().to("cpu", torch.float64), 360.0)
+    A = torch.round(rotation_matrix(a, inverse=True), decimals=15)
+    return _with_offsets(A, torch.zeros(a.shape[0], 2, dtype=torch.float64, device="cpu"), H, W)
 
+
+def _with_offsets(A: torch.Tensor, t: torch.Tensor, H: int, W: int) -> torch.Tensor:
+    cx, cy = W * 0.5, H * 0.5
+    ux, uy = -cx - t[:, 0], -cy - t[:, 1]
+    a2 = (A[:, 0, 0] * ux + A[:, 0, 1] * uy) + cx
+    a5 = (A[:, 1, 0] * ux + A[:, 1, 1] * uy) + cy
+    return torch.stack([A[:, 0, 0], A[:, 0, 1], a2, A[:, 1, 0], A[:, 1, 1], a5], 1)
+
+
+def _fill_units(fill: Any, C: int, dtype: torch.dtype) -> torch.Tensor:
+    f = Fn._fill_vector(fill, C).to(torch.float64)
+    if bool(((f < 0) | (f > 1)).any()):
+        raise ValueError(f"fill must be in [0, 1] (image units), got {f.tolist()}")
+    return torch.floor(f * 255.0 + 0.5) if dtype == torch.uint8 else f
+
+
+def _apply_nearest(name: str, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
+    _, C, H, W = images.shape
+    data = rotate_data(p, H, W) if name == "rotation" else affine_data(name, p, H, W)
+    return pillow_affine_nearest(images, data, H, W, _fill_units(fill, C, images.dtype).tolist())
+
+
+# ---------------------------------------------------------------------------------------------- resized crop
+def crop_boxes(p: torch.Tensor) -> torch.Tensor:
+    """int64 [P, 4] (x0, y0, x1, y1): PIL's ``crop((left, top, left + width, top + height))`` box, each corner
+    rounded half to even (``Image._crop``: ``map(int, map(round, box))``), from (top, left, height, width)."""
+    pd = p.detach().to("cpu", torch.float64)
+    top, left, h, w = pd.unbind(1)
+    return torch.round(torch.stack([left, top, left + w, top + h], 1)).to(torch.int64)
+
+
+def resize_bilinear(x: torch.Tensor, size: tuple[int, int],
+                    box: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+    """torchvision ``resize`` to ``size`` (h, w), bilinear, of [..., C, H, W]: uint8 images as Pillow resizes them
+    (:func:`invfast.ops.pillow.pillow_resize`, bit for bit); float images with torch's antialiased bilinear
+    (the same filter without Pillow's uint8 rounding). ``box`` (top, left, height, width): only that part of
+    the result (a crop after the resize)."""
+    if x.dtype == torch.uint8:
+        return pillow_resize(x, size, box)
+    y = x
+    if tuple(x.shape[-2:]) != tuple(size):
+        y = F.interpolate(x.reshape(-1, *x.shape[-3:]), size=tuple(size), mode="bilinear", align_corners=False,
+                          antialias=True).reshape(*x.shape[:-2], *size)
+    if box is None:
+        return y
+    top, left, h, w = box
+    return y[..., top:top + h, left:left + w]
+
+
+def _apply_crop(images: torch.Tensor, p: torch.Tensor, out: int) -> torch.Tensor:
     B, C, H, W = images.shape
-    fillv = Fn._fill_vector(fill, C).to(torch.float64)
-    m = _shear_affine_matrix(name, p, H, W)
-    if images.dtype == torch.uint8:
-        return warp_affine(images.contiguous(), m, H, W, fillv * 255.0)
-    x = images if images.dtype in (torch.float32, torch.float64) else images.to(torch.float32)
-    return warp_affine(x.contiguous(), m, H, W, fillv).to(images.dtype)
+    boxes = crop_boxes(p)
+    if bool(((boxes[:, 2] <= boxes[:, 0]) | (boxes[:, 3] <= boxes[:, 1])).any()):
+        raise ValueError("crop (ericsson protocol): a box is empty after PIL's rounding; height and width must "
+                         "be at least 1 px")
+    res = torch.empty((B, p.shape[0], C, out, out), dtype=images.dtype, device=images.device)
+    for j, (x0, y0, x1, y1) in enumerate(boxes.tolist()):
+        region = images.new_zeros((B, C, y1 - y0, x1 - x0))  # PIL pads outside the image with 0
+        ix0, iy0, ix1, iy1 = max(x0, 0), max(y0, 0), min(x1, W), min(y1, H)
+        if ix1 > ix0 and iy1 > iy0:
+            region[..., iy0 - y0:iy1 - y0, ix0 - x0:ix1 - x0] = images[..., iy0:iy1, ix0:ix1]
+        res[:, j] = resize_bilinear(region, (out, out))
+    return res
 
 
 # ---------------------------------------------------------------------------------------------- blur
@@ -118,109 +274,16 @@ def _blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     return v.reshape(B, C, P, H, W).transpose(1, 2)
 
 
-# ---------------------------------------------------------------------------------------------- elastic
-def gaussian_filter_constant(field: torch.Tensor, sigma: float) -> torch.Tensor:
-    """scipy ``ndimage.gaussian_filter(field, sigma, mode='constant', cval=0, truncate=4)`` of [..., H, W]
-    (float64, separable)."""
-    H, W = field.shape[-2:]
-    k = gaussian_taps(torch.tensor([float(sigma)], dtype=torch.float64), truncate=4.0)[0].to(field.device)
-    r = (k.numel() - 1) // 2
-    f = field.to(torch.float64).reshape(-1, 1, H, W)
-    f = F.conv2d(F.pad(f, (r, r, 0, 0)), k.view(1, 1, 1, -1))
-    f = F.conv2d(F.pad(f, (0, 0, r, r)), k.view(1, 1, -1, 1))
-    return f.reshape(field.shape)
-
-
-def elastic_params(sigma: torch.Tensor, draw: torch.Tensor, size: tuple[int, int], seed: int = 0,
-                   alpha: float = ELASTIC_ALPHA, alpha_affine: float = ALPHA_AFFINE,
-                   device: Any = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
-    """The random parts of albumentations' elastic transform, one per (sigma, draw).
-
-    Returns:
-        (matrix float64 [P, 2, 3] mapping output pixel (x, y, 1) to its source in the input (the inverse
-        of ``cv2.getAffineTransform(pts1, pts2)``), displacement float32 [P, H, W, 2] (dx, dy) in pixels).
-        Each view's parts are computed once per process and size (the grid reuses them for every batch).
-    """
-    H, W = size
-    parts = [_elastic_one(float(s), int(d), H, W, int(seed), float(alpha), float(alpha_affine))
-             for s, d in zip(sigma.tolist(), draw.tolist())]
-    return (torch.stack([m for m, _ in parts]).to(device), torch.stack([d for _, d in parts]).to(device))
-
-
-@functools.lru_cache(maxsize=512)
-def _elastic_one(sigma: float, draw: int, H: int, W: int, seed: int, alpha: float,
-                 alpha_affine: float) -> tuple[torch.Tensor, torch.Tensor]:
-    cs = torch.tensor([H // 2, W // 2], dtype=torch.float64)  # albumentations' (h, w) centre, used as (x, y)
-    sq = float(min(H, W) // 3)
-    pts1 = torch.stack([cs + sq, torch.stack([cs[0] + sq, cs[1] - sq]), cs - sq]).to(torch.float32).double()
-    g = torch.Generator().manual_seed(seed * 1_000_003 + draw)
-    pts2 = pts1 + ((torch.rand(3, 2, generator=g, dtype=torch.float64) * 2 - 1) * alpha_affine).float().double()
-    # forward affine M (pts1 -> pts2), then its inverse: output -> source
-    X = torch.cat([pts1, torch.ones(3, 1, dtype=torch.float64)], 1)
-    M = torch.linalg.solve(X, pts2).T  # [2, 3]
-    full = torch.cat([M, torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)])
-    noise = torch.rand(2, H, W, generator=g, dtype=torch.float64) * 2 - 1
-    disp = (gaussian_filter_constant(noise, sigma).permute(1, 2, 0) * alpha).to(torch.float32).contiguous()
-    return torch.linalg.inv(full)[:2].contiguous(), disp
-
-
-def _reflect101(i: torch.Tensor, n: int) -> torch.Tensor:
-    if n == 1:
-        return torch.zeros_like(i)
-    period = 2 * (n - 1)
-    i = torch.remainder(i, period)
-    return torch.where(i > n - 1, period - i, i)
-
-
-def remap_reflect101(x: torch.Tensor, coords: torch.Tensor) -> torch.Tensor:
-    """Bilinear sampling with reflect-101 borders (cv2 ``remap(INTER_LINEAR, BORDER_REFLECT_101)``).
-
-    Args:
-        x: float [B, C, H, W]; coords: [P, H', W', 2] source (x, y) in pixel-centre units.
-
-    Returns:
-        [B, P, C, H', W'] in the dtype of ``x``.
-    """
-    B, C, H, W = x.shape
-    P, Ho, Wo, _ = coords.shape
-    cx, cy = coords[..., 0].to(torch.float64), coords[..., 1].to(torch.float64)
-    x0, y0 = torch.floor(cx), torch.floor(cy)
-    fx, fy = (cx - x0).to(x.dtype), (cy - y0).to(x.dtype)
-    x0, y0 = x0.long(), y0.long()
-    flat = x.reshape(B, C, H * W)
-    out = torch.zeros(B, P, C, Ho, Wo, dtype=x.dtype, device=x.device)
-    for dy, wy in ((0, 1 - fy), (1, fy)):
-        yy = _reflect101(y0 + dy, H)
-        for dx, wx in ((0, 1 - fx), (1, fx)):
-            xx = _reflect101(x0 + dx, W)
-            idx = (yy * W + xx).reshape(1, 1, -1).expand(B, C, -1)
-            vals = torch.gather(flat, 2, idx).reshape(B, C, P, Ho, Wo).transpose(1, 2)
-            out += vals * (wy * wx).view(1, P, 1, Ho, Wo)
-    return out
-
-
-def elastic_apply(x: torch.Tensor, matrix: torch.Tensor, disp: torch.Tensor) -> torch.Tensor:
-    """albumentations' elastic transform with given random parts: affine warp, then displacement remap.
-
-    x: float [B, C, H, W]; matrix [P, 2, 3]; disp [P, H, W, 2] -> [B, P, C, H, W].
-    """
-    B, C, H, W = x.shape
-    P = matrix.shape[0]
-    ident = Fn.identity_coords(H, W).to(x.device)  # [H, W, 2] (x, y) float64
-    homo = torch.cat([ident, torch.ones(H, W, 1, dtype=torch.float64, device=x.device)], -1)
-    src_aff = torch.einsum("pij,hwj->phwi", matrix.to(torch.float64), homo)
-    out = torch.empty(B, P, C, H, W, dtype=x.dtype, device=x.device)
-    for j in range(P):
-        warped = remap_reflect101(x, src_aff[j:j + 1])[:, 0]
-        out[:, j] = remap_reflect101(warped, (ident + disp[j].to(torch.float64)).unsqueeze(0))[:, 0]
-    return out
-
-
 # ---------------------------------------------------------------------------------------------- transforms
 @dataclass(frozen=True)
 class EricssonTransform:
     """A test transform as the original evaluation code applies it (same interface as
-    :class:`invfast.transforms.registry.TestTransform`: ``grid``, ``is_identity``, ``apply``)."""
+    :class:`invfast.transforms.registry.TestTransform`: ``grid``, ``is_identity``, ``apply``).
+
+    Attributes:
+        resize, crop: the original's Resize + CenterCrop sizes: they set the translation range and the crop
+            boxes (pixels), and ``crop`` is the side of the crop transform's views.
+    """
 
     __test__ = False
 
@@ -228,23 +291,34 @@ class EricssonTransform:
     family: str
     param_dim: int
     seed: int = 0
+    resize: int = 256
+    crop: int = 224
+
+    @property
+    def includes_preprocessing(self) -> bool:
+        """The views come out at the model's input size (crop x crop): the original's ``resized_crop`` is
+        not followed by Resize + CenterCrop."""
+        return self.name == "crop"
 
     def grid(self, k: int = 256) -> torch.Tensor:
         if self.name == "translation":
-            return translation_grid(k)
-        if self.name == "deform":
-            return deform_grid(k)
+            return translation_grid(k, self.resize, self.crop)
+        if self.name == "crop":
+            return crop_grid(k, self.resize)
+        if self.name in _GRIDS:
+            return _GRIDS[self.name](k)
         return registry.get(self.name).grid(k)
 
     def _params(self, params: Any) -> torch.Tensor:
-        p = torch.as_tensor(params, dtype=torch.float32)
-        if self.param_dim == 2 and p.dim() == 1 and p.shape[0] == 2:
-            p = p.reshape(1, 2)
-        if self.param_dim == 1 and p.dim() == 0:
+        p = torch.as_tensor(params, dtype=torch.float32, device="cpu")
+        m = self.param_dim
+        if m > 1 and p.dim() == 1 and p.shape[0] == m:
+            p = p.reshape(1, m)
+        if m == 1 and p.dim() == 0:
             p = p.reshape(1)
-        if p.dim() != (1 if self.param_dim == 1 else 2) or (self.param_dim == 2 and p.shape[1] != 2) or not p.shape[0]:
+        if p.dim() != (1 if m == 1 else 2) or (m > 1 and p.shape[1] != m) or not p.shape[0]:
             raise ValueError(f"{self.name} (ericsson protocol): params must have shape "
-                             f"{'[P]' if self.param_dim == 1 else '[P, 2]'}, got {tuple(p.shape)}")
+                             f"{'[P]' if m == 1 else f'[P, {m}]'}, got {tuple(p.shape)}")
         if not bool(torch.isfinite(p).all()):
             raise ValueError(f"{self.name}: params contain NaN/Inf")
         first = p if p.dim() == 1 else p[:, 0]
@@ -252,22 +326,40 @@ class EricssonTransform:
             raise ValueError(f"{self.name}: {'the factor' if self.name == 'scale' else 'sigma'} must be > 0")
         if self.name == "blur" and bool((first < 0).any()):
             raise ValueError("blur: sigma must be >= 0")
+        if self.name == "crop" and bool((p[:, 2:] <= 0).any()):
+            raise ValueError("crop (ericsson protocol): height and width (pixels) must be > 0")
+        if self.name == "shear" and bool((torch.cos(torch.deg2rad(p.double())).abs() < 1e-6).any()):
+            raise ValueError("shear: angles of +-90 degrees (mod 180) are degenerate (infinite shear)")
+        if self.name == "posterize" and (not bool((p == p.round()).all()) or bool(((p < 1) | (p > 8)).any())):
+            raise ValueError("posterize: bits must be integers in 1..8")
         return p
 
     def is_identity(self, params: Any) -> torch.Tensor:
-        """bool [P]: the 1° shear makes no scale/translation view an identity; blur is one when the
+        """bool [P]: rotation by a multiple of 360°, shear (0, 0) and posterize 8 are copies; the 1° shear makes
+        no scale/translation view an identity, no crop view is one (every box is resized); blur is one when the
         kernel's off-centre weights vanish (sigma < 0.135 px); deform never is."""
         p = self._params(params)
         if self.name == "blur":
             return torch.exp(-0.5 / p.double().clamp_min(1e-12) ** 2) < 1e-12
-        return torch.zeros(p.shape[0], dtype=torch.bool)
+        if self.name == "rotation":
+            return torch.remainder(p.double(), 360.0) == 0
+        if self.name == "shear":
+            return (p == 0).all(dim=1)
+        if self.name == "posterize":
+            return p == 8
+        return torch.zeros(p.shape[0], dtype=torch.bool, device="cpu")
 
     def apply(self, images: torch.Tensor, params: Any, fill: Any = 0.0) -> torch.Tensor:
-        """[B, 3, H, W] uint8 or float images -> [B, P, 3, H, W] in their dtype."""
+        """[B, 3, H, W] uint8 or float images -> [B, P, 3, H, W] in their dtype ([B, P, 3, crop, crop] for
+        the crop transform)."""
         images = as_images(images)
         p = self._params(params)
-        if self.name in ("scale", "translation"):
-            return _apply_affine(self.name, images, p, fill)
+        if self.name in _AFFINE:
+            return _apply_nearest(self.name, images, p, fill)
+        if self.name == "crop":
+            return _apply_crop(images, p, self.crop)
+        if self.name == "posterize":
+            return registry.get("posterize").apply(images, p)
         x = Fn.to_float(images)
         if self.name == "blur":
             y = _blur(x, p.to(x.device))
@@ -281,11 +373,14 @@ class EricssonTransform:
         return self.apply(images, params, fill)
 
 
-def get(name: str, seed: int = 0) -> Any:
-    """The transform called ``name`` under the original protocol: an :class:`EricssonTransform` for
-    translation, scale, blur and deform, the registry's transform otherwise."""
+def get(name: str, seed: int = 0, resize: int = 256, crop: int = 224) -> Any:
+    """The transform called ``name`` under the original protocol: an :class:`EricssonTransform` for the names
+    in :data:`ERICSSON_CHANGED`, the registry's transform otherwise. ``resize``, ``crop``: the protocol's
+    Resize + CenterCrop sizes."""
     t = registry.get(name)
     if name not in ERICSSON_CHANGED:
         return t
-    return EricssonTransform(name=name, family=t.family, param_dim=2 if name in ("translation", "deform") else 1,
-                             seed=seed)
+    if crop > resize:
+        raise ValueError(f"crop ({crop}) must not exceed resize ({resize})")
+    return EricssonTransform(name=name, family=t.family, param_dim=_DIMS.get(name, 1), seed=seed,
+                             resize=int(resize), crop=int(crop))
