@@ -83,12 +83,12 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
         "; inputs that require grad take the reference in every mode (the kernel has no backward)")),
     ("pairwise_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
         "pairwise_logsumexp", "3.48-3.86x", "N=2000 float32, D=128, 256-row blocks; load 7-9",
-        "; benchmarks/bench_invariance.py::test_uniformity_vs_pdist_2000: 2.79-2.81x torch.pdist, 1 thread, load "
-        "5-11, 2026-11-25 (docs/performance.md)")),
+        "; benchmarks/bench_invariance.py::test_uniformity_vs_pdist_2000: 2.57-2.81x torch.pdist, 1 thread, load "
+        "3-11, 2026-11-25 (docs/performance.md)")),
     ("knn_sqdist", "cpu"): Knowledge("invariance", True, _cpu(
         "knn_sqdist", "19.1x", "4000 float32 rows, D=128, k=10, against the exact float64 reference; load 7",
-        "; benchmarks/bench_invariance.py::test_acr_vs_cdist_topk: 1.07x the float32 cdist + topk ACR used "
-        "before (which is not exact), load 5, 2026-11-25 (docs/performance.md)")),
+        "; benchmarks/bench_invariance.py::test_acr_vs_cdist_topk: 0.85-1.07x the float32 cdist + topk ACR used "
+        "before (which is not exact), load 3-5, 2026-11-25 (docs/performance.md)")),
     ("hyper_generate", "cpu"): Knowledge("hyper", True, _cpu(
         "hyper_generate", "1.47-2.15x", "B=8, 20 kernels, 1.8M rows, H=32",
         "; benchmarks/bench_hyper.py::TestCPUGenerate: 1.25x (B=1) / 1.30x (B=8) the per-kernel loop, "
