@@ -42,6 +42,18 @@ def _sqdist_logsumexp(dev: str) -> tuple:
     return x[:b].to(dev), x.to(dev), 0, 2.0
 
 
+def _pairwise_logsumexp(dev: str) -> tuple:
+    """uniformity over all pairs: N=2000 float32 rows, D=128, 256-row blocks (issue 29's size)."""
+    n = 500 if SMALL else 2000
+    return torch.randn(n, 128, generator=torch.Generator().manual_seed(0)).to(dev), 2.0, True, 256
+
+
+def _knn_sqdist(dev: str) -> tuple:
+    """ACR's search: 4000 views (1000 images x 4), D=128, k=10, 256-row blocks."""
+    n = 1000 if SMALL else 4000
+    return torch.randn(n, 128, generator=torch.Generator().manual_seed(0)).to(dev), 10, True, 256
+
+
 def _hyper_problem(dev: str, b: int) -> tuple:
     """Hyper-ResNet-18-like output layer: 20 kernels (3x3, 64..256 channels at width 1/2), H=32."""
     g = torch.Generator().manual_seed(0)
@@ -199,7 +211,8 @@ def _warp_affine_u8(dev: str) -> tuple:
 
 
 FACTORIES: dict[str, Callable[[str], tuple]] = {
-    "pair_scores": _pair_scores, "sqdist_logsumexp": _sqdist_logsumexp, "hyper_generate": _hyper_generate,
+    "pair_scores": _pair_scores, "sqdist_logsumexp": _sqdist_logsumexp, "pairwise_logsumexp": _pairwise_logsumexp,
+    "knn_sqdist": _knn_sqdist, "hyper_generate": _hyper_generate,
     "hyper_generate_backward": _hyper_generate_backward, "synth_color": _synth_color, "synth_blur": _synth_blur,
     "synth_warp": _synth_warp, "synth_composite": _synth_composite, "warp_affine": _warp_affine,
     "warp_coords": _warp_coords, "augment_views": _augment_views, "lut_u8": _lut_u8, "histogram_u8": _histogram_u8,

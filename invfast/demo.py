@@ -63,6 +63,7 @@ class ConvNet(nn.Module):
             conv = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1)
             with torch.no_grad():
                 conv.weight.copy_(torch.randn(conv.weight.shape, generator=gen) * (2.0 / (9 * c_in)) ** 0.5)
+                assert conv.bias is not None  # Conv2d has a bias by default
                 conv.bias.zero_()
             layers += [conv, nn.ReLU()]
             c_in = c_out

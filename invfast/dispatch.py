@@ -20,6 +20,8 @@ import textwrap
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import torch
+
 from invfast import _loader
 
 DEVICES = ("cpu", "cuda")
@@ -79,6 +81,14 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
     ("sqdist_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
         "sqdist_logsumexp", "2.67-3.25x", "512 rows x 4000, D=128",
         "; inputs that require grad take the reference in every mode (the kernel has no backward)")),
+    ("pairwise_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
+        "pairwise_logsumexp", "3.48-3.86x", "N=2000 float32, D=128, 256-row blocks; load 7-9",
+        "; benchmarks/bench_invariance.py::test_uniformity_vs_pdist_2000: 2.57-2.81x torch.pdist, 1 thread, load "
+        "3-11, 2026-11-25 (docs/performance.md)")),
+    ("knn_sqdist", "cpu"): Knowledge("invariance", True, _cpu(
+        "knn_sqdist", "19.1x", "4000 float32 rows, D=128, k=10, against the exact float64 reference; load 7",
+        "; benchmarks/bench_invariance.py::test_acr_vs_cdist_topk: 0.85-1.07x the float32 cdist + topk ACR used "
+        "before (which is not exact), load 3-5, 2026-11-25 (docs/performance.md)")),
     ("hyper_generate", "cpu"): Knowledge("hyper", True, _cpu(
         "hyper_generate", "1.47-2.15x", "B=8, 20 kernels, 1.8M rows, H=32",
         "; benchmarks/bench_hyper.py::TestCPUGenerate: 1.25x (B=1) / 1.30x (B=8) the per-kernel loop, "
@@ -102,9 +112,11 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
         "warp_coords", "1.62-1.88x", "B=16 uint8 96 px, P=8 smooth fields; 1.50x float32 224 px, P=8",
         "; an earlier run recorded 0.98x (docs/transforms.md, float32 224 px)")),
     ("augment_views", "cpu"): Knowledge("augment", True, _cpu(
-        "augment_views", "1.83-2.51x", "Default-policy stages, B=16 uint8 160 px -> 128 px",
-        "; against the whole torch policy the fused views measured 0.8-0.9x (Default) and 1.2-1.5x (Spatial) "
-        "(bench_transforms.py::test_fused_policy_vs_torch_path_cpu), so FusedPolicy itself stays opt-in")),
+        "augment_views", "7.31x", "Default-policy stages, B=16 uint8 160 px -> 128 px; load 7 (planes per image, "
+        "separable crop warp, vectorised colour and blur passes)",
+        "; the Policy runs it on CPU: benchmarks/bench_policies.py, 1 thread, B=64, load 6-7, 2026-11-25: "
+        "Default two views 3.38x its torch-ops path and 4.49-4.59x kornia at 224 px, 5.70-9.06x at 32 px; Spatial "
+        "7.89x (docs/performance.md)")),
 }
 _TT_RUN = ("one run, AMD EPYC, 2 cores shared with other jobs (load 7.5 falling to 5.7), 1 thread, torch 2.13 CPU, "
            "2026-11-25")
@@ -118,6 +130,9 @@ for _op, _ratio, _what in (("lut_u8", "2.17x", "brightness-like tables"), ("hist
         f"{_TT_RUN}); the test transforms' uint8 path (issue 29, docs/transforms.md)"))
     KNOWN[(_op, "cuda")] = Knowledge("transforms", False, "off: no CUDA kernel (csrc/transforms has CPU kernels only); "
                                      "the torch reference runs on the GPU")
+for _op in ("pairwise_logsumexp", "knn_sqdist"):
+    KNOWN[(_op, "cuda")] = Knowledge("invariance", False, "off: no CUDA kernel (csrc/invariance/pairwise_cpu.cpp "
+                                     "is CPU only); the torch reference runs on the GPU")
 for _op in ("pair_scores", "sqdist_logsumexp"):  # the CUDA default before this table, though never measured
     KNOWN[(_op, "cuda")] = Knowledge("invariance", False, _CUDA_UNMEASURED + "; was the CUDA default before the "
                                      "dispatch table without a measurement, turned off for that reason")
@@ -133,6 +148,7 @@ FAMILIES: dict[str, str] = {op: k.family for (op, _), k in KNOWN.items()}
 _available_cache: dict[tuple[str, str], bool] = {}
 
 
+@torch.compiler.assume_constant_result  # fixed for the process: torch.compile takes it as a constant
 def kernel_available(op: str, device_type: str) -> bool:
     """Whether the loaded core has a compiled ``op`` kernel for ``device_type`` ('cpu', 'cuda', ...)."""
     key = (op, device_type)

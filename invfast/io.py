@@ -56,7 +56,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]
     os.makedirs(folder, exist_ok=True)
     tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
     try:
-        with open(tmp, mode, **({"encoding": "utf-8"} if mode == "w" else {})) as f:
+        with open(tmp, mode, encoding="utf-8" if mode == "w" else None) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())

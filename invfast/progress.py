@@ -40,7 +40,7 @@ def _seconds(s: float) -> str:
 
 class LineBar:
     """A progress report as occasional plain lines (see the module docstring); tqdm's methods that invfast
-    uses: ``update``, ``set_description``, ``set_postfix_str``, ``close``, and ``n``, ``total``, ``unit``."""
+    uses: ``update``, ``set_description``, ``set_postfix``, ``set_postfix_str``, ``close``, and ``n``, ``total``, ``unit``."""
 
     def __init__(self, total: float | None = None, initial: float = 0, desc: str = "", unit: str = "it",
                  every: float | None = None, file: TextIO | None = None) -> None:
@@ -64,6 +64,9 @@ class LineBar:
 
     def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
         self._postfix = s
+
+    def set_postfix(self, ordered_dict: dict[str, Any] | None = None, refresh: bool = True, **kwargs: Any) -> None:
+        self._postfix = ", ".join(f"{k}={v}" for k, v in {**(ordered_dict or {}), **kwargs}.items())
 
     def refresh(self) -> None:
         pass
@@ -114,6 +117,9 @@ class _Off:
         pass
 
     def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        pass
+
+    def set_postfix(self, ordered_dict: dict[str, Any] | None = None, refresh: bool = True, **kwargs: Any) -> None:
         pass
 
     def refresh(self) -> None:

@@ -95,6 +95,11 @@ class RunFolder:
                                    "its state or deletes through a link: remove the link or choose another --out")
         return p
 
+    def _state(self) -> str:
+        """The state the marker records ("running" when there is none)."""
+        m = self.marker()
+        return m.get("state", "running") if m else "running"
+
     def marker(self) -> dict[str, Any] | None:
         """The marker invfast wrote in the folder, or None (not an invfast run)."""
         p = self.inside(MARKER)
@@ -186,7 +191,7 @@ class RunFolder:
     def own(self, *files: str) -> None:
         """Record ``files`` (relative paths) as written by invfast, before writing them, so a killed run's
         files can be cleaned by the next one and never counted as the user's."""
-        self._write_marker(self.marker().get("state", "running") if self.marker() else "running",
+        self._write_marker(self._state(),
                            [*self.owned(), *files])
 
     def finish(self) -> None:
@@ -242,5 +247,5 @@ class RunFolder:
             if os.path.isfile(p):
                 os.remove(p)
         self._prune_folders(gone)
-        self._write_marker(self.marker().get("state", "running") if self.marker() else "running",
+        self._write_marker(self._state(),
                            [f for f in self.owned() if f not in set(gone)])

@@ -45,12 +45,12 @@ class FeatureStats:
 
     # ------------------------------------------------------------------ accumulation
     def _init_state(self, dim: int) -> None:
-        z = dict(dtype=torch.float64, device=self.device)
+        f64, dev = torch.float64, self.device
         self.dim = dim
-        self.mean = torch.zeros(dim, **z)
-        self.m2 = torch.zeros(dim, dim, **z)
-        self.m3 = torch.zeros(dim, **z)
-        self.m4 = torch.zeros((), **z)
+        self.mean = torch.zeros(dim, dtype=f64, device=dev)
+        self.m2 = torch.zeros(dim, dim, dtype=f64, device=dev)
+        self.m3 = torch.zeros(dim, dtype=f64, device=dev)
+        self.m4 = torch.zeros((), dtype=f64, device=dev)
 
     def _reset_factor(self) -> None:
         self.cov_: torch.Tensor | None = None
@@ -88,15 +88,17 @@ class FeatureStats:
             raise TypeError(f"merge expects a FeatureStats, got {type(other).__name__}")
         if other.n == 0:
             return self
+        d_other, *moments_other = other._moments()
         if self.dim is None:
-            self._init_state(other.dim)
-        if other.dim != self.dim:
-            raise ValueError(f"cannot merge stats of D={other.dim} into stats of D={self.dim}")
+            self._init_state(d_other)
+        if d_other != self.dim:
+            raise ValueError(f"cannot merge stats of D={d_other} into stats of D={self.dim}")
+        _, mean_a, m2_a, m3_a, m4_a = self._moments()
         na, nb = self.n, other.n
         n = na + nb
-        ob = [t.to(self.device) for t in (other.mean, other.m2, other.m3, other.m4)]
-        mean = self.mean + (ob[0] - self.mean) * (nb / n)
-        pa = _shift(na, self.mean, self.m2, self.m3, self.m4, mean)
+        ob = [t.to(self.device) for t in moments_other]
+        mean = mean_a + (ob[0] - mean_a) * (nb / n)
+        pa = _shift(na, mean_a, m2_a, m3_a, m4_a, mean)
         pb = _shift(nb, ob[0], ob[1], ob[2], ob[3], mean)
         self.m2 = pa[0] + pb[0]
         self.m3 = pa[1] + pb[1]
@@ -115,15 +117,15 @@ class FeatureStats:
     def covariance(self) -> torch.Tensor:
         """Unbiased covariance ``Σ [D, D]`` (float64), before shrinkage."""
         self._need(2)
-        return self.m2 / (self.n - 1)
+        return self._moments()[2] / (self.n - 1)
 
     def finalize(self, shrinkage: str | float = "trace", eps: float = 1e-6) -> "FeatureStats":
         """Choose the shrinkage, factor ``Σ_λ = C Cᵀ`` and prepare whitening. Returns self."""
         self._need(2)
         if not (math.isfinite(eps) and eps >= 0):
             raise ValueError(f"eps must be a finite number >= 0, got {eps}")
-        d = self.dim
-        if not (bool(torch.isfinite(self.mean).all()) and bool(torch.isfinite(self.m2).all())):
+        d, mean, m2, _, m4 = self._moments()
+        if not (bool(torch.isfinite(mean).all()) and bool(torch.isfinite(m2).all())):
             raise ValueError("the reference statistics hold NaN/Inf (in the mean or covariance): they were "
                              "accumulated from non-finite features or the stats file is damaged; recompute them")
         eye = torch.eye(d, dtype=torch.float64, device=self.device)
@@ -131,8 +133,8 @@ class FeatureStats:
             if shrinkage not in _SHRINKAGE:
                 raise ValueError(f"shrinkage must be one of {_SHRINKAGE} or a float λ >= 0, got {shrinkage!r}")
             if shrinkage == "ledoit-wolf":
-                s = self.m2 / self.n
-                rho, mu = _ledoit_wolf(s, self.m4.item(), self.n)
+                s = m2 / self.n
+                rho, mu = _ledoit_wolf(s, m4.item(), self.n)
                 cov = (1 - rho) * s + rho * mu * eye
                 lam, self.rho_ = rho * mu, rho
             else:
@@ -170,8 +172,8 @@ class FeatureStats:
             raise ValueError("FeatureStats is not finalized: call stats.finalize() before whitening")
         key = (dtype, device)
         if key not in self._cast_cache:
-            w = self.whitener_
-            self._cast_cache[key] = (w.to(device=device, dtype=dtype), (self.mean @ w).to(device=device, dtype=dtype))
+            w, mean = self.whitener_, self._moments()[1]
+            self._cast_cache[key] = (w.to(device=device, dtype=dtype), (mean @ w).to(device=device, dtype=dtype))
         return self._cast_cache[key]
 
     def whiten(self, x: torch.Tensor) -> torch.Tensor:
@@ -187,7 +189,8 @@ class FeatureStats:
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
         self._need(1)
-        return {"n": self.n, "mean": self.mean.cpu(), "m2": self.m2.cpu(), "m3": self.m3.cpu(), "m4": self.m4.cpu(),
+        _, mean, m2, m3, m4 = self._moments()
+        return {"n": self.n, "mean": mean.cpu(), "m2": m2.cpu(), "m3": m3.cpu(), "m4": m4.cpu(),
                 "format": "invfast.FeatureStats/1"}
 
     @classmethod
@@ -233,6 +236,12 @@ class FeatureStats:
             return cls.from_state_dict(state, device=device)
         except ValueError as e:
             raise DamagedFileError(f"{os.fspath(path)!r} is not a usable FeatureStats file: {e}; {fix}") from e
+
+    def _moments(self) -> tuple[int, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(D, mean, m2, m3, m4) of the accumulated state; raises when nothing was accumulated yet."""
+        if self.dim is None or self.mean is None or self.m2 is None or self.m3 is None or self.m4 is None:
+            raise ValueError("FeatureStats holds no features yet: update() with features [B, D] first")
+        return self.dim, self.mean, self.m2, self.m3, self.m4
 
     def _need(self, k: int) -> None:
         if self.n < k:

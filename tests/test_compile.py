@@ -46,3 +46,57 @@ def test_eager_errors_stay_value_errors():
     st = ivf.FeatureStats().update(torch.randn(10, 3)).finalize()
     with pytest.raises(ValueError, match="N=0 images"):
         ivf.invariance_scores(torch.zeros(0, 3), torch.zeros(0, 2, 3), st)
+
+
+# ------------------------------------------------------------------------------------------- transform apply
+#: a fast subset (a flip, a sampled warp, a colour op, a discrete one); the slow test compiles all 18
+_QUICK_TRANSFORMS = ("hflip", "rotation", "brightness", "posterize")
+
+
+def _compiled_equals_eager(name: str, images: torch.Tensor) -> None:
+    import invfast.transforms as T
+
+    t = T.get(name)
+    p = t.grid(3)
+    f = torch.compile(t.apply, fullgraph=True)  # fullgraph: a graph break raises instead of falling back
+    got, want = f(images, p), t.apply(images, p)
+    assert got.dtype == want.dtype == images.dtype and got.shape == want.shape
+    tol = 0 if images.dtype == torch.uint8 else 1e-6  # uint8: the same rounding, so the same bytes
+    torch.testing.assert_close(got, want, rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("name", _QUICK_TRANSFORMS)
+def test_transform_apply_compiles_fullgraph(name, rng):
+    _compiled_equals_eager(name, torch.from_numpy(rng.random((2, 3, 12, 12))).float())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [torch.float32, torch.uint8])
+def test_every_transform_apply_compiles_fullgraph(dtype, rng):
+    import invfast.transforms as T
+
+    x = torch.from_numpy(rng.integers(0, 256, (2, 3, 12, 12), dtype="uint8"))
+    images = x if dtype == torch.uint8 else x.float() / 255
+    for name in T.TEST_TRANSFORMS:
+        torch._dynamo.reset()
+        _compiled_equals_eager(name, images)
+
+
+def test_compiled_transform_keeps_its_value_checks(rng):
+    """The data-dependent checks run inside the graph: bad parameters or out-of-range images fail when the
+    compiled call runs (RuntimeError naming the problem), the same shapes with good data still pass."""
+    import invfast.transforms as T
+
+    x = torch.from_numpy(rng.random((2, 3, 12, 12))).float()
+    t = T.get("brightness")
+    f = torch.compile(t.apply, fullgraph=True)
+    good = torch.tensor([0.5, 2.0])
+    torch.testing.assert_close(f(x, good), t.apply(x, good), rtol=0, atol=1e-6)
+    with pytest.raises(RuntimeError, match="brightness: the factor must be >= 0"):
+        f(x, torch.tensor([0.5, -1.0]))
+    with pytest.raises(RuntimeError, match="params contain NaN/Inf"):
+        f(x, torch.tensor([0.5, float("nan")]))
+    with pytest.raises(RuntimeError, match=r"floating images must be in \[0, 1\]"):
+        f(x * 255, good)
+    with pytest.raises(ValueError, match=r"brightness: the factor must be >= 0\.0, got -1"):  # eager: a ValueError
+        t.apply(x, torch.tensor([0.5, -1.0]))

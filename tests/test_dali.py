@@ -76,6 +76,27 @@ def test_dali_appearance_without_randomness_matches_torch(photos):
     torch.testing.assert_close(vt, r[..., 2:34, 2:34], atol=1e-6, rtol=0)
 
 
+def test_dali_policy_consecutive_calls_return_their_own_images(photos):
+    """Each call's views come from that call's images (DALI's default prefetch depth of 2 made every call
+    after the first return the previous call's images). The appearance policy without randomness is a
+    resize + centre crop; resize_ratio 36/32 makes the crop margin even, so DALI and torch crop alike."""
+    kw = dict(p_jitter=0.0, p_grayscale=0.0, p_blur=0.0, normalize=False, resize_ratio=36 / 32)
+    dali_pol = T.policy("appearance", size=32, backend="dali", **kw)
+    torch_pol = T.policy("appearance", size=32, **kw)
+    inputs = [photos, photos[[1, 2, 0]], photos.flip(-1), photos]  # same batch size: one pipeline reused
+    want = [torch_pol(x, torch.Generator().manual_seed(0))[0] for x in inputs]
+
+    def mae(a, b):
+        return float((a - b).abs().mean()) * 255
+
+    for k, x in enumerate(inputs):
+        v1, v2 = dali_pol(x)
+        assert mae(v1, want[k]) < 0.6 and mae(v2, want[k]) < 0.6, f"call {k + 1} is not of its own images"
+        if k:
+            assert mae(v1, want[k - 1]) > 5.0  # the previous call's images are far from these
+    assert mae(want[0], want[1]) > 5.0
+
+
 def test_dali_loader_from_arrays_and_folder(photos, tmp_path):
     loader = D.DaliLoader.from_arrays(photos, "default", batch_size=2, labels=[3, 4, 5])
     batches = list(loader)

@@ -136,3 +136,15 @@ def test_synthetic_spec_order_and_split_are_validated():
     for bad in ("split=zzz", "order=zzz"):
         with pytest.raises(ValueError, match=bad.split("=")[0]):
             parse_synthetic_spec(bad)
+
+
+def test_synthetic_source_serves_an_empty_request_before_any_image():
+    """get([]) on a fresh synthetic source is an empty uint8 batch (it indexed its still-empty cache, None);
+    the images served afterwards are unchanged."""
+    from invfast.data.sources import open_source
+
+    spec = "synthetic:objects=2,n=4,size=8,seed=1"
+    src = open_source(spec)
+    empty = src.get([])
+    assert empty.dtype == torch.uint8 and tuple(empty.shape) == (0, 3, 8, 8)
+    torch.testing.assert_close(src.get([2, 0]), open_source(spec).get([2, 0]), atol=0, rtol=0)

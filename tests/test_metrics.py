@@ -193,6 +193,142 @@ def test_uniformity_large_scale_is_stable(rng):
         ivf.uniformity(torch.randn(1, 3))
 
 
+def _near_duplicates(rng, n: int = 120, d: int = 32) -> np.ndarray:
+    """float32 rows with exact duplicates and near-duplicates (relative offsets 1e-6..1e-3, squared distances
+    down to ~1e-12 after normalisation): there ||a||^2 + ||b||^2 - 2 a.b cancels in float32."""
+    q = n // 4
+    base = rng.normal(size=(q, d))
+    near = base + 10.0 ** rng.uniform(-6, -3, size=(q, 1)) * rng.normal(size=(q, d))
+    x = np.concatenate([base, base, near, rng.normal(size=(n - 3 * q, d))])
+    return x[rng.permutation(n)].astype(np.float32)
+
+
+def _float64_sqdist(x: np.ndarray) -> np.ndarray:
+    """Exact float64 squared distances of the L2-normalised rows, from the differences (no cancellation)."""
+    f = x.astype(np.float64)
+    f = f / np.linalg.norm(f, axis=1, keepdims=True)
+    return ((f[:, None] - f[None]) ** 2).sum(-1)
+
+
+@pytest.mark.parametrize("t", [2.0, 7.0])
+def test_uniformity_float32_within_the_stated_bound(rng, t):
+    """float32 input: the GEMM's error bound 2 t gamma_D against float64 scipy, D large enough to matter."""
+    n, d = 400, 96
+    x = rng.normal(size=(n, d)).astype(np.float32) + 0.3
+    u = float(ivf.uniformity(torch.from_numpy(x), t=t))
+    ref = _uniformity_np(x.astype(np.float64), t)
+    gamma = d * 2.0 ** -24 / (1 - d * 2.0 ** -24)
+    assert abs(u - ref) <= 2 * t * gamma
+    assert abs(u - ref) <= 2e-6 * abs(ref)  # typical: far inside the worst-case bound
+
+
+@pytest.mark.parametrize("mode", ["auto", "reference"])
+def test_uniformity_near_duplicates_is_exact(rng, mode):
+    """Large t: the near-duplicate pairs dominate the log-sum-exp, and their squared distances (~1e-12..1e-6)
+    must be exact, not the float32 cancellation noise (~1e-7) of the GEMM identity."""
+    x = _near_duplicates(rng)
+    n = x.shape[0]
+    d2 = _float64_sqdist(x)[np.triu_indices(n, 1)]
+    t = 1e4
+    v = -t * d2
+    ref = v.max() + np.log(np.exp(v - v.max()).sum() * 2 / (n * (n - 1)))
+    with backend.using(mode):
+        u = float(ivf.uniformity(torch.from_numpy(x), t=t, block_rows=17))
+    assert u == pytest.approx(ref, abs=1e-9)
+
+
+def test_pair_block_rows_keep_memory_linear():
+    """N = 100 000, D = 8: the block of inner products is O(block_rows * N) bytes, never N^2."""
+    from invfast.metrics import pair_block_rows
+
+    n = 100_000
+    for itemsize in (4, 8):
+        rows = pair_block_rows(n, itemsize)
+        assert 1 <= rows <= 256 and rows * n * itemsize <= 32 << 20
+    assert pair_block_rows(2000, 4) == 256 and pair_block_rows(10, 4) == 10 and pair_block_rows(10 ** 9, 8) == 1
+
+
+@needs_core
+def test_uniformity_kernel_allocates_one_block(rng):
+    """Every allocation of the compiled uniformity (the profiler's per-op memory records) is at most one
+    [block_rows, N] tile, and all of them together stay far below the N x N matrix."""
+    n, d, block = 3000, 8, 40
+    x = torch.from_numpy(rng.normal(size=(n, d)).astype(np.float32))
+    with backend.use("compiled"), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                                         profile_memory=True) as prof:
+        ivf.uniformity(x, block_rows=block)
+    allocs = [e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0]
+    assert block * n * 4 in allocs  # the tile itself was seen
+    assert max(allocs) == block * n * 4
+    assert sum(allocs) <= block * n * 4 + 4 * n * d * 8 < n * n * 4 / 20
+
+
+@pytest.mark.parametrize("mode", ["auto", "reference"])
+def test_knn_is_exact_on_near_duplicates(rng, mode):
+    """The k nearest rows equal a float64 numpy search (stable sort: ties to the lower index), with exact
+    duplicates and near-duplicates whose float32 GEMM distances would be cancellation noise."""
+    from invfast.ops.invariance import knn_sqdist
+
+    x = _near_duplicates(rng)
+    d2 = _float64_sqdist(x)
+    np.fill_diagonal(d2, np.inf)
+    want = np.argsort(d2, axis=1, kind="stable")[:, :5]
+    with backend.using(mode):
+        dist, idx = knn_sqdist(torch.from_numpy(x), 5, True, 13)
+    assert np.array_equal(idx.numpy(), want)
+    np.testing.assert_allclose(dist.numpy(), np.take_along_axis(d2, want, 1), rtol=1e-9, atol=1e-15)
+
+
+def test_acr_near_duplicate_views(rng):
+    """Views of different images closer than float32 cancellation noise: ACR still equals float64 numpy."""
+    n, c, d = 30, 3, 24
+    centres = rng.normal(size=(n, 1, d))
+    spread = 10.0 ** rng.uniform(-6, -4, size=(n, c, 1))
+    v = (centres + spread * rng.normal(size=(n, c, d))).astype(np.float32)
+    v[1::2] = v[0::2] + 1e-5 * rng.normal(size=v[0::2].shape).astype(np.float32)  # image pairs nearly coincide
+    for k in (1, 2, 4):
+        assert ivf.acr(torch.from_numpy(v), k=k) == pytest.approx(_acr_np(v.astype(np.float64), k))
+    with pytest.raises(ValueError, match="block_rows"):
+        ivf.acr(torch.from_numpy(v), k=1, block_rows=0)
+
+
+@needs_core
+def test_opcheck_all_pairs_ops(rng):
+    x = torch.from_numpy(rng.normal(size=(23, 5)).astype(np.float32))
+    torch.library.opcheck(torch.ops.invfast.pairwise_logsumexp.default, (x, 2.0, True, 4))
+    torch.library.opcheck(torch.ops.invfast.knn_sqdist.default, (x.double(), 3, False, 5))
+    for bad, msg in ((torch.zeros(3, 2, 2), r"\[N, D\]"), (torch.zeros(4, 2, dtype=torch.int64), "float32 or float64"),
+                     (torch.full((4, 2), float("nan")), "NaN")):
+        with pytest.raises(RuntimeError, match=msg):
+            torch.ops.invfast.pairwise_logsumexp(bad, 2.0, True, 4)
+    with pytest.raises(RuntimeError, match="k must be in"):
+        torch.ops.invfast.knn_sqdist(x, 23, True, 4)
+
+
+@pytest.mark.parametrize("normalize", [True, False])
+def test_all_pairs_kernel_equals_float64_reference(rng, normalize):
+    """The compiled all-pairs ops (where the table runs them) against their float64 torch references on float64
+    input, several block sizes: the log-sum-exp to 1e-12, the neighbours exactly."""
+    from invfast.ops.invariance import knn_sqdist, pairwise_logsumexp
+
+    x = torch.from_numpy(rng.normal(size=(int(rng.integers(40, 90)), int(rng.integers(2, 40)))))
+    t = float(rng.uniform(0.5, 5.0)) / (1.0 if normalize else x.shape[1])
+    with backend.using("reference"):
+        want = pairwise_logsumexp(x, t, normalize, 11)
+        wd, wi = knn_sqdist(x, 4, normalize, 11)
+    for block in (1, 16, 1000):
+        assert float(pairwise_logsumexp(x, t, normalize, block)) == pytest.approx(float(want), rel=1e-12)
+        d, i = knn_sqdist(x, 4, normalize, block)
+        assert torch.equal(i, wi)
+        torch.testing.assert_close(d, wd, rtol=1e-12, atol=1e-14)
+
+
+def test_uniformity_gradient_flows_through_the_reference(rng):
+    """Inputs that require grad take the float64 torch reference (the kernel has no backward)."""
+    x = torch.from_numpy(rng.normal(size=(12, 4))).requires_grad_()
+    assert torch.autograd.gradcheck(lambda a: ivf.uniformity(a, t=1.5, block_rows=5), (x,))
+
+
 def test_alignment(rng):
     a, b = rng.normal(size=(40, 6)), rng.normal(size=(40, 6))
     an = a / np.linalg.norm(a, axis=1, keepdims=True)

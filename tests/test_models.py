@@ -63,7 +63,8 @@ def test_bad_images():
 
 def test_registry():
     assert set(ARCHITECTURES) == {"resnet18-cifar", "resnet18", "resnet34-cifar", "resnet34", "resnet50-cifar",
-                                  "resnet50", "hyper-resnet18-cifar", "hyper-resnet18", "hyper-resnet50", "prompt-vit"}
+                                  "resnet50", "resnet18-cifar-solo", "resnet34-cifar-solo", "resnet50-cifar-solo",
+                                  "hyper-resnet18-cifar", "hyper-resnet18", "hyper-resnet50", "prompt-vit"}
     for name in ARCHITECTURES:
         kw = {"width": 4} if "resnet" in name else {"dim": 16, "depth": 1, "heads": 2}
         m = create(name, **kw)
@@ -171,3 +172,93 @@ def test_create_from_module_factory(tmp_path, monkeypatch):
         create("no_such_module_xyz:build")
     with pytest.raises(TypeError, match="not callable"):
         create("my_models_pkg:NOT_CALLABLE")
+
+
+# ---------------------------------------------------------------------------------------------- torchvision's API
+def test_constructors_take_torchvision_arguments(tmp_path):
+    from invfast.models import list_models
+
+    m = resnet50(weights=None, num_classes=0, width=4)
+    assert m.fc is None and m.num_classes == 0 and m.stem_kind == "imagenet"
+    h = resnet50(num_classes=10, width=4, pretrained=False, progress=False).eval()
+    x = torch.randn(2, 3, 64, 64)
+    assert h(x).shape == (2, 10) and h.forward_features(x).shape == (2, h.feature_dim)
+    with pytest.raises(ValueError, match="downloads no weights"):
+        resnet18(pretrained=True)
+    with pytest.raises(FileNotFoundError, match="no such checkpoint file"):
+        resnet18(weights="IMAGENET1K_V2")
+    with pytest.raises(TypeError, match=r"stem='cifar'"):
+        resnet18("cifar")
+    with pytest.raises(ValueError, match="num_classes"):
+        resnet18(num_classes=-1)
+    torch.save(h.state_dict(), tmp_path / "h.pt")  # weights= a file: the head and the width come back
+    back = resnet50(weights=tmp_path / "h.pt", num_classes=10).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(back(x), h(x), atol=0, rtol=0)
+    assert list_models() == sorted(ARCHITECTURES)
+    assert list_models("resnet*-cifar*") == ["resnet18-cifar", "resnet18-cifar-solo", "resnet34-cifar",
+                                              "resnet34-cifar-solo", "resnet50-cifar", "resnet50-cifar-solo"]
+    assert all(create(n, **({"dim": 16, "depth": 1, "heads": 2} if n == "prompt-vit" else {"width": 4}))
+               for n in list_models("*vit*") + list_models("hyper-resnet18-cifar"))
+
+
+def test_head_gives_logits_of_the_pooled_features(rng):
+    torch.manual_seed(0)
+    m = ResNet(18, stem="cifar", width=4, num_classes=7).eval()
+    x = torch.from_numpy(rng.normal(size=(3, 3, 16, 16))).float()
+    with torch.no_grad():
+        feats = m.blocks(m.stem(x)).mean((2, 3))  # the pooled features, by hand
+        torch.testing.assert_close(m.forward_features(x), feats, atol=0, rtol=0)
+        want = feats.double() @ m.fc.weight.double().T + m.fc.bias.double()
+        torch.testing.assert_close(m(x).double(), want, rtol=1e-5, atol=1e-6)
+    assert [k for k in m.state_dict() if not k.startswith(("stem.", "blocks."))] == ["fc.weight", "fc.bias"]
+
+
+@pytest.mark.parametrize("depth", [18, 50])
+def test_default_model_keeps_the_state_dict_of_earlier_versions(depth):
+    """Without num_classes the state dict has exactly the invfast names of torchvision's tensors minus fc (the
+    names earlier invfast versions saved), in order, and avgpool adds nothing."""
+    from invfast.models.checkpoints import torchvision_resnet_keys, torchvision_to_invfast
+
+    tv = {k: torch.zeros(s) for k, s in torchvision_resnet_keys(depth, width=4, fc=None)}
+    want, dropped = torchvision_to_invfast(tv)
+    m = create(f"resnet{depth}", width=4)
+    assert not dropped and list(m.state_dict()) == list(want)
+    assert {k: tuple(v.shape) for k, v in m.state_dict().items()} == {k: tuple(v.shape) for k, v in want.items()}
+    assert "fc" not in dict(m.named_modules()) and "avgpool" in dict(m.named_modules())
+
+
+def test_measure_at_the_pooled_features_and_the_logits(rng):
+    """layers='avgpool,fc' measures both in one pass; the per-unit variances against float64 numpy on
+    features and logits computed by hand."""
+    import numpy as np
+
+    import invfast
+    import invfast.transforms as T
+
+    torch.manual_seed(1)
+    m = create("resnet18-cifar", width=4, num_classes=5).eval()
+    with torch.no_grad():
+        for mod in m.modules():
+            if isinstance(mod, torch.nn.BatchNorm2d):
+                mod.running_mean.uniform_(-0.2, 0.2)
+                mod.running_var.uniform_(0.5, 1.5)
+    x = torch.from_numpy(rng.integers(0, 256, (24, 3, 16, 16), dtype=np.uint8))
+    t = T.get("hflip")
+    r = invfast.measure_invariance(m, x, [t], grid_size=2, batch_size=8, normalize=False, layers="avgpool,fc")
+    assert list(r.layers) == ["avgpool", "fc"]
+    with torch.no_grad():
+        views = t.apply(x, t.grid(2))  # [N, 2, C, H, W]: identity and flipped
+        feats = torch.stack([m.blocks(m.stem(views[:, v].float() / 255)).mean((2, 3)) for v in range(2)], 1)
+    f = feats.double().numpy()
+    logits = f @ m.fc.weight.detach().double().numpy().T + m.fc.bias.detach().double().numpy()
+    for name, a in (("avgpool", f), ("fc", logits)):
+        tr = r.layers[name]["hflip"]
+        assert tr.unit_transform_variance.shape == (a.shape[-1],)
+        np.testing.assert_allclose(tr.unit_transform_variance.numpy(), a.var(axis=1).mean(axis=0), rtol=1e-4,
+                                   atol=1e-10)
+        np.testing.assert_allclose(tr.unit_sample_variance.numpy(), a.var(axis=0).mean(axis=0), rtol=1e-4, atol=1e-10)
+    out = invfast.measure_invariance(m, x, [t], grid_size=2, batch_size=8, normalize=False)  # output = the logits
+    assert out["hflip"].mean_distance == pytest.approx(r.layers["fc"]["hflip"].mean_distance, rel=1e-5)
+    with pytest.raises(ValueError, match="no layer 'fc'"):
+        invfast.measure_invariance(create("resnet18-cifar", width=4), x, [t], grid_size=2, layers="avgpool,fc")

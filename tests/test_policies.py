@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+import invfast.backend as backend
 import invfast.transforms as T
 from invfast.transforms import functional as Fn
 from invfast.transforms.policies import IMAGENET_MEAN, IMAGENET_STD
@@ -103,9 +104,11 @@ def test_blur_sigma_scales_with_size():
     assert p["sigma"].max() <= 2.0 * 32 / 224 + 1e-9 and p["sigma"].min() >= 0.1 * 32 / 224 - 1e-9
 
 
-def test_policy_matches_per_image_reference(batch):
+@pytest.mark.parametrize("mode", ["auto", "reference"])
+def test_policy_matches_per_image_reference(batch, mode):
     """Sampled params applied per image with PIL (crop+resize, flip) and the single-image colour ops in
-    the sampled order, against the batched policy."""
+    the sampled order, against the batched policy: under auto the fused kernel where the dispatch table runs
+    it (CPU with the core built), under 'reference' the torch ops."""
     pol = T.policy("solarize-default", size=40)
     x = batch.float() / 255
     params = pol.sample(4, x.shape[-2:], torch.Generator().manual_seed(11))
@@ -115,7 +118,8 @@ def test_policy_matches_per_image_reference(batch):
     params["grayscale"][1] = True
     params["solarize"][2] = True
     params["flip"][0] = True
-    out = _denorm(pol.apply(x, params))
+    with backend.using(mode):
+        out = _denorm(pol.apply(x, params))
     for i in range(4):
         top, left, h, w = params["crop"][i].tolist()
         img = Image.fromarray(batch[i].permute(1, 2, 0).numpy())
@@ -199,3 +203,25 @@ def test_custom_list_and_bad_input(batch):
         pol(batch[:, :1])
     with pytest.raises(ValueError, match="uint8"):
         pol(batch.to(torch.int16))
+
+
+def test_policy_runs_the_fused_kernel_where_the_table_says(batch, monkeypatch):
+    """Policy.apply goes through the fused augment_views op exactly where the dispatch table runs that kernel for
+    the images' device, and through the torch ops under 'reference'; both give the same views within one grey
+    level (before normalisation)."""
+    from invfast.transforms import policies
+
+    calls = []
+    real = policies.fused_apply
+    monkeypatch.setattr(policies, "fused_apply", lambda *a, **k: calls.append(1) or real(*a, **k))
+    pol = T.policy("default", size=24, normalize=False)
+    params = pol.sample(4, batch.shape[-2:], torch.Generator().manual_seed(5))
+    params["jitter"][:] = True
+    params["blur"][:2] = True
+    with backend.using("reference"):
+        ref = pol.apply(batch.float() / 255, params)
+    assert calls == []
+    got = pol.apply(batch, params)  # uint8 straight into the kernel where it serves
+    assert len(calls) == int(backend.uses_kernel("augment_views", "cpu"))
+    assert got.shape == ref.shape == (4, 3, 24, 24)
+    assert (got - ref).abs().max() <= 1 / 255 + 1e-6

@@ -57,3 +57,22 @@ def test_no_module_uses_tqdm_directly():
     users = [str(p.relative_to(root)) for p in root.rglob("*.py")
              if p.name != "progress.py" and "tqdm" in p.read_text(encoding="utf-8")]
     assert users == [], users
+
+
+def test_every_bar_method_invfast_calls_exists_on_every_kind_of_bar():
+    """The bars off a terminal and switched off answer every tqdm method that invfast's code calls on a bar."""
+    import pathlib
+    import re
+
+    from invfast.progress import _Off
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "invfast"
+    called = {m for p in root.rglob("*.py") for m in re.findall(r"\bbar\.(\w+)\(", p.read_text(encoding="utf-8"))}
+    assert {"update", "close"} <= called
+    for kind in (LineBar(total=3, file=io.StringIO()), _Off()):
+        missing = [m for m in sorted(called) if not callable(getattr(kind, m, None))]
+        assert missing == [], (type(kind).__name__, missing)
+    b = LineBar(total=3, every=0.0, file=io.StringIO())
+    b.set_postfix(loss="0.5000", img_s="12")
+    b.update(1)
+    assert "loss=0.5000, img_s=12" in b.file.getvalue()

@@ -72,7 +72,7 @@ def test_tiny_end_to_end_report(tiny_run):
     assert sorted(doc["invariance"]["cosine"]) == sorted(models)
     import invfast.transforms as T
     for m in models:
-        assert set(doc["invariance"]["cosine"][m]) == set(T.SYNTHETIC)
+        assert set(doc["invariance"]["cosine"][m]) == set(T.TEST_TRANSFORMS)
         assert all(v is not None for v in doc["invariance"]["cosine"][m].values())
     for task in ("identity", "position", "rotation", "colour"):
         sc = doc["probes"][task]["scores"]
@@ -109,7 +109,22 @@ def test_tiny_end_to_end_report(tiny_run):
     assert doc["per_seed"]["1"]["stages"]["probes"] != doc["probes"]
     assert [f["status"] for f in doc["per_seed"]["1"]["findings"]] == [
         f["per_seed_status"]["1"] for f in doc["findings"]]
+    # learning curves: the held-out identity probe from the initialisation (step 0) to the end, and the loss
+    steps = {k: doc["pretraining"][k]["steps"] for k in ("default", "spatial", "appearance", "amortised")}
+    for key, run in doc["pretraining"].items():
+        probe = run["curve"]["probe"]
+        assert probe[0]["step"] == 0 and probe[-1]["step"] == steps[key], key
+        assert all(0.0 <= r["linear"] <= 1.0 and 0.0 <= r["knn"] <= 1.0 and r["effective_rank"] >= 1.0 for r in probe)
+        assert run["curve"]["loss"] and run["final_loss"] == run["curve"]["loss"][-1]["loss"]
+    from invfast.reproduce.sections import learning as LR
+    for seed in ("0", "1"):
+        got = doc["learned"][seed]
+        idn = doc["per_seed"][seed]["stages"]["probes"]["identity"]["scores"]
+        for m, label in (("default", "Default"), ("spatial", "Spatial"), ("appearance", "Appearance")):
+            assert got[m]["ratio"] == pytest.approx(idn[label]["mean"] / idn["Random"]["mean"])
+            assert got[m]["learned"] == (got[m]["ratio"] >= LR.LEARNED_RATIO)
     md = (out / "report.md").read_text()
+    assert "## Do the models learn?" in md and "figures/learning.png" in md and "| epoch | default linear / kNN" in md
     for heading in ("## Verdict", "## 1. Invariances (Table 1)", "## 2. Probes (Table 2)",
                     "## 3. Same vs different transformations", "## 4. Amortised invariance", "## Findings in detail",
                     "## Machine, versions, time"):
@@ -378,22 +393,66 @@ def test_same_machine_and_seed_give_identical_numbers(tiny_run, tmp_path):
         assert a[key] == b[key], key
 
 
-def test_main_objects_have_no_rotational_symmetry():
+def _no_rotational_symmetry(alpha, name):
     from scipy import ndimage
 
+    a = alpha.astype(np.float64) / 255.0
+    for angle in (60, 72, 90, 120, 180):
+        r = ndimage.rotate(a, angle, reshape=False, order=1)
+        iou = np.minimum(a, r).sum() / np.maximum(a, r).sum()
+        assert iou < 0.93, (name, angle, iou)
+
+
+def test_builtin_main_objects_have_no_rotational_symmetry():
     from invfast.synthetic.banks import builtin_objects
 
-    cfg = RCfg.preset("quick")
+    cfg = RCfg.preset("quick", object_style="builtin")
     ids = S.main_objects(cfg)
     assert len(ids) == cfg.objects == len(set(ids))
     bank = builtin_objects(max(61, max(ids) + 1))
     for i in ids:
-        a = bank.images[i][..., 3].astype(np.float64) / 255.0
-        for angle in (60, 72, 90, 120, 180):
-            r = ndimage.rotate(a, angle, reshape=False, order=1)
-            iou = np.minimum(a, r).sum() / np.maximum(a, r).sum()
-            assert iou < 0.93, (bank.names[i], angle, iou)
-    assert S.main_objects(RCfg.preset("quick", asymmetric_objects=False)) == cfg.objects
+        _no_rotational_symmetry(bank.images[i][..., 3], bank.names[i])
+    assert S.main_objects(RCfg.preset("quick", object_style="builtin", asymmetric_objects=False)) == cfg.objects
+
+
+@pytest.mark.parametrize("style", ["silhouettes", "shared-palette"])
+def test_objects_differ_in_shape_and_texture_not_in_colour(style):
+    """With the built-in objects' own colours a colour histogram told the objects apart; the default
+    styles draw every object in one colour (silhouettes) or one colour pair (shared palette)."""
+    import colorsys
+
+    from invfast.reproduce.stages import data as D
+    from invfast.synthetic.banks import builtin_objects
+
+    cfg = RCfg.preset("quick", object_style=style)
+    bank = S.main_objects(cfg)
+    assert len(bank) == cfg.objects
+    builtin = builtin_objects(61)
+    if style == "silhouettes":
+        rgb = np.round(np.array(colorsys.hsv_to_rgb(*D.SILHOUETTE_HSV)) * 255)
+        shapes = [n.split("-")[1] for n in bank.names]
+        assert len(set(shapes)) == len(shapes)  # distinct outlines
+        for img, shape in zip(bank.images, shapes):
+            assert (img[..., :3] == rgb).all()  # one colour everywhere
+            ref = next(b for b, n in zip(builtin.images, builtin.names) if n.split("-")[1] == shape)
+            np.testing.assert_array_equal(img[..., 3], ref[..., 3])  # the built-in shape's mask
+    else:
+        light, dark = (np.array(colorsys.hsv_to_rgb(*c)) for c in D.PALETTE_HSV)
+        names = [n[len("palette-"):] for n in bank.names]
+        assert len(set(names)) == len(names)
+        for img, name in zip(bank.images, names):
+            px = img[..., :3][img[..., 3] > 128].astype(np.float64) / 255
+            w = np.clip((px - light) @ (dark - light) / ((dark - light) @ (dark - light)), 0, 1)
+            np.testing.assert_allclose(px, light + w[:, None] * (dark - light), atol=1.5 / 255)  # on the shared pair
+            ref = builtin.images[builtin.names.index(name)]
+            np.testing.assert_array_equal(img[..., 3], ref[..., 3])
+    # the rotation set uses only objects whose rotation shows in the image
+    for img, name in zip(S.rotation_objects(cfg).images, S.rotation_objects(cfg).names):
+        _no_rotational_symmetry(img[..., 3], name)
+    with pytest.raises(ValueError, match="18 distinct shapes"):
+        RCfg.preset("quick", objects=19)
+    with pytest.raises(ValueError, match="object_style"):
+        RCfg.preset("quick", object_style="painted")
 
 
 def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
@@ -406,7 +465,7 @@ def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
     info = S.make_data(ctx)
     assert info["splits"]["rotation"]["transforms"] == ["rotate"]
     assert info["splits"]["probe"]["transforms"] == list(cfg.data_transforms)
-    ds = Transforms2D(objects=S.main_objects(cfg), transforms=("rotate",), size=cfg.size, n=cfg.n_probe,
+    ds = Transforms2D(objects=S.rotation_objects(cfg), transforms=("rotate",), size=cfg.size, n=cfg.n_probe,
                       seed=cfg.seed, split="val", backgrounds=cfg.main_backgrounds())
     images, _, params = ds.generate(range(cfg.n_probe))
     assert torch.equal(ctx.images("rotation"), images)
@@ -546,3 +605,40 @@ def test_an_old_cache_format_is_refused(tmp_path, capsys):
     (out / "config.json").write_text(json.dumps({"format": "invfast.reproduce/1", "config": RCfg.preset("tiny").to_dict()}))
     assert main(["reproduce", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 2
     assert "another version of invfast reproduce" in capsys.readouterr().err
+
+
+def test_under_trained_models_are_named_with_the_findings_that_rest_on_them():
+    from invfast.reproduce.sections import learning as LR
+
+    def probes(default, spatial, appearance, random=0.2):
+        scores = {"Random": random, "Default": default, "Spatial": spatial, "Appearance": appearance}
+        return {"identity": {"scores": {k: {"mean": v} for k, v in scores.items()}}}
+
+    curve = {"curve": {"probe": [{"linear": 0.2}, {"linear": 0.3}]}}
+    r0 = LR.under_trained({"probes": probes(0.2, 0.3, 0.25), "pretrain-amortised": curve})
+    assert [m for m, v in r0.items() if not v["learned"]] == ["default"]
+    assert r0["spatial"]["ratio"] == pytest.approx(1.5) and r0["amortised"]["ratio"] == pytest.approx(1.5)
+    r1 = LR.under_trained({"probes": probes(0.3, 0.3, 0.3)})
+    assert all(v["learned"] for v in r1.values()) and "amortised" not in r1
+    note = SUM.under_trained_note({"learned": {"0": r0, "1": r1}})
+    assert "default on seed 0" in note and "Findings 1, 2, 3 rest on this model" in note
+    assert SUM.under_trained_note({"learned": {"1": r1}}) == ""
+
+
+def test_learning_curve_table_lists_every_probed_epoch_per_model(rng):
+    from invfast.reproduce.sections import learning as LR
+
+    def curve(epochs):
+        return {"probe": [{"epoch": e, "linear": float(rng.uniform()), "knn": float(rng.uniform())} for e in epochs],
+                "loss": [{"epoch": 0.0, "loss": 6.0}]}
+
+    curves = {"default": curve([0.0, 2.0, 4.0, 5.0]), "amortised": curve([0.0, 2.0, 3.0])}
+    rows = LR.curve_table(curves)
+    assert rows[0] == "| epoch | default linear / kNN | amortised linear / kNN |"
+    body = [r.strip("|").split("|") for r in rows[2:]]
+    assert [float(r[0]) for r in body] == [0.0, 2.0, 3.0, 4.0, 5.0]
+    for cells in body:
+        e = float(cells[0])
+        for key, cell in zip(curves, cells[1:]):
+            hit = [r for r in curves[key]["probe"] if r["epoch"] == e]
+            assert cell.strip() == (f"{hit[0]['linear']:.3f} / {hit[0]['knn']:.3f}" if hit else "–"), (key, e)

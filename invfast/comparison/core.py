@@ -193,9 +193,11 @@ def compare(results: Any, probes: Any = None, *, layers: str = "all", allow_mism
             models.setdefault(r.model, []).append(r.label)
         scores = resolve_labels(as_transfer_scores(probes), table.labels, models)
         transfer = transfer_correlations(table, scores, n_boot=n_boot, seed=seed, level=level)
-    images, seen = [], set()
+    images: list[dict[str, Any]] = []
+    seen: set[tuple[Any, Any]] = set()
     for r in rows:
-        im = dict((r.result.meta or {}).get("images") or {})
+        meta = r.result.meta if r.result is not None else None
+        im = dict((meta or {}).get("images") or {})
         key = (im.get("id"), im.get("n"))
         if key not in seen:
             seen.add(key)

@@ -90,6 +90,7 @@ def as_rows(results: Any, *, layers: str = "all") -> list[Row]:
         raise ValueError(f"layers must be one of {LAYER_CHOICES}, got {layers!r}")
     if isinstance(results, (InvarianceResult, str, os.PathLike)):
         results = [results]
+    items: list[tuple[str | None, Any]]
     if isinstance(results, Mapping):
         items = [(str(k), v) for k, v in results.items()]
     elif isinstance(results, Sequence):
@@ -162,10 +163,12 @@ def differences(rows: Sequence[Row]) -> list[dict[str, Any]]:
     runs: dict[int, Row] = {}
     for r in rows:
         runs.setdefault(r.run, r)
-    if any(r.result is None for r in runs.values()):
-        raise ValueError("rows without their results cannot be checked")
+    fields: dict[int, dict[str, Any]] = {}
+    for r in runs.values():
+        if r.result is None:
+            raise ValueError("rows without their results cannot be checked")
+        fields[r.run] = _run_fields(r.result)
     first, *others = list(runs.values())
-    fields = {r.run: _run_fields(r.result) for r in runs.values()}
     out = []
     for r in runs.values():
         if fields[r.run]["images.id"] == _UNRECORDED:
@@ -201,7 +204,7 @@ def check_comparable(rows: Sequence[Row], *, allow_mismatch: bool = False) -> li
 def paired_runs(rows: Sequence[Row]) -> dict[tuple[int, int], str | None]:
     """(run a, run b) -> None when their per-image values refer to the same images in the same order
     (same recorded image identity and count), else the reason they cannot be paired."""
-    info = {}
+    info: dict[int, tuple[Any, Any]] = {}
     for r in rows:
         images = (r.result.meta or {}).get("images") or {} if r.result is not None else {}
         info.setdefault(r.run, (images.get("id"), images.get("n")))

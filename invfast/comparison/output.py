@@ -59,7 +59,7 @@ def write_comparison(comparison: Any, out: str | os.PathLike, *, overwrite: bool
 
     pictures: dict[str, str] = {}
     if plots and _plottable():
-        fams = {}
+        fams: dict[str, int] = {}
         for _, f in comparison.table.columns:
             fams[f] = fams.get(f, 0) + 1
         if max(fams.values(), default=0) >= 3:

@@ -113,7 +113,9 @@ class PairedTest:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "PairedTest":
         names = {f.name for f in fields(cls)}
-        return cls(**{k: (float(v) if k == "t" and isinstance(v, str) else v) for k, v in d.items() if k in names})
+        kw: dict[str, Any] = {k: (float(v) if k == "t" and isinstance(v, str) else v)
+                              for k, v in d.items() if k in names}
+        return cls(**kw)
 
 
 @dataclass
@@ -172,6 +174,26 @@ def _values(row: Row, transform: str, metric: str) -> np.ndarray | None:
     return None if v is None else v.detach().cpu().double().numpy()
 
 
+def _score_pair(rec: dict[str, Any], va: np.ndarray | None, vb: np.ndarray | None, sign: int) -> str | None:
+    """Both paired tests on the images two rows scored (per-image values ``va``, ``vb`` [N]), written into
+    ``rec``; returns the reason they cannot be run, or None."""
+    if va is None or vb is None:
+        return "no per-image values stored"
+    if va.shape != vb.shape:
+        return f"different numbers of images ({va.shape[0]} and {vb.shape[0]})"
+    keep = np.isfinite(va) & np.isfinite(vb)
+    n = int(keep.sum())
+    rec.update(n=n, dropped=int(va.shape[0] - n))
+    if n < 2:
+        return f"{n} image(s) scored by both"
+    a, b = va[keep], vb[keep]
+    md, t, pt = paired_t(a, b)
+    w, pw, dw = signed_rank(a, b)
+    rec.update(mean_diff=md, t=t, p_t=pt, wilcoxon=w, p_wilcoxon=pw,
+               direction_t=int(np.sign(md)) * sign, direction_wilcoxon=dw * sign)
+    return None
+
+
 def check_test(test: str, alpha: float) -> None:
     """ValueError unless ``test`` is one of :data:`PAIRED_TESTS` and ``alpha`` is in (0, 1)."""
     if test not in PAIRED_TESTS:
@@ -198,26 +220,11 @@ def paired_tests(rows: Sequence[Row], transforms: Sequence[str], *, test: str = 
                     if any(r.result is None or name not in r.result.transforms for r in (ra, rb)):
                         continue
                     rec: dict[str, Any] = {"metric": metric, "transform": name, "a": ra.label, "b": rb.label}
-                    va, vb = _values(ra, name, metric), _values(rb, name, metric)
                     reason = pairable[ra.run, rb.run]
-                    if reason is None and (va is None or vb is None):
-                        reason = "no per-image values stored"
-                    elif reason is None and va.shape != vb.shape:
-                        reason = f"different numbers of images ({va.shape[0]} and {vb.shape[0]})"
                     if reason is None:
-                        keep = np.isfinite(va) & np.isfinite(vb)
-                        n = int(keep.sum())
-                        rec.update(n=n, dropped=int(va.shape[0] - n))
-                        if n < 2:
-                            reason = f"{n} image(s) scored by both"
+                        reason = _score_pair(rec, _values(ra, name, metric), _values(rb, name, metric), sign)
                     if reason is not None:
                         rec["reason"] = reason
-                    else:
-                        a, b = va[keep], vb[keep]
-                        md, t, pt = paired_t(a, b)
-                        w, pw, dw = signed_rank(a, b)
-                        rec.update(mean_diff=md, t=t, p_t=pt, wilcoxon=w, p_wilcoxon=pw,
-                                   direction_t=int(np.sign(md)) * sign, direction_wilcoxon=dw * sign)
                     raw.append(rec)
         adj_t = holm([r.get("p_t", math.nan) for r in raw])
         adj_w = holm([r.get("p_wilcoxon", math.nan) for r in raw])

@@ -72,7 +72,7 @@ def decode_image(path: str | os.PathLike, size: int) -> torch.Tensor:
     w, h = im.size
     s = size / min(w, h)
     nw, nh = max(size, round(w * s)), max(size, round(h * s))
-    im = im.resize((nw, nh), Image.BILINEAR)
+    im = im.resize((nw, nh), Image.Resampling.BILINEAR)
     left, top = (nw - size) // 2, (nh - size) // 2
     im = im.crop((left, top, left + size, top + size))
     arr = np.asarray(im, dtype=np.uint8)
@@ -234,7 +234,8 @@ class FolderSource(Source):
         self.__dict__.update(d)
         self._lock = threading.Lock()
 
-    def _decoded(self, chunks: list[list[int]], pool: bool) -> Iterator[tuple[list[int], torch.Tensor, list[str]]]:
+    def _decoded(self, chunks: list[list[int]], pool: bool
+                 ) -> Iterator[tuple[list[int], list[torch.Tensor], list[str]]]:
         """(indices, images, errors) per chunk, decoded here or (``pool``) by the worker processes."""
         if not pool:
             for c in chunks:
@@ -266,7 +267,11 @@ class FolderSource(Source):
                 ok = torch.zeros(len(b), dtype=torch.bool)
                 batch: list[torch.Tensor] = []
                 for j, i in enumerate(b):
-                    img, err = (self._cache[i], "") if i not in got else got[i]  # not decoded now: cached
+                    if i in got:
+                        img, err = got[i]
+                    else:  # not decoded now: cached (only cached images are left out of the plan)
+                        assert self._cache is not None
+                        img, err = self._cache[i], ""
                     if err:
                         self._bad(i, err)
                     elif self._cache is not None and i in got:

@@ -17,7 +17,7 @@ from invfast.data.synthetic import (SYNTHETIC_DEFAULTS, SyntheticSource, Synthet
 from invfast.data.tensors import ArraySource, DatasetSource, TensorSource
 
 
-def open_source(spec: str, *, resize: int | None = None, n: int | None = None, strict: bool = False,
+def open_source(spec: str | os.PathLike, *, resize: int | None = None, n: int | None = None, strict: bool = False,
                 workers: int = 0, extensions: tuple[str, ...] | None = None, native: bool = False) -> Source:
     """A source from a data spec string.
 

@@ -96,7 +96,9 @@ class SyntheticSpec:
         """The canonical spec string (every key), ``synthetic:...``."""
         from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
 
-        t = "all" if set(self.transforms) == set(TRANSFORMATIONS) else ("+".join(self.transforms) or "none")
+        names = self.transforms
+        assert names is not None  # resolved to names in __post_init__
+        t = "all" if set(names) == set(TRANSFORMATIONS) else ("+".join(names) or "none")
         return (f"synthetic:objects={self.objects},transforms={t},n={self.n},size={self.size},seed={self.seed},"
                 f"split={self.split}" + ("" if self.order == "canonical" else f",order={self.order}"))
 
@@ -187,6 +189,8 @@ class SyntheticSource(Source):
                 self._cache = torch.empty((self.n, *new.shape[1:]), dtype=torch.uint8)
             self._cache[missing] = new
             self._have[missing] = True
+        if self._cache is None:  # nothing generated yet, so indices is empty
+            return self._generate(indices)
         return self._cache[indices]
 
     def load(self, indices: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

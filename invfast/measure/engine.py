@@ -9,10 +9,11 @@ saved (every ``save_every`` seconds) and at the end of each transform.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 import warnings
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
 
 import torch
 
@@ -133,7 +134,7 @@ class Run:
             yield s, e
             s = e
 
-    def stream(self, spans: list[tuple[int, int]]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def stream(self, spans: list[tuple[int, int]]) -> Generator[tuple[torch.Tensor, torch.Tensor], None, None]:
         """(images on the device, their indices on the host) for each span ``(s, e)`` of images, in
         order, read through the source's ``batches`` so the next batches decode meanwhile."""
         pinned = self.device.type == "cuda"
@@ -261,11 +262,11 @@ class Run:
                     st.finalize(shrinkage=shrinkage, eps=eps)
             return stats
         layers = self.extract.layer_names
-        st = self.state.get("stats")
-        saved = {} if st is None else st["local"]
+        resumed: dict[str, Any] | None = self.state.get("stats")
+        saved = {} if resumed is None else resumed["local"]
         local = {n: FeatureStats.from_state_dict(saved[n]) if saved.get(n) is not None else FeatureStats()
                  for n in layers}
-        nxt = self.start if st is None else st["next"]
+        nxt = self.start if resumed is None else resumed["next"]
         bar = self.pass_bar(self.stop - self.start, "reference statistics", initial=nxt - self.start)
         spans = list(self.batches(nxt))
 
@@ -278,7 +279,7 @@ class Run:
                     for n, f in self.reference_features(s, x).items():
                         local[n].update(f.double())
                 bar.update(e - s)
-                self.checkpoint(before=lambda e=e: snapshot(e))
+                self.checkpoint(before=functools.partial(snapshot, e))
         bar.close()
         if spans or "stats" not in self.state:
             snapshot(self.stop)
@@ -358,7 +359,9 @@ def check_stats(stats: Any, layers: list[str]) -> dict[str, FeatureStats] | None
 
 def stats_fingerprint(stats: dict[str, FeatureStats] | None) -> Any:
     """What identifies given reference statistics in a resume fingerprint (None: computed by the run)."""
-    return None if stats is None else {n: [st.n, st.dim, float(st.mean.double().sum())] for n, st in stats.items()}
+    if stats is None:
+        return None
+    return {n: [st.n, st.dim, None if st.mean is None else float(st.mean.double().sum())] for n, st in stats.items()}
 
 
 def stats_info(stats: FeatureStats) -> dict[str, Any]:

@@ -89,10 +89,16 @@ class TransformResult:
                 return None
             return torch.tensor(_none_to_nan(v), dtype=dtype)
 
+        def req(key: str) -> torch.Tensor:
+            t = ten(d[key])
+            if t is None:
+                raise ValueError(f"transform {d['name']!r} of the result holds no {key!r} (null): the file is damaged")
+            return t
+
         return cls(name=d["name"], family=d["family"], mean_distance=d["mean_distance"], mean_cosine=d["mean_cosine"],
-                   n_images=d["n_images"], params=ten(d["params"]), identity=torch.tensor(d["identity"], dtype=torch.bool),
-                   distance=ten(d["distance"]), cosine=ten(d["cosine"]), distance_std=ten(d["distance_std"]),
-                   cosine_std=ten(d["cosine_std"]), identity_distance=d.get("identity_distance"),
+                   n_images=d["n_images"], params=req("params"), identity=torch.tensor(d["identity"], dtype=torch.bool),
+                   distance=req("distance"), cosine=req("cosine"), distance_std=req("distance_std"),
+                   cosine_std=req("cosine_std"), identity_distance=d.get("identity_distance"),
                    identity_cosine=d.get("identity_cosine"), per_image_distance=ten(d.get("per_image_distance")),
                    per_image_cosine=ten(d.get("per_image_cosine")), pair_scores=d.get("pair_scores"),
                    n_pairs=d.get("n_pairs", 0), unit_transform_variance=ten(d.get("unit_transform_variance")),

@@ -6,8 +6,9 @@ transform); per-pair scores go to memory-mapped files when asked.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
-from typing import Any, Iterator
+from typing import Any, Generator, Iterator
 
 import numpy as np
 import torch
@@ -42,6 +43,18 @@ def _pair_files(dir_: str, name: str, layers: list[str], n: int, p: int, shard: 
                     del mm
     barrier(shard)
     return {ly: {m: np.lib.format.open_memmap(path, mode="r+") for m, path in per.items()} for ly, per in paths.items()}
+
+
+def _flush_pairs(mm: dict[str, dict[str, np.memmap]]) -> None:
+    for per in mm.values():
+        for m in per.values():
+            m.flush()
+
+
+def _stats_dim(stats: FeatureStats, layer: str) -> int:
+    if stats.dim is None:
+        raise ValueError(f"the reference statistics of layer {layer!r} hold no features: update() them first")
+    return stats.dim
 
 
 _DEVICE_KEYS = ("sum_d", "sum_c", "sq_d", "sq_c", "img_d", "img_c", "u_s1", "u_s2", "tv")
@@ -80,7 +93,7 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
     fresh = acc is None
     if fresh:
         acc = {"count": 0, "next": run.start, "add_ref": add_ref,
-               "layers": {ly: _fresh_layer(run, p, p + add_ref, stats[ly].dim) for ly in layers}}
+               "layers": {ly: _fresh_layer(run, p, p + add_ref, _stats_dim(stats[ly], ly)) for ly in layers}}
         run.state["transforms"][t.name] = acc
     else:  # resumed: the saved host copies go back to the device
         for la in acc["layers"].values():
@@ -88,7 +101,7 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
                 la[k] = la[k].to(dev)
     mm = _pair_files(os.fspath(pair_dir), t.name, layers, run.n, p, run.shard, fresh and acc["next"] == run.start) \
         if pair_dir is not None else None
-    flush = (lambda: [m.flush() for per in mm.values() for m in per.values()]) if mm is not None else None
+    flush = functools.partial(_flush_pairs, mm) if mm is not None else None
     bar = run.pass_bar((run.stop - run.start) * p, t.name, initial=(acc["next"] - run.start) * p)
     count0 = acc["count"]
     ctx = _Context(run, t, params, keep_dev, n_keep, stats, acc, mm)
@@ -123,7 +136,7 @@ class _Context:
         self.group = max(1, run.extract.forward_batch // max(1, self.p * run.batch_size))
 
 
-def _work(run: Run, ctx: _Context) -> Iterator[tuple["_Group", int | None, int | None]]:
+def _work(run: Run, ctx: _Context) -> Generator[tuple["_Group", int | None, int | None], None, None]:
     """``(group, ps, pe)`` for every chunk of parameters of every group of image batches, in order, reading the
     images as it goes; a group without readable images comes once with ``ps = pe = None``."""
     spans = list(run.batches(ctx.acc["next"]))
@@ -262,7 +275,7 @@ class _Group:
             if ctx.n_keep:
                 la["img_d"][rows] = self.img_d[ly] / ctx.n_keep
                 la["img_c"][rows] = self.img_c[ly] / ctx.n_keep
-        if ctx.mm is not None:
+        if ctx.mm is not None and self.pairs is not None:  # both or neither
             rows_h = self.idx.numpy()
             for ly, per in ctx.mm.items():
                 host = self.pairs[ly].cpu().numpy()  # per-pair scores asked for: one copy per group of batches

@@ -9,20 +9,29 @@ checkpoints wrap either layout:
 =================== ================================================ ===============================
 source              keys                                             what is kept
 =================== ================================================ ===============================
-torchvision         ``conv1.weight``, ``layer1.0.bn1.weight``, ``fc``  all but ``fc`` (dropped)
+torchvision         ``conv1.weight``, ``layer1.0.bn1.weight``, ``fc``  all; ``fc`` only by a model with
+                                                                     a head (``num_classes``)
 MoCo v1/v2          ``state_dict``: ``module.encoder_q.conv1...``      the query encoder; ``fc`` MLP,
                                                                      key encoder, queue dropped
-solo-learn          ``state_dict``: ``backbone.conv1...``              the backbone; projector,
-                                                                     momentum backbone dropped
+solo-learn          Lightning file, ``state_dict``: ``backbone.conv1``  the backbone (``classifier`` as
+                    ...; CIFAR: a 3x3 ``conv1`` with padding 2         ``fc`` by a model with a head);
+                                                                     projector, momentum backbone
+                                                                     dropped
 invfast pretrain    ``encoder``: ``stem.conv.weight...``               all
 =================== ================================================ ===============================
 
-:func:`convert_state_dict` finds the encoder's prefix, strips it and renames torchvision keys;
-:func:`to_torchvision_state_dict` exports an invfast ResNet under torchvision's names.
+:func:`read_checkpoint` reads a file with ``weights_only=True``; a PyTorch Lightning checkpoint's
+``hyper_parameters`` may hold an ``argparse.Namespace`` (with ``pathlib`` paths), which is allowed for
+that one load (:data:`HARMLESS_GLOBALS`), nothing else. :func:`convert_state_dict` finds the
+encoder's prefix, strips it and renames torchvision keys; :func:`checkpoint_stem` tells the stem a
+checkpoint was trained with where it can be known (solo-learn's CIFAR ResNets: ``'cifar-solo'``,
+padding 2); :func:`to_torchvision_state_dict` exports an invfast ResNet under torchvision's names.
 """
 from __future__ import annotations
 
+import argparse
 import os
+import pathlib
 import re
 from typing import Any, Iterator, Mapping
 
@@ -41,8 +50,27 @@ _IV_BLOCK = re.compile(r"^blocks\.(\d+)\.(bn_)?(conv\d|downsample)\.(.+)$")
 _BN_FIELDS = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 
 
-def read_state_dict(checkpoint: str | os.PathLike | Mapping[str, Any]) -> dict[str, torch.Tensor]:
-    """The flat ``{name: tensor}`` dict inside a checkpoint file or object (wrappers unwrapped)."""
+#: the only classes besides tensors and plain containers a checkpoint may hold: PyTorch Lightning's
+#: ``hyper_parameters`` (solo-learn's argparse arguments, with pathlib paths among them). Building them
+#: runs no code of the file (a Namespace is an attribute bag, a path a tuple of strings; a Windows path
+#: is read as a pure path, which also works on POSIX). Allowed only around the one load
+#: (``torch.serialization.safe_globals``), never process-wide.
+HARMLESS_GLOBALS: list[Any] = [argparse.Namespace, pathlib.PosixPath, pathlib.PurePosixPath, pathlib.PureWindowsPath,
+                               (pathlib.PureWindowsPath, "pathlib.WindowsPath")]
+#: top-level keys of a PyTorch Lightning checkpoint
+LIGHTNING_KEYS = ("pytorch-lightning_version", "hyper_parameters", "hparams_name")
+#: state-dict prefixes besides ``backbone.`` that solo-learn's methods save
+_SOLO_SIBLINGS = ("momentum_backbone.", "projector.", "classifier.", "momentum_projector.", "predictor.")
+
+
+def read_checkpoint(checkpoint: str | os.PathLike | Mapping[str, Any]
+                    ) -> tuple[dict[str, torch.Tensor], Mapping[str, Any]]:
+    """``(state dict, top level)`` of a checkpoint file or object: the flat ``{name: tensor}`` dict with
+    wrappers unwrapped, and the outermost mapping (where Lightning keeps ``hyper_parameters``, invfast
+    ``config``); a bare state dict is its own top level.
+
+    Files are read with ``weights_only=True`` (:func:`invfast.io.load_verified`), allowing
+    :data:`HARMLESS_GLOBALS` for this load only; a pickle that would run code is refused, never executed."""
     obj: Any = checkpoint
     where = "the checkpoint"
     if isinstance(checkpoint, (str, os.PathLike)):
@@ -50,8 +78,10 @@ def read_state_dict(checkpoint: str | os.PathLike | Mapping[str, Any]) -> dict[s
         if not os.path.isfile(path):
             raise FileNotFoundError(f"checkpoint {path!r} does not exist")
         # weights_only; files invfast wrote carry a SHA-256 that is checked, others (torchvision, MoCo, ...) none
-        obj = load_verified(path, what="checkpoint", require_checksum=False,
-                            fix="pass a state dict of tensors saved with torch.save")
+        with torch.serialization.safe_globals(HARMLESS_GLOBALS):
+            obj = load_verified(path, what="checkpoint", require_checksum=False,
+                                fix="pass a state dict of tensors saved with torch.save")
+    top: Mapping[str, Any] = obj if isinstance(obj, Mapping) else {}
     for _ in range(3):  # e.g. {"model": {"state_dict": {...}}}
         if not isinstance(obj, Mapping):
             break
@@ -64,7 +94,51 @@ def read_state_dict(checkpoint: str | os.PathLike | Mapping[str, Any]) -> dict[s
     sd = {str(k): v for k, v in obj.items() if isinstance(v, torch.Tensor)}
     if not sd:
         raise ValueError(f"{where!r} holds no state dict of tensors")
-    return sd
+    return sd, top
+
+
+def read_state_dict(checkpoint: str | os.PathLike | Mapping[str, Any]) -> dict[str, torch.Tensor]:
+    """The flat ``{name: tensor}`` dict inside a checkpoint file or object (wrappers unwrapped)."""
+    return read_checkpoint(checkpoint)[0]
+
+
+def is_solo_learn_cifar(sd: Mapping[str, Any], top: Mapping[str, Any] | None = None) -> bool:
+    """Whether a checkpoint is one of solo-learn's CIFAR ResNets: torchvision's names under ``backbone.``
+    with a 3x3 ``conv1`` (solo-learn builds it with stride 1, padding 2 and drops the max-pool), in a
+    PyTorch Lightning checkpoint (``top`` has its keys) or beside solo-learn's other parts
+    (``momentum_backbone.``, ``projector.``, ``classifier.``)."""
+    layout, prefix = detect_layout(sd)
+    w = sd.get("backbone.conv1.weight")
+    if layout != "torchvision" or prefix != "backbone." or not isinstance(w, torch.Tensor) or w.dim() != 4:
+        return False
+    if tuple(w.shape[-2:]) != (3, 3):
+        return False
+    return any(k in (top or {}) for k in LIGHTNING_KEYS) or any(k.startswith(_SOLO_SIBLINGS) for k in sd)
+
+
+def checkpoint_stem(sd: Mapping[str, Any], top: Mapping[str, Any] | None = None) -> tuple[str | None, str]:
+    """``(stem, how it is known)`` of a ResNet checkpoint where its geometry is known beyond the weights'
+    shapes: ``'cifar-solo'`` for solo-learn's CIFAR ResNets, the stem of the architecture an invfast
+    checkpoint names in its ``config`` ('arch'); ``(None, '')`` otherwise."""
+    if is_solo_learn_cifar(sd, top):
+        return "cifar-solo", "a solo-learn CIFAR ResNet (3x3 conv1, stride 1, padding 2, no max-pool)"
+    config = (top or {}).get("config")
+    arch = config.get("arch") if isinstance(config, Mapping) else None
+    if isinstance(arch, str) and re.fullmatch(r"(hyper-)?resnet\d+(-cifar(-solo)?)?", arch):
+        stem = "cifar-solo" if arch.endswith("-cifar-solo") else "cifar" if arch.endswith("-cifar") else "imagenet"
+        return stem, f"saved from {arch!r}"
+    return None, ""
+
+
+def weights_stem(sd: Mapping[str, Any]) -> str | None:
+    """The stem a ResNet state dict's first conv fits: 'imagenet' (7x7), 'cifar' (3x3: padding 1 by the
+    common convention; solo-learn's padding 2 is told by :func:`checkpoint_stem`), or None."""
+    layout, prefix = detect_layout(sd)
+    name = {"torchvision": "conv1.weight", "invfast": "stem.conv.weight"}.get(layout)
+    w = sd.get(prefix + name) if name else None
+    if not isinstance(w, torch.Tensor) or w.dim() != 4:
+        return None
+    return {7: "imagenet", 3: "cifar"}.get(int(w.shape[-1]))
 
 
 def _pick_prefix(counts: dict[str, int]) -> str:
@@ -123,13 +197,15 @@ def torchvision_to_invfast(sd: Mapping[str, torch.Tensor]) -> tuple[dict[str, to
         elif (m := _TV_DOWN.match(k)) is not None:
             s, i, part, rest = int(m.group(1)) - 1, int(m.group(2)), m.group(3), m.group(4)
             out[f"blocks.{offset[s] + i}.{'bn_' if part == '1' else ''}downsample.{rest}"] = v
+        elif k in ("fc.weight", "fc.bias"):  # the classifier keeps its name (a model without a head drops it)
+            out[k] = v
         else:
             dropped.append(k)
     return out, dropped
 
 
 def invfast_to_torchvision(sd: Mapping[str, torch.Tensor], stage_blocks: tuple[int, ...]) -> dict[str, torch.Tensor]:
-    """Rename an invfast ResNet state dict to torchvision's names (no ``fc``: the encoder has none).
+    """Rename an invfast ResNet state dict to torchvision's names (``fc`` kept as it is, where there is one).
 
     ``stage_blocks``: residual blocks per stage, e.g. (2, 2, 2, 2) for ResNet-18."""
     where = [(s, i) for s, n in enumerate(stage_blocks) for i in range(n)]
@@ -148,6 +224,8 @@ def invfast_to_torchvision(sd: Mapping[str, torch.Tensor], stage_blocks: tuple[i
                 out[f"layer{s + 1}.{i}.downsample.{1 if bn else 0}.{rest}"] = v
             else:
                 out[f"layer{s + 1}.{i}.{'bn' if bn else 'conv'}{name[4:]}.{rest}"] = v
+        elif k in ("fc.weight", "fc.bias"):
+            out[k] = v
         else:
             raise ValueError(f"{k!r} is not a weight of an invfast ResNet")
     return out
@@ -155,8 +233,12 @@ def invfast_to_torchvision(sd: Mapping[str, torch.Tensor], stage_blocks: tuple[i
 
 def to_torchvision_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     """An invfast :class:`~invfast.models.ResNet`'s weights under torchvision's names (``conv1``,
-    ``layer1.0.bn1``, ``layer2.0.downsample.0``, ...), loadable into ``torchvision.models.resnetN``
-    with ``strict=False`` (the encoder has no ``fc``)."""
+    ``layer1.0.bn1``, ``layer2.0.downsample.0``, ..., ``fc``), in torchvision's order.
+
+    A model with a head (``num_classes=N``, width 64, ImageNet stem) gives exactly the state dict of
+    ``torchvision.models.resnetN(num_classes=N)``: ``load_state_dict(sd, strict=True)`` works. Without a
+    head there is no ``fc``: load with ``strict=False``. (CIFAR stems have a 3x3 ``conv1``, which
+    torchvision's constructors do not build.)"""
     from invfast.models.resnet import LAYOUTS, ResNet
 
     if not isinstance(model, ResNet):
@@ -168,14 +250,14 @@ def torchvision_resnet_keys(depth: int, width: int = 64, stem: str = "imagenet",
                             in_channels: int = 3) -> Iterator[tuple[str, tuple[int, ...]]]:
     """``(name, shape)`` of every tensor of torchvision's ``resnet{depth}`` state dict, in its order,
     derived from the architecture (``fc``: classes of the classifier head, ``None`` for none;
-    ``stem='cifar'``: the 3x3 ``conv1`` of CIFAR variants such as solo-learn's)."""
+    ``stem='cifar'`` / ``'cifar-solo'``: the 3x3 ``conv1`` of CIFAR variants such as solo-learn's)."""
     from invfast.models.resnet import block_convs, stage_plan
 
     def bn(name: str, c: int) -> Iterator[tuple[str, tuple[int, ...]]]:
         for f in _BN_FIELDS:
             yield f"{name}.{f}", (() if f == "num_batches_tracked" else (c,))
 
-    k = 3 if stem == "cifar" else 7
+    k = 3 if stem.startswith("cifar") else 7
     yield "conv1.weight", (width, in_channels, k, k)
     yield from bn("bn1", width)
     plan = stage_plan(depth, width)
@@ -209,8 +291,9 @@ def convert_state_dict(sd: Mapping[str, torch.Tensor], model: nn.Module | None =
     Torchvision-layout ResNets (bare, MoCo's ``module.encoder_q.``, solo-learn's ``backbone.``) are
     found by their ``layer1.0.conv1.weight`` and renamed; invfast-layout ones by ``stem.conv.weight``.
     Otherwise, with ``model``, the prefix under which the checkpoint holds most of the model's keys is
-    stripped. Keys under the chosen prefix the encoder has no place for (``fc``, projection heads)
-    are dropped and named in ``notes``; keys outside it (key encoder, queue, optimizer) are ignored.
+    stripped. Keys under the chosen prefix the encoder has no place for (``fc`` of a model without a
+    head, projection heads) are dropped and named in ``notes``; keys outside it (key encoder, queue,
+    optimizer) are ignored, except solo-learn's ``classifier``, which a model with a head takes as ``fc``.
     """
     keys = list(sd)
     layout, prefix = detect_layout(sd)
@@ -228,6 +311,10 @@ def convert_state_dict(sd: Mapping[str, torch.Tensor], model: nn.Module | None =
                          + ", ".join(dropped[:6]) + (" ..." if len(dropped) > 6 else ""))
     if model is not None and layout != "unknown":
         own_keys = set(nn.Module.state_dict(model))
+        if "fc.weight" in own_keys and "fc.weight" not in sub and prefix == "backbone." \
+                and isinstance(sd.get("classifier.weight"), torch.Tensor):  # solo-learn's linear classifier
+            sub.update({"fc." + f: sd["classifier." + f] for f in ("weight", "bias") if "classifier." + f in sd})
+            notes.append("solo-learn's 'classifier' read as the head 'fc'")
         if any(k.startswith(("stem.", "blocks.")) for k in own_keys):  # an invfast ResNet: drop what it lacks
             extra = sorted(k for k in sub if k not in own_keys and not k.startswith(("stem.", "blocks.")))
             for k in extra:
@@ -240,5 +327,6 @@ def convert_state_dict(sd: Mapping[str, torch.Tensor], model: nn.Module | None =
     return sub, notes
 
 
-__all__ = ["WRAPPER_KEYS", "convert_state_dict", "detect_layout", "invfast_to_torchvision", "read_state_dict",
-           "to_torchvision_state_dict", "torchvision_resnet_keys", "torchvision_to_invfast"]
+__all__ = ["HARMLESS_GLOBALS", "WRAPPER_KEYS", "checkpoint_stem", "convert_state_dict", "detect_layout",
+           "invfast_to_torchvision", "is_solo_learn_cifar", "read_checkpoint", "read_state_dict",
+           "to_torchvision_state_dict", "torchvision_resnet_keys", "torchvision_to_invfast", "weights_stem"]

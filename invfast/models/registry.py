@@ -1,15 +1,18 @@
 """Models by name, the one place invfast builds and loads an encoder.
 
 - ``create(name, **kw)``: an architecture of :data:`ARCHITECTURES` (``"resnet50"``: ImageNet stem,
-  ``"resnet50-cifar"``: CIFAR stem, ``"hyper-resnet18"``, ``"prompt-vit"``, ...) or a user's factory
-  ``"package.module:callable"`` (imported and called with ``**kw``);
+  ``"resnet50-cifar"``: CIFAR stem, ``"resnet18-cifar-solo"``: solo-learn's CIFAR stem,
+  ``"hyper-resnet18"``, ``"prompt-vit"``, ...) or a user's factory ``"package.module:callable"``
+  (imported and called with ``**kw``); :func:`list_models` lists the names (timm-style pattern filter);
 - ``load_checkpoint(model_or_name, checkpoint)``: weights from a file or a state dict, in invfast's
   layout or torchvision's, bare or wrapped the way MoCo (``module.encoder_q.``), solo-learn
-  (``backbone.``) and ``invfast pretrain`` (``{"encoder": ...}``) save them (see
-  :mod:`invfast.models.checkpoints`).
+  (``backbone.`` in a Lightning file) and ``invfast pretrain`` (``{"encoder": ...}``) save them (see
+  :mod:`invfast.models.checkpoints`). A checkpoint whose stem geometry is known (solo-learn's CIFAR
+  ResNets: padding 2) is never loaded into another stem.
 """
 from __future__ import annotations
 
+import fnmatch
 import importlib
 import os
 from typing import Any, Callable, Mapping
@@ -17,10 +20,10 @@ from typing import Any, Callable, Mapping
 import torch
 from torch import nn
 
-from invfast.models.checkpoints import convert_state_dict, read_state_dict
+from invfast.models.checkpoints import checkpoint_stem, convert_state_dict, read_checkpoint
 from invfast.models.hyper_resnet import HyperResNet
 from invfast.models.prompt_vit import PromptViT
-from invfast.models.resnet import ResNet
+from invfast.models.resnet import STEM_CONV, ResNet
 
 _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "resnet18-cifar": lambda **kw: ResNet(18, stem="cifar", **kw),
@@ -29,6 +32,9 @@ _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "resnet34": lambda **kw: ResNet(34, stem="imagenet", **kw),
     "resnet50-cifar": lambda **kw: ResNet(50, stem="cifar", **kw),
     "resnet50": lambda **kw: ResNet(50, stem="imagenet", **kw),
+    "resnet18-cifar-solo": lambda **kw: ResNet(18, stem="cifar-solo", **kw),
+    "resnet34-cifar-solo": lambda **kw: ResNet(34, stem="cifar-solo", **kw),
+    "resnet50-cifar-solo": lambda **kw: ResNet(50, stem="cifar-solo", **kw),
     "hyper-resnet18-cifar": lambda **kw: HyperResNet(18, stem="cifar", **kw),
     "hyper-resnet18": lambda **kw: HyperResNet(18, stem="imagenet", **kw),
     "hyper-resnet50": lambda **kw: HyperResNet(50, stem="imagenet", **kw),
@@ -37,6 +43,20 @@ _FACTORIES: dict[str, Callable[..., nn.Module]] = {
 
 #: names accepted by :func:`create` (besides ``"module:factory"`` specs)
 ARCHITECTURES: tuple[str, ...] = tuple(_FACTORIES)
+
+
+def list_models(pattern: str | None = None) -> list[str]:
+    """The architecture names :func:`create` builds, sorted (as ``torchvision.models.list_models()`` /
+    ``timm.list_models()``); ``pattern``: a shell-style filter (``fnmatch``), e.g. ``"resnet*-cifar*"``."""
+    if pattern is not None and not isinstance(pattern, str):
+        raise TypeError(f"pattern must be a string such as 'resnet*' or None, got {type(pattern).__name__}")
+    return sorted(n for n in ARCHITECTURES if pattern is None or fnmatch.fnmatchcase(n, pattern))
+
+
+def resnet_name(depth: int, stem: str) -> str:
+    """The registry name of a ResNet of ``depth`` with ``stem``: 'resnet18', 'resnet18-cifar',
+    'resnet18-cifar-solo'."""
+    return f"resnet{depth}" if stem == "imagenet" else f"resnet{depth}-{stem}"
 
 
 def is_factory_spec(name: str) -> bool:
@@ -87,19 +107,28 @@ def load_checkpoint(model: nn.Module | str, checkpoint: str | os.PathLike | Mapp
     Args:
         model: a module, or a name for :func:`create` (then ``kw`` go to it; a ResNet's ``width`` is
             read from the checkpoint when not given).
-        checkpoint: a path to a ``torch.save`` file, or an already loaded dict. Accepted: a state dict;
-            one wrapped under 'encoder', 'state_dict', 'model' or 'backbone'; key prefixes such as
-            'module.', 'module.encoder_q.', 'backbone.'; torchvision's ResNet names (converted).
-            Heads the encoder lacks (``fc``, projection heads) are dropped with a warning.
+        checkpoint: a path to a ``torch.save`` file (read with ``weights_only=True``; a PyTorch Lightning
+            checkpoint's ``argparse.Namespace`` hyper-parameters are allowed), or an already loaded dict.
+            Accepted: a state dict; one wrapped under 'encoder', 'state_dict', 'model' or 'backbone';
+            key prefixes such as 'module.', 'module.encoder_q.', 'backbone.'; torchvision's ResNet names
+            (converted). Heads the model lacks (``fc`` without ``num_classes``, projection heads) are
+            dropped with a warning; a model with a head takes torchvision's ``fc`` (solo-learn's ``classifier``).
         strict: every weight of the model must be in the checkpoint.
 
     Raises:
         FileNotFoundError: no such file.
-        ValueError: unreadable file, or a checkpoint that does not match the model (naming the
-            missing, unexpected and mis-shaped keys).
+        ValueError: unreadable file, a checkpoint that does not match the model (naming the missing,
+            unexpected and mis-shaped keys), or one whose stem geometry differs from the model's
+            (a solo-learn CIFAR ResNet, padding 2, into a stem of padding 1: use ``resnetN-cifar-solo``).
     """
     source = os.fspath(checkpoint) if isinstance(checkpoint, (str, os.PathLike)) else "(state dict)"
-    raw = read_state_dict(checkpoint)
+    raw, top = read_checkpoint(checkpoint)
+    return load_read(model, raw, top, source, strict=strict, **kw)
+
+
+def load_read(model: nn.Module | str, raw: Mapping[str, torch.Tensor], top: Mapping[str, Any], source: str, *,
+              strict: bool = True, **kw: Any) -> nn.Module:
+    """:func:`load_checkpoint` on a checkpoint already read by :func:`~invfast.models.checkpoints.read_checkpoint`."""
     if isinstance(model, str):
         name = model
         if "width" not in kw and name in _FACTORIES and name.startswith("resnet"):
@@ -112,6 +141,7 @@ def load_checkpoint(model: nn.Module | str, checkpoint: str | os.PathLike | Mapp
         raise TypeError(f"keyword arguments {sorted(kw)} are only used when model is a name")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module or a model name, got {type(model).__name__}")
+    _check_stem(model, raw, top, source)
     sd, notes = convert_state_dict(raw, model)
     own = nn.Module.state_dict(model)
     missing = sorted(set(own) - set(sd))
@@ -126,13 +156,39 @@ def load_checkpoint(model: nn.Module | str, checkpoint: str | os.PathLike | Mapp
         parts = [f"missing {show(missing)}" if missing else "", f"unexpected {show(unexpected)}" if unexpected else "",
                  f"wrong shape {show(shapes)}" if shapes else ""]
         arch = getattr(model, "arch", type(model).__name__)
+        fix = "Pass the architecture (and width) it was trained with."
+        if missing and set(missing) <= {"fc.weight", "fc.bias"} and not (shapes or unexpected):
+            fix = "The checkpoint has no classifier head: build the model without num_classes, or pass strict=False."
+        wrong = {k for k in set(own) & set(sd) if tuple(own[k].shape) != tuple(sd[k].shape)}
+        if wrong and wrong <= {"fc.weight", "fc.bias"} and not (missing or unexpected) and sd["fc.bias"].dim() == 1:
+            n = sd["fc.bias"].shape[0]
+            fix = f"The checkpoint's classifier has {n} classes: pass num_classes={n}."
         raise ValueError(f"checkpoint {source!r} does not match the model {arch!r}: "
-                         + "; ".join(p for p in parts if p) + ". Pass the architecture (and width) it was trained with.")
+                         + "; ".join(p for p in parts if p) + ". " + fix)
     if notes:
         import warnings
-        warnings.warn(f"checkpoint {source!r}: " + "; ".join(notes), UserWarning, stacklevel=2)
+        warnings.warn(f"checkpoint {source!r}: " + "; ".join(notes), UserWarning, stacklevel=3)
     nn.Module.load_state_dict(model, sd, strict=strict)
     return model
 
 
-__all__ = ["ARCHITECTURES", "create", "factory", "is_factory_spec", "load_checkpoint"]
+def _check_stem(model: nn.Module, raw: Mapping[str, torch.Tensor], top: Mapping[str, Any], source: str) -> None:
+    """ValueError when the checkpoint's stem geometry is known and differs from the model's stem."""
+    have = getattr(model, "stem_kind", None)
+    if have not in STEM_CONV:
+        return
+    want, how = checkpoint_stem(raw, top)
+    if want is None or want == have:
+        return
+    depth = getattr(model, "depth", 18)
+    fix = (f"load it as {resnet_name(depth, want)!r} (stem={want!r}; models.resnet{depth}(weights=...) picks it from "
+           "the checkpoint)" if isinstance(model, ResNet) else f"build the model with stem={want!r}")
+    def geometry(stem: str) -> str:
+        k, s, p = STEM_CONV[stem]
+        return f"{k}x{k} conv, stride {s}, padding {p}"
+
+    raise ValueError(f"checkpoint {source!r} is {how}, but the model's stem is {have!r} ({geometry(have)}, not "
+                     f"{geometry(want)}), which would give other features: {fix}")
+
+
+__all__ = ["ARCHITECTURES", "create", "factory", "is_factory_spec", "list_models", "load_checkpoint", "resnet_name"]

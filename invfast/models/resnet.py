@@ -1,8 +1,10 @@
-"""ResNet-18/34/50 feature extractors with ImageNet (7x7/2 conv + max-pool, the default, as in
-torchvision) or CIFAR (3x3 conv, no max-pool: ``stem="cifar"``) stems.
+"""ResNet-18/34/50 with ImageNet (7x7/2 conv + max-pool, the default, as in torchvision) or CIFAR
+stems (3x3 conv, stride 1, no max-pool: padding 1 with ``stem="cifar"``, padding 2 with
+``stem="cifar-solo"``, solo-learn's CIFAR ResNets).
 
-``forward(x)`` and ``forward_features(x)`` return globally average-pooled features
-[B, feature_dim]; there is no classification head (heads belong to the probes/pretraining).
+``forward_features(x)`` returns globally average-pooled features [B, feature_dim] (the module
+``avgpool``). Without a head (``num_classes=0``, the default) ``forward(x)`` returns them too; with
+``num_classes=N`` the model has torchvision's classifier ``fc`` and ``forward(x)`` returns its logits [B, N].
 """
 from __future__ import annotations
 
@@ -14,11 +16,13 @@ from torch import nn
 
 from invfast.models._checks import CheckedStateDict, check_images
 
-STEMS = ("cifar", "imagenet")
+STEMS = ("cifar", "cifar-solo", "imagenet")
+#: stem -> (kernel, stride, padding) of its conv; the ImageNet stem alone has the 3x3/2 max-pool
+STEM_CONV = {"cifar": (3, 1, 1), "cifar-solo": (3, 1, 2), "imagenet": (7, 2, 3)}
 #: depth -> (block type, blocks per stage)
 LAYOUTS = {18: ("basic", (2, 2, 2, 2)), 34: ("basic", (3, 4, 6, 3)), 50: ("bottleneck", (3, 4, 6, 3))}
 #: spatial size range (px) each stem accepts; None = no upper bound
-STEM_SIZES = {"cifar": (8, 64), "imagenet": (32, None)}
+STEM_SIZES = {"cifar": (8, 64), "cifar-solo": (8, 64), "imagenet": (32, None)}
 
 
 @dataclass(frozen=True)
@@ -67,14 +71,15 @@ def stage_plan(depth: int, width: int) -> list[tuple[str, int, int, int]]:
 
 
 class Stem(nn.Module):
-    """CIFAR: conv3x3(s1)-BN-ReLU. ImageNet: conv7x7(s2)-BN-ReLU-maxpool3x3(s2)."""
+    """CIFAR: conv3x3(s1, p1)-BN-ReLU; CIFAR as solo-learn: conv3x3(s1, p2)-BN-ReLU (the output is 2 px
+    larger than the input); ImageNet: conv7x7(s2, p3)-BN-ReLU-maxpool3x3(s2)."""
 
     def __init__(self, stem: str, in_channels: int, width: int):
         super().__init__()
         if stem not in STEMS:
             raise ValueError(f"stem must be one of {STEMS}, got {stem!r}")
         self.kind = stem
-        k, s, p = (3, 1, 1) if stem == "cifar" else (7, 2, 3)
+        k, s, p = STEM_CONV[stem]
         self.conv = nn.Conv2d(in_channels, width, k, s, p, bias=False)
         self.bn = nn.BatchNorm2d(width)
 
@@ -107,30 +112,49 @@ class ResidualBlock(nn.Module):
 
 
 def stem_hint(stem: str) -> str:
-    return ("use stem='imagenet' for large images" if stem == "cifar"
+    return ("use stem='imagenet' for large images" if stem.startswith("cifar")
             else "use stem='cifar' for small (CIFAR-size) images")
 
 
+class GlobalAvgPool(nn.Module):
+    """Global average pooling and flattening, [B, C, H, W] -> [B, C] (torchvision's ``avgpool`` + flatten)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean((2, 3))
+
+
 class ResNet(CheckedStateDict, nn.Module):
-    """ResNet feature extractor.
+    """ResNet feature extractor, with torchvision's classifier head on request.
 
     Args:
         depth: 18, 34 or 50.
         stem: 'imagenet' (default, as torchvision: 7x7/2 conv + max-pool; inputs >= 32 px, 224 px
-            intended) or 'cifar' (3x3 conv, no max-pool; 8..64 px inputs, 32 px intended).
+            intended), 'cifar' (3x3 conv, padding 1, no max-pool; 8..64 px inputs, 32 px intended) or
+            'cifar-solo' (solo-learn's CIFAR stem: the same with padding 2).
         width: channels after the stem (64 in the standard nets; smaller for tests).
         in_channels: image channels.
+        num_classes: 0 (default): no head, ``forward`` returns the pooled features [B, feature_dim];
+            N > 0: a classifier ``fc = Linear(feature_dim, N)`` and ``forward`` returns logits [B, N].
+
+    Named modules for the per-layer measurement: ``stem``, ``blocks.i`` (``layer1`` .. ``layer4`` name
+    the ends of the stages), ``avgpool`` (the pooled features) and ``fc`` (the logits, with a head).
     """
 
-    def __init__(self, depth: int = 18, stem: str = "imagenet", width: int = 64, in_channels: int = 3):
+    def __init__(self, depth: int = 18, stem: str = "imagenet", width: int = 64, in_channels: int = 3,
+                 num_classes: int = 0):
         super().__init__()
+        if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(f"num_classes must be an int >= 0 (0: no classifier head), got {num_classes!r}")
         self.depth, self.stem_kind, self.width, self.in_channels = depth, stem, width, in_channels
+        self.num_classes = num_classes
         self.arch = f"resnet{depth}-{stem}"
         self.stem = Stem(stem, in_channels, width)
         plan = stage_plan(depth, width)
         self.blocks = nn.Sequential(*[ResidualBlock(*p) for p in plan])
+        self.avgpool = GlobalAvgPool()
         last = plan[-1]
         self.feature_dim = last[2] * (1 if last[0] == "basic" else 4)
+        self.fc = nn.Linear(self.feature_dim, num_classes) if num_classes else None
         for m in self.modules():
             if isinstance(m, nn.Conv2d):
                 nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -139,23 +163,11 @@ class ResNet(CheckedStateDict, nn.Module):
         """x [B, C, H, W] float -> pooled features [B, feature_dim]."""
         lo, hi = STEM_SIZES[self.stem_kind]
         check_images(x, self.in_channels, lo, hi, stem_hint(self.stem_kind))
-        return self.blocks(self.stem(x)).mean((2, 3))
+        return self.avgpool(self.blocks(self.stem(x)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward_features(x)
+        """x [B, C, H, W] float -> logits [B, num_classes] with a head, else pooled features [B, feature_dim]."""
+        f = self.forward_features(x)
+        return self.fc(f) if self.fc is not None else f
 
 
-def resnet18(stem: str = "imagenet", **kw) -> ResNet:
-    """ResNet-18 (BasicBlock [2, 2, 2, 2]); feature_dim 512 at width 64. ImageNet stem unless
-    ``stem="cifar"`` (the same as ``create("resnet18-cifar")``)."""
-    return ResNet(18, stem=stem, **kw)
-
-
-def resnet34(stem: str = "imagenet", **kw) -> ResNet:
-    """ResNet-34 (BasicBlock [3, 4, 6, 3]); feature_dim 512 at width 64."""
-    return ResNet(34, stem=stem, **kw)
-
-
-def resnet50(stem: str = "imagenet", **kw) -> ResNet:
-    """ResNet-50 (Bottleneck [3, 4, 6, 3]); feature_dim 2048 at width 64."""
-    return ResNet(50, stem=stem, **kw)

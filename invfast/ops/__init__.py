@@ -6,5 +6,6 @@ differentiable, its autograd formula (``torch.library.register_autograd``). Whet
 the compiled kernel or the reference is the dispatch table's decision (:mod:`invfast.dispatch`,
 through ``backend.call`` / ``backend.compiled_for``). Two wrappers refine it, as their table entries say:
 ``warp_affine`` keeps the exact torch gather for integral maps under ``auto`` on CPU, and
-``sqdist_logsumexp`` runs the reference for inputs that require grad (its kernel has no backward).
+``sqdist_logsumexp`` and ``pairwise_logsumexp`` run the reference for inputs that require grad (their kernels
+have no backward).
 """

@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from invfast import _loader, backend
+from invfast._validate import compiling
 from invfast.ops.color import adjust_hue, blend, luma
 from invfast.ops.kernels import gaussian_taps
 
@@ -42,7 +43,8 @@ def cuda_kernels_enabled() -> bool:
     return backend.cuda_kernels_enabled("augment")
 
 
-def _fill_vector(fill: float | Sequence[float], channels: int, device: torch.device | str = "cpu") -> torch.Tensor:
+def _fill_vector(fill: float | Sequence[float] | torch.Tensor, channels: int,
+                 device: torch.device | str = "cpu") -> torch.Tensor:
     f = torch.as_tensor(fill, dtype=torch.float32, device=device).flatten()
     if f.numel() == 1:
         f = f.expand(channels)
@@ -51,15 +53,16 @@ def _fill_vector(fill: float | Sequence[float], channels: int, device: torch.dev
     return f
 
 
-def warp(images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[float] = 0.0) -> torch.Tensor:
+def warp(images: torch.Tensor, coords: torch.Tensor,
+         fill: float | Sequence[float] | torch.Tensor = 0.0) -> torch.Tensor:
     """Bilinear sampling of ``images`` at source coordinates, with a constant fill outside.
 
     Args:
         images: float [B, C, H, W].
         coords: float [P, Ho, Wo, 2] (the same warps for every image) or [B, P, Ho, Wo, 2] (per image);
             ``coords[..., 0]`` is the source x, ``coords[..., 1]`` the source y, in pixel-centre units.
-        fill: value(s) in image units for samples whose bilinear neighbours fall outside the image
-            (each of the four neighbours outside contributes ``fill`` with its bilinear weight).
+        fill: value(s) (numbers or a tensor) in image units for samples whose bilinear neighbours fall
+            outside the image (each of the four neighbours outside contributes ``fill`` with its bilinear weight).
 
     Returns:
         [B, P, C, Ho, Wo] in the dtype of ``images``. Warps whose source coordinates are all integers
@@ -72,6 +75,8 @@ def warp(images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[floa
     fillv = _fill_vector(fill, C, device=images.device).to(images.dtype)
     c = coords if per_image else coords.unsqueeze(0)
     integer = (c == torch.round(c)).flatten(2).all(dim=2).all(dim=0)  # [P]
+    if compiling():  # no data-dependent branch in a torch.compile graph: both samplers, each warp picks its own
+        return torch.where(integer.view(1, P, 1, 1, 1), _gather_nearest(images, c, fillv), _bilinear(images, c, fillv))
     if bool(integer.all()):
         return _gather_nearest(images, c, fillv)
     if not bool(integer.any()):
@@ -117,7 +122,7 @@ def _bilinear(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -
         inp = images
     res = F.grid_sample(inp, g, mode="bilinear", padding_mode="zeros", align_corners=False)
     res = res.reshape(B, C, P, Ho, Wo).transpose(1, 2)
-    if bool((fillv != 0).any()):
+    if compiling() or bool((fillv != 0).any()):  # (a zero fill adds exact zeros)
         ones = torch.ones((G, 1, H, W), dtype=images.dtype, device=images.device)
         covered = F.grid_sample(ones, g, mode="bilinear", padding_mode="zeros", align_corners=False)
         covered = covered.reshape(G, P, 1, Ho, Wo)
@@ -134,6 +139,11 @@ def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int
     sx = m[:, 0, 0].view(-1, 1, 1) * u + m[:, 0, 1].view(-1, 1, 1) * v + m[:, 0, 2].view(-1, 1, 1)
     sy = m[:, 1, 0].view(-1, 1, 1) * u + m[:, 1, 1].view(-1, 1, 1) * v + m[:, 1, 2].view(-1, 1, 1)
     coords = torch.stack([sx, sy], dim=-1).to(torch.float32)
+    if compiling():  # one graph: the sampling path, which copies integral maps exactly as well
+        if images.dtype == torch.uint8:
+            out = warp(images.to(torch.float32), coords, fill.to(torch.float32))
+            return out.add_(0.5).clamp_(0, 255).to(torch.uint8)
+        return warp(images, coords, fill)
     if bool((coords == torch.round(coords)).all()):  # pure pixel copies: an exact gather in any dtype
         f = torch.floor(fill.to(torch.float64) + 0.5) if images.dtype == torch.uint8 else fill
         return warp(images, coords, f.tolist())
@@ -149,7 +159,8 @@ def warp_affine(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: i
     otherwise. Under backend 'auto' on CPU, integral maps (flips, 90-degree rotations, integer shifts) take
     the exact torch gather, measured faster than the sampling kernel for pure pixel copies."""
     fn = backend.compiled_for("warp_affine", images)
-    if fn is not None and backend.mode() == "auto" and images.device.type == "cpu" \
+    # (under torch.compile the kernel serves integral maps too: the same pixels, no data-dependent branch)
+    if fn is not None and backend.mode() == "auto" and images.device.type == "cpu" and not compiling() \
             and bool((matrix == torch.round(matrix)).all()):
         fn = None
     if fn is None:

@@ -92,6 +92,8 @@ def adjust_hue(x: torch.Tensor | None, shift: torch.Tensor, hsv: torch.Tensor | 
         sectors: the :func:`hsv_to_rgb` evaluation (see there).
     """
     if hsv is None:
+        if x is None:
+            raise ValueError("adjust_hue needs the image x or its hsv (both are None)")
         hsv = rgb_to_hsv(x)
     h, s, v = hsv.unbind(dim=-3)
     shift = shift.squeeze(-3) if shift.dim() == hsv.dim() else shift

@@ -39,6 +39,22 @@ def _matrix(a: Any, b: Any, c: Any, d: Any, numpy: bool) -> Any:
     return torch.stack([torch.stack([a, b], -1), torch.stack([c, d], -1)], -2)
 
 
+def _cos_sin(degrees: Any, numpy: bool) -> tuple[Any, Any]:
+    """cos and sin of ``degrees`` in float64, numpy or torch."""
+    if numpy:
+        t = np.deg2rad(np.asarray(degrees, dtype=np.float64))
+        return np.cos(t), np.sin(t)
+    r = torch.deg2rad(degrees.to(torch.float64))
+    return torch.cos(r), torch.sin(r)
+
+
+def _tan(degrees: Any, numpy: bool) -> Any:
+    """tan of ``degrees`` in float64, numpy or torch."""
+    if numpy:
+        return np.tan(np.deg2rad(np.asarray(degrees, dtype=np.float64)))
+    return torch.tan(torch.deg2rad(degrees.to(torch.float64)))
+
+
 def rotation_matrix(degrees: Any, *, inverse: bool = False) -> Any:
     """Rotation by ``degrees`` counter-clockwise as displayed (y down): ``[[cos, sin], [-sin, cos]]``.
 
@@ -50,12 +66,7 @@ def rotation_matrix(degrees: Any, *, inverse: bool = False) -> Any:
         [..., 2, 2] float64, numpy or torch like ``degrees``.
     """
     numpy = _is_numpy(degrees)
-    if numpy:
-        t = np.deg2rad(np.asarray(degrees, dtype=np.float64))
-        c, s = np.cos(t), np.sin(t)
-    else:
-        t = torch.deg2rad(degrees.to(torch.float64))
-        c, s = torch.cos(t), torch.sin(t)
+    c, s = _cos_sin(degrees, numpy)
     return _matrix(c, -s, s, c, numpy) if inverse else _matrix(c, s, -s, c, numpy)
 
 
@@ -72,14 +83,8 @@ def shear_matrix(sx_degrees: Any, sy_degrees: Any, *, inverse: bool = False) -> 
         [..., 2, 2] float64, numpy or torch like the angles.
     """
     numpy = _is_numpy(sx_degrees, sy_degrees)
-    if numpy:
-        tx = np.tan(np.deg2rad(np.asarray(sx_degrees, dtype=np.float64)))
-        ty = np.tan(np.deg2rad(np.asarray(sy_degrees, dtype=np.float64)))
-        one = np.ones_like(tx)
-    else:
-        tx = torch.tan(torch.deg2rad(sx_degrees.to(torch.float64)))
-        ty = torch.tan(torch.deg2rad(sy_degrees.to(torch.float64)))
-        one = torch.ones_like(tx)
+    tx, ty = _tan(sx_degrees, numpy), _tan(sy_degrees, numpy)
+    one = np.ones_like(tx) if numpy else torch.ones_like(tx)
     if inverse:
         return _matrix(1 + tx * ty, tx, ty, one, numpy)
     return _matrix(one, -tx, -ty, 1 + tx * ty, numpy)

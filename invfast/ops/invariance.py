@@ -1,4 +1,5 @@
-"""Invariance-metric ops: fused per-pair scores and the streamed pairwise log-sum-exp."""
+"""Invariance-metric ops: fused per-pair scores, the streamed pairwise log-sum-exp (per row, and over all pairs
+for uniformity) and the exact k-nearest-neighbour search behind ACR."""
 from __future__ import annotations
 
 import torch
@@ -36,6 +37,46 @@ def sqdist_logsumexp_reference(rows: torch.Tensor, x: torch.Tensor, row_offset: 
     return torch.logsumexp(v, dim=1)
 
 
+@backend.register_reference("pairwise_logsumexp")
+def pairwise_logsumexp_reference(x: torch.Tensor, scale: float, normalize: bool, block_rows: int) -> torch.Tensor:
+    """x [N, D] -> float64 scalar ``log sum_{i<j} exp(-scale ||x^_i - x^_j||^2)`` (x^ = x / ||x|| when
+    ``normalize``), in float64, ``block_rows`` rows at a time against the rows after them."""
+    xx = x.to(torch.float64)
+    if normalize:
+        xx = torch.nn.functional.normalize(xx, dim=1)
+    n = xx.shape[0]
+    parts = []
+    for s in range(0, n - 1, block_rows):
+        e = min(n - 1, s + block_rows)
+        v = torch.cdist(xx[s:e], xx[s:]).pow(2).mul(-scale)
+        # only j > i: column c of this block is row s + c
+        upper = torch.arange(n - s, device=xx.device)[None, :] > torch.arange(e - s, device=xx.device)[:, None]
+        parts.append(torch.logsumexp(v.masked_fill(~upper, float("-inf")), dim=1))
+    return torch.logsumexp(torch.cat(parts), dim=0)
+
+
+@backend.register_reference("knn_sqdist")
+def knn_sqdist_reference(x: torch.Tensor, k: int, normalize: bool,
+                         block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [N, D] -> (sqdist [N, k] float64, index [N, k] int64): the k nearest other rows of every row (squared
+    Euclidean distance of x^, float64), ascending, ties by the lower index (a stable sort)."""
+    xx = x.to(torch.float64)
+    if normalize:
+        xx = torch.nn.functional.normalize(xx, dim=1)
+    n = xx.shape[0]
+    dists, idxs = [], []
+    for s in range(0, n, block_rows):
+        e = min(n, s + block_rows)
+        # differences, not the ||a||^2 + ||b||^2 - 2 a.b identity: exact for near-duplicate rows too
+        d2 = torch.cdist(xx[s:e], xx, compute_mode="donot_use_mm_for_euclid_dist").pow(2)
+        rows = torch.arange(e - s, device=xx.device)
+        d2[rows, rows + s] = float("inf")
+        d, i = torch.sort(d2, dim=1, stable=True)
+        dists.append(d[:, :k])
+        idxs.append(i[:, :k])
+    return torch.cat(dists), torch.cat(idxs)
+
+
 def pair_scores(z_ref: torch.Tensor, z_t: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Distance and cosine between each ``z_ref[n] − shift`` and every ``z_t[n, p] − shift`` (compiled where the
     dispatch table says so)."""
@@ -51,6 +92,22 @@ def sqdist_logsumexp(rows: torch.Tensor, x: torch.Tensor, row_offset: int, scale
     return fn(rows, x, int(row_offset), float(scale))
 
 
+def pairwise_logsumexp(x: torch.Tensor, scale: float, normalize: bool, block_rows: int) -> torch.Tensor:
+    """``log sum_{i<j} exp(-scale ||x^_i - x^_j||^2)`` of x [N, D] (see :func:`pairwise_logsumexp_reference`):
+    the compiled kernel where the dispatch table picks it (no backward: inputs that require grad take the
+    reference), the torch reference otherwise."""
+    fn = None if x.requires_grad else backend.compiled_for("pairwise_logsumexp", x)
+    if fn is None:
+        return pairwise_logsumexp_reference(x, scale, normalize, block_rows)
+    return fn(x, float(scale), bool(normalize), int(block_rows))
+
+
+def knn_sqdist(x: torch.Tensor, k: int, normalize: bool, block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k nearest other rows of every row of x [N, D] (see :func:`knn_sqdist_reference`); compiled where the
+    dispatch table says so."""
+    return backend.call("knn_sqdist", x, int(k), bool(normalize), int(block_rows))
+
+
 def _register_compiled() -> None:
     if _loader.load() is None:
         return
@@ -64,6 +121,15 @@ def _register_compiled() -> None:
     @torch.library.register_fake("invfast::sqdist_logsumexp")
     def _(rows, x, row_offset, scale):
         return rows.new_empty((rows.shape[0],), dtype=torch.float64)
+
+    if "pairwise_logsumexp" in backend.compiled_ops():  # a core built before the all-pairs ops has neither
+        @torch.library.register_fake("invfast::pairwise_logsumexp")
+        def _(x, scale, normalize, block_rows):
+            return x.new_empty((), dtype=torch.float64)
+
+        @torch.library.register_fake("invfast::knn_sqdist")
+        def _(x, k, normalize, block_rows):
+            return x.new_empty((x.shape[0], k), dtype=torch.float64), x.new_empty((x.shape[0], k), dtype=torch.int64)
 
     def setup_context(ctx, inputs, output):
         z_ref, z_t, shift = inputs

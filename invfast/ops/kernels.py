@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import torch
 
+from invfast._validate import compiling
+
 __all__ = ["gaussian_taps"]
 
 
@@ -39,7 +41,10 @@ def gaussian_taps(sigma: torch.Tensor, *, truncate: float = 3.0, max_radius: int
     if max_radius is not None:
         radius = radius.clamp(max=float(max_radius))
     radius = radius.to(torch.int64)
-    R = int(radius.max()) if radius.numel() else 0
+    if max_radius is not None and compiling():  # torch.compile needs a static width: rows padded to max_radius
+        R = int(max_radius)
+    else:
+        R = int(radius.max()) if radius.numel() else 0
     xs = torch.arange(-R, R + 1, dtype=torch.float64, device=sigma.device)
     k = torch.exp(-0.5 * (xs / s) ** 2)
     k = torch.where(xs.abs().view(1, -1) <= radius.view(-1, 1), k, torch.zeros_like(k))

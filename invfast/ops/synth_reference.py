@@ -78,6 +78,8 @@ def _shift_sum(x: torch.Tensor, weights: list[float] | torch.Tensor, dim: int) -
         w = weights[j] if isinstance(weights, list) else weights[:, j].view(-1, 1, 1, 1)
         term = x.narrow(dim, j, n) * w
         out = term if out is None else out + term
+    if out is None:
+        raise ValueError("weights must hold at least one tap, got none")
     return out
 
 

@@ -24,7 +24,8 @@ from invfast.pretrain.methods import (METHODS, AmortisedMoCo, AmortisedSimCLR, C
                                      PretrainMethod, SimCLR)
 from invfast.pretrain.momentum import momentum_update
 from invfast.pretrain.supervised import LabelledSource, Supervised
-from invfast.pretrain.trainer import TrainConfig, Trainer
+from invfast.pretrain.config import TrainConfig
+from invfast.pretrain.trainer import Trainer
 
 __all__ = [
     "METHODS", "AmortisedMoCo", "AmortisedSimCLR", "ArraySource", "ContrastiveMethod", "FolderSource", "HeldoutProbe",

@@ -128,7 +128,7 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     from invfast.pretrain import data as D
     from invfast.pretrain.descriptors import descriptor_set
     from invfast.pretrain.key_queue import default_queue_size
-    from invfast.pretrain.methods import AmortisedMoCo, AmortisedSimCLR, MoCoV2, SimCLR
+    from invfast.pretrain.methods import AmortisedMoCo, AmortisedSimCLR, MoCoV2, PretrainMethod, SimCLR
     from invfast.pretrain.trainer import TrainConfig, Trainer
 
     if args.method not in METHOD_NAMES:
@@ -168,7 +168,8 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     common = dict(tau=args.tau, proj_dim=args.proj_dim, proj_hidden=args.proj_hidden)
     moco = dict(key_momentum=args.key_momentum, queue_seed=args.seed,
                 queue_size=args.queue_size or default_queue_size(len(source), args.batch_size))
-    if amortised:
+    method: PretrainMethod
+    if desc is not None:  # amortised
         augs = [T.policy_from_descriptor(r, size=size, backend=aug_backend) for r in desc]
         cls = AmortisedMoCo if args.method == "ai-moco" else AmortisedSimCLR
         method = cls(encoder, augs, descriptors=descriptors, **common, **(moco if cls is AmortisedMoCo else {}))

@@ -64,7 +64,7 @@ def all_gather_nograd(x: torch.Tensor) -> torch.Tensor:
 
 class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
         d = info()
         ctx.rank, ctx.b = d.rank, x.shape[0]
         out = [torch.empty_like(x) for _ in range(d.world_size)]
@@ -72,7 +72,7 @@ class _GatherWithGrad(torch.autograd.Function):
         return torch.cat(out, dim=0)
 
     @staticmethod
-    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         grad = grad.contiguous()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
         return grad[ctx.rank * ctx.b:(ctx.rank + 1) * ctx.b]

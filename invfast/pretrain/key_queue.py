@@ -16,6 +16,9 @@ class KeyQueue(nn.Module):
     pointers) is in buffers, so it is saved with the model's ``state_dict``.
     """
 
+    keys: torch.Tensor  # [n_queues, size, dim] buffer
+    ptr: torch.Tensor  # [n_queues] long buffer: the next row to overwrite in each queue
+
     def __init__(self, size: int, dim: int, n_queues: int = 1, generator: torch.Generator | None = None) -> None:
         super().__init__()
         if size < 1 or dim < 1 or n_queues < 1:

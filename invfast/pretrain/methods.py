@@ -12,7 +12,7 @@ training step is::
 from __future__ import annotations
 
 import copy
-from typing import Callable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 import torch.nn as nn
@@ -28,12 +28,24 @@ from invfast.pretrain.key_queue import KeyQueue
 Augment = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
 
-class OnlineNetwork(nn.Module):
+class PretrainNetwork(nn.Module):
+    """What a method trains: an ``encoder`` and a head; ``forward(x, d)`` gives the head's outputs,
+    ``features(x, d)`` the pooled encoder features [B, feature_dim] under descriptor ``d``."""
+
+    encoder: nn.Module
+
+    def features(self, x: torch.Tensor, d: int = 0) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class OnlineNetwork(PretrainNetwork):
     """Encoder followed by one projection head per descriptor.
 
     ``forward(x [B, C, H, W], d: int) -> [B, proj_dim]``. With ``descriptors`` [n, K] the encoder is
     called as ``encoder(x, descriptors[d])`` (a Hyper-ResNet), otherwise as ``encoder(x)``.
     """
+
+    descriptors: torch.Tensor  # [n, K], a buffer registered only when conditioned
 
     def __init__(self, encoder: nn.Module, heads: nn.ModuleList, descriptors: torch.Tensor | None) -> None:
         super().__init__()
@@ -71,12 +83,15 @@ class PretrainMethod(nn.Module):
     ``batch`` is what the source's ``get`` returns: images uint8 [B, 3, H, W], or (images, labels)
     for a method with ``uses_labels`` (:class:`~invfast.pretrain.Supervised`). Subclasses set
     ``self.augments`` (one policy per descriptor), ``self.descriptor_names`` and ``self.online``
-    (a module with ``forward(x, d)`` and ``features(x, d)``).
+    (a :class:`PretrainNetwork`: ``forward(x, d)`` and ``features(x, d)``).
     """
 
     method_name = "method"
     #: True when the method trains on (images, labels) batches (a labelled source)
     uses_labels = False
+    online: PretrainNetwork
+    augments: list[Callable[..., Any]]
+    descriptor_names: list[str]
 
     @property
     def encoder(self) -> nn.Module:
@@ -100,7 +115,7 @@ class PretrainMethod(nn.Module):
             return 0
         return int(torch.randint(self.n_descriptors, (1,), generator=generator, device=generator.device))
 
-    def make_views(self, images: torch.Tensor, d: int, generator: torch.Generator) -> tuple[torch.Tensor, ...]:
+    def make_views(self, images: torch.Tensor, d: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """The inputs of :meth:`training_loss` for one batch under descriptor ``d``."""
         raise NotImplementedError
 
@@ -153,6 +168,9 @@ class ContrastiveMethod(PretrainMethod):
                 raise TypeError("augment must be a callable augment(images, generator=g) -> (view1, view2)")
             augments = [augment]
         else:
+            if not isinstance(augment, Iterable):
+                raise TypeError(f"an amortised method needs a sequence of {n} augmentation policies (one per "
+                                f"descriptor), got {type(augment).__name__}")
             augments = list(augment)
             if len(augments) != n or not all(callable(a) for a in augments):
                 raise ValueError(f"an amortised method needs one callable augmentation policy per descriptor: "

@@ -13,8 +13,8 @@ def momentum_update(key: nn.Module, query: nn.Module, m: float) -> None:
     """
     if not 0.0 <= m <= 1.0:
         raise ValueError(f"momentum m must be in [0, 1], got {m}")
-    pk = list(key.parameters())
-    pq = list(query.parameters())
+    pk: list[torch.Tensor] = list(key.parameters())
+    pq: list[torch.Tensor] = list(query.parameters())
     if len(pk) != len(pq):
         raise ValueError(f"key and query networks differ: {len(pk)} vs {len(pq)} parameters")
     for a, b in zip(pk, pq):

@@ -19,7 +19,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from invfast.data import ArraySource
-from invfast.pretrain.methods import PretrainMethod, _feature_dim
+from invfast.pretrain.methods import PretrainMethod, PretrainNetwork, _feature_dim
 
 __all__ = ["LabelledSource", "Supervised"]
 
@@ -57,7 +57,7 @@ class LabelledSource:
         return self.images.get(idx), self.labels[idx]
 
 
-class Classifier(nn.Module):
+class Classifier(PretrainNetwork):
     """Encoder followed by a linear classification head: ``forward(x, d=0) -> logits [B, classes]``."""
 
     def __init__(self, encoder: nn.Module, num_classes: int) -> None:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import io
 import json
 import math
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -27,6 +27,7 @@ from invfast.devices import resolve_device
 from invfast.io import atomic_torch_save, atomic_write_text, config_difference, load_verified
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
+from invfast.pretrain.config import RESUMABLE_FIELDS, TrainConfig
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.schedules import ConstantSchedule, CosineSchedule
 
@@ -35,64 +36,6 @@ CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
 #: every file a pretraining run writes in its output folder (recorded in the folder's marker)
 OWN_FILES = (CHECKPOINT_NAME, MODEL_NAME, "metrics.jsonl", "metrics.csv")
-
-# TrainConfig fields that may change between a run and its resumption (they do not affect the result).
-RESUMABLE_FIELDS = ("checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
-                    "invariance_transforms", "probe_every", "device")
-
-
-@dataclass
-class TrainConfig:
-    """Optimisation and bookkeeping of a pretraining run (MoCo-v2 defaults).
-
-    batch_size is the GLOBAL batch (split evenly over processes). lr None means 0.03·batch_size/256
-    (MoCo-v2's linear scaling). schedule 'cosine' decays the LR per step to 0 over the run
-    (no warm-up, as MoCo-v2), 'constant' keeps it. steps overrides epochs when set. size is the
-    side of the views the policies produce (used to preprocess the held-out batch). amp runs the
-    forward passes under bfloat16 autocast (for GPUs; parameters and optimiser stay float32).
-    device is 'auto' (CUDA when available, GPU ``LOCAL_RANK``; else the CPU), 'cpu', 'cuda' or 'cuda:N';
-    the Trainer's ``device=`` argument overrides it. probe_every: steps between runs of the Trainer's
-    ``probe`` (a :class:`~invfast.pretrain.HeldoutProbe`; also before the first step and at the end),
-    0 never.
-    """
-
-    batch_size: int = 256
-    epochs: int = 200
-    steps: int | None = None
-    lr: float | None = None
-    weight_decay: float = 1e-4
-    sgd_momentum: float = 0.9
-    schedule: str = "cosine"
-    seed: int = 0
-    size: int = 224
-    checkpoint_every: int = 500
-    log_every: int = 10
-    progress: bool = True
-    invariance_every: int = 0
-    invariance_images: int = 256
-    invariance_transforms: tuple[str, ...] = inv.DEFAULT_TRANSFORMS
-    probe_every: int = 0
-    device: str = "auto"
-    amp: bool = False
-
-    def base_lr(self) -> float:
-        return 0.03 * self.batch_size / 256 if self.lr is None else float(self.lr)
-
-    def validate(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.epochs < 1 and self.steps is None:
-            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
-        if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
-        for name in ("checkpoint_every", "log_every", "invariance_every", "probe_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.base_lr() <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-
 
 def _mix(*parts: int) -> int:
     """A 63-bit seed from integers (splitmix64 steps): independent streams keyed by (seed, stream, counters)."""
@@ -176,7 +119,7 @@ class Trainer:
                                          weight_decay=cfg.weight_decay)
         sched = CosineSchedule(self.total_steps) if cfg.schedule == "cosine" else ConstantSchedule()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, sched)
-        self.online = method.online
+        self.online: torch.nn.Module = method.online
         if self.dist.world_size > 1:
             self.online = DistributedDataParallel(
                 method.online, device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -201,7 +144,7 @@ class Trainer:
     def batch_indices(self, step: int) -> torch.Tensor:
         """This rank's image indices [local_batch] for global step ``step`` (drop-last epochs)."""
         epoch, pos = divmod(step, self.steps_per_epoch)
-        if self._perm_epoch != epoch:
+        if self._perm_epoch != epoch or self._perm is None:
             self._perm = torch.randperm(len(self.source), generator=generator(self.config.seed, _STREAM_DATA, epoch),
                                         device="cpu")  # host indices into the source
             self._perm_epoch = epoch
@@ -212,7 +155,12 @@ class Trainer:
     # ------------------------------------------------------------------ checkpoints
     @property
     def checkpoint_path(self) -> str | None:
-        return None if self.out is None else os.path.join(self.out, CHECKPOINT_NAME)
+        return None if self.out is None else self._out_file(CHECKPOINT_NAME)
+
+    def _out_file(self, name: str) -> str:
+        if self.out is None:
+            raise RuntimeError(f"this Trainer has out=None: it writes no {name}")
+        return os.path.join(self.out, name)
 
     def _rng_states(self) -> list[dict]:
         mine = {"cpu": torch.get_rng_state()}
@@ -236,7 +184,7 @@ class Trainer:
                 "data_position": {"epoch": epoch, "batch_in_epoch": pos, "images_seen": self.step * self.config.batch_size},
                 "model": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
                 "scheduler": self.scheduler.state_dict(), "rng": rng,
-            }, self.checkpoint_path)
+            }, self._out_file(CHECKPOINT_NAME))
             self._write_csv()
         if self.dist.world_size > 1:
             dist.barrier()
@@ -262,28 +210,25 @@ class Trainer:
         self._truncate_log()
 
     # ------------------------------------------------------------------ metrics log
-    def _log_path(self, ext: str) -> str:
-        return os.path.join(self.out, f"metrics.{ext}")
-
     def _truncate_log(self) -> None:
         """Drop log records written after the checkpoint (the steps the resumed run redoes)."""
         self.history = []
-        if self.out is None or not self.dist.is_main or not os.path.exists(self._log_path("jsonl")):
+        if self.out is None or not self.dist.is_main or not os.path.exists(self._out_file("metrics.jsonl")):
             return
         recs = []
-        with open(self._log_path("jsonl")) as f:
+        with open(self._out_file("metrics.jsonl")) as f:
             for line in f:
                 try:
                     recs.append(json.loads(line))
                 except json.JSONDecodeError:  # a line cut short by the kill
                     continue
         self.history = [r for r in recs if r["step"] <= self.step]
-        atomic_write_text(self._log_path("jsonl"), "".join(json.dumps(r) + "\n" for r in self.history))
+        atomic_write_text(self._out_file("metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in self.history))
 
     def _log(self, rec: dict) -> None:
         self.history.append(rec)
         if self.out is not None and self.dist.is_main:
-            with open(self._log_path("jsonl"), "a") as f:
+            with open(self._out_file("metrics.jsonl"), "a") as f:
                 f.write(json.dumps(rec) + "\n")
 
     def _write_csv(self) -> None:
@@ -294,7 +239,7 @@ class Trainer:
         w = csv.DictWriter(buf, fieldnames=keys)
         w.writeheader()
         w.writerows(self.history)
-        atomic_write_text(self._log_path("csv"), buf.getvalue())
+        atomic_write_text(self._out_file("metrics.csv"), buf.getvalue())
 
     # ------------------------------------------------------------------ invariance
     def measure_invariance(self) -> dict[str, float]:
@@ -308,7 +253,7 @@ class Trainer:
         out = {}
         try:
             for d in range(m.n_descriptors) if m.n_descriptors <= 3 else [m.n_descriptors - 1]:
-                scores = inv.measure(lambda x, d=d: m.features(x, d), images, self.config.size,
+                scores = inv.measure(functools.partial(m.features, d=d), images, self.config.size,
                                      self.config.invariance_transforms, device=self.device)
                 prefix = "invariance/" if m.n_descriptors == 1 else f"invariance/{m.descriptor_names[d]}/"
                 out.update({prefix + k: v for k, v in scores.items()})
@@ -358,11 +303,11 @@ class Trainer:
                 folder.check()
                 os.makedirs(self.out, exist_ok=True)
                 folder.own(*OWN_FILES)
-            if os.path.exists(self.checkpoint_path):
+            if os.path.exists(self._out_file(CHECKPOINT_NAME)):
                 if not resume:
                     raise FileExistsError(f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
                                           "(--resume) to continue it or choose another output folder")
-                self.load_checkpoint(self.checkpoint_path)
+                self.load_checkpoint(self._out_file(CHECKPOINT_NAME))
             elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
                 raise FileExistsError(f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
                                       "to continue; it is never overwritten: choose another output folder")

@@ -8,6 +8,7 @@ straight-through gradient, and ``i_`` reports the quantised descriptor.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -106,13 +107,19 @@ class InvarianceProbe:
         k = self.inv_dim if self.inv_dim is not None else getattr(self.model, "inv_dim", None)
         if k is None:
             raise ValueError("the model has no inv_dim attribute: pass inv_dim=K")
-        if not hasattr(self.model, "forward_features"):
-            raise TypeError("model must have forward_features(x, i)")
+        self._forward_features()  # raises a TypeError if the model has none
         return int(k)
+
+    def _forward_features(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        fn = getattr(self.model, "forward_features", None)
+        if not callable(fn):
+            raise TypeError("model must have forward_features(x, i)")
+        return fn
 
     @torch.no_grad()
     def _features(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
-        return torch.cat([self.model.forward_features(x[s:s + self.batch_size], i)
+        forward_features = self._forward_features()
+        return torch.cat([forward_features(x[s:s + self.batch_size], i)
                           for s in range(0, x.shape[0], self.batch_size)])
 
     def fit(self, x: torch.Tensor, y: Any) -> "InvarianceProbe":
@@ -148,6 +155,7 @@ class InvarianceProbe:
             opt = torch.optim.Adam([{"params": head.parameters(), "lr": self.lr, "weight_decay": self.weight_decay},
                                     {"params": [raw], "lr": self.lr_i}])
             gen = torch.Generator().manual_seed(self.seed)
+            forward_features = self._forward_features()
             self.history_, i_hist = [], []
             for _ in track(range(self.epochs), desc="InvarianceProbe", disable=not self.verbose):
                 perm = torch.randperm(n, generator=gen)
@@ -155,7 +163,7 @@ class InvarianceProbe:
                 for s in range(0, n, self.batch_size):
                     idx = perm[s:s + self.batch_size]
                     xb, tb = x[idx].to(device), target[idx].to(device)
-                    out = head(self.model.forward_features(xb, self._descriptor(raw)))
+                    out = head(forward_features(xb, self._descriptor(raw)))
                     loss = F.cross_entropy(out, tb) if self.task == "classification" else F.mse_loss(out, tb)
                     opt.zero_grad(set_to_none=True)
                     loss.backward()

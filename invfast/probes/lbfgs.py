@@ -14,6 +14,7 @@ meets ``tol``, and the directional derivative still decides.
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -86,7 +87,7 @@ def lbfgs(fun: Objective, x0: torch.Tensor, tol: float = 1e-4, max_iter: int = 1
         every = idx.numel() == nf   # no gathers while every problem is running
         gi = g if every else g[idx]
         pairs = mem if every else [(s[idx], y[idx], r[idx]) for s, y, r in mem]
-        p = -_two_loop(gi, pairs, gamma if every else gamma[idx], lambda v, idx=idx: pre(v, idx))
+        p = -_two_loop(gi, pairs, gamma if every else gamma[idx], functools.partial(pre, idx=idx))
         slope = (gi * p).sum(1)
         bad = ~(slope < 0)   # not a descent direction (or NaN): restart from the preconditioned gradient
         if bool(bad.any()):

@@ -204,18 +204,18 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         loss = path.current()
         loss.lam = torch.full_like(loss.n_train, lam)
         path.pre.update(loss.start(w0), loss.lam / loss.n_train)
-        kw = {"tol": float(self.tol), "precond": path.pre, "grad_norm": path.design.grad_norm}
+        tol, grad_norm = float(self.tol), path.design.grad_norm
         single = loss.x.dtype == _F64
-        res = lbfgs(loss, w0, max_iter=int(self.max_iter), memory=memory, f_rtol=_F_RTOL[loss.x.dtype],
-                    stop_on_noise=not single, **kw)
+        res = lbfgs(loss, w0, tol=tol, max_iter=int(self.max_iter), memory=memory, f_rtol=_F_RTOL[loss.x.dtype],
+                    stop_on_noise=not single, precond=path.pre, grad_norm=grad_norm)
         stalled = torch.nonzero(res.stalled).flatten()
         left = int(self.max_iter) - int(res.n_iter[stalled].max()) if stalled.numel() else 0
         if left > 0 and not single:
             path.precise = True
             exact = path.current()
             exact.lam = loss.lam
-            more = lbfgs(lambda w, i: exact(w, stalled[i]), res.x[stalled], max_iter=left,
-                         f_rtol=_F_RTOL[_F64], **{**kw, "precond": lambda v, i: path.pre(v, stalled[i])})
+            more = lbfgs(lambda w, i: exact(w, stalled[i]), res.x[stalled], tol=tol, max_iter=left,
+                         f_rtol=_F_RTOL[_F64], precond=lambda v, i: path.pre(v, stalled[i]), grad_norm=grad_norm)
             res.x[stalled], res.loss[stalled], res.grad_norm[stalled] = more.x, more.loss, more.grad_norm
             res.n_iter[stalled] += more.n_iter
             res.converged[stalled] = more.converged
@@ -248,11 +248,13 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         acc, bacc = np.zeros((grid.size, nf)), np.zeros((grid.size, nf))
         n_iter, conv = np.zeros((grid.size, nf), dtype=np.int64), np.zeros((grid.size, nf), dtype=bool)
         sols: dict[int, torch.Tensor] = {}
-        memory, prev = None, None
+        memory: list | None = None
+        prev: float | None = None
         mask = loss.mask.expand(-1, n_out).reshape(1, -1)
         for j in track(np.argsort(-grid, kind="stable"), desc="logistic path", disable=not self.verbose, leave=False):
             lam = float(grid[j])
-            if continuation and memory:   # curvature pairs of the previous value, its penalty swapped for this one
+            if continuation and memory and prev is not None:
+                # curvature pairs of the previous value, its penalty swapped for this one
                 shift = ((lam - prev) / loss.n_train)[:, None] * mask
                 memory = [(s, yv + shift * s) for s, yv in memory]
             res = self._solve(path, w if continuation else torch.zeros_like(w), lam, memory if continuation else None)

@@ -143,10 +143,11 @@ def plot_depth(result: InvarianceResult, *, path: str | os.PathLike | None = Non
     """Invariance versus depth: for each transform, the mean standardised cosine, the mean Mahalanobis
     distance and the normalized variance (per-unit transformational / sample variance) at every measured
     layer of one model, shallow to deep. ``result`` is a per-layer result (``result.layers``)."""
-    layers = list(getattr(result, "layers", {}) or {})
+    by_layer = getattr(result, "layers", None) or {}
+    layers = list(by_layer)
     if len(layers) < 2:
         raise ValueError("invariance versus depth needs a result measured at two or more layers (layers=...)")
-    per = [result.layers[n] for n in layers]
+    per = [by_layer[n] for n in layers]
     names = [n for n, _ in ordered_transforms(per)]
     fig = _figure(11.5, 3.4)
     axes = fig.subplots(1, 3)
@@ -156,8 +157,8 @@ def plot_depth(result: InvarianceResult, *, path: str | os.PathLike | None = Non
               ("normalized_variance", "normalized variance (0 = invariant)"))
     for ax, (attr, label) in zip(axes, panels):
         for name in names:
-            y = [getattr(r.transforms[name], attr) if name in r.transforms else None for r in per]
-            y = np.array([np.nan if v is None else v for v in y], dtype=float)
+            vals = [getattr(r.transforms[name], attr) if name in r.transforms else None for r in per]
+            y = np.array([np.nan if v is None else v for v in vals], dtype=float)
             fam = per[0].transforms[name].family if name in per[0].transforms else ""
             ax.plot(x, y, "-o" if fam == "spatial" else "--s", ms=3, lw=1.1, label=name)
         ax.set_xticks(x, layers, fontsize=7, rotation=30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any, Protocol, Sequence
+from typing import Any, Iterable, Protocol, Sequence, TypeGuard
 
 import torch
 
@@ -28,13 +28,18 @@ class InvarianceResult(Protocol):
     def __getitem__(self, name: str) -> Any: ...
 
 
-def _is_result(r: Any) -> bool:
+def _is_result(r: Any) -> TypeGuard[InvarianceResult]:
     return all(hasattr(r, a) for a in ("model", "transforms", "to_dict", "__getitem__")) and isinstance(r.transforms, dict)
 
 
 def as_results(results: InvarianceResult | Sequence[InvarianceResult]) -> list[InvarianceResult]:
     """A list of results with distinct model names, checked."""
-    lst = [results] if _is_result(results) else list(results)
+    if _is_result(results):
+        lst = [results]
+    elif isinstance(results, Iterable):
+        lst = list(results)
+    else:
+        raise TypeError(f"expected an InvarianceResult or a sequence of them, got {type(results).__name__}")
     if not lst:
         raise ValueError("no results given")
     for r in lst:

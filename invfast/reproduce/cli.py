@@ -1,8 +1,8 @@
 """``invfast reproduce``: the papers' five findings, end to end, on built-in synthetic data.
 
-    invfast reproduce --quick --out report/          # ~30 minutes on 2 CPU cores, 3 seeds (the README's main job)
+    invfast reproduce --quick --out report/          # 3 seeds, ~15 minutes (estimated) on 2 idle CPU cores
     invfast reproduce --preset gpu --out report/     # one GPU, all five findings (the default where CUDA exists)
-    invfast reproduce --full --out report/           # adds the amortised model; see docs/reproduce.md
+    invfast reproduce --full --out report/           # larger data and models; hours on a CPU, see docs/reproduce.md
     invfast reproduce --preset tiny --out /tmp/t     # seconds: a smoke test of every stage
     invfast reproduce --quick --set pretrain_epochs=20 --out report/   # any config field overridden
 
@@ -10,9 +10,10 @@ Pretrains Default, Spatial and Appearance MoCo-v2 models (small ResNet, 32-px Tr
 measures their invariance to the 18 test transforms (Table 1 with significance marks), probes them,
 a random-init model and the fusions Spa+App and Def+Spa+App on object identity, position, rotation
 and colour (mean ± std over folds), runs the same-vs-different transformation transfer experiment,
-and in --full trains an amortised (Hyper-ResNet AI-MoCo) model, moves its descriptor i and learns i
-per task. Writes ``report.md``, ``results.json`` and ``figures/``; the verdict on each finding is
-computed from the numbers.
+trains an amortised (Hyper-ResNet AI-MoCo) model, moves its descriptor i and learns i per task, and
+records every model's learning curve (held-out identity accuracy per epoch). Writes ``report.md``,
+``results.json`` and ``figures/``; the verdict on each finding is computed from the numbers, and
+models that end below 1.2x Random's identity accuracy are named with the findings that rest on them.
 
 Every stage is cached (``<cache>/stages/*.json``, pretraining checkpoints, measurement state), so a
 rerun after an interruption continues where it stopped and recomputes nothing finished. An existing
@@ -36,9 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = __doc__.split("\n\n", 1)[1]
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                      help="the quick configuration (default without CUDA; 3 seeds, about 30 minutes on 2 CPU cores)")
+                      help="the quick configuration (default without CUDA; 3 seeds, an estimated 15 minutes on "
+                           "2 idle CPU cores)")
     mode.add_argument("--full", dest="preset", action="store_const", const="full",
-                      help="larger data and models plus the amortised model (hours on a CPU; see docs/reproduce.md)")
+                      help="larger data and models (hours on a CPU; see docs/reproduce.md)")
     mode.add_argument("--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)")
     parser.set_defaults(preset=None)
     parser.add_argument("--out", required=True, help="output folder: report.md, results.json, figures/")

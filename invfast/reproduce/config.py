@@ -40,8 +40,13 @@ class ReproduceConfig:
     size: int = 32
     # main data: Transforms-2D objects under transformations of both families
     objects: int = 10
-    # the main data's objects are built-in shapes without rotational symmetry (heart, crescent,
-    # arrow, ell, blob, tee), so their rotation can be read off the image at all
+    # 'silhouettes': distinct built-in shapes all drawn in one colour, so only the outline tells them
+    # apart (with their own colours a colour histogram identified the objects: docs/reproduce.md);
+    # 'shared-palette': the built-in objects recoloured onto one shared colour pair (shape and texture
+    # tell them apart); 'builtin': the built-in objects with their own colours and textures
+    object_style: str = "silhouettes"
+    # 'builtin' style: only shapes without rotational symmetry (heart, crescent, arrow, ell, blob, tee),
+    # so their rotation can be read off the image at all (silhouettes: the rotation set uses those)
     asymmetric_objects: bool = True
     data_transforms: tuple[str, ...] = ("translate", "rotate", "scale", "hue")
     # the main data's backgrounds: 'procedural:N' (N built-in procedural textures), 'builtin:N' (N of
@@ -64,6 +69,10 @@ class ReproduceConfig:
     lr: float = 0.03
     key_momentum: float = 0.99
     proj_dim: int = 64
+    # learning curves: every curve_every epochs (and before the first step) each pretraining run probes
+    # object identity (kNN and linear) on the first curve_images probe images (0: no curves)
+    curve_every: int = 2
+    curve_images: int = 400
     # invariance measurement
     test_transforms: str = "all"
     grid_size: int = 6
@@ -77,7 +86,7 @@ class ReproduceConfig:
     transfer_n_source: int = 1200
     transfer_n_target: int = 500
     transfer_epochs: int = 5
-    # amortised model (--full)
+    # amortised model (finding 5; on in every preset)
     amortised: bool = False
     amortised_epochs: int = 10
     interp_points: int = 5
@@ -88,7 +97,8 @@ class ReproduceConfig:
         """Raise ValueError naming a field whose value cannot work."""
         positive = ["seeds", "threads", "size", "objects", "n_pretrain", "n_probe", "n_measure", "width", "pretrain_epochs", "batch_size",
                     "grid_size", "folds", "n_penalties", "logistic_max_iter", "transfer_objects",
-                    "transfer_transforms", "transfer_n_source", "transfer_n_target", "transfer_epochs", "amortised_epochs", "interp_points", "ip_epochs", "ip_n"]
+                    "transfer_transforms", "transfer_n_source", "transfer_n_target", "transfer_epochs", "amortised_epochs", "interp_points", "ip_epochs", "ip_n",
+                    "curve_images"]
         for name in positive:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
@@ -124,6 +134,12 @@ class ReproduceConfig:
                              "(a MoCo queue needs two batches)")
         if self.transfer_n_source < self.batch_size:
             raise ValueError(f"transfer_n_source ({self.transfer_n_source}) must be >= batch_size ({self.batch_size})")
+        if not isinstance(self.curve_every, int) or isinstance(self.curve_every, bool) or self.curve_every < 0:
+            raise ValueError(f"config field curve_every must be an int >= 0 (epochs; 0: no learning curves), "
+                             f"got {self.curve_every!r}")
+        if self.curve_every and min(self.curve_images, self.n_probe) < 4 * self.objects:
+            raise ValueError(f"curve_images ({self.curve_images}, at most n_probe = {self.n_probe}) must hold at least "
+                             f"4 x objects = {4 * self.objects} images (each class is fitted and scored)")
         if self.ip_n < 10:
             raise ValueError(f"ip_n must be >= 10, got {self.ip_n}")
         if set(self.policies) != {"default", "spatial", "appearance"} or len(self.policies) != 3:
@@ -131,6 +147,11 @@ class ReproduceConfig:
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
         background_count(self.backgrounds)
+        if self.object_style not in ("silhouettes", "shared-palette", "builtin"):
+            raise ValueError(f"object_style must be 'silhouettes', 'shared-palette' or 'builtin', got {self.object_style!r}")
+        if self.object_style == "silhouettes" and self.objects > 18:
+            raise ValueError(f"object_style 'silhouettes' has 18 distinct shapes, got objects={self.objects}; "
+                             "use fewer objects or object_style=builtin")
         from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
         bad = [t for t in self.data_transforms if t not in TRANSFORMATIONS]
         if bad:
@@ -171,19 +192,23 @@ def background_count(spec: str) -> int | None:
                      f"'uniform-random', got {spec!r}")
 
 
-#: the named configurations; ``quick`` (3 seeds) takes about 30 minutes on 2 idle CPU cores (see docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds): an estimated 15 minutes on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(seeds=2, threads=1, objects=4, n_pretrain=96, n_probe=60, n_measure=12, width=4, pretrain_epochs=1, batch_size=32,
                  proj_dim=16, grid_size=3, folds=3, n_penalties=9, logistic_max_iter=100, transfer_objects=3,
                  transfer_n_source=64, transfer_n_target=30, transfer_epochs=1, amortised=True, amortised_epochs=1, interp_points=3, ip_epochs=1, ip_n=24),
-    "quick": {},
+    # 3 seeds in an estimated 15 minutes on 2 idle CPU cores, the amortised model (finding 5) included: a
+    # width-8 ResNet (half the time of width 16 per step) for 15 epochs, the amortised one for 8; the
+    # models are under-trained at this budget and the report says which (docs/reproduce.md)
+    "quick": dict(width=8, pretrain_epochs=15, amortised=True, amortised_epochs=8, interp_points=3, ip_epochs=4,
+                  ip_n=400),
     # one H100, about 30 minutes (untested: see docs/reproduce.md): full-width ResNet-18 at 64 px,
     # all five findings including the amortised model
-    "gpu": dict(device="cuda", threads=8, size=64, objects=20, n_pretrain=12000, n_probe=3000, n_measure=256,
+    "gpu": dict(device="cuda", threads=8, size=64, objects=18, n_pretrain=12000, n_probe=3000, n_measure=256,
                 width=64, pretrain_epochs=30, batch_size=256, lr=0.06, proj_dim=128, grid_size=16, n_penalties=45,
                 logistic_max_iter=300, transfer_objects=20, transfer_n_source=6000, transfer_n_target=2000,
                 transfer_epochs=15, amortised=True, amortised_epochs=30, interp_points=9, ip_epochs=20, ip_n=1500),
-    "full": dict(objects=30, n_pretrain=10000, n_probe=3000, n_measure=256, width=32, pretrain_epochs=30,
+    "full": dict(objects=18, n_pretrain=10000, n_probe=3000, n_measure=256, width=32, pretrain_epochs=30,
                  batch_size=256, lr=0.06, grid_size=16, n_penalties=45, logistic_max_iter=500, transfer_objects=30, transfer_n_source=5000, transfer_n_target=2000,
                  transfer_epochs=15, amortised=True, amortised_epochs=30, interp_points=9, ip_epochs=20, ip_n=1500),
 }

@@ -131,7 +131,9 @@ def seed_prefix(cfg: ReproduceConfig, seed: int) -> str:
 def stage_names(cfg: ReproduceConfig, stages: Sequence[Stage] | None = None) -> list[str]:
     """The stages of a run over every seed, in order (the progress display counts them)."""
     if stages is None:
-        from invfast.reproduce.stages import STAGES as stages
+        from invfast.reproduce.stages import STAGES
+
+        stages = STAGES
     names = [st.name for st in plan(stages, cfg)]
     return [seed_prefix(cfg, c.seed) + n for c in seed_configs(cfg) for n in names]
 

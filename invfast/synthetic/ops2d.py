@@ -33,6 +33,7 @@ def sharpen(rgb: torch.Tensor, factor: float) -> torch.Tensor:
         for dx in range(3):
             term = rgb[:, :, dy:dy + H - 2, dx:dx + W - 2] * (k[dy][dx] / 13.0)
             blurred = term if blurred is None else blurred + term
+    assert blurred is not None  # the 3x3 loop ran
     degenerate = rgb.clone()
     degenerate[:, :, 1:-1, 1:-1] = blurred
     return (degenerate + (rgb - degenerate) * factor).clamp_(0.0, 1.0)

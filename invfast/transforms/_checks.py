@@ -1,10 +1,12 @@
 """Input checks for the transforms: clear ValueErrors that name the argument and the fix."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
+
+from invfast._validate import check_finite, compiling
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -30,10 +32,26 @@ def as_images(images: Any, name: str = "images", allow_empty: bool = False) -> t
     if images.shape[2] < 2 or images.shape[3] < 2:
         raise ValueError(f"{name} must be at least 2x2 pixels, got {tuple(images.shape[2:])}")
     if images.is_floating_point() and images.numel():
-        if not bool(torch.isfinite(images).all()):
-            raise ValueError(f"{name} contains NaN/Inf values")
-        lo, hi = float(images.min()), float(images.max())
-        if lo < -1e-3 or hi > 1.0 + 1e-3:
-            raise ValueError(f"floating {name} must be in [0, 1], got values in [{lo:.3g}, {hi:.3g}]; "
-                             f"for 0..255 data pass uint8 or divide by 255")
+        check_finite(images, f"{name} contains NaN/Inf values")
+        fix = f"floating {name} must be in [0, 1]"
+        if compiling():
+            require((images >= -1e-3) & (images <= 1.0 + 1e-3), fix + "; for 0..255 data pass uint8 or divide by 255")
+        else:
+            lo, hi = float(images.min()), float(images.max())
+            if lo < -1e-3 or hi > 1.0 + 1e-3:
+                raise ValueError(f"{fix}, got values in [{lo:.3g}, {hi:.3g}]; for 0..255 data pass uint8 or divide "
+                                 "by 255")
     return images
+
+
+def require(ok: torch.Tensor, message: str, detail: Callable[[], str] | None = None) -> None:
+    """ValueError(``message`` + ``detail()``) unless every entry of the bool tensor ``ok`` is True.
+
+    Under ``torch.compile`` the check runs inside the graph instead (``torch._assert_async``: a RuntimeError
+    with ``message`` when the graph executes), so a value check on the data costs no graph break; ``detail``
+    (which may read values back to the host) is only called in eager mode, after the check failed."""
+    if compiling():
+        torch._assert_async(ok.all(), message)
+        return
+    if not bool(ok.all()):
+        raise ValueError(message + (detail() if detail is not None else ""))

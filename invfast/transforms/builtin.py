@@ -38,6 +38,7 @@ from invfast.ops import transforms_u8
 from invfast.ops.color import adjust_hue, luma, rgb_to_hsv
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.transforms import functional as Fn
+from invfast.transforms._checks import require
 from invfast.transforms.transform import TestTransform, _no_check
 
 SPATIAL: tuple[str, ...] = ("crop", "hflip", "vflip", "scale", "shear", "rotation", "translation", "deform")
@@ -171,8 +172,8 @@ def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
         fillv = torch.full((C,), float(fill), dtype=torch.float64, device=_CPU)
     else:
         fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
-        if bool(((fillv < 0) | (fillv > 1)).any()):
-            raise ValueError(f"fill must be in [0, 1] (image units), got {fillv.tolist()}")
+        require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)",
+                lambda: f", got {fillv.tolist()}")
     matrix = _affine_matrix(t, p, H, W).to(images.device)
     if images.dtype == torch.uint8:
         return transforms_u8.warp(images, matrix, fillv * 255.0)
@@ -247,41 +248,37 @@ def _rotation_grid(k: int) -> torch.Tensor:
 def _range_check(name: str, lo: float | None, hi: float | None, what: str, strict_lo: bool = False):
     def check(p: torch.Tensor) -> None:
         if lo is not None:
-            bad = (p <= lo) if strict_lo else (p < lo)
-            if bool(bad.any()):
-                v = float(p[bad][0])
-                raise ValueError(f"{name}: {what} must be {'>' if strict_lo else '>='} {lo}, got {v:g}")
-        if hi is not None and bool((p > hi).any()):
-            raise ValueError(f"{name}: {what} must be <= {hi}, got {float(p[p > hi][0]):g}")
+            ok = (p > lo) if strict_lo else (p >= lo)
+            require(ok, f"{name}: {what} must be {'>' if strict_lo else '>='} {lo}",
+                    lambda: f", got {float(p[~ok][0]):g}")
+        if hi is not None:
+            require(p <= hi, f"{name}: {what} must be <= {hi}", lambda: f", got {float(p[p > hi][0]):g}")
     return check
 
 
 def _binary_check(name: str):
     def check(p: torch.Tensor) -> None:
-        if not bool(((p == 0) | (p == 1)).all()):
-            raise ValueError(f"{name}: params must be 0 (identity) or 1 (transformed), got {p.unique().tolist()}")
+        require((p == 0) | (p == 1), f"{name}: params must be 0 (identity) or 1 (transformed)",
+                lambda: f", got {p.unique().tolist()}")
     return check
 
 
 def _posterize_check(p: torch.Tensor) -> None:
-    if not bool((p == p.round()).all()) or bool(((p < 1) | (p > 8)).any()):
-        bad = p[(p != p.round()) | (p < 1) | (p > 8)][0]
-        raise ValueError(f"posterize: bits must be an integer in 1..8 (8 = identity), got {float(bad):g}")
+    ok = (p == p.round()) & (p >= 1) & (p <= 8)
+    require(ok, "posterize: bits must be an integer in 1..8 (8 = identity)", lambda: f", got {float(p[~ok][0]):g}")
 
 
 def _crop_check(p: torch.Tensor) -> None:
     top, left, h, w = p.unbind(1)
-    if bool(((h <= 0) | (w <= 0)).any()):
-        raise ValueError("crop: height and width fractions must be > 0")
-    if bool(((top < 0) | (left < 0) | (top + h > 1 + 1e-6) | (left + w > 1 + 1e-6)).any()):
-        raise ValueError("crop: the box (top, left, height, width) must lie inside the image: "
-                         "top, left >= 0 and top + height, left + width <= 1")
+    require((h > 0) & (w > 0), "crop: height and width fractions must be > 0")
+    require((top >= 0) & (left >= 0) & (top + h <= 1 + 1e-6) & (left + w <= 1 + 1e-6),
+            "crop: the box (top, left, height, width) must lie inside the image: "
+            "top, left >= 0 and top + height, left + width <= 1")
 
 
 def _shear_check(p: torch.Tensor) -> None:
     c = torch.cos(torch.deg2rad(p.double())).abs()
-    if bool((c < 1e-6).any()):
-        raise ValueError("shear: angles of +-90 degrees (mod 180) are degenerate (infinite shear)")
+    require(c >= 1e-6, "shear: angles of +-90 degrees (mod 180) are degenerate (infinite shear)")
 
 
 def _close(p: torch.Tensor, v: float) -> torch.Tensor:

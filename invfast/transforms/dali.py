@@ -113,12 +113,20 @@ def _policy_view(images: Any, c: PolicyConfig, gpu: bool) -> Any:
 
 
 class _Feed:
-    """External-source callback serving the batch set by the caller."""
+    """External-source callback serving the batch set by the caller.
+
+    DALI calls it once for each iteration it schedules. The policy pipelines are built with
+    ``prefetch_queue_depth=1``, so an iteration is scheduled only by the ``run()`` that returns it: with
+    DALI's default depth of 2 the first ``run()`` scheduled two iterations on the first batch and every
+    later call returned the previous call's images.
+    """
 
     def __init__(self) -> None:
         self.batch: list[np.ndarray] = []
+        self.calls = 0  # iterations served (each pipe.run() must serve exactly one)
 
     def __call__(self) -> list[np.ndarray]:
+        self.calls += 1
         return self.batch
 
 
@@ -150,7 +158,9 @@ class DaliPolicy:
         gpu = self.device_id is not None
         config = self.config
 
-        @pipeline_def(batch_size=batch_size, num_threads=self.num_threads, device_id=self.device_id, seed=seed)
+        # one iteration in flight: the views run() returns are those of the batch fed just before it
+        @pipeline_def(batch_size=batch_size, num_threads=self.num_threads, device_id=self.device_id, seed=seed,
+                      prefetch_queue_depth=1)
         def views() -> Any:
             images = fn.external_source(source=source, batch=True, layout="HWC")
             if gpu:
@@ -175,7 +185,11 @@ class DaliPolicy:
                 self._pipes[n] = (self.pipeline(feed, n, seed=self.seed), feed)
             pipe, feed = self._pipes[n]
         feed.batch = batch
+        before = feed.calls
         v1, v2 = pipe.run()
+        if feed.calls != before + 1:  # the views would belong to another call's images
+            raise RuntimeError(f"DALI ran {feed.calls - before} iterations for one call (expected 1); "
+                               "the policy pipeline must be built with prefetch_queue_depth=1")
         if self.device_id is not None:
             v1, v2 = v1.as_cpu(), v2.as_cpu()
         return _tensor(v1), _tensor(v2)

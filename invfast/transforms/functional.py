@@ -121,6 +121,13 @@ def gaussian_smooth_periodic(noise: torch.Tensor, sigma: torch.Tensor) -> torch.
     return torch.fft.irfft2(spec.unsqueeze(0) * transfer, s=(H, W))
 
 
+@torch.compiler.assume_constant_result  # torch.compile takes the noise as a constant (a Generator cannot be traced)
+def _uniform_noise(seed: int, h: int, w: int) -> torch.Tensor:
+    """U(0, 1) noise float64 [2, h, w] on the CPU from ``torch.Generator().manual_seed(seed)``."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    return torch.rand((2, h, w), generator=g, dtype=torch.float64, device="cpu")
+
+
 def elastic_displacement(sigma: torch.Tensor, size: tuple[int, int], alpha: float, seed: int) -> torch.Tensor:
     """Smooth random displacement fields, one per ``sigma``, from one seeded white-noise draw.
 
@@ -132,8 +139,7 @@ def elastic_displacement(sigma: torch.Tensor, size: tuple[int, int], alpha: floa
         float64 [P, H, W, 2] displacements (dx, dy) in pixels, on ``sigma``'s device.
     """
     H, W = size
-    g = torch.Generator(device="cpu").manual_seed(int(seed))
-    noise = torch.rand((2, H, W), generator=g, dtype=torch.float64, device="cpu").to(sigma.device) * 2.0 - 1.0
+    noise = _uniform_noise(int(seed), int(H), int(W)).to(sigma.device) * 2.0 - 1.0
     field = gaussian_smooth_periodic(noise, sigma)  # [P, 2, H, W]
     rms = field.pow(2).mean(dim=(1, 2, 3), keepdim=True).sqrt().clamp_min(1e-12)
     return (field * (alpha / rms)).permute(0, 2, 3, 1)

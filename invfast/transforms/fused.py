@@ -9,7 +9,9 @@ blur, solarize and the normalisation, written as float32 or bfloat16, optionally
 It matches the torch path within one grey level (1/255) before normalisation (tests/test_augment_views.py).
 Where it runs compiled: on CPU when the core is built; on CUDA only when opted in with
 ``INVFAST_CUDA_KERNELS=1`` or ``invfast.backend.use("compiled")`` (the CUDA kernels are unmeasured), the
-torch reference of the op otherwise.
+torch reference of the op otherwise. The torch :class:`~invfast.transforms.policies.Policy` itself goes through
+:func:`fused_apply` wherever the dispatch table runs the compiled ``augment_views`` kernel (CPU by default):
+``FusedPolicy`` adds the bfloat16 and channels_last outputs.
 
 Policies without the crop (Appearance) resize the shorter side and centre-crop in torch first (antialiased,
 like the torch path), then run the fused op with an identity (or flip) map.
@@ -26,7 +28,7 @@ from invfast.transforms._checks import as_images
 from invfast.transforms.policy_config import PolicyConfig
 from invfast.transforms.preprocess import center_crop, resize
 
-__all__ = ["FusedPolicy", "view_matrix"]
+__all__ = ["FusedPolicy", "fused_apply", "view_matrix"]
 
 
 def view_matrix(config: PolicyConfig, params: dict[str, torch.Tensor], image_size: Sequence[int]) -> torch.Tensor:
@@ -101,24 +103,31 @@ class FusedPolicy:
 
         ``params`` may live on any device; they are moved once to the images' device.
         """
-        c = self.config
-        S = c.size
-        dev = images.device
-        params = {k: v.to(dev) for k, v in params.items()}
-        src = images
-        if not c.crop:
-            x = Fn.to_float(images)
-            src = center_crop(resize(x, max(S, int(round(S * c.resize_ratio)))), S).contiguous()
-        elif src.dtype not in (torch.uint8, torch.float32):
-            src = src.to(torch.float32)
-        matrix = view_matrix(c, params, images.shape[-2:])
-        mean = c.mean if c.normalize else (0.0, 0.0, 0.0)
-        std = c.std if c.normalize else (1.0, 1.0, 1.0)
-        return augment_views(
-            src, matrix, (S, S),
-            jitter=params["jitter"] if c.jitter else None, factors=params["factors"], order=params["order"],
-            grayscale=params["grayscale"] if c.grayscale else None,
-            blur=params["blur"] if c.blur else None, sigma=params["sigma"],
-            solarize=params["solarize"] if c.solarize else None, threshold=c.solarize_threshold,
-            mean=mean, std=std, dtype=self.dtype, channels_last=self.channels_last)
+        return fused_apply(self.config, images, params, dtype=self.dtype, channels_last=self.channels_last)
 
+
+def fused_apply(config: PolicyConfig, images: torch.Tensor, params: dict[str, torch.Tensor], *,
+                dtype: torch.dtype = torch.float32, channels_last: bool = False) -> torch.Tensor:
+    """One view of ``images`` [B, 3, H, W] (uint8 0..255 or float 0..1) under ``config`` with sampled ``params``
+    (:meth:`Policy.sample <invfast.transforms.policies.Policy.sample>`), through the fused op
+    :func:`~invfast.ops.augment.augment_views` -> [B, 3, size, size] ``dtype``."""
+    c = config
+    S = c.size
+    dev = images.device
+    params = {k: v.to(dev) for k, v in params.items()}
+    src = images
+    if not c.crop:
+        x = Fn.to_float(images)
+        src = center_crop(resize(x, max(S, int(round(S * c.resize_ratio)))), S).contiguous()
+    elif src.dtype not in (torch.uint8, torch.float32):
+        src = src.to(torch.float32)
+    matrix = view_matrix(c, params, images.shape[-2:])
+    mean = c.mean if c.normalize else (0.0, 0.0, 0.0)
+    std = c.std if c.normalize else (1.0, 1.0, 1.0)
+    return augment_views(
+        src, matrix, (S, S),
+        jitter=params["jitter"] if c.jitter else None, factors=params["factors"], order=params["order"],
+        grayscale=params["grayscale"] if c.grayscale else None,
+        blur=params["blur"] if c.blur else None, sigma=params["sigma"],
+        solarize=params["solarize"] if c.solarize else None, threshold=c.solarize_threshold,
+        mean=mean, std=std, dtype=dtype, channels_last=channels_last)

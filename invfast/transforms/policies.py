@@ -9,6 +9,12 @@ RandomGrayscale, MoCo's GaussianBlur (sigma ~ U[0.1, 2]), RandomHorizontalFlip, 
 Differences from torchvision on PIL images (documented, deliberate): images stay float between the
 ops (no rounding to uint8 after each op), and the resized crop is one bilinear warp without an
 antialiasing pre-filter (the crop is folded together with the flip into a single sampling pass).
+
+Where it runs: :meth:`Policy.apply` is one fused op per view batch (:func:`invfast.transforms.fused.fused_apply`,
+the compiled ``augment_views`` kernel) wherever the dispatch table runs that kernel for the images' device
+(CPU by default, ``invfast info``), and the torch ops below elsewhere or under
+``invfast.backend.use("reference")``. Both draw the same parameters and agree within one grey level (1/255)
+before normalisation (tests/test_augment_views.py).
 """
 from __future__ import annotations
 
@@ -17,9 +23,11 @@ from typing import Any, Sequence
 
 import torch
 
+from invfast import backend as _backend
 from invfast.ops.color import luma
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
+from invfast.transforms.fused import fused_apply
 from invfast.transforms.policy_config import (AUGMENTATIONS, IMAGENET_MEAN, IMAGENET_STD, POLICIES,  # noqa: F401
                                              SWITCHES_5, VALID_DESCRIPTORS, PolicyConfig, policy_config)
 from invfast.transforms.preprocess import center_crop, resize
@@ -41,7 +49,8 @@ class Policy:
     def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         images = as_images(images)
-        x = Fn.to_float(images)
+        # the fused op reads uint8 directly; the torch ops want float
+        x = images if _fused(images) else Fn.to_float(images)
         v1 = self.apply(x, self.sample(images.shape[0], x.shape[-2:], generator))
         v2 = self.apply(x, self.sample(images.shape[0], x.shape[-2:], generator))
         return v1, v2
@@ -49,7 +58,7 @@ class Policy:
     def view(self, images: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
         """One augmented view [B, 3, size, size]."""
         images = as_images(images)
-        x = Fn.to_float(images)
+        x = images if _fused(images) else Fn.to_float(images)
         return self.apply(x, self.sample(images.shape[0], x.shape[-2:], generator))
 
     # ------------------------------------------------------------------------------------------
@@ -121,10 +130,15 @@ class Policy:
 
     # ------------------------------------------------------------------------------------------
     def apply(self, x: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Apply sampled ``params`` to float images ``x`` [B, 3, H, W] in [0, 1] -> [B, 3, size, size].
+        """Apply sampled ``params`` to float images ``x`` [B, 3, H, W] in [0, 1] (or uint8 0..255 where the fused
+        op serves) -> [B, 3, size, size].
 
-        ``params`` may live on any device; they are moved once to ``x``'s device.
+        ``params`` may live on any device; they are moved once to ``x``'s device. One fused op where the dispatch
+        table runs the compiled ``augment_views`` kernel on ``x``'s device, the torch ops otherwise.
         """
+        if _fused(x):
+            return fused_apply(self.config, x, params)
+        x = Fn.to_float(x)
         c = self.config
         S = c.size
         B = x.shape[0]
@@ -154,6 +168,12 @@ class Policy:
             std = torch.tensor(c.std, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
             x = (x - mean) / std
         return x
+
+
+def _fused(images: torch.Tensor) -> bool:
+    """Whether the policy runs the fused view op on ``images``: the dispatch table's ``augment_views`` entry for
+    their device under the current backend mode."""
+    return _backend.uses_kernel("augment_views", images.device.type)
 
 
 def _masked(x: torch.Tensor, mask: torch.Tensor, fn: Any, with_index: bool = False) -> torch.Tensor:

@@ -12,6 +12,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from invfast._validate import check_finite
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
 
@@ -91,9 +92,8 @@ class TestTransform:
                 raise ValueError(f"{self.name}: params must have shape [P, {self.param_dim}], got {tuple(p.shape)}")
         if p.shape[0] == 0:
             raise ValueError(f"{self.name}: params is empty; pass at least one parameter (see .grid())")
-        if not bool(torch.isfinite(p).all()):
-            raise ValueError(f"{self.name}: params contain NaN/Inf")
-        self._check(p)
+        check_finite(p, f"{self.name}: params contain NaN/Inf")
+        self._check(p)  # value checks through _checks.require: in-graph asserts under torch.compile
         return p
 
     def apply(self, images: torch.Tensor, params: Any, fill: float | Sequence[float] = 0.0) -> torch.Tensor:

@@ -9,8 +9,8 @@ in each list below. :mod:`invfast.reproduce.document` assembles the report from 
 """
 from __future__ import annotations
 
-from invfast.reproduce.sections import (amortised, environment, invariances, over_seeds, probes_table, summary,
-                                        task_preferences, fusion, transfer)
+from invfast.reproduce.sections import (amortised, environment, fusion, invariances, learning, over_seeds,
+                                        probes_table, summary, task_preferences, transfer)
 from invfast.reproduce.sections.base import (DIRECTION, MODEL_ORDER, NOT, NOT_RUN, PARTLY, PRETRAINED, REPRODUCED,
                                              Finding, ReportView, Section, SeedRun, paired)
 
@@ -22,6 +22,6 @@ FINDINGS: tuple[Finding, ...] = (invariances.FINDING, task_preferences.FINDING, 
                                  amortised.FINDING)
 
 #: the parts of the report, in order
-SECTIONS: tuple[Section, ...] = (summary.HEADER, over_seeds.SECTION, summary.SETUP, invariances.SECTION,
-                                 probes_table.SECTION, transfer.SECTION, amortised.SECTION, summary.DETAILS,
-                                 environment.SECTION)
+SECTIONS: tuple[Section, ...] = (summary.HEADER, over_seeds.SECTION, summary.SETUP, learning.SECTION,
+                                 invariances.SECTION, probes_table.SECTION, transfer.SECTION, amortised.SECTION,
+                                 summary.DETAILS, environment.SECTION)

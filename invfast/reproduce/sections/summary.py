@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 from invfast.reproduce.sections.base import NOT, NOT_RUN, PARTLY, REPRODUCED, ReportView, Section
 
-__all__ = ["verdict", "HEADER", "SETUP", "DETAILS"]
+__all__ = ["verdict", "under_trained_note", "HEADER", "SETUP", "DETAILS"]
 
 
 def verdict(findings: Sequence[dict[str, Any]]) -> str:
@@ -37,7 +37,29 @@ def _header(view: ReportView) -> list[str]:
         L.append(f"| {f['id']}. {f['claim']} ({f['source']}) | **{f['status']}** |")
     L.append("\nA probe comparison counts as *reproduced* when the paired difference over the CV folds is positive "
              "with a one-sided paired t at the 95% level, *direction only* when it is positive but not significant.\n")
+    weak = under_trained_note(doc)
+    if weak:
+        L.append(f"**{weak}** (see *Do the models learn?*)\n")
     return L
+
+
+def under_trained_note(doc: dict[str, Any]) -> str:
+    """One sentence naming the pretrained models that did not learn on some seed and the findings that
+    rest on them ('' when every model learned)."""
+    from invfast.reproduce.sections.learning import DEPENDS_ON, LEARNED_RATIO
+
+    learned = doc.get("learned") or {}
+    weak: dict[str, list[str]] = {}
+    for seed, models in learned.items():
+        for m, v in models.items():
+            if not v["learned"]:
+                weak.setdefault(m, []).append(seed)
+    if not weak:
+        return ""
+    ids = [str(fid) for fid, ms in DEPENDS_ON.items() if set(ms) & set(weak)]
+    return ("Under-trained (identity below " + f"{LEARNED_RATIO}× Random's): "
+            + "; ".join(f"{m} on seed{'s' if len(s) > 1 else ''} {', '.join(s)}" for m, s in weak.items())
+            + f". Findings {', '.join(ids)} rest on {'these models' if len(weak) > 1 else 'this model'}.")
 
 
 def _setup(view: ReportView) -> list[str]:

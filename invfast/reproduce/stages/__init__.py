@@ -20,14 +20,14 @@ from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stage import Stage
 from invfast.reproduce.stages.amortised import amortised_interpolation, amortised_learned_i, interpolation_points
 from invfast.reproduce.stages.context import FUSIONS, LABELS, POLICIES, Context, extract, load_model, normalise, stage_seed
-from invfast.reproduce.stages.data import TASKS, colour_targets, main_objects, make_data, task_set
+from invfast.reproduce.stages.data import TASKS, colour_targets, main_objects, make_data, rotation_objects, task_set
 from invfast.reproduce.stages.measurement import measure
 from invfast.reproduce.stages.pretraining import pretrain_amortised, pretrain_policy
 from invfast.reproduce.stages.probing import feature_file, features, probe_scores, probes
 from invfast.reproduce.stages.transfer import TRANSFER_SOURCES, transfer_data, transfer_probe, transfer_train
 
 __all__ = ["STAGES", "Context", "LABELS", "FUSIONS", "POLICIES", "TASKS", "TRANSFER_SOURCES", "stage_seed", "extract",
-           "normalise", "load_model", "main_objects", "colour_targets", "task_set", "feature_file", "probe_scores",
+           "normalise", "load_model", "main_objects", "rotation_objects", "colour_targets", "task_set", "feature_file", "probe_scores",
            "interpolation_points"]
 
 

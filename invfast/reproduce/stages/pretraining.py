@@ -9,7 +9,7 @@ from typing import Any
 
 from invfast.reproduce.stages.context import Context, encoder, stage_seed
 
-__all__ = ["pretrain_policy", "pretrain_amortised", "train_config", "read_metrics"]
+__all__ = ["pretrain_policy", "pretrain_amortised", "train_config", "read_metrics", "heldout_probe", "learning_curve"]
 
 
 def train_config(ctx: Context, key: str, epochs: int, n: int, lr: float | None = None, weight_decay: float = 1e-4) -> Any:
@@ -31,20 +31,48 @@ def read_metrics(folder: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def heldout_probe(ctx: Context) -> Any:
+    """The periodic identity probe of the pretraining runs: the first ``curve_images`` probe-set
+    images and their object labels (:class:`invfast.pretrain.HeldoutProbe`: kNN and linear accuracy
+    on a stratified half, fitted on the other half)."""
+    from invfast.pretrain import HeldoutProbe
+
+    n = min(ctx.cfg.curve_images, ctx.cfg.n_probe)
+    return HeldoutProbe(ctx.images("probe")[:n], ctx.array("data", "probe_target_identity.npy")[:n])
+
+
+def learning_curve(records: list[dict[str, Any]], steps_per_epoch: int) -> dict[str, list[dict[str, float]]]:
+    """The loss records (step, epoch, loss) and the held-out probe records (step, epoch, probe/...) of a
+    run's metrics log."""
+    loss = [{"step": r["step"], "epoch": r["step"] / steps_per_epoch, "loss": r["loss"]} for r in records if "loss" in r]
+    probe = [{"step": r["step"], "epoch": r["step"] / steps_per_epoch,
+              **{k[len("probe/"):]: v for k, v in r.items() if k.startswith("probe/")}}
+             for r in records if "probe/knn" in r]
+    return {"loss": loss, "probe": probe}
+
+
 def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
+    import dataclasses
+
     from invfast.pretrain import ArraySource, Trainer
 
     cfg = ctx.cfg
     images = ctx.images("pretrain")
     out = os.path.dirname(ctx.path("pretrain", key, "model.pt"))
     tc = train_config(ctx, key, epochs, images.shape[0])
+    steps_per_epoch = images.shape[0] // cfg.batch_size
+    probe = None
+    if cfg.curve_every:
+        tc = dataclasses.replace(tc, probe_every=cfg.curve_every * steps_per_epoch)
+        probe = heldout_probe(ctx)
     trainer = Trainer(method, ArraySource(images, spec=f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"), tc,
-                      out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": key})
+                      out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": key}, probe=probe)
     trainer.fit(resume=True)
-    losses = [r["loss"] for r in read_metrics(out) if "loss" in r]
+    curve = learning_curve(read_metrics(out), steps_per_epoch)
+    losses = [r["loss"] for r in curve["loss"]]
     return {"model": key, "steps": trainer.total_steps, "epochs": epochs, "seed": tc.seed,
             "queue_size": int(method.queue.size), "first_loss": losses[0] if losses else None,
-            "final_loss": losses[-1] if losses else None}
+            "final_loss": losses[-1] if losses else None, "curve": curve}
 
 
 def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:

@@ -1,0 +1,63 @@
+"""The configuration of a pretraining run (:class:`TrainConfig`) and which of its fields a resumed run may change."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from invfast.pretrain import invariance as inv
+
+# TrainConfig fields that may change between a run and its resumption (they do not affect the result).
+RESUMABLE_FIELDS = ("checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
+                    "invariance_transforms", "probe_every", "device")
+
+
+@dataclass
+class TrainConfig:
+    """Optimisation and bookkeeping of a pretraining run (MoCo-v2 defaults).
+
+    batch_size is the GLOBAL batch (split evenly over processes). lr None means 0.03·batch_size/256
+    (MoCo-v2's linear scaling). schedule 'cosine' decays the LR per step to 0 over the run
+    (no warm-up, as MoCo-v2), 'constant' keeps it. steps overrides epochs when set. size is the
+    side of the views the policies produce (used to preprocess the held-out batch). amp runs the
+    forward passes under bfloat16 autocast (for GPUs; parameters and optimiser stay float32).
+    device is 'auto' (CUDA when available, GPU ``LOCAL_RANK``; else the CPU), 'cpu', 'cuda' or 'cuda:N';
+    the Trainer's ``device=`` argument overrides it. probe_every: steps between runs of the Trainer's
+    ``probe`` (a :class:`~invfast.pretrain.HeldoutProbe`; also before the first step and at the end),
+    0 never.
+    """
+
+    batch_size: int = 256
+    epochs: int = 200
+    steps: int | None = None
+    lr: float | None = None
+    weight_decay: float = 1e-4
+    sgd_momentum: float = 0.9
+    schedule: str = "cosine"
+    seed: int = 0
+    size: int = 224
+    checkpoint_every: int = 500
+    log_every: int = 10
+    progress: bool = True
+    invariance_every: int = 0
+    invariance_images: int = 256
+    invariance_transforms: tuple[str, ...] = inv.DEFAULT_TRANSFORMS
+    probe_every: int = 0
+    device: str = "auto"
+    amp: bool = False
+
+    def base_lr(self) -> float:
+        return 0.03 * self.batch_size / 256 if self.lr is None else float(self.lr)
+
+    def validate(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.epochs < 1 and self.steps is None:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+        if self.steps is not None and self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.schedule not in ("cosine", "constant"):
+            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
+        for name in ("checkpoint_every", "log_every", "invariance_every", "probe_every"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.base_lr() <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")

@@ -1,0 +1,126 @@
+"""Do the models learn? The pretraining runs' learning curves (loss, and the held-out identity probe's
+kNN and linear accuracy per epoch, from the initialisation on), and which models end below
+:data:`LEARNED_RATIO` x Random's identity accuracy, with the findings that rest on them.
+
+A contrastive loss can fall while the features get no better for the tasks; the held-out probe
+(:class:`invfast.pretrain.HeldoutProbe`) and the final identity probe say whether they do.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from invfast.reproduce.sections.base import ReportView, Section, figure
+from invfast.reproduce.stages.context import LABELS, POLICIES
+
+__all__ = ["LEARNED_RATIO", "DEPENDS_ON", "under_trained", "plot_learning", "curve_table", "SECTION"]
+
+#: a pretrained model counts as learned when its identity accuracy reaches this multiple of Random's
+LEARNED_RATIO = 1.2
+#: finding id -> the pretrained models whose features it compares
+DEPENDS_ON = {1: ("default", "spatial", "appearance"), 2: ("default", "spatial", "appearance"),
+              3: ("default", "spatial", "appearance"), 5: ("amortised",)}
+
+
+def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per pretrained model of one seed: ``{ratio, learned}``. A policy model's ratio is its identity
+    probe accuracy over Random's; the amortised model's (no identity probe of its own) is its final
+    held-out linear accuracy over its initialisation's."""
+    out: dict[str, dict[str, Any]] = {}
+    idn = results["probes"]["identity"]["scores"]
+    for p in POLICIES:
+        ratio = idn[LABELS[p]]["mean"] / max(idn["Random"]["mean"], 1e-12)
+        out[p] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+    curve = results.get("pretrain-amortised", {}).get("curve", {}).get("probe", [])
+    if len(curve) >= 2:
+        ratio = curve[-1]["linear"] / max(curve[0]["linear"], 1e-12)
+        out["amortised"] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+    return out
+
+
+def plot_learning(pretraining: dict[str, Any], path: str) -> None:
+    """Held-out identity accuracy (linear solid, kNN dashed) and the training loss per epoch, per model."""
+    fig = figure(7.2, 2.8)
+    ax_acc, ax_loss = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    colours = {"default": "C1", "spatial": "C2", "appearance": "C3", "amortised": "C4"}
+    for key, run in pretraining.items():
+        curve = run.get("curve") or {}
+        c = colours.get(key, "0.5")
+        if curve.get("probe"):
+            ep = [r["epoch"] for r in curve["probe"]]
+            ax_acc.plot(ep, [r["linear"] for r in curve["probe"]], "-o", color=c, ms=3, label=key)
+            ax_acc.plot(ep, [r["knn"] for r in curve["probe"]], "--", color=c, lw=1)
+        if curve.get("loss"):
+            ax_loss.plot([r["epoch"] for r in curve["loss"]], [r["loss"] for r in curve["loss"]], "-", color=c, lw=1,
+                         marker="o" if len(curve["loss"]) < 3 else None, ms=3, label=key)
+    ax_acc.set_xlabel("epoch", fontsize=8)
+    ax_acc.set_ylabel("held-out identity accuracy\n(linear solid, kNN dashed)", fontsize=8)
+    ax_loss.set_xlabel("epoch", fontsize=8)
+    ax_loss.set_ylabel("training loss", fontsize=8)
+    for ax in (ax_acc, ax_loss):
+        ax.tick_params(labelsize=7)
+        ax.legend(fontsize=7)
+    fig.savefig(path, dpi=90)
+
+
+def curve_table(curves: dict[str, dict[str, Any]]) -> list[str]:
+    """Markdown rows: held-out identity accuracy (linear / kNN) per probed epoch (rows) and model (columns);
+    a model not probed at an epoch shows '–'."""
+    at = {k: {round(r["epoch"], 2): r for r in c["probe"]} for k, c in curves.items()}
+    epochs = sorted({e for rows in at.values() for e in rows})
+    L = ["| epoch | " + " | ".join(f"{k} linear / kNN" for k in at) + " |", "|---:|" + "---|" * len(at)]
+    for e in epochs:
+        cells = [f"{rows[e]['linear']:.3f} / {rows[e]['knn']:.3f}" if e in rows else "–" for rows in at.values()]
+        L.append(f"| {e:g} | " + " | ".join(cells) + " |")
+    return L
+
+
+def _content(view: ReportView) -> dict[str, Any]:
+    return {"learned": {str(r.seed): under_trained(r.results) for r in view.runs}}
+
+
+def _figures(view: ReportView) -> dict[str, str]:
+    if not any((run.get("curve") or {}).get("probe") for run in view.doc["pretraining"].values()):
+        return {}
+    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
+    plot_learning(view.doc["pretraining"], os.path.join(view.out, "figures", "learning.png"))
+    return {"learning": "figures/learning.png"}
+
+
+def _markdown(view: ReportView) -> list[str]:
+    doc, cfg = view.doc, view.cfg
+    L = ["## Do the models learn?\n"]
+    if "learning" in doc["figures"]:
+        L.append(f"Identity of the object, probed on {min(cfg.curve_images, cfg.n_probe)} held-out probe images every "
+                 f"{cfg.curve_every} epochs from the initialisation on (half fitted, half scored; chance "
+                 f"{1 / cfg.objects:.2f}), and the training loss (seed {view.first.seed}):\n")
+        L.append(f"![learning curves]({doc['figures']['learning']})\n")
+        L.append("| model | loss first → last | held-out linear, init → end | held-out kNN, init → end | "
+                 "feature effective rank, init → end |\n|---|---|---|---|---|")
+        curves = {key: (run.get("curve") or {}) for key, run in doc["pretraining"].items()}
+        curves = {k: c for k, c in curves.items() if c.get("probe") and c.get("loss")}
+        for key, c in curves.items():
+            pr, loss = c["probe"], c["loss"]
+            L.append(f"| {key} | {loss[0]['loss']:.2f} → {loss[-1]['loss']:.2f} | {pr[0]['linear']:.3f} → "
+                     f"{pr[-1]['linear']:.3f} | {pr[0]['knn']:.3f} → {pr[-1]['knn']:.3f} | "
+                     f"{pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} |")
+        L.extend(["", *curve_table(curves)])
+    seeds = [str(r.seed) for r in view.runs]
+    learned = doc["learned"]
+    models = list(learned[seeds[0]])
+    L.append(f"\nIdentity accuracy over Random's (5-fold probe; the amortised model: its held-out linear accuracy "
+             f"at the end over its initialisation's), per seed; below {LEARNED_RATIO}× a model counts as "
+             "under-trained:\n")
+    L.append("| model | " + " | ".join(f"seed {s}" for s in seeds) + " |\n|---|" + "---:|" * len(seeds))
+    for m in models:
+        L.append(f"| {m} | " + " | ".join(f"{learned[s][m]['ratio']:.2f}" + ("" if learned[s][m]["learned"] else " ✗")
+                                           for s in seeds) + " |")
+    weak = {m for s in seeds for m, v in learned[s].items() if not v["learned"]}
+    rests = [f"finding {fid} ({', '.join(sorted(set(ms) & weak))})" for fid, ms in DEPENDS_ON.items() if set(ms) & weak]
+    L.append("\n" + ("Every pretrained model learned on every seed." if not weak else
+                     "**Under-trained on some seed: " + ", ".join(sorted(weak)) + ".** Findings that rest on them: "
+                     + "; ".join(rests) + ".") + "\n")
+    return L
+
+
+SECTION = Section("learning", _markdown, content=_content, figures=_figures)
