@@ -21,7 +21,7 @@ import torch
 
 from conftest import SMALL
 from invfast import backend
-from invfast.ops import augment, hyper, invariance, synth  # noqa: F401  (registers the references)
+from invfast.ops import augment, hyper, invariance, synth, transforms_u8  # noqa: F401  (registers the references)
 
 ROUNDS = 3 if SMALL else 5
 
@@ -160,12 +160,63 @@ def _augment_views(dev: str) -> tuple:
             torch.float32, False)
 
 
+def _test_transform_batch(dev: str) -> tuple[torch.Tensor, int]:
+    """Test-transform regime (issue 29): B=16 uint8 photographs of 224 px, P=16 grid values."""
+    b, size, p = (4, 64, 4) if SMALL else (16, 224, 16)
+    return _photos(dev, b, size), p
+
+
+def _lut_u8(dev: str) -> tuple:
+    """Brightness-like tables (general lookups, not byte logic), one per parameter."""
+    images, p = _test_transform_batch(dev)
+    f = torch.linspace(0.25, 4.0, p).view(p, 1)
+    tables = (torch.arange(256.0).view(1, 256) * f).clamp(0, 255).round().to(torch.uint8)
+    return images, tables.view(1, p, 1, 256).to(dev)
+
+
+def _histogram_u8(dev: str) -> tuple:
+    return (_test_transform_batch(dev)[0],)
+
+
+def _blend_u8(dev: str) -> tuple:
+    images, p = _test_transform_batch(dev)
+    return images, torch.linspace(0.25, 4.0, p).to(dev), "luma"
+
+
+def _hue_u8(dev: str) -> tuple:
+    images, p = _test_transform_batch(dev)
+    return images, torch.linspace(-0.5, 0.5, p).to(dev)
+
+
+def _blur_u8(dev: str) -> tuple:
+    """The blur test transform's grid: sigma 0..20 px (radius up to 60)."""
+    from invfast.ops.kernels import gaussian_taps
+
+    images, p = _test_transform_batch(dev)
+    sigma = torch.linspace(0.0, 20.0 if not SMALL else 5.0, p, dtype=torch.float64)
+    return images, gaussian_taps(sigma, max_radius=min(images.shape[2:]) - 1).to(torch.float32).to(dev)
+
+
+def _warp_affine_u8(dev: str) -> tuple:
+    """The rotation test transform's grid: P rotations about the centre (fractional maps)."""
+    images, p = _test_transform_batch(dev)
+    size = images.shape[-1]
+    ang = torch.linspace(0.0, 2 * torch.pi, p + 1, dtype=torch.float64)[:-1] + 0.1
+    c = (size - 1) / 2.0
+    m = torch.zeros(p, 2, 3, dtype=torch.float64)
+    m[:, 0, 0], m[:, 0, 1], m[:, 1, 0], m[:, 1, 1] = ang.cos(), -ang.sin(), ang.sin(), ang.cos()
+    m[:, 0, 2] = c - m[:, 0, 0] * c - m[:, 0, 1] * c
+    m[:, 1, 2] = c - m[:, 1, 0] * c - m[:, 1, 1] * c
+    return images, m.to(dev), torch.zeros(3, dtype=torch.float64, device=dev)
+
+
 FACTORIES: dict[str, Callable[[str], tuple]] = {
     "pair_scores": _pair_scores, "sqdist_logsumexp": _sqdist_logsumexp, "pairwise_logsumexp": _pairwise_logsumexp,
     "knn_sqdist": _knn_sqdist, "hyper_generate": _hyper_generate,
     "hyper_generate_backward": _hyper_generate_backward, "synth_color": _synth_color, "synth_blur": _synth_blur,
     "synth_warp": _synth_warp, "synth_composite": _synth_composite, "warp_affine": _warp_affine,
-    "warp_coords": _warp_coords, "augment_views": _augment_views,
+    "warp_coords": _warp_coords, "augment_views": _augment_views, "lut_u8": _lut_u8, "histogram_u8": _histogram_u8,
+    "blend_u8": _blend_u8, "hue_u8": _hue_u8, "blur_u8": _blur_u8, "warp_affine_u8": _warp_affine_u8,
 }
 
 

@@ -118,6 +118,18 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
         "Default two views 3.38x its torch-ops path and 4.49-4.59x kornia at 224 px, 5.70-9.06x at 32 px; Spatial "
         "7.89x (docs/performance.md)")),
 }
+_TT_RUN = ("one run, AMD EPYC, 2 cores shared with other jobs (load 7.5 falling to 5.7), 1 thread, torch 2.13 CPU, "
+           "2026-11-25")
+_TT_REGIME = "B=16 uint8 224 px, P=16"
+for _op, _ratio, _what in (("lut_u8", "2.17x", "brightness-like tables"), ("histogram_u8", "17.9x", "level counts"),
+                           ("blend_u8", "4.76x", "saturation factors"), ("hue_u8", "13.0x", "hue shifts"),
+                           ("blur_u8", "32.9x", "blur grid, sigma 0..20 px"),
+                           ("warp_affine_u8", "4.73x", "fractional rotations")):
+    KNOWN[(_op, "cpu")] = Knowledge("transforms", True, (
+        f"benchmarks/bench_ops.py::test_op_vs_reference[{_op}-cpu]: reference/kernel {_ratio} ({_TT_REGIME} {_what}; "
+        f"{_TT_RUN}); the test transforms' uint8 path (issue 29, docs/transforms.md)"))
+    KNOWN[(_op, "cuda")] = Knowledge("transforms", False, "off: no CUDA kernel (csrc/transforms has CPU kernels only); "
+                                     "the torch reference runs on the GPU")
 for _op in ("pairwise_logsumexp", "knn_sqdist"):
     KNOWN[(_op, "cuda")] = Knowledge("invariance", False, "off: no CUDA kernel (csrc/invariance/pairwise_cpu.cpp "
                                      "is CPU only); the torch reference runs on the GPU")

@@ -13,7 +13,7 @@ import torch
 
 import invfast as ivf
 from invfast import _loader, backend, backend_cli, dispatch
-from invfast.ops import augment, hyper, invariance, synth  # noqa: F401  (each registers its references)
+from invfast.ops import augment, hyper, invariance, synth, transforms_u8  # noqa: F401  (each registers its references)
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BUILT = _loader.load() is not None

@@ -29,10 +29,12 @@ Geometric transforms fill uncovered pixels with ``fill`` (default 0 = black).
 """
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
 
 import torch
 
+from invfast.ops import transforms_u8
 from invfast.ops.color import adjust_hue, luma, rgb_to_hsv
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.transforms import functional as Fn
@@ -69,6 +71,8 @@ def apply_builtin(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
     if t.family == "spatial" and t.name != "deform":
         return _affine_apply(t, images, p, fill)
     p = p.to(images.device)  # the small parameter tensor moves once; everything below is on the data's device
+    if images.dtype == torch.uint8 and t.name in transforms_u8.APPEARANCE:  # one uint8 op (compiled on CPU)
+        return transforms_u8.APPEARANCE[t.name](images, p)
     out = torch.empty((B, P, C, H, W), dtype=images.dtype, device=images.device)
     if t.name in ("posterize", "equalize", "invert"):
         u8 = images if images.dtype == torch.uint8 else Fn.quantize(images.float())
@@ -131,21 +135,48 @@ def _affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[t
     raise KeyError(t.name)
 
 
+_MATRICES: dict[tuple, torch.Tensor] = {}  # (name, H, W, dtype, shape, parameter bytes) -> [P, 2, 3] float64
+_MATRICES_MAX = 64
+_MATRICES_LOCK = threading.Lock()
+
+
+def _affine_matrix(t: TestTransform, p: torch.Tensor, H: int, W: int) -> torch.Tensor:
+    """The [P, 2, 3] sampling maps of an affine transform's parameters, computed in float64 on the CPU
+    (bit-identical for every data device). A measurement applies one grid to batch after batch, so the maps
+    of the last few (transform, size, grid) are kept: the dozen small torch ops that build them cost more
+    than a flip of a 224-px batch."""
+    pc = p.detach().to("cpu").contiguous()
+    key = (t.name, H, W, pc.dtype, tuple(pc.shape), pc.numpy().tobytes())
+    with _MATRICES_LOCK:  # the measure loop makes views on a producer thread
+        matrix = _MATRICES.get(key)
+    if matrix is None:
+        A, b = _affine_params(t, pc, H, W)
+        A = Fn._snap(A.to(torch.float64))
+        offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
+        matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).contiguous()
+        with _MATRICES_LOCK:
+            if len(_MATRICES) >= _MATRICES_MAX:
+                _MATRICES.pop(next(iter(_MATRICES)))
+            _MATRICES[key] = matrix
+    return matrix
+
+
 def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
     """All affine test transforms: one call of the batched warp (compiled on CPU when built)."""
     from invfast.ops.augment import warp_affine
 
     B, C, H, W = images.shape
-    fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
-    require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)", lambda: f", got {fillv.tolist()}")
-    # the [P, 2, 3] matrices are computed in float64 on the CPU (bit-identical for every data device)
-    # and moved once to the images' device
-    A, b = _affine_params(t, p.to("cpu"), H, W)
-    A = Fn._snap(A.to(torch.float64))
-    offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
-    matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).to(images.device)
+    if isinstance(fill, (int, float)) and not isinstance(fill, bool):  # one number: checked without torch ops
+        if not 0.0 <= fill <= 1.0:
+            raise ValueError(f"fill must be in [0, 1] (image units), got {[float(fill)] * C}")
+        fillv = torch.full((C,), float(fill), dtype=torch.float64, device=_CPU)
+    else:
+        fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
+        require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)",
+                lambda: f", got {fillv.tolist()}")
+    matrix = _affine_matrix(t, p, H, W).to(images.device)
     if images.dtype == torch.uint8:
-        return warp_affine(images.contiguous(), matrix, H, W, fillv * 255.0)
+        return transforms_u8.warp(images, matrix, fillv * 255.0)
     x = images if images.dtype in (torch.float32, torch.float64) else images.to(torch.float32)
     return warp_affine(x.contiguous(), matrix, H, W, fillv).to(images.dtype)
 

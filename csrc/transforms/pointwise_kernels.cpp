@@ -1,0 +1,247 @@
+// Point-wise kernels of the uint8 test transforms: 256-entry tables, histograms, blends with a degenerate
+// image (saturation, grayscale, sharpness) and hue rotation. The float kernels repeat the torch reference's
+// float32 operations in the same order (x = v / 255, no fused multiply-add), so their bytes equal it.
+#include "transforms/kernels.h"
+#include "transforms/simd.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+// Bit-compatibility with the torch references: no fused multiply-add contraction in this file.
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#elif defined(__GNUC__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+
+namespace invfast {
+namespace tt {
+
+bool cpu_has_avx2() {
+#if INVFAST_TT_X86
+  static const bool ok = __builtin_cpu_supports("avx2");
+  return ok;
+#else
+  return false;
+#endif
+}
+
+namespace {
+
+// invfast.constants.LUMA_WEIGHTS rounded to float32 as torch rounds a Python float multiplying a float32 plane
+constexpr float kLuma0 = static_cast<float>(0.2989), kLuma1 = static_cast<float>(0.587),
+                kLuma2 = static_cast<float>(0.114);
+
+// v / 255 in float32: torch's uint8 -> float (`to(float32).div_(255.0)`), a true division (a product with
+// 1 / 255 differs in the last bit for half of the levels)
+TT_INLINE float unit(uint8_t v) { return static_cast<float>(v) / 255.0f; }
+
+// invfast.transforms.functional.from_float of a value the reference has clamped to [0, 1]
+TT_INLINE uint8_t to_u8(float y) {
+  y = std::min(std::max(y, 0.0f), 1.0f);
+  y = y * 255.0f + 0.5f;
+  y = std::min(std::max(y, 0.0f), 255.0f);
+  return static_cast<uint8_t>(static_cast<int32_t>(y));
+}
+
+// ------------------------------------------------------------------------------------------ tables
+TT_INLINE void lut_plane_impl(const uint8_t* src, int64_t n, const uint8_t* table, LutKind kind, uint8_t* dst) {
+  if (kind.bitwise) {
+    if (kind.mask == 0xFF && kind.bits == 0) {
+      std::memcpy(dst, src, static_cast<size_t>(n));
+      return;
+    }
+    const uint8_t m = kind.mask, b = kind.bits;
+    for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<uint8_t>((src[i] & m) ^ b);
+    return;
+  }
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {  // one 8-byte load and store per 8 lookups
+    uint64_t w, o = 0;
+    std::memcpy(&w, src + i, 8);
+    for (int k = 0; k < 8; ++k) o |= static_cast<uint64_t>(table[(w >> (8 * k)) & 0xFF]) << (8 * k);
+    std::memcpy(dst + i, &o, 8);
+  }
+  for (; i < n; ++i) dst[i] = table[src[i]];
+}
+TT_TWICE(TT_AVX2, void, lut_plane, (const uint8_t* src, int64_t n, const uint8_t* table, LutKind kind, uint8_t* dst),
+         (src, n, table, kind, dst))
+
+// ------------------------------------------------------------------------------------------ blend
+// x planes (3 * n floats) and the degenerate plane(s) d (n floats, or 3 * n for kSmoothLevels) of pixels
+// [i0, i1) of one image
+TT_INLINE void blend_features(const uint8_t* img, int64_t H, int64_t W, int64_t i0, int64_t i1, int mode, float* x,
+                              float* d) {
+  const int64_t HW = H * W, n = i1 - i0;
+  for (int c = 0; c < 3; ++c)
+    for (int64_t i = 0; i < n; ++i) x[c * n + i] = unit(img[c * HW + i0 + i]);
+  if (mode == kLuma) {
+    for (int64_t i = 0; i < n; ++i) d[i] = kLuma0 * x[i] + kLuma1 * x[n + i] + kLuma2 * x[2 * n + i];
+    return;
+  }
+  if (mode == kLumaLevels) {  // round() is half-to-even in torch and in nearbyint (default rounding mode)
+    for (int64_t i = 0; i < n; ++i)
+      d[i] = std::nearbyint((kLuma0 * x[i] + kLuma1 * x[n + i] + kLuma2 * x[2 * n + i]) * 255.0f) / 255.0f;
+    return;
+  }
+  // kSmoothLevels: round(255 * smooth) = round(S / 13) with S the integer 3x3 sum (centre weight 5), never a
+  // tie (S / 13 is at least 1/26 away from a half level), so the integer form equals the float reference's
+  for (int c = 0; c < 3; ++c) {
+    const uint8_t* s = img + c * HW;
+    float* dc = d + c * n;
+    for (int64_t i = i0; i < i1;) {
+      const int64_t y = i / W, x0 = i % W, x1 = std::min<int64_t>(W, x0 + (i1 - i));
+      const bool border_row = y == 0 || y == H - 1;
+      for (int64_t xx = x0; xx < x1; ++xx) {
+        const int64_t k = y * W + xx;
+        if (border_row || xx == 0 || xx == W - 1) {
+          dc[k - i0] = x[c * n + (k - i0)];
+        } else {
+          const uint8_t* u = s + k - W;
+          const uint8_t* m = s + k;
+          const uint8_t* w = s + k + W;
+          const int32_t S = u[-1] + u[0] + u[1] + m[-1] + 5 * m[0] + m[1] + w[-1] + w[0] + w[1];
+          dc[k - i0] = unit(static_cast<uint8_t>((2 * S + 13) / 26));
+        }
+      }
+      i += x1 - x0;
+    }
+  }
+}
+
+// f = 1 gives 1 x + 0 d = x exactly, whose level is the input byte; f = 0 gives d, the same plane for every
+// channel when d is shared: those parameters (the on/off grayscale grid, identities) copy bytes
+TT_INLINE void blend_out(const uint8_t* img, const float* x, const float* d, int64_t n, bool per_channel_d,
+                         const float* factors, int64_t P, int64_t HW, int64_t i0, uint8_t* out) {
+  for (int64_t p = 0; p < P; ++p) {
+    const float f = factors[p], g = 1.0f - f;
+    for (int c = 0; c < 3; ++c) {
+      const float* xc = x + c * n;
+      const float* dc = per_channel_d ? d + c * n : d;
+      uint8_t* o = out + (p * 3 + c) * HW + i0;
+      if (f == 1.0f) {
+        std::memcpy(o, img + c * HW + i0, static_cast<size_t>(n));
+      } else if (f == 0.0f && !per_channel_d && c > 0) {
+        std::memcpy(o, out + (p * 3) * HW + i0, static_cast<size_t>(n));
+      } else {
+        for (int64_t i = 0; i < n; ++i) o[i] = to_u8(f * xc[i] + g * dc[i]);
+      }
+    }
+  }
+}
+
+TT_INLINE void blend_chunk_impl(const uint8_t* img, int64_t H, int64_t W, int64_t i0, int64_t i1, int mode,
+                                const float* factors, int64_t P, uint8_t* out, float* scratch) {
+  const int64_t n = i1 - i0;
+  float* x = scratch;
+  float* d = scratch + 3 * n;
+  blend_features(img, H, W, i0, i1, mode, x, d);
+  blend_out(img, x, d, n, mode == kSmoothLevels, factors, P, H * W, i0, out);
+}
+TT_TWICE(TT_AVX2, void, blend_chunk,
+         (const uint8_t* img, int64_t H, int64_t W, int64_t i0, int64_t i1, int mode, const float* factors,
+          int64_t P, uint8_t* out, float* scratch),
+         (img, H, W, i0, i1, mode, factors, P, out, scratch))
+
+// ------------------------------------------------------------------------------------------ hue
+// torchvision _rgb2hsv in float32, in the order of invfast.ops.color.rgb_to_hsv. Each loop stores one array
+// (GCC does not vectorise a loop storing to several arrays a run-time distance apart).
+TT_INLINE void hsv_features(const uint8_t* img, int64_t HW, int64_t i0, int64_t n, float* h, float* s, float* v) {
+  const uint8_t* R = img + i0;
+  const uint8_t* G = img + HW + i0;
+  const uint8_t* B = img + 2 * HW + i0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = unit(R[i]), g = unit(G[i]), b = unit(B[i]);
+    const float maxc = std::max(std::max(r, g), b), minc = std::min(std::min(r, g), b);
+    const bool eqc = maxc == minc;
+    const float cr = maxc - minc;
+    const float crd = eqc ? 1.0f : cr;
+    const float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
+    // the reference sums mask * term over three masks of which one is set: the set term, except for the sign
+    // of a zero (only the first term can be zero), which u below does not see
+    const float t = maxc == r ? bc - gc : (maxc == g ? (2.0f + rc) - bc : (4.0f + gc) - rc);
+    const float u = t / 6.0f + 1.0f;  // in [5/6, 11/6]: fmod(u, 1) is u - 1 (exact) or u
+    h[i] = u >= 1.0f ? u - 1.0f : u;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = unit(R[i]), g = unit(G[i]), b = unit(B[i]);
+    const float maxc = std::max(std::max(r, g), b), minc = std::min(std::min(r, g), b);
+    s[i] = (maxc - minc) / (maxc == minc ? 1.0f : maxc);
+  }
+  for (int64_t i = 0; i < n; ++i) v[i] = unit(std::max(std::max(R[i], G[i]), B[i]));
+}
+
+// channel n (5, 3, 1 for r, g, b) of the shifted hue: v - v s clamp(min(k, 4 - k), 0, 1), k = (h6 + n) mod 6
+TT_INLINE void hue_channel(const float* h, const float* s, const float* v, int64_t n, float shift, float add,
+                           uint8_t* o) {
+  for (int64_t i = 0; i < n; ++i) {
+    // torch.remainder(h + shift, 1) for h + shift in [-0.5, 1.5)
+    float hh = h[i] + shift;
+    hh = hh >= 1.0f ? hh - 1.0f : (hh < 0.0f ? hh + 1.0f : hh);
+    float k = hh * 6.0f + add;
+    k = k >= 6.0f ? k - 6.0f : k;  // k < 12: one subtraction is the remainder, exactly
+    const float a = std::min(std::max(std::min(k, 4.0f - k), 0.0f), 1.0f);
+    o[i] = to_u8(v[i] - v[i] * s[i] * a);
+  }
+}
+
+TT_INLINE void hue_chunk_impl(const uint8_t* img, int64_t HW, int64_t i0, int64_t i1, const float* shifts, int64_t P,
+                              uint8_t* out, float* scratch) {
+  const int64_t n = i1 - i0;
+  float* h = scratch;
+  float* s = scratch + n;
+  float* v = scratch + 2 * n;
+  hsv_features(img, HW, i0, n, h, s, v);
+  for (int64_t p = 0; p < P; ++p) {
+    uint8_t* o = out + (p * 3) * HW + i0;
+    hue_channel(h, s, v, n, shifts[p], 5.0f, o);
+    hue_channel(h, s, v, n, shifts[p], 3.0f, o + HW);
+    hue_channel(h, s, v, n, shifts[p], 1.0f, o + 2 * HW);
+  }
+}
+TT_TWICE(TT_AVX2, void, hue_chunk,
+         (const uint8_t* img, int64_t HW, int64_t i0, int64_t i1, const float* shifts, int64_t P, uint8_t* out,
+          float* scratch),
+         (img, HW, i0, i1, shifts, P, out, scratch))
+
+}  // namespace
+
+LutKind classify_lut(const uint8_t* t) {
+  const uint8_t bits = t[0], mask = static_cast<uint8_t>(t[255] ^ bits);
+  for (int i = 0; i < 256; ++i)
+    if (t[i] != static_cast<uint8_t>((i & mask) ^ bits)) return {false, 0, 0};
+  return {true, mask, bits};
+}
+
+void lut_plane(const uint8_t* src, int64_t n, const uint8_t* table, LutKind kind, uint8_t* dst) {
+  TT_PICK(lut_plane)(src, n, table, kind, dst);
+}
+
+void histogram_plane(const uint8_t* src, int64_t n, int64_t* hist) {
+  // four sub-histograms, so runs of equal bytes do not serialise on one counter
+  uint32_t h[4][256];
+  std::memset(h, 0, sizeof h);
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    ++h[0][src[i]];
+    ++h[1][src[i + 1]];
+    ++h[2][src[i + 2]];
+    ++h[3][src[i + 3]];
+  }
+  for (; i < n; ++i) ++h[0][src[i]];
+  for (int v = 0; v < 256; ++v) hist[v] += static_cast<int64_t>(h[0][v]) + h[1][v] + h[2][v] + h[3][v];
+}
+
+void blend_chunk(const uint8_t* img, int64_t H, int64_t W, int64_t i0, int64_t i1, int mode, const float* factors,
+                 int64_t P, uint8_t* out, float* scratch) {
+  TT_PICK(blend_chunk)(img, H, W, i0, i1, mode, factors, P, out, scratch);
+}
+
+void hue_chunk(const uint8_t* img, int64_t HW, int64_t i0, int64_t i1, const float* shifts, int64_t P, uint8_t* out,
+               float* scratch) {
+  TT_PICK(hue_chunk)(img, HW, i0, i1, shifts, P, out, scratch);
+}
+
+}  // namespace tt
+}  // namespace invfast
