@@ -22,6 +22,7 @@ Sizes: INVFAST_BENCH_HYPER_WIDTH (default 64 = the real ResNet-50, 3.1 GB of hyp
 INVFAST_BENCH_FROZEN_BATCH (default 32); INVFAST_BENCH_SMALL=1 shrinks the model-level cases.
 Run: python -m pytest benchmarks/bench_hyper.py --benchmark-only -o addopts=""
 """
+
 from __future__ import annotations
 
 import gc
@@ -65,10 +66,10 @@ def _sync(device) -> None:
 def per_kernel_loop(model: HyperResNet, i: torch.Tensor) -> list[torch.Tensor]:
     """The paper's generation: one hypernetwork call per kernel, one after another."""
     out = []
-    for l, spec in enumerate(model.specs):
-        e = F.linear(i, model.embed[model.block_of_kernel[l]])
-        h = F.relu(F.linear(e, model.hid_weight[l], model.hid_bias[l]))
-        a, b = model.offsets[l], model.offsets[l + 1]
+    for j, spec in enumerate(model.specs):
+        e = F.linear(i, model.embed[model.block_of_kernel[j]])
+        h = F.relu(F.linear(e, model.hid_weight[j], model.hid_bias[j]))
+        a, b = model.offsets[j], model.offsets[j + 1]
         w = F.linear(h, model.out_weight[a:b], model.out_bias[a:b])
         out.append(w.reshape(i.shape[0], spec.out_ch, spec.in_ch, spec.k, spec.k))
     return out
@@ -109,15 +110,24 @@ class TestGenerateResNet50:
         op_s = benchmark.stats.stats.min
         hyper_bytes = (model.out_weight.numel() + model.out_bias.numel()) * model.out_weight.element_size()
         floor_s = (hyper_bytes + b * model.num_generated * model.out_weight.element_size()) / (bandwidth / 2)
-        benchmark.extra_info.update({
-            "generated_weights": model.num_generated, "kernels": model.num_kernels, "descriptors": b,
-            "op_min_s": op_s, "loop_min_s": loop_s, "weights_read_GBps": hyper_bytes / op_s / 1e9,
-            "copy_bandwidth_GBps": bandwidth / 1e9, "bytes_floor_s_at_half_copy_rate": floor_s,
-        })
+        benchmark.extra_info.update(
+            {
+                "generated_weights": model.num_generated,
+                "kernels": model.num_kernels,
+                "descriptors": b,
+                "op_min_s": op_s,
+                "loop_min_s": loop_s,
+                "weights_read_GBps": hyper_bytes / op_s / 1e9,
+                "copy_bandwidth_GBps": bandwidth / 1e9,
+                "bytes_floor_s_at_half_copy_rate": floor_s,
+            }
+        )
         ratio = record_ratio(f"CPU generate Hyper-ResNet-50 w{WIDTH} B={b}: op vs per-kernel loop", loop_s, ">= 1.5x")
-        print(f"\nHyper-ResNet-50 (width {WIDTH}) all {model.num_kernels} kernels, B={b}: op {op_s * 1e3:.1f} ms, "
-              f"loop {loop_s * 1e3:.1f} ms (min, interleaved), speed-up {ratio:.2f}x; op reads the hypernetwork "
-              f"weights at {hyper_bytes / op_s / 1e9:.2f} GB/s, copy bandwidth {bandwidth / 1e9:.2f} GB/s")
+        print(
+            f"\nHyper-ResNet-50 (width {WIDTH}) all {model.num_kernels} kernels, B={b}: op {op_s * 1e3:.1f} ms, "
+            f"loop {loop_s * 1e3:.1f} ms (min, interleaved), speed-up {ratio:.2f}x; op reads the hypernetwork "
+            f"weights at {hyper_bytes / op_s / 1e9:.2f} GB/s, copy bandwidth {bandwidth / 1e9:.2f} GB/s"
+        )
 
 
 class TestFrozenResNet18:
@@ -166,8 +176,9 @@ class TestPerSampleFormulations:
         with torch.no_grad():
             one_s = _interleaved(benchmark, lambda: m(x, i), lambda: m(x, i[0]))
         m.per_sample = "generate"
-        record_ratio(f"CPU Hyper-ResNet-18 w{PS_WIDTH} B={PS_BATCH} per-sample {case} vs one descriptor", one_s,
-                     "informative")
+        record_ratio(
+            f"CPU Hyper-ResNet-18 w{PS_WIDTH} B={PS_BATCH} per-sample {case} vs one descriptor", one_s, "informative"
+        )
 
 
 # ----------------------------------------------------------------------------------------- GPU
@@ -229,12 +240,15 @@ class TestGenerateGPU:
         benchmark.pedantic(op, rounds=3, iterations=1, warmup_rounds=1)
         torch.cuda.synchronize()
         floor_s = nbytes / (bw / 2)
-        benchmark.extra_info.update({"op_median_s": op_s, "reference_median_s": ref_s, "floor_s": floor_s,
-                                     "copy_bandwidth_GBps": bw / 1e9})
+        benchmark.extra_info.update(
+            {"op_median_s": op_s, "reference_median_s": ref_s, "floor_s": floor_s, "copy_bandwidth_GBps": bw / 1e9}
+        )
         tag = f"GPU {direction} {str(dtype).split('.')[-1]} B={b}"
         _record(record_ratio, benchmark, f"{tag}: op vs torch reference (medians)", ref_s / op_s, ">= 1.0x")
-        print(f"\n{tag}: op {op_s * 1e3:.2f} ms, reference {ref_s * 1e3:.2f} ms, floor {floor_s * 1e3:.2f} ms "
-              f"(op / floor {op_s / floor_s:.2f}; goal <= {'1.3' if direction == 'forward' else '1.5'})")
+        print(
+            f"\n{tag}: op {op_s * 1e3:.2f} ms, reference {ref_s * 1e3:.2f} ms, floor {floor_s * 1e3:.2f} ms "
+            f"(op / floor {op_s / floor_s:.2f}; goal <= {'1.3' if direction == 'forward' else '1.5'})"
+        )
 
 
 @cuda_only
@@ -278,10 +292,17 @@ class TestHyperResNet50GPU:
         torch.cuda.synchronize()
         benchmark.extra_info.update({"hyper_images_per_s": hyper_ips, "resnet50_images_per_s": plain_ips})
         hyper_m.per_sample = "generate"
-        _record(record_ratio, benchmark, f"GPU Hyper-ResNet-50 forward {case} vs ResNet-50 (images/s)",
-                hyper_ips / plain_ips, ">= 0.9x (one descriptor)")
-        print(f"\nGPU forward batch {self.BATCH} at {self.SIZE} px, bf16 autocast: Hyper-ResNet-50 {case} "
-              f"{hyper_ips:.0f} img/s, ResNet-50 {plain_ips:.0f} img/s")
+        _record(
+            record_ratio,
+            benchmark,
+            f"GPU Hyper-ResNet-50 forward {case} vs ResNet-50 (images/s)",
+            hyper_ips / plain_ips,
+            ">= 0.9x (one descriptor)",
+        )
+        print(
+            f"\nGPU forward batch {self.BATCH} at {self.SIZE} px, bf16 autocast: Hyper-ResNet-50 {case} "
+            f"{hyper_ips:.0f} img/s, ResNet-50 {plain_ips:.0f} img/s"
+        )
 
     def test_training_step(self, benchmark, record_ratio, models):
         hyper_m, plain = models
@@ -304,7 +325,14 @@ class TestHyperResNet50GPU:
         benchmark.pedantic(lambda: step(hyper_m, opt_h, i), rounds=3, iterations=1, warmup_rounds=1)
         torch.cuda.synchronize()
         benchmark.extra_info.update({"hyper_images_per_s": hyper_ips, "resnet50_images_per_s": plain_ips})
-        _record(record_ratio, benchmark, "GPU Hyper-ResNet-50 training step vs ResNet-50 (images/s)",
-                hyper_ips / plain_ips, ">= 0.6x")
-        print(f"\nGPU training step batch {self.TRAIN_BATCH}: Hyper-ResNet-50 {hyper_ips:.0f} img/s, "
-              f"ResNet-50 {plain_ips:.0f} img/s")
+        _record(
+            record_ratio,
+            benchmark,
+            "GPU Hyper-ResNet-50 training step vs ResNet-50 (images/s)",
+            hyper_ips / plain_ips,
+            ">= 0.6x",
+        )
+        print(
+            f"\nGPU training step batch {self.TRAIN_BATCH}: Hyper-ResNet-50 {hyper_ips:.0f} img/s, "
+            f"ResNet-50 {plain_ips:.0f} img/s"
+        )

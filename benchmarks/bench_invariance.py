@@ -5,6 +5,7 @@ N=2 000, D=128 against torch.pdist (interleaved), ACR at 4 000 views.
 Run: python -m pytest benchmarks/bench_invariance.py --benchmark-only -o addopts=""
 INVFAST_BENCH_THREADS sets the torch threads of the uniformity/ACR comparisons (default: torch's).
 """
+
 import math
 import os
 import time
@@ -12,11 +13,11 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import SMALL, best_time
 from scipy.spatial.distance import cosine as scipy_cosine
 from scipy.spatial.distance import mahalanobis as scipy_mahalanobis
 
 import invfast as ivf
-from conftest import SMALL, best_time
 
 N, P, D = (100, 32, 256) if SMALL else (1000, 256, 2048)
 
@@ -69,8 +70,11 @@ def test_invariance_scores_fused(benchmark, data, record_ratio):
             scipy_cosine((r64[i] - mu) @ g, (t64[i, j] - mu) @ g)
 
     t_pair = best_time(scipy_loop, repeat=1) / len(pairs)
-    record_ratio(f"invariance_scores vs per-pair scipy loop ({t_pair * 1e3:.2f} ms/pair, extrapolated)",
-                 t_pair * N * P, ">= 100x")
+    record_ratio(
+        f"invariance_scores vs per-pair scipy loop ({t_pair * 1e3:.2f} ms/pair, extrapolated)",
+        t_pair * N * P,
+        ">= 100x",
+    )
 
 
 NU, DU = (2000, 64) if SMALL else (20_000, 512)
@@ -132,18 +136,19 @@ def test_acr_vs_cdist_topk(benchmark, record_ratio):
     torch.set_num_threads(THREADS)
     try:
         v = torch.randn(n, 1, d, generator=torch.Generator().manual_seed(3)) + 0.7 * torch.randn(
-            n, c, d, generator=torch.Generator().manual_seed(4))
+            n, c, d, generator=torch.Generator().manual_seed(4)
+        )
 
         def cdist_topk():
             flat = torch.nn.functional.normalize(v.reshape(n * c, d), dim=1)
             owner = torch.arange(n).repeat_interleave(c)
             confused = 0
             for s in range(0, n * c, 1024):
-                dist = torch.cdist(flat[s:s + 1024], flat)
+                dist = torch.cdist(flat[s : s + 1024], flat)
                 rows = torch.arange(dist.shape[0])
                 dist[rows, rows + s] = float("inf")
                 idx = dist.topk(k, dim=1, largest=False).indices
-                confused += int((owner[idx] != owner[s:s + 1024, None]).sum())
+                confused += int((owner[idx] != owner[s : s + 1024, None]).sum())
             return confused / (n * c * k)
 
         t = _interleaved(benchmark, lambda: ivf.acr(v, k=k), cdist_topk, 3 if SMALL else 5)
@@ -163,4 +168,5 @@ def test_uniformity_at_100k(benchmark):
     assert math.isfinite(float(u))
     benchmark.extra_info["pdist_bytes_needed"] = n * (n - 1) // 2 * 4
     benchmark.extra_info["note"] = "torch.pdist would need %.0f GB for the condensed matrix alone" % (
-        n * (n - 1) / 2 * 4 / 1e9)
+        n * (n - 1) / 2 * 4 / 1e9
+    )

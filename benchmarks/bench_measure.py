@@ -13,6 +13,7 @@ N = 16, k = 4; INVFAST_BENCH_MEASURE_N / _K / _BASELINE_N override). The model i
 ``invfast.models.create('resnet18-cifar')`` when the models package is present, else the same
 architecture defined here (recorded in extra_info['model']).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,10 +22,10 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import SMALL, best_time
 from scipy.spatial.distance import cosine as scipy_cosine
 from scipy.spatial.distance import mahalanobis as scipy_mahalanobis
 
-from conftest import SMALL, best_time
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
 from invfast.measure import measure_invariance
 
@@ -32,8 +33,19 @@ N = int(os.environ.get("INVFAST_BENCH_MEASURE_N", 16 if SMALL else 64))
 K = int(os.environ.get("INVFAST_BENCH_MEASURE_K", 4 if SMALL else 16))
 BASELINE_N = int(os.environ.get("INVFAST_BENCH_MEASURE_BASELINE_N", 2 if SMALL else 4))
 FORWARD_BATCH = 256
-TRANSFORMS = ("rotation", "hflip", "grayscale", "brightness", "contrast", "saturation", "blur", "sharpness",
-              "equalize", "posterize", "invert")
+TRANSFORMS = (
+    "rotation",
+    "hflip",
+    "grayscale",
+    "brightness",
+    "contrast",
+    "saturation",
+    "blur",
+    "sharpness",
+    "equalize",
+    "posterize",
+    "invert",
+)
 
 
 class _Block(torch.nn.Module):
@@ -45,7 +57,9 @@ class _Block(torch.nn.Module):
         self.b2 = torch.nn.BatchNorm2d(cout)
         self.short = torch.nn.Sequential()
         if stride != 1 or cin != cout:
-            self.short = torch.nn.Sequential(torch.nn.Conv2d(cin, cout, 1, stride, bias=False), torch.nn.BatchNorm2d(cout))
+            self.short = torch.nn.Sequential(
+                torch.nn.Conv2d(cin, cout, 1, stride, bias=False), torch.nn.BatchNorm2d(cout)
+            )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = torch.relu(self.b1(self.c1(x)))
@@ -57,7 +71,9 @@ class ResNet18Cifar(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.stem = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(64), torch.nn.ReLU())
+        self.stem = torch.nn.Sequential(
+            torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(64), torch.nn.ReLU()
+        )
         layers, cin = [], 64
         for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
             layers += [_Block(cin, cout, stride), _Block(cout, cout, 1)]
@@ -107,7 +123,7 @@ def _bare_forward_seconds(model, images, tfs) -> tuple[float, int]:
     def run() -> None:
         with torch.inference_mode():
             for s in range(0, flat.shape[0], FORWARD_BATCH):
-                model(flat[s:s + FORWARD_BATCH])
+                model(flat[s : s + FORWARD_BATCH])
 
     return best_time(run, repeat=2), flat.shape[0] - images.shape[0]
 
@@ -118,12 +134,20 @@ def _pil_op(name: str, p: float):
     if name == "rotation":
         return lambda im: im.rotate(p, resample=Image.BILINEAR)
     if name in ("hflip", "grayscale", "invert", "equalize"):
-        op = {"hflip": ImageOps.mirror, "grayscale": lambda im: ImageOps.grayscale(im).convert("RGB"),
-              "invert": ImageOps.invert, "equalize": ImageOps.equalize}[name]
+        op = {
+            "hflip": ImageOps.mirror,
+            "grayscale": lambda im: ImageOps.grayscale(im).convert("RGB"),
+            "invert": ImageOps.invert,
+            "equalize": ImageOps.equalize,
+        }[name]
         return op if p else (lambda im: im)
     if name in ("brightness", "contrast", "saturation", "sharpness"):
-        cls = {"brightness": ImageEnhance.Brightness, "contrast": ImageEnhance.Contrast,
-               "saturation": ImageEnhance.Color, "sharpness": ImageEnhance.Sharpness}[name]
+        cls = {
+            "brightness": ImageEnhance.Brightness,
+            "contrast": ImageEnhance.Contrast,
+            "saturation": ImageEnhance.Color,
+            "sharpness": ImageEnhance.Sharpness,
+        }[name]
         return lambda im: cls(im).enhance(p)
     if name == "blur":
         return lambda im: im.filter(ImageFilter.GaussianBlur(p))
@@ -169,8 +193,9 @@ def test_measure_end_to_end(benchmark, setup, record_ratio):
     torch.manual_seed(0)
 
     def ours():
-        return measure_invariance(model, images, tfs, grid_size=K, batch_size=N, forward_batch=FORWARD_BATCH,
-                                  device="cpu")
+        return measure_invariance(
+            model, images, tfs, grid_size=K, batch_size=N, forward_batch=FORWARD_BATCH, device="cpu"
+        )
 
     result = benchmark.pedantic(ours, rounds=2, iterations=1, warmup_rounds=0)
     pairs = sum(t.n_pairs for t in result.transforms.values())
@@ -179,21 +204,37 @@ def test_measure_end_to_end(benchmark, setup, record_ratio):
     assert fwd_pairs == pairs
     base_s, base_pairs = _baseline_seconds(model, images, tfs, BASELINE_N)
     base_extrapolated = base_s * pairs / base_pairs
-    benchmark.extra_info.update({
-        "model": label, "images": N, "grid_k": K, "transforms": list(TRANSFORMS), "pairs": pairs,
-        "invfast_pairs_per_s": pairs / ours_s, "bare_forward_pairs_per_s": pairs / fwd_s,
-        "overhead_vs_bare_forward": ours_s / fwd_s - 1,
-        "baseline_pairs_per_s": base_pairs / base_s, "baseline_images_measured": BASELINE_N,
-        "baseline_note": f"per-image PIL + per-pair scipy measured on {BASELINE_N} images, extrapolated linearly to {N}",
-        "threads": torch.get_num_threads()})
-    record_ratio("measure: bare backbone forward / invfast end-to-end (1/1.25 = 0.8 is the goal)", fwd_s,
-                 ">= 0.80 (transforms + metrics add <= 25%)")
-    record_ratio(f"measure: PIL+scipy per pair (extrapolated from {BASELINE_N} imgs) / invfast", base_extrapolated,
-                 ">= 20x")
-    print(f"\n[bench_measure] {label}; N={N}, k={K}, {len(TRANSFORMS)} transforms, {pairs} pairs; "
-          f"invfast {pairs / ours_s:.0f} pairs/s, bare forward {pairs / fwd_s:.0f} pairs/s "
-          f"(overhead {100 * (ours_s / fwd_s - 1):.1f}%), PIL+scipy {base_pairs / base_s:.1f} pairs/s "
-          f"({base_extrapolated / ours_s:.1f}x slower, extrapolated from {BASELINE_N} images)")
+    benchmark.extra_info.update(
+        {
+            "model": label,
+            "images": N,
+            "grid_k": K,
+            "transforms": list(TRANSFORMS),
+            "pairs": pairs,
+            "invfast_pairs_per_s": pairs / ours_s,
+            "bare_forward_pairs_per_s": pairs / fwd_s,
+            "overhead_vs_bare_forward": ours_s / fwd_s - 1,
+            "baseline_pairs_per_s": base_pairs / base_s,
+            "baseline_images_measured": BASELINE_N,
+            "baseline_note": f"per-image PIL + per-pair scipy measured on {BASELINE_N} images, "
+            f"extrapolated linearly to {N}",
+            "threads": torch.get_num_threads(),
+        }
+    )
+    record_ratio(
+        "measure: bare backbone forward / invfast end-to-end (1/1.25 = 0.8 is the goal)",
+        fwd_s,
+        ">= 0.80 (transforms + metrics add <= 25%)",
+    )
+    record_ratio(
+        f"measure: PIL+scipy per pair (extrapolated from {BASELINE_N} imgs) / invfast", base_extrapolated, ">= 20x"
+    )
+    print(
+        f"\n[bench_measure] {label}; N={N}, k={K}, {len(TRANSFORMS)} transforms, {pairs} pairs; "
+        f"invfast {pairs / ours_s:.0f} pairs/s, bare forward {pairs / fwd_s:.0f} pairs/s "
+        f"(overhead {100 * (ours_s / fwd_s - 1):.1f}%), PIL+scipy {base_pairs / base_s:.1f} pairs/s "
+        f"({base_extrapolated / ours_s:.1f}x slower, extrapolated from {BASELINE_N} images)"
+    )
 
 
 def test_measure_pipeline_without_backbone(benchmark, setup, record_ratio):
@@ -203,23 +244,32 @@ def test_measure_pipeline_without_backbone(benchmark, setup, record_ratio):
     published approach. Not the issue's end-to-end figure: reported separately."""
     images, _, _, tfs = setup
     torch.manual_seed(0)
-    cheap = torch.nn.Sequential(torch.nn.Conv2d(3, 64, 4, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                                torch.nn.Flatten()).eval()
+    cheap = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 64, 4, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()
+    ).eval()
 
     def ours():
-        return measure_invariance(cheap, images, tfs, grid_size=K, batch_size=N, forward_batch=FORWARD_BATCH,
-                                  device="cpu")
+        return measure_invariance(
+            cheap, images, tfs, grid_size=K, batch_size=N, forward_batch=FORWARD_BATCH, device="cpu"
+        )
 
     result = benchmark.pedantic(ours, rounds=3, iterations=1, warmup_rounds=1)
     pairs = sum(t.n_pairs for t in result.transforms.values())
     base_s, base_pairs = _baseline_seconds(cheap, images, tfs, min(N, 4 * BASELINE_N))
     base_extrapolated = base_s * pairs / base_pairs
-    benchmark.extra_info.update({"model": "4x4 patch embedding + pooling (near-free)", "pairs": pairs,
-                                 "invfast_pairs_per_s": pairs / benchmark.stats.stats.min,
-                                 "baseline_pairs_per_s": base_pairs / base_s})
-    record_ratio(f"measure pipeline only (near-free model): PIL+scipy / invfast", base_extrapolated, ">= 20x")
-    print(f"\n[bench_measure] pipeline only: invfast {pairs / benchmark.stats.stats.min:.0f} pairs/s, "
-          f"PIL+scipy {base_pairs / base_s:.0f} pairs/s")
+    benchmark.extra_info.update(
+        {
+            "model": "4x4 patch embedding + pooling (near-free)",
+            "pairs": pairs,
+            "invfast_pairs_per_s": pairs / benchmark.stats.stats.min,
+            "baseline_pairs_per_s": base_pairs / base_s,
+        }
+    )
+    record_ratio("measure pipeline only (near-free model): PIL+scipy / invfast", base_extrapolated, ">= 20x")
+    print(
+        f"\n[bench_measure] pipeline only: invfast {pairs / benchmark.stats.stats.min:.0f} pairs/s, "
+        f"PIL+scipy {base_pairs / base_s:.0f} pairs/s"
+    )
 
 
 # ---------------------------------------------------------------------------------------------- pipeline vs backbone
@@ -238,8 +288,10 @@ def _photo_crops(n: int, size: int, seed: int = 0) -> torch.Tensor:
     """uint8 [n, 3, size, size]: random crops of the bundled photographs (scikit-image), resized."""
     from skimage import data as skd
 
-    photos = [torch.from_numpy(np.ascontiguousarray(getattr(skd, name)())).permute(2, 0, 1).float()
-              for name in ("astronaut", "chelsea", "coffee", "rocket")]
+    photos = [
+        torch.from_numpy(np.ascontiguousarray(getattr(skd, name)())).permute(2, 0, 1).float()
+        for name in ("astronaut", "chelsea", "coffee", "rocket")
+    ]
     g = torch.Generator().manual_seed(seed)
     out = torch.empty(n, 3, size, size, dtype=torch.uint8)
     for i in range(n):
@@ -248,14 +300,30 @@ def _photo_crops(n: int, size: int, seed: int = 0) -> torch.Tensor:
         side = int(torch.randint(min(h, w) // 2, min(h, w) + 1, (1,), generator=g))
         top = int(torch.randint(0, h - side + 1, (1,), generator=g))
         left = int(torch.randint(0, w - side + 1, (1,), generator=g))
-        crop = im[None, :, top:top + side, left:left + side]
-        out[i] = torch.nn.functional.interpolate(crop, size=(size, size), mode="bilinear", antialias=True,
-                                                 align_corners=False)[0].round().clamp(0, 255).to(torch.uint8)
+        crop = im[None, :, top : top + side, left : left + side]
+        out[i] = (
+            torch.nn.functional.interpolate(
+                crop, size=(size, size), mode="bilinear", antialias=True, align_corners=False
+            )[0]
+            .round()
+            .clamp(0, 255)
+            .to(torch.uint8)
+        )
     return out
 
 
-def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device, dtype, channels_last: bool, crop,
-                         batch_size: int, forward_batch: int) -> dict:
+def _pipeline_vs_forward(
+    benchmark,
+    model,
+    images,
+    k: int,
+    device: torch.device,
+    dtype,
+    channels_last: bool,
+    crop,
+    batch_size: int,
+    forward_batch: int,
+) -> dict:
     """Seconds of ``measure_invariance`` over all 18 transforms and of the bare backbone forward on the
     same inputs (the reference images and every transformed image, pre-made, normalised and cropped
     on the device: only the model runs). The two are timed alternately, 3 rounds each after a
@@ -273,8 +341,19 @@ def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device,
         model = model.to(memory_format=torch.channels_last)
 
     def ours():
-        return measure_invariance(model, images, tfs, grid_size=k, batch_size=batch_size, forward_batch=forward_batch,
-                                  device=device, dtype=dtype, channels_last=channels_last, crop=crop, workers=0)
+        return measure_invariance(
+            model,
+            images,
+            tfs,
+            grid_size=k,
+            batch_size=batch_size,
+            forward_batch=forward_batch,
+            device=device,
+            dtype=dtype,
+            channels_last=channels_last,
+            crop=crop,
+            workers=0,
+        )
 
     result = benchmark.pedantic(ours, rounds=1, iterations=1, warmup_rounds=1)
     pairs = sum(t.n_pairs for t in result.transforms.values())
@@ -285,18 +364,21 @@ def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device,
     with torch.inference_mode():
         for t in tfs:
             xt = t.apply(x, t.grid(k)).flatten(0, 1)
-            inputs += [prep.prepare(xt[s:s + forward_batch]).to(store) for s in range(0, xt.shape[0], forward_batch)]
+            inputs += [prep.prepare(xt[s : s + forward_batch]).to(store) for s in range(0, xt.shape[0], forward_batch)]
     flat = torch.cat(inputs)
     if channels_last:
         flat = flat.contiguous(memory_format=torch.channels_last)
     del inputs
-    ctx = (lambda: torch.autocast(device.type, dtype=dtype)) if dtype in (torch.bfloat16, torch.float16) \
+    ctx = (
+        (lambda: torch.autocast(device.type, dtype=dtype))
+        if dtype in (torch.bfloat16, torch.float16)
         else contextlib.nullcontext
+    )
 
     def bare():
         with torch.inference_mode(), ctx():
             for s in range(0, flat.shape[0], forward_batch):
-                model(flat[s:s + forward_batch])
+                model(flat[s : s + forward_batch])
 
     bare()
     sync()
@@ -311,17 +393,29 @@ def _pipeline_vs_forward(benchmark, model, images, k: int, device: torch.device,
             else:
                 ours_s = min(ours_s, time.perf_counter() - t0)
     assert flat.shape[0] - images.shape[0] == pairs
-    return {"pairs": pairs, "measure_s": ours_s, "forward_s": fwd_s, "measure_images_per_s": pairs / ours_s,
-            "forward_images_per_s": pairs / fwd_s, "ratio": fwd_s / ours_s, "transforms": len(tfs)}
+    return {
+        "pairs": pairs,
+        "measure_s": ours_s,
+        "forward_s": fwd_s,
+        "measure_images_per_s": pairs / ours_s,
+        "forward_images_per_s": pairs / fwd_s,
+        "ratio": fwd_s / ours_s,
+        "transforms": len(tfs),
+    }
 
 
 def _report(benchmark, record_ratio, label: str, r: dict, **info) -> None:
     benchmark.extra_info.update({**r, **info})
     # record_ratio divides by the benchmark's own best time; the ratio kept is the interleaved one
-    record_ratio(f"measure/{label}: bare forward / measurement (18 transforms)",
-                 r["ratio"] * benchmark.stats.stats.min, ">= 0.80")
-    print(f"\n[bench_measure] {label}: {r['pairs']} pairs, measurement {r['measure_images_per_s']:.0f} img/s, bare "
-          f"forward {r['forward_images_per_s']:.0f} img/s on the same inputs: {r['ratio']:.2f}x (goal >= 0.8)")
+    record_ratio(
+        f"measure/{label}: bare forward / measurement (18 transforms)",
+        r["ratio"] * benchmark.stats.stats.min,
+        ">= 0.80",
+    )
+    print(
+        f"\n[bench_measure] {label}: {r['pairs']} pairs, measurement {r['measure_images_per_s']:.0f} img/s, bare "
+        f"forward {r['forward_images_per_s']:.0f} img/s on the same inputs: {r['ratio']:.2f}x (goal >= 0.8)"
+    )
 
 
 def test_measure_vs_backbone_cpu_small(benchmark, record_ratio):
@@ -332,10 +426,25 @@ def test_measure_vs_backbone_cpu_small(benchmark, record_ratio):
     images = _photo_crops(PIPE_CPU_N, 64)
     # forward_batch 2N: with k = 2 every model call of the measurement carries 2N images (a few image
     # batches x a few parameters), and the bare forward runs the same call size
-    r = _pipeline_vs_forward(benchmark, models.create("resnet50"), images, PIPE_CPU_K, torch.device("cpu"), None, False, 56,
-                             batch_size=PIPE_CPU_N, forward_batch=2 * PIPE_CPU_N)
-    _report(benchmark, record_ratio, f"cpu ResNet-50 fp32 56px N={PIPE_CPU_N} k={PIPE_CPU_K}", r,
-            threads=torch.get_num_threads())
+    r = _pipeline_vs_forward(
+        benchmark,
+        models.create("resnet50"),
+        images,
+        PIPE_CPU_K,
+        torch.device("cpu"),
+        None,
+        False,
+        56,
+        batch_size=PIPE_CPU_N,
+        forward_batch=2 * PIPE_CPU_N,
+    )
+    _report(
+        benchmark,
+        record_ratio,
+        f"cpu ResNet-50 fp32 56px N={PIPE_CPU_N} k={PIPE_CPU_K}",
+        r,
+        threads=torch.get_num_threads(),
+    )
 
 
 @cuda
@@ -346,10 +455,25 @@ def test_measure_vs_backbone_gpu(benchmark, record_ratio):
 
     torch.manual_seed(0)
     images = _photo_crops(PIPE_GPU_N, 256)
-    r = _pipeline_vs_forward(benchmark, models.create("resnet50"), images, PIPE_GPU_K, torch.device("cuda"), torch.bfloat16,
-                             True, 224, batch_size=64, forward_batch=256)
-    _report(benchmark, record_ratio, f"cuda ResNet-50 bf16 224px N={PIPE_GPU_N} k={PIPE_GPU_K}", r,
-            device=torch.cuda.get_device_name())
+    r = _pipeline_vs_forward(
+        benchmark,
+        models.create("resnet50"),
+        images,
+        PIPE_GPU_K,
+        torch.device("cuda"),
+        torch.bfloat16,
+        True,
+        224,
+        batch_size=64,
+        forward_batch=256,
+    )
+    _report(
+        benchmark,
+        record_ratio,
+        f"cuda ResNet-50 bf16 224px N={PIPE_GPU_N} k={PIPE_GPU_K}",
+        r,
+        device=torch.cuda.get_device_name(),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- layers
@@ -380,5 +504,8 @@ def test_measure_four_layers_vs_final_layer(benchmark, record_ratio):
     result = benchmark.pedantic(four, rounds=2, iterations=1, warmup_rounds=0)
     final_s = min(final_s, best_time(final, 1))
     assert list(result.layers) == ["layer1", "layer2", "layer3", "layer4"]
-    record_ratio(f"measure: final layer alone / four layers together (ResNet-18 64px N={LAYERS_N} k={LAYERS_K})",
-                 final_s, ">= 0.77 (four layers <= 1.3x the final layer)")
+    record_ratio(
+        f"measure: final layer alone / four layers together (ResNet-18 64px N={LAYERS_N} k={LAYERS_K})",
+        final_s,
+        ">= 0.77 (four layers <= 1.3x the final layer)",
+    )

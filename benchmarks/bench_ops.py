@@ -11,15 +11,17 @@ the ratio printed is reference min / kernel min (> 1: the kernel is faster). CPU
 many other jobs share the cores. A table entry becomes an ``auto`` default only where this ratio is > 1
 on that device. Sizes are the regimes invfast runs the ops in (see each factory).
 """
+
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import torch
-
 from conftest import SMALL
+
 from invfast import backend
 from invfast.ops import augment, hyper, invariance, synth, transforms_u8  # noqa: F401  (registers the references)
 
@@ -31,8 +33,11 @@ def _pair_scores(dev: str) -> tuple:
     n, p, d = (50, 16, 128) if SMALL else (200, 64, 512)
     g = torch.Generator().manual_seed(0)
     z_ref = torch.randn(n, d, generator=g)
-    return z_ref.to(dev), (z_ref[:, None] + 0.5 * torch.randn(n, p, d, generator=g)).to(dev), \
-        torch.randn(d, generator=g).to(dev)
+    return (
+        z_ref.to(dev),
+        (z_ref[:, None] + 0.5 * torch.randn(n, p, d, generator=g)).to(dev),
+        torch.randn(d, generator=g).to(dev),
+    )
 
 
 def _sqdist_logsumexp(dev: str) -> tuple:
@@ -89,8 +94,14 @@ def _synth_batch(dev: str) -> tuple[torch.Tensor, torch.Generator]:
 def _synth_color(dev: str) -> tuple:
     pm, g = _synth_batch(dev)
     b = pm.shape[0]
-    return (pm, (torch.rand(b, generator=g) - 0.5).to(dev), (torch.rand(b, generator=g) * 2).to(dev),
-            (torch.rand(b, generator=g) * 2).to(dev), torch.randint(0, 64, (b,), generator=g).to(dev), 3)
+    return (
+        pm,
+        (torch.rand(b, generator=g) - 0.5).to(dev),
+        (torch.rand(b, generator=g) * 2).to(dev),
+        (torch.rand(b, generator=g) * 2).to(dev),
+        torch.randint(0, 64, (b,), generator=g).to(dev),
+        3,
+    )
 
 
 def _synth_blur(dev: str) -> tuple:
@@ -131,10 +142,15 @@ def _warp_affine(dev: str) -> tuple:
 def _warp_coords(dev: str) -> tuple:
     """The elastic deform's sampler: identity plus a smooth random displacement, P=8 fields."""
     b, size, p = (4, 48, 4) if SMALL else (16, 96, 8)
-    yy, xx = torch.meshgrid(torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32),
-                            indexing="ij")
-    disp = torch.nn.functional.interpolate(torch.randn(p, 2, 6, 6, generator=torch.Generator().manual_seed(0)) * 3,
-                                           size=(size, size), mode="bilinear", align_corners=False)
+    yy, xx = torch.meshgrid(
+        torch.arange(size, dtype=torch.float32), torch.arange(size, dtype=torch.float32), indexing="ij"
+    )
+    disp = torch.nn.functional.interpolate(
+        torch.randn(p, 2, 6, 6, generator=torch.Generator().manual_seed(0)) * 3,
+        size=(size, size),
+        mode="bilinear",
+        align_corners=False,
+    )
     coords = torch.stack([xx, yy], -1).unsqueeze(0) + disp.permute(0, 2, 3, 1)
     return _photos(dev, b, size), coords.to(dev), torch.zeros(3, dtype=torch.float64)
 
@@ -154,10 +170,24 @@ def _augment_views(dev: str) -> tuple:
 
     factors = torch.stack([torch.rand(b, generator=g) * 0.8 + 0.6] * 3 + [torch.rand(b, generator=g) * 0.2 - 0.1], 1)
     order = torch.argsort(torch.rand(b, 4, generator=g), 1)
-    return (_photos(dev, b, size), m.to(dev), out, out, mask(0.8), factors.to(dev), order.to(dev), mask(0.2),
-            mask(0.5), (torch.rand(b, generator=g, dtype=torch.float64) * 1.9 + 0.1).to(dev), mask(0.1), 0.5,
-            torch.tensor([0.485, 0.456, 0.406], device=dev), torch.tensor([0.229, 0.224, 0.225], device=dev),
-            torch.float32, False)
+    return (
+        _photos(dev, b, size),
+        m.to(dev),
+        out,
+        out,
+        mask(0.8),
+        factors.to(dev),
+        order.to(dev),
+        mask(0.2),
+        mask(0.5),
+        (torch.rand(b, generator=g, dtype=torch.float64) * 1.9 + 0.1).to(dev),
+        mask(0.1),
+        0.5,
+        torch.tensor([0.485, 0.456, 0.406], device=dev),
+        torch.tensor([0.229, 0.224, 0.225], device=dev),
+        torch.float32,
+        False,
+    )
 
 
 def _test_transform_batch(dev: str) -> tuple[torch.Tensor, int]:
@@ -211,12 +241,25 @@ def _warp_affine_u8(dev: str) -> tuple:
 
 
 FACTORIES: dict[str, Callable[[str], tuple]] = {
-    "pair_scores": _pair_scores, "sqdist_logsumexp": _sqdist_logsumexp, "pairwise_logsumexp": _pairwise_logsumexp,
-    "knn_sqdist": _knn_sqdist, "hyper_generate": _hyper_generate,
-    "hyper_generate_backward": _hyper_generate_backward, "synth_color": _synth_color, "synth_blur": _synth_blur,
-    "synth_warp": _synth_warp, "synth_composite": _synth_composite, "warp_affine": _warp_affine,
-    "warp_coords": _warp_coords, "augment_views": _augment_views, "lut_u8": _lut_u8, "histogram_u8": _histogram_u8,
-    "blend_u8": _blend_u8, "hue_u8": _hue_u8, "blur_u8": _blur_u8, "warp_affine_u8": _warp_affine_u8,
+    "pair_scores": _pair_scores,
+    "sqdist_logsumexp": _sqdist_logsumexp,
+    "pairwise_logsumexp": _pairwise_logsumexp,
+    "knn_sqdist": _knn_sqdist,
+    "hyper_generate": _hyper_generate,
+    "hyper_generate_backward": _hyper_generate_backward,
+    "synth_color": _synth_color,
+    "synth_blur": _synth_blur,
+    "synth_warp": _synth_warp,
+    "synth_composite": _synth_composite,
+    "warp_affine": _warp_affine,
+    "warp_coords": _warp_coords,
+    "augment_views": _augment_views,
+    "lut_u8": _lut_u8,
+    "histogram_u8": _histogram_u8,
+    "blend_u8": _blend_u8,
+    "hue_u8": _hue_u8,
+    "blur_u8": _blur_u8,
+    "warp_affine_u8": _warp_affine_u8,
 }
 
 
@@ -259,12 +302,18 @@ def test_op_vs_reference(benchmark, record_ratio, op, dev):
         with torch.no_grad():
             kernel(*args), ref(*args)  # warm-up (allocations, lazy init)
             _sync(dev)
-            benchmark.pedantic(lambda: (kernel(*args), _sync(dev)), setup=reference_round, rounds=ROUNDS,
-                               iterations=1, warmup_rounds=0)
+            benchmark.pedantic(
+                lambda: (kernel(*args), _sync(dev)), setup=reference_round, rounds=ROUNDS, iterations=1, warmup_rounds=0
+            )
     finally:
         torch.set_num_threads(old)
     ref_min = min(ref_times)
-    ratio = record_ratio(f"{op} on {dev}: torch reference / compiled kernel (min / min, interleaved)", ref_min,
-                         "> 1x for an auto default")
-    print(f"\n{op} [{dev}]: kernel {benchmark.stats.stats.min * 1e3:.2f} ms, reference {ref_min * 1e3:.2f} ms, "
-          f"{ratio:.2f}x")
+    ratio = record_ratio(
+        f"{op} on {dev}: torch reference / compiled kernel (min / min, interleaved)",
+        ref_min,
+        "> 1x for an auto default",
+    )
+    print(
+        f"\n{op} [{dev}]: kernel {benchmark.stats.stats.min * 1e3:.2f} ms, reference {ref_min * 1e3:.2f} ms, "
+        f"{ratio:.2f}x"
+    )

@@ -17,6 +17,7 @@ Small: INVFAST_BENCH_SMALL=1 (batch 16). INVFAST_BENCH_POLICY_B sets the batch, 
 threads (1 by default: kornia and invfast on one core each).
 kornia: ``pip install --no-deps kornia kornia_rs`` (no-deps keeps the installed torch).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -29,10 +30,10 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import SMALL
 
 import invfast.backend as backend
 import invfast.transforms as T
-from conftest import SMALL
 
 # This machine's glibc returns every large freed block to the OS, so each fresh torch temporary
 # page-faults anew. Keep freed memory for reuse, as a tuned deployment (jemalloc/tcmalloc or
@@ -58,8 +59,13 @@ def _machine() -> dict:
     with contextlib.suppress(OSError):
         with open("/proc/cpuinfo") as f:
             model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), model)
-    return {"cpu": model, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "loadavg_1min": os.getloadavg()[0], "torch": torch.__version__}
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "loadavg_1min": os.getloadavg()[0],
+        "torch": torch.__version__,
+    }
 
 
 def _photos(n: int, size: int) -> torch.Tensor:
@@ -127,8 +133,14 @@ def test_default_policy_vs_kornia(benchmark, record_ratio, size):
 
     baselines["invfast torch ops"] = torch_path
     best = _interleaved(benchmark, lambda: pol(images, generator=gen), baselines)
-    info = {"images": POLICY_B, "size": size, "source_px": src, "views": 2, **_machine(),
-            "fused_kernel": backend.uses_kernel("augment_views", "cpu")}
+    info = {
+        "images": POLICY_B,
+        "size": size,
+        "source_px": src,
+        "views": 2,
+        **_machine(),
+        "fused_kernel": backend.uses_kernel("augment_views", "cpu"),
+    }
     benchmark.extra_info.update(info)
     ours = benchmark.stats.stats.min
     msg = f"\nDefault policy, 2 views, B={POLICY_B}, {size}px: invfast {ours * 1e3:.1f} ms"
@@ -165,8 +177,10 @@ def test_default_policy_vs_dali_cpu(benchmark, record_ratio, size):
     dali_s = (time.perf_counter() - t0) / (2 * ROUNDS)
     benchmark.extra_info.update({"images": POLICY_B, "size": size, "dali_cpu_s": dali_s, **_machine()})
     r = record_ratio(f"Default policy {size}px, 2 views vs DALI CPU (throughput, not interleaved)", dali_s, "")
-    print(f"\nDefault policy {size}px: invfast {benchmark.stats.stats.min * 1e3:.1f} ms, DALI CPU {dali_s * 1e3:.1f} "
-          f"ms per call ({r:.2f}x) [load {os.getloadavg()[0]:.1f}]")
+    print(
+        f"\nDefault policy {size}px: invfast {benchmark.stats.stats.min * 1e3:.1f} ms, DALI CPU {dali_s * 1e3:.1f} "
+        f"ms per call ({r:.2f}x) [load {os.getloadavg()[0]:.1f}]"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -190,8 +204,10 @@ def test_fused_policy_vs_torch_path_cpu(benchmark, record_ratio, name):
     best = _interleaved(benchmark, lambda: fused(images, generator=gen), {"torch": torch_path})
     benchmark.extra_info.update({"images": POLICY_B, **_machine()})
     r = record_ratio(f"{name} policy 224px, 2 views: fused op vs torch-ops path", best["torch"], "> 1x")
-    print(f"\n{name} policy, 2 views, B={POLICY_B}, 224px, CPU: fused {benchmark.stats.stats.min * 1e3:.1f} ms, "
-          f"torch path {best['torch'] * 1e3:.1f} ms -> {r:.2f}x")
+    print(
+        f"\n{name} policy, 2 views, B={POLICY_B}, 224px, CPU: fused {benchmark.stats.stats.min * 1e3:.1f} ms, "
+        f"torch path {best['torch'] * 1e3:.1f} ms -> {r:.2f}x"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -239,15 +255,22 @@ def test_cuda_default_policy_two_views(benchmark):
     torch_pol = T.policy("default", size=224)
     gen = torch.Generator().manual_seed(0)
     with _cuda_kernels(True):
-        benchmark.pedantic(lambda: (fused(images, generator=gen), torch.cuda.synchronize()), rounds=5,
-                           iterations=1, warmup_rounds=1)
+        benchmark.pedantic(
+            lambda: (fused(images, generator=gen), torch.cuda.synchronize()), rounds=5, iterations=1, warmup_rounds=1
+        )
     ours = benchmark.stats.stats.min
     with _cuda_kernels(False):
         torch_s = _cuda_time(lambda: torch_pol(images, generator=gen))
-    info = {"images": GPU_B, "fused_images_per_s": GPU_B / ours, "torch_path_images_per_s": GPU_B / torch_s,
-            "speedup_vs_torch_path": torch_s / ours}
-    msg = (f"\nCUDA Default policy, 2 views, B={GPU_B}, 224px: fused {GPU_B / ours:.0f} img/s, torch path "
-           f"{GPU_B / torch_s:.0f} img/s ({torch_s / ours:.1f}x)")
+    info = {
+        "images": GPU_B,
+        "fused_images_per_s": GPU_B / ours,
+        "torch_path_images_per_s": GPU_B / torch_s,
+        "speedup_vs_torch_path": torch_s / ours,
+    }
+    msg = (
+        f"\nCUDA Default policy, 2 views, B={GPU_B}, 224px: fused {GPU_B / ours:.0f} img/s, torch path "
+        f"{GPU_B / torch_s:.0f} img/s ({torch_s / ours:.1f}x)"
+    )
     if HAS_KORNIA:
         aug = _kornia_default(224).to(dev)
         xf = images.float() / 255

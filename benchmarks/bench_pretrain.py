@@ -14,6 +14,7 @@ and (skipped without CUDA) the augmentation share of a ResNet-50 MoCo-v2 step at
 INVFAST_BENCH_GPU_BATCH (default 256), fused CUDA kernels (opted in) vs the torch path; goal <= 10 %.
 Run: python -m pytest benchmarks/bench_pretrain.py --benchmark-only -o addopts=""
 """
+
 import os
 import time
 
@@ -37,7 +38,7 @@ class PerSample:
         self.policy = policy
 
     def __call__(self, images, generator=None):
-        views = [self.policy(images[i:i + 1], generator=generator) for i in range(images.shape[0])]
+        views = [self.policy(images[i : i + 1], generator=generator) for i in range(images.shape[0])]
         return torch.cat([v[0] for v in views]), torch.cat([v[1] for v in views])
 
 
@@ -76,11 +77,20 @@ def test_pretrain_throughput(benchmark):
     aug_o, step_o = (sum(t[i] for t in t_ours) / len(t_ours) for i in (0, 1))
     aug_b, step_b = (sum(t[i] for t in t_base) / len(t_base) for i in (0, 1))
     model_s = (step_o - aug_o + step_b - aug_b) / 2  # the model part is the same code in both
-    info = {"batch": BATCH, "size": SIZE, "threads": torch.get_num_threads(),
-            "images_per_s": BATCH / step_o, "augment_share": aug_o / step_o, "augment_s": aug_o, "step_s": step_o,
-            "baseline_images_per_s": BATCH / step_b, "baseline_augment_share": aug_b / step_b,
-            "baseline_augment_s": aug_b, "augment_speedup": aug_b / aug_o,
-            "step_speedup_same_model_time": (model_s + aug_b) / (model_s + aug_o)}
+    info = {
+        "batch": BATCH,
+        "size": SIZE,
+        "threads": torch.get_num_threads(),
+        "images_per_s": BATCH / step_o,
+        "augment_share": aug_o / step_o,
+        "augment_s": aug_o,
+        "step_s": step_o,
+        "baseline_images_per_s": BATCH / step_b,
+        "baseline_augment_share": aug_b / step_b,
+        "baseline_augment_s": aug_b,
+        "augment_speedup": aug_b / aug_o,
+        "step_speedup_same_model_time": (model_s + aug_b) / (model_s + aug_o),
+    }
     benchmark.extra_info.update(info)
     print("\n" + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))
 
@@ -105,9 +115,15 @@ def test_pretrain_fused_views_cpu(benchmark):
     benchmark.pedantic(interleaved, rounds=ROUNDS, iterations=1)
     aug_f, step_f = (sum(t[i] for t in t_f) / len(t_f) for i in (0, 1))
     aug_b, step_b = (sum(t[i] for t in t_b) / len(t_b) for i in (0, 1))
-    info = {"batch": BATCH, "size": SIZE, "fused_augment_s": aug_f, "torch_augment_s": aug_b,
-            "augment_speedup": aug_b / aug_f, "fused_augment_share": aug_f / step_f,
-            "torch_augment_share": aug_b / step_b}
+    info = {
+        "batch": BATCH,
+        "size": SIZE,
+        "fused_augment_s": aug_f,
+        "torch_augment_s": aug_b,
+        "augment_speedup": aug_b / aug_f,
+        "fused_augment_share": aug_f / step_f,
+        "torch_augment_share": aug_b / step_b,
+    }
     benchmark.extra_info.update(info)
     print("\n" + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))
 
@@ -135,8 +151,9 @@ def test_pretrain_augment_share_cuda(benchmark):
         torch.cuda.synchronize()
         t1 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = method.training_loss(v1.contiguous(memory_format=torch.channels_last),
-                                        v2.contiguous(memory_format=torch.channels_last))
+            loss = method.training_loss(
+                v1.contiguous(memory_format=torch.channels_last), v2.contiguous(memory_format=torch.channels_last)
+            )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -147,8 +164,9 @@ def test_pretrain_augment_share_cuda(benchmark):
     try:
         timed(True), timed(False)  # warm-up
         res = {True: [], False: []}
-        benchmark.pedantic(lambda: (res[True].append(timed(True)), res[False].append(timed(False))),
-                           rounds=ROUNDS, iterations=1)
+        benchmark.pedantic(
+            lambda: (res[True].append(timed(True)), res[False].append(timed(False))), rounds=ROUNDS, iterations=1
+        )
     finally:
         if old is None:
             os.environ.pop(CUDA_KERNELS_ENV, None)

@@ -7,6 +7,7 @@ PIL implementation of the same recipe (what the published generator does).
 Recipe: 30 built-in objects, 32 px, three concatenated types rotate U(0, 360), hue U(-0.5, 0.5),
 blur (kernel 7, sigma U(0.1, 1.5)), random backgrounds from the built-in bank.
 """
+
 from __future__ import annotations
 
 import os
@@ -36,8 +37,9 @@ class PILGenerator:
         a = canv[:, 3:4]
         rgb = torch.where(a > 0, canv[:, :3] / a.clamp_min(1e-12), torch.zeros_like(canv[:, :3]))
         straight = torch.cat([rgb, a], 1).clamp(0, 1)
-        self.objects = [Image.fromarray((o.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8), "RGBA")
-                        for o in straight]
+        self.objects = [
+            Image.fromarray((o.permute(1, 2, 0).numpy() * 255).round().astype(np.uint8), "RGBA") for o in straight
+        ]
         bgs = builtin_backgrounds(867, size)
         self.backgrounds = [Image.fromarray(b.permute(1, 2, 0).numpy(), "RGB").convert("RGBA") for b in bgs]
         self.rng = np.random.default_rng(seed)
@@ -84,10 +86,17 @@ def test_invfast_generate(benchmark, pil_rate):
     ds.generate(range(512))
     benchmark.pedantic(ds.generate, args=(range(N),), rounds=3, iterations=1, warmup_rounds=0)
     rate = N / benchmark.stats.stats.mean
-    benchmark.extra_info.update(samples=N, samples_per_s=rate, pil_samples_per_s=pil_rate,
-                                speedup_vs_pil=rate / pil_rate, threads=torch.get_num_threads())
-    print(f"\ninvfast: {rate:,.0f} samples/s on {torch.get_num_threads()} threads; PIL per-sample: "
-          f"{pil_rate:,.0f} samples/s; speed-up {rate / pil_rate:.1f}x")
+    benchmark.extra_info.update(
+        samples=N,
+        samples_per_s=rate,
+        pil_samples_per_s=pil_rate,
+        speedup_vs_pil=rate / pil_rate,
+        threads=torch.get_num_threads(),
+    )
+    print(
+        f"\ninvfast: {rate:,.0f} samples/s on {torch.get_num_threads()} threads; PIL per-sample: "
+        f"{pil_rate:,.0f} samples/s; speed-up {rate / pil_rate:.1f}x"
+    )
 
 
 def test_invfast_generate_reference_backend(benchmark):
@@ -115,7 +124,10 @@ def test_composite_compiled_vs_torch(benchmark):
     torch_s = (time.perf_counter() - t0) / 3
     benchmark.pedantic(composite, args=(obj, bgs, idx), rounds=5, iterations=1, warmup_rounds=1)
     ratio = torch_s / benchmark.stats.stats.mean
-    benchmark.extra_info.update(torch_reference_s=torch_s, speedup_vs_torch=ratio, compiled="synth_composite" in
-                                backend.compiled_ops())
-    print(f"\ncomposite {B} x {SIZE}px: compiled {benchmark.stats.stats.mean * 1e3:.2f} ms, torch "
-          f"{torch_s * 1e3:.2f} ms, {ratio:.1f}x")
+    benchmark.extra_info.update(
+        torch_reference_s=torch_s, speedup_vs_torch=ratio, compiled="synth_composite" in backend.compiled_ops()
+    )
+    print(
+        f"\ncomposite {B} x {SIZE}px: compiled {benchmark.stats.stats.mean * 1e3:.2f} ms, torch "
+        f"{torch_s * 1e3:.2f} ms, {ratio:.1f}x"
+    )

@@ -16,6 +16,7 @@ comparison).
 Goal (issue 29): every transform >= 2x Pillow; blur >= 1x (Pillow approximates the Gaussian with box passes,
 invfast's is the exact Gaussian of the stated sigma, radius int(3 sigma + 0.5)).
 """
+
 from __future__ import annotations
 
 import os
@@ -76,16 +77,29 @@ def test_test_transform_vs_pillow(benchmark, record_ratio, name):
         t.apply(images, grid), torch_path()  # warm-up (allocations, lazy init)
         # a job of a few ms is at the mercy of the other processes on the cores: more rounds, same min / min
         rounds = ROUNDS * 5 if _seconds(pillow) < FAST_S else ROUNDS
-        benchmark.pedantic(lambda: t.apply(images, grid), setup=other_sides, rounds=rounds, iterations=1,
-                           warmup_rounds=0)
+        benchmark.pedantic(
+            lambda: t.apply(images, grid), setup=other_sides, rounds=rounds, iterations=1, warmup_rounds=0
+        )
     finally:
         torch.set_num_threads(old)
     ours = benchmark.stats.stats.min
     goal = ">= 1x (exact Gaussian)" if name == "blur" else ">= 2x"
-    r_pil = record_ratio(f"{name:11s} Pillow per-image loop / invfast (B={B}, P={grid.shape[0]}, {SIZE} px)",
-                         min(pil_times), goal)
+    r_pil = record_ratio(
+        f"{name:11s} Pillow per-image loop / invfast (B={B}, P={grid.shape[0]}, {SIZE} px)", min(pil_times), goal
+    )
     r_ref = record_ratio(f"{name:11s} invfast torch path / invfast auto", min(ref_times), "")
-    benchmark.extra_info.update({"images": B, "grid_points": int(grid.shape[0]), "size": SIZE, "threads": THREADS,
-                                 "pillow_s": min(pil_times), "torch_path_s": min(ref_times), "invfast_s": ours})
-    print(f"\n{name:12s} invfast {ours * 1e3:8.2f} ms  torch path {min(ref_times) * 1e3:8.2f} ms  Pillow "
-          f"{min(pil_times) * 1e3:8.2f} ms  -> {r_pil:.2f}x Pillow, {r_ref:.2f}x torch path")
+    benchmark.extra_info.update(
+        {
+            "images": B,
+            "grid_points": int(grid.shape[0]),
+            "size": SIZE,
+            "threads": THREADS,
+            "pillow_s": min(pil_times),
+            "torch_path_s": min(ref_times),
+            "invfast_s": ours,
+        }
+    )
+    print(
+        f"\n{name:12s} invfast {ours * 1e3:8.2f} ms  torch path {min(ref_times) * 1e3:8.2f} ms  Pillow "
+        f"{min(pil_times) * 1e3:8.2f} ms  -> {r_pil:.2f}x Pillow, {r_ref:.2f}x torch path"
+    )

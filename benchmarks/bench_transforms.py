@@ -16,6 +16,7 @@ Run:   python -m pytest benchmarks/bench_transforms.py --benchmark-only -o addop
 Small: INVFAST_BENCH_SMALL=1 (8 images, 16 grid points); or set INVFAST_BENCH_B / _P / _SIZE / _PIL_PAIRS /
        INVFAST_BENCH_NAMES (comma-separated transforms).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -81,8 +82,9 @@ def _pil_op(name: str):
         c = np.array([w / 2.0, h / 2.0])
         b = c - np.asarray(shift)
         off = b - A @ c
-        return im.transform((w, h), Image.AFFINE, (A[0, 0], A[0, 1], off[0], A[1, 0], A[1, 1], off[1]),
-                            resample=Image.BILINEAR)
+        return im.transform(
+            (w, h), Image.AFFINE, (A[0, 0], A[0, 1], off[0], A[1, 0], A[1, 1], off[1]), resample=Image.BILINEAR
+        )
 
     def shear(im, p):
         tx, ty = np.tan(np.radians(p[0])), np.tan(np.radians(p[1]))
@@ -156,19 +158,27 @@ def test_grid_vs_pil(benchmark, name):
 
     def run():
         for s in range(0, grid.shape[0], chunk):
-            t.apply(images, grid[s:s + chunk])
+            t.apply(images, grid[s : s + chunk])
 
     benchmark.pedantic(run, rounds=1, iterations=1, warmup_rounds=0)
     pairs = B * grid.shape[0]
     ours = benchmark.stats.stats.mean / pairs
     pil = _pil_time_per_pair(name, images, grid, min(PIL_PAIRS, pairs))
-    benchmark.extra_info.update({
-        "images": B, "grid_points": int(grid.shape[0]), "size": SIZE,
-        "invfast_ms_per_image_param": ours * 1e3, "pil_ms_per_image_param": pil * 1e3,
-        "pil_full_grid_s_estimate": pil * pairs, "speedup_vs_pil": pil / ours,
-    })
-    print(f"\n{name:12s} B={B} P={grid.shape[0]} {SIZE}px: invfast {ours * 1e3:.3f} ms, PIL {pil * 1e3:.3f} ms "
-          f"per image-param -> {pil / ours:.1f}x")
+    benchmark.extra_info.update(
+        {
+            "images": B,
+            "grid_points": int(grid.shape[0]),
+            "size": SIZE,
+            "invfast_ms_per_image_param": ours * 1e3,
+            "pil_ms_per_image_param": pil * 1e3,
+            "pil_full_grid_s_estimate": pil * pairs,
+            "speedup_vs_pil": pil / ours,
+        }
+    )
+    print(
+        f"\n{name:12s} B={B} P={grid.shape[0]} {SIZE}px: invfast {ours * 1e3:.3f} ms, PIL {pil * 1e3:.3f} ms "
+        f"per image-param -> {pil / ours:.1f}x"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -243,8 +253,10 @@ def test_compiled_warp_vs_torch_path(benchmark, name):
     with backend.using("reference"):
         ref = _time(lambda: t.apply(images, grid))
     benchmark.extra_info.update({"compiled_s": ours, "torch_path_s": ref, "speedup_vs_torch_path": ref / ours})
-    print(f"\n{name} warp B={B} P={grid.shape[0]} {SIZE}px: compiled {ours * 1e3:.1f} ms, torch path "
-          f"{ref * 1e3:.1f} ms -> {ref / ours:.1f}x")
+    print(
+        f"\n{name} warp B={B} P={grid.shape[0]} {SIZE}px: compiled {ours * 1e3:.1f} ms, torch path "
+        f"{ref * 1e3:.1f} ms -> {ref / ours:.1f}x"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -265,8 +277,10 @@ def test_fused_policy_vs_torch_path_cpu(benchmark, name):
     ours = benchmark.stats.stats.min
     ref = _time(lambda: torch_pol(images, generator=gen), 3)
     benchmark.extra_info.update({"fused_s": ours, "torch_path_s": ref, "speedup_vs_torch_path": ref / ours})
-    print(f"\n{name} policy, 2 views, B={POLICY_B}, 224px, CPU: fused {ours * 1e3:.1f} ms, torch path "
-          f"{ref * 1e3:.1f} ms -> {ref / ours:.1f}x")
+    print(
+        f"\n{name} policy, 2 views, B={POLICY_B}, 224px, CPU: fused {ours * 1e3:.1f} ms, torch path "
+        f"{ref * 1e3:.1f} ms -> {ref / ours:.1f}x"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -320,15 +334,22 @@ def test_cuda_default_policy_two_views(benchmark):
     torch_pol = T.policy("default", size=224)
     gen = torch.Generator().manual_seed(0)
     with _cuda_kernels(True):
-        benchmark.pedantic(lambda: (fused(images, generator=gen), torch.cuda.synchronize()), rounds=5,
-                           iterations=1, warmup_rounds=1)
+        benchmark.pedantic(
+            lambda: (fused(images, generator=gen), torch.cuda.synchronize()), rounds=5, iterations=1, warmup_rounds=1
+        )
     ours = benchmark.stats.stats.min
     with _cuda_kernels(False):
         torch_s = _cuda_time(lambda: torch_pol(images, generator=gen))
-    info = {"images": GPU_B, "fused_images_per_s": GPU_B / ours, "torch_path_images_per_s": GPU_B / torch_s,
-            "speedup_vs_torch_path": torch_s / ours}
-    msg = (f"\nCUDA Default policy, 2 views, B={GPU_B}, 224px: fused {GPU_B / ours:.0f} img/s, torch path "
-           f"{GPU_B / torch_s:.0f} img/s ({torch_s / ours:.1f}x)")
+    info = {
+        "images": GPU_B,
+        "fused_images_per_s": GPU_B / ours,
+        "torch_path_images_per_s": GPU_B / torch_s,
+        "speedup_vs_torch_path": torch_s / ours,
+    }
+    msg = (
+        f"\nCUDA Default policy, 2 views, B={GPU_B}, 224px: fused {GPU_B / ours:.0f} img/s, torch path "
+        f"{GPU_B / torch_s:.0f} img/s ({torch_s / ours:.1f}x)"
+    )
     if importlib.util.find_spec("kornia") is not None:
         aug = _kornia_default(224).to(dev)
         xf = images.float() / 255
@@ -349,13 +370,17 @@ def test_cuda_test_transforms(benchmark, name):
     grid = _grid(name, min(P, GPU_P)).to(dev)
     t = T.get(name)
     with _cuda_kernels(True):
-        benchmark.pedantic(lambda: (t.apply(images, grid), torch.cuda.synchronize()), rounds=3, iterations=1,
-                           warmup_rounds=1)
+        benchmark.pedantic(
+            lambda: (t.apply(images, grid), torch.cuda.synchronize()), rounds=3, iterations=1, warmup_rounds=1
+        )
     ours = benchmark.stats.stats.min
     with _cuda_kernels(False):
         ref = _cuda_time(lambda: t.apply(images, grid), 3)
     pairs = images.shape[0] * grid.shape[0]
-    benchmark.extra_info.update({"kernel_pairs_per_s": pairs / ours, "torch_path_pairs_per_s": pairs / ref,
-                                 "speedup_vs_torch_path": ref / ours})
-    print(f"\nCUDA {name}: B={images.shape[0]} P={grid.shape[0]} {SIZE}px: kernels {pairs / ours:.0f} pairs/s, "
-          f"torch path {pairs / ref:.0f} pairs/s ({ref / ours:.2f}x)")
+    benchmark.extra_info.update(
+        {"kernel_pairs_per_s": pairs / ours, "torch_path_pairs_per_s": pairs / ref, "speedup_vs_torch_path": ref / ours}
+    )
+    print(
+        f"\nCUDA {name}: B={images.shape[0]} P={grid.shape[0]} {SIZE}px: kernels {pairs / ours:.0f} pairs/s, "
+        f"torch path {pairs / ref:.0f} pairs/s ({ref / ours:.2f}x)"
+    )

@@ -3,6 +3,7 @@
 Run: python -m pytest benchmarks --benchmark-only -o addopts=""
 Set INVFAST_BENCH_SMALL=1 for reduced sizes (a quick smoke run, not the published numbers).
 """
+
 import os
 
 import pytest

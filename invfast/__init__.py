@@ -4,12 +4,13 @@ The foundation (statistics, metrics, significance) is imported eagerly and is li
 larger subpackages (transforms, synthetic, models, pretrain, probes, measure) load on
 first attribute access.
 """
+
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from invfast import _loader
 
@@ -33,14 +34,30 @@ from invfast.stats import FeatureStats  # noqa: E402
 
 _SUBPACKAGES = ("transforms", "synthetic", "models", "pretrain", "probes", "report", "measure", "comparison")
 #: public functions loaded on first use; ``invfast.compare`` is a function (its subpackage is ``invfast.comparison``)
-_LAZY = {"measure_invariance": ("invfast.measure", "measure_invariance"),
-         "measure_real_world": ("invfast.measure", "measure_real_world"),
-         "compare": ("invfast.comparison", "compare")}
+_LAZY = {
+    "measure_invariance": ("invfast.measure", "measure_invariance"),
+    "measure_real_world": ("invfast.measure", "measure_real_world"),
+    "compare": ("invfast.comparison", "compare"),
+}
 
 __all__ = [
-    "FeatureStats", "HoeffdingResult", "acr", "aggregate_scores", "alignment", "backend", "backend_info",
-    "class_distance_ratio", "hoeffding_test", "invariance_scores", "mahalanobis", "most_invariant",
-    "sensitivity_ratio", "standardized_cosine", "uniformity", *_SUBPACKAGES, *_LAZY,
+    "FeatureStats",
+    "HoeffdingResult",
+    "acr",
+    "aggregate_scores",
+    "alignment",
+    "backend",
+    "backend_info",
+    "class_distance_ratio",
+    "hoeffding_test",
+    "invariance_scores",
+    "mahalanobis",
+    "most_invariant",
+    "sensitivity_ratio",
+    "standardized_cosine",
+    "uniformity",
+    *_SUBPACKAGES,
+    *_LAZY,
 ]
 
 

@@ -1,4 +1,5 @@
 """Loads the compiled core ``invfast._C`` once; says how to build it when it is missing."""
+
 from __future__ import annotations
 
 import warnings
@@ -37,3 +38,17 @@ def load() -> ModuleType | None:
 def load_error() -> str | None:
     load()
     return _error
+
+
+def has_op(name: str) -> bool:
+    """Whether the loaded compiled core defines the op ``torch.ops.invfast.<name>`` (a core built before an
+    op existed lacks it)."""
+    if load() is None:
+        return False
+    import torch
+
+    try:
+        getattr(torch.ops.invfast, name)
+    except (AttributeError, RuntimeError):
+        return False
+    return True

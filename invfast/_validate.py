@@ -1,4 +1,5 @@
 """Input checks shared by the public functions: clear errors that name the argument."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -16,15 +17,18 @@ def as_features(x: Any, name: str, ndim: int | None = 2, finite: bool = True) ->
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
     if x.dtype not in _FLOATS:
-        raise TypeError(f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}; "
-                        f"convert with {name}.float()")
+        raise TypeError(
+            f"{name} must have a floating dtype (float16/bfloat16/float32/float64), got {x.dtype}; "
+            f"convert with {name}.float()"
+        )
     if ndim is not None and x.dim() != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions, got shape {tuple(x.shape)}")
     if ndim is None and x.dim() < 1:
         raise ValueError(f"{name} must have at least 1 dimension, got a scalar")
     if finite:
-        check_finite(x, f"{name} contains NaN/Inf values; remove or impute them first (nothing is dropped silently)",
-                     count=True)
+        check_finite(
+            x, f"{name} contains NaN/Inf values; remove or impute them first (nothing is dropped silently)", count=True
+        )
     return x
 
 

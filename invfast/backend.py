@@ -15,13 +15,15 @@ The mode comes from ``INVFAST_BACKEND`` at import and :func:`use`, a call or a c
 >>> with B.use("reference"):
 ...     pass  # everything in here runs the torch references
 """
+
 from __future__ import annotations
 
 import importlib.util
 import os
 import warnings
+from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -64,11 +66,12 @@ class _ModeScope:
     def __init__(self, previous: str) -> None:
         self.previous = previous
 
-    def __enter__(self) -> "_ModeScope":
+    def __enter__(self) -> _ModeScope:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         global _mode
         _mode = self.previous
 
@@ -175,8 +178,7 @@ def backend_info() -> dict[str, Any]:
         "cuda": cuda_built and torch.cuda.is_available(),
         "cuda_built": cuda_built,
         "cuda_devices": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-        "dali": importlib.util.find_spec("nvidia") is not None
-        and importlib.util.find_spec("nvidia.dali") is not None,
+        "dali": importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None,
         "threads": torch.get_num_threads(),
         "openmp_threads": mod.openmp_threads() if mod is not None else 0,
         "mode": mode(),

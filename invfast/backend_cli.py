@@ -1,5 +1,6 @@
 """``invfast info``: what this installation can run, and the dispatch table (op x device: compiled kernel
 available, measured faster, what backend ``auto`` runs, and the benchmark that showed it)."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,9 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(v, list):
             v = ", ".join(v) or "-"
         print(f"{k:<{width}}  {v}")
-    print(f"\ndispatch table (mode {info['mode']!r}; auto runs the kernel where 'default' says it was measured faster, "
-          f"or {dispatch.CUDA_KERNELS_ENV} opts a CUDA entry in):")
+    print(
+        f"\ndispatch table (mode {info['mode']!r}; auto runs the kernel where 'default' says it was measured faster, "
+        f"or {dispatch.CUDA_KERNELS_ENV} opts a CUDA entry in):"
+    )
     print(dispatch.format_table(width=max(100, shutil.get_terminal_size((140, 24)).columns)))
     return 0

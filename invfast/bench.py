@@ -1,10 +1,11 @@
 """``invfast bench``: quick throughput of the compiled invariance ops against their torch
 references on this machine (seconds, not the benchmark suite; see benchmarks/ for that)."""
+
 from __future__ import annotations
 
 import argparse
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -42,8 +43,15 @@ def run_bench(n: int = 200, p: int = 64, d: int = 512, n_uniform: int = 4000, re
         with backend.using("reference"):
             t_ref = best_time(fn, repeat)
         t_auto = best_time(fn, repeat)
-        rows.append({"case": name, "auto_s": t_auto, "reference_s": t_ref, "speedup": t_ref / t_auto,
-                     "items_per_s": items / t_auto})
+        rows.append(
+            {
+                "case": name,
+                "auto_s": t_auto,
+                "reference_s": t_ref,
+                "speedup": t_ref / t_auto,
+                "items_per_s": items / t_auto,
+            }
+        )
     return rows
 
 
@@ -58,5 +66,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"compiled core: {info['cpp']}  cuda: {info['cuda']}  threads: {info['threads']}")
     print(f"{'case':<40} {'auto (s)':>10} {'reference (s)':>14} {'speedup':>8} {'items/s':>12}")
     for r in run_bench(repeat=args.repeat):
-        print(f"{r['case']:<40} {r['auto_s']:>10.4f} {r['reference_s']:>14.4f} {r['speedup']:>7.2f}x {r['items_per_s']:>12.3g}")
+        print(
+            f"{r['case']:<40} {r['auto_s']:>10.4f} {r['reference_s']:>14.4f} {r['speedup']:>7.2f}x "
+            f"{r['items_per_s']:>12.3g}"
+        )
     return 0

@@ -10,6 +10,7 @@ blow-up, or a bug); 130 interrupted. Errors about the user's input become one li
 invfast's own checks) keeps its traceback and exits 1. ``--debug`` (anywhere on the command line, or
 ``INVFAST_DEBUG=1``) shows the traceback of every error. Warnings print as one line each, once.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,9 @@ import os
 import sys
 import traceback
 import warnings
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """argparse's help layout (descriptions and epilogs as written) that never breaks a word: a spec such as
@@ -61,8 +64,13 @@ def _available() -> dict[str, tuple[str, str]]:
 
 USAGE_ERROR, RUNTIME_ERROR, INTERRUPTED = 2, 1, 130
 #: input problems: the user's value, file or folder; any of these raised by invfast's own code is exit 2
-_INPUT_ERRORS: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError, FileExistsError, IsADirectoryError,
-                                                  NotADirectoryError)
+_INPUT_ERRORS: tuple[type[BaseException], ...] = (
+    ValueError,
+    FileNotFoundError,
+    FileExistsError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
 #: failures of the run that are not bugs: one line, exit 1
 _RUN_ERRORS: tuple[type[BaseException], ...] = (OSError, MemoryError, ArithmeticError, RuntimeError)
 
@@ -110,7 +118,11 @@ def exit_code(exc: BaseException) -> int:
 
 def error_line(exc: BaseException) -> str:
     """One line naming the cause (and, for file-system errors, the fix)."""
-    if isinstance(exc, OSError) and not isinstance(exc, (FileNotFoundError, FileExistsError)) and exc.errno in _OS_FIXES:
+    if (
+        isinstance(exc, OSError)
+        and not isinstance(exc, (FileNotFoundError, FileExistsError))
+        and exc.errno in _OS_FIXES
+    ):
         where = f" {exc.filename!r}" if exc.filename else ""
         return f"cannot write{where}: {_OS_FIXES[exc.errno]}"
     if isinstance(exc, KeyError):  # str(KeyError) is just the repr of the key
@@ -130,7 +142,9 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in argv or os.environ.get("INVFAST_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
     commands = _available()
-    parser = argparse.ArgumentParser(prog="invfast", description="measure and exploit the invariances of representations")
+    parser = argparse.ArgumentParser(
+        prog="invfast", description="measure and exploit the invariances of representations"
+    )
     from invfast import __version__
 
     parser.add_argument("--version", action="version", version=f"invfast {__version__}")
@@ -163,8 +177,11 @@ def main(argv: list[str] | None = None) -> int:
         if debug or is_bug(exc):
             traceback.print_exc()
             if not debug:
-                print(f"invfast {args.command}: internal error ({type(exc).__name__}); this is a bug in invfast or "
-                      "in the code it ran: please report it with the traceback above", file=sys.stderr)
+                print(
+                    f"invfast {args.command}: internal error ({type(exc).__name__}); this is a bug in invfast or "
+                    "in the code it ran: please report it with the traceback above",
+                    file=sys.stderr,
+                )
         else:
             hint = " (--debug shows the traceback)" if exit_code(exc) == RUNTIME_ERROR else ""
             print(f"invfast {args.command}: error: {error_line(exc)}{hint}", file=sys.stderr)

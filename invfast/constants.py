@@ -1,4 +1,5 @@
 """Numbers shared across invfast, defined once."""
+
 from __future__ import annotations
 
 #: ImageNet per-channel mean and standard deviation of RGB in [0, 1] (the normalisation of torchvision's models)

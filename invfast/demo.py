@@ -9,6 +9,7 @@ are scored with the Mahalanobis distance and standardised cosine:
   exactly invariant to flips and 90° rotations by construction (distance 0, cosine 1) but
   not to the colour transforms.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,7 +49,7 @@ def photo_patches(n: int, size: int = 64, seed: int = 0) -> torch.Tensor:
         img = photos[k % len(photos)]
         y = gen.integers(0, img.shape[0] - size)
         x = gen.integers(0, img.shape[1] - size)
-        out[k] = img[y:y + size, x:x + size, :3] / 255.0
+        out[k] = img[y : y + size, x : x + size, :3] / 255.0
     return torch.from_numpy(out).permute(0, 3, 1, 2).contiguous()
 
 
@@ -117,8 +118,8 @@ def run_demo(n_ref: int = 256, n_test: int = 64, size: int = 64, seed: int = 0, 
             scores = invariance_scores(f_ref, f_t, stats)
             results[mname] = {}
             for j, tname in enumerate(EXACT_TRANSFORMS):
-                dist = aggregate_scores(scores["distance"][:, j:j + 1])
-                cos = aggregate_scores(scores["cosine"][:, j:j + 1])
+                dist = aggregate_scores(scores["distance"][:, j : j + 1])
+                cos = aggregate_scores(scores["cosine"][:, j : j + 1])
                 results[mname][tname] = {"distance": dist["mean"], "cosine": cos["mean"]}
                 cosines[tname][mname] = scores["cosine"][:, j]
     b.close()
@@ -157,12 +158,16 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--images and --reference must be at least 2, got {args.images} and {args.reference}")
     t0 = time.perf_counter()
     results = run_demo(args.reference, args.images, args.size, args.seed, progress=not args.no_progress)
-    print(f"Invariance of two fixed extractors on {args.images} photo patches ({args.size}px), "
-          f"reference statistics from {args.reference} patches.")
+    print(
+        f"Invariance of two fixed extractors on {args.images} photo patches ({args.size}px), "
+        f"reference statistics from {args.reference} patches."
+    )
     print("cosine: 1 = invariant; distance: 0 = invariant; • = significantly most invariant (Hoeffding, Bonferroni)\n")
     print(to_markdown(results))
-    print(f"\nconvnet-d4 averages the net over flips/90° rotations, so it must score cosine 1 / distance 0 on the "
-          f"spatial columns and not on the appearance ones. ({time.perf_counter() - t0:.1f} s)")
+    print(
+        f"\nconvnet-d4 averages the net over flips/90° rotations, so it must score cosine 1 / distance 0 on the "
+        f"spatial columns and not on the appearance ones. ({time.perf_counter() - t0:.1f} s)"
+    )
     if args.json:
         from invfast.io import atomic_write_text
 

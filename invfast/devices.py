@@ -1,4 +1,5 @@
 """Turning a user's ``--device`` string into a ``torch.device`` with one clear error when it cannot be used."""
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,11 @@ def resolve_device(spec: str | torch.device | None = "auto", local_rank: int | N
     if local_rank is None:
         local_rank = int(os.environ.get("LOCAL_RANK", "0") or 0)
     if spec is None or (isinstance(spec, str) and spec.strip().lower() == "auto"):
-        return torch.device("cuda", local_rank % max(1, torch.cuda.device_count())) if torch.cuda.is_available() \
+        return (
+            torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+            if torch.cuda.is_available()
             else torch.device("cpu")
+        )
     if isinstance(spec, torch.device):
         dev = spec
     else:
@@ -36,11 +40,15 @@ def resolve_device(spec: str | torch.device | None = "auto", local_rank: int | N
         return torch.device("cpu")
     if dev.type == "cuda":
         if torch.version.cuda is None:
-            raise ValueError(f"device {spec!r} needs CUDA, but this torch ({torch.__version__}) was built without it; "
-                             "use --device cpu, or install a CUDA build of torch")
+            raise ValueError(
+                f"device {spec!r} needs CUDA, but this torch ({torch.__version__}) was built without it; "
+                "use --device cpu, or install a CUDA build of torch"
+            )
         if not torch.cuda.is_available():
-            raise ValueError(f"device {spec!r} needs a GPU, but CUDA sees none on this machine "
-                             "(check CUDA_VISIBLE_DEVICES and the driver); use --device cpu")
+            raise ValueError(
+                f"device {spec!r} needs a GPU, but CUDA sees none on this machine "
+                "(check CUDA_VISIBLE_DEVICES and the driver); use --device cpu"
+            )
         n = torch.cuda.device_count()
         index = local_rank if dev.index is None else dev.index
         if not 0 <= index < n:

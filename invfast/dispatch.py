@@ -13,6 +13,7 @@ backend ``auto`` take it, and why.
 Device types other than ``cpu`` and ``cuda`` (mps, meta, xpu, ...) have no compiled kernels: their
 entries say so and every op runs its torch reference there.
 """
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,10 @@ class Entry:
         return {**asdict(self), "auto": self.auto}
 
 
-_CUDA_UNMEASURED = ("off: never run on a GPU (none was available to this project), so not measured faster; "
-                    "compiled by nvcc only (tests/test_cuda_syntax.py); measure with benchmarks/bench_ops.py on a GPU")
+_CUDA_UNMEASURED = (
+    "off: never run on a GPU (none was available to this project), so not measured faster; "
+    "compiled by nvcc only (tests/test_cuda_syntax.py); measure with benchmarks/bench_ops.py on a GPU"
+)
 _NO_CUDA_SYNTH = "off: no CUDA kernel (csrc/synth has CPU kernels only); the torch reference runs on the GPU"
 
 _CPU_RUN = "two runs, AMD EPYC, 2 cores shared with other jobs (load 5 and 11), 1 thread, torch 2.13 CPU, 2026-11-25"
@@ -70,8 +73,10 @@ _CPU_RUN = "two runs, AMD EPYC, 2 cores shared with other jobs (load 5 and 11), 
 
 def _cpu(op: str, ratio: str, regime: str, more: str = "") -> str:
     """Evidence text of a CPU entry measured by benchmarks/bench_ops.py."""
-    return (f"benchmarks/bench_ops.py::test_op_vs_reference[{op}-cpu]: reference/kernel {ratio} ({regime}; "
-            f"{_CPU_RUN}){more}")
+    return (
+        f"benchmarks/bench_ops.py::test_op_vs_reference[{op}-cpu]: reference/kernel {ratio} ({regime}; "
+        f"{_CPU_RUN}){more}"
+    )
 
 
 # fmt: off
@@ -186,8 +191,15 @@ def entry(op: str, device_type: str) -> Entry:
     """The table row of ``op`` on ``device_type`` (any device type; unknown ones have no kernel)."""
     family = FAMILIES.get(op, "-")
     if device_type not in DEVICES:
-        return Entry(op, device_type, family, False, False, False,
-                     f"off: invfast has no compiled kernels for device type {device_type!r}")
+        return Entry(
+            op,
+            device_type,
+            family,
+            False,
+            False,
+            False,
+            f"off: invfast has no compiled kernels for device type {device_type!r}",
+        )
     known = KNOWN.get((op, device_type))
     if known is None:
         known = Knowledge(family, False, "off: no entry in the dispatch table (invfast/dispatch.py KNOWN)")
@@ -204,8 +216,9 @@ def registered_ops() -> list[str]:
         return []
     import torch
 
-    return sorted({n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names()
-                   if n.startswith("invfast::")})
+    return sorted(
+        {n.split("::", 1)[1].split(".")[0] for n in torch._C._dispatch_get_all_op_names() if n.startswith("invfast::")}
+    )
 
 
 def ops() -> list[str]:
@@ -234,22 +247,37 @@ def use_kernel(op: str, device_type: str, mode: str) -> bool:
 
 
 def _missing_kernel_message(e: Entry) -> str:
-    if _loader.load() is None:
-        why = ("the compiled core is not built (build it with `pip install --no-build-isolation -e .` from the "
-               "repository root)")
-    elif e.device == "cuda" and not _loader.load().built_with_cuda():
+    core = _loader.load()
+    if core is None:
+        why = (
+            "the compiled core is not built (build it with `pip install --no-build-isolation -e .` from the "
+            "repository root)"
+        )
+    elif e.device == "cuda" and not core.built_with_cuda():
         why = "the compiled core was built without CUDA (rebuild it against a CUDA build of torch)"
     else:
         why = f"no {e.op} kernel exists for {e.device}"
-    return (f"backend 'compiled' is forced but invfast op {e.op!r} has no compiled kernel for device {e.device!r}: "
-            f"{why}; use invfast.backend.use('auto') (or INVFAST_BACKEND=auto) to run the torch reference there")
+    return (
+        f"backend 'compiled' is forced but invfast op {e.op!r} has no compiled kernel for device {e.device!r}: "
+        f"{why}; use invfast.backend.use('auto') (or INVFAST_BACKEND=auto) to run the torch reference there"
+    )
 
 
 def format_table(entries: list[Entry] | None = None, width: int = 120) -> str:
     """The table as aligned text, one row per (op, device): op, device, family, kernel available, default
     (measured faster), auto (what ``auto`` runs), evidence (wrapped to ``width`` columns)."""
-    rows = [(e.op, e.device, e.family, _yn(e.available), _yn(e.default) + (" +opt-in" if e.opted_in else ""),
-             "kernel" if e.auto else "torch", e.evidence) for e in (table() if entries is None else entries)]
+    rows = [
+        (
+            e.op,
+            e.device,
+            e.family,
+            _yn(e.available),
+            _yn(e.default) + (" +opt-in" if e.opted_in else ""),
+            "kernel" if e.auto else "torch",
+            e.evidence,
+        )
+        for e in (table() if entries is None else entries)
+    ]
     head = ("op", "device", "family", "kernel", "default", "auto", "evidence")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(6)]
     indent = sum(widths) + 2 * len(widths)

@@ -9,6 +9,7 @@ it), and :func:`load_verified` refuses a file whose bytes no longer match, then 
 ``weights_only=True`` (no code from the file ever runs). :func:`output_lock` gives a command
 exclusive use of its output folder.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -16,10 +17,20 @@ import hashlib
 import io
 import os
 import pickle
-from typing import IO, Any, Iterator
+from collections.abc import Iterator
+from typing import IO, Any
 
-__all__ = ["atomic_write", "atomic_write_text", "atomic_torch_save", "atomic_save_npy", "config_difference",
-           "load_verified", "DamagedFileError", "OutputLockedError", "output_lock"]
+__all__ = [
+    "atomic_write",
+    "atomic_write_text",
+    "atomic_torch_save",
+    "atomic_save_npy",
+    "config_difference",
+    "load_verified",
+    "DamagedFileError",
+    "OutputLockedError",
+    "output_lock",
+]
 
 _TRAILER = b"\nINVFAST-SHA256:"
 _TRAILER_LEN = len(_TRAILER) + 64 + 1  # marker, hex digest, newline
@@ -88,8 +99,9 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike, checksum: bool = True) 
             f.write(_TRAILER + hashlib.sha256(data).hexdigest().encode("ascii") + b"\n")
 
 
-def load_verified(path: str | os.PathLike, *, what: str = "file", require_checksum: bool = True,
-                  fix: str = "delete it to start over") -> Any:
+def load_verified(
+    path: str | os.PathLike, *, what: str = "file", require_checksum: bool = True, fix: str = "delete it to start over"
+) -> Any:
     """``torch.load(path, weights_only=True)`` after checking the SHA-256 trailer written by
     :func:`atomic_torch_save`.
 
@@ -110,12 +122,16 @@ def load_verified(path: str | os.PathLike, *, what: str = "file", require_checks
     tail = data[-_TRAILER_LEN:]
     if len(data) >= _TRAILER_LEN and tail.startswith(_TRAILER) and tail.endswith(b"\n"):
         body = data[:-_TRAILER_LEN]
-        if hashlib.sha256(body).hexdigest().encode("ascii") != tail[len(_TRAILER):-1]:
-            raise DamagedFileError(f"the {what} {p!r} is damaged: its bytes do not match the checksum written with "
-                                   f"it (changed or corrupted after it was saved); {fix}")
+        if hashlib.sha256(body).hexdigest().encode("ascii") != tail[len(_TRAILER) : -1]:
+            raise DamagedFileError(
+                f"the {what} {p!r} is damaged: its bytes do not match the checksum written with "
+                f"it (changed or corrupted after it was saved); {fix}"
+            )
     elif require_checksum:
-        raise DamagedFileError(f"the {what} {p!r} carries no invfast checksum (cut short, or not written by this "
-                               f"version of invfast); {fix}")
+        raise DamagedFileError(
+            f"the {what} {p!r} carries no invfast checksum (cut short, or not written by this "
+            f"version of invfast); {fix}"
+        )
     else:
         body = data
     try:
@@ -126,8 +142,9 @@ def load_verified(path: str | os.PathLike, *, what: str = "file", require_checks
             first = "it holds Python objects other than tensors and plain containers"
         else:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise DamagedFileError(f"cannot read the {what} {p!r} ({first[:300]}); only tensors and plain containers "
-                               f"are loaded; {fix}") from e
+        raise DamagedFileError(
+            f"cannot read the {what} {p!r} ({first[:300]}); only tensors and plain containers are loaded; {fix}"
+        ) from e
 
 
 def atomic_save_npy(path: str | os.PathLike, arr: Any) -> None:
@@ -146,8 +163,11 @@ def config_difference(saved: dict[str, Any], current: dict[str, Any], where: str
     """One human-readable line per field that differs between two config dicts (tuples equal lists);
     ``where`` names what holds ``saved`` ("folder", "checkpoint", ...)."""
     keys = sorted(set(saved) | set(current))
-    return [f"{k}: {where} has {saved.get(k, '<absent>')!r}, this run has {current.get(k, '<absent>')!r}"
-            for k in keys if _norm(saved.get(k, "<absent>")) != _norm(current.get(k, "<absent>"))]
+    return [
+        f"{k}: {where} has {saved.get(k, '<absent>')!r}, this run has {current.get(k, '<absent>')!r}"
+        for k in keys
+        if _norm(saved.get(k, "<absent>")) != _norm(current.get(k, "<absent>"))
+    ]
 
 
 LOCK_NAME = ".invfast.lock"
@@ -188,7 +208,8 @@ def output_lock(folder: str | os.PathLike, command: str) -> Iterator[str]:
             os.close(fd)
             raise OutputLockedError(
                 f"{folder!r} is in use by another invfast run ({_holder(lock_path)}); wait for it to finish, "
-                f"stop it, or choose another --out folder") from None
+                f"stop it, or choose another --out folder"
+            ) from None
         try:  # the holder before us may have removed the file between our open and flock: lock the new one
             same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:

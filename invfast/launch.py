@@ -4,6 +4,7 @@ Workers never outlive their launcher: on Linux each worker asks the kernel for S
 parent dies (``prctl(PR_SET_PDEATHSIG)``, which also covers a launcher killed with SIGKILL), and
 the launcher turns SIGTERM/SIGHUP/SIGINT into stopping every worker before it exits.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,7 +13,8 @@ import os
 import signal
 import socket
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -68,8 +70,9 @@ def spawn_local(worker: Callable[..., None], nprocs: int, args: argparse.Namespa
     old = {s: signal.signal(s, _raise_stop) for s in handled} if main_thread else {}
     ctx = None
     try:
-        ctx = mp.start_processes(_child, args=(worker, os.getpid(), nprocs, port, args), nprocs=nprocs,
-                                 join=False, start_method="spawn")
+        ctx = mp.start_processes(
+            _child, args=(worker, os.getpid(), nprocs, port, args), nprocs=nprocs, join=False, start_method="spawn"
+        )
         while not ctx.join():
             pass
     except mp.ProcessRaisedException as e:

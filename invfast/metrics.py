@@ -1,5 +1,6 @@
-"""Invariance metrics (Ericsson et al. 2021, App. C; Wang & Isola 2020; Speicher et al.): Mahalanobis distance, standardised cosine, their
-aggregates, alignment, uniformity, ACR, sensitivity ratio and class distance ratio."""
+"""Invariance metrics (Ericsson et al. 2021, App. C; Wang & Isola 2020; Speicher et al.): Mahalanobis distance,
+standardised cosine, their aggregates, alignment, uniformity, ACR, sensitivity ratio and class distance ratio."""
+
 from __future__ import annotations
 
 import math
@@ -44,8 +45,9 @@ def _check_pair(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, nan
     return f_ref, f_t, squeeze
 
 
-def invariance_scores(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, *,
-                      nan_policy: str = "raise", precision: str = "auto") -> dict[str, torch.Tensor]:
+def invariance_scores(
+    f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, *, nan_policy: str = "raise", precision: str = "auto"
+) -> dict[str, torch.Tensor]:
     """Per-pair Mahalanobis distance and standardised cosine (Ericsson eq. C.1-C.3).
 
     Args:
@@ -82,8 +84,10 @@ def invariance_scores(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStat
         # NaN/Inf anywhere in a pair's features makes its scores non-finite: name the culprit
         as_features(f_ref, "f_ref", ndim=2)
         as_features(f_t, "f_t", ndim=3)
-        raise ValueError("the scores overflowed to Inf/NaN although the features are finite; the features are too "
-                         "large for float32 whitening: pass precision='float64'")
+        raise ValueError(
+            "the scores overflowed to Inf/NaN although the features are finite; the features are too "
+            "large for float32 whitening: pass precision='float64'"
+        )
     if squeeze:
         dist, cos = dist[:, 0], cos[:, 0]
     return {"distance": dist, "cosine": cos}
@@ -99,8 +103,9 @@ def standardized_cosine(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureSt
     return invariance_scores(f_ref, f_t, stats, **kw)["cosine"]
 
 
-def aggregate_scores(scores: torch.Tensor, identity: torch.Tensor | None = None, *,
-                     nan_policy: str = "raise") -> dict[str, Any]:
+def aggregate_scores(
+    scores: torch.Tensor, identity: torch.Tensor | None = None, *, nan_policy: str = "raise"
+) -> dict[str, Any]:
     """Summaries of per-pair scores ``[N, P]`` (Ericsson et al. 2021, eq. C.4).
 
     Returns 'mean' (over images and non-identity parameters), 'per_param' [P] (mean over images),
@@ -114,7 +119,11 @@ def aggregate_scores(scores: torch.Tensor, identity: torch.Tensor | None = None,
     if nan_policy == "raise" and bool(torch.isnan(s).any()):
         raise ValueError("scores contain NaN; pass nan_policy='omit' to ignore them explicitly")
     p = s.shape[1]
-    mask = torch.zeros(p, dtype=torch.bool, device=s.device) if identity is None else torch.as_tensor(identity, dtype=torch.bool, device=s.device)
+    mask = (
+        torch.zeros(p, dtype=torch.bool, device=s.device)
+        if identity is None
+        else torch.as_tensor(identity, dtype=torch.bool, device=s.device)
+    )
     if mask.shape != (p,):
         raise ValueError(f"identity must be a bool mask of shape [{p}], got {tuple(mask.shape)}")
     if bool(mask.all()):
@@ -156,8 +165,9 @@ def pair_block_rows(n: int, itemsize: int) -> int:
     return max(1, min(n, _PAIR_BLOCK_MAX, _PAIR_TILE_BYTES // (itemsize * n)))
 
 
-def uniformity(x: torch.Tensor, t: float = 2.0, *, normalize: bool = True,
-               block_rows: int | None = None) -> torch.Tensor:
+def uniformity(
+    x: torch.Tensor, t: float = 2.0, *, normalize: bool = True, block_rows: int | None = None
+) -> torch.Tensor:
     """``log E_{i≠j} exp(−t ‖x̂_i − x̂_j‖²)`` over all ordered pairs (Wang & Isola), streamed in row blocks.
 
     ``x [N, D]``; x̂ = x / ‖x‖ when ``normalize``. Returns a float64 scalar. Memory is O(block_rows · N) (default
@@ -179,13 +189,16 @@ def uniformity(x: torch.Tensor, t: float = 2.0, *, normalize: bool = True,
     if block_rows is not None and block_rows < 1:
         raise ValueError(f"block_rows must be >= 1, got {block_rows}")
     dev = x.device.type
-    if (not x.requires_grad and not dispatch.kernel_available("pairwise_logsumexp", dev)
-            and dispatch.kernel_available("sqdist_logsumexp", dev)):
+    if (
+        not x.requires_grad
+        and not dispatch.kernel_available("pairwise_logsumexp", dev)
+        and dispatch.kernel_available("sqdist_logsumexp", dev)
+    ):
         # a device with the per-row kernel only (CUDA): row blocks through it, where the table or the mode picks it
         if normalize:
             x = torch.nn.functional.normalize(x, dim=1)
         rows = block_rows or max(1, min(n, (64 << 20) // (8 * n)))
-        parts = [sqdist_logsumexp(x[s:s + rows], x, s, t) for s in range(0, n, rows)]
+        parts = [sqdist_logsumexp(x[s : s + rows], x, s, t) for s in range(0, n, rows)]
         return torch.logsumexp(torch.cat(parts), 0) - math.log(n * (n - 1))
     rows = block_rows or pair_block_rows(n, x.element_size())
     # the sum over i < j counts each unordered pair once; the ordered pairs i != j count it twice
@@ -268,8 +281,9 @@ def class_distance_ratio(x: torch.Tensor, y: torch.Tensor, *, block_rows: int = 
         rows = torch.arange(e - s, device=x.device)
         same[rows, rows + s] = False
         diff = y[s:e, None] != y[None, :]
-        acc += torch.stack([(dist * same).sum(), same.sum().to(torch.float64),
-                            (dist * diff).sum(), diff.sum().to(torch.float64)])
+        acc += torch.stack(
+            [(dist * same).sum(), same.sum().to(torch.float64), (dist * diff).sum(), diff.sum().to(torch.float64)]
+        )
     within, n_within, between, n_between = acc.tolist()
     if n_within == 0:
         raise ValueError("every class has a single sample: no within-class pairs to compare against")

@@ -9,12 +9,14 @@ redrawn: one line ``desc: 40% (400/1000 view, 12.3 view/s, ETA 49 s)`` is writte
 ``INVFAST_PROGRESS_SECONDS`` seconds (default 30) and one when the work ends, so logs carry no escape
 codes and no carriage returns.
 """
+
 from __future__ import annotations
 
 import os
 import sys
 import time
-from typing import Any, Iterable, Iterator, TextIO, TypeVar
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO, TypeVar
 
 T = TypeVar("T")
 
@@ -40,10 +42,18 @@ def _seconds(s: float) -> str:
 
 class LineBar:
     """A progress report as occasional plain lines (see the module docstring); tqdm's methods that invfast
-    uses: ``update``, ``set_description``, ``set_postfix``, ``set_postfix_str``, ``close``, and ``n``, ``total``, ``unit``."""
+    uses: ``update``, ``set_description``, ``set_postfix``, ``set_postfix_str``, ``close``, and ``n``, ``total``,
+    ``unit``."""
 
-    def __init__(self, total: float | None = None, initial: float = 0, desc: str = "", unit: str = "it",
-                 every: float | None = None, file: TextIO | None = None) -> None:
+    def __init__(
+        self,
+        total: float | None = None,
+        initial: float = 0,
+        desc: str = "",
+        unit: str = "it",
+        every: float | None = None,
+        file: TextIO | None = None,
+    ) -> None:
         self.total, self.n, self.desc, self.unit = total, initial, desc, unit
         self.every = float(os.environ.get("INVFAST_PROGRESS_SECONDS", "30")) if every is None else every
         self.file = file
@@ -96,7 +106,7 @@ class LineBar:
         if self.n > self._n0:
             print(f"{self._line(now)} in {_seconds(now - self._t0)}", file=self.file or sys.stderr, flush=True)
 
-    def __enter__(self) -> "LineBar":
+    def __enter__(self) -> LineBar:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -128,28 +138,44 @@ class _Off:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "_Off":
+    def __enter__(self) -> _Off:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         pass
 
 
-def bar(total: float | None = None, *, desc: str = "", unit: str = "it", initial: float = 0, disable: bool = False,
-        leave: bool = True, position: int | None = None) -> Any:
+def bar(
+    total: float | None = None,
+    *,
+    desc: str = "",
+    unit: str = "it",
+    initial: float = 0,
+    disable: bool = False,
+    leave: bool = True,
+    position: int | None = None,
+) -> Any:
     """A progress bar: tqdm's on a terminal, :class:`LineBar` otherwise, nothing when ``disable``."""
     if disable:
         return _Off()
     if is_terminal():
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=leave, position=position,
-                    dynamic_ncols=True)
+        return tqdm(
+            total=total, initial=initial, desc=desc, unit=unit, leave=leave, position=position, dynamic_ncols=True
+        )
     return LineBar(total=total, initial=initial, desc=desc, unit=unit)
 
 
-def track(iterable: Iterable[T], *, total: float | None = None, desc: str = "", unit: str = "it",
-          disable: bool = False, leave: bool = True) -> Iterator[T]:
+def track(
+    iterable: Iterable[T],
+    *,
+    total: float | None = None,
+    desc: str = "",
+    unit: str = "it",
+    disable: bool = False,
+    leave: bool = True,
+) -> Iterator[T]:
     """Yield the items of ``iterable`` while a :func:`bar` counts them (``total`` defaults to its length)."""
     if total is None and hasattr(iterable, "__len__"):
         total = len(iterable)  # type: ignore[arg-type]

@@ -17,6 +17,7 @@ Rules (docs/guarantees.md):
 - temporary files left by a killed writer (``.NAME.tmp-PID``, :func:`invfast.io.atomic_write`) are
   removed by the next run.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,7 +26,8 @@ import os
 import re
 import shutil
 import stat
-from typing import Any, Iterable, Iterator
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 from invfast.io import atomic_write_text, output_lock
 
@@ -52,8 +54,10 @@ def refuse_inside(out: str | os.PathLike, data: str | os.PathLike, what: str = "
     """One ValueError when folder ``out`` is ``data`` or inside it (its files would become input next time)."""
     o, d = os.path.realpath(os.fspath(out)), os.path.realpath(os.fspath(data))
     if os.path.isdir(d) and (o == d or o.startswith(d.rstrip(os.sep) + os.sep)):
-        raise ValueError(f"{what} {os.fspath(out)!r} is inside {of} {os.fspath(data)!r}: the files written there "
-                         f"would be read as input by the next run; choose a folder outside it")
+        raise ValueError(
+            f"{what} {os.fspath(out)!r} is inside {of} {os.fspath(data)!r}: the files written there "
+            f"would be read as input by the next run; choose a folder outside it"
+        )
 
 
 def _pid_alive(pid: int) -> bool:
@@ -73,8 +77,9 @@ class RunFolder:
     the new one is complete). ``done_file``: the file whose presence means a finished run (result.json).
     """
 
-    def __init__(self, path: str | os.PathLike, command: str, *, overwrite: bool = False,
-                 done_file: str | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike, command: str, *, overwrite: bool = False, done_file: str | None = None
+    ) -> None:
         self.path = os.fspath(path)
         self.command = command
         self.overwrite = overwrite
@@ -91,8 +96,10 @@ class RunFolder:
                 raise ValueError(f"{os.path.join(*parts)!r} leaves the output folder {self.path!r}")
             p = os.path.join(p, part)
             if _is_link(p):
-                raise SymlinkError(f"{p!r} is a symbolic link inside the output folder; invfast never writes, reads "
-                                   "its state or deletes through a link: remove the link or choose another --out")
+                raise SymlinkError(
+                    f"{p!r} is a symbolic link inside the output folder; invfast never writes, reads "
+                    "its state or deletes through a link: remove the link or choose another --out"
+                )
         return p
 
     def _state(self) -> str:
@@ -136,23 +143,29 @@ class RunFolder:
         visible = sorted(f for f in os.listdir(self.path) if not f.startswith("."))
         if m is None:
             if visible:
-                raise ValueError(f"--out {self.path!r} holds other files ({', '.join(visible[:3])}"
-                                 f"{', ...' if len(visible) > 3 else ''}) and no invfast run (no {MARKER}); choose "
-                                 "an empty or new folder")
+                raise ValueError(
+                    f"--out {self.path!r} holds other files ({', '.join(visible[:3])}"
+                    f"{', ...' if len(visible) > 3 else ''}) and no invfast run (no {MARKER}); choose "
+                    "an empty or new folder"
+                )
             return
         if m.get("command") != self.command:
-            raise ValueError(f"--out {self.path!r} holds an invfast {m.get('command')!r} run; invfast "
-                             f"{self.command} needs its own folder")
+            raise ValueError(
+                f"--out {self.path!r} holds an invfast {m.get('command')!r} run; invfast "
+                f"{self.command} needs its own folder"
+            )
         if m.get("state") == "done" and not self.overwrite:
             what = f" ({self.done_file})" if self.done_file else ""
-            raise ValueError(f"--out {self.path!r} already holds a finished report{what} of invfast {self.command}; "
-                             "choose a new folder, or pass --overwrite to replace it once the new run is complete")
+            raise ValueError(
+                f"--out {self.path!r} already holds a finished report{what} of invfast {self.command}; "
+                "choose a new folder, or pass --overwrite to replace it once the new run is complete"
+            )
         for f in self.owned():
             self.inside(f)
 
     # -------------------------------------------------------------------------------------------- writing
     @contextlib.contextmanager
-    def lock(self) -> Iterator["RunFolder"]:
+    def lock(self) -> Iterator[RunFolder]:
         """Exclusive use of the folder (:func:`invfast.io.output_lock`); inside it the folder is marked as
         this command's run and stale temporary files of killed writers are removed."""
         self.check()
@@ -167,9 +180,19 @@ class RunFolder:
     def _write_marker(self, state: str, files: Iterable[str]) -> None:
         from invfast import __version__
 
-        atomic_write_text(self.inside(MARKER), json.dumps(
-            {"format": MARKER_FORMAT, "command": self.command, "invfast": __version__, "state": state,
-             "files": sorted(set(files))}, indent=1))
+        atomic_write_text(
+            self.inside(MARKER),
+            json.dumps(
+                {
+                    "format": MARKER_FORMAT,
+                    "command": self.command,
+                    "invfast": __version__,
+                    "state": state,
+                    "files": sorted(set(files)),
+                },
+                indent=1,
+            ),
+        )
 
     def clean_temporaries(self) -> list[str]:
         """Remove ``.NAME.tmp-PID`` files (of :func:`invfast.io.atomic_write`) whose writer is gone, in the
@@ -191,8 +214,7 @@ class RunFolder:
     def own(self, *files: str) -> None:
         """Record ``files`` (relative paths) as written by invfast, before writing them, so a killed run's
         files can be cleaned by the next one and never counted as the user's."""
-        self._write_marker(self._state(),
-                           [*self.owned(), *files])
+        self._write_marker(self._state(), [*self.owned(), *files])
 
     def finish(self) -> None:
         """Mark the run finished, for commands that write their files in place (pretraining)."""
@@ -247,5 +269,4 @@ class RunFolder:
             if os.path.isfile(p):
                 os.remove(p)
         self._prune_folders(gone)
-        self._write_marker(self._state(),
-                           [f for f in self.owned() if f not in set(gone)])
+        self._write_marker(self._state(), [f for f in self.owned() if f not in set(gone)])

@@ -1,10 +1,11 @@
 """Which model is significantly most invariant: Hoeffding's test with Bonferroni correction
 (Ericsson et al. 2021, App. F)."""
+
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import torch
 
@@ -22,8 +23,14 @@ class HoeffdingResult:
     delta: float
 
 
-def hoeffding_test(s_a: torch.Tensor, s_b: torch.Tensor, *, delta: float = 0.05,
-                   bounds: tuple[float, float] = (-2.0, 2.0), higher_is_more_invariant: bool = True) -> HoeffdingResult:
+def hoeffding_test(
+    s_a: torch.Tensor,
+    s_b: torch.Tensor,
+    *,
+    delta: float = 0.05,
+    bounds: tuple[float, float] = (-2.0, 2.0),
+    higher_is_more_invariant: bool = True,
+) -> HoeffdingResult:
     """One-sided Hoeffding test that model A is more invariant than model B.
 
     Args:
@@ -47,14 +54,22 @@ def hoeffding_test(s_a: torch.Tensor, s_b: torch.Tensor, *, delta: float = 0.05,
     x = s_a - s_b if higher_is_more_invariant else s_b - s_a
     x_min, x_max, mean = torch.stack([x.min(), x.max(), x.mean()]).tolist()  # one read from the device
     if x_min < lo - 1e-9 or x_max > hi + 1e-9:
-        raise ValueError(f"score differences lie in [{x_min:.3g}, {x_max:.3g}], outside bounds "
-                         f"{bounds}; pass bounds that hold for every image")
+        raise ValueError(
+            f"score differences lie in [{x_min:.3g}, {x_max:.3g}], outside bounds "
+            f"{bounds}; pass bounds that hold for every image"
+        )
     thr = (hi - lo) * math.sqrt(math.log(1 / delta) / (2 * n))
     return HoeffdingResult(mean_diff=mean, threshold=thr, reject=mean > thr, n=n, delta=delta)
 
 
-def most_invariant(scores: Mapping[str, torch.Tensor], *, delta: float = 0.05, bounds: tuple[float, float] = (-2.0, 2.0),
-                   higher_is_more_invariant: bool = True, n_tests: int | None = None) -> str | None:
+def most_invariant(
+    scores: Mapping[str, torch.Tensor],
+    *,
+    delta: float = 0.05,
+    bounds: tuple[float, float] = (-2.0, 2.0),
+    higher_is_more_invariant: bool = True,
+    n_tests: int | None = None,
+) -> str | None:
     """The model that is significantly more invariant than every other one, or None.
 
     ``scores`` maps model name -> [n] per-image scores on the same images. A model wins when
@@ -68,8 +83,16 @@ def most_invariant(scores: Mapping[str, torch.Tensor], *, delta: float = 0.05, b
     if k < 1:
         raise ValueError(f"n_tests must be >= 1, got {k}")
     for cand in names:
-        if all(hoeffding_test(scores[cand], scores[o], delta=delta / k, bounds=bounds,
-                              higher_is_more_invariant=higher_is_more_invariant).reject
-               for o in names if o != cand):
+        if all(
+            hoeffding_test(
+                scores[cand],
+                scores[o],
+                delta=delta / k,
+                bounds=bounds,
+                higher_is_more_invariant=higher_is_more_invariant,
+            ).reject
+            for o in names
+            if o != cand
+        ):
             return cand
     return None

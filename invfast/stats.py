@@ -3,11 +3,12 @@
 All sums are float64 and mergeable (Chan et al. pairwise update, extended to the fourth
 moment that Ledoit-Wolf needs), so batches, shards and ranks combine exactly.
 """
+
 from __future__ import annotations
 
 import math
-import warnings
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -61,7 +62,7 @@ class FeatureStats:
         self.shrinkage_: str | None = None
         self._cast_cache: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}
 
-    def update(self, x: torch.Tensor) -> "FeatureStats":
+    def update(self, x: torch.Tensor) -> FeatureStats:
         """Add a batch of features ``x [B, D]`` (any float dtype). Returns self."""
         x = as_features(x, "x", ndim=2)
         if x.shape[0] == 0:
@@ -82,7 +83,7 @@ class FeatureStats:
         part.m4 = (sq * sq).sum()
         return self.merge(part)
 
-    def merge(self, other: "FeatureStats") -> "FeatureStats":
+    def merge(self, other: FeatureStats) -> FeatureStats:
         """Add another partial state into this one, exactly. Returns self."""
         if not isinstance(other, FeatureStats):
             raise TypeError(f"merge expects a FeatureStats, got {type(other).__name__}")
@@ -108,7 +109,7 @@ class FeatureStats:
         return self
 
     @classmethod
-    def from_features(cls, x: torch.Tensor, **finalize_kwargs: Any) -> "FeatureStats":
+    def from_features(cls, x: torch.Tensor, **finalize_kwargs: Any) -> FeatureStats:
         """Stats of ``x [N, D]`` in one call, finalized with ``finalize_kwargs``."""
         return cls().update(x).finalize(**finalize_kwargs)
 
@@ -119,15 +120,17 @@ class FeatureStats:
         self._need(2)
         return self._moments()[2] / (self.n - 1)
 
-    def finalize(self, shrinkage: str | float = "trace", eps: float = 1e-6) -> "FeatureStats":
+    def finalize(self, shrinkage: str | float = "trace", eps: float = 1e-6) -> FeatureStats:
         """Choose the shrinkage, factor ``Σ_λ = C Cᵀ`` and prepare whitening. Returns self."""
         self._need(2)
         if not (math.isfinite(eps) and eps >= 0):
             raise ValueError(f"eps must be a finite number >= 0, got {eps}")
         d, mean, m2, _, m4 = self._moments()
         if not (bool(torch.isfinite(mean).all()) and bool(torch.isfinite(m2).all())):
-            raise ValueError("the reference statistics hold NaN/Inf (in the mean or covariance): they were "
-                             "accumulated from non-finite features or the stats file is damaged; recompute them")
+            raise ValueError(
+                "the reference statistics hold NaN/Inf (in the mean or covariance): they were "
+                "accumulated from non-finite features or the stats file is damaged; recompute them"
+            )
         eye = torch.eye(d, dtype=torch.float64, device=self.device)
         if isinstance(shrinkage, str):
             if shrinkage not in _SHRINKAGE:
@@ -155,12 +158,15 @@ class FeatureStats:
                 "shrinkage='ledoit-wolf', or more reference samples"
             )
         if self.n <= d and shrinkage != "ledoit-wolf":  # Ledoit-Wolf picks a shrinkage strong enough for N <= D
-            warnings.warn(f"FeatureStats: N={self.n} reference samples for D={d} features (N <= D): the covariance "
-                          "is rank-deficient and the whitened cosine collapses towards 0 for every transform. Use "
-                          "more reference images (N well above D), reference stats from a larger set (stats=...; "
-                          "invfast measure --stats), or stronger shrinkage (shrinkage='ledoit-wolf' / --shrinkage "
-                          "ledoit-wolf, or a larger eps / --eps)",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"FeatureStats: N={self.n} reference samples for D={d} features (N <= D): the covariance "
+                "is rank-deficient and the whitened cosine collapses towards 0 for every transform. Use "
+                "more reference images (N well above D), reference stats from a larger set (stats=...; "
+                "invfast measure --stats), or stronger shrinkage (shrinkage='ledoit-wolf' / --shrinkage "
+                "ledoit-wolf, or a larger eps / --eps)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         self.cov_, self.chol_, self.lambda_, self.shrinkage_ = cov, chol, float(lam), str(shrinkage)
         self.whitener_ = torch.linalg.solve_triangular(chol, eye, upper=False).T.contiguous()
         self._cast_cache = {}
@@ -190,11 +196,17 @@ class FeatureStats:
     def state_dict(self) -> dict[str, Any]:
         self._need(1)
         _, mean, m2, m3, m4 = self._moments()
-        return {"n": self.n, "mean": mean.cpu(), "m2": m2.cpu(), "m3": m3.cpu(), "m4": m4.cpu(),
-                "format": "invfast.FeatureStats/1"}
+        return {
+            "n": self.n,
+            "mean": mean.cpu(),
+            "m2": m2.cpu(),
+            "m3": m3.cpu(),
+            "m4": m4.cpu(),
+            "format": "invfast.FeatureStats/1",
+        }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any], device: torch.device | str = "cpu") -> "FeatureStats":
+    def from_state_dict(cls, state: dict[str, Any], device: torch.device | str = "cpu") -> FeatureStats:
         if not isinstance(state, dict) or state.get("format") != "invfast.FeatureStats/1":
             got = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"not an invfast FeatureStats state (format={got!r})")
@@ -203,17 +215,21 @@ class FeatureStats:
             raise ValueError(f"incomplete FeatureStats state: it needs {', '.join(keys)} (tensors)")
         d = state["mean"].shape[0] if state["mean"].dim() == 1 else -1
         if d < 1 or tuple(state["m2"].shape) != (d, d):
-            raise ValueError(f"inconsistent FeatureStats state: mean {tuple(state['mean'].shape)}, "
-                             f"m2 {tuple(state['m2'].shape)}")
+            raise ValueError(
+                f"inconsistent FeatureStats state: mean {tuple(state['mean'].shape)}, m2 {tuple(state['m2'].shape)}"
+            )
         for k in keys[1:]:
             if not bool(torch.isfinite(state[k]).all()):
-                raise ValueError(f"the FeatureStats state holds NaN/Inf in {k!r} (damaged, or accumulated from "
-                                 "non-finite features); recompute the statistics")
+                raise ValueError(
+                    f"the FeatureStats state holds NaN/Inf in {k!r} (damaged, or accumulated from "
+                    "non-finite features); recompute the statistics"
+                )
         out = cls(device=device)
         out.dim = int(state["mean"].shape[0])
         out.n = int(state["n"])
-        out.mean, out.m2, out.m3, out.m4 = (state[k].to(device=out.device, dtype=torch.float64)
-                                            for k in ("mean", "m2", "m3", "m4"))
+        out.mean, out.m2, out.m3, out.m4 = (
+            state[k].to(device=out.device, dtype=torch.float64) for k in ("mean", "m2", "m3", "m4")
+        )
         return out
 
     def save(self, path: str | os.PathLike) -> None:
@@ -223,7 +239,7 @@ class FeatureStats:
         atomic_torch_save(self.state_dict(), path)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> "FeatureStats":
+    def load(cls, path: str | os.PathLike, device: torch.device | str = "cpu") -> FeatureStats:
         """Read a file written by :meth:`save`; its checksum is verified when it has one (files from
         earlier versions have none). Raises ``DamagedFileError`` (a ``ValueError``) for anything else."""
         from invfast.io import DamagedFileError, load_verified
@@ -245,15 +261,18 @@ class FeatureStats:
 
     def _need(self, k: int) -> None:
         if self.n < k:
-            raise ValueError(f"FeatureStats needs at least {k} reference samples, has {self.n}: update() with more features")
+            raise ValueError(
+                f"FeatureStats needs at least {k} reference samples, has {self.n}: update() with more features"
+            )
 
     def __repr__(self) -> str:
         fin = f", shrinkage={self.shrinkage_!r}, λ={self.lambda_:.3g}" if self.chol_ is not None else ""
         return f"FeatureStats(n={self.n}, dim={self.dim}{fin})"
 
 
-def _shift(n: int, mean: torch.Tensor, m2: torch.Tensor, m3: torch.Tensor, m4: torch.Tensor,
-           new_mean: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _shift(
+    n: int, mean: torch.Tensor, m2: torch.Tensor, m3: torch.Tensor, m4: torch.Tensor, new_mean: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Central moments of a part about ``new_mean`` instead of its own mean."""
     delta = new_mean - mean  # y = x - mean has Σy = 0; moments of y - delta
     c = delta @ delta

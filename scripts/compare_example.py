@@ -12,6 +12,7 @@ copies the pictures there.
 Needs scikit-image (the photographs) and matplotlib. About 50 minutes on 2 busy CPU cores (half of it the 27
 logistic probes); a rerun skips the runs and probes already in WORKDIR.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -94,21 +95,51 @@ def main() -> int:
             if not os.path.exists(js):
                 with torch.no_grad():
                     np.save(feats, net(x).double().numpy())
-                rc = cli(["probe", "--features", feats, "--targets", os.path.join(pdir, f"{task}.targets.npy"),
-                          "--task", "classification", "--max-iter", "100", "--tol", "1e-3", "--json", js])
+                rc = cli(
+                    [
+                        "probe",
+                        "--features",
+                        feats,
+                        "--targets",
+                        os.path.join(pdir, f"{task}.targets.npy"),
+                        "--task",
+                        "classification",
+                        "--max-iter",
+                        "100",
+                        "--tol",
+                        "1e-3",
+                        "--json",
+                        js,
+                    ]
+                )
                 if rc:
                     return rc
             specs.append(f"{name}:{task}={js}")
     runs = os.path.join(work, "runs")
-    three = [f"{lab}={os.path.join(runs, name)}" for lab, name in
-             (("convnet", "convnet-0"), ("convnet-d4", "convnet-d4-0"), ("convnet-gray", "convnet-gray-0"))]
+    three = [
+        f"{lab}={os.path.join(runs, name)}"
+        for lab, name in (("convnet", "convnet-0"), ("convnet-d4", "convnet-d4-0"), ("convnet-gray", "convnet-gray-0"))
+    ]
     rc = cli(["compare", *three, "--out", os.path.join(work, "three"), "--overwrite"])
-    rc = rc or cli(["compare", *(os.path.join(runs, n) for n in nets), "--out", os.path.join(work, "nine"),
-                    "--probes", *specs, "--overwrite"])
+    rc = rc or cli(
+        [
+            "compare",
+            *(os.path.join(runs, n) for n in nets),
+            "--out",
+            os.path.join(work, "nine"),
+            "--probes",
+            *specs,
+            "--overwrite",
+        ]
+    )
     if rc == 0 and args.docs:
         os.makedirs(args.docs, exist_ok=True)
-        for src, dst in (("three/radar.png", "radar.png"), ("three/heatmap.png", "heatmap.png"),
-                         ("three/significance.png", "significance.png"), ("nine/correlation.png", "correlation.png")):
+        for src, dst in (
+            ("three/radar.png", "radar.png"),
+            ("three/heatmap.png", "heatmap.png"),
+            ("three/significance.png", "significance.png"),
+            ("nine/correlation.png", "correlation.png"),
+        ):
             shutil.copyfile(os.path.join(work, src), os.path.join(args.docs, dst))
     return rc
 

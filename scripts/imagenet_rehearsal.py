@@ -23,6 +23,7 @@ The documented full run (docs/transforms.md, "ImageNet-scale rehearsal") is then
     invfast measure --model resnet50 --data folder:/data/rehearsal --device cuda --dtype bfloat16 \\
         --transforms all --grid-size 16 --batch-size 128 --forward-batch 1024 --crop 224 --out runs/rehearsal
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,8 +37,17 @@ from typing import Any
 
 import numpy as np
 
-PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry", "motorcycle_left",
-          "china", "flower")
+PHOTOS = (
+    "astronaut",
+    "chelsea",
+    "coffee",
+    "rocket",
+    "hubble_deep_field",
+    "immunohistochemistry",
+    "motorcycle_left",
+    "china",
+    "flower",
+)
 _BANK: dict[str, np.ndarray] = {}
 
 
@@ -86,7 +96,7 @@ def _write_one(args: tuple[str, int, int]) -> str:
     ch = int(min(H, max(16, round(math.sqrt(area / aspect)))))
     cw = int(min(W, max(16, round(ch * aspect))))
     top, left = int(rng.integers(0, H - ch + 1)), int(rng.integers(0, W - cw + 1))
-    crop = src[top:top + ch, left:left + cw]
+    crop = src[top : top + ch, left : left + cw]
     if rng.random() < 0.5:
         crop = crop[:, ::-1]
     short = int(rng.integers(200, 501))
@@ -122,9 +132,22 @@ def write(out: str, n: int, workers: int, seed: int) -> list[str]:
 # timing of the measurement loop
 
 
-def timing(data: str, model_name: str, width: int | None, device: str | None, images: int | None, batch_size: int, grid_size: int,
-           transforms: str, resize: int, crop: int | None, workers: int, forward_batch: int,
-           project_k: list[int], project_n: int) -> dict[str, Any]:
+def timing(
+    data: str,
+    model_name: str,
+    width: int | None,
+    device: str | None,
+    images: int | None,
+    batch_size: int,
+    grid_size: int,
+    transforms: str,
+    resize: int,
+    crop: int | None,
+    workers: int,
+    forward_batch: int,
+    project_k: list[int],
+    project_n: int,
+) -> dict[str, Any]:
     """Decode / transform / forward / scoring seconds, pairs/s and projected full-grid times."""
     import torch
 
@@ -155,7 +178,7 @@ def timing(data: str, model_name: str, width: int | None, device: str | None, im
         outs = []
         with torch.inference_mode(), torch.autocast(dev.type, dtype=torch.bfloat16, enabled=cuda):
             for s in range(0, x.shape[0], forward_batch):
-                outs.append(model(x[s:s + forward_batch]).float())
+                outs.append(model(x[s : s + forward_batch]).float())
         return torch.cat(outs)
 
     shares = {"decode": 0.0, "transform": 0.0, "forward": 0.0, "scoring": 0.0}
@@ -165,7 +188,7 @@ def timing(data: str, model_name: str, width: int | None, device: str | None, im
     batches = [list(range(s, min(n, s + batch_size))) for s in range(0, n, batch_size)]
     t_all = time.perf_counter()
     t0 = time.perf_counter()
-    for u8, ok in src.batches(batches):
+    for u8, _ok in src.batches(batches):
         u8 = u8.to(dev, non_blocking=True)
         sync()
         t1 = time.perf_counter()
@@ -200,21 +223,31 @@ def timing(data: str, model_name: str, width: int | None, device: str | None, im
     rate = pairs / wall
     per_pair = {k: v / max(pairs, 1) for k, v in shares.items()}
     return {
-        "device": str(dev), "model": model_name, "images": n, "transforms": len(names), "grid_size": grid_size,
-        "pairs": pairs, "wall_s": wall, "pairs_per_s": rate,
-        "shares": {k: v / total for k, v in shares.items()}, "seconds": shares,
+        "device": str(dev),
+        "model": model_name,
+        "images": n,
+        "transforms": len(names),
+        "grid_size": grid_size,
+        "pairs": pairs,
+        "wall_s": wall,
+        "pairs_per_s": rate,
+        "shares": {k: v / total for k, v in shares.items()},
+        "seconds": shares,
         "projected_s": {k: project_n * len(names) * k * sum(per_pair.values()) for k in project_k},
         "project_images": project_n,
     }
 
 
 def _format(r: dict[str, Any]) -> str:
-    lines = [f"{r['images']} images x {r['transforms']} transforms x grid {r['grid_size']} on {r['device']} "
-             f"({r['model']}): {r['pairs']} pairs in {r['wall_s']:.1f} s = {r['pairs_per_s']:.0f} pairs/s",
-             "shares: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["shares"].items())]
+    lines = [
+        f"{r['images']} images x {r['transforms']} transforms x grid {r['grid_size']} on {r['device']} "
+        f"({r['model']}): {r['pairs']} pairs in {r['wall_s']:.1f} s = {r['pairs_per_s']:.0f} pairs/s",
+        "shares: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["shares"].items()),
+    ]
     for k, s in r["projected_s"].items():
-        lines.append(f"projected: {r['project_images']} images x {r['transforms']} transforms x k={k}: "
-                     f"{s / 3600:.2f} h")
+        lines.append(
+            f"projected: {r['project_images']} images x {r['transforms']} transforms x k={k}: {s / 3600:.2f} h"
+        )
     return "\n".join(lines)
 
 
@@ -229,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("time", help="time decode / transform / forward / scoring over a folder")
     t.add_argument("--data", required=True)
     t.add_argument("--model", default="resnet50")
-    t.add_argument("--width", type=int, default=None, help="model width (default: the architecture's; small for smoke runs)")
+    t.add_argument(
+        "--width", type=int, default=None, help="model width (default: the architecture's; small for smoke runs)"
+    )
     t.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
     t.add_argument("--images", type=int, default=None, help="first N images only")
     t.add_argument("--batch-size", type=int, default=64)
@@ -248,8 +283,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {len(paths)} JPEGs under {a.out} in {time.perf_counter() - t0:.1f} s")
         return 0
     crop = a.crop if a.crop and a.crop > 0 else None
-    r = timing(a.data, a.model, a.width, a.device, a.images, a.batch_size, a.grid_size, a.transforms, a.resize, crop,
-               a.workers, a.forward_batch, [int(k) for k in a.project_k.split(",") if k], a.project_n)
+    r = timing(
+        a.data,
+        a.model,
+        a.width,
+        a.device,
+        a.images,
+        a.batch_size,
+        a.grid_size,
+        a.transforms,
+        a.resize,
+        crop,
+        a.workers,
+        a.forward_batch,
+        [int(k) for k in a.project_k.split(",") if k],
+        a.project_n,
+    )
     print(_format(r))
     return 0
 

@@ -1,9 +1,8 @@
+import os  # noqa: E402
+
 import numpy as np
 import pytest
 import torch
-
-
-import os  # noqa: E402
 
 #: the seed of tests marked ``statistical`` (assertions that hold with high probability, not always)
 STATISTICAL_SEED = 20261123
@@ -98,8 +97,11 @@ def _cuda_device() -> torch.device:
 DEVICE_PARAMS = [
     pytest.param("cpu", id="cpu"),
     pytest.param("guard", id="guard", marks=pytest.mark.device_guard),
-    pytest.param("cuda", id="cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(
-        not torch.cuda.is_available(), reason="needs a CUDA device")]),
+    pytest.param(
+        "cuda",
+        id="cuda",
+        marks=[pytest.mark.cuda, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")],
+    ),
 ]
 
 
@@ -119,5 +121,8 @@ def cuda_device() -> torch.device:
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", "device_guard: CPU data with tensors created off-device turned into "
-                                       "errors (tests/device_guard.py); runs in the default suite")
+    config.addinivalue_line(
+        "markers",
+        "device_guard: CPU data with tensors created off-device turned into "
+        "errors (tests/device_guard.py); runs in the default suite",
+    )

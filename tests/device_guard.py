@@ -22,10 +22,11 @@ fixes it, which the device rules ask for anyway.
 It does not see a generator on one device drawing with ``device=`` another, nor ``.cpu()`` round
 trips (the data is already on the CPU): the CUDA tier (``pytest -m cuda``) covers those.
 """
+
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -58,7 +59,8 @@ class _MixCheck(TorchFunctionMode):
             raise DeviceMixError(
                 f"device guard: {name} got a tensor created without device= (shape {tuple(meta.shape)}) next to "
                 f"data on {real.device} (shape {tuple(real.shape)}); on a GPU this is 'Expected all tensors to be "
-                "on the same device'. Create it with device= of the data it meets.")
+                "on the same device'. Create it with device= of the data it meets."
+            )
         return func(*args, **kwargs)
 
 

@@ -1,4 +1,5 @@
 """Small exact transforms and models for the measurement tests (independent of invfast.transforms)."""
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,11 @@ class Brightness:
 def small_net(seed: int = 0, dim: int = 12) -> torch.nn.Module:
     g = torch.Generator().manual_seed(seed)
     net = torch.nn.Sequential(
-        torch.nn.Conv2d(3, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.Conv2d(16, dim, 3, stride=2, padding=1),
-        torch.nn.ReLU(), torch.nn.Flatten(2),
+        torch.nn.Conv2d(3, 16, 3, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(16, dim, 3, stride=2, padding=1),
+        torch.nn.ReLU(),
+        torch.nn.Flatten(2),
     )
     with torch.no_grad():
         for p in net.parameters():
@@ -114,9 +118,17 @@ def dist_worker(rank: int, world: int, port: int, images_path: str, out_dir: str
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         x = torch.load(images_path)
-        r = measure_invariance(small_net(dim=6), x, [Rot90(), Brightness()], grid_size=5, batch_size=4,
-                               forward_batch=64, pair_scores_dir=os.path.join(out_dir, "pairs"),
-                               state_path=os.path.join(out_dir, "state.pt"), save_every=0)
+        r = measure_invariance(
+            small_net(dim=6),
+            x,
+            [Rot90(), Brightness()],
+            grid_size=5,
+            batch_size=4,
+            forward_batch=64,
+            pair_scores_dir=os.path.join(out_dir, "pairs"),
+            state_path=os.path.join(out_dir, "state.pt"),
+            save_every=0,
+        )
         if rank == 0:
             r.to_json(os.path.join(out_dir, "result.json"))
     finally:

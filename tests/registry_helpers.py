@@ -1,5 +1,6 @@
 """A user's module for the registry tests: importing it registers a test transform, as a user's model
 module would for ``invfast measure --model registry_helpers:tiny_net --transforms gamma-cli``."""
+
 from __future__ import annotations
 
 import torch

@@ -1,5 +1,6 @@
 """scripts/imagenet_rehearsal.py in its small mode: the JPEG folder it writes (ImageNet-like sizes, no
 downloads, reproducible from the seed) and the timing mode over it on the CPU with a tiny model."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -44,8 +45,9 @@ def test_write_small_folder_is_imagenet_like_and_reproducible(rehearsal, tmp_pat
 def test_time_mode_reports_shares_and_projection(rehearsal, tmp_path, one_thread, capsys):
     rehearsal.write(str(tmp_path / "d"), 6, workers=1, seed=1)
     names = "crop,rotation,brightness,posterize"
-    r = rehearsal.timing(str(tmp_path / "d"), "resnet18-cifar", 4, "cpu", None, 3, 2, names, 32, None, 0, 64,
-                         [16, 256], 50_000)
+    r = rehearsal.timing(
+        str(tmp_path / "d"), "resnet18-cifar", 4, "cpu", None, 3, 2, names, 32, None, 0, 64, [16, 256], 50_000
+    )
     assert r["images"] == 6 and r["transforms"] == 4
     from invfast.transforms import get
 

@@ -1,6 +1,7 @@
 """The fused policy-view op (csrc/augment: CPU kernel, the CUDA kernels' per-pixel maths) against the torch
 policy path, its torch reference and a float64 numpy implementation (colorsys for the hue), on fresh random
 parameters; FusedPolicy against Policy; the CUDA tier against the reference where a GPU exists."""
+
 from __future__ import annotations
 
 import colorsys
@@ -16,8 +17,9 @@ from invfast.transforms import functional as Fn
 from invfast.transforms.fused import FusedPolicy, view_matrix
 from invfast.transforms.policies import policy
 
-compiled = pytest.mark.skipif("augment_views" not in backend.compiled_ops(),
-                              reason="compiled core without augment_views")
+compiled = pytest.mark.skipif(
+    "augment_views" not in backend.compiled_ops(), reason="compiled core without augment_views"
+)
 GREY = 1.0 / 255.0
 
 
@@ -25,9 +27,15 @@ def _random_params(rng, B: int):
     """Random masks/factors/orders of the op, with the torchvision ranges of the Default policy."""
     t = lambda a: torch.from_numpy(np.asarray(a))  # noqa: E731
     f = np.column_stack([rng.uniform(0.6, 1.4, (B, 3)), rng.uniform(-0.1, 0.1, B)])
-    return dict(jitter=t(rng.random(B) < 0.8), factors=t(f), order=t(np.argsort(rng.random((B, 4)), axis=1)),
-                grayscale=t(rng.random(B) < 0.3), blur=t(rng.random(B) < 0.6), sigma=t(rng.uniform(0.1, 2.0, B)),
-                solarize=t(rng.random(B) < 0.5))
+    return dict(
+        jitter=t(rng.random(B) < 0.8),
+        factors=t(f),
+        order=t(np.argsort(rng.random((B, 4)), axis=1)),
+        grayscale=t(rng.random(B) < 0.3),
+        blur=t(rng.random(B) < 0.6),
+        sigma=t(rng.uniform(0.1, 2.0, B)),
+        solarize=t(rng.random(B) < 0.5),
+    )
 
 
 def _random_matrix(rng, B: int, H: int, W: int, S: int) -> torch.Tensor:
@@ -79,8 +87,8 @@ def _np_view(img: np.ndarray, m: np.ndarray, S: int, p: dict, b: int, thr: float
         k = np.exp(-0.5 * (np.arange(-R, R + 1) / sig) ** 2)
         k /= k.sum()
         pad = np.pad(x, ((0, 0), (R, R), (R, R)), mode="reflect")
-        h = sum(k[i] * pad[:, :, i:i + S] for i in range(2 * R + 1))
-        x = sum(k[i] * h[:, i:i + S, :] for i in range(2 * R + 1))
+        h = sum(k[i] * pad[:, :, i : i + S] for i in range(2 * R + 1))
+        x = sum(k[i] * h[:, i : i + S, :] for i in range(2 * R + 1))
     if bool(p["solarize"][b]):
         x = np.where(x >= thr, 1 - x, x)
     return (x - np.asarray(mean).reshape(3, 1, 1)) / np.asarray(std).reshape(3, 1, 1)
@@ -106,8 +114,9 @@ def test_compiled_views_match_numpy_float64(dtype, rng):
 
 
 @compiled
-@pytest.mark.parametrize("out_dtype,channels_last", [(torch.float32, True), (torch.bfloat16, False),
-                                                     (torch.bfloat16, True)])
+@pytest.mark.parametrize(
+    "out_dtype,channels_last", [(torch.float32, True), (torch.bfloat16, False), (torch.bfloat16, True)]
+)
 def test_compiled_views_match_reference_in_every_layout(out_dtype, channels_last, rng):
     B, H, W, S = 7, 31, 26, 20
     img = torch.from_numpy(rng.integers(0, 256, (B, 3, H, W)).astype(np.uint8))
@@ -120,7 +129,7 @@ def test_compiled_views_match_reference_in_every_layout(out_dtype, channels_last
         r = aug.augment_views(img, m, (S, S), **p, **kw)
     assert y.dtype == out_dtype and y.shape == (B, 3, S, S)
     assert y.is_contiguous(memory_format=torch.channels_last) == channels_last
-    tol = 1e-4 if out_dtype == torch.float32 else 2.0 ** -7 * 10  # bf16: one rounding of values up to ~2.6
+    tol = 1e-4 if out_dtype == torch.float32 else 2.0**-7 * 10  # bf16: one rounding of values up to ~2.6
     assert (y.float() - r.float()).abs().max() <= tol
 
 
@@ -130,8 +139,24 @@ def test_opcheck_augment_views():
     img = (torch.rand(B, 3, 12, 14) * 255).to(torch.uint8)
     m = torch.tensor([[1.1, 0.1, 0.5], [0.0, 0.9, 1.0]], dtype=torch.float64).repeat(B, 1, 1)
     mask = torch.tensor([True, False, True])
-    args = (img, m, 8, 9, mask, torch.rand(B, 4) + 0.5, torch.argsort(torch.rand(B, 4), 1), mask, mask,
-            torch.rand(B, dtype=torch.float64) + 0.2, mask, 0.5, torch.zeros(3), torch.ones(3), torch.float32, True)
+    args = (
+        img,
+        m,
+        8,
+        9,
+        mask,
+        torch.rand(B, 4) + 0.5,
+        torch.argsort(torch.rand(B, 4), 1),
+        mask,
+        mask,
+        torch.rand(B, dtype=torch.float64) + 0.2,
+        mask,
+        0.5,
+        torch.zeros(3),
+        torch.ones(3),
+        torch.float32,
+        True,
+    )
     torch.library.opcheck(torch.ops.invfast.augment_views, args)
 
 
@@ -140,8 +165,14 @@ def test_order_must_be_a_permutation():
     img = torch.zeros(2, 3, 8, 8, dtype=torch.uint8)
     m = torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]).repeat(2, 1, 1)
     with pytest.raises(RuntimeError, match="permutation"):
-        aug.augment_views(img, m, (8, 8), jitter=torch.ones(2, dtype=torch.bool), factors=torch.ones(2, 4),
-                          order=torch.zeros(2, 4, dtype=torch.int64))
+        aug.augment_views(
+            img,
+            m,
+            (8, 8),
+            jitter=torch.ones(2, dtype=torch.bool),
+            factors=torch.ones(2, 4),
+            order=torch.zeros(2, 4, dtype=torch.int64),
+        )
 
 
 def test_bad_inputs_name_the_problem():
@@ -197,7 +228,7 @@ def test_fused_policy_normalised_views_and_sampling_match(rng):
     std = torch.tensor(tp.config.std).view(1, 3, 1, 1)
     for t, f in ((t1, f1), (t2, f2)):
         # bf16 keeps 8 bits: compare in [0, 1] units with its rounding on top of the grey level
-        assert ((f.float() - t) * std).abs().max() <= GREY + 2.0 ** -8 * 2.7 * std.max()
+        assert ((f.float() - t) * std).abs().max() <= GREY + 2.0**-8 * 2.7 * std.max()
 
 
 def test_view_matrix_is_the_policy_crop_map():
@@ -247,7 +278,10 @@ def test_fused_policy_rejects_other_dtypes():
 
 @pytest.mark.cuda
 def test_cuda_views_match_reference(cuda_device, rng, monkeypatch):
-    if "augment_views" not in backend.compiled_ops() or not torch.ops.invfast.augment_views.default.has_kernel_for_dispatch_key("CUDA"):
+    if (
+        "augment_views" not in backend.compiled_ops()
+        or not torch.ops.invfast.augment_views.default.has_kernel_for_dispatch_key("CUDA")
+    ):
         pytest.skip("core built without the CUDA augment kernels")
     monkeypatch.setenv(aug.CUDA_KERNELS_ENV, "1")
     B, H, W, S = 16, 70, 90, 56
@@ -258,7 +292,7 @@ def test_cuda_views_match_reference(cuda_device, rng, monkeypatch):
         y = aug.augment_views(img, m, (S, S), **p, dtype=out_dtype, channels_last=cl)
         with backend.using("reference"):
             r = aug.augment_views(img, m, (S, S), **p, dtype=out_dtype, channels_last=cl)
-        tol = 1e-4 if out_dtype == torch.float32 else 2.0 ** -8 * 2
+        tol = 1e-4 if out_dtype == torch.float32 else 2.0**-8 * 2
         assert y.device == img.device and (y.float() - r.float()).abs().max() <= tol
     x = torch.from_numpy(rng.integers(0, 256, (3, 3, 20, 24)).astype(np.uint8)).to(cuda_device)
     mats = torch.tensor([[[-1.0, 0, 23], [0, 1, 0]], [[0.9, 0.2, 1.3], [-0.1, 1.1, -0.7]]], dtype=torch.float64)

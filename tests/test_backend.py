@@ -1,5 +1,6 @@
 """The backend switch and the one dispatch table: modes, overrides, the table's contents against the
 compiled core and the CUDA sources, the forced-kernel error, `invfast info`, and INVFAST_BACKEND misuse."""
+
 import argparse
 import json
 import os
@@ -78,13 +79,14 @@ def test_table_covers_every_compiled_op_with_a_reference():
     ops = set(backend.compiled_ops())
     assert set(dispatch.ops()) == ops
     assert {op for op, _ in dispatch.KNOWN} == ops, "every op needs a static table entry (dispatch.KNOWN)"
-    assert {op for op, dev in dispatch.KNOWN if dev == "cuda"} == {op for op, dev in dispatch.KNOWN if dev == "cpu"}
+    assert {op for op, d in dispatch.KNOWN if d == "cuda"} == {op for op, d in dispatch.KNOWN if d == "cpu"}
     assert set(backend.references()) == ops, "every compiled op needs a registered torch reference"
-    for (op, dev), k in dispatch.KNOWN.items():
+    for (op, _dev), k in dispatch.KNOWN.items():
         # a default names the benchmark that measured it faster; an entry that is off says why
         assert ("benchmarks/" in k.evidence and "x" in k.evidence) if k.default else k.evidence.startswith("off:"), op
-    assert not any(k.default for (_, dev), k in dispatch.KNOWN.items() if dev == "cuda"), \
+    assert not any(k.default for (_, dev), k in dispatch.KNOWN.items() if dev == "cuda"), (
         "no CUDA kernel has been measured on a GPU: none may be an auto default"
+    )
 
 
 @needs_core
@@ -184,11 +186,13 @@ def test_info_prints_the_table(capsys):
         assert len(row) == 1, (e.op, e.device)
         cols = row[0].split()
         assert cols[3] == ("yes" if e.available else "no") and cols[5 if not e.opted_in else 6] == (
-            "kernel" if e.auto else "torch")
+            "kernel" if e.auto else "torch"
+        )
     assert backend_cli.run(argparse.Namespace(json=True)) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [(r["op"], r["device"], r["auto"]) for r in data["dispatch"]] == \
-        [(e.op, e.device, e.auto) for e in dispatch.table()]
+    assert [(r["op"], r["device"], r["auto"]) for r in data["dispatch"]] == [
+        (e.op, e.device, e.auto) for e in dispatch.table()
+    ]
 
 
 def test_import_without_compiled_core_warns_and_falls_back(tmp_path):
@@ -229,16 +233,18 @@ def test_backend_env_var():
     naming the valid values, 'auto' used) and is a usage error (exit 2, one line) for every CLI command."""
     res = _run("import invfast; print(invfast.backend.mode())", {"INVFAST_BACKEND": "reference"})
     assert res.returncode == 0 and res.stdout.strip() == "reference", res.stderr
-    code = ("import warnings, torch\n"
-            "with warnings.catch_warnings(record=True) as w:\n"
-            "    warnings.simplefilter('always')\n"
-            "    import invfast\n"
-            "    st = invfast.FeatureStats.from_features(torch.randn(20, 3))\n"
-            "    for _ in range(2):\n"
-            "        invfast.invariance_scores(torch.randn(4, 3), torch.randn(4, 2, 3), st)\n"
-            "    m = invfast.backend.mode()\n"
-            "msgs = [str(x.message) for x in w if 'INVFAST_BACKEND' in str(x.message)]\n"
-            "print(m, len(msgs), msgs[0] if msgs else '')\n")
+    code = (
+        "import warnings, torch\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import invfast\n"
+        "    st = invfast.FeatureStats.from_features(torch.randn(20, 3))\n"
+        "    for _ in range(2):\n"
+        "        invfast.invariance_scores(torch.randn(4, 3), torch.randn(4, 2, 3), st)\n"
+        "    m = invfast.backend.mode()\n"
+        "msgs = [str(x.message) for x in w if 'INVFAST_BACKEND' in str(x.message)]\n"
+        "print(m, len(msgs), msgs[0] if msgs else '')\n"
+    )
     res = _run(code, {"INVFAST_BACKEND": "bogus"})
     assert res.returncode == 0, res.stderr
     mode, count, msg = res.stdout.strip().split(" ", 2)

@@ -2,6 +2,7 @@
 and invfast's ResNet exports torchvision's names. The reference is a ResNet forward written out with
 F.conv2d / F.batch_norm directly on the torchvision-named tensors, so a renaming bug shows up as
 different features."""
+
 import warnings
 
 import numpy as np
@@ -29,16 +30,24 @@ def random_torchvision_state_dict(depth, width, stem="imagenet", fc=10, seed=SEE
             sd[name] = 0.5 + torch.rand(shape, generator=g)
         else:
             fan = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-            sd[name] = torch.randn(shape, generator=g) / fan ** 0.5
+            sd[name] = torch.randn(shape, generator=g) / fan**0.5
     return sd
 
 
 def torchvision_forward(sd, depth, x, stem="imagenet", with_fc=False):
     """Pooled features of torchvision's ResNet (eval mode) computed from its state dict by formula (the logits
     of its ``fc`` with ``with_fc``)."""
+
     def bn(y, p):
-        return F.batch_norm(y, sd[p + ".running_mean"], sd[p + ".running_var"], sd[p + ".weight"], sd[p + ".bias"],
-                            training=False, eps=1e-5)
+        return F.batch_norm(
+            y,
+            sd[p + ".running_mean"],
+            sd[p + ".running_var"],
+            sd[p + ".weight"],
+            sd[p + ".bias"],
+            training=False,
+            eps=1e-5,
+        )
 
     if stem == "imagenet":
         y = F.max_pool2d(F.relu(bn(F.conv2d(x, sd["conv1.weight"], stride=2, padding=3), "bn1")), 3, 2, 1)
@@ -73,8 +82,9 @@ def test_torchvision_layout_loads_and_matches_the_formula(depth):
         m = load_checkpoint(f"resnet{depth}", sd)  # width read from the checkpoint
     assert m.width == 4
     with torch.no_grad():
-        torch.testing.assert_close(m.eval()(x), torchvision_forward(sd, depth, x), atol=1e-4, rtol=1e-4,
-                                   msg=f"seed {SEED}")
+        torch.testing.assert_close(
+            m.eval()(x), torchvision_forward(sd, depth, x), atol=1e-4, rtol=1e-4, msg=f"seed {SEED}"
+        )
 
 
 @pytest.mark.parametrize("wrap", ["moco", "solo-learn", "torchvision-file"])
@@ -84,17 +94,30 @@ def test_published_layouts_load(wrap, tmp_path):
     sd = random_torchvision_state_dict(depth, width=4, stem=stem, fc=None)
     other = random_torchvision_state_dict(depth, width=4, stem=stem, fc=None, seed=SEED + 1)
     if wrap == "moco":  # MoCo v2's main_moco.py: DataParallel query + key encoders, an MLP fc head, a queue
-        ck = {"epoch": 200, "arch": "resnet18", "state_dict": {
-            **{f"module.encoder_q.{k}": v for k, v in sd.items()},
-            "module.encoder_q.fc.0.weight": torch.randn(4, 512), "module.encoder_q.fc.0.bias": torch.randn(4),
-            "module.encoder_q.fc.2.weight": torch.randn(2, 4), "module.encoder_q.fc.2.bias": torch.randn(2),
-            **{f"module.encoder_k.{k}": v for k, v in other.items()},
-            "module.queue": torch.randn(2, 16), "module.queue_ptr": torch.zeros(1, dtype=torch.long)}}
+        ck = {
+            "epoch": 200,
+            "arch": "resnet18",
+            "state_dict": {
+                **{f"module.encoder_q.{k}": v for k, v in sd.items()},
+                "module.encoder_q.fc.0.weight": torch.randn(4, 512),
+                "module.encoder_q.fc.0.bias": torch.randn(4),
+                "module.encoder_q.fc.2.weight": torch.randn(2, 4),
+                "module.encoder_q.fc.2.bias": torch.randn(2),
+                **{f"module.encoder_k.{k}": v for k, v in other.items()},
+                "module.queue": torch.randn(2, 16),
+                "module.queue_ptr": torch.zeros(1, dtype=torch.long),
+            },
+        }
         name = "resnet18"
     elif wrap == "solo-learn":  # solo-learn: backbone., momentum_backbone., projector., classifier.
-        ck = {"state_dict": {**{f"backbone.{k}": v for k, v in sd.items()},
-                             **{f"momentum_backbone.{k}": v for k, v in other.items()},
-                             "projector.0.weight": torch.randn(8, 512), "classifier.weight": torch.randn(10, 512)}}
+        ck = {
+            "state_dict": {
+                **{f"backbone.{k}": v for k, v in sd.items()},
+                **{f"momentum_backbone.{k}": v for k, v in other.items()},
+                "projector.0.weight": torch.randn(8, 512),
+                "classifier.weight": torch.randn(10, 512),
+            }
+        }
         name = "resnet18-cifar-solo"
     else:
         ck = dict(sd)
@@ -132,8 +155,11 @@ def test_export_to_torchvision_round_trip():
 def test_torchvision_key_list_matches_the_published_parameter_count():
     # torchvision resnet18 / resnet50 have 11,689,512 / 25,557,032 parameters (BN running stats excluded)
     for depth, total in ((18, 11_689_512), (50, 25_557_032)):
-        n = sum(int(np.prod(s)) for k, s in torchvision_resnet_keys(depth)
-                if not k.endswith(("running_mean", "running_var", "num_batches_tracked")))
+        n = sum(
+            int(np.prod(s))
+            for k, s in torchvision_resnet_keys(depth)
+            if not k.endswith(("running_mean", "running_var", "num_batches_tracked"))
+        )
         assert n == total
 
 
@@ -159,7 +185,9 @@ def test_invfast_layouts_and_mismatches(tmp_path):
 
 def _tiny_encoder(seed: int) -> torch.nn.Module:
     g = torch.Generator().manual_seed(seed)
-    m = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(), torch.nn.LazyLinear(5))
+    m = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(), torch.nn.LazyLinear(5)
+    )
     m(torch.zeros(1, 3, 6, 6))
     with torch.no_grad():
         for p in m.state_dict().values():
@@ -201,17 +229,27 @@ def handwritten_torchvision_resnet18(num_classes):
     """``torchvision.models.resnet18(num_classes=N).state_dict()``: names and shapes in order, written out
     from torchvision's source (BasicBlock: conv1, bn1, conv2, bn2, then downsample.0/.1 in the first block of
     layer2-4; avgpool has no tensors; fc last), independent of invfast's key generator."""
+
     def bn(p, c):
-        return [(f"{p}.weight", (c,)), (f"{p}.bias", (c,)), (f"{p}.running_mean", (c,)), (f"{p}.running_var", (c,)),
-                (f"{p}.num_batches_tracked", ())]
+        return [
+            (f"{p}.weight", (c,)),
+            (f"{p}.bias", (c,)),
+            (f"{p}.running_mean", (c,)),
+            (f"{p}.running_var", (c,)),
+            (f"{p}.num_batches_tracked", ()),
+        ]
 
     keys = [("conv1.weight", (64, 3, 7, 7)), *bn("bn1", 64)]
     cin = 64
     for layer, c in ((1, 64), (2, 128), (3, 256), (4, 512)):
         for b in (0, 1):
             p = f"layer{layer}.{b}"
-            keys += [(f"{p}.conv1.weight", (c, cin if b == 0 else c, 3, 3)), *bn(f"{p}.bn1", c),
-                     (f"{p}.conv2.weight", (c, c, 3, 3)), *bn(f"{p}.bn2", c)]
+            keys += [
+                (f"{p}.conv1.weight", (c, cin if b == 0 else c, 3, 3)),
+                *bn(f"{p}.bn1", c),
+                (f"{p}.conv2.weight", (c, c, 3, 3)),
+                *bn(f"{p}.bn2", c),
+            ]
             if b == 0 and layer > 1:
                 keys += [(f"{p}.downsample.0.weight", (c, cin, 1, 1)), *bn(f"{p}.downsample.1", c)]
         cin = c
@@ -263,15 +301,25 @@ def solo_learn_checkpoint(sd, other, hyper=None):
     """A solo-learn file as PyTorch Lightning writes it: the LightningModule's state dict (backbone,
     momentum backbone, projector, the online linear classifier) and the trainer's own keys."""
     d = sd["layer4.1.bn2.weight"].shape[0]  # ResNet-18's feature dim
-    return {"epoch": 399, "global_step": 78000, "pytorch-lightning_version": "1.9.5",
-            "state_dict": {**{f"backbone.{k}": v for k, v in sd.items()},
-                           **{f"momentum_backbone.{k}": v for k, v in other.items()},
-                           "projector.0.weight": torch.randn(8, 512), "projector.0.bias": torch.randn(8),
-                           "classifier.weight": torch.randn(10, d), "classifier.bias": torch.randn(10)},
-            "loops": {"fit_loop": {"epoch_progress": {"total": {"ready": 400}}}},
-            "callbacks": {"ModelCheckpoint{'monitor': None}": {"best_model_path": "", "best_model_score": None}},
-            "optimizer_states": [{"state": {}, "param_groups": [{"lr": 0.3, "params": [0, 1]}]}],
-            "lr_schedulers": [], "hparams_name": "kwargs", "hyper_parameters": hyper or {}}
+    return {
+        "epoch": 399,
+        "global_step": 78000,
+        "pytorch-lightning_version": "1.9.5",
+        "state_dict": {
+            **{f"backbone.{k}": v for k, v in sd.items()},
+            **{f"momentum_backbone.{k}": v for k, v in other.items()},
+            "projector.0.weight": torch.randn(8, 512),
+            "projector.0.bias": torch.randn(8),
+            "classifier.weight": torch.randn(10, d),
+            "classifier.bias": torch.randn(10),
+        },
+        "loops": {"fit_loop": {"epoch_progress": {"total": {"ready": 400}}}},
+        "callbacks": {"ModelCheckpoint{'monitor': None}": {"best_model_path": "", "best_model_score": None}},
+        "optimizer_states": [{"state": {}, "param_groups": [{"lr": 0.3, "params": [0, 1]}]}],
+        "lr_schedulers": [],
+        "hparams_name": "kwargs",
+        "hyper_parameters": hyper or {},
+    }
 
 
 def test_solo_learn_cifar_builds_its_stem_and_matches_padding_2(tmp_path):
@@ -303,16 +351,20 @@ def test_solo_learn_cifar_builds_its_stem_and_matches_padding_2(tmp_path):
         head = resnet18(weights=tmp_path / "solo.ckpt", num_classes=10).eval()  # solo-learn's classifier as fc
         ck = torch.load(tmp_path / "solo.ckpt", weights_only=True)["state_dict"]
     with torch.no_grad():
-        torch.testing.assert_close(head(x), F.linear(feats, ck["classifier.weight"], ck["classifier.bias"]),
-                                   atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            head(x), F.linear(feats, ck["classifier.weight"], ck["classifier.bias"]), atol=1e-5, rtol=1e-5
+        )
 
 
 def test_solo_learn_cifar_never_loads_into_padding_1(tmp_path):
     sd = random_torchvision_state_dict(18, width=4, stem="cifar", fc=None)
     ck = solo_learn_checkpoint(sd, sd)
     for source in (ck, ck["state_dict"]):  # the file's dict, or its state dict alone (projector, classifier)
-        with pytest.raises(ValueError, match=r"solo-learn CIFAR ResNet.*padding 1, not 3x3 conv, stride 1, "
-                                             r"padding 2.*'resnet18-cifar-solo'"):
+        with pytest.raises(
+            ValueError,
+            match=r"solo-learn CIFAR ResNet.*padding 1, not 3x3 conv, stride 1, "
+            r"padding 2.*'resnet18-cifar-solo'",
+        ):
             load_checkpoint("resnet18-cifar", source)
         with pytest.raises(ValueError, match="padding 1, not 3x3 conv, stride 1, padding 2"):
             load_checkpoint(create("resnet18-cifar", width=4), source)
@@ -321,7 +373,7 @@ def test_solo_learn_cifar_never_loads_into_padding_1(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert load_checkpoint("resnet18-cifar-solo", ck).stem_kind == "cifar-solo"
-    bare = {k[len("backbone."):]: v for k, v in ck["state_dict"].items() if k.startswith("backbone.")}
+    bare = {k[len("backbone.") :]: v for k, v in ck["state_dict"].items() if k.startswith("backbone.")}
     assert load_checkpoint("resnet18-cifar", bare).stem_kind == "cifar"  # no sign of solo-learn: the name's stem
 
 
@@ -335,8 +387,13 @@ def test_lightning_namespace_hyper_parameters_load_with_weights_only(tmp_path):
     from invfast.models.checkpoints import read_checkpoint
 
     sd = random_torchvision_state_dict(18, width=4, stem="cifar", fc=None)
-    args = argparse.Namespace(method="simclr", lr=0.4, data_dir=pathlib.Path("/data/cifar"), crop_size=[32],
-                              extra_optimizer_args={"momentum": 0.9})
+    args = argparse.Namespace(
+        method="simclr",
+        lr=0.4,
+        data_dir=pathlib.Path("/data/cifar"),
+        crop_size=[32],
+        extra_optimizer_args={"momentum": 0.9},
+    )
     torch.save(solo_learn_checkpoint(sd, sd, hyper={"args": args, "backbone": "resnet18"}), tmp_path / "pl.ckpt")
     with pytest.raises(Exception, match="weights_only|Unsupported global"):  # what torch alone does with it
         torch.load(tmp_path / "pl.ckpt", weights_only=True)

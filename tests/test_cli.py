@@ -1,5 +1,6 @@
 """The invfast command's error contract: only input problems are usage errors (exit 2, one line); failures of
 the run exit 1 in one line; bugs keep their traceback; interrupts exit 130; warnings are one line, once."""
+
 from __future__ import annotations
 
 import warnings
@@ -26,13 +27,17 @@ def test_demo_usage_error_exits_2(capsys):
     assert "--images and --reference must be at least 2" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("make", [
-    lambda: {}["missing"],                                  # KeyError: a bug, not a usage error
-    lambda: None + 1,                                        # TypeError
-    lambda: [][3],                                           # IndexError
-    lambda: np.ones(3).reshape(2),                           # ValueError raised outside invfast's checks
-    lambda: torch.nn.functional.interpolate(torch.zeros(1, 1, 2, 2), size=2, scale_factor=2.0),
-], ids=["KeyError", "TypeError", "IndexError", "numpy-ValueError", "torch-ValueError"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: {}["missing"],  # KeyError: a bug, not a usage error
+        lambda: None + 1,  # TypeError
+        lambda: [][3],  # IndexError
+        lambda: np.ones(3).reshape(2),  # ValueError raised outside invfast's checks
+        lambda: torch.nn.functional.interpolate(torch.zeros(1, 1, 2, 2), size=2, scale_factor=2.0),
+    ],
+    ids=["KeyError", "TypeError", "IndexError", "numpy-ValueError", "torch-ValueError"],
+)
 def test_bugs_keep_their_traceback_and_exit_1(monkeypatch, tmp_path, capsys, make):
     monkeypatch.setattr(measure_cli, "run", lambda args: make())
     assert main(MEASURE + [str(tmp_path / "o")]) == 1
@@ -69,7 +74,7 @@ def test_missing_file_is_usage_error_wherever_raised():
 def test_warnings_are_one_line_each_once(monkeypatch, tmp_path, capsys):
     def warn_twice(args):
         for _ in range(2):
-            warnings.warn("N=3 reference samples for D=8 features", RuntimeWarning)
+            warnings.warn("N=3 reference samples for D=8 features", RuntimeWarning, stacklevel=1)
         return 0
 
     monkeypatch.setattr(measure_cli, "run", warn_twice)

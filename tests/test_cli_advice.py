@@ -1,5 +1,6 @@
 """Every ``--option`` that invfast's messages, help texts and docstrings name is an option some invfast
 command has (an error's advice once named ``--shrinkage``, which no command took)."""
+
 from __future__ import annotations
 
 import argparse
@@ -37,8 +38,12 @@ def named_options(path: pathlib.Path) -> list[tuple[int, str]]:
 
 def test_every_option_named_in_invfasts_text_exists():
     options = invfast_options() | OTHER_TOOLS
-    unknown = [f"{p.relative_to(ROOT)}:{line}: {t}" for p in sorted((ROOT / "invfast").rglob("*.py"))
-               for line, t in named_options(p) if t not in options]
+    unknown = [
+        f"{p.relative_to(ROOT)}:{line}: {t}"
+        for p in sorted((ROOT / "invfast").rglob("*.py"))
+        for line, t in named_options(p)
+        if t not in options
+    ]
     assert unknown == [], "\n".join(unknown)
 
 

@@ -1,6 +1,7 @@
 """invfast.compare / invfast compare: comparability checks, Table 1 across models, paired tests against
 scipy and a float64 numpy t, Holm against the sequential procedure, rank correlations and their bootstrap
 against scipy, probe-score parsing, per-layer rows, JSON round trip, the output folder and the CLI."""
+
 from __future__ import annotations
 
 import json
@@ -10,6 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from measure_helpers import Brightness, HFlip, Rot90, random_images, small_net
 from scipy import stats as sps
 
 import invfast as ivf
@@ -17,15 +19,24 @@ from invfast.cli import main as cli_main
 from invfast.comparison import Comparison, compare, correlate, holm, paired_t, signed_rank
 from invfast.comparison.transfer import MIN_MODELS_MARK, kendall_rows, spearman_rows
 from invfast.measure import InvarianceResult, TransformResult, measure_invariance
-from measure_helpers import Brightness, HFlip, Rot90, random_images, small_net
 
 FAMS = {"rot90": "spatial", "hflip": "spatial", "crop": "spatial", "brightness": "appearance", "hue": "appearance"}
 IMAGE_ID = "5e" * 32
 
 
-def _result(model: str, rng: np.random.Generator, means: dict[str, float] | None = None, *, n: int = 120,
-            nan_at: tuple[int, ...] = (), spread: float = 0.08, grid: int = 3, protocol: str = "invfast",
-            image_id: str | None = IMAGE_ID, transforms: tuple[str, ...] = tuple(FAMS)) -> InvarianceResult:
+def _result(
+    model: str,
+    rng: np.random.Generator,
+    means: dict[str, float] | None = None,
+    *,
+    n: int = 120,
+    nan_at: tuple[int, ...] = (),
+    spread: float = 0.08,
+    grid: int = 3,
+    protocol: str = "invfast",
+    image_id: str | None = IMAGE_ID,
+    transforms: tuple[str, ...] = tuple(FAMS),
+) -> InvarianceResult:
     """A result with known per-image values (cosine around ``means``, distance decreasing in it), the
     means computed as ``measure`` does (over the readable images)."""
     means = means or {t: float(rng.uniform(0.2, 0.9)) for t in transforms}
@@ -35,14 +46,24 @@ def _result(model: str, rng: np.random.Generator, means: dict[str, float] | None
         dist = 8.0 * (1.0 - cos) + 0.3 * rng.standard_normal(n) ** 2
         cos[list(nan_at)] = np.nan
         dist[list(nan_at)] = np.nan
-        trs[name] = TransformResult(name=name, family=FAMS[name], mean_distance=float(np.nanmean(dist)),
-                                    mean_cosine=float(np.nanmean(cos)), n_images=n,
-                                    params=torch.arange(float(grid), dtype=torch.float64),
-                                    identity=torch.arange(grid) == 0, per_image_cosine=torch.from_numpy(cos),
-                                    per_image_distance=torch.from_numpy(dist))
+        trs[name] = TransformResult(
+            name=name,
+            family=FAMS[name],
+            mean_distance=float(np.nanmean(dist)),
+            mean_cosine=float(np.nanmean(cos)),
+            n_images=n,
+            params=torch.arange(float(grid), dtype=torch.float64),
+            identity=torch.arange(grid) == 0,
+            per_image_cosine=torch.from_numpy(cos),
+            per_image_distance=torch.from_numpy(dist),
+        )
     images = {"n": n, "id": image_id} if image_id is not None else None
-    meta = {"mode": "transforms", "protocol": protocol, "grid_size": grid,
-            "config": {"grid_size": grid, "protocol": protocol, "protocol_seed": 0, "crop": None}}
+    meta = {
+        "mode": "transforms",
+        "protocol": protocol,
+        "grid_size": grid,
+        "config": {"grid_size": grid, "protocol": protocol, "protocol_seed": 0, "crop": None},
+    }
     if images:
         meta["images"] = images
     return InvarianceResult(model=model, transforms=trs, n_images=n, meta=meta)
@@ -59,14 +80,17 @@ def three(rng):
 
 
 # ------------------------------------------------------------------------------------------ comparability
-@pytest.mark.parametrize("change, field", [
-    (dict(protocol="ericsson"), r"protocol differs: 'A' has 'invfast', 'B' has 'ericsson'"),
-    (dict(image_id="77" * 32), r"images\.id differs: 'A' has '5e5e5e5e5e5e…', 'B' has '777777777777…'"),
-    (dict(n=80), r"images\.n differs: 'A' has 120, 'B' has 80"),
-    (dict(grid=4), r"grid_size differs: 'A' has 3, 'B' has 4"),
-    (dict(transforms=("rot90", "hue")), r"transforms differs: 'A' has \['brightness', 'crop'"),
-    (dict(image_id=None), r"'B' has no recorded image identity"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        (dict(protocol="ericsson"), r"protocol differs: 'A' has 'invfast', 'B' has 'ericsson'"),
+        (dict(image_id="77" * 32), r"images\.id differs: 'A' has '5e5e5e5e5e5e…', 'B' has '777777777777…'"),
+        (dict(n=80), r"images\.n differs: 'A' has 120, 'B' has 80"),
+        (dict(grid=4), r"grid_size differs: 'A' has 3, 'B' has 4"),
+        (dict(transforms=("rot90", "hue")), r"transforms differs: 'A' has \['brightness', 'crop'"),
+        (dict(image_id=None), r"'B' has no recorded image identity"),
+    ],
+)
 def test_mismatched_runs_are_refused_naming_the_field_and_values(rng, change, field):
     a, b = _result("A", rng), _result("B", rng, **change)
     with pytest.raises(ValueError, match=field):
@@ -112,12 +136,27 @@ def test_real_world_runs(rng):
     runs = []
     for m in "AB":
         per = rng.uniform(0.2, 0.6, 30) + (0.2 if m == "B" else 0.0)
-        tr = TransformResult(name="coil", family="real-world", mean_distance=float((1 - per).mean()),
-                             mean_cosine=float(per.mean()), n_images=90, per_image_cosine=torch.from_numpy(per),
-                             per_image_distance=torch.from_numpy(1 - per))
-        runs.append(InvarianceResult(model=m, transforms={"coil": tr}, n_images=90,
-                                     meta={"mode": "real-world", "images": {"n": 90, "id": IMAGE_ID},
-                                           "config": {"protocol": "invfast", "protocol_seed": 0}}))
+        tr = TransformResult(
+            name="coil",
+            family="real-world",
+            mean_distance=float((1 - per).mean()),
+            mean_cosine=float(per.mean()),
+            n_images=90,
+            per_image_cosine=torch.from_numpy(per),
+            per_image_distance=torch.from_numpy(1 - per),
+        )
+        runs.append(
+            InvarianceResult(
+                model=m,
+                transforms={"coil": tr},
+                n_images=90,
+                meta={
+                    "mode": "real-world",
+                    "images": {"n": 90, "id": IMAGE_ID},
+                    "config": {"protocol": "invfast", "protocol_seed": 0},
+                },
+            )
+        )
     c = compare(runs)
     assert c.table.column_names == ["coil", "real-world"]
     (t,) = c.paired.of("cosine")
@@ -282,10 +321,24 @@ def test_transfer_table_across_models(rng, tmp_path):
     acc = 0.5 + 0.3 * (inv - inv.min()) / np.ptp(inv)  # rot90 invariance predicts this task perfectly
     err = {r.model: float(1 - a) for r, a in zip(rs, acc)}
     probe = tmp_path / "m0_pets.json"  # what invfast probe --json writes
-    probe.write_text(json.dumps({"model": "LogisticCV", "rows": [], "best_index": 1, "best_params": {"C": 1.0},
-                                 "cv_results": {"mean_test_score": [0.1, float(acc[0]), 0.2]}}))
-    scores = {"tasks": {"pets": {**{r.model: float(a) for r, a in zip(rs[1:], acc[1:])}, "m0": str(probe)},
-                        "pets_error": err}, "higher_is_better": {"pets_error": False}}
+    probe.write_text(
+        json.dumps(
+            {
+                "model": "LogisticCV",
+                "rows": [],
+                "best_index": 1,
+                "best_params": {"C": 1.0},
+                "cv_results": {"mean_test_score": [0.1, float(acc[0]), 0.2]},
+            }
+        )
+    )
+    scores = {
+        "tasks": {
+            "pets": {**{r.model: float(a) for r, a in zip(rs[1:], acc[1:])}, "m0": str(probe)},
+            "pets_error": err,
+        },
+        "higher_is_better": {"pets_error": False},
+    }
     c = compare(rs, probes=scores, n_boot=300)
     for task in ("pets", "pets_error"):  # the error is oriented: the same positive correlation
         rec = next(r for r in c.transfer.of("cosine", task) if r["column"] == "rot90")
@@ -339,8 +392,10 @@ def measured():
     try:
         x = random_images(48, size=16, seed=3)
         kw = dict(grid_size=4, batch_size=12, normalize=False)
-        runs = [measure_invariance(small_net(seed=s), x, [Rot90(), HFlip(), Brightness()], name=f"net{s}", **kw)
-                for s in range(3)]
+        runs = [
+            measure_invariance(small_net(seed=s), x, [Rot90(), HFlip(), Brightness()], name=f"net{s}", **kw)
+            for s in range(3)
+        ]
         torch.manual_seed(0)
         res = ivf.models.create("resnet18-cifar", width=4).eval()
         layered = measure_invariance(res, x, [Rot90(), HFlip(), Brightness()], name="rn", layers="layer2,layer4", **kw)
@@ -357,8 +412,10 @@ def test_per_layer_rows(measured):
     j = [n for n, _ in c.table.columns].index("rot90")
     assert c.table.values["cosine"][1, j] == layered.layers["layer2"]["rot90"].mean_cosine
     t = next(t for t in c.paired.of("cosine", "rot90") if (t.a, t.b) == ("rn [layer2]", "rn [layer4]"))
-    ref = sps.ttest_rel(layered.layers["layer2"]["rot90"].per_image_cosine.numpy(),
-                        layered.layers["layer4"]["rot90"].per_image_cosine.numpy())
+    ref = sps.ttest_rel(
+        layered.layers["layer2"]["rot90"].per_image_cosine.numpy(),
+        layered.layers["layer4"]["rot90"].per_image_cosine.numpy(),
+    )
     assert t.p_t == pytest.approx(ref.pvalue, rel=1e-8, abs=1e-300)
     assert ivf.compare([runs[0], layered], layers="last").labels == ["net0", "rn"]
     with pytest.raises(ValueError, match="ambiguous"):
@@ -367,8 +424,11 @@ def test_per_layer_rows(measured):
 
 def test_json_round_trip_and_frames(measured, tmp_path):
     runs, _ = measured
-    c = ivf.compare({"first": runs[0], "second": runs[1], "third": runs[2]},
-                    probes={"t": {"first": 0.1, "second": 0.5, "third": 0.3}}, n_boot=100)
+    c = ivf.compare(
+        {"first": runs[0], "second": runs[1], "third": runs[2]},
+        probes={"t": {"first": 0.1, "second": 0.5, "third": 0.3}},
+        n_boot=100,
+    )
     back = Comparison.from_json(c.to_json(tmp_path / "c.json"))
     assert back.to_dict() == c.to_dict() and back.to_markdown() == c.to_markdown()
     assert Comparison.from_json(str(tmp_path / "c.json")).labels == ["first", "second", "third"]
@@ -408,8 +468,9 @@ def test_cli_end_to_end(measured, tmp_path, capsys, cli_env):
     assert cli_main(["compare", *paths[:3], "--out", str(out), "--probes", str(probe), "--bootstrap", "100"]) == 0
     files = sorted(f for f in os.listdir(out) if not f.startswith("."))
     assert json.loads((out / ".invfast-run.json").read_text())["command"] == "compare"
-    assert files == sorted(["report.md", "results.json", "table.csv", "heatmap.png", "significance.png",
-                            "correlation.png"])  # no radar: no family has 3 transforms to draw one
+    assert files == sorted(
+        ["report.md", "results.json", "table.csv", "heatmap.png", "significance.png", "correlation.png"]
+    )  # no radar: no family has 3 transforms to draw one
     c = Comparison.from_json(str(out / "results.json"))
     assert c.labels == ["net0", "net1", "net2"] and c.rows[0].source == os.path.abspath(paths[0])
     assert "![significance](significance.png)" in (out / "report.md").read_text()
@@ -418,18 +479,33 @@ def test_cli_end_to_end(measured, tmp_path, capsys, cli_env):
     assert cli_main(["compare", *paths[:2], "--out", str(out)]) == 2
     assert "already holds a finished report" in capsys.readouterr().err
     (out / "notes.txt").write_text("mine")
-    assert cli_main(["compare", f"x={paths[0]}", f"y={paths[1]}", paths[3], "--out", str(out), "--overwrite",
-                     "--no-plots"]) == 0
-    assert sorted(f for f in os.listdir(out) if not f.startswith(".")) == ["notes.txt", "report.md", "results.json",
-                                                                            "table.csv"]
+    assert (
+        cli_main(
+            ["compare", f"x={paths[0]}", f"y={paths[1]}", paths[3], "--out", str(out), "--overwrite", "--no-plots"]
+        )
+        == 0
+    )
+    assert sorted(f for f in os.listdir(out) if not f.startswith(".")) == [
+        "notes.txt",
+        "report.md",
+        "results.json",
+        "table.csv",
+    ]
     assert Comparison.from_json(str(out / "results.json")).labels == ["x", "y", "rn [layer2]", "rn [layer4]"]
 
 
 def test_cli_refusals(measured, tmp_path, capsys, cli_env):
     runs, _ = measured
     paths = _save_runs(runs[:2], tmp_path / "runs")
-    other = measure_invariance(small_net(seed=5), random_images(48, size=16, seed=4), [Rot90(), HFlip(), Brightness()],
-                               grid_size=4, batch_size=12, normalize=False, name="other")
+    other = measure_invariance(
+        small_net(seed=5),
+        random_images(48, size=16, seed=4),
+        [Rot90(), HFlip(), Brightness()],
+        grid_size=4,
+        batch_size=12,
+        normalize=False,
+        name="other",
+    )
     odd = _save_runs([other], tmp_path / "runs")[0]
     out = tmp_path / "cmp"
     assert cli_main(["compare", paths[0], odd, "--out", str(out)]) == 2

@@ -1,5 +1,6 @@
 """torch.compile(fullgraph=True) on the public metrics: validation stays at the boundary, the data-dependent
 checks run inside the graph (a device assert), and the compiled call equals the eager one."""
+
 from __future__ import annotations
 
 import pytest

@@ -18,6 +18,7 @@ What a CPU torch needs, all outside the flag list itself:
 
 Skips when nvcc is absent.
 """
+
 import json
 import os
 import pathlib
@@ -84,8 +85,14 @@ def build_flags(tmp_path_factory):
     """nvcc path and argv pieces (before and after ``-c src -o obj``) that torch's BuildExtension uses."""
     home = _cuda_home()
     env = {**os.environ, "CUDA_HOME": home, "TORCH_CUDA_ARCH_LIST": os.environ.get("TORCH_CUDA_ARCH_LIST") or "9.0"}
-    res = subprocess.run([sys.executable, "-c", _CAPTURE, str(ROOT / "csrc" / "build_config.py")], capture_output=True,
-                         text=True, timeout=300, env=env, cwd=tmp_path_factory.mktemp("capture"))
+    res = subprocess.run(
+        [sys.executable, "-c", _CAPTURE, str(ROOT / "csrc" / "build_config.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path_factory.mktemp("capture"),
+    )
     assert res.returncode == 0, res.stderr[-4000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
     assert got.get("cuda_post_cflags"), f"BuildExtension computed no nvcc flags: {got}"
@@ -93,8 +100,9 @@ def build_flags(tmp_path_factory):
     pre, post = list(got["cuda_cflags"]), list(got["cuda_post_cflags"])  # shell-quoted, as ninja gets them
     import torch.utils.cpp_extension as ce
 
-    if not any(os.path.exists(os.path.join(inc, "c10", "cuda", "impl", "cuda_cmake_macros.h"))
-               for inc in ce.include_paths()):
+    if not any(
+        os.path.exists(os.path.join(inc, "c10", "cuda", "impl", "cuda_cmake_macros.h")) for inc in ce.include_paths()
+    ):
         post.append("-DC10_CUDA_NO_CMAKE_CONFIGURE_FILE")  # CPU torch: the CUDA build's generated header is absent
     return os.path.join(got["cuda_home"], "bin", "nvcc"), pre, post
 
@@ -105,8 +113,14 @@ def test_flags_are_torchs_and_the_projects(build_flags):
 
     _, pre, post = build_flags
     flags = shlex.split(" ".join(pre + post))  # the shell's view
-    for f in ce.COMMON_NVCC_FLAGS + ["-DWITH_CUDA", "-DTORCH_EXTENSION_NAME=_C", "-DTORCH_API_INCLUDE_EXTENSION_H",
-                                     "-O3", "-std=c++17", "'-fPIC'"]:
+    for f in ce.COMMON_NVCC_FLAGS + [
+        "-DWITH_CUDA",
+        "-DTORCH_EXTENSION_NAME=_C",
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+        "-O3",
+        "-std=c++17",
+        "'-fPIC'",
+    ]:
         assert f in flags, f
     assert any(f.startswith("-gencode=arch=compute_") for f in flags)
     assert f"-I{ROOT / 'csrc'}" in flags and any(f.startswith("-I") and f.endswith("include") for f in flags)
@@ -117,8 +131,20 @@ def test_cu_compiles(cu, build_flags, tmp_path):
     """The command of torch's ninja rule for CUDA sources, run through the shell as ninja runs it."""
     nvcc, pre, post = build_flags
     out = tmp_path / "out.o"
-    cmd = " ".join([shlex.quote(nvcc), "--generate-dependencies-with-compile", "--dependency-output",
-                    shlex.quote(f"{out}.d"), *pre, "-c", shlex.quote(str(cu)), "-o", shlex.quote(str(out)), *post])
+    cmd = " ".join(
+        [
+            shlex.quote(nvcc),
+            "--generate-dependencies-with-compile",
+            "--dependency-output",
+            shlex.quote(f"{out}.d"),
+            *pre,
+            "-c",
+            shlex.quote(str(cu)),
+            "-o",
+            shlex.quote(str(out)),
+            *post,
+        ]
+    )
     res = subprocess.run(cmd, shell=True, capture_output=True, text=True, timeout=1800, cwd=ROOT)
     assert res.returncode == 0, f"nvcc failed on {cu.name}:\n{cmd}\n{res.stderr[-6000:]}"
     assert out.stat().st_size > 0

@@ -1,5 +1,6 @@
 """DALI backend (skipped without nvidia-dali): deterministic test transforms agree with the torch path,
 policies run from memory and from folders, are deterministic given the seed, and yield torch tensors."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,19 +17,29 @@ skimage_data = pytest.importorskip("skimage.data")
 
 @pytest.fixture(scope="module")
 def photos() -> torch.Tensor:
-    x = [torch.from_numpy(np.ascontiguousarray(getattr(skimage_data, n)()[..., :3])).permute(2, 0, 1)[None]
-         for n in ("astronaut", "chelsea", "coffee")]
+    x = [
+        torch.from_numpy(np.ascontiguousarray(getattr(skimage_data, n)()[..., :3])).permute(2, 0, 1)[None]
+        for n in ("astronaut", "chelsea", "coffee")
+    ]
     return torch.cat([T.preprocess(a, resize=64, crop=64) for a in x])
 
 
 # exact: flips, 90-degree rotations, integer translations, brightness, invert; otherwise at most one level
 # on a few pixels (DALI's warp/blur/grey arithmetic rounds differently), mean abs error stated per case
 CASES = [
-    ("hflip", [0.0, 1.0], 0.0), ("vflip", [0.0, 1.0], 0.0), ("rotation", [90.0, 180.0, 270.0], 0.0),
-    ("translation", [[3.0, -2.0], [-5.0, 7.0]], 0.0), ("brightness", [0.5, 1.5, 3.0], 0.0), ("invert", [0.0, 1.0], 0.0),
-    ("rotation", [30.0, 137.0], 0.01), ("scale", [0.5, 1.7], 0.01), ("shear", [[20.0, -10.0], [-140.0, 40.0]], 0.01),
-    ("translation", [[2.5, 1.5]], 0.01), ("crop", [[0.0, 1 / 12, 0.75, 0.5], [0.25, 0.25, 0.25, 0.75]], 0.01),
-    ("grayscale", [0.0, 1.0], 0.6), ("blur", [0.5, 2.0, 6.0], 0.05),
+    ("hflip", [0.0, 1.0], 0.0),
+    ("vflip", [0.0, 1.0], 0.0),
+    ("rotation", [90.0, 180.0, 270.0], 0.0),
+    ("translation", [[3.0, -2.0], [-5.0, 7.0]], 0.0),
+    ("brightness", [0.5, 1.5, 3.0], 0.0),
+    ("invert", [0.0, 1.0], 0.0),
+    ("rotation", [30.0, 137.0], 0.01),
+    ("scale", [0.5, 1.7], 0.01),
+    ("shear", [[20.0, -10.0], [-140.0, 40.0]], 0.01),
+    ("translation", [[2.5, 1.5]], 0.01),
+    ("crop", [[0.0, 1 / 12, 0.75, 0.5], [0.25, 0.25, 0.25, 0.75]], 0.01),
+    ("grayscale", [0.0, 1.0], 0.6),
+    ("blur", [0.5, 2.0, 6.0], 0.05),
 ]
 
 
@@ -109,7 +120,7 @@ def test_dali_loader_from_arrays_and_folder(photos, tmp_path):
             Image.fromarray(photos[i].permute(1, 2, 0).numpy()).save(tmp_path / f"class{c}" / f"{i}.png")
     loader = D.DaliLoader.from_folder(tmp_path, T.policy("spatial", size=32), batch_size=3, shuffle=False)
     seen = []
-    for v1, v2, lab in loader:
+    for v1, _v2, lab in loader:
         assert v1.shape == (3, 3, 32, 32) and v1.dtype == torch.float32
         seen += lab.tolist()
     assert sorted(seen) == [0, 0, 0, 1, 1, 1]

@@ -1,13 +1,22 @@
 """invfast.data: one folder reader (resize/crop order, 16-bit images, worker processes), one
 synthetic: spec with one set of defaults, the one source protocol."""
+
 import os
 
 import numpy as np
 import pytest
 import torch
 
-from invfast.data import (SYNTHETIC_DEFAULTS, FolderSource, ImageDecodeError, ImageSource, TensorSource,
-                          as_source, decode_image, parse_synthetic_spec)
+from invfast.data import (
+    SYNTHETIC_DEFAULTS,
+    FolderSource,
+    ImageDecodeError,
+    ImageSource,
+    TensorSource,
+    as_source,
+    decode_image,
+    parse_synthetic_spec,
+)
 
 SEED = int(np.random.SeedSequence().entropy % 2**31)
 
@@ -59,8 +68,8 @@ def test_resize_then_centre_crop_for_measurement_and_pretraining(tmp_path):
         s = 14 / min(h, w)
         nw, nh = max(14, round(w * s)), max(14, round(h * s))
         im = Image.fromarray(a).resize((nw, nh), Image.BILINEAR)
-        l, t = (nw - 14) // 2, (nh - 14) // 2
-        ref = np.asarray(im.crop((l, t, l + 14, t + 14)))
+        left, top = (nw - 14) // 2, (nh - 14) // 2
+        ref = np.asarray(im.crop((left, top, left + 14, top + 14)))
         np.testing.assert_array_equal(x[j].permute(1, 2, 0).numpy(), ref)
 
 
@@ -100,8 +109,10 @@ def test_one_synthetic_spec_for_measure_and_pretrain():
     torch.testing.assert_close(x, trained.get(torch.arange(12)), atol=0, rtol=0)
     assert ok.all() and measured.describe()["split"] == "train"
     assert parse_synthetic_spec("transforms=none").transforms == ()
-    assert parse_synthetic_spec({"transforms": "rotate+hue"}).transforms == parse_synthetic_spec(
-        "transforms=hue+rotate").transforms
+    assert (
+        parse_synthetic_spec({"transforms": "rotate+hue"}).transforms
+        == parse_synthetic_spec("transforms=hue+rotate").transforms
+    )
     with pytest.raises(ValueError, match="split must be one of"):
         parse_synthetic_spec("split=tset")
     with pytest.raises(ValueError, match=r"unknown synthetic data option\(s\) \['colour'\]"):

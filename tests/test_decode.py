@@ -1,5 +1,6 @@
 """Images are read by what they hold (issue 25): float and 16-bit files by their range, EXIF orientation
 applied, NaN refused; in-memory float arrays by their range (0..1 or 0..255) or refused in one line."""
+
 from __future__ import annotations
 
 import numpy as np

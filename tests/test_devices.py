@@ -2,6 +2,7 @@
 tests/device_guard.py: catches tensors created off the data's device without a GPU) and "cuda"
 (`pytest -m cuda`, where a GPU exists). Results on the guard must equal the plain CPU ones exactly;
 CUDA results are compared with the CPU ones (transforms within 1 grey level or 1e-5 on floats)."""
+
 from __future__ import annotations
 
 import pytest
@@ -125,12 +126,21 @@ def _metric_values(f, ft, y, s_a, s_b):
 
     st = ivf.FeatureStats(f.shape[1], device=f.device).update(f).finalize()
     sc = ivf.invariance_scores(f, ft, st)
-    out = {"whiten": st.whiten(f), "distance": sc["distance"], "cosine": sc["cosine"],
-           "mahalanobis": ivf.mahalanobis(f, ft[:, 0], st), "std_cos": ivf.standardized_cosine(f, ft[:, 0], st),
-           "alignment": ivf.alignment(f, ft[:, 0]), "uniformity": ivf.uniformity(f)}
-    scalars = {"acr": acr(ft, k=3, block_rows=7), "sensitivity": ivf.sensitivity_ratio(f, ft[:, 1], n_pairs=50),
-               "cdr": ivf.class_distance_ratio(f, y, block_rows=9),
-               "hoeffding": ivf.hoeffding_test(s_a, s_b).mean_diff}
+    out = {
+        "whiten": st.whiten(f),
+        "distance": sc["distance"],
+        "cosine": sc["cosine"],
+        "mahalanobis": ivf.mahalanobis(f, ft[:, 0], st),
+        "std_cos": ivf.standardized_cosine(f, ft[:, 0], st),
+        "alignment": ivf.alignment(f, ft[:, 0]),
+        "uniformity": ivf.uniformity(f),
+    }
+    scalars = {
+        "acr": acr(ft, k=3, block_rows=7),
+        "sensitivity": ivf.sensitivity_ratio(f, ft[:, 1], n_pairs=50),
+        "cdr": ivf.class_distance_ratio(f, y, block_rows=9),
+        "hoeffding": ivf.hoeffding_test(s_a, s_b).mean_diff,
+    }
     return out, scalars
 
 
@@ -177,9 +187,10 @@ def test_prompt_vit_on_device(device):
 
 
 def _method(kind: str):
+    from test_pretrain_fixtures import TinyEncoder
+
     from invfast.pretrain import AmortisedMoCo, MoCoV2, SimCLR
     from invfast.transforms import policy
-    from test_pretrain_fixtures import TinyEncoder
 
     torch.manual_seed(0)
     if kind == "mocov2":
@@ -288,8 +299,16 @@ def test_trainer_resume_on_device(device, kind, tmp_path, monkeypatch):
     data = ArraySource(_images(torch.uint8, seed=8, b=32, h=18, w=18))
 
     def cfg():
-        return TrainConfig(batch_size=8, steps=8, size=16, lr=0.05, checkpoint_every=4, log_every=2,
-                           progress=False, device=str(device.device))
+        return TrainConfig(
+            batch_size=8,
+            steps=8,
+            size=16,
+            lr=0.05,
+            checkpoint_every=4,
+            log_every=2,
+            progress=False,
+            device=str(device.device),
+        )
 
     ref, first, resumed = _method(kind), _method(kind), _method(kind)
     with device.run():

@@ -7,6 +7,7 @@ torchvision 0.10 ``transforms/functional.py`` (``affine``, ``rotate``, ``resized
 ``_get_inverse_affine_matrix``); albumentations 1.0.3 ``augmentations/geometric/functional.py``
 (``elastic_transform``, ``approximate=True``).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -232,13 +233,24 @@ def test_crop_views_reach_the_model_without_a_second_resize(rng):
     torch.manual_seed(0)
     x = to_tensor(photo(rng, 300, 340)).expand(3, -1, -1, -1).contiguous()
     proto = dataclasses.replace(PROTOCOLS["ericsson"], with_replacement=False)
-    measure_invariance(Net(), x, "crop", grid_size=16, device="cpu", protocol=proto, normalize=False,
-                       shrinkage=1e-3, batch_size=3, forward_batch=48, progress=False)
+    measure_invariance(
+        Net(),
+        x,
+        "crop",
+        grid_size=16,
+        device="cpu",
+        protocol=proto,
+        normalize=False,
+        shrinkage=1e-3,
+        batch_size=3,
+        forward_batch=48,
+        progress=False,
+    )
     views = E.get("crop").apply(x, E.get("crop").grid(16))  # [3, 16, 3, 224, 224] uint8
     inputs = torch.cat(seen)
     assert inputs.shape[-2:] == (224, 224)
     want = views.flatten(0, 1).float() / 255.0
-    assert any(torch.equal(inputs[i:i + 48], want) for i in range(inputs.shape[0] - 47))
+    assert any(torch.equal(inputs[i : i + 48], want) for i in range(inputs.shape[0] - 47))
 
 
 # ---------------------------------------------------------------------------------------------- the resize after
@@ -267,7 +279,7 @@ def test_resize_center_crop_is_torchvisions_on_pil(rng):
 def cv2_gaussian_kernel(ksize: int, sigma: float) -> np.ndarray:
     """OpenCV ``getGaussianKernel(ksize, sigma)`` (sigma > 0): exp(-(i - (ksize-1)/2)² / (2σ²)), normalised."""
     x = np.arange(ksize) - (ksize - 1) / 2
-    k = np.exp(-(x ** 2) / (2 * sigma ** 2))
+    k = np.exp(-(x**2) / (2 * sigma**2))
     return k / k.sum()
 
 
@@ -276,8 +288,8 @@ def cv2_gaussian_blur(a: np.ndarray, sigma: float, ksize: int = 17) -> np.ndarra
     k = cv2_gaussian_kernel(ksize, sigma)
     r = ksize // 2
     p = np.pad(a, r, mode="reflect")
-    rows = sum(k[i] * p[:, i:i + a.shape[1]] for i in range(ksize))
-    return sum(k[i] * rows[i:i + a.shape[0], :] for i in range(ksize))
+    rows = sum(k[i] * p[:, i : i + a.shape[1]] for i in range(ksize))
+    return sum(k[i] * rows[i : i + a.shape[0], :] for i in range(ksize))
 
 
 def test_elastic_smoothing_is_albumentations_fixed_17_tap_blur(rng):
@@ -314,8 +326,8 @@ def expected_rms(H: int, W: int, sigma: float) -> float:
         total = 0.0
         for i in range(n):
             w = np.zeros(n)
-            np.add.at(w, idx[i:i + 17], k)
-            total += (w ** 2).sum()
+            np.add.at(w, idx[i : i + 17], k)
+            total += (w**2).sum()
         return total / n
 
     return math.sqrt(2 / 3 * mean_sq(H) * mean_sq(W))
@@ -329,8 +341,9 @@ def test_elastic_displacement_rms_is_the_originals(size):
     H, W = size
     rms = []
     for s in E.deform_grid(8)[:, 0].tolist():
-        _, d = E.elastic_params(torch.full((8,), s, dtype=torch.float64), torch.arange(8, dtype=torch.float64),
-                                (H, W), seed=0)
+        _, d = E.elastic_params(
+            torch.full((8,), s, dtype=torch.float64), torch.arange(8, dtype=torch.float64), (H, W), seed=0
+        )
         rms.append(float(d.double().pow(2).sum(-1).mean().sqrt()))
         assert rms[-1] == pytest.approx(expected_rms(H, W, s), rel=0.03), (s, rms[-1])
         assert 0.048 < rms[-1] < 0.052

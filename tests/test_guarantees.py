@@ -1,5 +1,6 @@
 """Issue 25, measure: nothing outside --out touched, nothing of the user's lost, no silently wrong number.
 Every test here failed on the code before the fix (docs/guarantees.md names each)."""
+
 from __future__ import annotations
 
 import json
@@ -13,8 +14,21 @@ from invfast.cli import main
 from invfast.run_folder import MARKER
 
 pytestmark = pytest.mark.usefixtures("cli_env")
-MEASURE = ["measure", "--model", "measure_helpers:small_net", "--transforms", "rotation,hflip", "--grid-size", "4",
-           "--resize", "24", "--images", "0", "--no-progress", "--no-plots"]
+MEASURE = [
+    "measure",
+    "--model",
+    "measure_helpers:small_net",
+    "--transforms",
+    "rotation,hflip",
+    "--grid-size",
+    "4",
+    "--resize",
+    "24",
+    "--images",
+    "0",
+    "--no-progress",
+    "--no-plots",
+]
 
 
 @pytest.fixture
@@ -59,8 +73,9 @@ def test_state_symlink_is_refused_and_nothing_written_through_it(folder, tmp_pat
     out.mkdir()
     v = _victim(tmp_path)
     os.symlink(v, out / "state")
-    (out / MARKER).write_text(json.dumps({"format": "invfast.run/1", "command": "measure", "state": "running",
-                                          "files": ["state/state.pt"]}))
+    (out / MARKER).write_text(
+        json.dumps({"format": "invfast.run/1", "command": "measure", "state": "running", "files": ["state/state.pt"]})
+    )
     assert main(MEASURE + ["--data", f"folder:{folder}", "--out", str(out), "--overwrite"]) == 2
     assert "symbolic link" in capsys.readouterr().err
     _intact(v)
@@ -80,8 +95,13 @@ def test_overwrite_with_a_user_file_in_pairs_keeps_it_and_completes(folder, tmp_
     out = tmp_path / "out"
     assert main(MEASURE + ["--data", f"folder:{folder}", "--out", str(out), "--pair-scores"]) == 0
     (out / "pairs" / "my_analysis.csv").write_text("keep me")
-    assert main(MEASURE + ["--data", f"folder:{folder}", "--out", str(out), "--pair-scores", "--overwrite",
-                           "--transforms", "hflip"]) == 0
+    assert (
+        main(
+            MEASURE
+            + ["--data", f"folder:{folder}", "--out", str(out), "--pair-scores", "--overwrite", "--transforms", "hflip"]
+        )
+        == 0
+    )
     assert (out / "pairs" / "my_analysis.csv").read_text() == "keep me"
     assert sorted(os.listdir(out / "pairs")) == ["hflip.cosine.npy", "hflip.distance.npy", "my_analysis.csv"]
     doc = json.loads((out / "result.json").read_text())
@@ -94,8 +114,23 @@ def test_overwrite_with_a_user_file_in_pairs_keeps_it_and_completes(folder, tmp_
 
 def test_random_init_is_seeded_recorded_and_warned(folder, tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
-    args = ["measure", "--model", "resnet18-cifar", "--transforms", "hflip", "--grid-size", "2", "--resize", "24",
-            "--images", "0", "--no-progress", "--no-plots", "--data", f"folder:{folder}"]
+    args = [
+        "measure",
+        "--model",
+        "resnet18-cifar",
+        "--transforms",
+        "hflip",
+        "--grid-size",
+        "2",
+        "--resize",
+        "24",
+        "--images",
+        "0",
+        "--no-progress",
+        "--no-plots",
+        "--data",
+        f"folder:{folder}",
+    ]
     assert main(args + ["--out", str(a)]) == 0
     err = capsys.readouterr().err
     assert err.count("random weights") == 1 and "invfast: warning: no --checkpoint" in err
@@ -126,8 +161,15 @@ def test_out_inside_data_is_refused(folder, capsys):
 
 
 def test_grid_size_one_is_refused_naming_the_transform(folder, tmp_path, capsys):
-    assert main(MEASURE[:4] + ["rotation"] + MEASURE[5:] + ["--grid-size", "1", "--data", f"folder:{folder}",
-                                                            "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(
+            MEASURE[:4]
+            + ["rotation"]
+            + MEASURE[5:]
+            + ["--grid-size", "1", "--data", f"folder:{folder}", "--out", str(tmp_path / "o")]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "leaves transform 'rotation' with only its identity parameter" in err
 
@@ -136,9 +178,27 @@ def test_a_random_init_run_resumes(folder, tmp_path, monkeypatch):
     """Killed after the statistics, the same command resumes (the seeded weights match the saved fingerprint)."""
     import invfast.models as models
 
-    args = ["measure", "--model", "resnet18-cifar", "--transforms", "hflip", "--grid-size", "2", "--resize", "24",
-            "--images", "0", "--no-progress", "--no-plots", "--data", f"folder:{folder}", "--batch-size", "30",
-            "--out", str(tmp_path / "out")]
+    args = [
+        "measure",
+        "--model",
+        "resnet18-cifar",
+        "--transforms",
+        "hflip",
+        "--grid-size",
+        "2",
+        "--resize",
+        "24",
+        "--images",
+        "0",
+        "--no-progress",
+        "--no-plots",
+        "--data",
+        f"folder:{folder}",
+        "--batch-size",
+        "30",
+        "--out",
+        str(tmp_path / "out"),
+    ]
     real = models.create
 
     def killing(*a, **k):
@@ -163,8 +223,18 @@ def test_a_random_init_run_resumes(folder, tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------- pretrain
-PRETRAIN = ["pretrain", "--arch", "test_pretrain_fixtures:TinyEncoder", "--steps", "2", "--batch-size", "8",
-            "--no-progress", "--checkpoint-every", "0"]
+PRETRAIN = [
+    "pretrain",
+    "--arch",
+    "test_pretrain_fixtures:TinyEncoder",
+    "--steps",
+    "2",
+    "--batch-size",
+    "8",
+    "--no-progress",
+    "--checkpoint-every",
+    "0",
+]
 
 
 def test_pretrain_never_replaces_a_users_metrics(npy, tmp_path, capsys):
@@ -184,11 +254,14 @@ def test_pretrain_marks_its_run_and_lists_its_files(npy, tmp_path):
     assert {"model.pt", "checkpoint.pt", "metrics.jsonl", "metrics.csv"} <= set(marker["files"])
 
 
-@pytest.mark.parametrize("extra, words", [
-    (["--invariance-images", "0"], "--invariance-images must be >= 2"),
-    (["--proj-hidden", "-1"], "--proj-hidden must be >= 1"),
-    (["--queue-size", "0"], "--queue-size must be >= 1"),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--invariance-images", "0"], "--invariance-images must be >= 2"),
+        (["--proj-hidden", "-1"], "--proj-hidden must be >= 1"),
+        (["--queue-size", "0"], "--queue-size must be >= 1"),
+    ],
+)
 def test_pretrain_bad_numbers_are_one_line(npy, tmp_path, capsys, extra, words):
     assert main(PRETRAIN + ["--data", f"npy:{npy}", "--out", str(tmp_path / "o"), *extra]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -205,8 +278,9 @@ def test_reproduce_takes_the_folder_lock(tmp_path, capsys):
     assert "in use by another invfast run" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("setting, words", [("seeds=1000000000", "seeds must be at most 100"),
-                                            ("seed=-1", "seed must be an int in")])
+@pytest.mark.parametrize(
+    "setting, words", [("seeds=1000000000", "seeds must be at most 100"), ("seed=-1", "seed must be an int in")]
+)
 def test_reproduce_absurd_sizes_are_refused(tmp_path, capsys, setting, words):
     assert main(["reproduce", "--preset", "tiny", "--set", setting, "--out", str(tmp_path / "x")]) == 2
     assert words in capsys.readouterr().err

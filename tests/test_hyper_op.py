@@ -1,11 +1,13 @@
 """The batched weight-generation op against a naive per-kernel nn.Linear loop, the torch
 reference and float64; dispatch rules; a CUDA tier (``-m cuda``, skipped without a GPU)."""
+
 import pytest
 import torch
 from torch import nn
 
 from invfast import _loader, backend
 from invfast.ops import hyper
+
 
 def _cuda_built() -> bool:
     mod = _loader.load()
@@ -34,7 +36,7 @@ def _problem(sizes, b, h=32, dtype=torch.float32, seed=0):
 
 
 def _naive(hidden, linears):
-    return torch.cat([lin(hidden[:, l]) for l, lin in enumerate(linears)], 1)
+    return torch.cat([lin(hidden[:, j]) for j, lin in enumerate(linears)], 1)
 
 
 SIZES = [9, 64 * 3 * 9, 5000, 1, 64 * 64, 0, 700]
@@ -92,8 +94,9 @@ def test_opcheck():
         t.requires_grad_(True)
     torch.library.opcheck(torch.ops.invfast.hyper_generate.default, (hidden, weight, bias, offs))
     g = torch.randn(2, 12, dtype=torch.float64)
-    torch.library.opcheck(torch.ops.invfast.hyper_generate_backward.default,
-                          (g, hidden.detach(), weight.detach(), offs))
+    torch.library.opcheck(
+        torch.ops.invfast.hyper_generate_backward.default, (g, hidden.detach(), weight.detach(), offs)
+    )
 
 
 def test_bad_inputs():
@@ -118,8 +121,9 @@ _TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 def _random_problem(b, h, dtype, seed, device="cpu"):
     """Random odd kernel sizes (some tiny, some not a multiple of the 16-row tile), values ~ N(0, 1)."""
     g = torch.Generator().manual_seed(seed)
-    sizes = [int(s) * 2 + 1 for s in torch.randint(0, 1500, (int(torch.randint(1, 7, (1,), generator=g)),),
-                                                   generator=g)]
+    sizes = [
+        int(s) * 2 + 1 for s in torch.randint(0, 1500, (int(torch.randint(1, 7, (1,), generator=g)),), generator=g)
+    ]
     offs = [0]
     for s in sizes:
         offs.append(offs[-1] + s)
@@ -197,9 +201,9 @@ def test_mixed_devices_refused():
 
 
 cuda_op = pytest.mark.skipif(
-    not torch.cuda.is_available() or "hyper_generate" not in backend.compiled_ops()
-    or not _cuda_built(),
-    reason="needs a GPU and invfast built with CUDA")
+    not torch.cuda.is_available() or "hyper_generate" not in backend.compiled_ops() or not _cuda_built(),
+    reason="needs a GPU and invfast built with CUDA",
+)
 
 
 @pytest.mark.cuda
@@ -231,8 +235,9 @@ def test_cuda_opcheck_and_gradcheck(b):
     hidden, weight, bias = (t.cuda().requires_grad_(True) for t in (hidden, weight, bias))
     torch.library.opcheck(torch.ops.invfast.hyper_generate.default, (hidden, weight, bias, offs))
     g = torch.randn(b, offs[-1], dtype=torch.float64, device="cuda")
-    torch.library.opcheck(torch.ops.invfast.hyper_generate_backward.default,
-                          (g, hidden.detach(), weight.detach(), offs))
+    torch.library.opcheck(
+        torch.ops.invfast.hyper_generate_backward.default, (g, hidden.detach(), weight.detach(), offs)
+    )
     with backend.using("compiled"):
         assert torch.autograd.gradcheck(lambda h, w, bb: hyper.generate(h, w, bb, offs), (hidden, weight, bias))
 
@@ -244,8 +249,11 @@ def test_large_output_streaming_path_vs_float64(b):
     sizes = [16 * 4000, 16 * (1_200_000 // b), 5]
     offs = [0, sizes[0], sizes[0] + sizes[1], sum(sizes)]
     g = torch.Generator().manual_seed(b)
-    hidden, weight, bias = torch.randn(b, 3, 32, generator=g), torch.randn(offs[-1], 32, generator=g), \
-        torch.randn(offs[-1], generator=g)
+    hidden, weight, bias = (
+        torch.randn(b, 3, 32, generator=g),
+        torch.randn(offs[-1], 32, generator=g),
+        torch.randn(offs[-1], generator=g),
+    )
     out = hyper.generate(hidden, weight, bias, offs)
     assert out.nbytes >= 32 << 20
     _close_to_float64(out, hidden, weight, bias, offs, torch.float32)

@@ -1,5 +1,6 @@
 """Hyper-ResNet: generated kernels vs naive per-kernel hypernetworks, per-sample descriptors,
 frozen weights, gradients to the descriptor, descriptor errors."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,18 +20,18 @@ def _naive_weights(model, i):
     """Per-kernel modules as the paper writes them: block emb Linear(K->16, no bias), then
     Linear(16->32) . ReLU . Linear(32->out*in*kh*kw) for every kernel, called one after another
     (nn.Linear modules run on the model's parameter slices, so gradients reach the packed tensors)."""
-    out, l = [], 0
+    out, j = [], 0
     emb = nn.Linear(model.inv_dim, model.emb_dim, bias=False)
     for b, blk in enumerate(model.blocks):
         e = functional_call(emb, {"weight": model.embed[b]}, (i,))
         for spec in blk.specs:
             lin1 = nn.Linear(model.emb_dim, model.hidden_dim)
             lin2 = nn.Linear(model.hidden_dim, spec.numel, device="meta")
-            a, z = model.offsets[l], model.offsets[l + 1]
-            h = F.relu(functional_call(lin1, {"weight": model.hid_weight[l], "bias": model.hid_bias[l]}, (e,)))
+            a, z = model.offsets[j], model.offsets[j + 1]
+            h = F.relu(functional_call(lin1, {"weight": model.hid_weight[j], "bias": model.hid_bias[j]}, (e,)))
             w = functional_call(lin2, {"weight": model.out_weight[a:z], "bias": model.out_bias[a:z]}, (h,))
             out.append(w.reshape(*i.shape[:-1], spec.out_ch, spec.in_ch, spec.k, spec.k))
-            l += 1
+            j += 1
     return out
 
 
@@ -78,7 +79,7 @@ def test_per_sample_descriptors_equal_each_sample_alone(rng):
     i[3] = i[1]  # a repeated descriptor takes the dedupe path
     with torch.no_grad():
         batched = model(x, i)
-        alone = torch.cat([model(x[b:b + 1], i[b]) for b in range(4)])
+        alone = torch.cat([model(x[b : b + 1], i[b]) for b in range(4)])
     torch.testing.assert_close(batched, alone, atol=1e-4, rtol=1e-4)
 
 
@@ -158,7 +159,7 @@ def test_state_dict_roundtrip_weights_only(tmp_path, rng):
 
 
 def _loop_over_samples(model, x, i):
-    return torch.cat([model(x[b:b + 1], i[b]) for b in range(x.shape[0])])
+    return torch.cat([model(x[b : b + 1], i[b]) for b in range(x.shape[0])])
 
 
 @pytest.mark.parametrize("per_sample", ["generate", "affine"])
@@ -169,8 +170,12 @@ def test_per_sample_formulations_equal_loop_over_samples(per_sample, pattern, rn
     model.per_sample = per_sample
     x = torch.randn(6, 3, 16, 16)
     base = torch.from_numpy(rng.random((6, 2))).float()
-    rows = {"distinct": [0, 1, 2, 3, 4, 5], "few-groups": [0, 1, 0, 1, 1, 0], "many-groups": [0, 1, 2, 3, 0, 1],
-            "one-group": [2] * 6}[pattern]
+    rows = {
+        "distinct": [0, 1, 2, 3, 4, 5],
+        "few-groups": [0, 1, 0, 1, 1, 0],
+        "many-groups": [0, 1, 2, 3, 0, 1],
+        "one-group": [2] * 6,
+    }[pattern]
     i = base[rows]
     with torch.no_grad():
         got = model(x, i)

@@ -1,4 +1,5 @@
 """InvarianceProbe: recovers the descriptor that generated a synthetic target."""
+
 import pytest
 import torch
 from torch import nn
@@ -19,8 +20,7 @@ class MixtureExtractor(nn.Module):
 
     def forward_features(self, x, i):
         a, b, c, d = x.split(x.shape[1] // 4, 1)
-        return self.scale * torch.cat([i[..., :1] * a + (1 - i[..., :1]) * b,
-                                       i[..., 1:] * c + (1 - i[..., 1:]) * d], 1)
+        return self.scale * torch.cat([i[..., :1] * a + (1 - i[..., :1]) * b, i[..., 1:] * c + (1 - i[..., 1:]) * d], 1)
 
 
 def _toy(rng, target_i, n=512):
@@ -36,8 +36,14 @@ def _toy(rng, target_i, n=512):
 def test_recovers_generating_descriptor_regression(constraint, rng):
     target = [float(v) for v in rng.uniform(0.1, 0.9, size=2)]
     x, y = _toy(rng, target)
-    probe = InvarianceProbe(MixtureExtractor(), task="regression", epochs=60, batch_size=128, constraint=constraint,
-                            lr_i=0.05 if constraint == "project" else 0.1).fit(x, y)
+    probe = InvarianceProbe(
+        MixtureExtractor(),
+        task="regression",
+        epochs=60,
+        batch_size=128,
+        constraint=constraint,
+        lr_i=0.05 if constraint == "project" else 0.1,
+    ).fit(x, y)
     torch.testing.assert_close(probe.i_, torch.tensor(target), atol=0.02, rtol=0)
     assert probe.score(x, y) > 0.999
     assert probe.i_history_.shape == (60, 2)
@@ -47,7 +53,9 @@ def test_recovers_generating_descriptor_regression(constraint, rng):
 def test_recovers_corner_descriptor_classification(rng):
     x, y = _toy(rng, [1.0, 0.0], n=768)
     labels = (y > y.median()).long()
-    probe = InvarianceProbe(MixtureExtractor(), task="classification", epochs=40, batch_size=128, lr_i=0.05).fit(x, labels)
+    probe = InvarianceProbe(MixtureExtractor(), task="classification", epochs=40, batch_size=128, lr_i=0.05).fit(
+        x, labels
+    )
     assert float(probe.i_[0]) > 0.8 and float(probe.i_[1]) < 0.2
     assert probe.score(x, labels) > 0.95
     assert set(probe.predict(x).unique().tolist()) <= {0, 1}
@@ -57,15 +65,17 @@ def test_recovers_corner_descriptor_classification(rng):
 def test_quantisation_straight_through(bits, target, rng):
     """A target generated at a quantisation level is recovered exactly through Q(i; b)."""
     x, y = _toy(rng, target)
-    probe = InvarianceProbe(MixtureExtractor(), task="regression", epochs=40, batch_size=128,
-                            quantize_bits=bits).fit(x, y)
+    probe = InvarianceProbe(MixtureExtractor(), task="regression", epochs=40, batch_size=128, quantize_bits=bits).fit(
+        x, y
+    )
     torch.testing.assert_close(probe.i_, torch.tensor(target))
     torch.testing.assert_close(quantize(probe.i_continuous_, bits), probe.i_)
 
 
 def test_quantize_levels():
-    torch.testing.assert_close(quantize(torch.tensor([0.0, 0.3, 0.5, 0.8, 1.0]), 2),
-                               torch.tensor([0.0, 1 / 3, 2 / 3, 2 / 3, 1.0]))
+    torch.testing.assert_close(
+        quantize(torch.tensor([0.0, 0.3, 0.5, 0.8, 1.0]), 2), torch.tensor([0.0, 1 / 3, 2 / 3, 2 / 3, 1.0])
+    )
     with pytest.raises(ValueError, match="bits"):
         quantize(torch.tensor([0.5]), 0)
 

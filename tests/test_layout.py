@@ -1,5 +1,6 @@
 """The package's module graph, read from the source: no import cycles (function-local imports count),
 and ``invfast.ops`` at the bottom (it imports nothing above it)."""
+
 from __future__ import annotations
 
 import ast
@@ -66,7 +67,7 @@ def _find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(graph.get(n, ())):
             if state.get(m) == 1:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in state:
                 found = visit(m)
                 if found:
@@ -90,8 +91,11 @@ def test_no_import_cycle():
 
 def test_ops_is_the_bottom_layer():
     graph = import_graph()
-    bad = {m: sorted(t for t in deps if not (t == "invfast.ops" or t.startswith("invfast.ops.") or t in OPS_MAY_IMPORT))
-           for m, deps in graph.items() if m == "invfast.ops" or m.startswith("invfast.ops.")}
+    bad = {
+        m: sorted(t for t in deps if not (t == "invfast.ops" or t.startswith("invfast.ops.") or t in OPS_MAY_IMPORT))
+        for m, deps in graph.items()
+        if m == "invfast.ops" or m.startswith("invfast.ops.")
+    }
     bad = {m: d for m, d in bad.items() if d}
     assert not bad, f"invfast.ops imports layers above it: {bad}"
 

@@ -1,4 +1,5 @@
 """invfast.measure_invariance: streamed = direct, exact invariance, sharding, resume, real-world mode, bad input."""
+
 from __future__ import annotations
 
 import json
@@ -8,13 +9,11 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from measure_helpers import Brightness, HFlip, Rot90, Rot90Averaged, dist_worker, free_port, random_images, small_net
 
 from invfast import FeatureStats, aggregate_scores, invariance_scores
-from invfast.measure import measure_invariance, measure_real_world
 from invfast.data import FolderSource, ImageDecodeError
-from invfast.measure import InvarianceResult
-from measure_helpers import (Brightness, HFlip, Rot90, Rot90Averaged, dist_worker, free_port, random_images,
-                             small_net)
+from invfast.measure import InvarianceResult, measure_invariance, measure_real_world
 
 MEAN = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1)
 STD = torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
@@ -45,8 +44,9 @@ def test_streamed_equals_direct(tmp_path):
     model = small_net(seed=1, dim=6)
     tfs = [Rot90(), HFlip(), Brightness()]
     # forward_batch=30: rot90 (P=4) and brightness (P=7) split the grid, hflip (P=2) groups two image batches
-    r = measure_invariance(model, x, tfs, grid_size=7, batch_size=7, forward_batch=30,
-                           pair_scores_dir=tmp_path / "pairs")
+    r = measure_invariance(
+        model, x, tfs, grid_size=7, batch_size=7, forward_batch=30, pair_scores_dir=tmp_path / "pairs"
+    )
     stats, ref = _direct(model, x, tfs, 7)
     assert r.stats["n"] == 30 and r.stats["lambda"] == pytest.approx(stats.lambda_, rel=1e-9)
     for t in tfs:
@@ -118,8 +118,9 @@ def _same(a: InvarianceResult, b: InvarianceResult) -> None:
         for m in ("distance", "cosine"):
             assert getattr(ta, f"mean_{m}") == pytest.approx(getattr(tb, f"mean_{m}"), rel=1e-12, abs=1e-12)
             torch.testing.assert_close(getattr(ta, m), getattr(tb, m), rtol=1e-12, atol=1e-12)
-            torch.testing.assert_close(getattr(ta, f"per_image_{m}"), getattr(tb, f"per_image_{m}"),
-                                       rtol=1e-12, atol=1e-12, equal_nan=True)
+            torch.testing.assert_close(
+                getattr(ta, f"per_image_{m}"), getattr(tb, f"per_image_{m}"), rtol=1e-12, atol=1e-12, equal_nan=True
+            )
 
 
 @pytest.mark.parametrize("kill_after", [3, 11])  # during the statistics pass / during the second transform
@@ -132,8 +133,15 @@ def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_after):
     state = tmp_path / "state.pt"
     pairs = tmp_path / "pairs"
     with pytest.raises(KeyboardInterrupt):
-        measure_invariance(_Killer(small_net(seed=5, dim=6), kill_after), x, tfs, state_path=state, save_every=0,
-                           pair_scores_dir=pairs, **kw)
+        measure_invariance(
+            _Killer(small_net(seed=5, dim=6), kill_after),
+            x,
+            tfs,
+            state_path=state,
+            save_every=0,
+            pair_scores_dir=pairs,
+            **kw,
+        )
     assert state.exists()
     resumed_model = _Killer(small_net(seed=5, dim=6), None)
     resumed = measure_invariance(resumed_model, x, tfs, state_path=state, save_every=0, pair_scores_dir=pairs, **kw)
@@ -160,8 +168,15 @@ def test_two_gloo_processes_equal_single_process(tmp_path):
     torch.save(x, tmp_path / "x.pt")
     mp.spawn(dist_worker, args=(2, free_port(), str(tmp_path / "x.pt"), str(tmp_path)), nprocs=2, join=True)
     sharded = InvarianceResult.from_json(tmp_path / "result.json")
-    single = measure_invariance(small_net(dim=6), x, [Rot90(), Brightness()], grid_size=5, batch_size=4,
-                                forward_batch=64, pair_scores_dir=tmp_path / "pairs1")
+    single = measure_invariance(
+        small_net(dim=6),
+        x,
+        [Rot90(), Brightness()],
+        grid_size=5,
+        batch_size=4,
+        forward_batch=64,
+        pair_scores_dir=tmp_path / "pairs1",
+    )
     assert sharded.meta["world_size"] == 2 and sharded.stats["n"] == 22
     for name in ("rot90", "brightness"):
         a, b = sharded[name], single[name]
@@ -170,8 +185,12 @@ def test_two_gloo_processes_equal_single_process(tmp_path):
             assert getattr(a, f"mean_{m}") == pytest.approx(getattr(b, f"mean_{m}"), rel=1e-5)
             torch.testing.assert_close(getattr(a, m), getattr(b, m), rtol=1e-5, atol=1e-6)
             torch.testing.assert_close(getattr(a, f"per_image_{m}"), getattr(b, f"per_image_{m}"), rtol=1e-5, atol=1e-6)
-            np.testing.assert_allclose(np.load(tmp_path / "pairs" / f"{name}.{m}.npy"),
-                                       np.load(tmp_path / "pairs1" / f"{name}.{m}.npy"), rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                np.load(tmp_path / "pairs" / f"{name}.{m}.npy"),
+                np.load(tmp_path / "pairs1" / f"{name}.{m}.npy"),
+                rtol=1e-5,
+                atol=1e-5,
+            )
     assert (tmp_path / "state.pt.rank0").exists() and (tmp_path / "state.pt.rank1").exists()
 
 
@@ -186,7 +205,7 @@ def _naive_real_world(model, x, groups, stats):
         for i in idx:
             for j in idx:
                 if i != j:
-                    sc = invariance_scores(f[i:i + 1], f[j:j + 1], stats)
+                    sc = invariance_scores(f[i : i + 1], f[j : j + 1], stats)
                     ds.append(float(sc["distance"][0]))
                     cs.append(float(sc["cosine"][0]))
         means_d.append(np.mean(ds))
@@ -338,8 +357,9 @@ def test_real_transform_registry_and_synthetic_data():
     T = pytest.importorskip("invfast.transforms")
     pytest.importorskip("invfast.synthetic")
     model = small_net(seed=12, dim=6)
-    r = measure_invariance(model, "synthetic:objects=4,n=16,size=32,seed=1", "all", grid_size=3, batch_size=8,
-                           forward_batch=64)
+    r = measure_invariance(
+        model, "synthetic:objects=4,n=16,size=32,seed=1", "all", grid_size=3, batch_size=8, forward_batch=64
+    )
     assert list(r.transforms) == list(T.TEST_TRANSFORMS)
     assert {t.family for t in r.transforms.values()} == {"spatial", "appearance"}
     assert r.n_images == 16 and r.meta["data"]["n"] == 16

@@ -1,17 +1,30 @@
 """`invfast measure`: report folder, resume state, refusal to overwrite, decode errors, bad input."""
+
 from __future__ import annotations
 
 import json
 import os
 
 import pytest
+from measure_helpers import random_images
 from PIL import Image
 
 from invfast.cli import main
-from measure_helpers import random_images
 
-BASE = ["measure", "--model", "measure_helpers:small_net", "--transforms", "rotation,hflip,brightness",
-        "--grid-size", "4", "--resize", "24", "--images", "0", "--no-progress"]
+BASE = [
+    "measure",
+    "--model",
+    "measure_helpers:small_net",
+    "--transforms",
+    "rotation,hflip,brightness",
+    "--grid-size",
+    "4",
+    "--resize",
+    "24",
+    "--images",
+    "0",
+    "--no-progress",
+]
 
 
 @pytest.fixture
@@ -58,7 +71,10 @@ def test_cli_refuses_foreign_folder_and_bad_input(folder, tmp_path, capsys):
     assert main(BASE[:4] + ["nope", "--data", f"folder:{folder}", "--out", str(tmp_path / "x")]) == 2
     assert "unknown transform 'nope'" in capsys.readouterr().err
     assert main(BASE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "y"), "--batch-size", "0"]) == 2
-    assert main(["measure", "--model", "measure_helpers:nothing", "--data", str(folder), "--out", str(tmp_path / "z")]) == 2
+    assert (
+        main(["measure", "--model", "measure_helpers:nothing", "--data", str(folder), "--out", str(tmp_path / "z")])
+        == 2
+    )
     assert "cannot import model factory" in capsys.readouterr().err
 
 
@@ -127,8 +143,27 @@ def test_quick_preset_and_help_defaults_from_the_code(folder, tmp_path, capsys):
     from invfast.measure.cli import QUICK_GRID
 
     out = tmp_path / "q"
-    assert main(["measure", "--model", "measure_helpers:small_net", "--transforms", "rotation,hflip", "--resize",
-                 "24", "--no-progress", "--no-plots", "--quick", "--data", f"folder:{folder}", "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "measure",
+                "--model",
+                "measure_helpers:small_net",
+                "--transforms",
+                "rotation,hflip",
+                "--resize",
+                "24",
+                "--no-progress",
+                "--no-plots",
+                "--quick",
+                "--data",
+                f"folder:{folder}",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     doc = json.loads((out / "result.json").read_text())
     assert doc["meta"]["grid_size"] == QUICK_GRID and doc["meta"]["config"]["n_images"] == 100
     assert [t["name"] for t in doc["transforms"]] == ["rotation", "hflip"]
@@ -143,8 +178,21 @@ def test_quick_preset_and_help_defaults_from_the_code(folder, tmp_path, capsys):
 
 
 def test_shrinkage_and_eps_options(folder, tmp_path):
-    base = ["measure", "--model", "measure_helpers:small_net", "--transforms", "hflip", "--resize", "24",
-            "--no-progress", "--no-plots", "--grid-size", "2", "--data", f"folder:{folder}"]
+    base = [
+        "measure",
+        "--model",
+        "measure_helpers:small_net",
+        "--transforms",
+        "hflip",
+        "--resize",
+        "24",
+        "--no-progress",
+        "--no-plots",
+        "--grid-size",
+        "2",
+        "--data",
+        f"folder:{folder}",
+    ]
     assert main(base + ["--out", str(tmp_path / "lw"), "--shrinkage", "ledoit-wolf"]) == 0
     assert json.loads((tmp_path / "lw" / "result.json").read_text())["stats"]["shrinkage"] == "ledoit-wolf"
     assert main(base + ["--out", str(tmp_path / "l"), "--shrinkage", "0.5"]) == 0

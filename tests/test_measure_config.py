@@ -1,5 +1,6 @@
 """MeasureConfig: validated once, the resume fingerprint derived from every field that changes the numbers,
 and measure_invariance's small signature."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -7,33 +8,39 @@ import inspect
 
 import pytest
 import torch
+from measure_helpers import HFlip, small_net
 
 from invfast.measure import MeasureConfig, measure_invariance, measure_real_world
 from invfast.measure.config import fingerprint
 from invfast.measure.state import StateMismatchError
-from measure_helpers import HFlip, small_net
 
 
 def test_signatures_are_small():
     for fn in (measure_invariance, measure_real_world):
-        named = [p for p in inspect.signature(fn).parameters.values()
-                 if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "config"]
+        named = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind is not inspect.Parameter.VAR_KEYWORD and p.name != "config"
+        ]
         assert len(named) <= 8, [p.name for p in named]
 
 
-@pytest.mark.parametrize("bad,match", [
-    (dict(grid_size=0), "grid_size must be an integer >= 1"),
-    (dict(grid_size=2.5), "grid_size must be an integer"),
-    (dict(batch_size=True), "batch_size must be an integer"),
-    (dict(n_images=-3), "n_images must be an integer >= 1"),
-    (dict(workers=-1), "workers must be an integer >= 0"),
-    (dict(eps=-1.0), "eps must be a number >= 0"),
-    (dict(save_every=float("nan")), "save_every must be a number >= 0"),
-    (dict(dtype="float64"), "dtype must be one of"),
-    (dict(shrinkage="huge"), "shrinkage must be"),
-    (dict(protocol="nope"), "protocol must be one of"),
-    (dict(device="gpu7"), "is not a device name"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        (dict(grid_size=0), "grid_size must be an integer >= 1"),
+        (dict(grid_size=2.5), "grid_size must be an integer"),
+        (dict(batch_size=True), "batch_size must be an integer"),
+        (dict(n_images=-3), "n_images must be an integer >= 1"),
+        (dict(workers=-1), "workers must be an integer >= 0"),
+        (dict(eps=-1.0), "eps must be a number >= 0"),
+        (dict(save_every=float("nan")), "save_every must be a number >= 0"),
+        (dict(dtype="float64"), "dtype must be one of"),
+        (dict(shrinkage="huge"), "shrinkage must be"),
+        (dict(protocol="nope"), "protocol must be one of"),
+        (dict(device="gpu7"), "is not a device name"),
+    ],
+)
 def test_bad_values_raise_one_clear_error(bad, match):
     with pytest.raises(ValueError, match=match):
         MeasureConfig(**bad)
@@ -69,10 +76,23 @@ def test_fingerprint_takes_every_field_not_declared_free():
     for f in dataclasses.fields(MeasureConfig):  # changing any fingerprinted field changes the fingerprint
         if f.name in free:
             continue
-        other = {"grid_size": 7, "n_images": 5, "dtype": "bfloat16", "channels_last": True, "crop": 3,
-                 "normalize": False, "shrinkage": "ledoit-wolf", "eps": 1e-3, "pair_scores_dir": "x", "strict": True,
-                 "resize": 99, "fingerprint_content": True, "protocol": "ericsson", "protocol_seed": 4,
-                 "layers": "layer1"}[f.name]
+        other = {
+            "grid_size": 7,
+            "n_images": 5,
+            "dtype": "bfloat16",
+            "channels_last": True,
+            "crop": 3,
+            "normalize": False,
+            "shrinkage": "ledoit-wolf",
+            "eps": 1e-3,
+            "pair_scores_dir": "x",
+            "strict": True,
+            "resize": 99,
+            "fingerprint_content": True,
+            "protocol": "ericsson",
+            "protocol_seed": 4,
+            "layers": "layer1",
+        }[f.name]
         assert fingerprint(cfg.replace(**{f.name: other}), torch.device("cpu")) != fp, f.name
 
 

@@ -1,5 +1,6 @@
 """Per-layer measurement: hooks against a manual forward, every layer from one pass equal to measuring it
 alone, per-unit variances against float64 numpy on stored activations, names, warnings, pair files, resume."""
+
 from __future__ import annotations
 
 import json
@@ -8,12 +9,12 @@ import os
 import numpy as np
 import pytest
 import torch
+from measure_helpers import HFlip, Rot90
 
 from invfast.measure import InvarianceResult, MeasureConfig, measure_invariance
 from invfast.measure.extractor import FeatureExtractor
 from invfast.measure.layers import resolve_layers
 from invfast.models import create
-from measure_helpers import HFlip, Rot90
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -84,8 +85,9 @@ def test_layers_from_one_pass_equal_each_layer_alone(rng):
             assert r[t].mean_distance == pytest.approx(alone[t].mean_distance, rel=1e-5)
             assert r[t].mean_cosine == pytest.approx(alone[t].mean_cosine, rel=1e-4, abs=1e-6)
             torch.testing.assert_close(r[t].per_image_cosine, alone[t].per_image_cosine, rtol=1e-4, atol=1e-5)
-            torch.testing.assert_close(r[t].unit_transform_variance, alone[t].unit_transform_variance, rtol=1e-5,
-                                       atol=1e-9)
+            torch.testing.assert_close(
+                r[t].unit_transform_variance, alone[t].unit_transform_variance, rtol=1e-5, atol=1e-9
+            )
 
 
 def test_per_unit_variances_against_numpy(rng):
@@ -95,12 +97,17 @@ def test_per_unit_variances_against_numpy(rng):
     x = torch.from_numpy(rng.integers(0, 256, (30, 3, 16, 16), dtype=np.uint8))
     t = Rot90()
     params = t.grid(4)  # 0, 90, 180, 270: identity in the grid, so it is one of the 4 views
-    r = measure_invariance(model, x, [t], grid_size=4, batch_size=7, forward_batch=9, normalize=False,
-                           layers="layer2,layer4")
+    r = measure_invariance(
+        model, x, [t], grid_size=4, batch_size=7, forward_batch=9, normalize=False, layers="layer2,layer4"
+    )
     with torch.no_grad():
         views = t.apply(x, params)  # [N, V, C, H, W]
-        acts = {n: torch.stack([_manual_stages(model, views[:, v].float() / 255)[n] for v in range(views.shape[1])],
-                               1).double().numpy() for n in ("layer2", "layer4")}  # [N, V, D]
+        acts = {
+            n: torch.stack([_manual_stages(model, views[:, v].float() / 255)[n] for v in range(views.shape[1])], 1)
+            .double()
+            .numpy()
+            for n in ("layer2", "layer4")
+        }  # [N, V, D]
     for name, a in acts.items():
         tv = a.var(axis=1).mean(axis=0)
         sv = a.var(axis=0).mean(axis=0)
@@ -126,8 +133,9 @@ def test_reference_view_joins_when_the_grid_has_no_identity(rng):
     with torch.no_grad():
         views = torch.cat([x[:, None], t.apply(x, t.grid(2))], 1)
         a = torch.stack([_manual_stages(model, views[:, v].float() / 255)["layer3"] for v in range(3)], 1).double()
-    np.testing.assert_allclose(r[t.name].unit_transform_variance.numpy(), a.numpy().var(axis=1).mean(0), rtol=1e-4,
-                               atol=1e-10)
+    np.testing.assert_allclose(
+        r[t.name].unit_transform_variance.numpy(), a.numpy().var(axis=1).mean(0), rtol=1e-4, atol=1e-10
+    )
 
 
 def test_names_and_errors():
@@ -161,8 +169,16 @@ def test_n_below_d_warning_names_the_layer(rng):
 def test_pair_files_resume_and_json_per_layer(tmp_path, rng):
     model = _net(4)
     x = torch.from_numpy(rng.integers(0, 256, (12, 3, 16, 16), dtype=np.uint8))
-    cfg = MeasureConfig(grid_size=4, batch_size=4, forward_batch=8, normalize=False, layers=("layer1", "layer3"),
-                        state_path=str(tmp_path / "state.pt"), save_every=0, pair_scores_dir=str(tmp_path / "pairs"))
+    cfg = MeasureConfig(
+        grid_size=4,
+        batch_size=4,
+        forward_batch=8,
+        normalize=False,
+        layers=("layer1", "layer3"),
+        state_path=str(tmp_path / "state.pt"),
+        save_every=0,
+        pair_scores_dir=str(tmp_path / "pairs"),
+    )
     full = measure_invariance(model, x, [Rot90()], cfg.replace(state_path=None, pair_scores_dir=None))
     calls, orig = [0], model.forward
 
@@ -190,7 +206,8 @@ def test_pair_files_resume_and_json_per_layer(tmp_path, rng):
     back = InvarianceResult.from_json(resumed.to_json())
     assert list(back.layers) == ["layer1", "layer3"] and back.layer == "layer3"
     assert back.layers["layer1"]["rot90"].normalized_variance == pytest.approx(
-        resumed.layers["layer1"]["rot90"].normalized_variance)
+        resumed.layers["layer1"]["rot90"].normalized_variance
+    )
     assert json.loads(resumed.to_json())["layers"][0]["layer"] == "layer1"
 
 
@@ -202,9 +219,27 @@ def test_cli_layers_end_to_end(tmp_path, monkeypatch, capsys, rng):
     x = rng.integers(0, 256, (40, 3, 16, 16), dtype=np.uint8)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out"
-    code = main(["measure", "--model", "resnet18-cifar", "--data", f"npy:{tmp_path / 'x.npy'}", "--transforms",
-                 "hflip,rotation", "--grid-size", "4", "--images", "0", "--layers", "all", "--no-progress",
-                 "--out", str(out), "--pair-scores"])
+    code = main(
+        [
+            "measure",
+            "--model",
+            "resnet18-cifar",
+            "--data",
+            f"npy:{tmp_path / 'x.npy'}",
+            "--transforms",
+            "hflip,rotation",
+            "--grid-size",
+            "4",
+            "--images",
+            "0",
+            "--layers",
+            "all",
+            "--no-progress",
+            "--out",
+            str(out),
+            "--pair-scores",
+        ]
+    )
     assert code == 0, capsys.readouterr().err
     d = json.loads((out / "result.json").read_text())
     assert [p["layer"] for p in d["layers"]] == ["layer1", "layer2", "layer3", "layer4"] and d["layer"] == "layer4"
@@ -222,9 +257,25 @@ def test_two_ranks_equal_one_process_at_every_layer(tmp_path, capsys, rng):
 
     x = rng.integers(0, 256, (24, 3, 16, 16), dtype=np.uint8)
     np.save(tmp_path / "x.npy", x)
-    base = ["measure", "--model", "resnet18-cifar", "--data", f"npy:{tmp_path / 'x.npy'}",
-            "--transforms", "hflip,brightness", "--grid-size", "4", "--images", "0", "--layers", "layer2,layer4",
-            "--no-progress", "--no-plots", "--shrinkage", "ledoit-wolf"]
+    base = [
+        "measure",
+        "--model",
+        "resnet18-cifar",
+        "--data",
+        f"npy:{tmp_path / 'x.npy'}",
+        "--transforms",
+        "hflip,brightness",
+        "--grid-size",
+        "4",
+        "--images",
+        "0",
+        "--layers",
+        "layer2,layer4",
+        "--no-progress",
+        "--no-plots",
+        "--shrinkage",
+        "ledoit-wolf",
+    ]
     assert main(base + ["--out", str(tmp_path / "one")]) == 0, capsys.readouterr().err
     assert main(base + ["--out", str(tmp_path / "two"), "--world-size", "2"]) == 0, capsys.readouterr().err
     one = InvarianceResult.from_json(tmp_path / "one" / "result.json")

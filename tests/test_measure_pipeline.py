@@ -1,6 +1,7 @@
 """The measurement pipeline (issue 14): reads through ``source.batches`` (folder workers decode ahead),
 no per-batch host reads of the accumulators, one progress bar over images x passes, model calls
 bounded whatever N and k, and ``torchrun`` (gloo here; NCCL is the same code on CUDA tensors)."""
+
 from __future__ import annotations
 
 import json
@@ -12,12 +13,12 @@ import threading
 import numpy as np
 import pytest
 import torch
+from measure_helpers import Brightness, HFlip, Rot90, random_images, small_net
 from PIL import Image
 
 from invfast.data.folder import FolderSource
 from invfast.measure import measure_invariance
 from invfast.measure.core import default_workers
-from measure_helpers import Brightness, HFlip, Rot90, random_images, small_net
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 
@@ -31,8 +32,10 @@ def _folder(path, n=10, size=20, seed=4):
 
 
 def _means(r):
-    return {n: (t.mean_distance, t.mean_cosine, t.distance.numpy(), t.per_image_cosine.numpy())
-            for n, t in r.transforms.items()}
+    return {
+        n: (t.mean_distance, t.mean_cosine, t.distance.numpy(), t.per_image_cosine.numpy())
+        for n, t in r.transforms.items()
+    }
 
 
 def test_folder_is_read_through_batches_with_workers(tmp_path):
@@ -98,8 +101,15 @@ def test_host_reads_do_not_grow_with_the_number_of_batches(monkeypatch, tmp_path
     for n in (8, 24):
         x = random_images(n, seed=n)
         spy = _HostCopies(monkeypatch)
-        measure_invariance(small_net(dim=6), x, [Rot90(), Brightness()], grid_size=6, batch_size=4,
-                           forward_batch=8, pair_scores_dir=tmp_path / f"p{n}" if pairs else None)
+        measure_invariance(
+            small_net(dim=6),
+            x,
+            [Rot90(), Brightness()],
+            grid_size=6,
+            batch_size=4,
+            forward_batch=8,
+            pair_scores_dir=tmp_path / f"p{n}" if pairs else None,
+        )
         counts.append(spy.n)
         monkeypatch.undo()
     if pairs:  # rot90 (P=4) and brightness (P=6): one group per batch of 4 images
@@ -128,8 +138,9 @@ def test_one_progress_bar_over_images_and_transforms(monkeypatch):
     import invfast.progress
 
     monkeypatch.setattr(invfast.progress, "bar", lambda total, **kw: Bar(total, **kw))
-    measure_invariance(small_net(dim=6), random_images(10), [Rot90(), HFlip(), Brightness()], grid_size=4,
-                       batch_size=3, progress=True)
+    measure_invariance(
+        small_net(dim=6), random_images(10), [Rot90(), HFlip(), Brightness()], grid_size=4, batch_size=3, progress=True
+    )
     assert len(bars) == 1
     bar = bars[0]
     # views: the statistics pass (10) + 10 images x (4 rot90 + 2 hflip + 4 brightness parameters)
@@ -161,8 +172,9 @@ def test_chunks_bounded_whatever_n_and_k(n, k):
     """Every model call and every transform call carries at most max(forward_batch, batch_size)
     images, so memory is bounded by the chunk, not by N x k."""
     model, t = _Recorder(small_net(dim=6)), _RecordedBrightness()
-    r = measure_invariance(model, random_images(n, size=8, seed=k), [t], grid_size=k, batch_size=4, forward_batch=10,
-                           feature_cache_mb=0)
+    r = measure_invariance(
+        model, random_images(n, size=8, seed=k), [t], grid_size=k, batch_size=4, forward_batch=10, feature_cache_mb=0
+    )
     assert r["brightness"].n_pairs == n * k
     assert max(model.sizes) <= 10 and max(t.images) <= 10
     assert sum(t.images) == n * k
@@ -170,15 +182,42 @@ def test_chunks_bounded_whatever_n_and_k(n, k):
 
 def _torchrun(nproc, args, out):
     env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "invfast", *args, "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={nproc}",
+        "-m",
+        "invfast",
+        *args,
+        "--out",
+        str(out),
+    ]
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-4000:]
     return json.loads((out / "result.json").read_text())
 
 
-CLI = ["measure", "--model", "measure_helpers:small_net", "--transforms", "rotation,hflip", "--grid-size", "3",
-       "--resize", "20", "--images", "0", "--no-progress", "--no-plots", "--device", "cpu", "--batch-size", "4"]
+CLI = [
+    "measure",
+    "--model",
+    "measure_helpers:small_net",
+    "--transforms",
+    "rotation,hflip",
+    "--grid-size",
+    "3",
+    "--resize",
+    "20",
+    "--images",
+    "0",
+    "--no-progress",
+    "--no-plots",
+    "--device",
+    "cpu",
+    "--batch-size",
+    "4",
+]
 
 
 def _same_result(a, b):

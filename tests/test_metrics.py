@@ -39,7 +39,9 @@ def test_scores_match_scipy(rng, n, p, d, mode):
     stats = ivf.FeatureStats().update(torch.from_numpy(f_ref)).finalize()
     dist_np, cos_np = _numpy_scores(stats, f_ref, f_t)
     with backend.using(mode):
-        out = ivf.invariance_scores(torch.from_numpy(f_ref).float(), torch.from_numpy(f_t).float(), stats, precision="float64")
+        out = ivf.invariance_scores(
+            torch.from_numpy(f_ref).float(), torch.from_numpy(f_t).float(), stats, precision="float64"
+        )
         out32 = ivf.invariance_scores(torch.from_numpy(f_ref).float(), torch.from_numpy(f_t).float(), stats)
     np.testing.assert_allclose(out["distance"].numpy(), dist_np, rtol=1e-5)
     np.testing.assert_allclose(out["cosine"].numpy(), cos_np, rtol=1e-5, atol=1e-6)
@@ -64,7 +66,9 @@ def test_compiled_pair_scores_equal_reference(rng, dtype):
     b = z_t.double().numpy() - shift.double().numpy()
     d_np = np.linalg.norm(a[:, None] - b, axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        c_np = np.nan_to_num((a[:, None] * b).sum(-1) / (np.linalg.norm(a, axis=-1)[:, None] * np.linalg.norm(b, axis=-1)))
+        c_np = np.nan_to_num(
+            (a[:, None] * b).sum(-1) / (np.linalg.norm(a, axis=-1)[:, None] * np.linalg.norm(b, axis=-1))
+        )
     np.testing.assert_allclose(d_c.double().numpy(), d_np, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6)
     np.testing.assert_allclose(c_c.double().numpy(), c_np, rtol=1e-5 if dtype == torch.float32 else 1e-12, atol=1e-6)
     tol = dict(rtol=1e-6, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-12, atol=1e-12)
@@ -89,7 +93,7 @@ def test_any_square_root_of_precision_gives_same_scores(rng):
     f_ref, f_t = _features(rng, 50, 2, 5)
     stats = ivf.FeatureStats.from_features(torch.from_numpy(f_ref))
     w, v = np.linalg.eigh(stats.cov_.numpy())
-    g = v @ np.diag(w ** -0.5) @ v.T
+    g = v @ np.diag(w**-0.5) @ v.T
     za = (f_ref - stats.mean.numpy()) @ g
     zb = (f_t - stats.mean.numpy()) @ g
     cos = (za[:, None] * zb).sum(-1) / (np.linalg.norm(za, axis=-1)[:, None] * np.linalg.norm(zb, axis=-1))
@@ -158,7 +162,9 @@ def test_aggregate_excludes_identity():
     with pytest.raises(ValueError, match="nan_policy='omit'"):
         ivf.aggregate_scores(s)
     assert ivf.aggregate_scores(s, nan_policy="omit")["mean"] == pytest.approx(7 / 5)
-    assert ivf.aggregate_scores(s, torch.tensor([True, False, False]), nan_policy="omit")["mean"] == pytest.approx(7 / 3)
+    assert ivf.aggregate_scores(s, torch.tensor([True, False, False]), nan_policy="omit")["mean"] == pytest.approx(
+        7 / 3
+    )
     with pytest.raises(ValueError, match="every parameter is marked identity"):
         ivf.aggregate_scores(s, torch.tensor([True, True, True]), nan_policy="omit")
 
@@ -217,7 +223,7 @@ def test_uniformity_float32_within_the_stated_bound(rng, t):
     x = rng.normal(size=(n, d)).astype(np.float32) + 0.3
     u = float(ivf.uniformity(torch.from_numpy(x), t=t))
     ref = _uniformity_np(x.astype(np.float64), t)
-    gamma = d * 2.0 ** -24 / (1 - d * 2.0 ** -24)
+    gamma = d * 2.0**-24 / (1 - d * 2.0**-24)
     assert abs(u - ref) <= 2 * t * gamma
     assert abs(u - ref) <= 2e-6 * abs(ref)  # typical: far inside the worst-case bound
 
@@ -245,7 +251,7 @@ def test_pair_block_rows_keep_memory_linear():
     for itemsize in (4, 8):
         rows = pair_block_rows(n, itemsize)
         assert 1 <= rows <= 256 and rows * n * itemsize <= 32 << 20
-    assert pair_block_rows(2000, 4) == 256 and pair_block_rows(10, 4) == 10 and pair_block_rows(10 ** 9, 8) == 1
+    assert pair_block_rows(2000, 4) == 256 and pair_block_rows(10, 4) == 10 and pair_block_rows(10**9, 8) == 1
 
 
 @needs_core
@@ -254,8 +260,10 @@ def test_uniformity_kernel_allocates_one_block(rng):
     [block_rows, N] tile, and all of them together stay far below the N x N matrix."""
     n, d, block = 3000, 8, 40
     x = torch.from_numpy(rng.normal(size=(n, d)).astype(np.float32))
-    with backend.use("compiled"), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                                         profile_memory=True) as prof:
+    with (
+        backend.use("compiled"),
+        torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof,
+    ):
         ivf.uniformity(x, block_rows=block)
     allocs = [e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0]
     assert block * n * 4 in allocs  # the tile itself was seen
@@ -297,8 +305,11 @@ def test_opcheck_all_pairs_ops(rng):
     x = torch.from_numpy(rng.normal(size=(23, 5)).astype(np.float32))
     torch.library.opcheck(torch.ops.invfast.pairwise_logsumexp.default, (x, 2.0, True, 4))
     torch.library.opcheck(torch.ops.invfast.knn_sqdist.default, (x.double(), 3, False, 5))
-    for bad, msg in ((torch.zeros(3, 2, 2), r"\[N, D\]"), (torch.zeros(4, 2, dtype=torch.int64), "float32 or float64"),
-                     (torch.full((4, 2), float("nan")), "NaN")):
+    for bad, msg in (
+        (torch.zeros(3, 2, 2), r"\[N, D\]"),
+        (torch.zeros(4, 2, dtype=torch.int64), "float32 or float64"),
+        (torch.full((4, 2), float("nan")), "NaN"),
+    ):
         with pytest.raises(RuntimeError, match=msg):
             torch.ops.invfast.pairwise_logsumexp(bad, 2.0, True, 4)
     with pytest.raises(RuntimeError, match="k must be in"):
@@ -395,7 +406,9 @@ def test_class_distance_ratio(rng):
     same = (y[:, None] == y[None]) & ~np.eye(40, dtype=bool)
     diff = y[:, None] != y[None]
     ref = d[diff].mean() / d[same].mean()
-    assert ivf.class_distance_ratio(torch.from_numpy(x), torch.from_numpy(y), block_rows=9) == pytest.approx(ref, rel=1e-12)
+    assert ivf.class_distance_ratio(torch.from_numpy(x), torch.from_numpy(y), block_rows=9) == pytest.approx(
+        ref, rel=1e-12
+    )
     with pytest.raises(ValueError, match="at least 2 classes"):
         ivf.class_distance_ratio(torch.from_numpy(x), torch.zeros(40, dtype=torch.long))
     with pytest.raises(ValueError, match="labels but there are"):

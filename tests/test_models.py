@@ -1,4 +1,5 @@
 """ResNets, Prompt-ViT, the registry, input checks and checkpoints."""
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,8 +20,10 @@ def test_parameter_counts_match_the_standard_nets():
     assert r50.feature_dim == 2048
 
 
-@pytest.mark.parametrize("depth,stem,size", [(18, "cifar", 32), (18, "imagenet", 64), (50, "cifar", 32),
-                                             (50, "imagenet", 32), (34, "cifar", 16)])
+@pytest.mark.parametrize(
+    "depth,stem,size",
+    [(18, "cifar", 32), (18, "imagenet", 64), (50, "cifar", 32), (50, "imagenet", 32), (34, "cifar", 16)],
+)
 def test_forward_shapes(depth, stem, size):
     m = ResNet(depth, stem=stem, width=8)
     x = torch.randn(2, 3, size, size)
@@ -62,9 +65,21 @@ def test_bad_images():
 
 
 def test_registry():
-    assert set(ARCHITECTURES) == {"resnet18-cifar", "resnet18", "resnet34-cifar", "resnet34", "resnet50-cifar",
-                                  "resnet50", "resnet18-cifar-solo", "resnet34-cifar-solo", "resnet50-cifar-solo",
-                                  "hyper-resnet18-cifar", "hyper-resnet18", "hyper-resnet50", "prompt-vit"}
+    assert set(ARCHITECTURES) == {
+        "resnet18-cifar",
+        "resnet18",
+        "resnet34-cifar",
+        "resnet34",
+        "resnet50-cifar",
+        "resnet50",
+        "resnet18-cifar-solo",
+        "resnet34-cifar-solo",
+        "resnet50-cifar-solo",
+        "hyper-resnet18-cifar",
+        "hyper-resnet18",
+        "hyper-resnet50",
+        "prompt-vit",
+    }
     for name in ARCHITECTURES:
         kw = {"width": 4} if "resnet" in name else {"dim": 16, "depth": 1, "heads": 2}
         m = create(name, **kw)
@@ -105,12 +120,16 @@ def test_prompt_vit_prompt_and_descriptors(rng):
     x = torch.randn(3, 3, 32, 32)
     i = torch.from_numpy(rng.random((3, 3))).float()
     # l_prompt = mean over projectors of Linear . ReLU . Linear, checked one projector at a time
-    ref = torch.stack([F.linear(F.relu(F.linear(i, m.prompt_w1[p], m.prompt_b1[p])), m.prompt_w2[p], m.prompt_b2[p])
-                       for p in range(5)]).mean(0)
+    ref = torch.stack(
+        [
+            F.linear(F.relu(F.linear(i, m.prompt_w1[p], m.prompt_b1[p])), m.prompt_w2[p], m.prompt_b2[p])
+            for p in range(5)
+        ]
+    ).mean(0)
     torch.testing.assert_close(m.prompt(i), ref)
     with torch.no_grad():
         batched = m(x, i)
-        alone = torch.cat([m(x[b:b + 1], i[b]) for b in range(3)])
+        alone = torch.cat([m(x[b : b + 1], i[b]) for b in range(3)])
         torch.testing.assert_close(batched, alone, atol=1e-5, rtol=1e-5)
         assert not torch.allclose(m(x, torch.zeros(3)), m(x, torch.ones(3)))
     with pytest.raises(ValueError, match="img_size"):
@@ -136,8 +155,12 @@ def test_prompt_vit_token_order():
     i = torch.tensor([0.2, 0.9], dtype=torch.float64, requires_grad=True)
     (m(x, i) @ w).sum().backward()
     h = 1e-6
-    fd = torch.stack([((m(x, i.detach() + h * e) @ w).sum() - (m(x, i.detach() - h * e) @ w).sum()) / (2 * h)
-                      for e in torch.eye(2, dtype=torch.float64)])
+    fd = torch.stack(
+        [
+            ((m(x, i.detach() + h * e) @ w).sum() - (m(x, i.detach() - h * e) @ w).sum()) / (2 * h)
+            for e in torch.eye(2, dtype=torch.float64)
+        ]
+    )
     assert float(i.grad.abs().max()) > 1e-6
     torch.testing.assert_close(i.grad, fd.detach(), rtol=1e-5, atol=1e-9)
 
@@ -159,10 +182,8 @@ def test_default_stem_is_imagenet_as_in_torchvision():
 
 def test_create_from_module_factory(tmp_path, monkeypatch):
     (tmp_path / "my_models_pkg.py").write_text(
-        "import torch\n"
-        "def build(width=3):\n"
-        "    return torch.nn.Linear(4, width)\n"
-        "NOT_CALLABLE = 3\n")
+        "import torch\ndef build(width=3):\n    return torch.nn.Linear(4, width)\nNOT_CALLABLE = 3\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     m = create("my_models_pkg:build", width=5)
     assert isinstance(m, torch.nn.Linear) and m.out_features == 5 and m.arch == "my_models_pkg:build"
@@ -196,10 +217,18 @@ def test_constructors_take_torchvision_arguments(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(back(x), h(x), atol=0, rtol=0)
     assert list_models() == sorted(ARCHITECTURES)
-    assert list_models("resnet*-cifar*") == ["resnet18-cifar", "resnet18-cifar-solo", "resnet34-cifar",
-                                              "resnet34-cifar-solo", "resnet50-cifar", "resnet50-cifar-solo"]
-    assert all(create(n, **({"dim": 16, "depth": 1, "heads": 2} if n == "prompt-vit" else {"width": 4}))
-               for n in list_models("*vit*") + list_models("hyper-resnet18-cifar"))
+    assert list_models("resnet*-cifar*") == [
+        "resnet18-cifar",
+        "resnet18-cifar-solo",
+        "resnet34-cifar",
+        "resnet34-cifar-solo",
+        "resnet50-cifar",
+        "resnet50-cifar-solo",
+    ]
+    assert all(
+        create(n, **({"dim": 16, "depth": 1, "heads": 2} if n == "prompt-vit" else {"width": 4}))
+        for n in list_models("*vit*") + list_models("hyper-resnet18-cifar")
+    )
 
 
 def test_head_gives_logits_of_the_pooled_features(rng):
@@ -255,8 +284,9 @@ def test_measure_at_the_pooled_features_and_the_logits(rng):
     for name, a in (("avgpool", f), ("fc", logits)):
         tr = r.layers[name]["hflip"]
         assert tr.unit_transform_variance.shape == (a.shape[-1],)
-        np.testing.assert_allclose(tr.unit_transform_variance.numpy(), a.var(axis=1).mean(axis=0), rtol=1e-4,
-                                   atol=1e-10)
+        np.testing.assert_allclose(
+            tr.unit_transform_variance.numpy(), a.var(axis=1).mean(axis=0), rtol=1e-4, atol=1e-10
+        )
         np.testing.assert_allclose(tr.unit_sample_variance.numpy(), a.var(axis=0).mean(axis=0), rtol=1e-4, atol=1e-10)
     out = invfast.measure_invariance(m, x, [t], grid_size=2, batch_size=8, normalize=False)  # output = the logits
     assert out["hflip"].mean_distance == pytest.approx(r.layers["fc"]["hflip"].mean_distance, rel=1e-5)

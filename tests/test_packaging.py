@@ -1,5 +1,6 @@
 """Packaging promises: the build refuses to ship a wheel without the compiled core by accident, the
 documented benchmark command collects every suite, and the metadata users see is consistent."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,9 @@ _NO_TORCH = "import sys; sys.modules['torch'] = None; sys.argv = ['setup.py', '-
 
 def _setup_without_torch(**env: str) -> subprocess.CompletedProcess:
     clean = {k: v for k, v in os.environ.items() if k != "INVFAST_NO_EXT"}
-    return subprocess.run([sys.executable, "-c", _NO_TORCH], cwd=ROOT, capture_output=True, text=True,
-                          env={**clean, **env}, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", _NO_TORCH], cwd=ROOT, capture_output=True, text=True, env={**clean, **env}, timeout=300
+    )
 
 
 def test_build_without_torch_fails_loudly():
@@ -34,8 +36,24 @@ def test_build_without_torch_allowed_when_asked():
 
 def test_benchmark_command_collects_every_suite():
     """README: ``python -m pytest benchmarks --benchmark-only -o addopts=""`` must run every bench_*.py."""
-    res = subprocess.run([sys.executable, "-m", "pytest", "benchmarks", "--collect-only", "-q", "-o", "addopts=",
-                          "-p", "no:cacheprovider"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "benchmarks",
+            "--collect-only",
+            "-q",
+            "-o",
+            "addopts=",
+            "-p",
+            "no:cacheprovider",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     suites = sorted(p.name for p in (ROOT / "benchmarks").glob("bench_*.py"))
     assert suites

@@ -1,5 +1,6 @@
 """Pretraining policies (SPEC §2.2): sampling statistics, determinism, per-sample application against a
 per-image loop built from PIL and the single-image ops, descriptors, bad input."""
+
 from __future__ import annotations
 
 import math
@@ -20,8 +21,10 @@ skimage_data = pytest.importorskip("skimage.data")
 
 @pytest.fixture(scope="module")
 def batch() -> torch.Tensor:
-    imgs = [np.asarray(Image.fromarray(getattr(skimage_data, n)()[..., :3]).resize((72, 64), Image.BILINEAR))
-            for n in ("astronaut", "chelsea", "coffee", "rocket")]
+    imgs = [
+        np.asarray(Image.fromarray(getattr(skimage_data, n)()[..., :3]).resize((72, 64), Image.BILINEAR))
+        for n in ("astronaut", "chelsea", "coffee", "rocket")
+    ]
     return torch.from_numpy(np.stack(imgs)).permute(0, 3, 1, 2).contiguous()
 
 

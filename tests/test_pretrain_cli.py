@@ -1,4 +1,5 @@
 """``invfast pretrain`` end to end on small data, and every bad input named in the issue."""
+
 import json
 import os
 
@@ -16,8 +17,23 @@ pytestmark = pytest.mark.usefixtures("cli_env")
 
 
 def args(npy, out, *extra):
-    return ["pretrain", "--data", f"npy:{npy}", "--arch", TINY, "--epochs", "2", "--batch-size", "16",
-            "--out", str(out), "--no-progress", "--log-every", "1", *extra]
+    return [
+        "pretrain",
+        "--data",
+        f"npy:{npy}",
+        "--arch",
+        TINY,
+        "--epochs",
+        "2",
+        "--batch-size",
+        "16",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--log-every",
+        "1",
+        *extra,
+    ]
 
 
 def test_cli_trains_resumes_and_refuses_other_configs(npy, tmp_path, capsys):
@@ -41,15 +57,18 @@ def test_cli_trains_resumes_and_refuses_other_configs(npy, tmp_path, capsys):
     assert main(args(npy, out, "--policy", "spatial", "--resume")) == 0
 
 
-@pytest.mark.parametrize("extra,message", [
-    (["--method", "byol"], "unknown method 'byol'"),
-    (["--policy", "colour"], "unknown policy 'colour'"),
-    (["--arch", "resnet7"], "architecture"),
-    (["--batch-size", "64"], "larger than the data set (48 images)"),
-    (["--queue-size", "40"], "must be divisible by the global batch size (16)"),
-    (["--method", "ai-moco", "--policy", "spatial"], "drop --policy"),
-    (["--descriptors", "pairs", "--method", "ai-simclr"], "unknown descriptor set 'pairs'"),
-])
+@pytest.mark.parametrize(
+    "extra,message",
+    [
+        (["--method", "byol"], "unknown method 'byol'"),
+        (["--policy", "colour"], "unknown policy 'colour'"),
+        (["--arch", "resnet7"], "architecture"),
+        (["--batch-size", "64"], "larger than the data set (48 images)"),
+        (["--queue-size", "40"], "must be divisible by the global batch size (16)"),
+        (["--method", "ai-moco", "--policy", "spatial"], "drop --policy"),
+        (["--descriptors", "pairs", "--method", "ai-simclr"], "unknown descriptor set 'pairs'"),
+    ],
+)
 def test_cli_bad_input(npy, tmp_path, capsys, extra, message):
     assert main(args(npy, tmp_path / "o", *extra)) == 2
     assert message in capsys.readouterr().err
@@ -79,16 +98,60 @@ def test_cli_amortised_with_real_policies(npy, tmp_path):
 def test_cli_synthetic_data_and_folder(tmp_path):
     pytest.importorskip("invfast.synthetic")
     out = tmp_path / "syn"
-    assert main(["pretrain", "--data", "synthetic:objects=4,transforms=rotate,n=40,size=16", "--arch", TINY,
-                 "--method", "simclr", "--steps", "2", "--batch-size", "8", "--out", str(out), "--no-progress",
-                 "--invariance-every", "2", "--invariance-images", "16"]) == 0
+    assert (
+        main(
+            [
+                "pretrain",
+                "--data",
+                "synthetic:objects=4,transforms=rotate,n=40,size=16",
+                "--arch",
+                TINY,
+                "--method",
+                "simclr",
+                "--steps",
+                "2",
+                "--batch-size",
+                "8",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--invariance-every",
+                "2",
+                "--invariance-images",
+                "16",
+            ]
+        )
+        == 0
+    )
     rec = [json.loads(x) for x in open(out / "metrics.jsonl")][-1]
     assert rec["step"] == 2 and "invariance/rot90" in rec
     from PIL import Image
+
     folder = tmp_path / "imgs"
     folder.mkdir()
     for i in range(10):
-        Image.fromarray(np.random.default_rng(i).integers(0, 255, (20 + i, 24, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
-    assert main(["pretrain", "--data", f"folder:{folder}", "--arch", TINY, "--size", "16", "--steps", "2",
-                 "--batch-size", "4", "--out", str(tmp_path / "fold"), "--no-progress"]) == 0
+        Image.fromarray(np.random.default_rng(i).integers(0, 255, (20 + i, 24, 3), dtype=np.uint8)).save(
+            folder / f"{i}.jpg"
+        )
+    assert (
+        main(
+            [
+                "pretrain",
+                "--data",
+                f"folder:{folder}",
+                "--arch",
+                TINY,
+                "--size",
+                "16",
+                "--steps",
+                "2",
+                "--batch-size",
+                "4",
+                "--out",
+                str(tmp_path / "fold"),
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert torch.load(tmp_path / "fold" / "checkpoint.pt", weights_only=False)["config"]["data"].startswith("folder:")

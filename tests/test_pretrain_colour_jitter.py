@@ -9,6 +9,7 @@ independently in float64 numpy and ``colorsys`` (torchvision itself cannot be in
 
 Issue 26 asked whether Default fails to learn because the jitter differs from torchvision's; these
 tests say it does not (same ops, order and strengths, MoCo-v2's 0.4/0.4/0.4/0.1 with p = 0.8)."""
+
 import colorsys
 import itertools
 import math

@@ -9,6 +9,7 @@ changes the result; without BatchNorm, MoCo's shuffled-BN key path must give exa
 unshuffled one, which checks its permutation bookkeeping. The views are deterministic because the
 augmentation randomness is keyed by rank (each process draws its own).
 """
+
 import datetime
 import os
 
@@ -16,9 +17,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from test_pretrain_fixtures import FixedAug, TinyEncoder, blob_images
 
 from invfast.pretrain import AmortisedMoCo, ArraySource, MoCoV2, SimCLR, TrainConfig, Trainer
-from test_pretrain_fixtures import FixedAug, TinyEncoder, blob_images
 
 TOL = 1e-9
 
@@ -26,8 +27,9 @@ TOL = 1e-9
 def build(method: str):
     torch.manual_seed(0)
     if method in ("moco", "moco-noshuffle"):  # shuffled BN (default) permutes the key batch across ranks
-        return MoCoV2(TinyEncoder(), FixedAug(), queue_size=32, proj_dim=8, key_momentum=0.9,
-                      shuffle_bn=method == "moco")
+        return MoCoV2(
+            TinyEncoder(), FixedAug(), queue_size=32, proj_dim=8, key_momentum=0.9, shuffle_bn=method == "moco"
+        )
     if method == "simclr":
         return SimCLR(TinyEncoder(), FixedAug(), proj_dim=8)
     return AmortisedMoCo(TinyEncoder(k=2), [FixedAug() for _ in range(3)], queue_size=32, proj_dim=8)
@@ -45,9 +47,14 @@ def run(method: str, out: str | None):
 
 def _run(method: str, out: str | None):
     m = build(method)
-    t = Trainer(m, ArraySource(blob_images(48)),
-                TrainConfig(batch_size=16, steps=6, size=16, lr=0.5, checkpoint_every=3, log_every=3,
-                            progress=False, device="cpu"), out=out)  # gloo: CPU even where a GPU exists
+    t = Trainer(
+        m,
+        ArraySource(blob_images(48)),
+        TrainConfig(
+            batch_size=16, steps=6, size=16, lr=0.5, checkpoint_every=3, log_every=3, progress=False, device="cpu"
+        ),
+        out=out,
+    )  # gloo: CPU even where a GPU exists
     t.fit()
     return m, t
 
@@ -57,13 +64,20 @@ METHODS = ("moco", "moco-noshuffle", "simclr", "amortised")
 
 def _worker(rank: int, world: int, folder: str) -> None:
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-    dist.init_process_group("gloo", init_method=f"file://{folder}/rendezvous", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=90))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{folder}/rendezvous",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=90),
+    )
     try:
         for method in METHODS:
             m, t = run(method, os.path.join(folder, method))
-            torch.save({"model": m.state_dict(), "opt": t.optimizer.state_dict(), "history": t.history},
-                       os.path.join(folder, f"{method}-rank{rank}.pt"))
+            torch.save(
+                {"model": m.state_dict(), "opt": t.optimizer.state_dict(), "history": t.history},
+                os.path.join(folder, f"{method}-rank{rank}.pt"),
+            )
     finally:
         dist.destroy_process_group()
 

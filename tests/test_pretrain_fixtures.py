@@ -1,6 +1,7 @@
 """Small stand-ins shared by the pretraining tests: a tiny conv encoder (optionally conditioned on
 an invariance descriptor, like a Hyper-ResNet), simple torch augmentations and structured images.
 No tests here; the test_pretrain_* modules import from it."""
+
 from __future__ import annotations
 
 import torch
@@ -72,5 +73,5 @@ def blob_images(n: int = 64, size: int = 16, seed: int = 0) -> torch.Tensor:
     for j in range(n):
         s = int(torch.randint(3, size // 2, (1,), generator=g))
         r, c = (int(v) for v in torch.randint(0, size - s, (2,), generator=g))
-        img[j, :, r:r + s, c:c + s] = colours[j].view(3, 1, 1)
+        img[j, :, r : r + s, c : c + s] = colours[j].view(3, 1, 1)
     return (img * 255).round().to(torch.uint8)

@@ -1,11 +1,12 @@
 """Invariance measured during training: exact cases, and the paper's finding on synthetic data
 (a Spatial-pretrained model is more rotation-invariant than an Appearance-pretrained one)."""
+
 import pytest
 import torch
+from test_pretrain_fixtures import TinyEncoder, blob_images
 
 from invfast.pretrain import MoCoV2, TrainConfig, Trainer
 from invfast.pretrain import invariance as inv
-from test_pretrain_fixtures import TinyEncoder, blob_images
 
 
 def test_exactly_invariant_features_score_one():
@@ -22,6 +23,7 @@ def test_exactly_invariant_features_score_one():
 
 def test_measure_matches_direct_computation():
     import invfast as ivf
+
     images = blob_images(30, size=16)
     torch.manual_seed(0)
     enc = TinyEncoder(dim=8).eval()
@@ -54,17 +56,27 @@ def test_spatial_model_more_rotation_invariant_than_appearance():
     scores = {}
     for pol in ("spatial", "appearance"):
         torch.manual_seed(0)
-        m = MoCoV2(TinyEncoder(dim=64, bn=True), T.policy(pol, size=32), proj_dim=32, queue_size=256,
-                   key_momentum=0.99)
-        cfg = TrainConfig(batch_size=64, epochs=8, size=32, lr=0.06, checkpoint_every=0, log_every=8,
-                          progress=False, invariance_every=64, invariance_images=128,
-                          invariance_transforms=("rot90", "rotation", "grayscale", "hue"))
+        m = MoCoV2(TinyEncoder(dim=64, bn=True), T.policy(pol, size=32), proj_dim=32, queue_size=256, key_momentum=0.99)
+        cfg = TrainConfig(
+            batch_size=64,
+            epochs=8,
+            size=32,
+            lr=0.06,
+            checkpoint_every=0,
+            log_every=8,
+            progress=False,
+            invariance_every=64,
+            invariance_images=128,
+            invariance_transforms=("rot90", "rotation", "grayscale", "hue"),
+        )
         scores[pol] = Trainer(m, src, cfg, heldout=held).fit()[-1]
     sp, ap = scores["spatial"], scores["appearance"]
     msg = {k: (round(sp[k], 3), round(ap[k], 3)) for k in sp if k.startswith("invariance/")}
     assert sp["invariance/rotation"] > ap["invariance/rotation"] + 0.03, msg
     assert sp["invariance/rot90"] > ap["invariance/rot90"], msg
-    assert (ap["invariance/grayscale"] + ap["invariance/hue"]) > (sp["invariance/grayscale"] + sp["invariance/hue"]), msg
+    assert (ap["invariance/grayscale"] + ap["invariance/hue"]) > (sp["invariance/grayscale"] + sp["invariance/hue"]), (
+        msg
+    )
 
 
 def test_transforms_are_the_registry_ones():

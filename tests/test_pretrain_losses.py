@@ -1,4 +1,5 @@
 """InfoNCE and NT-Xent against float64 numpy references written from the formulas."""
+
 import numpy as np
 import pytest
 import torch
@@ -63,8 +64,9 @@ def test_nt_xent_matches_float64_reference(tau, b, d):
     z1, z2 = rng.normal(size=(b, d)), rng.normal(size=(b, d))
     ref = nt_xent_ref(z1, z2, tau)
     np.testing.assert_allclose(nt_xent(torch.from_numpy(z1), torch.from_numpy(z2), tau).item(), ref, rtol=1e-12)
-    np.testing.assert_allclose(nt_xent(torch.from_numpy(z1).float(), torch.from_numpy(z2).float(), tau).item(),
-                               ref, rtol=1e-5)
+    np.testing.assert_allclose(
+        nt_xent(torch.from_numpy(z1).float(), torch.from_numpy(z2).float(), tau).item(), ref, rtol=1e-5
+    )
 
 
 def test_losses_gradcheck():
@@ -83,8 +85,11 @@ def test_contrastive_rows_on_gathered_candidates_equals_nt_xent_share():
     parts = []
     for r in range(2):
         own = torch.arange(4) + 4 * r
-        parts.append(contrastive_rows(torch.cat([z1[own], z2[own]]), cand, torch.cat([own + 8, own]),
-                                      torch.cat([own, own + 8]), 0.2))
+        parts.append(
+            contrastive_rows(
+                torch.cat([z1[own], z2[own]]), cand, torch.cat([own + 8, own]), torch.cat([own, own + 8]), 0.2
+            )
+        )
     torch.testing.assert_close(full, (parts[0] + parts[1]) / 2, rtol=1e-12, atol=1e-12)
 
 

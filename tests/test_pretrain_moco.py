@@ -1,21 +1,30 @@
 """MoCo machinery (queue, momentum update, queue sizing), descriptor sets and the methods' steps."""
+
 import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
-
-from invfast.pretrain import (AmortisedMoCo, AmortisedSimCLR, KeyQueue, MoCoV2, SimCLR, default_queue_size,
-                              descriptor_set, momentum_update)
-from invfast.pretrain.losses import infonce
 from test_pretrain_fixtures import RandomAug, TinyEncoder
+
+from invfast.pretrain import (
+    AmortisedMoCo,
+    AmortisedSimCLR,
+    KeyQueue,
+    MoCoV2,
+    SimCLR,
+    default_queue_size,
+    descriptor_set,
+    momentum_update,
+)
+from invfast.pretrain.losses import infonce
 
 
 def test_queue_holds_exactly_the_last_keys():
     g = torch.Generator().manual_seed(0)
     q = KeyQueue(size=12, dim=5, n_queues=2, generator=g)
     pushed = []
-    for step in range(11):
+    for _ in range(11):
         keys = torch.randn(4, 5, generator=g)
         q.enqueue(keys, which=1)
         pushed.append(F.normalize(keys, dim=1))
@@ -66,7 +75,7 @@ def test_momentum_update_exact(m):
         # float32 rounding of one multiply and one (possibly fused) multiply-add: the error is at most
         # 2 units of float32 roundoff (2^-24) of each term's magnitude, which bounds it at ~1 ulp
         err = (k1.detach().double() - (a + b)).abs()
-        assert bool((err <= 2 * 2.0 ** -24 * (a.abs() + b.abs()) + 2 * 2.0 ** -24 * (a + b).abs()).all())
+        assert bool((err <= 2 * 2.0**-24 * (a.abs() + b.abs()) + 2 * 2.0**-24 * (a + b).abs()).all())
         if m == 0.0:
             assert torch.equal(k1, q)
         if m == 1.0:
@@ -81,7 +90,7 @@ def test_momentum_update_closed_form_and_errors():
     for _ in range(n):
         momentum_update(key, query, m)
     for a, k, q in zip(key.parameters(), k0, query.parameters()):
-        ref = m ** n * k + (1 - m ** n) * q.detach().double()
+        ref = m**n * k + (1 - m**n) * q.detach().double()
         torch.testing.assert_close(a.detach().double(), ref, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="momentum m"):
         momentum_update(key, query, 1.5)
@@ -109,7 +118,7 @@ def test_moco_step_matches_manual_computation():
     momentum_update(key0, online0, 0.9)
     k = F.normalize(key0(v2, 0), dim=1)
     torch.testing.assert_close(loss, infonce(online0(v1, 0), k, queue0, 0.2))
-    torch.testing.assert_close(m.queue.get(0)[:8], k)           # enqueued at the old pointer
+    torch.testing.assert_close(m.queue.get(0)[:8], k)  # enqueued at the old pointer
     torch.testing.assert_close(m.queue.get(0)[8:], queue0[8:])  # the rest untouched
     assert int(m.queue.ptr[0]) == 8
     loss.backward()

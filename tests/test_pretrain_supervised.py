@@ -1,21 +1,31 @@
 """Supervised pretraining through the Trainer (LabelledSource, Supervised) and the periodic held-out
 probe (HeldoutProbe, knn_accuracy), against scikit-learn and float64 numpy references."""
+
 import json
 
 import numpy as np
 import pytest
 import torch
-
-from invfast.pretrain import (ArraySource, HeldoutProbe, LabelledSource, MoCoV2, Supervised, TrainConfig, Trainer,
-                              knn_accuracy)
 from test_pretrain_fixtures import RandomAug, TinyEncoder, blob_images
+
+from invfast.pretrain import (
+    ArraySource,
+    HeldoutProbe,
+    LabelledSource,
+    MoCoV2,
+    Supervised,
+    TrainConfig,
+    Trainer,
+    knn_accuracy,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def cfg(**kw):
-    base = dict(batch_size=16, epochs=3, size=16, lr=0.05, checkpoint_every=4, log_every=2, progress=False,
-                device="cpu")
+    base = dict(
+        batch_size=16, epochs=3, size=16, lr=0.05, checkpoint_every=4, log_every=2, progress=False, device="cpu"
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -35,10 +45,16 @@ def test_knn_accuracy_matches_sklearn(rng):
         y_fit = rng.integers(0, 4, 80)
         y_test = (test[:, 0] > 0).astype(int) + 2 * (test[:, 1] > 0)
         T = 0.1
-        ref = KNeighborsClassifier(7, metric="cosine", weights=lambda d: np.exp((1.0 - d) / T), algorithm="brute")
+        ref = KNeighborsClassifier(7, metric="cosine", weights=lambda d, T=T: np.exp((1.0 - d) / T), algorithm="brute")
         ref.fit(fit, y_fit)
-        got = knn_accuracy(torch.from_numpy(fit), torch.from_numpy(y_fit), torch.from_numpy(test),
-                           torch.from_numpy(y_test), k=7, temperature=T)
+        got = knn_accuracy(
+            torch.from_numpy(fit),
+            torch.from_numpy(y_fit),
+            torch.from_numpy(test),
+            torch.from_numpy(y_test),
+            k=7,
+            temperature=T,
+        )
         assert got == pytest.approx(ref.score(test, y_test), abs=1e-12)
 
 
@@ -49,19 +65,22 @@ def test_heldout_probe_against_sklearn(rng):
     y = np.repeat(np.arange(c), n // c)
     centres = rng.normal(size=(c, d)) * 1.5
     f = centres[y] + rng.normal(size=(n, d)) * np.array([1, 2, 0.5, 3, 1])
-    probe = HeldoutProbe(torch.zeros(n, 3, 4, 4, dtype=torch.uint8), y, fit_fraction=0.5, alphas=(0.1, 10.0),
-                         max_iter=500)
+    probe = HeldoutProbe(
+        torch.zeros(n, 3, 4, 4, dtype=torch.uint8), y, fit_fraction=0.5, alphas=(0.1, 10.0), max_iter=500
+    )
     fi, ti = probe.fit_index.numpy(), probe.test_index.numpy()
     # stratified: half of each class fits, the rest is scored
     assert np.bincount(y[fi]).tolist() == [20, 20, 20] and not set(fi) & set(ti) and len(fi) + len(ti) == n
     got = probe.scores(torch.from_numpy(f))
     z = (f - f[fi].mean(0)) / f[fi].std(0, ddof=1)
-    best = max(LogisticRegression(C=1 / a, max_iter=2000, tol=1e-8).fit(z[fi], y[fi]).score(z[ti], y[ti])
-               for a in (0.1, 10.0))
+    best = max(
+        LogisticRegression(C=1 / a, max_iter=2000, tol=1e-8).fit(z[fi], y[fi]).score(z[ti], y[ti]) for a in (0.1, 10.0)
+    )
     assert abs(got["probe/linear"] - best) <= 1.5 / len(ti)  # at most one test point apart
     std = f.std(0, ddof=1)
-    assert got["probe/feature_std_min"] == pytest.approx(std.min()) and got["probe/feature_std_median"] == pytest.approx(
-        np.median(std))
+    assert got["probe/feature_std_min"] == pytest.approx(std.min()) and got[
+        "probe/feature_std_median"
+    ] == pytest.approx(np.median(std))
     s = np.linalg.svd(f - f.mean(0), compute_uv=False)
     p = s**2 / (s**2).sum()
     assert got["probe/effective_rank"] == pytest.approx(np.exp(-(p * np.log(p)).sum()))
@@ -82,7 +101,10 @@ def test_supervised_loss_is_cross_entropy(rng):
     ref = np.mean(np.log(np.exp(logits).sum(1)) - logits[np.arange(6), y.numpy()])
     assert float(loss) == pytest.approx(ref, rel=1e-5)
     # no augmentation: the input is the image, ImageNet-normalised
-    mean, std = torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1), torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+    mean, std = (
+        torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1),
+        torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1),
+    )
     torch.testing.assert_close(inputs[0], (x.float() / 255 - mean) / std)
 
 
@@ -116,8 +138,9 @@ def test_periodic_probe_is_logged_and_changes_nothing(tmp_path):
     def run(out, with_probe):
         torch.manual_seed(0)
         m = MoCoV2(TinyEncoder(bn=True), RandomAug(), queue_size=32, proj_dim=8, key_momentum=0.99)
-        t = Trainer(m, ArraySource(x), cfg(probe_every=4 if with_probe else 0), out=out,
-                    probe=probe if with_probe else None)
+        t = Trainer(
+            m, ArraySource(x), cfg(probe_every=4 if with_probe else 0), out=out, probe=probe if with_probe else None
+        )
         return m, t.fit()
 
     a, hist = run(tmp_path / "a", True)

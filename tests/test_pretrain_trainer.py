@@ -1,4 +1,5 @@
 """Trainer: exact resume (in-process and after SIGKILL), checkpoint/config checks, logs, learning."""
+
 import json
 import os
 import signal
@@ -9,9 +10,9 @@ import time
 
 import pytest
 import torch
+from test_pretrain_fixtures import RandomAug, TinyEncoder, blob_images
 
 from invfast.pretrain import AmortisedMoCo, ArraySource, FolderSource, MoCoV2, SimCLR, TrainConfig, Trainer
-from test_pretrain_fixtures import RandomAug, TinyEncoder, blob_images
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -26,8 +27,9 @@ def make(method="moco", seed=0, bn=True):
 
 
 def cfg(**kw):
-    base = dict(batch_size=16, epochs=3, size=16, lr=0.05, checkpoint_every=3, log_every=2, progress=False,
-                device="cpu")  # CUDA resume: tests/test_devices.py
+    base = dict(
+        batch_size=16, epochs=3, size=16, lr=0.05, checkpoint_every=3, log_every=2, progress=False, device="cpu"
+    )  # CUDA resume: tests/test_devices.py
     base.update(kw)
     return TrainConfig(**base)
 
@@ -69,7 +71,8 @@ def test_resume_is_bit_identical(tmp_path, method):
 
 def test_resume_after_sigkill(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import sys, time, torch
         sys.path.insert(0, {HERE!r})
         torch.set_num_threads(1)
@@ -82,10 +85,10 @@ def test_resume_after_sigkill(tmp_path):
                 return super().get(idx)
         m = make("moco")
         Trainer(m, Slow(blob_images(64)), cfg(epochs=6, checkpoint_every=2), out=sys.argv[1]).fit()
-    """))
+    """)
+    )
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen([sys.executable, str(script), str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     ck = out / "checkpoint.pt"
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
@@ -161,12 +164,15 @@ def test_trainer_bad_input(tmp_path):
 
 
 def test_folder_source_loads_resized_images(tmp_path):
-    from PIL import Image
     import numpy as np
+    from PIL import Image
+
     rng = np.random.default_rng(0)
     os.makedirs(tmp_path / "a" / "b")
     for i, (h, w) in enumerate([(20, 30), (40, 10), (16, 16)]):
-        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(tmp_path / "a" / ("b" if i else "") / f"{i}.png")
+        Image.fromarray(rng.integers(0, 255, (h, w, 3), dtype=np.uint8)).save(
+            tmp_path / "a" / ("b" if i else "") / f"{i}.png"
+        )
     src = FolderSource(tmp_path, 12)
     x = src.get(torch.tensor([2, 0]))
     assert len(src) == 3 and x.shape == (2, 3, 12, 12) and x.dtype == torch.uint8
@@ -179,8 +185,9 @@ def test_short_run_lowers_the_loss(method):
         m = MoCoV2(TinyEncoder(dim=32, bn=True), RandomAug(), queue_size=48, proj_dim=16, key_momentum=0.99)
     else:
         m = SimCLR(TinyEncoder(dim=32, bn=True), RandomAug(), proj_dim=16)
-    hist = Trainer(m, ArraySource(blob_images(96)), cfg(epochs=25, checkpoint_every=0, log_every=15, lr=0.03,
-                                                         schedule="constant")).fit()
+    hist = Trainer(
+        m, ArraySource(blob_images(96)), cfg(epochs=25, checkpoint_every=0, log_every=15, lr=0.03, schedule="constant")
+    ).fit()
     # MoCo's first steps compare against the random initial queue (an easy task); from the second
     # record on the queue holds real keys. Learning must bring the loss clearly down from there.
     early, last = hist[1]["loss"], sum(r["loss"] for r in hist[-2:]) / 2

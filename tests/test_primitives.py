@@ -2,6 +2,7 @@
 matrices with one angle convention): each against an independent float64 reference (numpy, colorsys, scipy,
 torchvision's published formulas, Pillow), and against the copies it replaced, bit for bit, so the move
 changed no result."""
+
 from __future__ import annotations
 
 import colorsys
@@ -27,6 +28,7 @@ def _images(rng, shape=(4, 3, 9, 11)) -> torch.Tensor:
 
 # ---------------------------------------------------------------------------------------------- luma
 
+
 def test_luma_is_the_itu601_weights_and_every_user_shares_it(rng):
     from invfast import demo
     from invfast.ops import synth_reference
@@ -41,6 +43,7 @@ def test_luma_is_the_itu601_weights_and_every_user_shares_it(rng):
 
 
 # ---------------------------------------------------------------------------------------------- hue
+
 
 def _torchvision_hsv2rgb(img: torch.Tensor) -> torch.Tensor:
     """torchvision.transforms._functional_tensor._hsv2rgb, as published (torchvision 0.17)."""
@@ -109,6 +112,7 @@ def test_hue_rotation_equals_the_copies_it_replaced(rng):
 
 # ---------------------------------------------------------------------------------------------- Gaussian taps
 
+
 def _scipy_taps(sigma: float, truncate: float) -> np.ndarray:
     """scipy.ndimage's Gaussian weights, read off the filter's response to a unit impulse."""
     r = int(truncate * sigma + 0.5)
@@ -126,8 +130,8 @@ def test_truncated_taps_match_scipy(rng):
         for row, s in zip(k, sigma):
             ref = _scipy_taps(s, truncate) if s > 0 else np.array([1.0])
             r = (len(ref) - 1) // 2
-            np.testing.assert_allclose(row[R - r:R + r + 1], ref, atol=1e-12, rtol=0)
-            assert np.all(row[:R - r] == 0) and np.all(row[R + r + 1:] == 0)
+            np.testing.assert_allclose(row[R - r : R + r + 1], ref, atol=1e-12, rtol=0)
+            assert np.all(row[: R - r] == 0) and np.all(row[R + r + 1 :] == 0)
     cut = gaussian_taps(torch.tensor([10.0, 0.5]), max_radius=4)
     assert cut.shape == (2, 9) and cut[0].min() > 0 and torch.allclose(cut.sum(1), torch.ones(2, dtype=torch.float64))
 
@@ -202,6 +206,7 @@ def test_taps_equal_the_copies_they_replaced(rng):
 
 # ---------------------------------------------------------------------------------------------- matrices
 
+
 def test_rotation_convention_forward_inverse_numpy_and_torch(rng):
     deg = rng.uniform(-720, 720, 50)
     t = np.deg2rad(deg)
@@ -226,10 +231,13 @@ def test_shear_is_torchvisions_and_inverse_is_exact(rng):
     fwd = np.stack([np.stack([a, b], -1), np.stack([c, d], -1)], -2)
     np.testing.assert_allclose(shear_matrix(sx, sy), fwd, rtol=1e-12, atol=1e-12)
     inv = shear_matrix(sx, sy, inverse=True)
-    np.testing.assert_allclose(np.einsum("bij,bjk->bik", inv, fwd), np.broadcast_to(np.eye(2), (40, 2, 2)),
-                               atol=1e-9)
-    torch.testing.assert_close(shear_matrix(torch.from_numpy(sx), torch.from_numpy(sy), inverse=True),
-                               torch.from_numpy(inv), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(np.einsum("bij,bjk->bik", inv, fwd), np.broadcast_to(np.eye(2), (40, 2, 2)), atol=1e-9)
+    torch.testing.assert_close(
+        shear_matrix(torch.from_numpy(sx), torch.from_numpy(sy), inverse=True),
+        torch.from_numpy(inv),
+        atol=1e-12,
+        rtol=0,
+    )
     A, B = rng.normal(size=(7, 2, 2)), rng.normal(size=(7, 2, 2))
     np.testing.assert_allclose(compose(A, B), A @ B, atol=1e-14, rtol=0)
 
@@ -244,29 +252,43 @@ def test_both_rotation_call_sites_give_exactly_their_old_matrices(rng):
 
     deg = torch.from_numpy(rng.uniform(-720, 720, 64))
     t = torch.deg2rad(deg)
-    old_registry = torch.stack([torch.stack([torch.cos(t), -torch.sin(t)], -1),
-                                torch.stack([torch.sin(t), torch.cos(t)], -1)], -2)
+    old_registry = torch.stack(
+        [torch.stack([torch.cos(t), -torch.sin(t)], -1), torch.stack([torch.sin(t), torch.cos(t)], -1)], -2
+    )
     A, _ = builtin._affine_params(get("rotation"), deg.float(), 30, 40)
     tf = torch.deg2rad(deg.float().double())
-    assert torch.equal(A, torch.stack([torch.stack([torch.cos(tf), -torch.sin(tf)], -1),
-                                       torch.stack([torch.sin(tf), torch.cos(tf)], -1)], -2))
+    assert torch.equal(
+        A,
+        torch.stack(
+            [torch.stack([torch.cos(tf), -torch.sin(tf)], -1), torch.stack([torch.sin(tf), torch.cos(tf)], -1)], -2
+        ),
+    )
     assert torch.equal(rotation_matrix(deg, inverse=True), old_registry)
     sh = torch.from_numpy(rng.uniform(-85, 85, (64, 2))).float()
     tx, ty = torch.tan(torch.deg2rad(sh[:, 0].double())), torch.tan(torch.deg2rad(sh[:, 1].double()))
     A, _ = builtin._affine_params(get("shear"), sh, 30, 40)
-    assert torch.equal(A, torch.stack([torch.stack([1 + tx * ty, tx], -1), torch.stack([ty, torch.ones_like(tx)], -1)], -2))
+    assert torch.equal(
+        A, torch.stack([torch.stack([1 + tx * ty, tx], -1), torch.stack([ty, torch.ones_like(tx)], -1)], -2)
+    )
 
     n = 200
-    p = {"angle": rng.uniform(0, 360, n), "shear_x": rng.uniform(-50, 50, n), "shear_y": rng.uniform(-50, 50, n),
-         "hflip": (rng.random(n) < 0.5).astype(np.float64), "vflip": (rng.random(n) < 0.5).astype(np.float64),
-         "scale": rng.uniform(0.4, 1.0, n)}
+    p = {
+        "angle": rng.uniform(0, 360, n),
+        "shear_x": rng.uniform(-50, 50, n),
+        "shear_y": rng.uniform(-50, 50, n),
+        "hflip": (rng.random(n) < 0.5).astype(np.float64),
+        "vflip": (rng.random(n) < 0.5).astype(np.float64),
+        "scale": rng.uniform(0.4, 1.0, n),
+    }
     th = np.deg2rad(p["angle"])
     c, s = np.cos(th), np.sin(th)
     tx, ty = np.tan(np.deg2rad(p["shear_x"])), np.tan(np.deg2rad(p["shear_y"]))
     fx, fy, sc = 1.0 - 2.0 * p["hflip"], 1.0 - 2.0 * p["vflip"], p["scale"]
     l00, l01, l10, l11 = sc * fx, sc * tx * fy, sc * ty * fx, sc * (1.0 + tx * ty) * fy
-    old = np.stack([np.stack([c * l00 + s * l10, c * l01 + s * l11], -1),
-                    np.stack([-s * l00 + c * l10, -s * l01 + c * l11], -1)], -2)
+    old = np.stack(
+        [np.stack([c * l00 + s * l10, c * l01 + s * l11], -1), np.stack([-s * l00 + c * l10, -s * l01 + c * l11], -1)],
+        -2,
+    )
     assert np.array_equal(placement.canonical_linear(p), old)
     sel = rng.random(n) < 0.5
     ths = np.deg2rad(p["angle"][sel])
@@ -281,8 +303,8 @@ def _object_image(size: int = 48) -> np.ndarray:
     """An asymmetric RGB test card: a bar to the right of the centre, a dot above it."""
     img = np.zeros((size, size, 3), np.uint8)
     c = size // 2
-    img[c - 2:c + 2, c + 4:c + 18] = (250, 60, 20)
-    img[c - 16:c - 10, c - 3:c + 3] = (30, 200, 90)
+    img[c - 2 : c + 2, c + 4 : c + 18] = (250, 60, 20)
+    img[c - 16 : c - 10, c - 3 : c + 3] = (30, 200, 90)
     return img
 
 
@@ -337,10 +359,14 @@ def test_no_private_copy_of_the_maths_is_left():
     homes = {"constants.py", "ops/color.py", "ops/kernels.py", "ops/geometry.py"}
     patterns = {
         "luma weights": re.compile(r"0\.2989|0\.299\b|0\.587\b|0\.114\b"),
-        "HSV hue arithmetic": re.compile(r"\bh\s*\*\s*6\.0|remainder\(\s*h\s*\+|def \w*(rgb_?to_?hsv|hsv_?to_?rgb|rgb2hsv|hsv2rgb)"),
+        "HSV hue arithmetic": re.compile(
+            r"\bh\s*\*\s*6\.0|remainder\(\s*h\s*\+|def \w*(rgb_?to_?hsv|hsv_?to_?rgb|rgb2hsv|hsv2rgb)"
+        ),
         "Gaussian taps": re.compile(r"exp\(\s*-0\.5\s*\*"),
-        "rotation/shear matrices": re.compile(r"def \w*(rotation|shear)_matrix|=\s*(np|torch)\.cos\([^)]*\)\)?,\s*"
-                                              r"(np|torch)\.sin\(|=\s*(np|torch)\.tan\("),
+        "rotation/shear matrices": re.compile(
+            r"def \w*(rotation|shear)_matrix|=\s*(np|torch)\.cos\([^)]*\)\)?,\s*"
+            r"(np|torch)\.sin\(|=\s*(np|torch)\.tan\("
+        ),
     }
     found = []
     for path in sorted(root.rglob("*.py")):

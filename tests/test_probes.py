@@ -1,4 +1,5 @@
 """RidgeCV, grids, folds, fusion and the scikit-learn API of the probes, against scikit-learn."""
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +13,6 @@ from sklearn.preprocessing import StandardScaler
 import invfast.probes as P
 from invfast.probes.folds import resolve_cv
 from invfast.probes.ridge import ridge_cv_predictions, ridge_loo_predictions
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -73,8 +73,14 @@ def test_ridge_loo_equals_refitting(rng, n, d, fit_intercept):
     grid = np.logspace(-3, 3, 7)
     loo = ridge_loo_predictions(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(grid), fit_intercept)
     for j, lam in enumerate(grid):
-        brute = np.stack([Ridge(alpha=lam, fit_intercept=fit_intercept).fit(np.delete(x, i, 0), np.delete(y, i, 0))
-                          .predict(x[i:i + 1])[0] for i in range(n)])
+        brute = np.stack(
+            [
+                Ridge(alpha=lam, fit_intercept=fit_intercept)
+                .fit(np.delete(x, i, 0), np.delete(y, i, 0))
+                .predict(x[i : i + 1])[0]
+                for i in range(n)
+            ]
+        )
         np.testing.assert_allclose(loo[j].numpy(), brute, rtol=1e-6, atol=1e-8 * np.abs(brute).max())
 
 
@@ -113,7 +119,9 @@ def test_ridge_torch_in_torch_out_and_per_target_r2(rng):
     assert m.predict(xt).dtype == torch.float32
     mn = P.RidgeCV().fit(x, y)
     assert isinstance(mn.coef_, np.ndarray)
-    np.testing.assert_allclose(m.cv_results_["mean_test_score"], mn.cv_results_["mean_test_score"], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        m.cv_results_["mean_test_score"], mn.cv_results_["mean_test_score"], rtol=1e-5, atol=1e-6
+    )
     assert mn.cv_scores_per_target_.shape == (45, 5, 2)
     per = mn.cv_scores_per_target_.mean(1)
     np.testing.assert_allclose(per.mean(1), mn.cv_results_["mean_test_score"], rtol=1e-12)
@@ -144,10 +152,14 @@ def test_folds_are_sklearn_splitters(rng):
     """An int cv is KFold / StratifiedKFold (shuffled with the seed); bad cv values raise clear errors."""
     n = 53
     y = np.concatenate([rng.integers(0, 4, n - 20), np.repeat(np.arange(4), 5)])
-    for ours, ref in ((resolve_cv(5, n), KFold(5).split(np.zeros(n))),
-                      (resolve_cv(5, n, y=y, classifier=True), StratifiedKFold(5).split(np.zeros(n), y)),
-                      (resolve_cv(5, n, y=y, classifier=True, shuffle=True, seed=3),
-                       StratifiedKFold(5, shuffle=True, random_state=3).split(np.zeros(n), y))):
+    for ours, ref in (
+        (resolve_cv(5, n), KFold(5).split(np.zeros(n))),
+        (resolve_cv(5, n, y=y, classifier=True), StratifiedKFold(5).split(np.zeros(n), y)),
+        (
+            resolve_cv(5, n, y=y, classifier=True, shuffle=True, seed=3),
+            StratifiedKFold(5, shuffle=True, random_state=3).split(np.zeros(n), y),
+        ),
+    ):
         for (a, b), (c, d) in zip(ours, ref, strict=True):
             np.testing.assert_array_equal(a, c), np.testing.assert_array_equal(b, d)
     with pytest.raises(ValueError, match="at least 2 folds"):
@@ -160,9 +172,14 @@ def test_folds_are_sklearn_splitters(rng):
         resolve_cv(2.5, n)
 
 
-@pytest.mark.parametrize("make", [lambda: P.RidgeCV(alphas=[0.1, 1.0, 10.0]),
-                                  lambda: P.LogisticCV(alphas=[0.1, 1.0, 10.0]),
-                                  lambda: P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.1, 1.0])])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: P.RidgeCV(alphas=[0.1, 1.0, 10.0]),
+        lambda: P.LogisticCV(alphas=[0.1, 1.0, 10.0]),
+        lambda: P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.1, 1.0]),
+    ],
+)
 def test_sklearn_api_clone_pipeline(rng, make):
     est = make()
     c = clone(est)
@@ -220,13 +237,17 @@ def test_probes_on_cuda_match_cpu(rng):
     cpu = P.RidgeCV().fit(x, y)
     gpu = P.RidgeCV().fit(xc, torch.from_numpy(y).cuda())
     assert gpu.coef_.is_cuda and gpu.predict(xc).is_cuda
-    np.testing.assert_allclose(gpu.cv_results_["mean_test_score"], cpu.cv_results_["mean_test_score"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        gpu.cv_results_["mean_test_score"], cpu.cv_results_["mean_test_score"], rtol=1e-6, atol=1e-9
+    )
     lc = P.LogisticCV(alphas=[0.1, 1.0, 10.0], dtype="float64", tol=1e-8, max_iter=2000).fit(x, labels)
     lg = P.LogisticCV(alphas=[0.1, 1.0, 10.0], dtype="float64", tol=1e-8, max_iter=2000).fit(xc, labels)
     np.testing.assert_allclose(lg.cv_results_["mean_test_accuracy"], lc.cv_results_["mean_test_accuracy"])
     kc = P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.01, 0.1]).fit(x, y)
     kg = P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.01, 0.1]).fit(xc, torch.from_numpy(y).cuda())
-    np.testing.assert_allclose(kg.cv_results_["mean_test_score"], kc.cv_results_["mean_test_score"], rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        kg.cv_results_["mean_test_score"], kc.cv_results_["mean_test_score"], rtol=1e-6, atol=1e-9
+    )
     a = P.few_shot(x, labels, n_way=2, k_shot=2, n_query=3, episodes=20, seed=1)
     b = P.few_shot(xc, labels, n_way=2, k_shot=2, n_query=3, episodes=20, seed=1)
     np.testing.assert_allclose(a.scores, b.scores)

@@ -1,6 +1,7 @@
 """`invfast probe` reliability (issue 25) and exact leave-one-out kernel ridge: usage errors exit 2 with one
 line, options that do not apply are refused instead of ignored, --json is written atomically, warnings
 print once each on one line naming real options, and --kernel --loo is leave-one-out."""
+
 import json
 import re
 import warnings
@@ -43,24 +44,35 @@ def _one_error_line(capsys) -> str:
 
 def test_missing_or_unreadable_input_is_a_usage_error(files, tmp_path, capsys):
     """Exit code 2 and one line (before: SystemExit with a message, i.e. exit code 1)."""
-    assert cli_main(["probe", "--features", str(tmp_path / "nope.npy"), "--targets", files["y"],
-                     "--task", "classification"]) == 2
+    assert (
+        cli_main(
+            ["probe", "--features", str(tmp_path / "nope.npy"), "--targets", files["y"], "--task", "classification"]
+        )
+        == 2
+    )
     assert "nope.npy" in _one_error_line(capsys)
     (tmp_path / "bad.npy").write_text("not an array")
-    assert cli_main(["probe", "--features", str(tmp_path / "bad.npy"), "--targets", files["y"],
-                     "--task", "classification"]) == 2
+    assert (
+        cli_main(
+            ["probe", "--features", str(tmp_path / "bad.npy"), "--targets", files["y"], "--task", "classification"]
+        )
+        == 2
+    )
     assert "bad.npy" in _one_error_line(capsys)
 
 
-@pytest.mark.parametrize("task,extra,names", [
-    ("classification", ["--loo"], "--loo"),
-    ("classification", ["--kernel"], "--kernel"),
-    ("regression", ["--no-stratify"], "--no-stratify"),
-    ("regression", ["--max-iter", "50"], "--max-iter"),
-    ("regression", ["--loo", "--folds", "3"], "--folds"),
-    ("regression", ["--kernel", "--n-models", "2"], "--n-models"),
-    ("regression", ["--device", "nonsense"], "--device"),
-])
+@pytest.mark.parametrize(
+    "task,extra,names",
+    [
+        ("classification", ["--loo"], "--loo"),
+        ("classification", ["--kernel"], "--kernel"),
+        ("regression", ["--no-stratify"], "--no-stratify"),
+        ("regression", ["--max-iter", "50"], "--max-iter"),
+        ("regression", ["--loo", "--folds", "3"], "--folds"),
+        ("regression", ["--kernel", "--n-models", "2"], "--n-models"),
+        ("regression", ["--device", "nonsense"], "--device"),
+    ],
+)
 def test_options_that_do_not_apply_are_refused(files, capsys, task, extra, names):
     """Before: --loo and --kernel with classification (and the others) were silently ignored."""
     assert cli_main(_probe(files, "y" if task == "classification" else "r", task, *extra)) == 2
@@ -115,22 +127,23 @@ def test_warnings_print_once_on_one_line_naming_real_options(files, capsys):
     """A convergence shortfall and a rare class: one 'warning:' line each, once, and every --option they
     name exists (before: the convergence advice named dtype='float64', which the command does not have)."""
     y = np.load(files["y"])
-    y[:3] = 7                                      # a class of 3 members, fewer than 5 folds
+    y[:3] = 7  # a class of 3 members, fewer than 5 folds
     np.save(files["y"], y)
     assert cli_main(_probe(files, "y", "classification", "--max-iter", "1", "--tol", "1e-12")) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning:")]
     assert len(err) == 2 and len(set(err)) == 2, err
     assert any("--max-iter" in line for line in err) and any("--folds" in line for line in err)
     for line in err:
-        assert not re.search(r"\b[a-z_]+=", line), line   # no Python keyword advice such as dtype=...
+        assert not re.search(r"\b[a-z_]+=", line), line  # no Python keyword advice such as dtype=...
         named = {w.strip(",.;()") for w in line.split() if w.startswith("--")}
         assert named <= _option_names(), named
 
 
 def test_regression_string_targets_one_line(files, tmp_path, capsys):
     np.save(tmp_path / "s.npy", np.array(["a", "b", "c"] * 20))
-    assert cli_main(["probe", "--features", files["f"], "--targets", str(tmp_path / "s.npy"),
-                     "--task", "regression"]) == 2
+    assert (
+        cli_main(["probe", "--features", files["f"], "--targets", str(tmp_path / "s.npy"), "--task", "regression"]) == 2
+    )
     line = _one_error_line(capsys)
     assert "numeric targets" in line and "--task classification" in line
 
@@ -149,8 +162,18 @@ def test_kernel_loo_equals_refitting(rng, standardize):
     r2 = []
     for a in alphas:
         for g in gammas:
-            brute = np.stack([KernelRidge(alpha=a, kernel="rbf", gamma=g).fit(np.delete(xs, i, 0), np.delete(ys, i, 0))
-                              .predict(xs[i:i + 1])[0] for i in range(40)]) * ysd + ym
+            brute = (
+                np.stack(
+                    [
+                        KernelRidge(alpha=a, kernel="rbf", gamma=g)
+                        .fit(np.delete(xs, i, 0), np.delete(ys, i, 0))
+                        .predict(xs[i : i + 1])[0]
+                        for i in range(40)
+                    ]
+                )
+                * ysd
+                + ym
+            )
             r2.append(np.mean(1 - ((y - brute) ** 2).sum(0) / ((y - y.mean(0)) ** 2).sum(0)))
             k = torch.exp(-g * torch.cdist(torch.from_numpy(xs), torch.from_numpy(xs)) ** 2)
             ours = kernel_loo_predictions(k, torch.from_numpy(ys), torch.tensor([a], dtype=torch.float64))[0]

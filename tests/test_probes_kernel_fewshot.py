@@ -1,7 +1,7 @@
 """KernelRidgeCV against scikit-learn's KernelRidge, few-shot episodes against naive loops, the CLI."""
+
 import numpy as np
 import pytest
-import torch
 from sklearn.compose import TransformedTargetRegressor
 from sklearn.kernel_ridge import KernelRidge
 from sklearn.linear_model import Ridge
@@ -12,13 +12,13 @@ from sklearn.preprocessing import StandardScaler
 import invfast.probes as P
 from invfast.cli import main as cli_main
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _sk_kernel_search(alphas, gammas):
-    est = TransformedTargetRegressor(Pipeline([("s", StandardScaler()), ("k", KernelRidge(kernel="rbf"))]),
-                                     transformer=StandardScaler())
+    est = TransformedTargetRegressor(
+        Pipeline([("s", StandardScaler()), ("k", KernelRidge(kernel="rbf"))]), transformer=StandardScaler()
+    )
     return GridSearchCV(est, {"regressor__k__alpha": list(alphas), "regressor__k__gamma": list(gammas)}, cv=5)
 
 
@@ -31,8 +31,9 @@ def test_kernel_ridge_matches_sklearn(rng, solver, two_targets):
     alphas, gammas = np.logspace(-3, 0, 4), np.logspace(-3, 1, 5)
     ours = P.KernelRidgeCV(alphas=alphas, gammas=gammas, solver=solver).fit(x, y)
     gs = _sk_kernel_search(alphas, gammas).fit(x, y)
-    np.testing.assert_allclose(ours.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"], rtol=1e-6,
-                               atol=1e-8)
+    np.testing.assert_allclose(
+        ours.cv_results_["mean_test_score"], gs.cv_results_["mean_test_score"], rtol=1e-6, atol=1e-8
+    )
     np.testing.assert_allclose(ours.cv_results_["std_test_score"], gs.cv_results_["std_test_score"], atol=1e-7)
     assert ours.alpha_ == gs.best_params_["regressor__k__alpha"]
     assert ours.gamma_ == gs.best_params_["regressor__k__gamma"]
@@ -65,6 +66,7 @@ def test_few_shot_episodes_match_naive_ridge_and_are_reproducible(rng):
     other = P.few_shot(x, y, n_way=3, k_shot=2, n_query=4, episodes=12, penalty=0.7, seed=6)
     assert not np.array_equal(res.scores, other.scores) or res.scores.std() == 0
     from invfast.probes.few_shot import sample_episodes
+
     sup, qry = sample_episodes(y, 3, 2, 4, 12, 5)
     for e in range(12):
         ys = np.arange(3).repeat(2)
@@ -111,19 +113,72 @@ def test_cli_probe_tables(tmp_path, capsys, rng):
     np.save(tmp_path / "f.npy", x.astype(np.float32))
     np.save(tmp_path / "y.npy", y)
     np.save(tmp_path / "r.npy", x[:, :2] @ np.ones((2, 2)) + 0.1 * rng.normal(size=(60, 2)))
-    assert cli_main(["probe", "--features", str(tmp_path / "f.npy"), "--targets", str(tmp_path / "y.npy"),
-                     "--task", "classification", "--json", str(tmp_path / "o.json")]) == 0
+    assert (
+        cli_main(
+            [
+                "probe",
+                "--features",
+                str(tmp_path / "f.npy"),
+                "--targets",
+                str(tmp_path / "y.npy"),
+                "--task",
+                "classification",
+                "--json",
+                str(tmp_path / "o.json"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "accuracy" in out and "mean per-class accuracy" in out and "±" in out and "C = " in out
     assert (tmp_path / "o.json").exists()
-    assert cli_main(["probe", "--features", str(tmp_path / "f.npy"), str(tmp_path / "f.npy"), "--targets",
-                     str(tmp_path / "r.npy"), "--task", "regression", "--all"]) == 0
+    assert (
+        cli_main(
+            [
+                "probe",
+                "--features",
+                str(tmp_path / "f.npy"),
+                str(tmp_path / "f.npy"),
+                "--targets",
+                str(tmp_path / "r.npy"),
+                "--task",
+                "regression",
+                "--all",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "R² (mean over targets)" in out and "d = 12 (2 model(s))" in out and "1e+06" in out
-    assert cli_main(["probe", "--features", str(tmp_path / "f.npy"), "--targets", str(tmp_path / "r.npy"),
-                     "--task", "regression", "--kernel"]) == 0
+    assert (
+        cli_main(
+            [
+                "probe",
+                "--features",
+                str(tmp_path / "f.npy"),
+                "--targets",
+                str(tmp_path / "r.npy"),
+                "--task",
+                "regression",
+                "--kernel",
+            ]
+        )
+        == 0
+    )
     assert "γ" in capsys.readouterr().out
     np.save(tmp_path / "short.npy", y[:10])
-    assert cli_main(["probe", "--features", str(tmp_path / "f.npy"), "--targets", str(tmp_path / "short.npy"),
-                     "--task", "classification"]) == 2
+    assert (
+        cli_main(
+            [
+                "probe",
+                "--features",
+                str(tmp_path / "f.npy"),
+                "--targets",
+                str(tmp_path / "short.npy"),
+                "--task",
+                "classification",
+            ]
+        )
+        == 2
+    )
     assert "must match" in capsys.readouterr().err

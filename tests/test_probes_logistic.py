@@ -3,6 +3,7 @@
 References are independent solvers run to tight tolerances: scikit-learn's Newton solver
 ("newton-cholesky", exact to ~1e-10 whatever the conditioning) for coefficients and CV accuracies,
 its default L-BFGS where the comparison is at default settings, scipy's L-BFGS-B for the optimiser."""
+
 import warnings
 
 import numpy as np
@@ -14,7 +15,6 @@ from sklearn.model_selection import StratifiedKFold, cross_validate
 
 import invfast.probes as P
 from invfast.probes.lbfgs import lbfgs
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -107,7 +107,7 @@ def test_bad_input_logistic(rng):
         P.LogisticCV().fit(x, np.zeros(40, dtype=int))
     y_rare = y.copy()
     y_rare[:3] = 7
-    with pytest.warns(UserWarning, match="least populated class"):   # as StratifiedKFold / LogisticRegressionCV
+    with pytest.warns(UserWarning, match="least populated class"):  # as StratifiedKFold / LogisticRegressionCV
         rare = P.LogisticCV(alphas=[1.0]).fit(x, y_rare)
     assert rare.classes_.tolist() == [0, 1, 7] and np.isfinite(rare.best_score_)
     with warnings.catch_warnings():
@@ -145,8 +145,9 @@ def test_batched_lbfgs_matches_scipy(rng):
     res = lbfgs(fun, torch.zeros(nf, d, dtype=torch.float64), tol=1e-10, max_iter=500)
     assert res.converged.all()
     for i in range(nf):
-        ref = scipy.optimize.minimize(f_np, np.zeros(d), args=(i,), jac=True, method="L-BFGS-B",
-                                      options={"gtol": 1e-12, "ftol": 0})
+        ref = scipy.optimize.minimize(
+            f_np, np.zeros(d), args=(i,), jac=True, method="L-BFGS-B", options={"gtol": 1e-12, "ftol": 0}
+        )
         np.testing.assert_allclose(res.x[i].numpy(), ref.x, atol=1e-7)
 
 
@@ -154,7 +155,7 @@ def _sk_logistic_cv(x, y, cs, **kw):
     """LogisticRegressionCV (pure L2, accuracy) and its mean CV accuracy per C, in the order of ``cs``."""
     import inspect
 
-    params = inspect.signature(LogisticRegressionCV).parameters   # scikit-learn >= 1.8 warns without these
+    params = inspect.signature(LogisticRegressionCV).parameters  # scikit-learn >= 1.8 warns without these
     kw.update({k: v for k, v in (("l1_ratios", (0.0,)), ("use_legacy_attributes", False)) if k in params})
     sk = LogisticRegressionCV(Cs=cs, cv=StratifiedKFold(5), scoring="accuracy", **kw).fit(x, y)
     scores = np.asarray(next(iter(sk.scores_.values())) if isinstance(sk.scores_, dict) else sk.scores_)
@@ -167,14 +168,14 @@ def test_logistic_cv_matches_logistic_regression_cv_ill_conditioned(rng):
     the other side's curve. Every fit converges, in float32 products at the default tolerance too."""
     x, y = _ill_conditioned(rng, 240, 10, 4)
     lams = np.logspace(-3, 3, 9)
-    cs = np.sort(1 / lams)                                     # scikit-learn's order: strong -> weak
+    cs = np.sort(1 / lams)  # scikit-learn's order: strong -> weak
     sk, sk_acc = _sk_logistic_cv(x, y, cs, solver="newton-cholesky", tol=1e-12, max_iter=200)
     for kw in ({"dtype": "float64", "tol": 1e-8}, {}):
         with warnings.catch_warnings():
             warnings.simplefilter("error", P.ConvergenceWarning)
             ours = P.LogisticCV(alphas=lams, **kw).fit(x, y)
         assert ours.cv_converged_.all() and ours.converged_
-        acc = ours.cv_results_["mean_test_accuracy"][::-1]    # in the order of cs
+        acc = ours.cv_results_["mean_test_accuracy"][::-1]  # in the order of cs
         assert np.abs(acc - sk_acc).max() <= 0.01 + 1e-12, kw
         assert abs(ours.best_score_ - sk_acc.max()) <= 0.01 + 1e-12
         assert sk_acc[list(cs).index(pytest.approx(ours.C_))] >= sk_acc.max() - 0.01 - 1e-12
@@ -238,7 +239,7 @@ def test_unconverged_fits_recorded_and_named_in_one_warning(rng):
     for f in range(5):
         np.testing.assert_array_equal(m.cv_results_[f"split{f}_converged"], m.cv_converged_[:, f])
         np.testing.assert_array_equal(m.cv_results_[f"split{f}_n_iter"], m.cv_n_iter_[:, f])
-    assert "max_iter" in msg and "dtype" not in msg   # advice names real parameters only
+    assert "max_iter" in msg and "dtype" not in msg  # advice names real parameters only
 
 
 def test_score_refuses_nan_labels(rng):
@@ -260,7 +261,7 @@ def test_preconditioned_batched_lbfgs_matches_scipy_on_ill_conditioned_problems(
     scales = [np.logspace(0, 0, d), np.logspace(-1, 1, d), np.logspace(-2, 2, d)]
     a = np.stack([rng.normal(size=(n, d)) * s for s in scales])
     b = (rng.uniform(size=(nf, n)) < 0.5).astype(float)
-    h = np.stack([ai.T @ ai / 4 + np.eye(d) for ai in a])                       # Hessian bound at w = 0
+    h = np.stack([ai.T @ ai / 4 + np.eye(d) for ai in a])  # Hessian bound at w = 0
     h_inv = torch.from_numpy(np.linalg.inv(h))
 
     def fun(w, idx):
@@ -269,18 +270,28 @@ def test_preconditioned_batched_lbfgs_matches_scipy_on_ill_conditioned_problems(
         loss = (torch.nn.functional.softplus(z) - bt * z).sum(1) + 0.5 * (w * w).sum(1)
         return loss, torch.einsum("fnd,fn->fd", at, torch.sigmoid(z) - bt) + w
 
-    res = lbfgs(fun, torch.zeros(nf, d, dtype=torch.float64), tol=1e-8, max_iter=500,
-                precond=lambda v, idx: torch.einsum("fij,fj->fi", h_inv[idx], v))
+    res = lbfgs(
+        fun,
+        torch.zeros(nf, d, dtype=torch.float64),
+        tol=1e-8,
+        max_iter=500,
+        precond=lambda v, idx: torch.einsum("fij,fj->fi", h_inv[idx], v),
+    )
     plain = lbfgs(fun, torch.zeros(nf, d, dtype=torch.float64), tol=1e-8, max_iter=500)
     assert res.converged.all()
     # the preconditioner pays off where conditioning is bad (without it, 500 iterations may not even suffice)
     assert res.n_iter[2] < plain.n_iter[2] or not plain.converged[2]
-    for i in range(nf):   # reference: damped Newton in float64 numpy, to machine precision
+    for i in range(nf):  # reference: damped Newton in float64 numpy, to machine precision
+
         def f_g_h(w, ai=a[i], bi=b[i]):
             z = ai @ w
             sig = 1 / (1 + np.exp(-z))
-            return (np.sum(np.logaddexp(0, z) - bi * z) + 0.5 * w @ w, ai.T @ (sig - bi) + w,
-                    ai.T @ (ai * (sig * (1 - sig))[:, None]) + np.eye(d))
+            return (
+                np.sum(np.logaddexp(0, z) - bi * z) + 0.5 * w @ w,
+                ai.T @ (sig - bi) + w,
+                ai.T @ (ai * (sig * (1 - sig))[:, None]) + np.eye(d),
+            )
+
         w = np.zeros(d)
         for _ in range(100):
             f0, g0, h0 = f_g_h(w)

@@ -1,6 +1,7 @@
 """The probes as scikit-learn estimators: scikit-learn's own ``check_estimator`` suite, the
 GridSearchCV layout of ``cv_results_``, the exception and warning types, and the 0.1 names that
 keep working for one release with a FutureWarning."""
+
 import pickle
 import warnings
 
@@ -22,9 +23,12 @@ from invfast.cli import main as cli_main  # noqa: E402
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 # short grids keep the whole suite (about 160 fits per estimator) to seconds
-CHECKED = [P.RidgeCV(alphas=[1e-3, 1e-1, 10.0]),
-           P.LogisticCV(alphas=[1e-3, 1e-1, 10.0]),
-           P.KernelRidgeCV(alphas=[1e-2, 1.0], gammas=[1e-2, 1.0])]
+CHECKED = [
+    P.RidgeCV(alphas=[1e-3, 1e-1, 10.0]),
+    P.LogisticCV(alphas=[1e-3, 1e-1, 10.0]),
+    P.KernelRidgeCV(alphas=[1e-2, 1.0], gammas=[1e-2, 1.0]),
+]
+
 
 @parametrize_with_checks(CHECKED)
 def test_check_estimator(estimator, check):
@@ -45,9 +49,16 @@ def _fitted(rng):
     x = rng.normal(size=(60, 4))
     y = x @ rng.normal(size=4) + 0.1 * rng.normal(size=60)
     labels = np.digitize(y, np.quantile(y, [1 / 3, 2 / 3]))
-    return x, y, labels, [P.RidgeCV(alphas=[1e-2, 1.0, 100.0]).fit(x, y),
-                          P.LogisticCV(alphas=[1e-2, 1.0, 100.0]).fit(x, labels),
-                          P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.1, 1.0]).fit(x, y)]
+    return (
+        x,
+        y,
+        labels,
+        [
+            P.RidgeCV(alphas=[1e-2, 1.0, 100.0]).fit(x, y),
+            P.LogisticCV(alphas=[1e-2, 1.0, 100.0]).fit(x, labels),
+            P.KernelRidgeCV(alphas=[0.1, 1.0], gammas=[0.1, 1.0]).fit(x, y),
+        ],
+    )
 
 
 def test_cv_results_has_gridsearch_layout(rng):
@@ -55,11 +66,12 @@ def test_cv_results_has_gridsearch_layout(rng):
     for est, names in zip(fitted, (["alpha"], ["C", "alpha"], ["alpha", "gamma"])):
         res = est.cv_results_
         n = len(res["params"])
-        for key in ["mean_test_score", "std_test_score", "rank_test_score"] + [f"split{k}_test_score"
-                                                                                 for k in range(5)]:
+        for key in ["mean_test_score", "std_test_score", "rank_test_score"] + [
+            f"split{k}_test_score" for k in range(5)
+        ]:
             assert key in res
         assert [k[6:] for k in res if k.startswith("param_")] == names
-        for key, col in res.items():   # one row per candidate: what pandas.DataFrame(res) needs
+        for key, col in res.items():  # one row per candidate: what pandas.DataFrame(res) needs
             assert len(col) == n and np.ndim(col) == 1, key
         folds = np.stack([res[f"split{k}_test_score"] for k in range(5)], 1)
         np.testing.assert_allclose(res["mean_test_score"], folds.mean(1))
@@ -76,8 +88,9 @@ def test_cv_results_has_gridsearch_layout(rng):
     gs = GridSearchCV(Ridge(), {"alpha": [1e-2, 1.0, 100.0]}, cv=5).fit(x, y)
     for key in ("mean_test_score", "std_test_score", "split0_test_score", "rank_test_score"):
         np.testing.assert_allclose(ridge.cv_results_[key], gs.cv_results_[key], rtol=1e-6, atol=1e-9)
-    np.testing.assert_array_equal(ridge.cv_results_["param_alpha"], np.asarray(gs.cv_results_["param_alpha"],
-                                                                               dtype=float))
+    np.testing.assert_array_equal(
+        ridge.cv_results_["param_alpha"], np.asarray(gs.cv_results_["param_alpha"], dtype=float)
+    )
     assert ridge.cv_results_["params"] == gs.cv_results_["params"] and ridge.best_index_ == gs.best_index_
 
 
@@ -94,6 +107,7 @@ def test_rank_ties_follow_gridsearch():
     from scipy.stats import rankdata
 
     from invfast.probes.cv_results import score_columns
+
     folds = np.array([[0.5, 0.7], [0.9, 0.9], [0.6, 0.6], [0.9, 0.9], [0.1, 0.2]])
     ranks = score_columns(folds)["rank_test_score"]
     np.testing.assert_array_equal(ranks, rankdata(-folds.mean(1), method="min"))
@@ -103,6 +117,7 @@ def test_rank_ties_follow_gridsearch():
 def test_feature_names_from_dataframe():
     pytest.importorskip("pandas")
     from sklearn.utils.estimator_checks import check_dataframe_column_names_consistency
+
     for est in CHECKED:
         check_dataframe_column_names_consistency(type(est).__name__, est)
 
@@ -123,7 +138,7 @@ def test_exception_and_warning_types(rng):
         P.RidgeCV().fit(__import__("scipy.sparse").sparse.csr_matrix(x), x[:, 0])
     with pytest.raises(ValueError, match="numeric regression targets"):
         P.RidgeCV().fit(x, np.array(["a", "b"] * 20))
-    r = P.RidgeCV(alphas=[1.0]).fit(x.tolist(), x[:, 0].tolist())   # lists are array-likes
+    r = P.RidgeCV(alphas=[1.0]).fit(x.tolist(), x[:, 0].tolist())  # lists are array-likes
     with pytest.raises(ValueError, match="X has 2 features, but RidgeCV is expecting 3 features"):
         r.predict(x[:, :2])
 
@@ -152,15 +167,21 @@ def test_deprecated_names_still_work(rng):
         np.testing.assert_array_equal(P.penalty_grid(), P.alpha_grid())
     # the 0.1 keys of cv_results_, read through [] and get, also after pickling
     res = pickle.loads(pickle.dumps(new)).cv_results_
-    legacy = {"penalties": res["param_alpha"], "mean_score": res["mean_test_score"],
-              "std_score": res["std_test_score"], "best_index": new.best_index_, "best_penalty": new.alpha_,
-              "best_score": new.best_score_, "best_std": res["std_test_score"][new.best_index_],
-              "fold_scores": np.stack([res[f"split{k}_test_score"] for k in range(5)], 1),
-              "mean_score_per_target": new.cv_scores_per_target_.mean(1)}
+    legacy = {
+        "penalties": res["param_alpha"],
+        "mean_score": res["mean_test_score"],
+        "std_score": res["std_test_score"],
+        "best_index": new.best_index_,
+        "best_penalty": new.alpha_,
+        "best_score": new.best_score_,
+        "best_std": res["std_test_score"][new.best_index_],
+        "fold_scores": np.stack([res[f"split{k}_test_score"] for k in range(5)], 1),
+        "mean_score_per_target": new.cv_scores_per_target_.mean(1),
+    }
     for key, want in legacy.items():
         with pytest.warns(FutureWarning, match="deprecated key"):
             np.testing.assert_allclose(res[key], want)
-        assert key in res and key not in res.keys() and key not in list(res)   # `if key in` code keeps working
+        assert key in res and key not in res.keys() and key not in list(res)  # `if key in` code keeps working
     with pytest.warns(FutureWarning):
         assert res.get("best_score") == new.best_score_
     assert res.get("no_such_key", 3) == 3
@@ -170,13 +191,25 @@ def test_deprecated_names_still_work(rng):
     with pytest.warns(FutureWarning):
         np.testing.assert_array_equal(lres["mean_accuracy"], lres["mean_test_accuracy"])
         assert lres["converged"].shape == (2, 5)
-    assert "converged" in lres and "converged" not in res   # only logistic had it
+    assert "converged" in lres and "converged" not in res  # only logistic had it
 
 
 def test_cli_refuses_string_regression_targets(tmp_path, capsys, rng):
     np.save(tmp_path / "f.npy", rng.normal(size=(30, 4)))
     np.save(tmp_path / "y.npy", np.array(["cat", "dog", "emu"] * 10))
-    assert cli_main(["probe", "--features", str(tmp_path / "f.npy"), "--targets", str(tmp_path / "y.npy"),
-                     "--task", "regression"]) == 2
+    assert (
+        cli_main(
+            [
+                "probe",
+                "--features",
+                str(tmp_path / "f.npy"),
+                "--targets",
+                str(tmp_path / "y.npy"),
+                "--task",
+                "regression",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "numeric targets" in err[0] and "--task classification" in err[0]

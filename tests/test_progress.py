@@ -1,13 +1,14 @@
 """Progress: counts views (images x parameters), plain lines without escape codes when stderr is not a terminal."""
+
 from __future__ import annotations
 
 import io
 
 import torch
+from measure_helpers import HFlip, Rot90, small_net
 
 from invfast.measure import measure_invariance
 from invfast.progress import LineBar, bar
-from measure_helpers import HFlip, Rot90, small_net
 
 
 def test_line_bar_prints_plain_lines_with_eta():
@@ -54,8 +55,11 @@ def test_no_module_uses_tqdm_directly():
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1] / "invfast"
-    users = [str(p.relative_to(root)) for p in root.rglob("*.py")
-             if p.name != "progress.py" and "tqdm" in p.read_text(encoding="utf-8")]
+    users = [
+        str(p.relative_to(root))
+        for p in root.rglob("*.py")
+        if p.name != "progress.py" and "tqdm" in p.read_text(encoding="utf-8")
+    ]
     assert users == [], users
 
 

@@ -1,5 +1,6 @@
 """protocol='ericsson': each of its operations against a direct float64 numpy implementation of the
 stated formula, and the two protocols giving identical numbers where they agree."""
+
 import dataclasses
 import math
 
@@ -8,7 +9,7 @@ import pytest
 import torch
 
 from invfast.measure import measure_invariance, measure_real_world
-from invfast.measure.protocol import PROTOCOLS, Protocol, get_protocol, resample_indices, resize_center_crop
+from invfast.measure.protocol import PROTOCOLS, get_protocol, resample_indices, resize_center_crop
 from invfast.stats import FeatureStats
 from invfast.transforms import ericsson as E
 from invfast.transforms import registry
@@ -84,8 +85,11 @@ def test_deform_grid_tiles_int_linspace():
 @pytest.mark.parametrize("name", ["translation", "scale"])
 def test_scale_and_translation_carry_a_one_degree_shear(images, name):
     t = E.get(name)
-    params = torch.tensor([[3.0, -5.0], [0.0, 0.0], [-16.0, 14.0]]) if name == "translation" \
+    params = (
+        torch.tensor([[3.0, -5.0], [0.0, 0.0], [-16.0, 14.0]])
+        if name == "translation"
         else torch.tensor([0.5, 1.0, 1.7])
+    )
     out = t.apply(images, params).numpy()
     assert out.shape == (2, 3, 3, 29, 33)
     assert not t.is_identity(params).any()  # the shear makes even zero shift / factor 1 a change
@@ -117,14 +121,16 @@ def test_blur_uses_a_fixed_23_tap_kernel(images):
             h = np.stack([np.convolve(row, k[::-1], mode="valid") for row in x.reshape(-1, x.shape[-1])])
             h = h.reshape(3, 29, 33)
             y = np.pad(h, ((0, 0), (11, 11), (0, 0)), mode="reflect")
-            v = np.stack([np.convolve(col, k[::-1], mode="valid") for col in y.transpose(0, 2, 1).reshape(-1, y.shape[1])])
+            v = np.stack(
+                [np.convolve(col, k[::-1], mode="valid") for col in y.transpose(0, 2, 1).reshape(-1, y.shape[1])]
+            )
             ref = v.reshape(3, 33, 29).transpose(0, 2, 1)
             np.testing.assert_allclose(out[b, j], ref, atol=1e-9)
     np.testing.assert_allclose(out[:, 0], images.numpy(), atol=1e-12)  # sigma 1e-5: a delta kernel
     # the effective std saturates: sqrt((23² - 1) / 12) ≈ 6.63 px however large sigma is
     k = E.blur_kernels(torch.tensor([20.0, 1e4])).numpy()
-    std = np.sqrt((k * xs ** 2).sum(1))
-    assert 6.3 < std[0] < std[1] < math.sqrt((23 ** 2 - 1) / 12) + 1e-9
+    std = np.sqrt((k * xs**2).sum(1))
+    assert 6.3 < std[0] < std[1] < math.sqrt((23**2 - 1) / 12) + 1e-9
     with pytest.raises(ValueError, match="larger than 11"):
         E.get("blur").apply(torch.rand(1, 3, 10, 10), [2.0])
 
@@ -157,8 +163,12 @@ def test_elastic_apply_matches_numpy_composition(images):
     for j in range(2):
         M = m[j].numpy()
         for b in range(2):
-            warped = bilinear_np(images[b].numpy(), M[0, 0] * xs + M[0, 1] * ys + M[0, 2],
-                                 M[1, 0] * xs + M[1, 1] * ys + M[1, 2], "reflect101")
+            warped = bilinear_np(
+                images[b].numpy(),
+                M[0, 0] * xs + M[0, 1] * ys + M[0, 2],
+                M[1, 0] * xs + M[1, 1] * ys + M[1, 2],
+                "reflect101",
+            )
             ref = bilinear_np(warped, xs + d[j, ..., 0].numpy(), ys + d[j, ..., 1].numpy(), "reflect101")
             np.testing.assert_allclose(out[b, j], np.clip(ref, 0, 1), atol=1e-9)
     assert not E.get("deform").is_identity(params).any()
@@ -188,8 +198,9 @@ def test_protocol_lookup():
 # ---------------------------------------------------------------------------------------------- the two protocols agree
 def _model():
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 6, 5, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
-                               torch.nn.Flatten())
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 6, 5, stride=4), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten()
+    )
 
 
 def test_protocols_agree_where_they_do_not_differ():
@@ -222,14 +233,17 @@ def test_with_replacement_scores_a_draw_with_stats_from_all_images():
     got = measure_invariance(model, x, "brightness", protocol=proto, n_images=12, protocol_seed=5, **kw)
     with torch.no_grad():
         xc = x[:, :, 16:240, 16:240].float()
-        feats = model((xc - torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
-                      / torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1))
+        feats = model(
+            (xc - torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1))
+            / torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1)
+        )
     stats = FeatureStats().update(feats.double()).finalize(shrinkage="trace")
     idx = resample_indices(8, 12, seed=5)
     ref = measure_invariance(model, x[idx], "brightness", stats=stats, **kw)
     assert got.transforms["brightness"].n_images == 12
-    torch.testing.assert_close(got.transforms["brightness"].cosine, ref.transforms["brightness"].cosine,
-                               rtol=0, atol=1e-6)
+    torch.testing.assert_close(
+        got.transforms["brightness"].cosine, ref.transforms["brightness"].cosine, rtol=0, atol=1e-6
+    )
 
 
 def test_real_world_self_pairs():
@@ -238,8 +252,9 @@ def test_real_world_self_pairs():
     groups = [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2]
     model = _model()
     a = measure_real_world(model, x, groups=groups, device="cpu").transforms["real-world"]
-    b = measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson",
-                           shrinkage="trace").transforms["real-world"]
+    b = measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson", shrinkage="trace").transforms[
+        "real-world"
+    ]
     V = torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64)
     torch.testing.assert_close(b.per_image_cosine, 1 / V + (V - 1) / V * a.per_image_cosine, rtol=0, atol=1e-9)
     # the distance is over distinct pairs in both (the original's torch.pdist), so it is the same
@@ -255,8 +270,9 @@ def test_real_world_distance_is_the_mean_of_pdist_over_whitened_views():
     x = torch.rand(14, 3, 24, 24, generator=g, dtype=torch.float64)
     groups = [0] * 4 + [1] * 5 + [2] * 5
     model = _model()
-    r = measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson", shrinkage=1e-3,
-                           normalize=False).transforms["real-world"]
+    r = measure_real_world(
+        model, x, groups=groups, device="cpu", protocol="ericsson", shrinkage=1e-3, normalize=False
+    ).transforms["real-world"]
     with torch.no_grad():
         f = model(x.float()).double().numpy()
     mu = f.mean(0)
@@ -303,8 +319,7 @@ def test_ericsson_transforms_the_raw_image_then_resizes_and_crops():
     x = torch.rand(8, 3, 300, 340, generator=torch.Generator().manual_seed(4))
     for proto, seen_by_transform in (("ericsson", (300, 340)), ("invfast", (300, 340))):
         rec, model = _Recorder(), _SizeModel()
-        measure_invariance(model, x, [rec], grid_size=2, crop=224, device="cpu", protocol=proto,
-                           shrinkage=1e-3)
+        measure_invariance(model, x, [rec], grid_size=2, crop=224, device="cpu", protocol=proto, shrinkage=1e-3)
         assert rec.sizes == {seen_by_transform}
         assert model.sizes == {(224, 224)}
     # a 16 px translation of the raw 300-px image is 16 * 256/300 px in the image the model sees
@@ -329,8 +344,23 @@ def test_cli_protocol_ericsson(tmp_path, capsys):
     g = np.random.default_rng(0)
     for i in range(30):
         Image.fromarray(g.integers(0, 256, (30, 30, 3), dtype=np.uint8)).save(d / f"{i:02d}.png")
-    args = ["measure", "--model", "measure_helpers:small_net", "--transforms", "hflip,blur", "--grid-size", "4",
-            "--resize", "30", "--crop", "24", "--data", f"folder:{d}", "--no-progress", "--no-plots"]
+    args = [
+        "measure",
+        "--model",
+        "measure_helpers:small_net",
+        "--transforms",
+        "hflip,blur",
+        "--grid-size",
+        "4",
+        "--resize",
+        "30",
+        "--crop",
+        "24",
+        "--data",
+        f"folder:{d}",
+        "--no-progress",
+        "--no-plots",
+    ]
     assert main(args + ["--out", str(tmp_path / "e"), "--protocol", "ericsson"]) == 0
     doc = json.loads((tmp_path / "e" / "result.json").read_text())
     assert doc["meta"]["protocol"] == "ericsson" and doc["stats"]["lambda"] == 0.0
@@ -371,8 +401,18 @@ def test_ericsson_transforms_folder_photos_at_their_own_resolution(tmp_path):
         arrays.append(a)
     rec, model = _Recorder(), _Inputs()
     every_image = dataclasses.replace(get_protocol("ericsson"), with_replacement=False)
-    measure_invariance(model, f"folder:{d}", [rec], grid_size=2, device="cpu", protocol=every_image,
-                       normalize=False, shrinkage=1e-3, workers=0, resize=64)
+    measure_invariance(
+        model,
+        f"folder:{d}",
+        [rec],
+        grid_size=2,
+        device="cpu",
+        protocol=every_image,
+        normalize=False,
+        shrinkage=1e-3,
+        workers=0,
+        resize=64,
+    )
     assert rec.sizes == {(h, w) for h, w in sizes}  # --resize 64 does not apply: images as loaded
 
     def pil_pipeline(a):

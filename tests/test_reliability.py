@@ -1,5 +1,6 @@
 """Issue 13: no code runs from a file, nothing of the user's is lost, no two runs mix, bad input
 gets one clear line. Every test here failed on the code before the fix."""
+
 from __future__ import annotations
 
 import errno
@@ -20,8 +21,20 @@ from invfast.io import DamagedFileError, OutputLockedError, atomic_torch_save, l
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = "test_pretrain_fixtures:TinyEncoder"
-MEASURE = ["measure", "--model", "measure_helpers:small_net", "--transforms", "rotation,hflip",
-           "--grid-size", "4", "--resize", "24", "--images", "0", "--no-progress"]
+MEASURE = [
+    "measure",
+    "--model",
+    "measure_helpers:small_net",
+    "--transforms",
+    "rotation,hflip",
+    "--grid-size",
+    "4",
+    "--resize",
+    "24",
+    "--images",
+    "0",
+    "--no-progress",
+]
 
 
 pytestmark = pytest.mark.usefixtures("cli_env")
@@ -39,13 +52,29 @@ class _Payload:
 
 def _crafted(path, marker) -> None:
     """A torch file whose unpickling would create ``marker`` (written with the pickle module directly)."""
-    torch.save({"format": "invfast.pretrain/1", "config": {}, "step": 0, "x": _Payload(str(marker))}, path,
-               pickle_module=pickle)
+    torch.save(
+        {"format": "invfast.pretrain/1", "config": {}, "step": 0, "x": _Payload(str(marker))},
+        path,
+        pickle_module=pickle,
+    )
 
 
 def pretrain(npy, out, *extra):
-    return ["pretrain", "--data", f"npy:{npy}", "--arch", TINY, "--batch-size", "16", "--out", str(out),
-            "--no-progress", "--log-every", "1", *(extra if "--steps" in extra else ("--epochs", "2", *extra))]
+    return [
+        "pretrain",
+        "--data",
+        f"npy:{npy}",
+        "--arch",
+        TINY,
+        "--batch-size",
+        "16",
+        "--out",
+        str(out),
+        "--no-progress",
+        "--log-every",
+        "1",
+        *(extra if "--steps" in extra else ("--epochs", "2", *extra)),
+    ]
 
 
 @pytest.fixture
@@ -90,7 +119,7 @@ def test_damaged_checksummed_file_is_refused(tmp_path, damage):
     data = bytearray(p.read_bytes())
     if damage == "flip":
         i = data.find(x.numpy().tobytes()[:16])  # inside the stored float64s
-        data[i + 40:i + 48] = b"\xff" * 8
+        data[i + 40 : i + 48] = b"\xff" * 8
     elif damage == "truncate":
         data = data[: len(data) // 2]
     else:
@@ -105,7 +134,7 @@ def test_pretrain_resume_refuses_checkpoint_with_changed_bytes(npy, tmp_path, ca
     assert main(pretrain(npy, out, "--checkpoint-every", "2", "--steps", "2")) == 0
     ck = out / "checkpoint.pt"
     data = bytearray(ck.read_bytes())
-    data[len(data) // 2:len(data) // 2 + 64] = os.urandom(64)
+    data[len(data) // 2 : len(data) // 2 + 64] = os.urandom(64)
     ck.write_bytes(bytes(data))
     os.remove(out / "model.pt")
     capsys.readouterr()
@@ -124,9 +153,10 @@ def test_pretrain_resume_zero_byte_or_truncated_checkpoint_is_one_line(npy, tmp_
 
 
 def test_measure_state_with_garbled_floats_is_refused(folder, tmp_path, capsys):
+    from measure_helpers import small_net
+
     from invfast.measure import measure_invariance
     from invfast.measure.state import load_state
-    from measure_helpers import small_net
 
     state = tmp_path / "state.pt"
     measure_invariance(small_net(), f"folder:{folder}", "hflip", resize=24, grid_size=4, state_path=state)
@@ -152,8 +182,12 @@ def test_pretrain_never_overwrites_a_model_pt_it_did_not_write(npy, tmp_path, ca
 def test_measure_overwrite_replaces_only_its_own_outputs_and_only_when_done(folder, tmp_path, capsys, monkeypatch):
     out = tmp_path / "out"
     assert main(MEASURE + ["--data", f"folder:{folder}", "--out", str(out), "--pair-scores"]) == 0
-    assert sorted(os.listdir(out / "pairs")) == ["hflip.cosine.npy", "hflip.distance.npy",
-                                                 "rotation.cosine.npy", "rotation.distance.npy"]
+    assert sorted(os.listdir(out / "pairs")) == [
+        "hflip.cosine.npy",
+        "hflip.distance.npy",
+        "rotation.cosine.npy",
+        "rotation.distance.npy",
+    ]
     (out / "notes.txt").write_text("mine")
     old = (out / "result.json").read_text()
     # an overwrite that fails after measuring keeps the old report whole
@@ -163,14 +197,28 @@ def test_measure_overwrite_replaces_only_its_own_outputs_and_only_when_done(fold
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(report, "to_markdown", broken)
-    assert main(MEASURE[:4] + ["hflip"] + MEASURE[5:] + ["--data", f"folder:{folder}", "--out", str(out),
-                                                         "--overwrite", "--no-plots"]) == 1
+    assert (
+        main(
+            MEASURE[:4]
+            + ["hflip"]
+            + MEASURE[5:]
+            + ["--data", f"folder:{folder}", "--out", str(out), "--overwrite", "--no-plots"]
+        )
+        == 1
+    )
     assert (out / "result.json").read_text() == old and (out / "curves.png").exists()
     assert len(os.listdir(out / "pairs")) == 4
     monkeypatch.undo()
     monkeypatch.syspath_prepend(HERE)
-    assert main(MEASURE[:4] + ["hflip"] + MEASURE[5:] + ["--data", f"folder:{folder}", "--out", str(out),
-                                                         "--overwrite", "--no-plots"]) == 0
+    assert (
+        main(
+            MEASURE[:4]
+            + ["hflip"]
+            + MEASURE[5:]
+            + ["--data", f"folder:{folder}", "--out", str(out), "--overwrite", "--no-plots"]
+        )
+        == 0
+    )
     assert sorted(f for f in os.listdir(out) if not f.startswith(".")) == ["notes.txt", "result.json", "table.md"]
     doc = json.loads((out / "result.json").read_text())
     assert [t["name"] for t in doc["transforms"]] == ["hflip"]
@@ -208,10 +256,11 @@ def test_pretrain_locked_folder_is_refused(npy, tmp_path, capsys):
 
 def test_stale_lock_of_a_killed_process_does_not_block(tmp_path):
     out = tmp_path / "out"
-    code = ("import sys, os, time; sys.path.insert(0, %r)\n"
-            "from invfast.io import output_lock\n"
-            "with output_lock(%r, 'victim'):\n    print('locked', flush=True); time.sleep(60)\n") % (
-        os.path.dirname(HERE), str(out))
+    code = (
+        f"import sys, os, time; sys.path.insert(0, {os.path.dirname(HERE)!r})\n"
+        "from invfast.io import output_lock\n"
+        f"with output_lock({str(out)!r}, 'victim'):\n    print('locked', flush=True); time.sleep(60)\n"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "locked"
@@ -285,9 +334,10 @@ def test_workers_die_with_their_launcher(tmp_path, sig):
 
 # ------------------------------------------------------------------------------------------ fingerprints
 def test_resume_refuses_state_of_other_images_or_dtype(folder, tmp_path):
+    from measure_helpers import random_images, small_net
+
     from invfast.measure import measure_invariance
     from invfast.measure.state import StateMismatchError
-    from measure_helpers import random_images, small_net
 
     state = tmp_path / "state.pt"
     kw = dict(resize=24, grid_size=4, state_path=state)
@@ -356,10 +406,11 @@ def test_propagate_gives_nan_cosine_for_nonfinite_features(backend_name, dtype, 
 
 
 def test_n_below_d_warns_and_the_report_shows_n_over_d(folder, tmp_path, capsys):
+    from measure_helpers import small_net
+
     import invfast as ivf
     from invfast import report
     from invfast.measure import measure_invariance
-    from measure_helpers import small_net
 
     with pytest.warns(RuntimeWarning, match="N <= D"):
         ivf.FeatureStats().update(torch.randn(10, 16, dtype=torch.float64)).finalize()
@@ -374,20 +425,24 @@ def test_n_below_d_warns_and_the_report_shows_n_over_d(folder, tmp_path, capsys)
 # ------------------------------------------------------------------------------------------ one clear line
 def _one_line(capsys, code, got, *words):
     """The command exited ``code`` with exactly one error line (one-line warnings aside) naming ``words``."""
-    err = "".join(line for line in capsys.readouterr().err.splitlines(keepends=True)
-                  if not line.startswith("invfast: warning: "))
+    err = "".join(
+        line for line in capsys.readouterr().err.splitlines(keepends=True) if not line.startswith("invfast: warning: ")
+    )
     assert got == code, err
     assert err.count("\n") == 1 and "Traceback" not in err, err
     for w in words:
         assert w in err, err
 
 
-@pytest.mark.parametrize("extra, words", [
-    (["--lr", "nan"], ["--lr"]),
-    (["--steps", "3"], ["--steps", "--epochs"]),
-    (["--descriptors", "individual"], ["--descriptors", "amortised"]),
-    (["--device", "tpu"], ["tpu"]),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--lr", "nan"], ["--lr"]),
+        (["--steps", "3"], ["--steps", "--epochs"]),
+        (["--descriptors", "individual"], ["--descriptors", "amortised"]),
+        (["--device", "tpu"], ["tpu"]),
+    ],
+)
 def test_pretrain_bad_settings_are_refused(npy, tmp_path, capsys, extra, words):
     args = pretrain(npy, tmp_path / "o", *extra)
     if "--steps" in extra:
@@ -399,8 +454,13 @@ def test_pretrain_bad_settings_are_refused(npy, tmp_path, capsys, extra, words):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 @pytest.mark.parametrize("dev", ["cuda", "cuda:0"])
 def test_cuda_device_without_cuda_is_one_line(folder, npy, tmp_path, capsys, dev):
-    _one_line(capsys, 2, main(MEASURE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "m"), "--device", dev]),
-              dev, "--device cpu")
+    _one_line(
+        capsys,
+        2,
+        main(MEASURE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "m"), "--device", dev]),
+        dev,
+        "--device cpu",
+    )
     _one_line(capsys, 2, main(pretrain(npy, tmp_path / "p", "--device", dev)), "--device cpu")
 
 
@@ -415,22 +475,35 @@ def test_measure_stats_text_file_and_nan_stats(folder, tmp_path, capsys):
 
     txt = tmp_path / "stats.txt"
     txt.write_text("just some text\n" * 20)
-    _one_line(capsys, 2, main(MEASURE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "o"),
-                                         "--stats", str(txt)]), "FeatureStats")
+    _one_line(
+        capsys,
+        2,
+        main(MEASURE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "o"), "--stats", str(txt)]),
+        "FeatureStats",
+    )
     st = ivf.FeatureStats().update(torch.randn(50, 24, dtype=torch.float64))
     st.mean[3] = float("nan")
     st.save(tmp_path / "nan.pt")
-    _one_line(capsys, 2, main(MEASURE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "o2"),
-                                         "--stats", str(tmp_path / "nan.pt")]), "NaN")
+    _one_line(
+        capsys,
+        2,
+        main(
+            MEASURE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "o2"), "--stats", str(tmp_path / "nan.pt")]
+        ),
+        "NaN",
+    )
 
 
-@pytest.mark.parametrize("extra, words", [
-    (["--image", "/nonexistent/x.png"], ["no such file"]),
-    (["--image", "CORRUPT"], ["cannot be read as an image"]),
-    (["--k", "0"], ["--k"]),
-    (["--tile", "0"], ["--tile"]),
-    (["--names", "bogus"], ["bogus"]),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--image", "/nonexistent/x.png"], ["no such file"]),
+        (["--image", "CORRUPT"], ["cannot be read as an image"]),
+        (["--k", "0"], ["--k"]),
+        (["--tile", "0"], ["--tile"]),
+        (["--names", "bogus"], ["bogus"]),
+    ],
+)
 def test_transforms_bad_input_is_one_line(tmp_path, capsys, extra, words):
     extra = [str(tmp_path / "bad.png") if e == "CORRUPT" else e for e in extra]
     (tmp_path / "bad.png").write_bytes(b"\x89PNG garbage")
@@ -444,8 +517,9 @@ def test_unwritable_out_is_one_line_exit_1(folder, tmp_path, capsys, monkeypatch
         raise OSError(errno.EROFS, "Read-only file system", str(tmp_path / "o"))
 
     monkeypatch.setattr(invfast.io.os, "makedirs", read_only)
-    _one_line(capsys, 1, main(MEASURE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "o")]),
-              "read-only", "writable")
+    _one_line(
+        capsys, 1, main(MEASURE + ["--data", f"folder:{folder}", "--out", str(tmp_path / "o")]), "read-only", "writable"
+    )
     full = OSError(errno.ENOSPC, "No space left on device", "/x/table.md")
     assert exit_code(full) == 1 and "no space left" in error_line(full)
 

@@ -1,15 +1,15 @@
 """invfast.report: Table-1 markdown, rows/frames, JSON, significance marks, plots."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 import torch
+from measure_helpers import Brightness, HFlip, Rot90, Rot90Averaged, random_images, small_net
 
 from invfast import most_invariant, report
-from invfast.measure import measure_invariance
-from invfast.measure import InvarianceResult, TransformResult
-from measure_helpers import Brightness, HFlip, Rot90, Rot90Averaged, random_images, small_net
+from invfast.measure import InvarianceResult, TransformResult, measure_invariance
 
 
 def _fake(model: str, cos: dict[str, float], n: int = 400, seed: int = 0, spread: float = 0.05) -> InvarianceResult:
@@ -18,11 +18,19 @@ def _fake(model: str, cos: dict[str, float], n: int = 400, seed: int = 0, spread
     trs = {}
     for name in ["brightness", "rot90", "hue", "hflip"]:  # appearance first on purpose: tables reorder
         per = (cos[name] + spread * torch.randn(n, generator=g, dtype=torch.float64)).clamp(-1, 1)
-        trs[name] = TransformResult(name=name, family=fams[name], mean_distance=10 * (1 - cos[name]),
-                                    mean_cosine=float(per.mean()), n_images=n, params=torch.arange(3.0).double(),
-                                    identity=torch.tensor([True, False, False]), distance=torch.ones(3).double(),
-                                    cosine=torch.full((3,), cos[name]).double(), per_image_cosine=per,
-                                    per_image_distance=10 * (1 - per))
+        trs[name] = TransformResult(
+            name=name,
+            family=fams[name],
+            mean_distance=10 * (1 - cos[name]),
+            mean_cosine=float(per.mean()),
+            n_images=n,
+            params=torch.arange(3.0).double(),
+            identity=torch.tensor([True, False, False]),
+            distance=torch.ones(3).double(),
+            cosine=torch.full((3,), cos[name]).double(),
+            per_image_cosine=per,
+            per_image_distance=10 * (1 - per),
+        )
     return InvarianceResult(model=model, transforms=trs, n_images=n)
 
 
@@ -36,11 +44,11 @@ def pair():
 def test_markdown_layout_and_marks(pair):
     md = report.to_markdown(list(pair))
     lines = md.splitlines()
-    header = [l for l in lines if l.startswith("| model")][0]
+    header = [ln for ln in lines if ln.startswith("| model")][0]
     assert [c.strip() for c in header.strip("|").split("|")] == ["model", "rot90", "hflip", "brightness", "hue"]
-    fam = [l for l in lines if l.startswith("| *family*")][0]
+    fam = [ln for ln in lines if ln.startswith("| *family*")][0]
     assert [c.strip() for c in fam.strip("|").split("|")] == ["*family*", "*spatial*", "", "*appearance*", ""]
-    cos_rows = [l for l in lines if l.startswith("| A") or l.startswith("| B")][2:]
+    cos_rows = [ln for ln in lines if ln.startswith("| A") or ln.startswith("| B")][2:]
     a_cells = [c.strip() for c in cos_rows[0].strip("|").split("|")]
     b_cells = [c.strip() for c in cos_rows[1].strip("|").split("|")]
     assert a_cells[1].endswith("•") and not b_cells[1].endswith("•")  # A clearly wins rot90
@@ -61,7 +69,9 @@ def test_rows_frame_json(pair, tmp_path):
     rows = report.to_rows(list(pair))
     assert len(rows) == 8 and {r["model"] for r in rows} == {"A", "B"}
     r0 = next(r for r in rows if r["model"] == "A" and r["transform"] == "rot90")
-    assert r0["best"] is True and r0["family"] == "spatial" and r0["cosine"] == pytest.approx(pair[0]["rot90"].mean_cosine)
+    assert (
+        r0["best"] is True and r0["family"] == "spatial" and r0["cosine"] == pytest.approx(pair[0]["rot90"].mean_cosine)
+    )
     frame = report.to_frame(list(pair))
     try:
         import pandas  # noqa: F401
@@ -87,9 +97,11 @@ def test_bad_report_input(pair):
 
 
 def test_plots_write_files(pair, tmp_path):
-    figs = {"curves": report.plot_curves(list(pair), path=tmp_path / "c.png"),
-            "radar": report.plot_radar(list(pair), path=tmp_path / "r.png", metric="distance"),
-            "heatmap": report.plot_heatmap(list(pair), path=tmp_path / "h.png")}
+    figs = {
+        "curves": report.plot_curves(list(pair), path=tmp_path / "c.png"),
+        "radar": report.plot_radar(list(pair), path=tmp_path / "r.png", metric="distance"),
+        "heatmap": report.plot_heatmap(list(pair), path=tmp_path / "h.png"),
+    }
     for name, fig in figs.items():
         assert fig.axes, name
     assert len(figs["curves"].axes[0].lines) >= 2
@@ -109,12 +121,14 @@ def test_real_measurement_marks_the_invariant_model():
     assert isinstance(inv.plot("heatmap"), object)
 
 
-@pytest.mark.parametrize("shrinkage, says", [("trace", "collapses towards 0"), ("ledoit-wolf", "Ledoit–Wolf shrinkage")])
+@pytest.mark.parametrize(
+    "shrinkage, says", [("trace", "collapses towards 0"), ("ledoit-wolf", "Ledoit–Wolf shrinkage")]
+)
 def test_reference_line_says_what_n_le_d_does_under_the_shrinkage_used(shrinkage, says):
     r = _fake("A", {"rot90": 0.9, "hflip": 0.5, "brightness": 0.5, "hue": 0.5})
     r.stats = {"n": 100, "dim": 512, "shrinkage": shrinkage, "lambda": 0.002}
-    line = [l for l in report.to_markdown([r]).splitlines() if l.startswith("Reference statistics of A")][0]
+    line = [ln for ln in report.to_markdown([r]).splitlines() if ln.startswith("Reference statistics of A")][0]
     assert "N/D = 0.20" in line and says in line
     r.stats = {"n": 1000, "dim": 512, "shrinkage": shrinkage, "lambda": 0.002}
-    line = [l for l in report.to_markdown([r]).splitlines() if l.startswith("Reference statistics of A")][0]
+    line = [ln for ln in report.to_markdown([r]).splitlines() if ln.startswith("Reference statistics of A")][0]
     assert "N ≤ D" not in line

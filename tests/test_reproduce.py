@@ -1,6 +1,7 @@
 """``invfast reproduce``: the tiny configuration end to end (report structure, every number finite),
 resume without recomputation, interrupted runs, configuration mismatch, and the statistics behind
 the verdict against independent references (scipy, colorsys)."""
+
 import colorsys
 import dataclasses
 import json
@@ -11,14 +12,19 @@ import shutil
 import numpy as np
 import pytest
 
+from invfast.cli import main
 from invfast.reproduce import config as RCfg
 from invfast.reproduce import pipeline as R
 from invfast.reproduce import sections as RS
 from invfast.reproduce import stages as S
-from invfast.reproduce.sections import (amortised as F5, fusion as F3, invariances as F1, over_seeds as OS,
-                                        summary as SUM, task_preferences as F2, transfer as F4)
-from invfast.reproduce.sections.base import NOT, NOT_RUN, PARTLY, REPRODUCED, DIRECTION, paired
-from invfast.cli import main
+from invfast.reproduce.sections import amortised as F5
+from invfast.reproduce.sections import fusion as F3
+from invfast.reproduce.sections import invariances as F1
+from invfast.reproduce.sections import over_seeds as OS
+from invfast.reproduce.sections import summary as SUM
+from invfast.reproduce.sections import task_preferences as F2
+from invfast.reproduce.sections import transfer as F4
+from invfast.reproduce.sections.base import DIRECTION, NOT, NOT_RUN, PARTLY, REPRODUCED, paired
 
 STATUSES = {REPRODUCED, PARTLY, NOT, NOT_RUN}
 
@@ -71,6 +77,7 @@ def test_tiny_end_to_end_report(tiny_run):
     models = ["Random", "Default", "Spatial", "Appearance"]
     assert sorted(doc["invariance"]["cosine"]) == sorted(models)
     import invfast.transforms as T
+
     for m in models:
         assert set(doc["invariance"]["cosine"][m]) == set(T.TEST_TRANSFORMS)
         assert all(v is not None for v in doc["invariance"]["cosine"][m].values())
@@ -108,7 +115,8 @@ def test_tiny_end_to_end_report(tiny_run):
     assert doc["per_seed"]["0"]["stages"]["probes"] == doc["probes"]
     assert doc["per_seed"]["1"]["stages"]["probes"] != doc["probes"]
     assert [f["status"] for f in doc["per_seed"]["1"]["findings"]] == [
-        f["per_seed_status"]["1"] for f in doc["findings"]]
+        f["per_seed_status"]["1"] for f in doc["findings"]
+    ]
     # learning curves: the held-out identity probe from the initialisation (step 0) to the end, and the loss
     steps = {k: doc["pretraining"][k]["steps"] for k in ("default", "spatial", "appearance", "amortised")}
     for key, run in doc["pretraining"].items():
@@ -117,6 +125,7 @@ def test_tiny_end_to_end_report(tiny_run):
         assert all(0.0 <= r["linear"] <= 1.0 and 0.0 <= r["knn"] <= 1.0 and r["effective_rank"] >= 1.0 for r in probe)
         assert run["curve"]["loss"] and run["final_loss"] == run["curve"]["loss"][-1]["loss"]
     from invfast.reproduce.sections import learning as LR
+
     for seed in ("0", "1"):
         got = doc["learned"][seed]
         idn = doc["per_seed"][seed]["stages"]["probes"]["identity"]["scores"]
@@ -125,9 +134,15 @@ def test_tiny_end_to_end_report(tiny_run):
             assert got[m]["learned"] == (got[m]["ratio"] >= LR.LEARNED_RATIO)
     md = (out / "report.md").read_text()
     assert "## Do the models learn?" in md and "figures/learning.png" in md and "| epoch | default linear / kNN" in md
-    for heading in ("## Verdict", "## 1. Invariances (Table 1)", "## 2. Probes (Table 2)",
-                    "## 3. Same vs different transformations", "## 4. Amortised invariance", "## Findings in detail",
-                    "## Machine, versions, time"):
+    for heading in (
+        "## Verdict",
+        "## 1. Invariances (Table 1)",
+        "## 2. Probes (Table 2)",
+        "## 3. Same vs different transformations",
+        "## 4. Amortised invariance",
+        "## Findings in detail",
+        "## Machine, versions, time",
+    ):
         assert heading in md
     assert doc["verdict"] in md
     assert "standardised cosine similarity" in md and "| Def+Spa+App |" in md
@@ -140,8 +155,12 @@ def test_tiny_end_to_end_report(tiny_run):
 def test_resume_recomputes_nothing(tiny_run, capsys):
     cache = str(tiny_run / "cache")
     before = _stage_mtimes(cache)
-    ckpts = {p: os.stat(p).st_mtime_ns for p in
-             (os.path.join(cache, "pretrain", k, "model.pt") for k in ("default", "spatial", "appearance", "amortised"))}
+    ckpts = {
+        p: os.stat(p).st_mtime_ns
+        for p in (
+            os.path.join(cache, "pretrain", k, "model.pt") for k in ("default", "spatial", "appearance", "amortised")
+        )
+    }
     rc = run_cli("--preset", "tiny", "--out", str(tiny_run))
     assert rc == 0
     assert _stage_mtimes(cache) == before
@@ -172,8 +191,9 @@ def test_interrupted_run_keeps_finished_stages(tiny_run, tmp_path, monkeypatch):
     def interrupted(ctx):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(S, "STAGES", tuple(dataclasses.replace(st, run=interrupted) if st.name == "probes" else st
-                                           for st in real))
+    monkeypatch.setattr(
+        S, "STAGES", tuple(dataclasses.replace(st, run=interrupted) if st.name == "probes" else st for st in real)
+    )
     assert run_cli("--preset", "tiny", "--out", str(out)) == 130
     assert _stage_mtimes(cache) == before and not (out / "results.json").exists()
     monkeypatch.setattr(S, "STAGES", real)
@@ -228,47 +248,67 @@ def test_paired_against_scipy():
 def _probe_doc(means):
     """Probe results with 5 folds around the given means (tiny fold noise)."""
     noise = np.array([-0.002, 0.001, 0.0, 0.002, -0.001])
-    return {task: {"kind": "classification" if task == "identity" else "regression",
-                   "scores": {m: {"mean": v, "std": 0.0015, "fold_scores": (v + noise * (1 + k)).tolist()}
-                              for k, (m, v) in enumerate(ms.items())}}
-            for task, ms in means.items()}
+    return {
+        task: {
+            "kind": "classification" if task == "identity" else "regression",
+            "scores": {
+                m: {"mean": v, "std": 0.0015, "fold_scores": (v + noise * (1 + k)).tolist()}
+                for k, (m, v) in enumerate(ms.items())
+            },
+        }
+        for task, ms in means.items()
+    }
 
 
 def test_findings_follow_the_numbers():
     models = ["Random", "Default", "Spatial", "Appearance", "Spa+App", "Def+Spa+App"]
-    good = {"identity": dict(zip(models, [0.2, 0.9, 0.85, 0.6, 0.88, 0.9])),
-            "position": dict(zip(models, [0.1, 0.3, 0.2, 0.8, 0.75, 0.7])),
-            "rotation": dict(zip(models, [0.1, 0.3, 0.2, 0.7, 0.7, 0.65])),
-            "colour": dict(zip(models, [0.3, 0.5, 0.9, 0.6, 0.88, 0.85]))}
+    good = {
+        "identity": dict(zip(models, [0.2, 0.9, 0.85, 0.6, 0.88, 0.9])),
+        "position": dict(zip(models, [0.1, 0.3, 0.2, 0.8, 0.75, 0.7])),
+        "rotation": dict(zip(models, [0.1, 0.3, 0.2, 0.7, 0.7, 0.65])),
+        "colour": dict(zip(models, [0.3, 0.5, 0.9, 0.6, 0.88, 0.85])),
+    }
     f2, f3 = F2.finding_2(_probe_doc(good)), F3.finding_3(_probe_doc(good))
     assert f2["status"] == REPRODUCED and f3["status"] == REPRODUCED
     bad = {t: {m: (1.0 - v if m != "Random" else v) for m, v in ms.items()} for t, ms in good.items()}
     f2b, f3b = F2.finding_2(_probe_doc(bad)), F3.finding_3(_probe_doc(bad))
     assert f2b["status"] == NOT and f3b["status"] == NOT
     fam = {"rotation": "spatial", "crop": "spatial", "hue": "appearance", "blur": "appearance"}
-    cos = {"Spatial": {"rotation": 0.8, "crop": 0.7, "hue": 0.2, "blur": 0.5},
-           "Default": {"rotation": 0.6, "crop": 0.6, "hue": 0.4, "blur": 0.6},
-           "Appearance": {"rotation": 0.3, "crop": 0.4, "hue": 0.8, "blur": 0.7},
-           "Random": {"rotation": 0.5, "crop": 0.5, "hue": 0.5, "blur": 0.5}}
+    cos = {
+        "Spatial": {"rotation": 0.8, "crop": 0.7, "hue": 0.2, "blur": 0.5},
+        "Default": {"rotation": 0.6, "crop": 0.6, "hue": 0.4, "blur": 0.6},
+        "Appearance": {"rotation": 0.3, "crop": 0.4, "hue": 0.8, "blur": 0.7},
+        "Random": {"rotation": 0.5, "crop": 0.5, "hue": 0.5, "blur": 0.5},
+    }
     f1 = F1.finding_1({"cosine": cos, "families": fam, "best": {"rotation": "Spatial", "hue": "Appearance"}})
     assert f1["status"] == REPRODUCED and f1["per_transform_wins"] == {"spatial": [2, 2], "appearance": [2, 2]}
     cos["Default"]["rotation"] = 0.95
     assert F1.finding_1({"cosine": cos, "families": fam, "best": {}})["status"] == PARTLY
     cos["Spatial"], cos["Appearance"] = cos["Appearance"], cos["Spatial"]
     assert F1.finding_1({"cosine": cos, "families": fam, "best": {}})["status"] == NOT
-    tr = {k: {"mean": v, "std": 0.01, "fold_scores": (v + np.array([0.01, -0.01, 0.0, 0.005, -0.005]) * s).tolist()}
-          for (k, v), s in zip({"random": 0.3, "same": 0.8, "different": 0.6, "superset": 0.81}.items(), (1, 1, 2, 1.5))}
+    tr = {
+        k: {"mean": v, "std": 0.01, "fold_scores": (v + np.array([0.01, -0.01, 0.0, 0.005, -0.005]) * s).tolist()}
+        for (k, v), s in zip({"random": 0.3, "same": 0.8, "different": 0.6, "superset": 0.81}.items(), (1, 1, 2, 1.5))
+    }
     assert F4.finding_4({"scores": tr})["status"] == REPRODUCED
     tr["superset"] = {**tr["different"]}
     assert F4.finding_4({"scores": tr})["status"] == PARTLY
     assert F5.finding_5(None)["status"] == NOT_RUN
-    pts = [{"i": [1 - t, t], "family_cosine": {"spatial": 0.8 - 0.4 * t, "appearance": 0.3 + 0.5 * t}}
-           for t in (0.0, 0.25, 0.5, 0.75, 1.0)]
-    li = {"identity": {"i": [0.9, 0.2]}, "position": {"i": [0.1, 0.8]}, "rotation": {"i": [0.2, 0.9]},
-          "colour": {"i": [0.9, 0.1]}}
+    pts = [
+        {"i": [1 - t, t], "family_cosine": {"spatial": 0.8 - 0.4 * t, "appearance": 0.3 + 0.5 * t}}
+        for t in (0.0, 0.25, 0.5, 0.75, 1.0)
+    ]
+    li = {
+        "identity": {"i": [0.9, 0.2]},
+        "position": {"i": [0.1, 0.8]},
+        "rotation": {"i": [0.2, 0.9]},
+        "colour": {"i": [0.9, 0.1]},
+    }
     assert F5.finding_5({"interpolation": {"points": pts}, "learned_i": li})["status"] == REPRODUCED
-    jumpy = [dict(p, family_cosine={"spatial": 0.8 if p["i"][1] < 0.9 else 0.1, "appearance": 0.3 + 0.5 * p["i"][1]})
-             for p in pts]
+    jumpy = [
+        dict(p, family_cosine={"spatial": 0.8 if p["i"][1] < 0.9 else 0.1, "appearance": 0.3 + 0.5 * p["i"][1]})
+        for p in pts
+    ]
     li_same = {k: {"i": [0.5, 0.5]} for k in li}
     assert F5.finding_5({"interpolation": {"points": jumpy}, "learned_i": li_same})["status"] == NOT
 
@@ -287,8 +327,9 @@ def test_colour_targets_against_colorsys():
             if px[3] == 0:
                 continue
             h, s, v = colorsys.rgb_to_hsv(*px[:3])
-            rgb = np.clip(np.array(colorsys.hsv_to_rgb((h + params["hue"][j]) % 1.0, s, v)) * params["brightness"][j],
-                          0, 1)
+            rgb = np.clip(
+                np.array(colorsys.hsv_to_rgb((h + params["hue"][j]) % 1.0, s, v)) * params["brightness"][j], 0, 1
+            )
             acc += px[3] * rgb
             wsum += px[3]
         np.testing.assert_allclose(got[j], acc / wsum, atol=2e-3)
@@ -323,9 +364,8 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
         np.save(ctx.path("transfer", "same_images.npy"), np.zeros((n, 3, cfg.size, cfg.size), np.uint8))
         np.save(ctx.path("transfer", "same_labels.npy"), np.arange(n) % 2)
         from invfast.io import atomic_torch_save
-        from invfast.reproduce.stages.transfer import transfer_train
-
         from invfast.pretrain.trainer import OWN_FILES
+        from invfast.reproduce.stages.transfer import transfer_train
         from invfast.run_folder import RunFolder
 
         # a folder that a pretraining run marked as its own (so the load path is reached); even with a valid
@@ -349,8 +389,12 @@ def test_over_seeds_in_the_tiny_report(tiny_run):
     for f in doc["findings"]:
         per = [ov["findings"][str(s)][f["id"] - 1]["status"] for s in (0, 1)]
         assert list(f["per_seed_status"].values()) == per
-        assert f["status"] == OS.combine_over_seeds([[{"status": per[0], "summary": ""}],
-                                                     [{"status": per[1], "summary": ""}]], [0, 1])[0]["status"]
+        assert (
+            f["status"]
+            == OS.combine_over_seeds(
+                [[{"status": per[0], "summary": ""}], [{"status": per[1], "summary": ""}]], [0, 1]
+            )[0]["status"]
+        )
     # the identity gain over Random is tested over the shared folds on each seed (scipy's paired t)
     from scipy import stats as st
 
@@ -438,7 +482,7 @@ def test_objects_differ_in_shape_and_texture_not_in_colour(style):
             np.testing.assert_array_equal(img[..., 3], ref[..., 3])  # the built-in shape's mask
     else:
         light, dark = (np.array(colorsys.hsv_to_rgb(*c)) for c in D.PALETTE_HSV)
-        names = [n[len("palette-"):] for n in bank.names]
+        names = [n[len("palette-") :] for n in bank.names]
         assert len(set(names)) == len(names)
         for img, name in zip(bank.images, names):
             px = img[..., :3][img[..., 3] > 128].astype(np.float64) / 255
@@ -465,8 +509,15 @@ def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
     info = S.make_data(ctx)
     assert info["splits"]["rotation"]["transforms"] == ["rotate"]
     assert info["splits"]["probe"]["transforms"] == list(cfg.data_transforms)
-    ds = Transforms2D(objects=S.rotation_objects(cfg), transforms=("rotate",), size=cfg.size, n=cfg.n_probe,
-                      seed=cfg.seed, split="val", backgrounds=cfg.main_backgrounds())
+    ds = Transforms2D(
+        objects=S.rotation_objects(cfg),
+        transforms=("rotate",),
+        size=cfg.size,
+        n=cfg.n_probe,
+        seed=cfg.seed,
+        split="val",
+        backgrounds=cfg.main_backgrounds(),
+    )
     images, _, params = ds.generate(range(cfg.n_probe))
     assert torch.equal(ctx.images("rotation"), images)
     for k in ("x", "y", "scale", "hue"):
@@ -480,8 +531,10 @@ def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
     assert [S.task_set(t) for t in S.TASKS] == ["probe", "probe", "rotation", "probe"]
 
 
-@pytest.mark.parametrize("spec, count, procedural", [("procedural:3", 3, 1.0), ("builtin:3", 3, 0.25),
-                                                     ("builtin", 867, 0.25), ("uniform-random", None, None)])
+@pytest.mark.parametrize(
+    "spec, count, procedural",
+    [("procedural:3", 3, 1.0), ("builtin:3", 3, 0.25), ("builtin", 867, 0.25), ("uniform-random", None, None)],
+)
 def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count, procedural):
     import torch
 
@@ -492,8 +545,15 @@ def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count, 
     ctx = S.Context(cfg, str(tmp_path), progress=False)
     assert S.make_data(ctx)["backgrounds"] == spec
     images = ctx.images("probe")
-    ds = Transforms2D(objects=S.main_objects(cfg), transforms=cfg.data_transforms, size=cfg.size, n=cfg.n_probe,
-                      seed=cfg.seed, split="val", backgrounds=cfg.main_backgrounds())
+    ds = Transforms2D(
+        objects=S.main_objects(cfg),
+        transforms=cfg.data_transforms,
+        size=cfg.size,
+        n=cfg.n_probe,
+        seed=cfg.seed,
+        split="val",
+        backgrounds=cfg.main_backgrounds(),
+    )
     _, _, params = ds.generate(range(cfg.n_probe))
     assert torch.equal(images, ds.generate(range(cfg.n_probe))[0])
     if count is None:
@@ -531,8 +591,9 @@ def test_stages_are_records_in_an_order_that_respects_their_needs():
     assert len(names) == len(set(names)) == len(S.STAGES)
     for i, st in enumerate(order):
         assert set(st.needs) <= set(names[:i]), st.name
-    assert not any(n.startswith("amortised") or n == "pretrain-amortised" for n in
-                   (st.name for st in R.plan(S.STAGES, quick)))
+    assert not any(
+        n.startswith("amortised") or n == "pretrain-amortised" for n in (st.name for st in R.plan(S.STAGES, quick))
+    )
     assert R.stage_names(tiny) == names + [f"seed-1/{n}" for n in names]
 
     def run(ctx):
@@ -602,7 +663,9 @@ def test_adding_a_stage_is_one_record(tiny_run, tmp_path, monkeypatch):
 def test_an_old_cache_format_is_refused(tmp_path, capsys):
     out = tmp_path / "old"
     out.mkdir()
-    (out / "config.json").write_text(json.dumps({"format": "invfast.reproduce/1", "config": RCfg.preset("tiny").to_dict()}))
+    (out / "config.json").write_text(
+        json.dumps({"format": "invfast.reproduce/1", "config": RCfg.preset("tiny").to_dict()})
+    )
     assert main(["reproduce", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 2
     assert "another version of invfast reproduce" in capsys.readouterr().err
 
@@ -629,8 +692,10 @@ def test_learning_curve_table_lists_every_probed_epoch_per_model(rng):
     from invfast.reproduce.sections import learning as LR
 
     def curve(epochs):
-        return {"probe": [{"epoch": e, "linear": float(rng.uniform()), "knn": float(rng.uniform())} for e in epochs],
-                "loss": [{"epoch": 0.0, "loss": 6.0}]}
+        return {
+            "probe": [{"epoch": e, "linear": float(rng.uniform()), "knn": float(rng.uniform())} for e in epochs],
+            "loss": [{"epoch": 0.0, "loss": 6.0}],
+        }
 
     curves = {"default": curve([0.0, 2.0, 4.0, 5.0]), "amortised": curve([0.0, 2.0, 3.0])}
     rows = LR.curve_table(curves)

@@ -1,6 +1,7 @@
 """The synthetic-data compiled ops (csrc/synth): torch.library.opcheck (schema, fake/meta, torch.compile
 dispatch) like the other op families, each kernel forced against its torch reference and an independent
 float64 computation, and their dispatch (CPU kernels only: every other device runs the reference)."""
+
 import numpy as np
 import pytest
 import torch
@@ -9,8 +10,9 @@ from invfast import backend, dispatch
 from invfast.ops import synth
 
 SYNTH_OPS = ("synth_color", "synth_blur", "synth_warp", "synth_composite")
-compiled = pytest.mark.skipif(not set(SYNTH_OPS) <= set(backend.compiled_ops()),
-                              reason="compiled core without synth ops")
+compiled = pytest.mark.skipif(
+    not set(SYNTH_OPS) <= set(backend.compiled_ops()), reason="compiled core without synth ops"
+)
 
 
 def _inputs(rng, b=5, h=9, w=11):
@@ -46,11 +48,19 @@ def test_forced_kernels_match_references_and_float64(rng):
     the composite also against float64 computations of their own."""
     pm, taps, inv, off, bgs, idx, (hue, br, co, fl) = _inputs(rng)
     with backend.use("compiled"):
-        got = (synth.color(pm, hue, br, co, fl, 3), synth.blur(pm, taps), synth.warp(pm, inv, off, True),
-               synth.composite(pm, bgs, idx))
+        got = (
+            synth.color(pm, hue, br, co, fl, 3),
+            synth.blur(pm, taps),
+            synth.warp(pm, inv, off, True),
+            synth.composite(pm, bgs, idx),
+        )
     with backend.use("reference"):
-        ref = (synth.color(pm, hue, br, co, fl, 3), synth.blur(pm, taps), synth.warp(pm, inv, off, True),
-               synth.composite(pm, bgs, idx))
+        ref = (
+            synth.color(pm, hue, br, co, fl, 3),
+            synth.blur(pm, taps),
+            synth.warp(pm, inv, off, True),
+            synth.composite(pm, bgs, idx),
+        )
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]) and torch.equal(got[3], ref[3])
     torch.testing.assert_close(got[2], ref[2], atol=1e-5, rtol=0)
     b, _, h, w = pm.shape

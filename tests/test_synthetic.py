@@ -1,10 +1,11 @@
 """Transforms-2D generator: reproducibility by index, storage round trip, what each transformation
 changes, SPEC §2.3 parameter distributions, families and bad inputs."""
+
 from __future__ import annotations
 
+import colorsys
 import json
 import os
-import colorsys
 
 import numpy as np
 import pytest
@@ -12,9 +13,19 @@ import torch
 from scipy import stats
 
 from invfast import backend
-from invfast.synthetic import (PARAM_NAMES, TRANSFORMATION_TYPES, ObjectBank, Recipe, Transforms2D, builtin_objects,
-                               load_backgrounds, load_objects, rng)
-from invfast.synthetic import families, storage
+from invfast.synthetic import (
+    PARAM_NAMES,
+    TRANSFORMATION_TYPES,
+    ObjectBank,
+    Recipe,
+    Transforms2D,
+    builtin_objects,
+    families,
+    load_backgrounds,
+    load_objects,
+    rng,
+    storage,
+)
 from invfast.synthetic.recipe import sample
 
 ALL = TRANSFORMATION_TYPES
@@ -35,6 +46,7 @@ def alpha_of(transforms, idx, seed=0, **kw):
 
 # ----------------------------------------------------------------------------- RNG
 
+
 def test_rng_pure_function_of_key_and_uniform():
     k1 = rng.sample_keys(3, "train", np.arange(1000))
     k2 = rng.sample_keys(3, "train", np.arange(1000)[::-1])[::-1]
@@ -51,6 +63,7 @@ def test_rng_pure_function_of_key_and_uniform():
 
 
 # ----------------------------------------------------------------------------- reproducibility
+
 
 def test_item_independent_of_batch_and_order():
     ds = make(ALL, n=200)
@@ -106,6 +119,7 @@ def test_splits_and_seeds_differ():
 
 
 # ----------------------------------------------------------------------------- storage
+
 
 def test_materialize_roundtrip_bit_identical(tmp_path):
     ds = make("translate,rotate,noise,erasing", n=130)
@@ -176,10 +190,14 @@ def test_hue_matches_colorsys():
     x1, _, p = ds1.generate(idx)
     a, _ = alpha_of((), idx, objects=[0, 17, 30])
     for i in range(12):
-        opaque = (a[i] > 0.999)
+        opaque = a[i] > 0.999
         rgb0 = x0[i][:, opaque].double().T / 255.0
-        expect = np.array([colorsys.hsv_to_rgb(((h + float(p["hue"][i])) % 1.0), s, v)
-                           for h, s, v in (colorsys.rgb_to_hsv(*c) for c in rgb0.tolist())])
+        expect = np.array(
+            [
+                colorsys.hsv_to_rgb(((h + float(p["hue"][i])) % 1.0), s, v)
+                for h, s, v in (colorsys.rgb_to_hsv(*c) for c in rgb0.tolist())
+            ]
+        )
         got = x1[i][:, opaque].double().T.numpy() / 255.0
         # the reference starts from the 8-bit image, the generator from the float object: rounding
         # of the input can move the shifted colour by a little more than one level
@@ -267,16 +285,36 @@ def test_erasing_removes_a_square():
 
 # ----------------------------------------------------------------------------- parameter distributions
 
+
 def test_parameters_follow_spec_ranges():
     rec = Recipe()
     keys = rng.sample_keys(11, "train", np.arange(20000))
     p = sample(keys, TRANSFORMATION_TYPES, rec)
-    for name, (lo, hi) in (("angle", (0, 360)), ("scale", (0.4, 1.0)), ("shear_x", (-50, 50)), ("shear_y", (-50, 50)),
-                           ("hue", (-0.5, 0.5)), ("brightness", (0, 2)), ("contrast", (0, 2)), ("blur_sigma", (0.1, 1.5))):
+    for name, (lo, hi) in (
+        ("angle", (0, 360)),
+        ("scale", (0.4, 1.0)),
+        ("shear_x", (-50, 50)),
+        ("shear_y", (-50, 50)),
+        ("hue", (-0.5, 0.5)),
+        ("brightness", (0, 2)),
+        ("contrast", (0, 2)),
+        ("blur_sigma", (0.1, 1.5)),
+    ):
         v = p[name]
         assert v.min() >= lo and v.max() <= hi, name
         assert stats.kstest(v, "uniform", args=(lo, hi - lo)).pvalue > 1e-3, name
-    for name in ("vflip", "hflip", "grayscale", "posterize", "invert", "sharpen", "noise", "pixelate", "elastic", "erasing"):
+    for name in (
+        "vflip",
+        "hflip",
+        "grayscale",
+        "posterize",
+        "invert",
+        "sharpen",
+        "noise",
+        "pixelate",
+        "elastic",
+        "erasing",
+    ):
         k = int(p[name].sum())
         assert stats.binomtest(k, 20000, 0.5).pvalue > 1e-3, name
     assert abs(np.corrcoef(p["shear_x"], p["shear_y"])[0, 1]) < 0.03
@@ -297,6 +335,7 @@ def test_labels_and_backgrounds_uniform():
 
 
 # ----------------------------------------------------------------------------- banks
+
 
 def test_builtin_objects_distinct_and_deterministic():
     bank = builtin_objects(61)
@@ -358,6 +397,7 @@ def test_user_folders(tmp_path):
 
 # ----------------------------------------------------------------------------- families
 
+
 def test_same_vs_different_disjoint():
     sv = families.same_vs_different(n_objects=30, n_transforms=3, seed=4, n=20)
     assert len(sv.source_objects) == 30 and len(sv.target_objects) == 30
@@ -408,6 +448,7 @@ def test_irrelevant_feature_correlation_and_availability():
 
 # ----------------------------------------------------------------------------- compiled vs reference
 
+
 def test_compiled_matches_reference():
     from invfast.ops import synth as S
     from invfast.ops.kernels import gaussian_taps
@@ -450,6 +491,7 @@ def test_compiled_matches_reference():
 
 # ----------------------------------------------------------------------------- bad inputs and CLI
 
+
 def test_bad_inputs(tmp_path):
     with pytest.raises(ValueError, match="unknown transformation 'spin'"):
         Transforms2D(10, "rotate,spin")
@@ -473,15 +515,48 @@ def test_cli_generate(tmp_path, capsys):
     from invfast.cli import main
 
     out = tmp_path / "d"
-    rc = main(["generate", "--transforms", "rotate,hue,blur", "--objects", "5", "--n", "64", "--out", str(out),
-               "--preview", str(tmp_path / "g.png"), "--no-progress"])
+    rc = main(
+        [
+            "generate",
+            "--transforms",
+            "rotate,hue,blur",
+            "--objects",
+            "5",
+            "--n",
+            "64",
+            "--out",
+            str(out),
+            "--preview",
+            str(tmp_path / "g.png"),
+            "--no-progress",
+        ]
+    )
     assert rc == 0 and (tmp_path / "g.png").stat().st_size > 0
     loaded = storage.load(out)
-    assert torch.equal(loaded.generate(np.arange(64))[0],
-                       Transforms2D(5, "rotate,hue,blur", n=64).generate(range(64))[0])
-    assert main(["generate", "--transforms", "hue", "--objects", "5", "--n", "64", "--out", str(out),
-                 "--no-progress"]) == 2
+    assert torch.equal(
+        loaded.generate(np.arange(64))[0], Transforms2D(5, "rotate,hue,blur", n=64).generate(range(64))[0]
+    )
+    assert (
+        main(["generate", "--transforms", "hue", "--objects", "5", "--n", "64", "--out", str(out), "--no-progress"])
+        == 2
+    )
     assert "different dataset" in capsys.readouterr().err
     assert main(["generate", "--transforms", "warp", "--out", str(tmp_path / "e")]) == 2
-    assert main(["generate", "--transforms", "hue", "--objects", "5", "--n", "64", "--out", str(out),
-                 "--no-progress", "--overwrite"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--transforms",
+                "hue",
+                "--objects",
+                "5",
+                "--n",
+                "64",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )

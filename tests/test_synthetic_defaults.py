@@ -1,6 +1,7 @@
 """Issue 27: `invfast generate` and the ``synthetic:`` spec share one set of defaults
 (``invfast.data.synthetic.SYNTHETIC_DEFAULTS``), and every help text and document that states them
 agrees with the code. Each test failed on the code before the change."""
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,15 @@ from invfast.data.synthetic import SYNTHETIC_DEFAULTS, parse_synthetic_spec, syn
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DOCS = ["docs/synthetic.md", "docs/data.md"]
 #: generate's option for each spec key
-OPTION = {"objects": "--objects", "transforms": "--transforms", "n": "--n", "size": "--size", "seed": "--seed",
-          "split": "--split", "order": "--order"}
+OPTION = {
+    "objects": "--objects",
+    "transforms": "--transforms",
+    "n": "--n",
+    "size": "--size",
+    "seed": "--seed",
+    "split": "--split",
+    "order": "--order",
+}
 
 
 def parser_of(module: str) -> argparse.ArgumentParser:

@@ -2,6 +2,7 @@
 only invfast's own files deleted), a damaged dataset is repaired exactly or refused, stale temporaries
 are cleaned, and every value is validated before any work. Every test here failed on the code before
 the change (the report names the exceptions)."""
+
 from __future__ import annotations
 
 import json
@@ -46,6 +47,7 @@ def one_line(text):
 
 # ----------------------------------------------------------------------------------------- the run marker
 
+
 def test_generate_marks_its_run_and_writes_nothing_outside_the_folder(tmp_path):
     d = tmp_path / "ds"
     assert gen(d) == 0
@@ -79,8 +81,14 @@ def test_a_user_file_beside_a_dataset_is_kept_when_it_is_replaced(tmp_path):
 
 # ----------------------------------------------------------------------------------------- damage
 
-@pytest.mark.parametrize("damage", [{"images_00000.npy": "missing", "images_00002.npy": "altered"},
-                                    {"labels.npy": "altered", "params.npy": "missing"}])
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        {"images_00000.npy": "missing", "images_00002.npy": "altered"},
+        {"labels.npy": "altered", "params.npy": "missing"},
+    ],
+)
 def test_rerun_on_a_damaged_dataset_repairs_exactly_what_is_damaged(tmp_path, capsys, damage):
     d = tmp_path / "ds"
     assert gen(d) == 0
@@ -131,8 +139,16 @@ def test_loader_refuses_an_unfinished_or_malformed_dataset_in_one_line(tmp_path)
     d = tmp_path / "ds"
     assert gen(d) == 0
     good = (d / "manifest.json").read_text()
-    for bad in ({"n": 1e30}, {"n": -4}, {"n": "40"}, {"size": 10**9}, {"size": float("nan")}, {"num_classes": 0},
-                {"classes": "abc"}, {"format_version": 99}):
+    for bad in (
+        {"n": 1e30},
+        {"n": -4},
+        {"n": "40"},
+        {"size": 10**9},
+        {"size": float("nan")},
+        {"num_classes": 0},
+        {"classes": "abc"},
+        {"format_version": 99},
+    ):
         (d / "manifest.json").write_text(good)
         edit_json(d / "manifest.json", lambda m, bad=bad: m.update(bad))
         with pytest.raises(ValueError) as e:
@@ -158,6 +174,7 @@ def test_loader_refuses_an_unfinished_or_malformed_dataset_in_one_line(tmp_path)
 
 
 # ----------------------------------------------------------------------------------------- links, leftovers
+
 
 def test_links_inside_the_folder_are_refused_and_their_targets_untouched(tmp_path, capsys):
     d = tmp_path / "ds"
@@ -231,21 +248,24 @@ def test_a_crash_while_moving_files_in_is_refused_by_the_loader_and_finished_by_
 
 # ----------------------------------------------------------------------------------------- one run at a time
 
+
 def test_second_generate_on_a_folder_in_use_is_refused_naming_the_holder(tmp_path, capsys):
     d = tmp_path / "ds"
     go = tmp_path / "go"
-    code = (f"import os, sys, time; sys.path.insert(0, {ROOT!r})\n"
-            "from invfast.synthetic import Transforms2D\n"
-            "real = Transforms2D.generate\n"
-            "def held(self, indices):\n"
-            "    print('generating', flush=True)\n"
-            f"    while not os.path.exists({str(go)!r}):\n"
-            "        time.sleep(0.05)\n"
-            "    return real(self, indices)\n"
-            "Transforms2D.generate = held\n"
-            "from invfast.cli import main\n"
-            f"args = ['generate', '--transforms', 'rotate,hue', *{OPTS!r}, '--out', {str(d)!r}, '--overwrite']\n"
-            "sys.exit(main(args))\n")
+    code = (
+        f"import os, sys, time; sys.path.insert(0, {ROOT!r})\n"
+        "from invfast.synthetic import Transforms2D\n"
+        "real = Transforms2D.generate\n"
+        "def held(self, indices):\n"
+        "    print('generating', flush=True)\n"
+        f"    while not os.path.exists({str(go)!r}):\n"
+        "        time.sleep(0.05)\n"
+        "    return real(self, indices)\n"
+        "Transforms2D.generate = held\n"
+        "from invfast.cli import main\n"
+        f"args = ['generate', '--transforms', 'rotate,hue', *{OPTS!r}, '--out', {str(d)!r}, '--overwrite']\n"
+        "sys.exit(main(args))\n"
+    )
     p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "generating"
@@ -264,9 +284,24 @@ def test_second_generate_on_a_folder_in_use_is_refused_naming_the_holder(tmp_pat
 
 # ----------------------------------------------------------------------------------------- values up front
 
-BAD_SPECS = ["n=1e30", {"n": 1e30}, {"n": 10**30}, "n=-5", "n=0", "n=2.5", {"n": 2.5}, {"n": float("nan")},
-             {"n": True}, "size=-32", "size=100000", {"size": float("inf")}, "objects=0", "objects=100000",
-             {"seed": 2**70}, {"seed": float("nan")}]
+BAD_SPECS = [
+    "n=1e30",
+    {"n": 1e30},
+    {"n": 10**30},
+    "n=-5",
+    "n=0",
+    "n=2.5",
+    {"n": 2.5},
+    {"n": float("nan")},
+    {"n": True},
+    "size=-32",
+    "size=100000",
+    {"size": float("inf")},
+    "objects=0",
+    "objects=100000",
+    {"seed": 2**70},
+    {"seed": float("nan")},
+]
 
 
 @pytest.mark.parametrize("spec", BAD_SPECS, ids=str)
@@ -286,9 +321,20 @@ def test_spec_values_that_would_break_later_are_refused_up_front(spec, monkeypat
         assert f"synthetic spec {key}" in line, line
 
 
-@pytest.mark.parametrize("option,value", [("--size", "100000"), ("--size", "-3"), ("--n", "0"), ("--n", str(2**40)),
-                                          ("--objects", "0"), ("--objects", "5000"), ("--batch-size", "0"),
-                                          ("--shard-size", "-1"), ("--seed", str(2**70))])
+@pytest.mark.parametrize(
+    "option,value",
+    [
+        ("--size", "100000"),
+        ("--size", "-3"),
+        ("--n", "0"),
+        ("--n", str(2**40)),
+        ("--objects", "0"),
+        ("--objects", "5000"),
+        ("--batch-size", "0"),
+        ("--shard-size", "-1"),
+        ("--seed", str(2**70)),
+    ],
+)
 def test_generate_refuses_bad_values_before_any_work(tmp_path, capsys, monkeypatch, option, value):
     def no_work(*a, **k):
         raise AssertionError("generation started")
@@ -314,6 +360,7 @@ def test_generate_refuses_a_dataset_larger_than_the_free_disk_space(tmp_path, ca
 
 # ----------------------------------------------------------------------------------------- advice
 
+
 def test_every_piece_of_advice_names_a_real_option(tmp_path, capsys, monkeypatch):
     """The error lines of generate's refusals name only options generate has."""
     import argparse
@@ -334,18 +381,18 @@ def test_every_piece_of_advice_names_a_real_option(tmp_path, capsys, monkeypatch
         lines.append(one_line(capsys.readouterr().err))
 
     assert gen(d) == 0
-    collect(gen(d, "blur"))                                          # a different dataset
-    collect(gen(user))                                               # a folder of the user's
+    collect(gen(d, "blur"))  # a different dataset
+    collect(gen(user))  # a folder of the user's
     collect(main(["generate", "--transforms", "spin", "--out", str(tmp_path / "x")]))
     collect(main(["generate", "--transforms", "rotate", "--order", "zzz", "--out", str(tmp_path / "x")]))
     edit_json(d / "manifest.json", lambda m: m["shards"][0].update(sha256="0" * 64))
-    collect(gen(d))                                                  # damage that cannot be repaired
+    collect(gen(d))  # damage that cannot be repaired
     os.remove(d / "manifest.json")
-    collect(gen(d))                                                  # no manifest
+    collect(gen(d))  # no manifest
     from invfast.io import output_lock
 
     with output_lock(tmp_path / "busy", "test holder"):
-        collect(gen(tmp_path / "busy"))                              # in use
+        collect(gen(tmp_path / "busy"))  # in use
     for line in lines:
         for opt in re.findall(r"(?<![\w-])--[a-z][a-z-]*", line):
             assert opt in known, (opt, line)

@@ -1,5 +1,6 @@
 """Transforms-2D placement (the object's centre stays inside the image even when a sheared/scaled object
 is larger than the image) and ``order='random'`` (a per-sample order of the types, reproducible by index)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,6 +16,7 @@ ALL = TRANSFORMATION_TYPES
 
 
 # ----------------------------------------------------------------------------- placement
+
 
 def test_placement_maths_keeps_centre_inside_over_20000_draws():
     """The generator's placement maths (linear map of all 18 types, object boxes of the built-in bank),
@@ -77,6 +79,7 @@ def test_rendered_centres_inside_image_all_types():
 
 # ----------------------------------------------------------------------------- order
 
+
 def test_random_order_is_a_reproducible_permutation_per_sample():
     ds = Transforms2D(10, ALL, n=20_000, seed=3, order="random")
     orders = ds.orders(range(20_000))
@@ -112,8 +115,9 @@ def test_order_of_two_colour_types_follows_the_drawn_order():
     lifts the 128 level to 192..255: the random order applies what ``orders`` reports, and the samples
     whose random order is the canonical one (brightness first) match the canonical images."""
     n = 120
-    kw = dict(n=n, seed=2, backgrounds=torch.zeros(1, 3, 32, 32, dtype=torch.uint8),
-              recipe=Recipe(brightness=(1.5, 2.0)))
+    kw = dict(
+        n=n, seed=2, backgrounds=torch.zeros(1, 3, 32, 32, dtype=torch.uint8), recipe=Recipe(brightness=(1.5, 2.0))
+    )
     rand = Transforms2D(10, "posterize,brightness", order="random", **kw)
     x_r, _, p = rand.generate(range(n))
     x_c, _, _ = Transforms2D(10, "posterize,brightness", **kw).generate(range(n))
@@ -145,15 +149,49 @@ def test_cli_generate_order(tmp_path):
     from invfast.cli import main
 
     out = tmp_path / "d"
-    assert main(["generate", "--transforms", "rotate,hue,blur", "--objects", "5", "--n", "32", "--out", str(out),
-                 "--order", "random", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--transforms",
+                "rotate,hue,blur",
+                "--objects",
+                "5",
+                "--n",
+                "32",
+                "--out",
+                str(out),
+                "--order",
+                "random",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     ref = Transforms2D(5, "rotate,hue,blur", n=32, order="random")
     assert storage.load(out).config["order"] == "random"
     assert torch.equal(storage.load(out).generate(np.arange(32))[0], ref.generate(range(32))[0])
     assert main(["generate", "--transforms", "hue", "--out", str(tmp_path / "e"), "--order", "sideways"]) == 2
     assert not (tmp_path / "e").exists()
-    assert main(["generate", "--transforms", "hue,rotate", "--objects", "5", "--n", "8", "--out", str(tmp_path / "f"),
-                 "--order", "rotate,hue", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--transforms",
+                "hue,rotate",
+                "--objects",
+                "5",
+                "--n",
+                "8",
+                "--out",
+                str(tmp_path / "f"),
+                "--order",
+                "rotate,hue",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert storage.load(tmp_path / "f").config["order"] == ["rotate", "hue"]
 
 

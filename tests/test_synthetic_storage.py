@@ -2,6 +2,7 @@
 folder; materialize/`invfast generate --overwrite` never deletes files it did not write and keeps the old
 dataset until the new one is complete (more in test_synthetic_guarantees.py); split names of
 ``synthetic:`` specs are validated."""
+
 from __future__ import annotations
 
 import hashlib
@@ -30,6 +31,7 @@ def craft(ds_dir, edit):
 
 # ----------------------------------------------------------------------------- loader stays inside its folder
 
+
 @pytest.mark.parametrize("where", ["dotdot", "absolute", "files-table"])
 def test_loader_refuses_manifest_paths_outside_folder(tmp_path, where):
     d = make().materialize(tmp_path / "ds", progress=False)
@@ -47,6 +49,7 @@ def test_loader_refuses_manifest_paths_outside_folder(tmp_path, where):
             m["shards"][0]["file"], m["shards"][0]["sha256"] = str(secret), sha(secret)
         else:
             m["files"]["../outside/labels.npy"] = sha(labels)
+
     craft(d, edit)
     for verify in (True, False):
         with pytest.raises(ValueError, match="not a plain file name inside the dataset folder"):
@@ -71,6 +74,7 @@ def test_loader_refuses_malformed_manifest(tmp_path):
 
 # ----------------------------------------------------------------------------- never delete the user's files
 
+
 def user_folder(tmp_path):
     d = tmp_path / "mine"
     (d / "sub").mkdir(parents=True)
@@ -80,9 +84,11 @@ def user_folder(tmp_path):
 
 
 def intact(d):
-    return ((d / "important.txt").read_text() == "keep me"
-            and (d / "sub" / "thesis.tex").read_text() == "\\documentclass{article}"
-            and sorted(os.listdir(d)) == ["important.txt", "sub"])
+    return (
+        (d / "important.txt").read_text() == "keep me"
+        and (d / "sub" / "thesis.tex").read_text() == "\\documentclass{article}"
+        and sorted(os.listdir(d)) == ["important.txt", "sub"]
+    )
 
 
 def test_overwrite_refuses_folder_with_user_files(tmp_path):
@@ -100,10 +106,17 @@ def test_cli_overwrite_refuses_user_folder(tmp_path, capsys):
 
     d = user_folder(tmp_path)
     for extra in ([], ["--overwrite"]):
-        assert main(["generate", "--transforms", "hue", "--objects", "5", "--n", "16", "--out", str(d),
-                     "--no-progress"] + extra) == 2
+        assert (
+            main(
+                ["generate", "--transforms", "hue", "--objects", "5", "--n", "16", "--out", str(d), "--no-progress"]
+                + extra
+            )
+            == 2
+        )
         err = capsys.readouterr().err
-        assert "not an invfast dataset" in err and "never deletes" in err and "--overwrite" not in err.replace(str(d), "")
+        assert (
+            "not an invfast dataset" in err and "never deletes" in err and "--overwrite" not in err.replace(str(d), "")
+        )
         assert intact(d)
 
 
@@ -126,8 +139,24 @@ def test_overwrite_replaces_dataset_and_own_preview(tmp_path):
     assert main(["generate", "--transforms", "hue", "--overwrite"] + args) == 0
     assert storage.load(d).config["transforms"] == ["hue"] and (d / "grid.png").is_file()
     # the preview the marker lists is the command's own file: replaced with the dataset it showed
-    assert main(["generate", "--transforms", "blur", "--objects", "5", "--n", "16", "--out", str(d),
-                 "--no-progress", "--overwrite"]) == 0
+    assert (
+        main(
+            [
+                "generate",
+                "--transforms",
+                "blur",
+                "--objects",
+                "5",
+                "--n",
+                "16",
+                "--out",
+                str(d),
+                "--no-progress",
+                "--overwrite",
+            ]
+        )
+        == 0
+    )
     assert not (d / "grid.png").exists() and sorted(os.listdir(tmp_path)) == ["ds"]
 
 
@@ -147,6 +176,7 @@ def test_interrupted_overwrite_keeps_the_old_dataset(tmp_path, monkeypatch):
 
 
 # ----------------------------------------------------------------------------- split names
+
 
 def test_check_split():
     from invfast.synthetic import SPLITS, check_split

@@ -9,6 +9,7 @@ Tolerances (uint8 levels):
                                  <= 2 % of values; within 1 of a float64 numpy sampler everywhere
   independent float64 references (numpy / scipy / skimage): within 1 everywhere
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -138,8 +139,9 @@ def test_blur(B, H, W, rng):
     t = taps.double().numpy()
     for b in range(B):
         for p in range(len(sigma)):
-            want = ndi.correlate1d(ndi.correlate1d(x[b].double().numpy(), t[p], axis=2, mode="mirror"), t[p],
-                                   axis=1, mode="mirror")
+            want = ndi.correlate1d(
+                ndi.correlate1d(x[b].double().numpy(), t[p], axis=2, mode="mirror"), t[p], axis=1, mode="mirror"
+            )
             assert np.abs(y[b, p].numpy().astype(int) - _u8(want)).max() <= 1
     assert torch.equal(y[:, 0], x)  # sigma 0: one tap of 1
 
@@ -167,19 +169,19 @@ def _maps(rng, H: int, W: int) -> torch.Tensor:
     ang = rng.uniform(0.1, 3.0)
     c, s = np.cos(ang), np.sin(ang)
     maps = [
-        [[c, -s, cx - c * cx + s * cy], [s, c, cy - s * cx - c * cy]],           # rotation (general)
-        [[1.3, 0.4, -2.0], [-0.2, 0.9, 1.5]],                                      # shear + scale (general)
+        [[c, -s, cx - c * cx + s * cy], [s, c, cy - s * cx - c * cy]],  # rotation (general)
+        [[1.3, 0.4, -2.0], [-0.2, 0.9, 1.5]],  # shear + scale (general)
         [[0.37, 0.0, rng.uniform(0, W / 2)], [0.0, 0.61, rng.uniform(0, H / 2)]],  # crop: zoom in (separable)
-        [[2.5, 0.0, -7.25], [0.0, 0.75, -1.5]],                                    # wide x, zoom y (separable)
-        [[0.8, 0.0, 0.5], [0.0, -0.9, H - 0.3]],                                   # flipped rows (separable)
-        [[3.0, 0.0, -5.0], [0.0, 2.0, -3.0]],                                      # zoom out (general)
-        [[-1.0, 0.0, W - 1.0], [0.0, 1.0, 0.0]],                                   # hflip (copy)
-        [[1.0, 0.0, 3.0], [0.0, -1.0, H - 3.0]],                                   # vflip + shift (copy)
-        [[1.0, 0.0, -2.0], [0.0, 1.0, 1.0]],                                       # integer shift (copy)
-        [[0.0, -1.0, W - 1.0], [1.0, 0.0, 0.0]],                                   # transpose (rot90-like)
-        [[0.0, 1.0, 1.0], [-1.0, 0.0, H - 2.0]],                                   # other transpose
-        [[1.0, 0.0, 5000.0], [0.0, 1.0, 0.0]],                                     # all outside (copy)
-        [[0.5, 0.0, -900.0], [0.0, 0.5, 7.0]],                                     # all outside (separable)
+        [[2.5, 0.0, -7.25], [0.0, 0.75, -1.5]],  # wide x, zoom y (separable)
+        [[0.8, 0.0, 0.5], [0.0, -0.9, H - 0.3]],  # flipped rows (separable)
+        [[3.0, 0.0, -5.0], [0.0, 2.0, -3.0]],  # zoom out (general)
+        [[-1.0, 0.0, W - 1.0], [0.0, 1.0, 0.0]],  # hflip (copy)
+        [[1.0, 0.0, 3.0], [0.0, -1.0, H - 3.0]],  # vflip + shift (copy)
+        [[1.0, 0.0, -2.0], [0.0, 1.0, 1.0]],  # integer shift (copy)
+        [[0.0, -1.0, W - 1.0], [1.0, 0.0, 0.0]],  # transpose (rot90-like)
+        [[0.0, 1.0, 1.0], [-1.0, 0.0, H - 2.0]],  # other transpose
+        [[1.0, 0.0, 5000.0], [0.0, 1.0, 0.0]],  # all outside (copy)
+        [[0.5, 0.0, -900.0], [0.0, 0.5, 7.0]],  # all outside (separable)
     ]
     return torch.tensor(maps, dtype=torch.float64)
 
@@ -237,8 +239,9 @@ def test_transforms_kernel_vs_reference(name, rng):
 
 
 @compiled
-@pytest.mark.parametrize("name", ["brightness", "contrast", "saturation", "hue", "posterize", "invert", "equalize",
-                                  "blur", "grayscale"])
+@pytest.mark.parametrize(
+    "name", ["brightness", "contrast", "saturation", "hue", "posterize", "invert", "equalize", "blur", "grayscale"]
+)
 def test_uint8_route_equals_the_float_path(name, rng):
     """uint8 images through the ops give the bytes of the float path (float images in, rounded half up): the
     tables and blends repeat its float32 maths. Contrast takes the exact mean (the float path sums float32
@@ -257,9 +260,13 @@ def test_uint8_route_equals_the_float_path(name, rng):
 @compiled
 def test_results_do_not_depend_on_the_thread_count(rng):
     x = _images(rng, 4, 64, 64)
-    calls = [(U.hue, (x, torch.linspace(-0.5, 0.5, 8))), (U.blend_degenerate, (x, torch.linspace(0, 3, 8), "luma")),
-             (U.blur, (x, torch.linspace(0, 4, 8, dtype=torch.float64))),
-             (U.warp, (x, _maps(rng, 64, 64), torch.zeros(3))), (U.brightness, (x, torch.linspace(0, 3, 8)))]
+    calls = [
+        (U.hue, (x, torch.linspace(-0.5, 0.5, 8))),
+        (U.blend_degenerate, (x, torch.linspace(0, 3, 8), "luma")),
+        (U.blur, (x, torch.linspace(0, 4, 8, dtype=torch.float64))),
+        (U.warp, (x, _maps(rng, 64, 64), torch.zeros(3))),
+        (U.brightness, (x, torch.linspace(0, 3, 8))),
+    ]
     old = torch.get_num_threads()
     try:
         with backend.use("compiled"):
@@ -327,8 +334,11 @@ def test_affine_maps_are_kept_per_transform_size_and_grid(rng):
     and grid (a key missing any of them would hand one transform's maps to another)."""
     from invfast.transforms import builtin
 
-    cases = [(name, H, W) for name in ("rotation", "shear", "scale", "translation", "hflip", "vflip", "crop")
-             for H, W in ((20, 31), (31, 20))]
+    cases = [
+        (name, H, W)
+        for name in ("rotation", "shear", "scale", "translation", "hflip", "vflip", "crop")
+        for H, W in ((20, 31), (31, 20))
+    ]
     for name, H, W in cases:
         t = T.get(name)
         g = t.grid(16)

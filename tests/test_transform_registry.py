@@ -2,6 +2,7 @@
 found by name everywhere a built-in is (``get``, ``measure_invariance``, ``invfast measure``), its scores
 equal a direct float64 computation, the contract is checked with clear errors, and the old names
 (``transforms.SYNTHETIC``, ``synthetic.TRANSFORMATIONS``) still work with one DeprecationWarning."""
+
 from __future__ import annotations
 
 import importlib
@@ -39,8 +40,7 @@ def registered():
 
 
 def test_register_get_and_apply(registered, rng):
-    t = T.register("gamma", grid=lambda k: torch.linspace(0.5, 2.0, k), apply=_gamma, family="appearance",
-                   identity=1.0)
+    t = T.register("gamma", grid=lambda k: torch.linspace(0.5, 2.0, k), apply=_gamma, family="appearance", identity=1.0)
     registered.append("gamma")
     assert T.get("gamma") is t and "gamma" in T.names() and T.names()[:18] == T.TEST_TRANSFORMS
     assert t.family == "appearance" and t.param_dim == 1 and not t.builtin and T.get("rotation").builtin
@@ -72,15 +72,22 @@ def test_decorator_vector_params_fixed_grid_and_callable_identity(registered):
     x = torch.rand(2, 3, 6, 7)
     y = roll.apply(x, roll.grid())
     assert torch.equal(y[:, 2], torch.roll(x, (-2, 0), dims=(-2, -1)))
-    t = T.register("noop", grid=lambda k: torch.arange(k, dtype=torch.float64), apply=lambda x, p: _gamma(x, p * 0 + 1),
-                   family="appearance", identity=lambda p: p == 0, param_dim=1)
+    t = T.register(
+        "noop",
+        grid=lambda k: torch.arange(k, dtype=torch.float64),
+        apply=lambda x, p: _gamma(x, p * 0 + 1),
+        family="appearance",
+        identity=lambda p: p == 0,
+        param_dim=1,
+    )
     registered.append("noop")
     assert t.is_identity(t.grid(3)).tolist() == [True, False, False]
 
 
 def test_overwrite_and_unregister(registered):
-    with pytest.raises(ValueError, match="'rotation' is a built-in test transform; choose another name, or pass "
-                                         "overwrite=True"):
+    with pytest.raises(
+        ValueError, match="'rotation' is a built-in test transform; choose another name, or pass overwrite=True"
+    ):
         T.register("rotation", grid=[0.0, 1.0], apply=_gamma, family="spatial")
     mine = T.register("rotation", grid=[0.5, 2.0], apply=_gamma, family="appearance", overwrite=True)
     registered.append("rotation")
@@ -102,30 +109,41 @@ def test_overwrite_and_unregister(registered):
         T.unregister("gamma")
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"name": "my gamma"}, ValueError, "letters, digits"),
-    ({"name": "a,b"}, ValueError, "no commas"),
-    ({"name": ""}, ValueError, "letters, digits"),
-    ({"name": 3}, ValueError, "letters, digits"),
-    ({"name": "all"}, ValueError, "selects a group"),
-    ({"name": "spatial"}, ValueError, "selects a group"),
-    ({"family": "colour"}, ValueError, "family must be one of spatial, appearance"),
-    ({"apply": "x ** g"}, TypeError, "apply must be a callable"),
-    ({"grid": torch.ones(2, 2, 2)}, ValueError, r"shape \[P\] or \[P, m\]"),
-    ({"grid": []}, ValueError, r"shape \[P\] or \[P, m\]"),
-    ({"grid": [1.0, float("nan")]}, ValueError, "NaN"),
-    ({"grid": "1,2"}, TypeError, "float array"),
-    ({"param_dim": 2}, ValueError, "param_dim=2 but the grid has shape"),
-    ({"param_dim": 0}, ValueError, "param_dim must be a positive int"),
-    ({"identity": (1.0, 2.0)}, ValueError, r"identity must be None, a callable or 1 finite"),
-    ({"identity": lambda p: p[:1] == 1}, ValueError, r"identity\(params\) must return bool \[P\]"),
-    ({"apply": lambda x, p: x}, ValueError, r"returned shape \(2, 3, 16, 16\), expected \[B, P, C, H, W\] = "
-                                            r"\[2, 2, 3, 16, 16\]"),
-    ({"apply": lambda x, p: (_gamma(x, p) * 255).to(torch.uint8)}, TypeError, "floating images"),
-    ({"apply": lambda x, p: _gamma(x, p).numpy()}, TypeError, "must return a torch.Tensor"),
-    ({"apply": lambda x, p: 1 / 0}, ValueError, r"probe call apply\(images \[2, 3, 16, 16\] float32, grid\(8\)\[:2\]\) "
-                                              "failed: ZeroDivisionError"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"name": "my gamma"}, ValueError, "letters, digits"),
+        ({"name": "a,b"}, ValueError, "no commas"),
+        ({"name": ""}, ValueError, "letters, digits"),
+        ({"name": 3}, ValueError, "letters, digits"),
+        ({"name": "all"}, ValueError, "selects a group"),
+        ({"name": "spatial"}, ValueError, "selects a group"),
+        ({"family": "colour"}, ValueError, "family must be one of spatial, appearance"),
+        ({"apply": "x ** g"}, TypeError, "apply must be a callable"),
+        ({"grid": torch.ones(2, 2, 2)}, ValueError, r"shape \[P\] or \[P, m\]"),
+        ({"grid": []}, ValueError, r"shape \[P\] or \[P, m\]"),
+        ({"grid": [1.0, float("nan")]}, ValueError, "NaN"),
+        ({"grid": "1,2"}, TypeError, "float array"),
+        ({"param_dim": 2}, ValueError, "param_dim=2 but the grid has shape"),
+        ({"param_dim": 0}, ValueError, "param_dim must be a positive int"),
+        ({"identity": (1.0, 2.0)}, ValueError, r"identity must be None, a callable or 1 finite"),
+        ({"identity": lambda p: p[:1] == 1}, ValueError, r"identity\(params\) must return bool \[P\]"),
+        (
+            {"apply": lambda x, p: x},
+            ValueError,
+            r"returned shape \(2, 3, 16, 16\), expected \[B, P, C, H, W\] = "
+            r"\[2, 2, 3, 16, 16\]",
+        ),
+        ({"apply": lambda x, p: (_gamma(x, p) * 255).to(torch.uint8)}, TypeError, "floating images"),
+        ({"apply": lambda x, p: _gamma(x, p).numpy()}, TypeError, "must return a torch.Tensor"),
+        (
+            {"apply": lambda x, p: 1 / 0},
+            ValueError,
+            r"probe call apply\(images \[2, 3, 16, 16\] float32, grid\(8\)\[:2\]\) "
+            "failed: ZeroDivisionError",
+        ),
+    ],
+)
 def test_registration_errors_name_the_problem(kwargs, error, match):
     args = {"name": "bad-one", "grid": GRID, "apply": _gamma, "family": "appearance", **kwargs}
     name = args.pop("name")
@@ -167,8 +185,9 @@ def test_measure_a_registered_transform_equals_the_direct_computation(registered
     registered.append("gamma")
     model = tiny_net(seed=int(rng.integers(1000))).eval()
     x = torch.from_numpy(rng.random((20, 3, 12, 12), dtype=np.float32))
-    res = invfast.measure_invariance(model, x, transforms=["gamma", "hflip"], grid_size=7, batch_size=8,
-                                     normalize=False)
+    res = invfast.measure_invariance(
+        model, x, transforms=["gamma", "hflip"], grid_size=7, batch_size=8, normalize=False
+    )
     assert list(res.transforms) == ["gamma", "hflip"]
     r = res.transforms["gamma"]
     assert r.family == "appearance" and r.identity.tolist() == [False, False, True, False, False, False, False]
@@ -179,8 +198,9 @@ def test_measure_a_registered_transform_equals_the_direct_computation(registered
     assert r.mean_cosine == pytest.approx(float(c[:, keep].mean()), rel=1e-4, abs=1e-4)
     assert r.identity_distance == pytest.approx(0.0, abs=1e-6)  # gamma 1 changes nothing
     # passing the object gives the same numbers; 'all' stays the 18 built-ins, 'all,gamma' adds it
-    again = invfast.measure_invariance(model, x, transforms=[T.get("gamma")], grid_size=7, batch_size=8,
-                                       normalize=False)
+    again = invfast.measure_invariance(
+        model, x, transforms=[T.get("gamma")], grid_size=7, batch_size=8, normalize=False
+    )
     assert again.transforms["gamma"].mean_distance == pytest.approx(r.mean_distance, rel=1e-12)
     from invfast.measure.selection import resolve_transforms
 
@@ -197,9 +217,26 @@ def test_measure_cli_measures_a_transform_registered_by_the_model_module(tmp_pat
     x = torch.from_numpy(np.random.default_rng(0).random((20, 3, 12, 12), dtype=np.float32))
     np.save(tmp_path / "x.npy", (x.numpy() * 255).round().astype(np.uint8))
     try:
-        rc = main(["measure", "--model", "registry_helpers:tiny_net", "--data", f"npy:{tmp_path / 'x.npy'}",
-                   "--transforms", "gamma-cli,vflip", "--grid-size", "5", "--images", "0", "--no-progress",
-                   "--no-plots", "--no-normalize", "--out", str(tmp_path / "out")])
+        rc = main(
+            [
+                "measure",
+                "--model",
+                "registry_helpers:tiny_net",
+                "--data",
+                f"npy:{tmp_path / 'x.npy'}",
+                "--transforms",
+                "gamma-cli,vflip",
+                "--grid-size",
+                "5",
+                "--images",
+                "0",
+                "--no-progress",
+                "--no-plots",
+                "--no-normalize",
+                "--out",
+                str(tmp_path / "out"),
+            ]
+        )
         assert rc == 0, capsys.readouterr().err
         doc = json.loads((tmp_path / "out" / "result.json").read_text())
         names = [t["name"] for t in doc["transforms"]]
@@ -209,18 +246,35 @@ def test_measure_cli_measures_a_transform_registered_by_the_model_module(tmp_pat
         if "gamma-cli" in T.names():
             T.unregister("gamma-cli")
     # without the module, the name is unknown: a usage error naming the valid ones
-    assert main(["measure", "--model", "resnet18-cifar", "--data", f"npy:{tmp_path / 'x.npy'}", "--transforms",
-                 "gamma-cli", "--out", str(tmp_path / "o2"), "--no-progress"]) == 2
+    assert (
+        main(
+            [
+                "measure",
+                "--model",
+                "resnet18-cifar",
+                "--data",
+                f"npy:{tmp_path / 'x.npy'}",
+                "--transforms",
+                "gamma-cli",
+                "--out",
+                str(tmp_path / "o2"),
+                "--no-progress",
+            ]
+        )
+        == 2
+    )
     assert "unknown transform 'gamma-cli'" in capsys.readouterr().err
 
 
 def test_old_names_warn_once_and_still_work():
-    code = ("import warnings; warnings.simplefilter('always')\n"
-            "import invfast.transforms as T, invfast.synthetic as S\n"
-            "from invfast.transforms.registry import SYNTHETIC\n"
-            "assert T.SYNTHETIC == SYNTHETIC == T.TEST_TRANSFORMS\n"
-            "from invfast.synthetic.recipe import TRANSFORMATIONS\n"
-            "assert S.TRANSFORMATIONS == TRANSFORMATIONS == S.TRANSFORMATION_TYPES\n")
+    code = (
+        "import warnings; warnings.simplefilter('always')\n"
+        "import invfast.transforms as T, invfast.synthetic as S\n"
+        "from invfast.transforms.registry import SYNTHETIC\n"
+        "assert T.SYNTHETIC == SYNTHETIC == T.TEST_TRANSFORMS\n"
+        "from invfast.synthetic.recipe import TRANSFORMATIONS\n"
+        "assert S.TRANSFORMATIONS == TRANSFORMATIONS == S.TRANSFORMATION_TYPES\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stderr.count("DeprecationWarning") == 2, out.stderr
     assert "invfast.transforms.SYNTHETIC is now invfast.transforms.TEST_TRANSFORMS" in out.stderr

@@ -8,6 +8,7 @@ Tolerances (mean absolute error in 0..255 levels, all pixels, 64x64 / 80x96 phot
   colour ops vs PIL ImageEnhance (uint8 rounding/truncation differs)                   : < 1.0
   hue vs skimage HSV (float64), blur vs scipy.ndimage (float64)                        : < 0.5
 """
+
 from __future__ import annotations
 
 import math
@@ -78,8 +79,16 @@ def test_grids_match_spec():
     for n in ("hflip", "vflip", "grayscale", "invert", "equalize"):
         assert T.get(n).grid(256).tolist() == [0.0, 1.0]
         assert T.get(n).is_identity(T.get(n).grid()).tolist() == [True, False]
-    for n, lo, hi in (("scale", 0.25, 2), ("brightness", 0.25, 5), ("contrast", 0.25, 5), ("saturation", 0.25, 5),
-                      ("hue", -0.5, 0.5), ("blur", 1e-5, 20), ("sharpness", 1, 30), ("deform", 10, 50)):
+    for n, lo, hi in (
+        ("scale", 0.25, 2),
+        ("brightness", 0.25, 5),
+        ("contrast", 0.25, 5),
+        ("saturation", 0.25, 5),
+        ("hue", -0.5, 0.5),
+        ("blur", 1e-5, 20),
+        ("sharpness", 1, 30),
+        ("deform", 10, 50),
+    ):
         g = T.get(n).grid(256).double().numpy()
         assert g.shape == (256,)
         np.testing.assert_allclose([g[0], g[-1]], [lo, hi], rtol=1e-6)
@@ -111,9 +120,23 @@ def test_is_identity():
 # exactness
 
 IDENTITY = {
-    "crop": [0.0, 0.0, 1.0, 1.0], "hflip": 0.0, "vflip": 0.0, "scale": 1.0, "shear": [0.0, 0.0],
-    "rotation": 0.0, "translation": [0.0, 0.0], "grayscale": 0.0, "brightness": 1.0, "contrast": 1.0,
-    "saturation": 1.0, "hue": 0.0, "blur": 1e-5, "sharpness": 1.0, "equalize": 0.0, "posterize": 8.0, "invert": 0.0,
+    "crop": [0.0, 0.0, 1.0, 1.0],
+    "hflip": 0.0,
+    "vflip": 0.0,
+    "scale": 1.0,
+    "shear": [0.0, 0.0],
+    "rotation": 0.0,
+    "translation": [0.0, 0.0],
+    "grayscale": 0.0,
+    "brightness": 1.0,
+    "contrast": 1.0,
+    "saturation": 1.0,
+    "hue": 0.0,
+    "blur": 1e-5,
+    "sharpness": 1.0,
+    "equalize": 0.0,
+    "posterize": 8.0,
+    "invert": 0.0,
 }
 
 
@@ -175,8 +198,9 @@ def _pil_affine(img: np.ndarray, A: np.ndarray, b_corner: np.ndarray) -> np.ndar
     c = np.array([w / 2.0, h / 2.0])
     off = b_corner - A @ c
     data = (A[0, 0], A[0, 1], off[0], A[1, 0], A[1, 1], off[1])
-    return np.asarray(Image.fromarray(img).transform((w, h), Image.AFFINE, data, resample=Image.BILINEAR,
-                                                     fillcolor=(0, 0, 0)))
+    return np.asarray(
+        Image.fromarray(img).transform((w, h), Image.AFFINE, data, resample=Image.BILINEAR, fillcolor=(0, 0, 0))
+    )
 
 
 @pytest.mark.parametrize("angle", [17.0, 45.0, 137.5, 300.0])
@@ -239,7 +263,7 @@ def test_deform_field_and_warp_vs_scipy(photos_rect):
     disp = Fn.elastic_displacement(sigma, (H, W), t.alpha * min(H, W), t.seed).numpy()
     for j, s in enumerate(sigma.tolist()):
         ref = np.stack([ndi.gaussian_filter(noise[c], s, mode="wrap", truncate=8.0) for c in range(2)], -1)
-        ref *= t.alpha * min(H, W) / np.sqrt((ref ** 2).mean())
+        ref *= t.alpha * min(H, W) / np.sqrt((ref**2).mean())
         np.testing.assert_allclose(disp[j], ref, atol=2e-3 * t.alpha * min(H, W))
     # the warp: bilinear with constant 0 outside, as scipy's map_coordinates(order=1)
     y = t.apply(_t(photos_rect), sigma).numpy()
@@ -247,8 +271,15 @@ def test_deform_field_and_warp_vs_scipy(photos_rect):
     for j in range(2):
         sy, sx = yy + disp[j, ..., 1], xx + disp[j, ..., 0]
         for i, img in enumerate(photos_rect):
-            ref = np.stack([ndi.map_coordinates(img[..., c].astype(np.float64), [sy, sx], order=1,
-                                                mode="grid-constant", cval=0.0) for c in range(3)], -1)
+            ref = np.stack(
+                [
+                    ndi.map_coordinates(
+                        img[..., c].astype(np.float64), [sy, sx], order=1, mode="grid-constant", cval=0.0
+                    )
+                    for c in range(3)
+                ],
+                -1,
+            )
             assert _mae(y[i, j].transpose(1, 2, 0), np.round(ref)) < 0.6
     # deterministic given the seed, different for another seed
     assert torch.equal(t.apply(_t(photos_rect), sigma), t.apply(_t(photos_rect), sigma))
@@ -270,8 +301,15 @@ def test_grayscale_vs_pil(photos):
         assert np.abs(_hwc(y[i]).astype(int) - ref.astype(int)).max() <= 1
 
 
-@pytest.mark.parametrize("name,enh", [("brightness", ImageEnhance.Brightness), ("contrast", ImageEnhance.Contrast),
-                                      ("saturation", ImageEnhance.Color), ("sharpness", ImageEnhance.Sharpness)])
+@pytest.mark.parametrize(
+    "name,enh",
+    [
+        ("brightness", ImageEnhance.Brightness),
+        ("contrast", ImageEnhance.Contrast),
+        ("saturation", ImageEnhance.Color),
+        ("sharpness", ImageEnhance.Sharpness),
+    ],
+)
 def test_enhance_vs_pil(name, enh, photos):
     factors = [0.25, 0.7, 1.8, 5.0] if name != "sharpness" else [1.0, 2.5, 12.0, 30.0]
     y = T.get(name).apply(_t(photos), factors)
@@ -300,8 +338,10 @@ def test_blur_vs_scipy(photos):
     y = T.get("blur").apply(_t(photos).float() / 255, sigmas)
     for j, s in enumerate(sigmas):
         for i, img in enumerate(photos):
-            ref = np.stack([ndi.gaussian_filter(img[..., c].astype(np.float64), s, mode="mirror", truncate=3.0)
-                            for c in range(3)], -1)
+            ref = np.stack(
+                [ndi.gaussian_filter(img[..., c].astype(np.float64), s, mode="mirror", truncate=3.0) for c in range(3)],
+                -1,
+            )
             assert _mae(255 * _hwc(y[i, j]), ref) < 0.01
 
 
@@ -339,7 +379,7 @@ def test_batch_equals_per_image_and_dtypes_agree(name, photos):
     y = t.apply(x, g)
     assert y.shape == (3, g.shape[0], 3, 64, 64) and y.dtype == torch.uint8
     for i in range(3):
-        assert torch.equal(y[i], t.apply(x[i:i + 1], g)[0])
+        assert torch.equal(y[i], t.apply(x[i : i + 1], g)[0])
     yf = t.apply(x.double() / 255, g)
     assert yf.dtype == torch.float64
     # float path vs uint8 path: same maths, only rounding of intermediates differs (sharpness rounds its
@@ -348,7 +388,7 @@ def test_batch_equals_per_image_and_dtypes_agree(name, photos):
 
 
 def test_preprocess_vs_pil_and_small_sizes():
-    img = getattr(skimage_data, "chelsea")()  # 300 x 451
+    img = skimage_data.chelsea()  # 300 x 451
     x = _t(img[None])
     y = T.preprocess(x, resize=256, crop=224)
     assert y.shape == (1, 3, 224, 224) and y.dtype == torch.uint8

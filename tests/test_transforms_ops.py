@@ -1,5 +1,6 @@
 """The compiled batched affine warp (csrc/augment) against its torch reference and a float64 numpy
 bilinear sampler, on fresh random inputs."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Contact sheet and the ``invfast transforms`` command."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,11 +17,11 @@ def test_contact_sheet_rotation_row_shows_exact_90_degrees():
     img = torch.from_numpy(skimage_data.astronaut()).permute(2, 0, 1)
     sheet = T.contact_sheet(img, ["rotation", "hflip"], k=8, tile=48, label=False)
     assert sheet.dtype == np.uint8 and sheet.shape == (2 * 48, 8 * 50, 3)
-    tiles = [sheet[:48, c * 50:c * 50 + 48] for c in range(8)]
+    tiles = [sheet[:48, c * 50 : c * 50 + 48] for c in range(8)]
     assert np.array_equal(tiles[2], np.rot90(tiles[0], 1))  # 90 degrees, counter-clockwise
     assert np.array_equal(tiles[4], np.rot90(tiles[0], 2))
     assert np.array_equal(sheet[48:, 50:98], sheet[48:, :48][:, ::-1])  # hflip
-    assert (sheet[48:, 2 * 50:] == 255).all()  # binary transforms show two tiles
+    assert (sheet[48:, 2 * 50 :] == 255).all()  # binary transforms show two tiles
     with pytest.raises(ValueError, match="valid names"):
         T.contact_sheet(img, ["spin"])
     with pytest.raises(ValueError, match="single image"):

@@ -11,11 +11,25 @@ The function is ``invfast.compare`` (``ivf.compare(results, probes=None)``); thi
 - :mod:`~invfast.comparison.render`: the markdown report and CSV rows;
 - :mod:`~invfast.comparison.output`: the output folder; :mod:`~invfast.comparison.cli`: ``invfast compare``.
 """
+
 from invfast.comparison.core import COMPARISON_FORMAT, Comparison, compare
 from invfast.comparison.inputs import Row, load_result
+from invfast.comparison.output import write_comparison
 from invfast.comparison.paired import PairedTest, holm, paired_t, signed_rank
 from invfast.comparison.transfer import TransferScores, correlate, probe_score
-from invfast.comparison.output import write_comparison
 
-__all__ = ["COMPARISON_FORMAT", "Comparison", "PairedTest", "Row", "TransferScores", "compare", "correlate", "holm",
-           "load_result", "paired_t", "probe_score", "signed_rank", "write_comparison"]
+__all__ = [
+    "COMPARISON_FORMAT",
+    "Comparison",
+    "PairedTest",
+    "Row",
+    "TransferScores",
+    "compare",
+    "correlate",
+    "holm",
+    "load_result",
+    "paired_t",
+    "probe_score",
+    "signed_rank",
+    "write_comparison",
+]

@@ -17,6 +17,7 @@ ranks, the significance matrices and, with ``--probes``, which invariance predic
 ``invfast probe --json`` for MODEL (a row label, or a model with one row) on a task you name; the
 score is the best cross-validated one (accuracy, or R² for regression).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -28,25 +29,45 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n\n", 1)[1]
-    parser.add_argument("runs", nargs="+", metavar="RUN",
-                        help="invfast measure output folders or result.json files; LABEL=RUN sets the row label")
+    parser.add_argument(
+        "runs",
+        nargs="+",
+        metavar="RUN",
+        help="invfast measure output folders or result.json files; LABEL=RUN sets the row label",
+    )
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--probes", nargs="+", metavar="SPEC", default=None,
-                        help="downstream scores: MODEL:TASK=probe.json (invfast probe --json), or a JSON "
-                             "{\"tasks\": {TASK: {MODEL: score}}, \"higher_is_better\": {TASK: bool}}")
-    parser.add_argument("--allow-mismatch", action="store_true",
-                        help="compare runs that differ in transforms, grid, protocol or images (recorded in the "
-                             "report)")
-    parser.add_argument("--layers", choices=("all", "last"), default="all",
-                        help="per-layer runs: one row per layer (all, default) or the deepest only (last)")
-    parser.add_argument("--test", choices=("t", "wilcoxon"), default="t",
-                        help="primary paired test for the marks: paired t (default) or Wilcoxon signed-rank")
+    parser.add_argument(
+        "--probes",
+        nargs="+",
+        metavar="SPEC",
+        default=None,
+        help="downstream scores: MODEL:TASK=probe.json (invfast probe --json), or a JSON "
+        '{"tasks": {TASK: {MODEL: score}}, "higher_is_better": {TASK: bool}}',
+    )
+    parser.add_argument(
+        "--allow-mismatch",
+        action="store_true",
+        help="compare runs that differ in transforms, grid, protocol or images (recorded in the report)",
+    )
+    parser.add_argument(
+        "--layers",
+        choices=("all", "last"),
+        default="all",
+        help="per-layer runs: one row per layer (all, default) or the deepest only (last)",
+    )
+    parser.add_argument(
+        "--test",
+        choices=("t", "wilcoxon"),
+        default="t",
+        help="primary paired test for the marks: paired t (default) or Wilcoxon signed-rank",
+    )
     parser.add_argument("--alpha", type=float, default=0.05, help="significance level after Holm-Bonferroni (0.05)")
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples of the models (2000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (0)")
     parser.add_argument("--digits", type=int, default=3, help="decimals in the report tables (3)")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace a finished comparison in --out (once the new one is complete)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a finished comparison in --out (once the new one is complete)"
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG pictures")
 
 
@@ -78,19 +99,30 @@ def run(args: argparse.Namespace) -> int:
         res = load_result(path)
         key = label if label is not None else res.model
         if key in results:
-            raise ValueError(f"two runs are both labelled {key!r} ({path!r} and an earlier one); name them with "
-                             "LABEL=RUN")
+            raise ValueError(
+                f"two runs are both labelled {key!r} ({path!r} and an earlier one); name them with LABEL=RUN"
+            )
         results[key] = (res, path)
-    cmp = compare({k: r for k, (r, _) in results.items()}, probes=args.probes, layers=args.layers,
-                  allow_mismatch=args.allow_mismatch, test=args.test, alpha=args.alpha, n_boot=args.bootstrap,
-                  seed=args.seed)
+    cmp = compare(
+        {k: r for k, (r, _) in results.items()},
+        probes=args.probes,
+        layers=args.layers,
+        allow_mismatch=args.allow_mismatch,
+        test=args.test,
+        alpha=args.alpha,
+        n_boot=args.bootstrap,
+        seed=args.seed,
+    )
     sources = {k: os.path.abspath(p) for k, (_, p) in results.items()}
     cmp.rows = [dataclasses.replace(r, source=sources.get(r.model)) for r in cmp.rows]
     written = write_comparison(cmp, args.out, overwrite=args.overwrite, plots=not args.no_plots, digits=args.digits)
     text = cmp.to_markdown(digits=args.digits)
     print(text.split("\n## Paired significance")[0].rstrip())
     if cmp.mismatch["differences"]:
-        print(f"invfast compare: compared despite {len(cmp.mismatch['differences'])} difference(s) between the runs "
-              "(--allow-mismatch); they are listed in report.md", file=sys.stderr)
+        print(
+            f"invfast compare: compared despite {len(cmp.mismatch['differences'])} difference(s) between the runs "
+            "(--allow-mismatch); they are listed in report.md",
+            file=sys.stderr,
+        )
     print(f"wrote {args.out}/ ({len(cmp.rows)} rows; {', '.join(written)})", file=sys.stderr)
     return 0

@@ -1,5 +1,6 @@
 """``invfast.compare``: models and layers side by side, paired significance and which invariance
 predicts transfer, as one :class:`Comparison` (tables, JSON, pictures)."""
+
 from __future__ import annotations
 
 import json
@@ -10,8 +11,13 @@ from typing import Any
 from invfast.comparison.inputs import Row, as_rows, check_comparable, setting_notes
 from invfast.comparison.paired import Paired, check_test, paired_tests
 from invfast.comparison.table import METRICS, Table, check_metric
-from invfast.comparison.transfer import (Transfer, as_transfer_scores, check_bootstrap, resolve_labels,
-                                         transfer_correlations)
+from invfast.comparison.transfer import (
+    Transfer,
+    as_transfer_scores,
+    check_bootstrap,
+    resolve_labels,
+    transfer_correlations,
+)
 
 COMPARISON_FORMAT = "invfast.comparison/1"
 PLOTS = ("radar", "heatmap", "significance", "correlation")
@@ -77,9 +83,16 @@ class Comparison:
 
     # --------------------------------------------------------------------------------------------- JSON
     def to_dict(self) -> dict[str, Any]:
-        return {"format": COMPARISON_FORMAT, "rows": [r.to_dict() for r in self.rows], "images": self.images,
-                "mismatch": self.mismatch, "notes": self.notes, "table": self.table.to_dict(),
-                "paired": self.paired.to_dict(), "transfer": None if self.transfer is None else self.transfer.to_dict()}
+        return {
+            "format": COMPARISON_FORMAT,
+            "rows": [r.to_dict() for r in self.rows],
+            "images": self.images,
+            "mismatch": self.mismatch,
+            "notes": self.notes,
+            "table": self.table.to_dict(),
+            "paired": self.paired.to_dict(),
+            "transfer": None if self.transfer is None else self.transfer.to_dict(),
+        }
 
     def to_json(self, path: str | os.PathLike | None = None, indent: int | None = 1) -> str:
         """Strict JSON (no NaN) of everything; written atomically to ``path`` when given."""
@@ -91,18 +104,22 @@ class Comparison:
         return text
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Comparison":
+    def from_dict(cls, d: dict[str, Any]) -> Comparison:
         if not isinstance(d, dict) or d.get("format") != COMPARISON_FORMAT:
             got = d.get("format") if isinstance(d, dict) else type(d).__name__
             raise ValueError(f"not an invfast comparison (format {got!r}, expected {COMPARISON_FORMAT!r})")
-        return cls(rows=[Row.from_dict(r) for r in d["rows"]], table=Table.from_dict(d["table"]),
-                   paired=Paired.from_dict(d["paired"]),
-                   transfer=None if d.get("transfer") is None else Transfer.from_dict(d["transfer"]),
-                   mismatch=d.get("mismatch", {"allowed": False, "differences": []}), notes=list(d.get("notes", [])),
-                   images=list(d.get("images", [])))
+        return cls(
+            rows=[Row.from_dict(r) for r in d["rows"]],
+            table=Table.from_dict(d["table"]),
+            paired=Paired.from_dict(d["paired"]),
+            transfer=None if d.get("transfer") is None else Transfer.from_dict(d["transfer"]),
+            mismatch=d.get("mismatch", {"allowed": False, "differences": []}),
+            notes=list(d.get("notes", [])),
+            images=list(d.get("images", [])),
+        )
 
     @classmethod
-    def from_json(cls, text_or_path: str | os.PathLike) -> "Comparison":
+    def from_json(cls, text_or_path: str | os.PathLike) -> Comparison:
         """A comparison from its JSON text, or from a file (``results.json`` of ``invfast compare``)."""
         s = os.fspath(text_or_path)
         if not s.lstrip().startswith("{"):
@@ -125,18 +142,26 @@ class Comparison:
         if kind == "significance":
             name = "paired t-test" if self.paired.test == "t" else "Wilcoxon signed-rank"
             return report.plot_significance_matrix(
-                self.paired.matrix(metric, self.labels), self.labels, tested=self.paired.tested(metric, self.labels),
-                title=f"significantly more invariant ({metric}; {name}, Holm, α = {self.paired.alpha:g})", path=path)
+                self.paired.matrix(metric, self.labels),
+                self.labels,
+                tested=self.paired.tested(metric, self.labels),
+                title=f"significantly more invariant ({metric}; {name}, Holm, α = {self.paired.alpha:g})",
+                path=path,
+            )
         if kind == "correlation":
             if self.transfer is None:
                 raise ValueError("the correlation picture needs probe scores: compare(results, probes=...)")
             cols = self.table.column_names
             names = [n for n, _ in self.table.columns] + [f"{f} (mean)" for f in self.table.families]
             return report.plot_correlation(
-                self.transfer.matrix(metric, cols), names, list(self.transfer.scores.tasks),
+                self.transfer.matrix(metric, cols),
+                names,
+                list(self.transfer.scores.tasks),
                 marks=self.transfer.marks(metric, cols),
                 title=f"Spearman ρ across models: invariance ({'cosine' if metric == 'cosine' else '−distance'}) "
-                      "vs task score", path=path)
+                "vs task score",
+                path=path,
+            )
         raise ValueError(f"kind must be one of {PLOTS}, got {kind!r}")
 
     def _as_results(self) -> list[Any]:
@@ -149,8 +174,13 @@ class Comparison:
             for j, (name, fam) in enumerate(self.table.columns):
                 d, c = (float(self.table.values[m][i, j]) for m in ("distance", "cosine"))
                 if d == d or c == c:  # not both NaN: the row measured it
-                    trs[name] = TransformResult(name=name, family=fam, mean_distance=None if d != d else d,
-                                                mean_cosine=None if c != c else c, n_images=0)
+                    trs[name] = TransformResult(
+                        name=name,
+                        family=fam,
+                        mean_distance=None if d != d else d,
+                        mean_cosine=None if c != c else c,
+                        n_images=0,
+                    )
             out.append(InvarianceResult(model=lab, transforms=trs, n_images=0))
         return out
 
@@ -159,8 +189,18 @@ class Comparison:
         return f"Comparison(rows={self.labels}, transforms={[n for n, _ in self.table.columns]}{tr})"
 
 
-def compare(results: Any, probes: Any = None, *, layers: str = "all", allow_mismatch: bool = False,
-            test: str = "t", alpha: float = 0.05, n_boot: int = 2000, seed: int = 0, level: float = 0.95) -> Comparison:
+def compare(
+    results: Any,
+    probes: Any = None,
+    *,
+    layers: str = "all",
+    allow_mismatch: bool = False,
+    test: str = "t",
+    alpha: float = 0.05,
+    n_boot: int = 2000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> Comparison:
     """Models (or layers) side by side: Table 1 with best marks and ranks, paired significance between
     every two rows per transform, and (with ``probes``) which invariance predicts transfer.
 
@@ -203,9 +243,15 @@ def compare(results: Any, probes: Any = None, *, layers: str = "all", allow_mism
             seen.add(key)
             images.append({"id": im.get("id"), "n": im.get("n"), "rows": []})
         next(x for x in images if (x["id"], x["n"]) == key)["rows"].append(r.label)
-    return Comparison(rows=rows, table=table, paired=paired, transfer=transfer,
-                      mismatch={"allowed": bool(allow_mismatch), "differences": diffs}, notes=setting_notes(rows),
-                      images=images)
+    return Comparison(
+        rows=rows,
+        table=table,
+        paired=paired,
+        transfer=transfer,
+        mismatch={"allowed": bool(allow_mismatch), "differences": diffs},
+        notes=setting_notes(rows),
+        images=images,
+    )
 
 
 __all__ = ["Comparison", "compare", "METRICS"]

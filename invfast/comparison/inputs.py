@@ -6,11 +6,13 @@ same protocol (and protocol seed), on the same image set: the image identity and
 ``measure`` in ``meta['images']``. A run whose result holds several layers contributes one row per
 layer, labelled ``model [layer]``; all its rows share its images and settings.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
@@ -40,7 +42,7 @@ class Row:
         return {"label": self.label, "model": self.model, "layer": self.layer, "run": self.run, "source": self.source}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Row":
+    def from_dict(cls, d: dict[str, Any]) -> Row:
         return cls(label=d["label"], model=d["model"], layer=d.get("layer"), run=int(d["run"]), source=d.get("source"))
 
 
@@ -96,8 +98,9 @@ def as_rows(results: Any, *, layers: str = "all") -> list[Row]:
     elif isinstance(results, Sequence):
         items = [(None, v) for v in results]
     else:
-        raise TypeError(f"results must be a sequence of results/paths or a mapping label -> result, got "
-                        f"{type(results).__name__}")
+        raise TypeError(
+            f"results must be a sequence of results/paths or a mapping label -> result, got {type(results).__name__}"
+        )
     rows: list[Row] = []
     for run, (label, item) in enumerate(items):
         res, source = _one(item, f"results[{run}]")
@@ -112,8 +115,10 @@ def as_rows(results: Any, *, layers: str = "all") -> list[Row]:
     seen: dict[str, int] = {}
     for r in rows:
         if r.label in seen:
-            raise ValueError(f"two runs are both labelled {r.label!r}; give each a distinct name (LABEL=PATH on the "
-                             "command line, a mapping label -> result in Python, or measure with --name)")
+            raise ValueError(
+                f"two runs are both labelled {r.label!r}; give each a distinct name (LABEL=PATH on the "
+                "command line, a mapping label -> result in Python, or measure with --name)"
+            )
         seen[r.label] = r.run
     return rows
 
@@ -141,8 +146,12 @@ def _run_fields(res: InvarianceResult) -> dict[str, Any]:
 
 def _same(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
-        return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape
-                and bool(torch.equal(a.double(), b.double())))
+        return (
+            isinstance(a, torch.Tensor)
+            and isinstance(b, torch.Tensor)
+            and a.shape == b.shape
+            and bool(torch.equal(a.double(), b.double()))
+        )
     return a == b
 
 
@@ -172,9 +181,17 @@ def differences(rows: Sequence[Row]) -> list[dict[str, Any]]:
     out = []
     for r in runs.values():
         if fields[r.run]["images.id"] == _UNRECORDED:
-            out.append({"field": "images.id", "a": r.label, "b": r.label, "a_value": _UNRECORDED,
-                        "b_value": _UNRECORDED, "message": f"{r.label!r} has no recorded image identity "
-                        "(meta['images']), so its images cannot be matched with the other runs'"})
+            out.append(
+                {
+                    "field": "images.id",
+                    "a": r.label,
+                    "b": r.label,
+                    "a_value": _UNRECORDED,
+                    "b_value": _UNRECORDED,
+                    "message": f"{r.label!r} has no recorded image identity "
+                    "(meta['images']), so its images cannot be matched with the other runs'",
+                }
+            )
     ref = fields[first.run]
     for other in others:
         got = fields[other.run]
@@ -184,8 +201,16 @@ def differences(rows: Sequence[Row]) -> list[dict[str, Any]]:
                 continue  # a transform one run lacks: reported once under 'transforms'
             if (k == "images.id" and _UNRECORDED in (av, bv)) or _same(av, bv):  # unrecorded: reported above
                 continue
-            out.append({"field": k, "a": first.label, "b": other.label, "a_value": _show(av), "b_value": _show(bv),
-                        "message": f"{k} differs: {first.label!r} has {_show(av)}, {other.label!r} has {_show(bv)}"})
+            out.append(
+                {
+                    "field": k,
+                    "a": first.label,
+                    "b": other.label,
+                    "a_value": _show(av),
+                    "b_value": _show(bv),
+                    "message": f"{k} differs: {first.label!r} has {_show(av)}, {other.label!r} has {_show(bv)}",
+                }
+            )
     return out
 
 
@@ -195,9 +220,11 @@ def check_comparable(rows: Sequence[Row], *, allow_mismatch: bool = False) -> li
     diffs = differences(rows)
     if diffs and not allow_mismatch:
         more = f" (and {len(diffs) - 1} more difference(s))" if len(diffs) > 1 else ""
-        raise ValueError(f"runs are not comparable: {diffs[0]['message']}{more}; compare runs of the same transforms, "
-                         "grid, protocol and images, or pass --allow-mismatch (allow_mismatch=True) to compare them "
-                         "anyway, recorded in the output")
+        raise ValueError(
+            f"runs are not comparable: {diffs[0]['message']}{more}; compare runs of the same transforms, "
+            "grid, protocol and images, or pass --allow-mismatch (allow_mismatch=True) to compare them "
+            "anyway, recorded in the output"
+        )
     return diffs
 
 

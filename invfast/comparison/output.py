@@ -5,11 +5,13 @@ lock every file is first written into a staging folder inside ``out`` and swappe
 complete; a folder of the user's files or of another command's run is refused, symbolic links inside it
 are refused, and only files the run marker lists are ever replaced or deleted.
 """
+
 from __future__ import annotations
 
 import os
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from invfast.run_folder import RunFolder
 
@@ -27,8 +29,7 @@ def check_out(out: str | os.PathLike, overwrite: bool) -> None:
     run_folder(out, overwrite).check()
 
 
-def write_report_folder(out: str | os.PathLike, writers: dict[str, Callable[[str], Any]], *,
-                        overwrite: bool) -> None:
+def write_report_folder(out: str | os.PathLike, writers: dict[str, Callable[[str], Any]], *, overwrite: bool) -> None:
     """Write one report into ``out``: ``writers`` maps each file name (``results.json`` among them, and only
     names in ``REPORT_FILES``) -> a function writing that file at the path it is given. The old report stays
     whole until every new file is written; then the new files replace it (see :meth:`RunFolder.commit`)."""
@@ -52,8 +53,9 @@ def _plottable() -> bool:
     return True
 
 
-def write_comparison(comparison: Any, out: str | os.PathLike, *, overwrite: bool = False, plots: bool = True,
-                     digits: int = 3) -> list[str]:
+def write_comparison(
+    comparison: Any, out: str | os.PathLike, *, overwrite: bool = False, plots: bool = True, digits: int = 3
+) -> list[str]:
     """Write ``comparison``'s report into ``out`` (see the module docstring); returns the files written."""
     from invfast.io import atomic_write_text
 

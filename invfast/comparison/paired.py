@@ -16,12 +16,14 @@ p ≤ α. The direction (which row is more invariant) is the sign of the mean di
 and of R⁺ − R⁻ (the signed-rank sums) for Wilcoxon, with cosine higher = more invariant and distance
 lower = more invariant.
 """
+
 from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -107,14 +109,21 @@ class PairedTest:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: (None if isinstance(v, float) and math.isnan(v) else
-                    (str(v) if isinstance(v, float) and math.isinf(v) else v)) for k, v in asdict(self).items()}
+        return {
+            k: (
+                None
+                if isinstance(v, float) and math.isnan(v)
+                else (str(v) if isinstance(v, float) and math.isinf(v) else v)
+            )
+            for k, v in asdict(self).items()
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "PairedTest":
+    def from_dict(cls, d: dict[str, Any]) -> PairedTest:
         names = {f.name for f in fields(cls)}
-        kw: dict[str, Any] = {k: (float(v) if k == "t" and isinstance(v, str) else v)
-                              for k, v in d.items() if k in names}
+        kw: dict[str, Any] = {
+            k: (float(v) if k == "t" and isinstance(v, str) else v) for k, v in d.items() if k in names
+        }
         return cls(**kw)
 
 
@@ -128,8 +137,11 @@ class Paired:
 
     def of(self, metric: str, transform: str | None = None) -> list[PairedTest]:
         """The tests of ``metric`` (and ``transform``) that ran."""
-        return [t for t in self.tests if t.metric == metric and t.reason is None
-                and (transform is None or t.transform == transform)]
+        return [
+            t
+            for t in self.tests
+            if t.metric == metric and t.reason is None and (transform is None or t.transform == transform)
+        ]
 
     def beats(self, metric: str, transform: str) -> dict[str, list[str]]:
         """Row label -> the rows it is significantly more invariant than on ``transform``."""
@@ -164,7 +176,7 @@ class Paired:
         return {"test": self.test, "alpha": self.alpha, "tests": [t.to_dict() for t in self.tests]}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Paired":
+    def from_dict(cls, d: dict[str, Any]) -> Paired:
         return cls([PairedTest.from_dict(t) for t in d["tests"]], test=d["test"], alpha=float(d["alpha"]))
 
 
@@ -189,8 +201,15 @@ def _score_pair(rec: dict[str, Any], va: np.ndarray | None, vb: np.ndarray | Non
     a, b = va[keep], vb[keep]
     md, t, pt = paired_t(a, b)
     w, pw, dw = signed_rank(a, b)
-    rec.update(mean_diff=md, t=t, p_t=pt, wilcoxon=w, p_wilcoxon=pw,
-               direction_t=int(np.sign(md)) * sign, direction_wilcoxon=dw * sign)
+    rec.update(
+        mean_diff=md,
+        t=t,
+        p_t=pt,
+        wilcoxon=w,
+        p_wilcoxon=pw,
+        direction_t=int(np.sign(md)) * sign,
+        direction_wilcoxon=dw * sign,
+    )
     return None
 
 

@@ -1,4 +1,5 @@
 """A comparison as text: the markdown report and long-format rows (CSV, data frames)."""
+
 from __future__ import annotations
 
 import csv
@@ -14,10 +15,12 @@ from invfast.comparison.transfer import MIN_MODELS_MARK, Transfer
 #: ``c`` below is an :class:`invfast.comparison.Comparison` (not imported: core imports this module)
 
 ROW_KINDS = ("table", "tests", "transfer")
-_PICTURES = {"radar": "radar chart of the rows per family (standardised cosine)",
-             "heatmap": "rows × transforms (standardised cosine)",
-             "significance": "how often each row is significantly more invariant than each other (cosine)",
-             "correlation": "which invariance predicts transfer (Spearman ρ, cosine)"}
+_PICTURES = {
+    "radar": "radar chart of the rows per family (standardised cosine)",
+    "heatmap": "rows × transforms (standardised cosine)",
+    "significance": "how often each row is significantly more invariant than each other (cosine)",
+    "correlation": "which invariance predicts transfer (Spearman ρ, cosine)",
+}
 
 
 def letter(i: int) -> str:
@@ -41,8 +44,12 @@ def _test_name(test: str) -> str:
 
 
 def _header(c: Any) -> list[str]:
-    out = [f"# Comparison of {len(c.rows)} rows on {len(c.table.columns)} transforms", "",
-           "| | row | model | layer | source |", "|---|---|---|---|---|"]
+    out = [
+        f"# Comparison of {len(c.rows)} rows on {len(c.table.columns)} transforms",
+        "",
+        "| | row | model | layer | source |",
+        "|---|---|---|---|---|",
+    ]
     for i, r in enumerate(c.rows):
         out.append(f"| {letter(i)} | {r.label} | {r.model} | {r.layer or '–'} | {r.source or '(in memory)'} |")
     out.append("")
@@ -53,8 +60,10 @@ def _header(c: Any) -> list[str]:
     else:
         im = c.images[0] if c.images else {}
         ident = (im.get("id") or "")[:12]
-        out.append(f"The runs are comparable: the same {len(c.table.columns)} transforms and grids, the same "
-                   f"protocol, the same {im.get('n')} images (identity {ident}…).")
+        out.append(
+            f"The runs are comparable: the same {len(c.table.columns)} transforms and grids, the same "
+            f"protocol, the same {im.get('n')} images (identity {ident}…)."
+        )
         out.append("")
     if c.notes:
         out.append("Settings that differ between the runs (allowed, but worth knowing): " + "; ".join(c.notes) + ".")
@@ -69,8 +78,13 @@ def _metric_block(c: Any, metric: str, digits: int) -> list[str]:
     vals, ranks, best, mean_rank = t.all_values(metric), t.ranks(metric), t.best(metric), t.mean_rank(metric)
     pos = {lab: i for i, lab in enumerate(c.labels)}
     out = [f"## {HEADINGS[metric][0].upper() + HEADINGS[metric][1:]}", ""]
-    out.append("| | model | " + " | ".join(names[:n_tr]) + " | " + " | ".join(f"*{f}*" for f in names[n_tr:])
-               + " | mean rank |")
+    out.append(
+        "| | model | "
+        + " | ".join(names[:n_tr])
+        + " | "
+        + " | ".join(f"*{f}*" for f in names[n_tr:])
+        + " | mean rank |"
+    )
     out.append("|---|---|" + "---:|" * (len(names) + 1))
     fam_row, prev = [], None
     for _, fam in t.columns:
@@ -90,47 +104,80 @@ def _metric_block(c: Any, metric: str, digits: int) -> list[str]:
             cells.append(cell)
         out.append(f"| {letter(i)} | {lab} | " + " | ".join(cells) + f" | {_fmt(mean_rank[i], 1)} |")
     m = len(c.paired.of(metric))
-    out += ["", f"**Bold**: the most invariant row of each column. <sup>b,c</sup>: significantly more invariant than "
-            f"rows b and c on that transform ({_test_name(c.paired.test)} on the per-image values, Holm–Bonferroni "
-            f"across the {m} tests of this table, α = {c.paired.alpha:g}). Family columns: the mean over the "
-            "family's transforms that every row measured (not tested). Mean rank: over the transforms "
-            "(1 = most invariant).", ""]
-    out += ["Ranks (1 = most invariant, ties share the mean rank):", "",
-            "| | model | " + " | ".join(names) + " |", "|---|---|" + "---:|" * len(names)]
+    out += [
+        "",
+        f"**Bold**: the most invariant row of each column. <sup>b,c</sup>: significantly more invariant than "
+        f"rows b and c on that transform ({_test_name(c.paired.test)} on the per-image values, Holm–Bonferroni "
+        f"across the {m} tests of this table, α = {c.paired.alpha:g}). Family columns: the mean over the "
+        "family's transforms that every row measured (not tested). Mean rank: over the transforms "
+        "(1 = most invariant).",
+        "",
+    ]
+    out += [
+        "Ranks (1 = most invariant, ties share the mean rank):",
+        "",
+        "| | model | " + " | ".join(names) + " |",
+        "|---|---|" + "---:|" * len(names),
+    ]
     for i, lab in enumerate(c.labels):
-        out.append(f"| {letter(i)} | {lab} | " + " | ".join(_fmt(v, 1 if v % 1 else 0) if math.isfinite(v) else "–"
-                                                          for v in ranks[i]) + " |")
+        out.append(
+            f"| {letter(i)} | {lab} | "
+            + " | ".join(_fmt(v, 1 if v % 1 else 0) if math.isfinite(v) else "–" for v in ranks[i])
+            + " |"
+        )
     out.append("")
     return out
 
 
 def _paired_block(c: Any) -> list[str]:
     p = c.paired
-    out = ["## Paired significance", "",
-           f"Entry (row, column) = on how many transforms the row is significantly more invariant than the column "
-           f"({_test_name(p.test)}, Holm–Bonferroni across each metric's table, α = {p.alpha:g}), out of the "
-           "transforms on which the two were tested.", ""]
+    out = [
+        "## Paired significance",
+        "",
+        f"Entry (row, column) = on how many transforms the row is significantly more invariant than the column "
+        f"({_test_name(p.test)}, Holm–Bonferroni across each metric's table, α = {p.alpha:g}), out of the "
+        "transforms on which the two were tested.",
+        "",
+    ]
     for metric in METRICS:
         wins, tested = p.matrix(metric, c.labels), p.tested(metric, c.labels)
-        out += [f"**{metric}**", "", "| more invariant than → | " + " | ".join(letter(j) for j in range(len(c.labels)))
-                + " |", "|---|" + "---:|" * len(c.labels)]
+        out += [
+            f"**{metric}**",
+            "",
+            "| more invariant than → | " + " | ".join(letter(j) for j in range(len(c.labels))) + " |",
+            "|---|" + "---:|" * len(c.labels),
+        ]
         for i, lab in enumerate(c.labels):
-            cells = ["–" if i == j or not tested[i, j] else f"{wins[i, j]}/{tested[i, j]}"
-                     for j in range(len(c.labels))]
+            cells = [
+                "–" if i == j or not tested[i, j] else f"{wins[i, j]}/{tested[i, j]}" for j in range(len(c.labels))
+            ]
             out.append(f"| {letter(i)} {lab} | " + " | ".join(cells) + " |")
         tests = p.of(metric)
         other = "wilcoxon" if p.test == "t" else "t"
         alpha = p.alpha
-        agree = sum((getattr(t, f"p_{p.test}_holm") <= alpha) == (getattr(t, f"p_{other}_holm") <= alpha)
-                    for t in tests)
+        agree = sum(
+            (getattr(t, f"p_{p.test}_holm") <= alpha) == (getattr(t, f"p_{other}_holm") <= alpha) for t in tests
+        )
         dropped = [t.dropped for t in tests]
-        out += ["", f"{len(tests)} tests; the {_test_name(other)} (Holm) reaches the same verdict on {agree} of them"
-                + (f"; images unreadable in one of the two runs were dropped: up to {max(dropped)} per test"
-                   if dropped and max(dropped) else "") + ".", ""]
+        out += [
+            "",
+            f"{len(tests)} tests; the {_test_name(other)} (Holm) reaches the same verdict on {agree} of them"
+            + (
+                f"; images unreadable in one of the two runs were dropped: up to {max(dropped)} per test"
+                if dropped and max(dropped)
+                else ""
+            )
+            + ".",
+            "",
+        ]
     skipped = [t for t in p.tests if t.reason is not None and t.metric == METRICS[0]]
     if skipped:
-        out.append("Not tested: " + "; ".join(f"{t.a} vs {t.b} on {t.transform} ({t.reason})" for t in skipped[:10])
-                   + (f"; and {len(skipped) - 10} more" if len(skipped) > 10 else "") + ".")
+        out.append(
+            "Not tested: "
+            + "; ".join(f"{t.a} vs {t.b} on {t.transform} ({t.reason})" for t in skipped[:10])
+            + (f"; and {len(skipped) - 10} more" if len(skipped) > 10 else "")
+            + "."
+        )
         out.append("")
     return out
 
@@ -153,31 +200,43 @@ def _transfer_block(c: Any, digits: int) -> list[str]:
     if tr is None:
         return []
     tasks = list(tr.scores.tasks)
-    out = ["## Which invariance predicts transfer", "",
-           f"Rank correlation across the rows between invariance (standardised cosine, or the negated Mahalanobis "
-           f"distance: higher = more invariant) and each task's probe score (oriented higher = better): a positive "
-           f"value means the more invariant models transfer better. Spearman ρ and Kendall τ-b with "
-           f"{100 * tr.level:g}% bootstrap intervals over the models ({tr.n_boot} resamples, seed {tr.seed}); * the "
-           f"interval excludes 0 (shown from {MIN_MODELS_MARK} models on: with fewer, the resamples repeat too few "
-           f"models); p: Kendall's test (scipy; exact for small samples without ties), not corrected for the "
-           f"{len(c.table.column_names) * len(tasks)} (column, task) pairs.", "",
-           "Probe scores (↑ higher is better, ↓ lower):", "",
-           "| row | " + " | ".join(f"{k} ({'↑' if tr.scores.higher_is_better.get(k, True) else '↓'})" for k in tasks)
-           + " |",
-           "|---|" + "---:|" * len(tasks)]
+    out = [
+        "## Which invariance predicts transfer",
+        "",
+        f"Rank correlation across the rows between invariance (standardised cosine, or the negated Mahalanobis "
+        f"distance: higher = more invariant) and each task's probe score (oriented higher = better): a positive "
+        f"value means the more invariant models transfer better. Spearman ρ and Kendall τ-b with "
+        f"{100 * tr.level:g}% bootstrap intervals over the models ({tr.n_boot} resamples, seed {tr.seed}); * the "
+        f"interval excludes 0 (shown from {MIN_MODELS_MARK} models on: with fewer, the resamples repeat too few "
+        f"models); p: Kendall's test (scipy; exact for small samples without ties), not corrected for the "
+        f"{len(c.table.column_names) * len(tasks)} (column, task) pairs.",
+        "",
+        "Probe scores (↑ higher is better, ↓ lower):",
+        "",
+        "| row | "
+        + " | ".join(f"{k} ({'↑' if tr.scores.higher_is_better.get(k, True) else '↓'})" for k in tasks)
+        + " |",
+        "|---|" + "---:|" * len(tasks),
+    ]
     for lab in c.labels:
         out.append(f"| {lab} | " + " | ".join(_fmt(tr.scores.tasks[k].get(lab), digits) for k in tasks) + " |")
     out.append("")
     for task in tasks:
         recs = {(r["metric"], r["column"]): r for r in tr.records if r["task"] == task}
-        out += [f"**{task}**", "", "| invariance to | n | ρ (cosine) | τ (cosine) | p | ρ (−distance) | τ (−distance) "
-                "| p |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+        out += [
+            f"**{task}**",
+            "",
+            "| invariance to | n | ρ (cosine) | τ (cosine) | p | ρ (−distance) | τ (−distance) | p |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
         for col in c.table.column_names:
             rc, rd = recs[("cosine", col)], recs[("distance", col)]
             name = col if col not in c.table.families else f"*{col}* (mean)"
-            out.append(f"| {name} | {rc['n']} | {_ci(rc, 'spearman', 2)} | {_ci(rc, 'kendall', 2)} | "
-                       f"{_p(rc['kendall_p'])} | {_ci(rd, 'spearman', 2)} | {_ci(rd, 'kendall', 2)} | "
-                       f"{_p(rd['kendall_p'])} |")
+            out.append(
+                f"| {name} | {rc['n']} | {_ci(rc, 'spearman', 2)} | {_ci(rc, 'kendall', 2)} | "
+                f"{_p(rc['kendall_p'])} | {_ci(rd, 'spearman', 2)} | {_ci(rd, 'kendall', 2)} | "
+                f"{_p(rd['kendall_p'])} |"
+            )
         notes = sorted({r["note"] for r in recs.values() if r.get("note")})
         out += [""] + [f"Note: {n}." for n in notes] + ([""] if notes else [])
     return out
@@ -225,12 +284,21 @@ def long_rows(c: Any, kind: str = "table") -> list[dict[str, Any]]:
             beats = c.paired.beats(metric, col) if j < n_tr else {}
             for i, r in enumerate(c.rows):
                 v, rk = vals[i, j], ranks[i, j]
-                rows.append({"label": r.label, "model": r.model, "layer": r.layer, "column": col,
-                             "kind": "transform" if j < n_tr else "family",
-                             "family": fam_of[col] if j < n_tr else col, "metric": metric,
-                             "value": float(v) if np.isfinite(v) else None,
-                             "rank": float(rk) if np.isfinite(rk) else None,
-                             "best": i in best[j], "more_invariant_than": ";".join(beats.get(r.label, []))})
+                rows.append(
+                    {
+                        "label": r.label,
+                        "model": r.model,
+                        "layer": r.layer,
+                        "column": col,
+                        "kind": "transform" if j < n_tr else "family",
+                        "family": fam_of[col] if j < n_tr else col,
+                        "metric": metric,
+                        "value": float(v) if np.isfinite(v) else None,
+                        "rank": float(rk) if np.isfinite(rk) else None,
+                        "best": i in best[j],
+                        "more_invariant_than": ";".join(beats.get(r.label, [])),
+                    }
+                )
     return rows
 
 

@@ -6,10 +6,12 @@ mean over the family's transforms that every row measured (so family values comp
 ranks are 1 for the most invariant row of a column, ties share the mean of their ranks, and a row
 without a value in a column gets no rank there.
 """
+
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,8 +20,10 @@ from invfast.report.tables import FAMILY_ORDER, ordered_transforms
 METRICS = ("cosine", "distance")
 #: for each metric, whether a higher value means more invariant
 HIGHER_IS_MORE_INVARIANT = {"cosine": True, "distance": False}
-HEADINGS = {"cosine": "standardised cosine similarity (1 = invariant, higher = more invariant)",
-            "distance": "Mahalanobis distance (0 = invariant, lower = more invariant)"}
+HEADINGS = {
+    "cosine": "standardised cosine similarity (1 = invariant, higher = more invariant)",
+    "distance": "Mahalanobis distance (0 = invariant, lower = more invariant)",
+}
 
 
 def check_metric(metric: str) -> str:
@@ -60,7 +64,7 @@ class Table:
     values: dict[str, np.ndarray]
 
     @classmethod
-    def from_results(cls, labels: Sequence[str], results: Sequence[Any]) -> "Table":
+    def from_results(cls, labels: Sequence[str], results: Sequence[Any]) -> Table:
         """The table of ``results`` (InvarianceResult objects, one per label)."""
         cols = ordered_transforms(results)
         vals = {}
@@ -82,8 +86,11 @@ class Table:
 
     def family_members(self, family: str) -> list[int]:
         """Column indices of ``family``'s transforms that every row measured (both metrics)."""
-        return [j for j, (_, f) in enumerate(self.columns) if f == family
-                and all(np.isfinite(self.values[m][:, j]).all() for m in METRICS)]
+        return [
+            j
+            for j, (_, f) in enumerate(self.columns)
+            if f == family and all(np.isfinite(self.values[m][:, j]).all() for m in METRICS)
+        ]
 
     def family_values(self, metric: str) -> np.ndarray:
         """float64 [R, F]: each row's mean ``metric`` over :meth:`family_members` (NaN for an empty family)."""
@@ -130,18 +137,26 @@ class Table:
         def lst(a: np.ndarray) -> list[list[float | None]]:
             return [[None if not np.isfinite(x) else float(x) for x in row] for row in a]
 
-        return {"labels": self.labels, "columns": [list(c) for c in self.columns], "families": self.families,
-                "values": {m: lst(self.values[m]) for m in METRICS},
-                "family_values": {m: lst(self.family_values(m)) for m in METRICS},
-                "family_members": {f: [self.columns[j][0] for j in self.family_members(f)] for f in self.families},
-                "ranks": {m: lst(self.ranks(m)) for m in METRICS},
-                "mean_rank": {m: [None if not np.isfinite(x) else float(x) for x in self.mean_rank(m)]
-                              for m in METRICS},
-                "best": {m: {c: [self.labels[i] for i in b] for c, b in zip(self.column_names, self.best(m))}
-                         for m in METRICS}}
+        return {
+            "labels": self.labels,
+            "columns": [list(c) for c in self.columns],
+            "families": self.families,
+            "values": {m: lst(self.values[m]) for m in METRICS},
+            "family_values": {m: lst(self.family_values(m)) for m in METRICS},
+            "family_members": {f: [self.columns[j][0] for j in self.family_members(f)] for f in self.families},
+            "ranks": {m: lst(self.ranks(m)) for m in METRICS},
+            "mean_rank": {m: [None if not np.isfinite(x) else float(x) for x in self.mean_rank(m)] for m in METRICS},
+            "best": {
+                m: {c: [self.labels[i] for i in b] for c, b in zip(self.column_names, self.best(m))} for m in METRICS
+            },
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Table":
-        vals = {m: np.array([[np.nan if x is None else x for x in row] for row in d["values"][m]], dtype=np.float64)
-                .reshape(len(d["labels"]), len(d["columns"])) for m in METRICS}
+    def from_dict(cls, d: dict[str, Any]) -> Table:
+        vals = {
+            m: np.array(
+                [[np.nan if x is None else x for x in row] for row in d["values"][m]], dtype=np.float64
+            ).reshape(len(d["labels"]), len(d["columns"]))
+            for m in METRICS
+        }
         return cls(list(d["labels"]), [(c[0], c[1]) for c in d["columns"]], vals)

@@ -16,14 +16,16 @@ Probe scores come from ``invfast probe --json`` files (the headline score:
 ``cv_results.mean_test_score[best_index]``, accuracy for classification, R² for regression), or directly as
 numbers.
 """
+
 from __future__ import annotations
 
 import json
 import math
 import os
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,8 +51,9 @@ class TransferScores:
         if not task or not label:
             raise ValueError(f"a probe score needs a model and a task name, got model {label!r}, task {task!r}")
         if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
-            raise ValueError(f"the score of {label!r} on task {task!r} ({source}) must be a finite number, "
-                             f"got {score!r}")
+            raise ValueError(
+                f"the score of {label!r} on task {task!r} ({source}) must be a finite number, got {score!r}"
+            )
         if label in self.tasks.get(task, {}):
             raise ValueError(f"two scores for {label!r} on task {task!r} ({self.sources[task][label]} and {source})")
         self.tasks.setdefault(task, {})[label] = float(score)
@@ -59,13 +62,19 @@ class TransferScores:
             self.higher_is_better[task] = bool(higher_is_better)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tasks": self.tasks, "higher_is_better": {k: self.higher_is_better.get(k, True) for k in self.tasks},
-                "sources": self.sources}
+        return {
+            "tasks": self.tasks,
+            "higher_is_better": {k: self.higher_is_better.get(k, True) for k in self.tasks},
+            "sources": self.sources,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TransferScores":
-        return cls({k: dict(v) for k, v in d["tasks"].items()}, dict(d.get("higher_is_better", {})),
-                   {k: dict(v) for k, v in d.get("sources", {}).items()})
+    def from_dict(cls, d: dict[str, Any]) -> TransferScores:
+        return cls(
+            {k: dict(v) for k, v in d["tasks"].items()},
+            dict(d.get("higher_is_better", {})),
+            {k: dict(v) for k, v in d.get("sources", {}).items()},
+        )
 
 
 def probe_score(doc: Any, where: str) -> float:
@@ -74,8 +83,9 @@ def probe_score(doc: Any, where: str) -> float:
         b = doc["best_index"]
         score = doc["cv_results"]["mean_test_score"][b]
     except (KeyError, IndexError, TypeError):
-        raise ValueError(f"{where} is not an 'invfast probe --json' file (it needs best_index and "
-                         "cv_results.mean_test_score)") from None
+        raise ValueError(
+            f"{where} is not an 'invfast probe --json' file (it needs best_index and cv_results.mean_test_score)"
+        ) from None
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
         raise ValueError(f"{where}: the best probe score is not a finite number ({score!r})")
     return float(score)
@@ -104,9 +114,11 @@ def _value(v: Any, where: str) -> tuple[float, str]:
 def _aggregate(doc: Any, scores: TransferScores, where: str) -> None:
     """``{"tasks": {TASK: {MODEL: score}}, "higher_is_better": {TASK: bool} | bool}``."""
     if not isinstance(doc, Mapping) or not isinstance(doc.get("tasks"), Mapping):
-        raise ValueError(f"{where} must hold {{\"tasks\": {{TASK: {{MODEL: score}}}}}} (optionally "
-                         "\"higher_is_better\": {TASK: true|false}); for one 'invfast probe --json' file use "
-                         "MODEL:TASK=FILE")
+        raise ValueError(
+            f'{where} must hold {{"tasks": {{TASK: {{MODEL: score}}}}}} (optionally '
+            "\"higher_is_better\": {TASK: true|false}); for one 'invfast probe --json' file use "
+            "MODEL:TASK=FILE"
+        )
     hib = doc.get("higher_is_better", {})
     for task, per in doc["tasks"].items():
         if not isinstance(per, Mapping):
@@ -128,8 +140,10 @@ def parse_probe_spec(spec: str, scores: TransferScores) -> None:
     left, _, path = spec.partition("=")
     label, colon, task = left.rpartition(":")
     if not colon or not label.strip() or not task.strip() or not path:
-        raise ValueError(f"--probes {spec!r}: expected MODEL:TASK=probe.json (or the path of a JSON "
-                         "{\"tasks\": {TASK: {MODEL: score}}})")
+        raise ValueError(
+            f"--probes {spec!r}: expected MODEL:TASK=probe.json (or the path of a JSON "
+            '{"tasks": {TASK: {MODEL: score}}})'
+        )
     val, src = _value(path, spec)
     scores.add(task.strip(), label.strip(), val, src)
 
@@ -149,8 +163,10 @@ def as_transfer_scores(probes: Any) -> TransferScores:
         for p in probes:
             parse_probe_spec(os.fspath(p), scores)
     else:
-        raise TypeError(f"probes must be a mapping {{TASK: {{MODEL: score}}}}, MODEL:TASK=FILE strings or a JSON path, "
-                        f"got {type(probes).__name__}")
+        raise TypeError(
+            f"probes must be a mapping {{TASK: {{MODEL: score}}}}, MODEL:TASK=FILE strings or a JSON path, "
+            f"got {type(probes).__name__}"
+        )
     if not scores.tasks:
         raise ValueError("probes holds no scores")
     return scores
@@ -167,11 +183,15 @@ def resolve_labels(scores: TransferScores, labels: Sequence[str], models: Mappin
             elif key in models and len(models[key]) == 1:
                 label = models[key][0]
             elif key in models:
-                raise ValueError(f"probe score of {key!r} on task {task!r} is ambiguous: {key!r} has the rows "
-                                 f"{', '.join(map(repr, models[key]))}; name the row")
+                raise ValueError(
+                    f"probe score of {key!r} on task {task!r} is ambiguous: {key!r} has the rows "
+                    f"{', '.join(map(repr, models[key]))}; name the row"
+                )
             else:
-                raise ValueError(f"unknown model {key!r} in the probe scores (task {task!r}); the compared rows are "
-                                 f"{', '.join(map(repr, labels))}")
+                raise ValueError(
+                    f"unknown model {key!r} in the probe scores (task {task!r}); the compared rows are "
+                    f"{', '.join(map(repr, labels))}"
+                )
             out.add(task, label, v, scores.sources[task][key])
     return out
 
@@ -200,11 +220,11 @@ def kendall_rows(x: np.ndarray, y: np.ndarray, block: int = 1 << 22) -> np.ndarr
     out = np.empty(b)
     step = max(1, block // max(1, n * n))
     for s in range(0, b, step):
-        sx = np.sign(x[s:s + step, :, None] - x[s:s + step, None, :])[:, iu[0], iu[1]]
-        sy = np.sign(y[s:s + step, :, None] - y[s:s + step, None, :])[:, iu[0], iu[1]]
+        sx = np.sign(x[s : s + step, :, None] - x[s : s + step, None, :])[:, iu[0], iu[1]]
+        sy = np.sign(y[s : s + step, :, None] - y[s : s + step, None, :])[:, iu[0], iu[1]]
         den = np.sqrt((n0 - (sx == 0).sum(1)) * (n0 - (sy == 0).sum(1)))
         with np.errstate(invalid="ignore", divide="ignore"):
-            out[s:s + step] = np.where(den > 0, (sx * sy).sum(1) / np.where(den > 0, den, 1.0), np.nan)
+            out[s : s + step] = np.where(den > 0, (sx * sy).sum(1) / np.where(den > 0, den, 1.0), np.nan)
     return out
 
 
@@ -213,8 +233,9 @@ def bootstrap_indices(n: int, n_boot: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
 
 
-def correlate(x: np.ndarray, y: np.ndarray, *, n_boot: int = 2000, seed: int = 0,
-              level: float = 0.95) -> dict[str, Any]:
+def correlate(
+    x: np.ndarray, y: np.ndarray, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> dict[str, Any]:
     """Spearman and Kendall correlation of ``x`` and ``y`` ([n], float64) with bootstrap CIs.
 
     Returns ``n``, ``spearman``, ``spearman_p``, ``spearman_ci`` [lo, hi], the same for ``kendall``,
@@ -225,8 +246,17 @@ def correlate(x: np.ndarray, y: np.ndarray, *, n_boot: int = 2000, seed: int = 0
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
     n = int(x.shape[0])
-    rec: dict[str, Any] = {"n": n, "spearman": None, "spearman_p": None, "spearman_ci": None, "kendall": None,
-                           "kendall_p": None, "kendall_ci": None, "n_boot_valid": 0, "note": None}
+    rec: dict[str, Any] = {
+        "n": n,
+        "spearman": None,
+        "spearman_p": None,
+        "spearman_ci": None,
+        "kendall": None,
+        "kendall_p": None,
+        "kendall_ci": None,
+        "n_boot_valid": 0,
+        "note": None,
+    }
     if n < MIN_MODELS:
         rec["note"] = f"{n} model(s): a rank correlation needs at least {MIN_MODELS}"
         return rec
@@ -236,8 +266,9 @@ def correlate(x: np.ndarray, y: np.ndarray, *, n_boot: int = 2000, seed: int = 0
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         s, k = spearmanr(x, y), kendalltau(x, y)
-    rec.update(spearman=float(s.statistic), spearman_p=float(s.pvalue), kendall=float(k.statistic),
-               kendall_p=float(k.pvalue))
+    rec.update(
+        spearman=float(s.statistic), spearman_p=float(s.pvalue), kendall=float(k.statistic), kendall_p=float(k.pvalue)
+    )
     if n_boot > 0:
         idx = bootstrap_indices(n, n_boot, seed)
         bx, by = x[idx], y[idx]
@@ -298,13 +329,25 @@ class Transfer:
         return m
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scores": self.scores.to_dict(), "n_boot": self.n_boot, "seed": self.seed, "level": self.level,
-                "min_models": MIN_MODELS, "min_models_mark": MIN_MODELS_MARK, "records": self.records}
+        return {
+            "scores": self.scores.to_dict(),
+            "n_boot": self.n_boot,
+            "seed": self.seed,
+            "level": self.level,
+            "min_models": MIN_MODELS,
+            "min_models_mark": MIN_MODELS_MARK,
+            "records": self.records,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Transfer":
-        return cls(TransferScores.from_dict(d["scores"]), list(d["records"]), int(d["n_boot"]), int(d["seed"]),
-                   float(d["level"]))
+    def from_dict(cls, d: dict[str, Any]) -> Transfer:
+        return cls(
+            TransferScores.from_dict(d["scores"]),
+            list(d["records"]),
+            int(d["n_boot"]),
+            int(d["seed"]),
+            float(d["level"]),
+        )
 
 
 def check_bootstrap(n_boot: int, seed: int, level: float) -> None:
@@ -317,8 +360,9 @@ def check_bootstrap(n_boot: int, seed: int, level: float) -> None:
         raise ValueError(f"level must be in (0, 1), got {level!r}")
 
 
-def transfer_correlations(table: Table, scores: TransferScores, *, n_boot: int = 2000, seed: int = 0,
-                          level: float = 0.95) -> Transfer:
+def transfer_correlations(
+    table: Table, scores: TransferScores, *, n_boot: int = 2000, seed: int = 0, level: float = 0.95
+) -> Transfer:
     """Correlate every column of ``table`` (transforms, then families) with every task of ``scores``
     (keyed by row label) across the rows that have both."""
     check_bootstrap(n_boot, seed, level)
@@ -332,8 +376,13 @@ def transfer_correlations(table: Table, scores: TransferScores, *, n_boot: int =
                 rows = [i for i, lab in enumerate(table.labels) if lab in per and np.isfinite(inv[i, j])]
                 x = inv[rows, j]
                 y = np.array([sign * per[table.labels[i]] for i in rows], dtype=np.float64)
-                rec = {"metric": metric, "column": col, "kind": kind, "task": task,
-                       "labels": [table.labels[i] for i in rows]}
+                rec = {
+                    "metric": metric,
+                    "column": col,
+                    "kind": kind,
+                    "task": task,
+                    "labels": [table.labels[i] for i in rows],
+                }
                 rec.update(correlate(x, y, n_boot=n_boot, seed=seed, level=level))
                 records.append(rec)
     return Transfer(scores, records, n_boot=n_boot, seed=seed, level=float(level))

@@ -7,12 +7,47 @@
 
 See docs/data.md.
 """
-from invfast.data.sources import (IMAGE_EXTENSIONS, SYNTHETIC_DEFAULTS, ArraySource, DatasetSource, DecodeErrors,
-                                  FolderSource, ImageDecodeError, ImageSource, Source, SyntheticSource, SyntheticSpec,
-                                  TensorSource, as_source, decode_image, heldout_source, heldout_split, open_source,
-                                  parse_synthetic_spec, synthetic_source)
 
-__all__ = ["IMAGE_EXTENSIONS", "SYNTHETIC_DEFAULTS", "ArraySource", "DatasetSource", "DecodeErrors", "FolderSource",
-           "ImageDecodeError", "ImageSource", "Source", "SyntheticSource", "SyntheticSpec", "TensorSource",
-           "as_source", "decode_image", "heldout_source", "heldout_split", "open_source", "parse_synthetic_spec",
-           "synthetic_source"]
+from invfast.data.sources import (
+    IMAGE_EXTENSIONS,
+    SYNTHETIC_DEFAULTS,
+    ArraySource,
+    DatasetSource,
+    DecodeErrors,
+    FolderSource,
+    ImageDecodeError,
+    ImageSource,
+    Source,
+    SyntheticSource,
+    SyntheticSpec,
+    TensorSource,
+    as_source,
+    decode_image,
+    heldout_source,
+    heldout_split,
+    open_source,
+    parse_synthetic_spec,
+    synthetic_source,
+)
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "SYNTHETIC_DEFAULTS",
+    "ArraySource",
+    "DatasetSource",
+    "DecodeErrors",
+    "FolderSource",
+    "ImageDecodeError",
+    "ImageSource",
+    "Source",
+    "SyntheticSource",
+    "SyntheticSpec",
+    "TensorSource",
+    "as_source",
+    "decode_image",
+    "heldout_source",
+    "heldout_split",
+    "open_source",
+    "parse_synthetic_spec",
+    "synthetic_source",
+]

@@ -12,13 +12,15 @@ range (0..1 floats scaled by 255, values in 0..255 kept); NaN/Inf or a range tha
 refused (the file counts as unreadable, with the reason). ``native=True`` keeps every image as loaded
 (its own size and aspect): the published evaluation code transforms images so.
 """
+
 from __future__ import annotations
 
 import os
 import threading
 import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -45,9 +47,11 @@ def _to_rgb(im: Any) -> Any:
         if im.mode == "F" and lo >= 0 and hi <= 1:
             a = a * 255.0
         elif lo < 0 or hi > (255 if im.mode == "F" else 65535):
-            raise ValueError(f"{'float' if im.mode == 'F' else '32-bit integer'} image with values in "
-                             f"[{lo:.4g}, {hi:.4g}]: the scale cannot be told (expected 0..1 or 0..255"
-                             f"{'' if im.mode == 'F' else ' or 0..65535'}); convert it to 8-bit")
+            raise ValueError(
+                f"{'float' if im.mode == 'F' else '32-bit integer'} image with values in "
+                f"[{lo:.4g}, {hi:.4g}]: the scale cannot be told (expected 0..1 or 0..255"
+                f"{'' if im.mode == 'F' else ' or 0..65535'}); convert it to 8-bit"
+            )
         elif hi > 255:  # 32-bit integer holding 16-bit values
             a = a / 257.0
         return Image.fromarray(np.clip(np.round(a), 0, 255).astype(np.uint8), mode="L").convert("RGB")
@@ -163,12 +167,26 @@ class FolderSource(Source):
         load_size: deprecated name of ``resize``.
     """
 
-    def __init__(self, root: str | os.PathLike, resize: int | None = None, *, n: int | None = None,
-                 strict: bool = False, extensions: Sequence[str] | None = None, workers: int = 0,
-                 cache: bool = False, load_size: int | None = None, native: bool = False) -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike,
+        resize: int | None = None,
+        *,
+        n: int | None = None,
+        strict: bool = False,
+        extensions: Sequence[str] | None = None,
+        workers: int = 0,
+        cache: bool = False,
+        load_size: int | None = None,
+        native: bool = False,
+    ) -> None:
         if load_size is not None:
-            warnings.warn("FolderSource(load_size=...) is now resize=... (invfast 0.2); load_size will be removed "
-                          "in the next release", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                "FolderSource(load_size=...) is now resize=... (invfast 0.2); load_size will be removed "
+                "in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             if resize is not None and resize != load_size:
                 raise ValueError(f"give resize or load_size, not both (got {resize} and {load_size})")
             resize = load_size
@@ -234,21 +252,28 @@ class FolderSource(Source):
         self.__dict__.update(d)
         self._lock = threading.Lock()
 
-    def _decoded(self, chunks: list[list[int]], pool: bool
-                 ) -> Iterator[tuple[list[int], list[torch.Tensor], list[str]]]:
+    def _decoded(
+        self, chunks: list[list[int]], pool: bool
+    ) -> Iterator[tuple[list[int], list[torch.Tensor], list[str]]]:
         """(indices, images, errors) per chunk, decoded here or (``pool``) by the worker processes."""
         if not pool:
             for c in chunks:
                 yield _collate([self._dataset[i] for i in c])
             return
         if self._loader is None:
-            self._loader = torch.utils.data.DataLoader(self._dataset, batch_sampler=self._requests,
-                                                       num_workers=self.workers, collate_fn=_collate,
-                                                       persistent_workers=True)
+            self._loader = torch.utils.data.DataLoader(
+                self._dataset,
+                batch_sampler=self._requests,
+                num_workers=self.workers,
+                collate_fn=_collate,
+                persistent_workers=True,
+            )
         self._requests.batches = chunks
         yield from self._loader
 
-    def _read(self, index_batches: list[list[int]], pin_memory: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def _read(
+        self, index_batches: list[list[int]], pin_memory: bool = False
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         # the worker pool serves one pass at a time; a call made while a pass is open (another
         # thread, or a load() inside a batches() loop) decodes in this process instead
         pool = self.workers > 0 and self._lock.acquire(blocking=False)
@@ -288,8 +313,9 @@ class FolderSource(Source):
         if self.native:
             return [pin(x) if pin_memory else x for x in imgs]
         # a fresh buffer per batch: an asynchronous upload of the previous one may still be reading it
-        out = torch.zeros(len(imgs), 3, self.resize, self.resize, dtype=torch.uint8, device="cpu",
-                          pin_memory=pin_memory)
+        out = torch.zeros(
+            len(imgs), 3, self.resize, self.resize, dtype=torch.uint8, device="cpu", pin_memory=pin_memory
+        )
         for j, img in enumerate(imgs):
             if ok[j]:
                 out[j] = img
@@ -297,8 +323,10 @@ class FolderSource(Source):
 
     def _bad(self, i: int, err: str) -> None:
         if self.strict:
-            raise ImageDecodeError(f"cannot read {self.files[i]!r} as an image ({err}); "
-                                   "remove it, or run without --strict to skip unreadable files")
+            raise ImageDecodeError(
+                f"cannot read {self.files[i]!r} as an image ({err}); "
+                "remove it, or run without --strict to skip unreadable files"
+            )
         if i not in self._seen_bad:
             self._seen_bad.add(i)
             self.errors.add(self.files[i], err)
@@ -308,8 +336,9 @@ class FolderSource(Source):
         at ``indices``."""
         return next(self._read([_indices(indices, len(self))]))
 
-    def batches(self, index_batches: Iterable[Sequence[int] | torch.Tensor], *,
-                pin_memory: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def batches(
+        self, index_batches: Iterable[Sequence[int] | torch.Tensor], *, pin_memory: bool = False
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``load`` of each batch in order; with workers, later batches decode while earlier ones are
         used (DataLoader prefetch: about two batches ahead). ``pin_memory``: each batch is assembled in
         page-locked memory (CUDA builds of torch), ready for a ``non_blocking`` upload."""
@@ -330,9 +359,14 @@ class FolderSource(Source):
         return h.hexdigest()
 
     def describe(self) -> dict[str, Any]:
-        return {"kind": "folder", "root": os.path.abspath(self.root), "n": len(self),
-                "resize": "native" if self.native else self.resize,
-                "first": os.path.relpath(self.files[0], self.root), "last": os.path.relpath(self.files[-1], self.root)}
+        return {
+            "kind": "folder",
+            "root": os.path.abspath(self.root),
+            "n": len(self),
+            "resize": "native" if self.native else self.resize,
+            "first": os.path.relpath(self.files[0], self.root),
+            "last": os.path.relpath(self.files[-1], self.root),
+        }
 
 
 def _indices(indices: Sequence[int] | torch.Tensor, n: int) -> list[int]:

@@ -15,11 +15,12 @@ and resume from any position and the trainer decides the sampling order (never t
 - ``source.spec``: a string naming the data (recorded in checkpoints and reports);
 - ``source.describe()``: a JSON-able description, used to recognise the same run when resuming.
 """
+
 from __future__ import annotations
 
 import abc
-
-from typing import Any, Iterable, Iterator, Protocol, Sequence, runtime_checkable
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
@@ -57,8 +58,9 @@ def float_scale(images: torch.Tensor, what: str = "images") -> float:
         return 1.0
     if lo >= -1e-3 and hi <= 255 + 1e-3:
         return 255.0
-    raise ValueError(f"{what} are float with values in [{lo:.4g}, {hi:.4g}]: expected 0..1 (or 0..255); rescale "
-                     "them or pass uint8")
+    raise ValueError(
+        f"{what} are float with values in [{lo:.4g}, {hi:.4g}]: expected 0..1 (or 0..255); rescale them or pass uint8"
+    )
 
 
 def to_uint8(images: torch.Tensor) -> torch.Tensor:
@@ -98,12 +100,15 @@ class Source(abc.ABC):
         images, ok = self.load(indices)
         if not bool(ok.all()):
             bad = torch.as_tensor(indices, dtype=torch.long).reshape(-1)[~ok].tolist()
-            raise ImageDecodeError(f"{self.spec}: image(s) {bad[:5]} cannot be read; remove them from the data "
-                                   "(training batches cannot skip images)")
+            raise ImageDecodeError(
+                f"{self.spec}: image(s) {bad[:5]} cannot be read; remove them from the data "
+                "(training batches cannot skip images)"
+            )
         return to_uint8(images)
 
-    def batches(self, index_batches: Iterable[Sequence[int] | torch.Tensor], *,
-                pin_memory: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    def batches(
+        self, index_batches: Iterable[Sequence[int] | torch.Tensor], *, pin_memory: bool = False
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """``load`` of each batch of indices, in order; ``pin_memory``: host images come back
         page-locked (needs a CUDA build of torch), so ``.to(cuda, non_blocking=True)`` is asynchronous."""
         for idx in index_batches:

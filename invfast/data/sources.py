@@ -2,6 +2,7 @@
 :func:`open_source` (the data specs of the command lines: ``synthetic:...``, ``folder:PATH``,
 ``npy:FILE``). The sources themselves live in :mod:`invfast.data.tensors`, :mod:`invfast.data.folder`
 and :mod:`invfast.data.synthetic`; their protocol in :mod:`invfast.data.protocol`."""
+
 from __future__ import annotations
 
 import os
@@ -12,13 +13,27 @@ import torch
 
 from invfast.data.folder import IMAGE_EXTENSIONS, DecodeErrors, FolderSource, decode_image
 from invfast.data.protocol import ImageDecodeError, ImageSource, Source
-from invfast.data.synthetic import (SYNTHETIC_DEFAULTS, SyntheticSource, SyntheticSpec, heldout_split,
-                                    parse_synthetic_spec, synthetic_source)
+from invfast.data.synthetic import (
+    SYNTHETIC_DEFAULTS,
+    SyntheticSource,
+    SyntheticSpec,
+    heldout_split,
+    parse_synthetic_spec,
+    synthetic_source,
+)
 from invfast.data.tensors import ArraySource, DatasetSource, TensorSource
 
 
-def open_source(spec: str | os.PathLike, *, resize: int | None = None, n: int | None = None, strict: bool = False,
-                workers: int = 0, extensions: tuple[str, ...] | None = None, native: bool = False) -> Source:
+def open_source(
+    spec: str | os.PathLike,
+    *,
+    resize: int | None = None,
+    n: int | None = None,
+    strict: bool = False,
+    workers: int = 0,
+    extensions: tuple[str, ...] | None = None,
+    native: bool = False,
+) -> Source:
     """A source from a data spec string.
 
     - ``synthetic:KEY=VALUE,...``: Transforms-2D by index (keys and defaults: :mod:`invfast.data.synthetic`);
@@ -34,21 +49,36 @@ def open_source(spec: str | os.PathLike, *, resize: int | None = None, n: int | 
     if s == "synthetic" or s.startswith("synthetic:"):
         return synthetic_source(s, n=n)
     if s.startswith("npy:"):
-        path = s[len("npy:"):]
+        path = s[len("npy:") :]
         if not os.path.isfile(path):
             raise FileNotFoundError(f"array file {path!r} does not exist")
         arr = np.load(path)
         return ArraySource(arr if n is None else arr[:n], spec=f"npy:{os.path.abspath(path)}")
     if s.startswith("folder:"):
-        s = s[len("folder:"):]
+        s = s[len("folder:") :]
     elif not os.path.isdir(s) and ":" in s and not os.path.exists(s):
         raise ValueError(f"data spec {spec!r} must be 'synthetic:...', 'folder:PATH', 'npy:FILE' or a folder")
-    return FolderSource(s, resize=256 if resize is None else resize, n=n, strict=strict, workers=workers,
-                        extensions=extensions, native=native)
+    return FolderSource(
+        s,
+        resize=256 if resize is None else resize,
+        n=n,
+        strict=strict,
+        workers=workers,
+        extensions=extensions,
+        native=native,
+    )
 
 
-def as_source(data: Any, *, n: int | None = None, resize: int = 256, strict: bool = False, groups: Any = None,
-              workers: int = 0, native: bool = False) -> Any:
+def as_source(
+    data: Any,
+    *,
+    n: int | None = None,
+    resize: int = 256,
+    strict: bool = False,
+    groups: Any = None,
+    workers: int = 0,
+    native: bool = False,
+) -> Any:
     """Turn what the user gave into a source: a source, tensor/array, folder path, a spec string
     (:func:`open_source`), or a map-style dataset. ``n`` keeps the first n images."""
     if hasattr(data, "load") and hasattr(data, "describe") and hasattr(data, "__len__"):
@@ -72,7 +102,24 @@ def heldout_source(spec: str, train: Any) -> Any:
     return train
 
 
-__all__ = ["IMAGE_EXTENSIONS", "SYNTHETIC_DEFAULTS", "ArraySource", "DatasetSource", "DecodeErrors", "FolderSource",
-           "ImageDecodeError", "ImageSource", "Source", "SyntheticSource", "SyntheticSpec", "TensorSource",
-           "as_source", "decode_image", "heldout_source", "heldout_split", "open_source", "parse_synthetic_spec",
-           "synthetic_source"]
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "SYNTHETIC_DEFAULTS",
+    "ArraySource",
+    "DatasetSource",
+    "DecodeErrors",
+    "FolderSource",
+    "ImageDecodeError",
+    "ImageSource",
+    "Source",
+    "SyntheticSource",
+    "SyntheticSpec",
+    "TensorSource",
+    "as_source",
+    "decode_image",
+    "heldout_source",
+    "heldout_split",
+    "open_source",
+    "parse_synthetic_spec",
+    "synthetic_source",
+]

@@ -25,27 +25,38 @@ n=1000, split=test; write those keys to get that data.) Measure held-out images 
 Every value is checked when the spec is parsed (:data:`invfast.synthetic.inputs.LIMITS`), before any
 image is made.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
 from invfast.data.protocol import Source
 
 #: the keys of a ``synthetic:`` spec and their defaults
-SYNTHETIC_DEFAULTS: dict[str, Any] = {"objects": 61, "transforms": "all", "n": 5000, "size": 32, "seed": 0,
-                                      "split": "train", "order": "canonical"}
+SYNTHETIC_DEFAULTS: dict[str, Any] = {
+    "objects": 61,
+    "transforms": "all",
+    "n": 5000,
+    "size": 32,
+    "seed": 0,
+    "split": "train",
+    "order": "canonical",
+}
 _INT_KEYS = ("objects", "n", "size", "seed")
 
 
 def synthetic_help() -> str:
     """One line for a ``--data`` help text: the ``synthetic:`` spec with every key at its code default."""
-    return ("synthetic[:" + ",".join(f"{k}={v}" for k, v in SYNTHETIC_DEFAULTS.items()) + "] (every key optional; "
-            "these are the defaults)")
+    return (
+        "synthetic[:" + ",".join(f"{k}={v}" for k, v in SYNTHETIC_DEFAULTS.items()) + "] (every key optional; "
+        "these are the defaults)"
+    )
 
 
 def _spec_int(key: str, value: Any) -> int:
@@ -89,7 +100,7 @@ class SyntheticSpec:
         if not isinstance(self.order, str) or self.order not in ORDERS:
             raise ValueError(f"synthetic spec order must be one of {', '.join(ORDERS)}, got {self.order!r}")
 
-    def replace(self, **kw: Any) -> "SyntheticSpec":
+    def replace(self, **kw: Any) -> SyntheticSpec:
         return dataclasses.replace(self, **kw)
 
     def to_string(self) -> str:
@@ -99,15 +110,24 @@ class SyntheticSpec:
         names = self.transforms
         assert names is not None  # resolved to names in __post_init__
         t = "all" if set(names) == set(TRANSFORMATIONS) else ("+".join(names) or "none")
-        return (f"synthetic:objects={self.objects},transforms={t},n={self.n},size={self.size},seed={self.seed},"
-                f"split={self.split}" + ("" if self.order == "canonical" else f",order={self.order}"))
+        return (
+            f"synthetic:objects={self.objects},transforms={t},n={self.n},size={self.size},seed={self.seed},"
+            f"split={self.split}" + ("" if self.order == "canonical" else f",order={self.order}")
+        )
 
     def dataset(self) -> Any:
         """The :class:`invfast.synthetic.Transforms2D` data set this spec names."""
         from invfast import synthetic
 
-        return synthetic.Transforms2D(objects=self.objects, transforms=self.transforms, size=self.size, n=self.n,
-                                      seed=self.seed, split=self.split, order=self.order)
+        return synthetic.Transforms2D(
+            objects=self.objects,
+            transforms=self.transforms,
+            size=self.size,
+            n=self.n,
+            seed=self.seed,
+            split=self.split,
+            order=self.order,
+        )
 
 
 def parse_synthetic_spec(spec: str | dict[str, Any] | SyntheticSpec = "") -> SyntheticSpec:
@@ -118,7 +138,7 @@ def parse_synthetic_spec(spec: str | dict[str, Any] | SyntheticSpec = "") -> Syn
     if isinstance(spec, dict):
         items = {str(k): v for k, v in spec.items()}
     elif isinstance(spec, str):
-        text = spec[len("synthetic:"):] if spec.startswith("synthetic:") else ("" if spec == "synthetic" else spec)
+        text = spec[len("synthetic:") :] if spec.startswith("synthetic:") else ("" if spec == "synthetic" else spec)
         items = {}
         for part in filter(None, (p.strip() for p in text.split(","))):
             if "=" not in part:
@@ -140,8 +160,10 @@ def parse_synthetic_spec(spec: str | dict[str, Any] | SyntheticSpec = "") -> Syn
             elif isinstance(v, (list, tuple)):
                 kw[k] = tuple(v)
             else:
-                raise ValueError(f"synthetic spec transforms must be 'all', 'none', names joined by '+' or a list "
-                                 f"of names, got {v!r}")
+                raise ValueError(
+                    f"synthetic spec transforms must be 'all', 'none', names joined by '+' or a list "
+                    f"of names, got {v!r}"
+                )
         else:
             kw[k] = str(v)
     return SyntheticSpec(**kw)
@@ -227,5 +249,12 @@ def heldout_split(spec: str | dict[str, Any] | SyntheticSpec, split: str = "val"
     return SyntheticSource(s.dataset(), spec=f"{_name(spec, s)}#{split}")
 
 
-__all__ = ["SYNTHETIC_DEFAULTS", "SyntheticSource", "SyntheticSpec", "heldout_split", "parse_synthetic_spec",
-           "synthetic_help", "synthetic_source"]
+__all__ = [
+    "SYNTHETIC_DEFAULTS",
+    "SyntheticSource",
+    "SyntheticSpec",
+    "heldout_split",
+    "parse_synthetic_spec",
+    "synthetic_help",
+    "synthetic_source",
+]

@@ -1,8 +1,10 @@
 """Sources over images already in memory: tensors / arrays, and map-style datasets."""
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -15,8 +17,9 @@ class TensorSource(Source):
 
     ``groups``: optional [N] integer group ids (object/scene) for real-world mode."""
 
-    def __init__(self, images: torch.Tensor | np.ndarray, groups: Any = None, name: str = "tensor",
-                 spec: str | None = None) -> None:
+    def __init__(
+        self, images: torch.Tensor | np.ndarray, groups: Any = None, name: str = "tensor", spec: str | None = None
+    ) -> None:
         if isinstance(images, np.ndarray):
             images = torch.from_numpy(np.ascontiguousarray(images))
         if not isinstance(images, torch.Tensor):
@@ -28,8 +31,10 @@ class TensorSource(Source):
         if images.dtype != torch.uint8 and not images.is_floating_point():
             raise TypeError(f"images must be uint8 (0..255) or float (0..1), got {images.dtype}")
         if images.is_floating_point() and float_scale(images, "the images") != 1.0:
-            raise ValueError(f"the images are float with values up to {float(images.max()):.4g}: float images must be "
-                             "in 0..1; divide them by 255 or pass uint8")
+            raise ValueError(
+                f"the images are float with values up to {float(images.max()):.4g}: float images must be "
+                "in 0..1; divide them by 255 or pass uint8"
+            )
         self.images = images
         self.groups = _as_groups(groups, images.shape[0])
         self.name = name
@@ -51,13 +56,19 @@ class TensorSource(Source):
 
         h = hashlib.sha256(f"{tuple(self.images.shape)}:{self.images.dtype}".encode())
         for s in range(0, self.images.shape[0], 256):  # in blocks: bounded host memory for GPU tensors
-            h.update(self.images[s:s + 256].detach().contiguous().cpu().numpy().tobytes())
+            h.update(self.images[s : s + 256].detach().contiguous().cpu().numpy().tobytes())
         return h.hexdigest()
 
     def describe(self) -> dict[str, Any]:
         x = self.images
-        return {"kind": "tensor", "name": self.name, "n": len(self), "shape": list(x.shape[1:]), "dtype": str(x.dtype),
-                "checksum": float(x[:: max(1, x.shape[0] // 64)].double().sum())}
+        return {
+            "kind": "tensor",
+            "name": self.name,
+            "n": len(self),
+            "shape": list(x.shape[1:]),
+            "dtype": str(x.dtype),
+            "checksum": float(x[:: max(1, x.shape[0] // 64)].double().sum()),
+        }
 
 
 class ArraySource(TensorSource):
@@ -81,8 +92,9 @@ class ArraySource(TensorSource):
         if x.is_floating_point():  # 0..1 or already 0..255: read by their range, not clamped
             scale = float_scale(x, f"the images of {spec}")
             if scale == 255.0:
-                warnings.warn(f"{spec}: float images with values up to {float(x.max()):.4g} are read as 0..255",
-                              stacklevel=2)
+                warnings.warn(
+                    f"{spec}: float images with values up to {float(x.max()):.4g} are read as 0..255", stacklevel=2
+                )
                 x = x.round().clamp(0, 255).to(torch.uint8)
         super().__init__(to_uint8(x).contiguous(), name=spec, spec=spec)
 
@@ -96,7 +108,9 @@ class DatasetSource(Source):
 
     def __init__(self, dataset: Any, n: int | None = None, name: str | None = None) -> None:
         if not hasattr(dataset, "__len__") or not (hasattr(dataset, "__getitem__") or hasattr(dataset, "generate")):
-            raise TypeError(f"data must be a tensor, a folder path or a map-style dataset, got {type(dataset).__name__}")
+            raise TypeError(
+                f"data must be a tensor, a folder path or a map-style dataset, got {type(dataset).__name__}"
+            )
         total = len(dataset)
         if n is not None and n > total:
             raise ValueError(f"asked for {n} images but the dataset holds {total}")

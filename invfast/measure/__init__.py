@@ -11,6 +11,7 @@
 - :mod:`~invfast.measure.state`: shards, resumable partial state;
 - :mod:`~invfast.measure.cli`: ``invfast measure``.
 """
+
 from invfast.measure.config import MeasureConfig
 from invfast.measure.core import measure_invariance
 from invfast.measure.extractor import FeatureExtractor, WithDescriptor, load_checkpoint, load_model
@@ -18,5 +19,16 @@ from invfast.measure.real_world import measure_real_world
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.selection import FAMILIES, resolve_transforms
 
-__all__ = ["MeasureConfig", "measure_invariance", "measure_real_world", "resolve_transforms", "load_model",
-           "load_checkpoint", "FeatureExtractor", "WithDescriptor", "InvarianceResult", "TransformResult", "FAMILIES"]
+__all__ = [
+    "MeasureConfig",
+    "measure_invariance",
+    "measure_real_world",
+    "resolve_transforms",
+    "load_model",
+    "load_checkpoint",
+    "FeatureExtractor",
+    "WithDescriptor",
+    "InvarianceResult",
+    "TransformResult",
+    "FAMILIES",
+]

@@ -1,5 +1,6 @@
 """Result assembly: a transform's accumulators (summed over ranks in rank order) -> one
 :class:`TransformResult` per measured layer."""
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,15 @@ from invfast.measure.state import gather_objects, sum_in_rank_order
 __all__ = ["finish_transform"]
 
 
-def finish_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor, acc: dict[str, Any],
-                     pair_dir: Any, include_identity: bool = False) -> dict[str, TransformResult]:
+def finish_transform(
+    run: Run,
+    t: Any,
+    params: torch.Tensor,
+    ident: torch.Tensor,
+    acc: dict[str, Any],
+    pair_dir: Any,
+    include_identity: bool = False,
+) -> dict[str, TransformResult]:
     """The result of transform ``t`` at every measured layer (by layer), its sums combined over ranks."""
     sh = run.shard
     count = int(sum_in_rank_order(torch.tensor([float(acc["count"])], dtype=torch.float64, device="cpu"), sh).item())
@@ -29,35 +37,59 @@ def finish_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor
     for ly in layers:
         pair = None
         if pair_dir is not None:
-            pair = {m: os.path.abspath(pair_file(os.fspath(pair_dir), t.name, ly, m, layered))
-                    for m in ("distance", "cosine")}
+            pair = {
+                m: os.path.abspath(pair_file(os.fspath(pair_dir), t.name, ly, m, layered))
+                for m in ("distance", "cosine")
+            }
         out[ly] = _layer_result(acc["layers"][ly], count, t, params, ident, include_identity, pair, sh)
     return out
 
 
-def _layer_result(la: dict[str, Any], count: int, t: Any, params: torch.Tensor, ident: torch.Tensor,
-                  include_identity: bool, pair: dict[str, str] | None, sh: Any) -> TransformResult:
+def _layer_result(
+    la: dict[str, Any],
+    count: int,
+    t: Any,
+    params: torch.Tensor,
+    ident: torch.Tensor,
+    include_identity: bool,
+    pair: dict[str, str] | None,
+    sh: Any,
+) -> TransformResult:
     # float64 sums combined on the device (NCCL all-gathers CUDA tensors), then read once
     sums = {k: sum_in_rank_order(la[k], sh).cpu() for k in ("sum_d", "sum_c", "sq_d", "sq_c", "u_s1", "u_s2", "tv")}
     img_d = torch.cat(gather_objects(la["img_d"].cpu(), sh))
     img_c = torch.cat(gather_objects(la["img_c"].cpu(), sh))
     keep = torch.ones_like(ident) if include_identity else ~ident
     mean_d, mean_c = sums["sum_d"] / count, sums["sum_c"] / count
-    std_d = (sums["sq_d"] / count - mean_d ** 2).clamp_min(0).sqrt()
-    std_c = (sums["sq_c"] / count - mean_c ** 2).clamp_min(0).sqrt()
+    std_d = (sums["sq_d"] / count - mean_d**2).clamp_min(0).sqrt()
+    std_c = (sums["sq_c"] / count - mean_c**2).clamp_min(0).sqrt()
     # per unit: transformational variance (over the views of an image, averaged over images) and sample
     # variance (over images, averaged over the views), identity view included once
     unit_mean = sums["u_s1"] / count
-    sample_var = (sums["u_s2"] / count - unit_mean ** 2).clamp_min(0).mean(0)
+    sample_var = (sums["u_s2"] / count - unit_mean**2).clamp_min(0).mean(0)
     trans_var = sums["tv"] / count
 
     def over(mask: torch.Tensor, key: str) -> float | None:
         return float(sums[key][mask].sum() / (count * int(mask.sum()))) if bool(mask.any()) else None
 
-    return TransformResult(name=t.name, family=t.family, mean_distance=over(keep, "sum_d"), mean_cosine=over(keep, "sum_c"),
-                           n_images=count, params=params.double().cpu(), identity=ident.cpu(), distance=mean_d,
-                           cosine=mean_c, distance_std=std_d, cosine_std=std_c, identity_distance=over(ident, "sum_d"),
-                           identity_cosine=over(ident, "sum_c"), per_image_distance=img_d if bool(keep.any()) else None,
-                           per_image_cosine=img_c if bool(keep.any()) else None, pair_scores=pair,
-                           n_pairs=count * int(params.shape[0]), unit_transform_variance=trans_var,
-                           unit_sample_variance=sample_var)
+    return TransformResult(
+        name=t.name,
+        family=t.family,
+        mean_distance=over(keep, "sum_d"),
+        mean_cosine=over(keep, "sum_c"),
+        n_images=count,
+        params=params.double().cpu(),
+        identity=ident.cpu(),
+        distance=mean_d,
+        cosine=mean_c,
+        distance_std=std_d,
+        cosine_std=std_c,
+        identity_distance=over(ident, "sum_d"),
+        identity_cosine=over(ident, "sum_c"),
+        per_image_distance=img_d if bool(keep.any()) else None,
+        per_image_cosine=img_c if bool(keep.any()) else None,
+        pair_scores=pair,
+        n_pairs=count * int(params.shape[0]),
+        unit_transform_variance=trans_var,
+        unit_sample_variance=sample_var,
+    )

@@ -3,7 +3,7 @@
     invfast measure --model resnet18-cifar --checkpoint ckpt.pt --data synthetic:n=1000 --out report/
     invfast measure --model resnet50 --data folder:/data/imagenet/val --transforms spatial --images 1000 \\
         --crop 224 --out report/
-    torchrun --nproc-per-node 4 -m invfast measure ...        # NCCL on CUDA, gloo on CPU; or --world-size 4 (local gloo)
+    torchrun --nproc-per-node 4 -m invfast measure ...   # NCCL on CUDA, gloo on CPU; or --world-size 4 (local gloo)
     invfast measure --model resnet50 --data folder:/data/coil100 --real-world --out coil/
 
 The folder gets ``result.json`` (every number, per-image values included), ``table.md`` (the
@@ -15,6 +15,7 @@ it are never followed, a finished report is replaced only with ``--overwrite`` a
 one is complete (only invfast's own files). One run at a time holds the folder (``.invfast.lock``).
 Without ``--checkpoint`` the model is a random initialisation seeded with ``--seed`` (recorded).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,60 +45,125 @@ PAIRS_DIR = "pairs"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n\n", 1)[1]
-    parser.add_argument("--model", required=True,
-                        help="invfast model name (e.g. resnet18-cifar, resnet50) or 'module:factory' returning an nn.Module")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="invfast model name (e.g. resnet18-cifar, resnet50) or 'module:factory' returning an nn.Module",
+    )
     parser.add_argument("--invariance", help="descriptor for amortised models (hyper-*, prompt-vit), e.g. 1,0")
-    parser.add_argument("--checkpoint", help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, or a dict with 'state_dict'")
-    parser.add_argument("--seed", type=int, default=0,
-                        help="seed of the random initialisation when no --checkpoint is given (default 0; recorded)")
+    parser.add_argument(
+        "--checkpoint",
+        help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, or a dict with 'state_dict'",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random initialisation when no --checkpoint is given (default 0; recorded)",
+    )
     parser.add_argument("--data", required=True, help=_data_help())
-    parser.add_argument("--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)")
-    parser.add_argument("--images", type=int, default=None,
-                        help=f"first N images of the data (default {DEFAULT_IMAGES}, {QUICK_IMAGES} with --quick, or "
-                             "all when fewer; 0 = all); more than the data holds is an error")
-    parser.add_argument("--grid-size", type=int, default=None,
-                        help=f"parameters per transform, k of grid(k) (default {DEFAULT_GRID}; {QUICK_GRID} with --quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help=f"a first look in minutes: grid size {QUICK_GRID}, at most {QUICK_IMAGES} images and "
-                             "Ledoit-Wolf shrinkage (fewer images than most models' features: the plain covariance "
-                             "would make every cosine 0) unless --grid-size/--images/--shrinkage say otherwise (the "
-                             "same report layout)")
+    parser.add_argument(
+        "--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)"
+    )
+    parser.add_argument(
+        "--images",
+        type=int,
+        default=None,
+        help=f"first N images of the data (default {DEFAULT_IMAGES}, {QUICK_IMAGES} with --quick, or "
+        "all when fewer; 0 = all); more than the data holds is an error",
+    )
+    parser.add_argument(
+        "--grid-size",
+        type=int,
+        default=None,
+        help=f"parameters per transform, k of grid(k) (default {DEFAULT_GRID}; {QUICK_GRID} with --quick)",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help=f"a first look in minutes: grid size {QUICK_GRID}, at most {QUICK_IMAGES} images and "
+        "Ledoit-Wolf shrinkage (fewer images than most models' features: the plain covariance "
+        "would make every cosine 0) unless --grid-size/--images/--shrinkage say otherwise (the "
+        "same report layout)",
+    )
     parser.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
-    parser.add_argument("--forward-batch", type=int, default=256, help="images x parameters per model call (default 256)")
-    parser.add_argument("--resize", type=int, default=256, help="folder images: shorter side resized to this, centre-cropped square")
-    parser.add_argument("--crop", type=int, default=None, help="centre crop after the transform, before the model (e.g. 224)")
+    parser.add_argument(
+        "--forward-batch", type=int, default=256, help="images x parameters per model call (default 256)"
+    )
+    parser.add_argument(
+        "--resize", type=int, default=256, help="folder images: shorter side resized to this, centre-cropped square"
+    )
+    parser.add_argument(
+        "--crop", type=int, default=None, help="centre crop after the transform, before the model (e.g. 224)"
+    )
     parser.add_argument("--no-normalize", action="store_true", help="do not apply ImageNet mean/std normalisation")
     parser.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available)")
-    parser.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32",
-                        help="model precision (autocast on GPU; default float32)")
-    parser.add_argument("--channels-last", choices=("auto", "on", "off"), default="auto",
-                        help="model input memory format (auto: channels_last on CUDA)")
-    parser.add_argument("--workers", type=int, default=None,
-                        help="image-folder decoding worker processes, decoding ahead of the measurement "
-                             "(default min(8, usable CPUs); 0: decode in the measuring process)")
-    parser.add_argument("--layers", default=None,
-                        help="measure these layers from one forward pass per view: 'all' (every ResNet stage "
-                             "layer1..layer4), or comma-separated names (torchvision-style layer1..layer4, stem, any "
-                             "model.named_modules() path, 'output'); default: what the model returns")
-    parser.add_argument("--protocol", choices=("invfast", "ericsson"), default="invfast",
-                        help="invfast (default) or ericsson: the original evaluation code's protocol "
-                             "(see the protocol table in docs/measure.md)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        default="float32",
+        help="model precision (autocast on GPU; default float32)",
+    )
+    parser.add_argument(
+        "--channels-last",
+        choices=("auto", "on", "off"),
+        default="auto",
+        help="model input memory format (auto: channels_last on CUDA)",
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="image-folder decoding worker processes, decoding ahead of the measurement "
+        "(default min(8, usable CPUs); 0: decode in the measuring process)",
+    )
+    parser.add_argument(
+        "--layers",
+        default=None,
+        help="measure these layers from one forward pass per view: 'all' (every ResNet stage "
+        "layer1..layer4), or comma-separated names (torchvision-style layer1..layer4, stem, any "
+        "model.named_modules() path, 'output'); default: what the model returns",
+    )
+    parser.add_argument(
+        "--protocol",
+        choices=("invfast", "ericsson"),
+        default="invfast",
+        help="invfast (default) or ericsson: the original evaluation code's protocol "
+        "(see the protocol table in docs/measure.md)",
+    )
     parser.add_argument("--stats", help="a saved FeatureStats file to use as reference statistics")
-    parser.add_argument("--shrinkage", default=None,
-                        help="covariance shrinkage of the reference statistics: trace (λ = eps·tr(Σ)/D), ledoit-wolf, "
-                             "none, or a number λ (default: the protocol's, trace for invfast, 0 for ericsson)")
+    parser.add_argument(
+        "--shrinkage",
+        default=None,
+        help="covariance shrinkage of the reference statistics: trace (λ = eps·tr(Σ)/D), ledoit-wolf, "
+        "none, or a number λ (default: the protocol's, trace for invfast, 0 for ericsson)",
+    )
     parser.add_argument("--eps", type=float, default=1e-6, help="ε of the trace shrinkage (default 1e-6)")
-    parser.add_argument("--real-world", action="store_true",
-                        help="real-world mode: one subfolder per object/scene, all pairs of views within each")
+    parser.add_argument(
+        "--real-world",
+        action="store_true",
+        help="real-world mode: one subfolder per object/scene, all pairs of views within each",
+    )
     parser.add_argument("--name", help="model label in the tables (default: --model)")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--pair-scores", action="store_true", help="also write every per-pair score to <out>/pairs/*.npy")
+    parser.add_argument(
+        "--pair-scores", action="store_true", help="also write every per-pair score to <out>/pairs/*.npy"
+    )
     parser.add_argument("--strict", action="store_true", help="stop at the first unreadable image file")
-    parser.add_argument("--overwrite", action="store_true", help="replace a finished report in --out (once the new one is complete)")
-    parser.add_argument("--hash-images", action="store_true",
-                        help="recognise the images of a resumed run by their content (SHA-256) instead of size + mtime")
-    parser.add_argument("--world-size", type=int, default=1, help="shard over N local processes (gloo) when not under torchrun")
-    parser.add_argument("--save-every", type=float, default=60.0, help="seconds between partial-state saves (default 60)")
+    parser.add_argument(
+        "--overwrite", action="store_true", help="replace a finished report in --out (once the new one is complete)"
+    )
+    parser.add_argument(
+        "--hash-images",
+        action="store_true",
+        help="recognise the images of a resumed run by their content (SHA-256) instead of size + mtime",
+    )
+    parser.add_argument(
+        "--world-size", type=int, default=1, help="shard over N local processes (gloo) when not under torchrun"
+    )
+    parser.add_argument(
+        "--save-every", type=float, default=60.0, help="seconds between partial-state saves (default 60)"
+    )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -110,8 +176,9 @@ def build_model(spec: str, checkpoint: str | None, invariance: str | None = None
         import warnings
 
         torch.manual_seed(seed)
-        warnings.warn(f"no --checkpoint: {spec} is measured with random weights (initialised with --seed {seed})",
-                      stacklevel=2)
+        warnings.warn(
+            f"no --checkpoint: {spec} is measured with random weights (initialised with --seed {seed})", stacklevel=2
+        )
     if ":" in spec:
         mod_name, _, attr = spec.partition(":")
         try:
@@ -143,7 +210,7 @@ def _folder(args: argparse.Namespace) -> Any:
 
     folder = RunFolder(args.out, "measure", overwrite=args.overwrite, done_file=RESULT_FILE)
     data = str(args.data)
-    data = data[len("folder:"):] if data.startswith("folder:") else data
+    data = data[len("folder:") :] if data.startswith("folder:") else data
     if os.path.isdir(data):
         refuse_inside(args.out, data)
     folder.check()
@@ -161,8 +228,10 @@ def _state_files(args: argparse.Namespace, model: Any, world: int) -> list[str]:
         layers = list(resolve_layers(model, args.layers))
         for t in resolve_transforms(args.transforms):
             for ly in layers:
-                files += [pair_file(os.path.join(STATE_DIR, PAIRS_DIR), t.name, ly, m, layers != [OUTPUT])
-                          for m in ("distance", "cosine")]
+                files += [
+                    pair_file(os.path.join(STATE_DIR, PAIRS_DIR), t.name, ly, m, layers != [OUTPUT])
+                    for m in ("distance", "cosine")
+                ]
     return files
 
 
@@ -216,14 +285,29 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
     from invfast.measure.config import MeasureConfig
 
     return MeasureConfig(
-        grid_size=_grid_size(args), batch_size=args.batch_size, forward_batch=args.forward_batch,
-        n_images=_n_images(args), device=str(device), dtype=args.dtype, crop=args.crop,
-        normalize=not args.no_normalize, protocol=args.protocol, state_path=os.path.join(state_dir, "state.pt"),
+        grid_size=_grid_size(args),
+        batch_size=args.batch_size,
+        forward_batch=args.forward_batch,
+        n_images=_n_images(args),
+        device=str(device),
+        dtype=args.dtype,
+        crop=args.crop,
+        normalize=not args.no_normalize,
+        protocol=args.protocol,
+        state_path=os.path.join(state_dir, "state.pt"),
         pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
-        save_every=args.save_every, strict=args.strict, resize=args.resize, progress=not args.no_progress,
-        fingerprint_content=args.hash_images, workers=args.workers, name=args.name or args.model, layers=args.layers,
-        shrinkage=_shrinkage(args.shrinkage, quick=args.quick and args.protocol == "invfast"), eps=args.eps,
-        channels_last={"auto": None, "on": True, "off": False}[args.channels_last])
+        save_every=args.save_every,
+        strict=args.strict,
+        resize=args.resize,
+        progress=not args.no_progress,
+        fingerprint_content=args.hash_images,
+        workers=args.workers,
+        name=args.name or args.model,
+        layers=args.layers,
+        shrinkage=_shrinkage(args.shrinkage, quick=args.quick and args.protocol == "invfast"),
+        eps=args.eps,
+        channels_last={"auto": None, "on": True, "off": False}[args.channels_last],
+    )
 
 
 def _write(result: Any, args: argparse.Namespace, folder: Any) -> None:
@@ -237,8 +321,10 @@ def _write(result: Any, args: argparse.Namespace, folder: Any) -> None:
     for r in rows:
         for tr in r.transforms.values():  # the per-pair files will live in <out>/pairs/
             if tr.pair_scores:
-                tr.pair_scores = {m: os.path.abspath(os.path.join(args.out, PAIRS_DIR, os.path.basename(p)))
-                                  for m, p in tr.pair_scores.items()}
+                tr.pair_scores = {
+                    m: os.path.abspath(os.path.join(args.out, PAIRS_DIR, os.path.basename(p)))
+                    for m, p in tr.pair_scores.items()
+                }
     table = report.to_markdown(rows)
     from invfast.io import atomic_write_text
 
@@ -265,13 +351,17 @@ def _write(result: Any, args: argparse.Namespace, folder: Any) -> None:
     err = result.errors
     if err["count"]:
         first = ", ".join(os.path.basename(p) for p, _ in err["examples"][:3])
-        print(f"{err['count']} file(s) could not be read and were skipped (first: {first}); see {RESULT_FILE} 'errors'",
-              file=sys.stderr)
+        print(
+            f"{err['count']} file(s) could not be read and were skipped (first: {first}); see {RESULT_FILE} 'errors'",
+            file=sys.stderr,
+        )
     pps = result.meta.get("pairs_per_s")
     rate = f", {pps:.0f} image-parameter pairs/s" if pps else ""
     if result.meta.get("resumed"):
         rate = f", resumed: {result.meta.get('pairs_computed', 0)} pairs computed in this run{rate}"
-    print(f"wrote {args.out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr)
+    print(
+        f"wrote {args.out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr
+    )
 
 
 def _rows(result: Any) -> list[Any]:
@@ -342,8 +432,9 @@ def _check_args(args: argparse.Namespace) -> None:
 
         n = len(as_source(args.data, resize=args.resize, strict=False))
         if args.images > n:
-            raise ValueError(f"--images {args.images} is more than the data holds ({n} images); use --images {n} "
-                             "or fewer (0 = all)")
+            raise ValueError(
+                f"--images {args.images} is more than the data holds ({n} images); use --images {n} or fewer (0 = all)"
+            )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -10,6 +10,7 @@ Every field changes the numbers of a measurement unless its metadata says ``fing
 (with the reason); :func:`fingerprint` takes every other field, the device and the invfast version,
 so a new option can never silently leave a stale state resumable.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -135,10 +136,15 @@ class MeasureConfig:
                 raise ValueError(f"device {self.device!r} is not a device name like 'cpu', 'cuda' or 'cuda:0'") from e
         if self.shrinkage is not None:
             ok = self.shrinkage in ("trace", "ledoit-wolf", "none") or (
-                isinstance(self.shrinkage, (int, float)) and not isinstance(self.shrinkage, bool) and self.shrinkage >= 0)
+                isinstance(self.shrinkage, (int, float))
+                and not isinstance(self.shrinkage, bool)
+                and self.shrinkage >= 0
+            )
             if not ok:
-                raise ValueError(f"shrinkage must be 'trace', 'ledoit-wolf', 'none', a number >= 0 or None (the "
-                                 f"protocol's), got {self.shrinkage!r}")
+                raise ValueError(
+                    f"shrinkage must be 'trace', 'ledoit-wolf', 'none', a number >= 0 or None (the "
+                    f"protocol's), got {self.shrinkage!r}"
+                )
         from invfast.measure.protocol import PROTOCOLS, Protocol
 
         if not isinstance(self.protocol, Protocol) and self.protocol not in PROTOCOLS:
@@ -152,7 +158,9 @@ class MeasureConfig:
         if self.layers is not None:
             items = self.layers.split(",") if isinstance(self.layers, str) else list(self.layers)
             if not all(isinstance(v, str) for v in items):
-                raise TypeError(f"layers must be a string like 'layer1,layer4' or a sequence of names, got {self.layers!r}")
+                raise TypeError(
+                    f"layers must be a string like 'layer1,layer4' or a sequence of names, got {self.layers!r}"
+                )
             items = [v.strip() for v in items if v.strip()]
             if not items:
                 raise ValueError("layers is empty; give 'all', module paths like 'layer1,layer4', or None")
@@ -166,12 +174,12 @@ class MeasureConfig:
         """The autocast dtype (None for float32)."""
         return DTYPES[self.dtype] if self.dtype is not None else None
 
-    def replace(self, **changes: Any) -> "MeasureConfig":
+    def replace(self, **changes: Any) -> MeasureConfig:
         """A copy with ``changes`` applied (validated again); unknown names raise one TypeError."""
         return dataclasses.replace(self, **_known(changes))
 
     @classmethod
-    def build(cls, config: "MeasureConfig | None" = None, **overrides: Any) -> "MeasureConfig":
+    def build(cls, config: MeasureConfig | None = None, **overrides: Any) -> MeasureConfig:
         """``config`` (default: all defaults) with ``overrides`` applied: how the public functions merge
         a config with keyword arguments."""
         if config is not None and not isinstance(config, MeasureConfig):

@@ -6,6 +6,7 @@ the ranks of an initialised ``torch.distributed`` group; partial state is writte
 killed run resumes where it stopped (:mod:`invfast.measure.engine`). How to measure is one
 :class:`~invfast.measure.config.MeasureConfig`; the resume fingerprint derives from it.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -28,27 +29,40 @@ from invfast.stats import FeatureStats
 __all__ = ["default_workers", "measure_invariance", "transform_grids"]
 
 
-def transform_grids(transforms: Any, grid_size: int, protocol: Any, seed: int) -> list[tuple[Any, torch.Tensor, torch.Tensor]]:
+def transform_grids(
+    transforms: Any, grid_size: int, protocol: Any, seed: int
+) -> list[tuple[Any, torch.Tensor, torch.Tensor]]:
     """``(transform, params [P] or [P, m], identity mask bool [P])`` for every transform, under ``protocol``."""
     out = []
     for t in (protocol.transform(t, seed) for t in resolve_transforms(transforms)):
         params = torch.as_tensor(t.grid(grid_size))
         ident = torch.as_tensor(t.is_identity(params), dtype=torch.bool).reshape(-1)
         if params.dim() not in (1, 2) or params.shape[0] == 0 or ident.shape[0] != params.shape[0]:
-            raise ValueError(f"transform {t.name!r} gave a grid of shape {tuple(params.shape)} and an identity mask of "
-                             f"shape {tuple(ident.shape)}; expected [P] or [P, m] and [P]")
+            raise ValueError(
+                f"transform {t.name!r} gave a grid of shape {tuple(params.shape)} and an identity mask of "
+                f"shape {tuple(ident.shape)}; expected [P] or [P, m] and [P]"
+            )
         if bool(ident.all()) and not protocol.include_identity:
-            raise ValueError(f"grid_size {grid_size} leaves transform {t.name!r} with only its identity parameter "
-                             f"(nothing to measure); use a larger grid size (--grid-size), e.g. {max(4, 2 * grid_size)}")
+            raise ValueError(
+                f"grid_size {grid_size} leaves transform {t.name!r} with only its identity parameter "
+                f"(nothing to measure); use a larger grid size (--grid-size), e.g. {max(4, 2 * grid_size)}"
+            )
         if t.family not in FAMILIES:
             raise ValueError(f"transform {t.name!r} has family {t.family!r}; expected one of {FAMILIES}")
         out.append((t, params, ident))
     return out
 
 
-def measure_invariance(model: Any, data: Any, transforms: Any = "all", config: MeasureConfig | None = None, *,
-                       stats: FeatureStats | None = None, shard: Shard | None = None,
-                       **overrides: Any) -> InvarianceResult:
+def measure_invariance(
+    model: Any,
+    data: Any,
+    transforms: Any = "all",
+    config: MeasureConfig | None = None,
+    *,
+    stats: FeatureStats | None = None,
+    shard: Shard | None = None,
+    **overrides: Any,
+) -> InvarianceResult:
     """How invariant ``model`` is to each transform, on the images of ``data`` (Ericsson et al. 2021, App. C),
     at the model's output or at several of its layers at once (``layers=...``, one forward pass per view).
 
@@ -82,16 +96,37 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", config: M
     post = None
     if proto.preprocess_after_transform:  # the transform sees the image as loaded; Resize + CenterCrop follow
         post = functools.partial(resize_center_crop, resize=proto.resize, crop=proto.crop)
-    run = Run(model, data, cfg, shard=shard, n_images=None if proto.with_replacement else cfg.n_images, post=post,
-              native=proto.preprocess_after_transform)
+    run = Run(
+        model,
+        data,
+        cfg,
+        shard=shard,
+        n_images=None if proto.with_replacement else cfg.n_images,
+        post=post,
+        native=proto.preprocess_after_transform,
+    )
     layers = run.extract.layer_names
     given = check_stats(stats, layers)
-    run.resume(fingerprint(cfg, run.device, data=run.source.describe(), model=run.model_fp, layers=layers,
-                           transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids], stats=stats_fingerprint(given),
-                           world_size=run.shard.world_size, files=files_fingerprint(run.source, cfg.fingerprint_content)))
+    run.resume(
+        fingerprint(
+            cfg,
+            run.device,
+            data=run.source.describe(),
+            model=run.model_fp,
+            layers=layers,
+            transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids],
+            stats=stats_fingerprint(given),
+            world_size=run.shard.world_size,
+            files=files_fingerprint(run.source, cfg.fingerprint_content),
+        )
+    )
     drawn = resample_indices(run.n, cfg.n_images, cfg.protocol_seed) if proto.with_replacement else None
-    run.progress_bar = open_progress(run, given is None, {t.name: int(p.shape[0]) for t, p, _ in grids},
-                                     run.n if drawn is None else int(drawn.numel()))
+    run.progress_bar = open_progress(
+        run,
+        given is None,
+        {t.name: int(p.shape[0]) for t, p, _ in grids},
+        run.n if drawn is None else int(drawn.numel()),
+    )
     n_new = 0
     try:
         ref_stats = run.reference_stats(given, shrinkage, cfg.eps)
@@ -100,26 +135,50 @@ def measure_invariance(model: Any, data: Any, transforms: Any = "all", config: M
         results: dict[str, dict[str, TransformResult]] = {ly: {} for ly in layers}
         with torch.inference_mode():
             for t, params, ident in grids:
-                acc, new = score_transform(run, t, params, ident, ref_stats, cfg.pair_scores_dir, proto.include_identity)
+                acc, new = score_transform(
+                    run, t, params, ident, ref_stats, cfg.pair_scores_dir, proto.include_identity
+                )
                 n_new += new
-                for ly, tr in finish_transform(run, t, params, ident, acc, cfg.pair_scores_dir,
-                                               proto.include_identity).items():
+                for ly, tr in finish_transform(
+                    run, t, params, ident, acc, cfg.pair_scores_dir, proto.include_identity
+                ).items():
                     results[ly][t.name] = tr
     finally:
         run.progress_bar.close()
         run.extract.close()
     n_new = int(sum_in_rank_order(torch.tensor([float(n_new)], dtype=torch.float64, device="cpu"), run.shard).item())
     elapsed = time.monotonic() - t0
-    meta = {"data": run.source.describe(), "images": {"n": run.n, "id": run.source_identity()},
-            "grid_size": cfg.grid_size, "device": str(run.device), "dtype": cfg.dtype,
-            "world_size": run.shard.world_size, "crop": cfg.crop, "elapsed_s": elapsed,
-            "pairs_computed": n_new, "pairs_per_s": n_new / elapsed if elapsed > 0 and n_new else None,
-            "resumed": run.resumed, "mode": "transforms", "data_kind": run.source.describe().get("kind"),
-            "protocol": proto.name, "layers": layers, "config": cfg.to_dict()}
+    meta = {
+        "data": run.source.describe(),
+        "images": {"n": run.n, "id": run.source_identity()},
+        "grid_size": cfg.grid_size,
+        "device": str(run.device),
+        "dtype": cfg.dtype,
+        "world_size": run.shard.world_size,
+        "crop": cfg.crop,
+        "elapsed_s": elapsed,
+        "pairs_computed": n_new,
+        "pairs_per_s": n_new / elapsed if elapsed > 0 and n_new else None,
+        "resumed": run.resumed,
+        "mode": "transforms",
+        "data_kind": run.source.describe().get("kind"),
+        "protocol": proto.name,
+        "layers": layers,
+        "config": cfg.to_dict(),
+    }
     errors = run.errors()
-    by_layer = {ly: InvarianceResult(model=cfg.name or run.model_name, transforms=results[ly], n_images=run.n,
-                                     stats=stats_info(ref_stats[ly]), errors=errors, meta=meta, layer=ly)
-                for ly in layers}
+    by_layer = {
+        ly: InvarianceResult(
+            model=cfg.name or run.model_name,
+            transforms=results[ly],
+            n_images=run.n,
+            stats=stats_info(ref_stats[ly]),
+            errors=errors,
+            meta=meta,
+            layer=ly,
+        )
+        for ly in layers
+    }
     top = by_layer[layers[-1]]
     if len(layers) > 1:
         top.layers = by_layer

@@ -6,6 +6,7 @@ batches in DataLoader worker processes meanwhile; page-locked when the device is
 each batch once, and keeps accumulators on the device: the host reads them only when the state is
 saved (every ``save_every`` seconds) and at the end of each transform.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -13,7 +14,8 @@ import functools
 import os
 import time
 import warnings
-from typing import Any, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from typing import Any
 
 import torch
 
@@ -49,8 +51,9 @@ def default_workers() -> int:
     return max(1, min(8, cpus))
 
 
-def _read_batches(source: Any, index_batches: Sequence[torch.Tensor],
-                  pin_memory: bool) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def _read_batches(
+    source: Any, index_batches: Sequence[torch.Tensor], pin_memory: bool
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """``(images, ok)`` per batch of indices through the source's ``batches`` (decoding ahead where the
     source can), page-locked when ``pin_memory``; plain ``load`` calls for sources without ``batches``."""
     if isinstance(source, ResampledSource):  # the draw with replacement reads the underlying source
@@ -91,26 +94,46 @@ def _to_host(obj: Any) -> Any:
 class Run:
     """Shared machinery of one measurement: source, extractor, shard, state file, progress."""
 
-    def __init__(self, model: Any, data: Any, cfg: MeasureConfig, *, shard: Shard | None = None,
-                 n_images: int | None = None, source: Any = None, post: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                 native: bool = False) -> None:
+    def __init__(
+        self,
+        model: Any,
+        data: Any,
+        cfg: MeasureConfig,
+        *,
+        shard: Shard | None = None,
+        n_images: int | None = None,
+        source: Any = None,
+        post: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        native: bool = False,
+    ) -> None:
         """``data`` is read with ``cfg``'s loading options (the first ``n_images`` of it; folder images as
         loaded when ``native``), unless ``source`` gives the source already made. ``post``: preprocessing
         applied after the transform, before the model (the published protocol's Resize + CenterCrop)."""
         self.cfg = cfg
-        self.device = torch.device(cfg.device if cfg.device is not None else
-                                   ("cuda" if torch.cuda.is_available() else "cpu"))
+        self.device = torch.device(
+            cfg.device if cfg.device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
+        )
         self.model_name = model if isinstance(model, str) else type(model).__name__
         model, channels_last = setup_model(model, cfg.checkpoint, self.device, cfg.torch_dtype, cfg.channels_last)
         self.model_fp = model_checksum(model)  # after the checkpoint is loaded: the weights measured
-        self.source = source if source is not None else as_source(
-            data, n=n_images, resize=cfg.resize, strict=cfg.strict, native=native,
-            workers=default_workers() if cfg.workers is None else cfg.workers)
+        self.source = (
+            source
+            if source is not None
+            else as_source(
+                data,
+                n=n_images,
+                resize=cfg.resize,
+                strict=cfg.strict,
+                native=native,
+                workers=default_workers() if cfg.workers is None else cfg.workers,
+            )
+        )
         self.post = post
         self.n = len(self.source)
         crop = None if post is not None else cfg.crop  # with post, the crop is post's
-        self.extract = FeatureExtractor(model, self.device, cfg.torch_dtype, bool(channels_last), crop,
-                                        cfg.normalize, cfg.forward_batch, cfg.layers)
+        self.extract = FeatureExtractor(
+            model, self.device, cfg.torch_dtype, bool(channels_last), crop, cfg.normalize, cfg.forward_batch, cfg.layers
+        )
         self.batch_size = cfg.batch_size
         self.shard = shard or current_shard()
         self.start, self.stop = self.shard.bounds(self.n)
@@ -170,7 +193,9 @@ class Run:
         b, p = x.shape[0], params.shape[0]
         xt = t.apply(x, params)
         if xt.dim() != 5 or xt.shape[:2] != (b, p):
-            raise ValueError(f"transform {t.name!r}.apply returned shape {tuple(xt.shape)}, expected [{b}, {p}, C, H, W]")
+            raise ValueError(
+                f"transform {t.name!r}.apply returned shape {tuple(xt.shape)}, expected [{b}, {p}, C, H, W]"
+            )
         if self.post is None or getattr(t, "includes_preprocessing", False):  # e.g. the original's resized crop
             return xt
         out = self.post(xt.flatten(0, 1))
@@ -189,8 +214,10 @@ class Run:
     def check_finite(self) -> None:
         """Raise if a non-finite score was accumulated since the last check (one host read)."""
         if self._nonfinite is not None and bool(self._nonfinite):
-            raise ValueError(f"transform {self._nonfinite_name!r} gave non-finite (NaN/Inf) scores: the model's features "
-                             "are NaN/Inf on some transformed images, or too large for float32 whitening")
+            raise ValueError(
+                f"transform {self._nonfinite_name!r} gave non-finite (NaN/Inf) scores: the model's features "
+                "are NaN/Inf on some transformed images, or too large for float32 whitening"
+            )
         self._nonfinite = None
 
     def reference_features(self, s: int, x: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -249,11 +276,14 @@ class Run:
             if before is not None:
                 before()
             # the accumulators live on the device: the host copy is made here, once per save
-            save_state(self.state_path, _to_host({**self.state, "fingerprint": self.fingerprint, "bad": sorted(self.bad)}))
+            save_state(
+                self.state_path, _to_host({**self.state, "fingerprint": self.fingerprint, "bad": sorted(self.bad)})
+            )
             self._last_save = now
 
-    def reference_stats(self, stats: dict[str, FeatureStats] | None, shrinkage: Any,
-                        eps: float) -> dict[str, FeatureStats]:
+    def reference_stats(
+        self, stats: dict[str, FeatureStats] | None, shrinkage: Any, eps: float
+    ) -> dict[str, FeatureStats]:
         """Reference statistics by layer: the given ones (finalized if needed), or a first pass over this
         rank's images, merged over ranks. A layer with N <= D samples is named in its warning."""
         if stats is not None:
@@ -264,8 +294,9 @@ class Run:
         layers = self.extract.layer_names
         resumed: dict[str, Any] | None = self.state.get("stats")
         saved = {} if resumed is None else resumed["local"]
-        local = {n: FeatureStats.from_state_dict(saved[n]) if saved.get(n) is not None else FeatureStats()
-                 for n in layers}
+        local = {
+            n: FeatureStats.from_state_dict(saved[n]) if saved.get(n) is not None else FeatureStats() for n in layers
+        }
         nxt = self.start if resumed is None else resumed["next"]
         bar = self.pass_bar(self.stop - self.start, "reference statistics", initial=nxt - self.start)
         spans = list(self.batches(nxt))
@@ -342,18 +373,23 @@ def check_stats(stats: Any, layers: list[str]) -> dict[str, FeatureStats] | None
         return None
     if isinstance(stats, FeatureStats):
         if len(layers) != 1:
-            raise ValueError(f"{len(layers)} layers are measured: give stats as a dict layer -> FeatureStats "
-                             f"for {layers}, or leave stats=None to compute them")
+            raise ValueError(
+                f"{len(layers)} layers are measured: give stats as a dict layer -> FeatureStats "
+                f"for {layers}, or leave stats=None to compute them"
+            )
         stats = {layers[0]: stats}
     if not isinstance(stats, dict) or not all(isinstance(v, FeatureStats) for v in stats.values()):
-        raise TypeError(f"stats must be an invfast.FeatureStats (or a dict layer -> FeatureStats, or None to compute "
-                        f"them), got {type(stats).__name__}")
+        raise TypeError(
+            f"stats must be an invfast.FeatureStats (or a dict layer -> FeatureStats, or None to compute "
+            f"them), got {type(stats).__name__}"
+        )
     if sorted(stats) != sorted(layers):
         raise ValueError(f"stats are given for layers {sorted(stats)} but the measured layers are {layers}")
     for n, st in stats.items():
         if st.n < 2:
-            raise ValueError(f"the given stats of layer {n!r} hold {st.n} sample(s); reference statistics need at "
-                             "least 2")
+            raise ValueError(
+                f"the given stats of layer {n!r} hold {st.n} sample(s); reference statistics need at least 2"
+            )
     return stats
 
 

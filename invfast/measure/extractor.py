@@ -1,11 +1,13 @@
 """The model side of a measurement: loading a model by name, fixing an amortised model's descriptor,
 and turning image batches into pooled features on the measurement device."""
+
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -28,8 +30,9 @@ class WithDescriptor(torch.nn.Module):
         return self.model(x, self.invariance.to(x.device))
 
 
-def load_model(name: str, checkpoint: str | os.PathLike | None = None, *,
-               invariance: Sequence[float] | None = None, **kw: Any) -> torch.nn.Module:
+def load_model(
+    name: str, checkpoint: str | os.PathLike | None = None, *, invariance: Sequence[float] | None = None, **kw: Any
+) -> torch.nn.Module:
     """An invfast model by name (``invfast.models.create``), with weights from ``checkpoint`` if given.
 
     Amortised models (Hyper-ResNet, Prompt-ViT) are measured at the descriptor ``invariance``
@@ -44,8 +47,10 @@ def load_model(name: str, checkpoint: str | os.PathLike | None = None, *,
 
     amortised = name.startswith(("hyper-", "prompt-"))
     if amortised and invariance is None:
-        raise ValueError(f"model {name!r} is amortised: give the invariance descriptor to measure it at "
-                         "(invariance=[1, 0] / --invariance 1,0)")
+        raise ValueError(
+            f"model {name!r} is amortised: give the invariance descriptor to measure it at "
+            "(invariance=[1, 0] / --invariance 1,0)"
+        )
     if invariance is not None and not amortised:
         raise ValueError(f"model {name!r} takes no invariance descriptor; drop invariance / --invariance")
     try:
@@ -91,12 +96,13 @@ class FeatureExtractor:
             h, w = x.shape[-2:]
             if self.crop > min(h, w):
                 raise ValueError(f"crop={self.crop} is larger than the images ({h}x{w})")
-            t, l = (h - self.crop) // 2, (w - self.crop) // 2
-            x = x[..., t:t + self.crop, l:l + self.crop]
+            top, left = (h - self.crop) // 2, (w - self.crop) // 2
+            x = x[..., top : top + self.crop, left : left + self.crop]
         if self.normalize:
             if x.shape[1] != 3:
-                raise ValueError(f"ImageNet normalisation needs 3-channel images, got {x.shape[1]} channels; "
-                                 "pass normalize=False")
+                raise ValueError(
+                    f"ImageNet normalisation needs 3-channel images, got {x.shape[1]} channels; pass normalize=False"
+                )
             x = (x - self._mean) / self._std
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
@@ -107,9 +113,12 @@ class FeatureExtractor:
         pass per chunk of ``forward_batch`` images."""
         outs: dict[str, list[torch.Tensor]] = {n: [] for n in self.layer_names}
         for s in range(0, images.shape[0], self.forward_batch):
-            x = self.prepare(images[s:s + self.forward_batch])
-            ctx = (torch.autocast(self.device.type, dtype=self.dtype) if self.dtype in (torch.bfloat16, torch.float16)
-                   else contextlib.nullcontext())
+            x = self.prepare(images[s : s + self.forward_batch])
+            ctx = (
+                torch.autocast(self.device.type, dtype=self.dtype)
+                if self.dtype in (torch.bfloat16, torch.float16)
+                else contextlib.nullcontext()
+            )
             with ctx:
                 f = self.model(x)
             self.calls += 1
@@ -117,9 +126,11 @@ class FeatureExtractor:
             for name, v in got.items():
                 if not isinstance(v, torch.Tensor) or v.dim() != 2 or v.shape[0] != x.shape[0]:
                     shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
-                    raise ValueError(f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
-                                     "pass a feature extractor (e.g. model.forward_features or the backbone without "
-                                     "its head), or measure named layers (layers=...)")
+                    raise ValueError(
+                        f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
+                        "pass a feature extractor (e.g. model.forward_features or the backbone without "
+                        "its head), or measure named layers (layers=...)"
+                    )
                 outs[name].append(v.float())
         return {n: v[0] if len(v) == 1 else torch.cat(v) for n, v in outs.items()}
 
@@ -151,7 +162,9 @@ def setup_model(model: Any, checkpoint: Any, device: torch.device, dtype: Any, c
             raise TypeError("checkpoint can only be loaded into an nn.Module")
         load_checkpoint(model, checkpoint)
     if not callable(model):
-        raise TypeError(f"model must be an nn.Module, a callable images -> features or a model name, got {type(model).__name__}")
+        raise TypeError(
+            f"model must be an nn.Module, a callable images -> features or a model name, got {type(model).__name__}"
+        )
     if dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
         raise ValueError(f"dtype must be None, torch.float32, torch.bfloat16 or torch.float16, got {dtype}")
     if channels_last is None:

@@ -7,9 +7,11 @@ A layer is a path of ``model.named_modules()`` (torchvision-style for the ResNet
 ``layer4``, ``avgpool``, ``fc``) or ``output`` (what the model returns). Activations are pooled to
 ``[B, D]``: global average over space for ``[B, C, H, W]``, over tokens for ``[B, T, D]``.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -35,7 +37,7 @@ def _aliases(model: torch.nn.Module) -> dict[str, str]:
         counts = LAYOUTS[depth][1]
         if len(net.blocks) != sum(counts):
             continue
-        ends = [sum(counts[:i + 1]) - 1 for i in range(len(counts))]
+        ends = [sum(counts[: i + 1]) - 1 for i in range(len(counts))]
         out = {f"layer{i + 1}": f"{prefix}blocks.{e}" for i, e in enumerate(ends)}
         if isinstance(getattr(net, "stem", None), torch.nn.Module):
             out["stem"] = f"{prefix}stem"
@@ -55,8 +57,10 @@ def _stages(model: torch.nn.Module, aliases: dict[str, str]) -> list[str]:
         blocks = names.get(f"{prefix}blocks")
         if isinstance(blocks, (torch.nn.ModuleList, torch.nn.Sequential)) and len(blocks):
             return [f"{prefix}blocks.{i}" for i in range(len(blocks))]
-    raise ValueError("layers='all' needs a model with ResNet stages (layer1..layer4) or a 'blocks' list; name the "
-                     "layers instead, as paths of model.named_modules() (e.g. layers='features.3,features.6')")
+    raise ValueError(
+        "layers='all' needs a model with ResNet stages (layer1..layer4) or a 'blocks' list; name the "
+        "layers instead, as paths of model.named_modules() (e.g. layers='features.3,features.6')"
+    )
 
 
 def resolve_layers(model: Any, layers: str | Sequence[str] | None) -> dict[str, str | None]:
@@ -75,8 +79,10 @@ def resolve_layers(model: Any, layers: str | Sequence[str] | None) -> dict[str, 
         raise ValueError("layers is empty; give 'all', module paths like 'layer1,layer4', or 'output'")
     if not isinstance(model, torch.nn.Module):
         if items != [OUTPUT]:
-            raise ValueError(f"layers {items} need an nn.Module (hooks on its submodules); this model is a "
-                             f"{type(model).__name__}: measure its output only (layers=None)")
+            raise ValueError(
+                f"layers {items} need an nn.Module (hooks on its submodules); this model is a "
+                f"{type(model).__name__}: measure its output only (layers=None)"
+            )
         return {OUTPUT: None}
     names = dict(model.named_modules())
     aliases = _aliases(model)
@@ -94,8 +100,10 @@ def resolve_layers(model: Any, layers: str | Sequence[str] | None) -> dict[str, 
             ends = [n for n in names if n.endswith("." + it)]
             if len(ends) != 1:
                 top = list(aliases) + [n for n in names if n and "." not in n]
-                raise ValueError(f"model has no layer {it!r}; choose 'all', '{OUTPUT}' or paths of "
-                                 f"model.named_modules(), e.g. {top[:10]}")
+                raise ValueError(
+                    f"model has no layer {it!r}; choose 'all', '{OUTPUT}' or paths of "
+                    f"model.named_modules(), e.g. {top[:10]}"
+                )
             out.append((it, ends[0]))
     keys = [n for n, _ in out]
     dup = sorted({n for n in keys if keys.count(n) > 1})
@@ -116,8 +124,9 @@ def pool(a: Any, name: str) -> torch.Tensor:
         return a.float().mean(dim=1)
     if a.dim() == 2:
         return a.float()
-    raise ValueError(f"layer {name!r} gave activations of shape {tuple(a.shape)}; expected [B, C, H, W], "
-                     "[B, T, D] or [B, D]")
+    raise ValueError(
+        f"layer {name!r} gave activations of shape {tuple(a.shape)}; expected [B, C, H, W], [B, T, D] or [B, D]"
+    )
 
 
 class LayerTap:

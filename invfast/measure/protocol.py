@@ -7,6 +7,7 @@ True
 Every knob where the two differ is a field of :class:`Protocol`; ``docs/measure.md`` has the table
 with the reasons invfast's default departs from the original.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,9 +65,16 @@ class Protocol:
 
 PROTOCOLS: dict[str, Protocol] = {
     "invfast": Protocol(name="invfast"),
-    "ericsson": Protocol(name="ericsson", include_identity=True, shrinkage=0.0, random_init_shrinkage=1e-10,
-                         preprocess_after_transform=True, with_replacement=True, transforms="ericsson",
-                         real_world_self_pairs=True),
+    "ericsson": Protocol(
+        name="ericsson",
+        include_identity=True,
+        shrinkage=0.0,
+        random_init_shrinkage=1e-10,
+        preprocess_after_transform=True,
+        with_replacement=True,
+        transforms="ericsson",
+        real_world_self_pairs=True,
+    ),
 }
 
 
@@ -128,5 +136,9 @@ class ResampledSource:
         return hashlib.sha256(inner.encode() + self.indices.numpy().tobytes()).hexdigest()
 
     def describe(self) -> dict[str, Any]:
-        return {"resampled_from": self.source.describe(), "n": len(self),
-                "indices_sum": int(self.indices.sum()), "indices_head": self.indices[:8].tolist()}
+        return {
+            "resampled_from": self.source.describe(),
+            "n": len(self),
+            "indices_sum": int(self.indices.sum()),
+            "indices_head": self.indices[:8].tolist(),
+        }

@@ -1,5 +1,6 @@
 """Real-world invariance (Ericsson et al. 2021 BMVC, §4.2): groups of views of the same object or scene,
 scored over all pairs of views within each group; no transform, no reference image."""
+
 from __future__ import annotations
 
 import time
@@ -20,10 +21,19 @@ from invfast.stats import FeatureStats
 __all__ = ["measure_real_world"]
 
 
-def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = None, *, groups: Any = None,
-                       name: str = "real-world", family: str = "real-world", stats: FeatureStats | None = None,
-                       shard: Shard | None = None, model_name: str | None = None,
-                       **overrides: Any) -> InvarianceResult:
+def measure_real_world(
+    model: Any,
+    data: Any,
+    config: MeasureConfig | None = None,
+    *,
+    groups: Any = None,
+    name: str = "real-world",
+    family: str = "real-world",
+    stats: FeatureStats | None = None,
+    shard: Shard | None = None,
+    model_name: str | None = None,
+    **overrides: Any,
+) -> InvarianceResult:
     """Real-world invariance (Ericsson et al. 2021 BMVC, §4.2): no reference image; for every group
     (object / scene folder, or ``groups`` ids for tensors) the scores of all pairs of distinct views
     are averaged, then the group means are averaged. Reference statistics come from all views
@@ -43,8 +53,11 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
     self_pairs = proto.real_world_self_pairs  # the original's cosine: each view with itself too
     if groups is not None and not isinstance(data, (torch.Tensor, np.ndarray)):
         raise ValueError("groups can only be given with in-memory images; folders group by subfolder")
-    src = as_source(data, n=cfg.n_images, resize=cfg.resize, strict=cfg.strict, groups=groups) \
-        if groups is not None else None
+    src = (
+        as_source(data, n=cfg.n_images, resize=cfg.resize, strict=cfg.strict, groups=groups)
+        if groups is not None
+        else None
+    )
     run = Run(model, data, cfg, shard=shard, n_images=cfg.n_images, source=src)
     layers = run.extract.layer_names
     if len(layers) != 1:
@@ -52,25 +65,42 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
     given = check_stats(stats, layers)
     g = run.source.groups
     if g is None:
-        raise ValueError("real-world mode needs groups of views: a folder with one subfolder per object/scene, "
-                         "or groups=[group id per image] with in-memory images")
+        raise ValueError(
+            "real-world mode needs groups of views: a folder with one subfolder per object/scene, "
+            "or groups=[group id per image] with in-memory images"
+        )
     n_groups = int(g.max()) + 1
     members = [torch.nonzero(g == i).flatten() for i in range(n_groups)]
-    run.resume(fingerprint(cfg, run.device, data=run.source.describe(), model=run.model_fp, mode="real-world",
-                           name=name, self_pairs=self_pairs, groups=[int(m.numel()) for m in members],
-                           stats=stats_fingerprint(given), world_size=run.shard.world_size,
-                           files=files_fingerprint(run.source, cfg.fingerprint_content)))
+    run.resume(
+        fingerprint(
+            cfg,
+            run.device,
+            data=run.source.describe(),
+            model=run.model_fp,
+            mode="real-world",
+            name=name,
+            self_pairs=self_pairs,
+            groups=[int(m.numel()) for m in members],
+            stats=stats_fingerprint(given),
+            world_size=run.shard.world_size,
+            files=files_fingerprint(run.source, cfg.fingerprint_content),
+        )
+    )
     try:
         ref_stats = run.reference_stats(given, shrinkage, cfg.eps)[layers[0]]
         g0, g1 = run.shard.bounds(n_groups)
         acc = run.state["transforms"].get(name)
         if acc is None:
             cpu = torch.device("cpu")  # host accumulators: saved with the resumable state
-            acc = {"next": g0, "grp_d": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
-                   "grp_c": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
-                   "pair_d": torch.zeros(1, dtype=torch.float64, device=cpu),
-                   "pair_c": torch.zeros(1, dtype=torch.float64, device=cpu),
-                   "pairs": 0, "views": 0}
+            acc = {
+                "next": g0,
+                "grp_d": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
+                "grp_c": torch.full((g1 - g0,), float("nan"), dtype=torch.float64, device=cpu),
+                "pair_d": torch.zeros(1, dtype=torch.float64, device=cpu),
+                "pair_c": torch.zeros(1, dtype=torch.float64, device=cpu),
+                "pairs": 0,
+                "views": 0,
+            }
             run.state["transforms"][name] = acc
         bar = run.bar(g1 - g0, name, initial=acc["next"] - g0, unit="group")
         with torch.inference_mode():
@@ -78,7 +108,7 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
                 idx = members[gi]
                 feats = []
                 for s in range(0, idx.numel(), run.batch_size):
-                    sub = idx[s:s + run.batch_size]
+                    sub = idx[s : s + run.batch_size]
                     x, ok = run.source.load(sub)
                     for i in sub[~ok].tolist():
                         run.bad.add(int(i))
@@ -97,8 +127,9 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
                         # distance: distinct pairs (the original's torch.pdist too); cosine: with self pairs
                         # under the original's protocol
                         cos_pairs = torch.ones_like(distinct) if self_pairs else distinct
-                        sums += torch.stack([out["distance"].double()[distinct].sum(),
-                                             out["cosine"].double()[cos_pairs].sum()])
+                        sums += torch.stack(
+                            [out["distance"].double()[distinct].sum(), out["cosine"].double()[cos_pairs].sum()]
+                        )
                     sd, sc = sums.tolist()
                     n_distinct = v * (v - 1)
                     n_cos = v * v if self_pairs else n_distinct
@@ -118,20 +149,50 @@ def measure_real_world(model: Any, data: Any, config: MeasureConfig | None = Non
     sh = run.shard
     grp_d = torch.cat(gather_objects(acc["grp_d"], sh))
     grp_c = torch.cat(gather_objects(acc["grp_c"], sh))
-    tot = sum_in_rank_order(torch.cat([acc["pair_d"], acc["pair_c"],
-                                       torch.tensor([float(acc["pairs"]), float(acc["views"])], dtype=torch.float64,
-                                                    device="cpu")]), sh)
+    tot = sum_in_rank_order(
+        torch.cat(
+            [
+                acc["pair_d"],
+                acc["pair_c"],
+                torch.tensor([float(acc["pairs"]), float(acc["views"])], dtype=torch.float64, device="cpu"),
+            ]
+        ),
+        sh,
+    )
     valid = ~torch.isnan(grp_d)
     if not bool(valid.any()):
         raise ValueError("no group has two readable views; real-world mode compares views within a group")
-    tr = TransformResult(name=name, family=family, mean_distance=float(grp_d[valid].mean()),
-                         mean_cosine=float(grp_c[valid].mean()), n_images=int(tot[3]), per_image_distance=grp_d,
-                         per_image_cosine=grp_c, n_pairs=int(tot[2]))
+    tr = TransformResult(
+        name=name,
+        family=family,
+        mean_distance=float(grp_d[valid].mean()),
+        mean_cosine=float(grp_c[valid].mean()),
+        n_images=int(tot[3]),
+        per_image_distance=grp_d,
+        per_image_cosine=grp_c,
+        n_pairs=int(tot[2]),
+    )
     elapsed = time.monotonic() - t0
-    meta = {"data": run.source.describe(), "mode": "real-world", "device": str(run.device), "groups": n_groups,
-            "skipped_groups": int((~valid).sum()), "pair_weighted_distance": float(tot[0] / tot[2]),
-            "pair_weighted_cosine": float(tot[1] / tot[2]), "world_size": sh.world_size, "elapsed_s": elapsed,
-            "group_names": list(getattr(run.source, "group_names", [])), "config": cfg.to_dict(),
-            "images": {"n": run.n, "id": run.source_identity()}}
-    return InvarianceResult(model=cfg.name or run.model_name, transforms={name: tr}, n_images=run.n, layer=layers[0],
-                            stats=stats_info(ref_stats), errors=run.errors(), meta=meta)
+    meta = {
+        "data": run.source.describe(),
+        "mode": "real-world",
+        "device": str(run.device),
+        "groups": n_groups,
+        "skipped_groups": int((~valid).sum()),
+        "pair_weighted_distance": float(tot[0] / tot[2]),
+        "pair_weighted_cosine": float(tot[1] / tot[2]),
+        "world_size": sh.world_size,
+        "elapsed_s": elapsed,
+        "group_names": list(getattr(run.source, "group_names", [])),
+        "config": cfg.to_dict(),
+        "images": {"n": run.n, "id": run.source_identity()},
+    }
+    return InvarianceResult(
+        model=cfg.name or run.model_name,
+        transforms={name: tr},
+        n_images=run.n,
+        layer=layers[0],
+        stats=stats_info(ref_stats),
+        errors=run.errors(),
+        meta=meta,
+    )

@@ -1,4 +1,5 @@
 """The result of an invariance measurement: per-transform scores, curves, per-image values."""
+
 from __future__ import annotations
 
 import json
@@ -53,8 +54,9 @@ class TransformResult:
         if self.unit_transform_variance is None or self.unit_sample_variance is None:
             return None
         sv = self.unit_sample_variance
-        return torch.where(sv > 0, self.unit_transform_variance / sv.clamp_min(1e-300),
-                           torch.full_like(sv, float("nan")))
+        return torch.where(
+            sv > 0, self.unit_transform_variance / sv.clamp_min(1e-300), torch.full_like(sv, float("nan"))
+        )
 
     @property
     def normalized_variance(self) -> float | None:
@@ -69,12 +71,24 @@ class TransformResult:
         def lst(t: torch.Tensor | None) -> Any:
             return None if t is None else _nan_to_none(t.tolist())
 
-        d = {"name": self.name, "family": self.family, "mean_distance": self.mean_distance,
-             "mean_cosine": self.mean_cosine, "identity_distance": self.identity_distance,
-             "identity_cosine": self.identity_cosine, "n_images": self.n_images, "n_pairs": self.n_pairs,
-             "params": lst(self.params), "identity": self.identity.tolist(), "distance": lst(self.distance),
-             "cosine": lst(self.cosine), "distance_std": lst(self.distance_std), "cosine_std": lst(self.cosine_std),
-             "pair_scores": self.pair_scores, "normalized_variance": self.normalized_variance}
+        d = {
+            "name": self.name,
+            "family": self.family,
+            "mean_distance": self.mean_distance,
+            "mean_cosine": self.mean_cosine,
+            "identity_distance": self.identity_distance,
+            "identity_cosine": self.identity_cosine,
+            "n_images": self.n_images,
+            "n_pairs": self.n_pairs,
+            "params": lst(self.params),
+            "identity": self.identity.tolist(),
+            "distance": lst(self.distance),
+            "cosine": lst(self.cosine),
+            "distance_std": lst(self.distance_std),
+            "cosine_std": lst(self.cosine_std),
+            "pair_scores": self.pair_scores,
+            "normalized_variance": self.normalized_variance,
+        }
         if per_image:
             d["unit_transform_variance"] = lst(self.unit_transform_variance)
             d["unit_sample_variance"] = lst(self.unit_sample_variance)
@@ -83,7 +97,7 @@ class TransformResult:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TransformResult":
+    def from_dict(cls, d: dict[str, Any]) -> TransformResult:
         def ten(v: Any, dtype: torch.dtype = torch.float64) -> torch.Tensor | None:
             if v is None:
                 return None
@@ -95,14 +109,27 @@ class TransformResult:
                 raise ValueError(f"transform {d['name']!r} of the result holds no {key!r} (null): the file is damaged")
             return t
 
-        return cls(name=d["name"], family=d["family"], mean_distance=d["mean_distance"], mean_cosine=d["mean_cosine"],
-                   n_images=d["n_images"], params=req("params"), identity=torch.tensor(d["identity"], dtype=torch.bool),
-                   distance=req("distance"), cosine=req("cosine"), distance_std=req("distance_std"),
-                   cosine_std=req("cosine_std"), identity_distance=d.get("identity_distance"),
-                   identity_cosine=d.get("identity_cosine"), per_image_distance=ten(d.get("per_image_distance")),
-                   per_image_cosine=ten(d.get("per_image_cosine")), pair_scores=d.get("pair_scores"),
-                   n_pairs=d.get("n_pairs", 0), unit_transform_variance=ten(d.get("unit_transform_variance")),
-                   unit_sample_variance=ten(d.get("unit_sample_variance")))
+        return cls(
+            name=d["name"],
+            family=d["family"],
+            mean_distance=d["mean_distance"],
+            mean_cosine=d["mean_cosine"],
+            n_images=d["n_images"],
+            params=req("params"),
+            identity=torch.tensor(d["identity"], dtype=torch.bool),
+            distance=req("distance"),
+            cosine=req("cosine"),
+            distance_std=req("distance_std"),
+            cosine_std=req("cosine_std"),
+            identity_distance=d.get("identity_distance"),
+            identity_cosine=d.get("identity_cosine"),
+            per_image_distance=ten(d.get("per_image_distance")),
+            per_image_cosine=ten(d.get("per_image_cosine")),
+            pair_scores=d.get("pair_scores"),
+            n_pairs=d.get("n_pairs", 0),
+            unit_transform_variance=ten(d.get("unit_transform_variance")),
+            unit_sample_variance=ten(d.get("unit_sample_variance")),
+        )
 
 
 @dataclass
@@ -126,7 +153,7 @@ class InvarianceResult:
     errors: dict[str, Any] = field(default_factory=lambda: {"count": 0, "examples": []})
     meta: dict[str, Any] = field(default_factory=dict)
     layer: str = "output"
-    layers: dict[str, "InvarianceResult"] = field(default_factory=dict)
+    layers: dict[str, InvarianceResult] = field(default_factory=dict)
 
     def __getitem__(self, name: str) -> TransformResult:
         if name not in self.transforms:
@@ -151,13 +178,25 @@ class InvarianceResult:
         meta = dict(self.meta)
         if self.samples_per_dim is not None:
             meta["reference_n_over_d"] = self.samples_per_dim
-        d = {"format": RESULT_FORMAT, "model": self.model, "layer": self.layer, "n_images": self.n_images,
-             "stats": self.stats, "errors": self.errors, "meta": meta,
-             "transforms": [t.to_dict(per_image=per_image) for t in self.transforms.values()]}
+        d = {
+            "format": RESULT_FORMAT,
+            "model": self.model,
+            "layer": self.layer,
+            "n_images": self.n_images,
+            "stats": self.stats,
+            "errors": self.errors,
+            "meta": meta,
+            "transforms": [t.to_dict(per_image=per_image) for t in self.transforms.values()],
+        }
         if self.layers:
-            d["layers"] = [{"layer": r.layer, "stats": r.stats,
-                            "transforms": [t.to_dict(per_image=per_image) for t in r.transforms.values()]}
-                           for r in self.layers.values()]
+            d["layers"] = [
+                {
+                    "layer": r.layer,
+                    "stats": r.stats,
+                    "transforms": [t.to_dict(per_image=per_image) for t in r.transforms.values()],
+                }
+                for r in self.layers.values()
+            ]
         return d
 
     def to_json(self, path: str | os.PathLike | None = None, per_image: bool = True, indent: int | None = None) -> str:
@@ -168,14 +207,21 @@ class InvarianceResult:
         return text
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "InvarianceResult":
+    def from_dict(cls, d: dict[str, Any]) -> InvarianceResult:
         if d.get("format") != RESULT_FORMAT:
             raise ValueError(f"not an invfast invariance result (format={d.get('format')!r})")
-        def one(part: dict[str, Any]) -> "InvarianceResult":
+
+        def one(part: dict[str, Any]) -> InvarianceResult:
             trs = [TransformResult.from_dict(t) for t in part["transforms"]]
-            return cls(model=d["model"], transforms={t.name: t for t in trs}, n_images=d["n_images"],
-                       stats=part.get("stats", {}), errors=d.get("errors", {}), meta=d.get("meta", {}),
-                       layer=part.get("layer", "output"))
+            return cls(
+                model=d["model"],
+                transforms={t.name: t for t in trs},
+                n_images=d["n_images"],
+                stats=part.get("stats", {}),
+                errors=d.get("errors", {}),
+                meta=d.get("meta", {}),
+                layer=part.get("layer", "output"),
+            )
 
         top = one(d)
         if d.get("layers"):
@@ -184,7 +230,7 @@ class InvarianceResult:
         return top
 
     @classmethod
-    def from_json(cls, text_or_path: str | os.PathLike) -> "InvarianceResult":
+    def from_json(cls, text_or_path: str | os.PathLike) -> InvarianceResult:
         s = os.fspath(text_or_path)
         if not s.lstrip().startswith("{"):
             with open(s) as f:
@@ -212,7 +258,9 @@ class InvarianceResult:
 
     def __repr__(self) -> str:
         lay = f", layers={list(self.layers)}" if self.layers else ""
-        return f"InvarianceResult(model={self.model!r}, n_images={self.n_images}, transforms={list(self.transforms)}{lay})"
+        return (
+            f"InvarianceResult(model={self.model!r}, n_images={self.n_images}, transforms={list(self.transforms)}{lay})"
+        )
 
 
 def _nan_to_none(v: Any) -> Any:

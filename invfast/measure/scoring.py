@@ -3,12 +3,14 @@ bounded by ``forward_batch``, pushed through the model and scored with :func:`in
 Only float64 per-parameter sums and per-image means are kept, on the device (O(P + N) memory per
 transform); per-pair scores go to memory-mapped files when asked.
 """
+
 from __future__ import annotations
 
 import contextlib
 import functools
 import os
-from typing import Any, Generator, Iterator
+from collections.abc import Generator, Iterator
+from typing import Any
 
 import numpy as np
 import torch
@@ -28,8 +30,9 @@ def pair_file(dir_: str, name: str, layer: str, metric: str, layered: bool) -> s
     return os.path.join(dir_, f"{name}.{layer}.{metric}.npy" if layered else f"{name}.{metric}.npy")
 
 
-def _pair_files(dir_: str, name: str, layers: list[str], n: int, p: int, shard: Shard,
-                fresh: bool) -> dict[str, dict[str, np.memmap]]:
+def _pair_files(
+    dir_: str, name: str, layers: list[str], n: int, p: int, shard: Shard, fresh: bool
+) -> dict[str, dict[str, np.memmap]]:
     os.makedirs(dir_, exist_ok=True)
     layered = layers != [OUTPUT]
     paths = {ly: {m: pair_file(dir_, name, ly, m, layered) for m in ("distance", "cosine")} for ly in layers}
@@ -68,14 +71,28 @@ def _fresh_layer(run: Run, p: int, views: int, dim: int) -> dict[str, torch.Tens
     def z(*shape: int) -> torch.Tensor:
         return torch.zeros(*shape, dtype=torch.float64, device=dev)
 
-    return {"sum_d": z(p), "sum_c": z(p), "sq_d": z(p), "sq_c": z(p),
-            "img_d": torch.full((n,), float("nan"), dtype=torch.float64, device=dev),
-            "img_c": torch.full((n,), float("nan"), dtype=torch.float64, device=dev),
-            "u_s1": z(views, dim), "u_s2": z(views, dim), "tv": z(dim)}
+    return {
+        "sum_d": z(p),
+        "sum_c": z(p),
+        "sq_d": z(p),
+        "sq_c": z(p),
+        "img_d": torch.full((n,), float("nan"), dtype=torch.float64, device=dev),
+        "img_c": torch.full((n,), float("nan"), dtype=torch.float64, device=dev),
+        "u_s1": z(views, dim),
+        "u_s2": z(views, dim),
+        "tv": z(dim),
+    }
 
 
-def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor, stats: dict[str, FeatureStats],
-                    pair_dir: Any, include_identity: bool = False) -> tuple[dict[str, Any], int]:
+def score_transform(
+    run: Run,
+    t: Any,
+    params: torch.Tensor,
+    ident: torch.Tensor,
+    stats: dict[str, FeatureStats],
+    pair_dir: Any,
+    include_identity: bool = False,
+) -> tuple[dict[str, Any], int]:
     """Score every image of this rank under every parameter of ``t``, at every measured layer; the
     accumulators stay on ``run.device`` (float64 sums [P], per-image means [n_rank], per-unit sums
     [V, D]) until a save or the end.
@@ -92,15 +109,22 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
     acc = run.state["transforms"].get(t.name)
     fresh = acc is None
     if fresh:
-        acc = {"count": 0, "next": run.start, "add_ref": add_ref,
-               "layers": {ly: _fresh_layer(run, p, p + add_ref, _stats_dim(stats[ly], ly)) for ly in layers}}
+        acc = {
+            "count": 0,
+            "next": run.start,
+            "add_ref": add_ref,
+            "layers": {ly: _fresh_layer(run, p, p + add_ref, _stats_dim(stats[ly], ly)) for ly in layers},
+        }
         run.state["transforms"][t.name] = acc
     else:  # resumed: the saved host copies go back to the device
         for la in acc["layers"].values():
             for k in _DEVICE_KEYS:
                 la[k] = la[k].to(dev)
-    mm = _pair_files(os.fspath(pair_dir), t.name, layers, run.n, p, run.shard, fresh and acc["next"] == run.start) \
-        if pair_dir is not None else None
+    mm = (
+        _pair_files(os.fspath(pair_dir), t.name, layers, run.n, p, run.shard, fresh and acc["next"] == run.start)
+        if pair_dir is not None
+        else None
+    )
     flush = functools.partial(_flush_pairs, mm) if mm is not None else None
     bar = run.pass_bar((run.stop - run.start) * p, t.name, initial=(acc["next"] - run.start) * p)
     count0 = acc["count"]
@@ -126,8 +150,17 @@ def score_transform(run: Run, t: Any, params: torch.Tensor, ident: torch.Tensor,
 class _Context:
     """What every group of one transform's pass shares."""
 
-    def __init__(self, run: Run, t: Any, params: torch.Tensor, keep: torch.Tensor, n_keep: int,
-                 stats: dict[str, FeatureStats], acc: dict[str, Any], mm: dict[str, dict[str, np.memmap]] | None) -> None:
+    def __init__(
+        self,
+        run: Run,
+        t: Any,
+        params: torch.Tensor,
+        keep: torch.Tensor,
+        n_keep: int,
+        stats: dict[str, FeatureStats],
+        acc: dict[str, Any],
+        mm: dict[str, dict[str, np.memmap]] | None,
+    ) -> None:
         self.run, self.t, self.params, self.keep, self.n_keep = run, t, params, keep, n_keep
         self.stats, self.acc, self.mm = stats, acc, mm
         self.p = params.shape[0]
@@ -136,13 +169,13 @@ class _Context:
         self.group = max(1, run.extract.forward_batch // max(1, self.p * run.batch_size))
 
 
-def _work(run: Run, ctx: _Context) -> Generator[tuple["_Group", int | None, int | None], None, None]:
+def _work(run: Run, ctx: _Context) -> Generator[tuple[_Group, int | None, int | None], None, None]:
     """``(group, ps, pe)`` for every chunk of parameters of every group of image batches, in order, reading the
     images as it goes; a group without readable images comes once with ``ps = pe = None``."""
     spans = list(run.batches(ctx.acc["next"]))
     with contextlib.closing(run.stream(spans)) as stream:
         for g in range(0, len(spans), ctx.group):
-            span = spans[g:g + ctx.group]
+            span = spans[g : g + ctx.group]
             xs, idxs, starts = [], [], []
             for (bs, _), (xb, ib) in zip(span, stream):
                 if count(xb):
@@ -173,20 +206,20 @@ class _ViewProducer:
 
             self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="invfast-views")
 
-    def __enter__(self) -> "_ViewProducer":
+    def __enter__(self) -> _ViewProducer:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         if self.pool is not None:
             self.pool.shutdown(wait=True, cancel_futures=True)
 
-    def _make(self, group: "_Group", ps: int | None, pe: int | None) -> torch.Tensor | None:
+    def _make(self, group: _Group, ps: int | None, pe: int | None) -> torch.Tensor | None:
         if ps is None:
             return None
         with torch.inference_mode(), torch.device(self.default_device):
             return self.run.views(group.ctx.t, group.x, group.ctx.params[ps:pe])
 
-    def views(self, work: Iterator[tuple["_Group", int | None, int | None]]) -> Iterator[tuple[Any, Any, Any, Any]]:
+    def views(self, work: Iterator[tuple[_Group, int | None, int | None]]) -> Iterator[tuple[Any, Any, Any, Any]]:
         """``(group, ps, pe, views)`` for every item of ``work``, the next item's views made meanwhile."""
         if self.pool is None:
             for group, ps, pe in work:
@@ -205,8 +238,9 @@ class _Group:
     """One group of image batches of one transform: its images, reference features and the per-image sums
     that are complete only when every chunk of parameters has been scored."""
 
-    def __init__(self, ctx: _Context, s: int, e: int, xs: list[Any], idxs: list[torch.Tensor],
-                 starts: list[int]) -> None:
+    def __init__(
+        self, ctx: _Context, s: int, e: int, xs: list[Any], idxs: list[torch.Tensor], starts: list[int]
+    ) -> None:
         self.ctx, self.s, self.e = ctx, s, e
         self.b = sum(count(x) for x in xs)
         if not self.b:
@@ -221,11 +255,16 @@ class _Group:
         self.img_c = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
         # per-image sums over the views of each unit (the transformational variance of each image)
         add_ref = ctx.acc["add_ref"]
-        self.v1 = {ly: self.f_ref[ly].double() if add_ref else torch.zeros_like(self.f_ref[ly], dtype=torch.float64)
-                   for ly in self.layers}
+        self.v1 = {
+            ly: self.f_ref[ly].double() if add_ref else torch.zeros_like(self.f_ref[ly], dtype=torch.float64)
+            for ly in self.layers
+        }
         self.v2 = {ly: self.v1[ly] * self.v1[ly] for ly in self.layers}
-        self.pairs = None if ctx.mm is None else {ly: torch.empty(2, b, ctx.p, dtype=torch.float32, device=dev)
-                                                  for ly in self.layers}
+        self.pairs = (
+            None
+            if ctx.mm is None
+            else {ly: torch.empty(2, b, ctx.p, dtype=torch.float32, device=dev) for ly in self.layers}
+        )
 
     def score_chunk(self, ps: int, pe: int, views: torch.Tensor) -> None:
         """The model on the views of parameters ``ps..pe`` (``[b, pe - ps, C, H, W]``); adds into the

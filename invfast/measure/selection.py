@@ -1,7 +1,9 @@
 """Which test transforms a measurement runs: names, families or transform objects -> transform objects."""
+
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from invfast.transforms.transform import FAMILIES
 
@@ -31,8 +33,10 @@ def resolve_transforms(transforms: Any) -> list[Any]:
         else:
             missing = [a for a in ("name", "family", "grid", "is_identity", "apply") if not hasattr(it, a)]
             if missing:
-                raise TypeError(f"transform {it!r} lacks {missing}; a transform needs .name, .family, .grid(k), "
-                                ".is_identity(params) and .apply(images, params)")
+                raise TypeError(
+                    f"transform {it!r} lacks {missing}; a transform needs .name, .family, .grid(k), "
+                    ".is_identity(params) and .apply(images, params)"
+                )
             out.append(it)
     names = [t.name for t in out]
     dup = sorted({n for n in names if names.count(n) > 1})
@@ -45,8 +49,9 @@ def _named_transforms(name: str) -> list[Any]:
     try:
         from invfast import transforms as T
     except ImportError as e:  # the registry is part of the package; this only guards partial checkouts
-        raise ValueError(f"transform names need invfast.transforms, which cannot be imported ({e}); "
-                         "pass transform objects instead") from e
+        raise ValueError(
+            f"transform names need invfast.transforms, which cannot be imported ({e}); pass transform objects instead"
+        ) from e
     names = list(T.TEST_TRANSFORMS)  # 'all' and the families select the 18 built-ins; others by name
     if name == "all":
         return [T.get(n) for n in names]
@@ -55,5 +60,7 @@ def _named_transforms(name: str) -> list[Any]:
     try:
         return [T.get(name)]
     except (KeyError, ValueError) as e:
-        raise ValueError(f"unknown transform {name!r}; choose 'all', 'spatial', 'appearance' or names from "
-                         f"{list(T.names())} (invfast.transforms.register adds your own)") from e
+        raise ValueError(
+            f"unknown transform {name!r}; choose 'all', 'spatial', 'appearance' or names from "
+            f"{list(T.names())} (invfast.transforms.register adds your own)"
+        ) from e

@@ -5,6 +5,7 @@ combined across ranks by gathering all parts and adding them in rank order (dete
 same on every rank), and ``FeatureStats`` are merged in rank order. Each rank writes its partial
 state to its own file atomically, so a killed run resumes where it stopped.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -145,16 +146,21 @@ def load_state(path: str, fingerprint: dict[str, Any]) -> dict[str, Any] | None:
     """
     if not os.path.exists(path):
         return None
-    state = load_verified(path, what="measurement state file",
-                          fix="delete it (or the state/ folder) to start the measurement over")
+    state = load_verified(
+        path, what="measurement state file", fix="delete it (or the state/ folder) to start the measurement over"
+    )
     if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
-        raise StateMismatchError(f"{path!r} is not a measurement state file of this invfast version; delete it or "
-                                 "choose another state path to start over")
+        raise StateMismatchError(
+            f"{path!r} is not a measurement state file of this invfast version; delete it or "
+            "choose another state path to start over"
+        )
     if state.get("fingerprint") != fingerprint:
         old, new = _flat(state.get("fingerprint", {})), _flat(fingerprint)
         diff = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
-        raise StateMismatchError(f"the state file {path!r} belongs to another run (differs in: {', '.join(diff)}); "
-                                 "use another state path / output folder, or delete it to start over")
+        raise StateMismatchError(
+            f"the state file {path!r} belongs to another run (differs in: {', '.join(diff)}); "
+            "use another state path / output folder, or delete it to start over"
+        )
     return state
 
 

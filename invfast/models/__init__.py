@@ -10,6 +10,7 @@ checkpoint, ``num_classes=``); one registry builds and loads by name: :func:`cre
 (invfast, torchvision, MoCo and solo-learn ResNet layouts; :func:`to_torchvision_state_dict` exports the
 other way).
 """
+
 from invfast.models.checkpoints import to_torchvision_state_dict
 from invfast.models.constructors import resnet18, resnet34, resnet50
 from invfast.models.hyper_resnet import HyperResNet
@@ -17,5 +18,16 @@ from invfast.models.prompt_vit import PromptViT
 from invfast.models.registry import ARCHITECTURES, create, list_models, load_checkpoint
 from invfast.models.resnet import ResNet
 
-__all__ = ["ARCHITECTURES", "HyperResNet", "PromptViT", "ResNet", "create", "list_models", "load_checkpoint",
-           "resnet18", "resnet34", "resnet50", "to_torchvision_state_dict"]
+__all__ = [
+    "ARCHITECTURES",
+    "HyperResNet",
+    "PromptViT",
+    "ResNet",
+    "create",
+    "list_models",
+    "load_checkpoint",
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "to_torchvision_state_dict",
+]

@@ -1,7 +1,9 @@
 """Input checks shared by the models: descriptors, image sizes, checkpoints."""
+
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,22 +20,29 @@ def check_descriptor(i: Any, inv_dim: int, batch: int | None = None, clamp: bool
         try:
             i = torch.as_tensor(i, dtype=torch.float32)
         except (TypeError, ValueError, RuntimeError) as exc:
-            raise TypeError(f"i (invariance descriptor) must be a tensor or sequence of floats, got {type(i).__name__}") from exc
+            raise TypeError(
+                f"i (invariance descriptor) must be a tensor or sequence of floats, got {type(i).__name__}"
+            ) from exc
     if not i.is_floating_point():
         i = i.float()
     if i.dim() not in (1, 2) or i.shape[-1] != inv_dim:
-        raise ValueError(f"i (invariance descriptor) must have shape [K={inv_dim}] or [B, K={inv_dim}], "
-                         f"got {tuple(i.shape)}")
+        raise ValueError(
+            f"i (invariance descriptor) must have shape [K={inv_dim}] or [B, K={inv_dim}], got {tuple(i.shape)}"
+        )
     if i.dim() == 2 and batch is not None and i.shape[0] != batch:
-        raise ValueError(f"i has {i.shape[0]} descriptors but the image batch has {batch}; pass one descriptor [K] "
-                         "for the whole batch or one per image [B, K]")
+        raise ValueError(
+            f"i has {i.shape[0]} descriptors but the image batch has {batch}; pass one descriptor [K] "
+            "for the whole batch or one per image [B, K]"
+        )
     if not bool(torch.isfinite(i).all()):
         raise ValueError("i (invariance descriptor) contains NaN/Inf")
     if clamp:
         return i.clamp(0.0, 1.0)
     if bool(((i < 0) | (i > 1)).any()):
-        raise ValueError(f"i (invariance descriptor) must lie in [0, 1]; got min {float(i.min()):.4g}, max "
-                         f"{float(i.max()):.4g} (pass clamp=True to clamp)")
+        raise ValueError(
+            f"i (invariance descriptor) must lie in [0, 1]; got min {float(i.min()):.4g}, max "
+            f"{float(i.max()):.4g} (pass clamp=True to clamp)"
+        )
     return i
 
 
@@ -58,12 +67,14 @@ class CheckedStateDict:
     arch: str = "model"
 
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False):
-        own = nn.Module.state_dict(self)  # type: ignore[arg-type]
+        own = nn.Module.state_dict(self)  # type: ignore[call-overload]  # a mixin of nn.Module subclasses
         missing = [k for k in own if k not in state_dict]
         unexpected = [k for k in state_dict if k not in own]
-        shapes = [f"{k}: checkpoint {tuple(state_dict[k].shape)} vs model {tuple(v.shape)}"
-                  for k, v in own.items() if k in state_dict and hasattr(state_dict[k], "shape")
-                  and tuple(state_dict[k].shape) != tuple(v.shape)]
+        shapes = [
+            f"{k}: checkpoint {tuple(state_dict[k].shape)} vs model {tuple(v.shape)}"
+            for k, v in own.items()
+            if k in state_dict and hasattr(state_dict[k], "shape") and tuple(state_dict[k].shape) != tuple(v.shape)
+        ]
         if shapes or (strict and (missing or unexpected)):
 
             def few(keys: list[str]) -> str:
@@ -76,6 +87,8 @@ class CheckedStateDict:
                 parts.append(f"unexpected keys: {few(unexpected)}")
             if shapes:
                 parts.append(f"shape mismatches: {few(shapes)}")
-            raise ValueError(f"checkpoint does not match architecture {self.arch!r} (was it saved from another "
-                             f"architecture or width?): " + "; ".join(parts))
+            raise ValueError(
+                f"checkpoint does not match architecture {self.arch!r} (was it saved from another "
+                f"architecture or width?): " + "; ".join(parts)
+            )
         return nn.Module.load_state_dict(self, state_dict, strict=strict, assign=assign)  # type: ignore[arg-type]

@@ -27,18 +27,20 @@ encoder's prefix, strips it and renames torchvision keys; :func:`checkpoint_stem
 checkpoint was trained with where it can be known (solo-learn's CIFAR ResNets: ``'cifar-solo'``,
 padding 2); :func:`to_torchvision_state_dict` exports an invfast ResNet under torchvision's names.
 """
+
 from __future__ import annotations
 
 import argparse
 import os
 import pathlib
 import re
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import torch
+from torch import nn
 
 from invfast.io import load_verified
-from torch import nn
 
 #: wrapper keys under which checkpoints keep their state dict, tried in this order
 WRAPPER_KEYS = ("encoder", "state_dict", "model", "backbone", "network")
@@ -55,16 +57,22 @@ _BN_FIELDS = ("weight", "bias", "running_mean", "running_var", "num_batches_trac
 #: runs no code of the file (a Namespace is an attribute bag, a path a tuple of strings; a Windows path
 #: is read as a pure path, which also works on POSIX). Allowed only around the one load
 #: (``torch.serialization.safe_globals``), never process-wide.
-HARMLESS_GLOBALS: list[Any] = [argparse.Namespace, pathlib.PosixPath, pathlib.PurePosixPath, pathlib.PureWindowsPath,
-                               (pathlib.PureWindowsPath, "pathlib.WindowsPath")]
+HARMLESS_GLOBALS: list[Any] = [
+    argparse.Namespace,
+    pathlib.PosixPath,
+    pathlib.PurePosixPath,
+    pathlib.PureWindowsPath,
+    (pathlib.PureWindowsPath, "pathlib.WindowsPath"),
+]
 #: top-level keys of a PyTorch Lightning checkpoint
 LIGHTNING_KEYS = ("pytorch-lightning_version", "hyper_parameters", "hparams_name")
 #: state-dict prefixes besides ``backbone.`` that solo-learn's methods save
 _SOLO_SIBLINGS = ("momentum_backbone.", "projector.", "classifier.", "momentum_projector.", "predictor.")
 
 
-def read_checkpoint(checkpoint: str | os.PathLike | Mapping[str, Any]
-                    ) -> tuple[dict[str, torch.Tensor], Mapping[str, Any]]:
+def read_checkpoint(
+    checkpoint: str | os.PathLike | Mapping[str, Any],
+) -> tuple[dict[str, torch.Tensor], Mapping[str, Any]]:
     """``(state dict, top level)`` of a checkpoint file or object: the flat ``{name: tensor}`` dict with
     wrappers unwrapped, and the outermost mapping (where Lightning keeps ``hyper_parameters``, invfast
     ``config``); a bare state dict is its own top level.
@@ -79,8 +87,12 @@ def read_checkpoint(checkpoint: str | os.PathLike | Mapping[str, Any]
             raise FileNotFoundError(f"checkpoint {path!r} does not exist")
         # weights_only; files invfast wrote carry a SHA-256 that is checked, others (torchvision, MoCo, ...) none
         with torch.serialization.safe_globals(HARMLESS_GLOBALS):
-            obj = load_verified(path, what="checkpoint", require_checksum=False,
-                                fix="pass a state dict of tensors saved with torch.save")
+            obj = load_verified(
+                path,
+                what="checkpoint",
+                require_checksum=False,
+                fix="pass a state dict of tensors saved with torch.save",
+            )
     top: Mapping[str, Any] = obj if isinstance(obj, Mapping) else {}
     for _ in range(3):  # e.g. {"model": {"state_dict": {...}}}
         if not isinstance(obj, Mapping):
@@ -246,8 +258,9 @@ def to_torchvision_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
     return invfast_to_torchvision(model.state_dict(), LAYOUTS[model.depth][1])
 
 
-def torchvision_resnet_keys(depth: int, width: int = 64, stem: str = "imagenet", fc: int | None = 1000,
-                            in_channels: int = 3) -> Iterator[tuple[str, tuple[int, ...]]]:
+def torchvision_resnet_keys(
+    depth: int, width: int = 64, stem: str = "imagenet", fc: int | None = 1000, in_channels: int = 3
+) -> Iterator[tuple[str, tuple[int, ...]]]:
     """``(name, shape)`` of every tensor of torchvision's ``resnet{depth}`` state dict, in its order,
     derived from the architecture (``fc``: classes of the classifier head, ``None`` for none;
     ``stem='cifar'`` / ``'cifar-solo'``: the 3x3 ``conv1`` of CIFAR variants such as solo-learn's)."""
@@ -284,8 +297,9 @@ def torchvision_resnet_keys(depth: int, width: int = 64, stem: str = "imagenet",
         yield "fc.bias", (fc,)
 
 
-def convert_state_dict(sd: Mapping[str, torch.Tensor], model: nn.Module | None = None
-                       ) -> tuple[dict[str, torch.Tensor], list[str]]:
+def convert_state_dict(
+    sd: Mapping[str, torch.Tensor], model: nn.Module | None = None
+) -> tuple[dict[str, torch.Tensor], list[str]]:
     """A checkpoint's state dict in ``model``'s names; returns ``(state dict, notes)``.
 
     Torchvision-layout ResNets (bare, MoCo's ``module.encoder_q.``, solo-learn's ``backbone.``) are
@@ -302,17 +316,24 @@ def convert_state_dict(sd: Mapping[str, torch.Tensor], model: nn.Module | None =
         counts = _prefixes(keys, own)
         if counts:
             prefix = _pick_prefix(counts)
-    sub = {k[len(prefix):]: v for k, v in sd.items() if k.startswith(prefix)}
+    sub = {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix)}
     notes: list[str] = []
     if layout == "torchvision":
         sub, dropped = torchvision_to_invfast(sub)
         if dropped:
-            notes.append(f"dropped {len(dropped)} tensor(s) the encoder has no place for (heads): "
-                         + ", ".join(dropped[:6]) + (" ..." if len(dropped) > 6 else ""))
+            notes.append(
+                f"dropped {len(dropped)} tensor(s) the encoder has no place for (heads): "
+                + ", ".join(dropped[:6])
+                + (" ..." if len(dropped) > 6 else "")
+            )
     if model is not None and layout != "unknown":
         own_keys = set(nn.Module.state_dict(model))
-        if "fc.weight" in own_keys and "fc.weight" not in sub and prefix == "backbone." \
-                and isinstance(sd.get("classifier.weight"), torch.Tensor):  # solo-learn's linear classifier
+        if (
+            "fc.weight" in own_keys
+            and "fc.weight" not in sub
+            and prefix == "backbone."
+            and isinstance(sd.get("classifier.weight"), torch.Tensor)
+        ):  # solo-learn's linear classifier
             sub.update({"fc." + f: sd["classifier." + f] for f in ("weight", "bias") if "classifier." + f in sd})
             notes.append("solo-learn's 'classifier' read as the head 'fc'")
         if any(k.startswith(("stem.", "blocks.")) for k in own_keys):  # an invfast ResNet: drop what it lacks
@@ -320,13 +341,28 @@ def convert_state_dict(sd: Mapping[str, torch.Tensor], model: nn.Module | None =
             for k in extra:
                 del sub[k]
             if extra:
-                notes.append(f"dropped {len(extra)} tensor(s) the encoder has no place for (heads): "
-                             + ", ".join(extra[:6]) + (" ..." if len(extra) > 6 else ""))
+                notes.append(
+                    f"dropped {len(extra)} tensor(s) the encoder has no place for (heads): "
+                    + ", ".join(extra[:6])
+                    + (" ..." if len(extra) > 6 else "")
+                )
     if notes and prefix:
         notes.append(f"the encoder was read under prefix {prefix!r}")
     return sub, notes
 
 
-__all__ = ["HARMLESS_GLOBALS", "WRAPPER_KEYS", "checkpoint_stem", "convert_state_dict", "detect_layout",
-           "invfast_to_torchvision", "is_solo_learn_cifar", "read_checkpoint", "read_state_dict",
-           "to_torchvision_state_dict", "torchvision_resnet_keys", "torchvision_to_invfast", "weights_stem"]
+__all__ = [
+    "HARMLESS_GLOBALS",
+    "WRAPPER_KEYS",
+    "checkpoint_stem",
+    "convert_state_dict",
+    "detect_layout",
+    "invfast_to_torchvision",
+    "is_solo_learn_cifar",
+    "read_checkpoint",
+    "read_state_dict",
+    "to_torchvision_state_dict",
+    "torchvision_resnet_keys",
+    "torchvision_to_invfast",
+    "weights_stem",
+]

@@ -29,6 +29,7 @@ Under autocast (e.g. bf16 on CPU or CUDA) the hidden vectors and the generated k
 in the parameters' dtype (the output layer has to be read in full either way, and converting it
 first would read it twice); the convolutions then run in the autocast dtype.
 """
+
 from __future__ import annotations
 
 import math
@@ -41,7 +42,6 @@ from torch import nn
 from invfast.models._checks import CheckedStateDict, check_descriptor, check_images
 from invfast.models.resnet import STEM_SIZES, ConvSpec, Stem, block_convs, stage_plan, stem_hint
 from invfast.ops import hyper
-
 
 PER_SAMPLE_MODES = ("generate", "affine")
 
@@ -67,8 +67,12 @@ def conv_with(x: torch.Tensor, w, spec: ConvSpec) -> torch.Tensor:
     """Convolution of x [B, I, H, W] with a shared weight [O, I, k, k], per-sample weights
     [B, O, I, k, k] (one grouped conv), :class:`SegmentWeights` or :class:`AffineWeights` -> [B, O, H', W']."""
     if isinstance(w, SegmentWeights):
-        return torch.cat([F.conv2d(x[a:z], wu, stride=spec.stride, padding=spec.padding)
-                          for a, z, wu in zip(w.bounds, w.bounds[1:], w.weights)])
+        return torch.cat(
+            [
+                F.conv2d(x[a:z], wu, stride=spec.stride, padding=spec.padding)
+                for a, z, wu in zip(w.bounds, w.bounds[1:], w.weights)
+            ]
+        )
     if isinstance(w, AffineWeights):
         nh = w.wk.shape[0]
         full = torch.cat([w.w0[None], w.wk]).reshape((nh + 1) * spec.out_ch, spec.in_ch, spec.k, spec.k)
@@ -78,8 +82,13 @@ def conv_with(x: torch.Tensor, w, spec: ConvSpec) -> torch.Tensor:
     if w.dim() == 4:
         return F.conv2d(x, w, stride=spec.stride, padding=spec.padding)
     b, c, h, wd = x.shape
-    y = F.conv2d(x.reshape(1, b * c, h, wd), w.reshape(b * spec.out_ch, spec.in_ch, spec.k, spec.k),
-                 stride=spec.stride, padding=spec.padding, groups=b)
+    y = F.conv2d(
+        x.reshape(1, b * c, h, wd),
+        w.reshape(b * spec.out_ch, spec.in_ch, spec.k, spec.k),
+        stride=spec.stride,
+        padding=spec.padding,
+        groups=b,
+    )
     return y.reshape(b, spec.out_ch, y.shape[-2], y.shape[-1])
 
 
@@ -122,8 +131,17 @@ class HyperResNet(CheckedStateDict, nn.Module):
     batch) or [B, K] (one per image), entries in [0, 1] -> pooled features [B, feature_dim].
     """
 
-    def __init__(self, depth: int = 50, inv_dim: int = 2, emb_dim: int = 16, hidden: int = 32, stem: str = "imagenet",
-                 width: int = 64, in_channels: int = 3, per_sample: str = "generate"):
+    def __init__(
+        self,
+        depth: int = 50,
+        inv_dim: int = 2,
+        emb_dim: int = 16,
+        hidden: int = 32,
+        stem: str = "imagenet",
+        width: int = 64,
+        in_channels: int = 3,
+        per_sample: str = "generate",
+    ):
         super().__init__()
         if per_sample not in PER_SAMPLE_MODES:
             raise ValueError(f"per_sample must be one of {PER_SAMPLE_MODES}, got {per_sample!r}")
@@ -135,22 +153,26 @@ class HyperResNet(CheckedStateDict, nn.Module):
         self.arch = f"hyper-resnet{depth}-{stem}"
         self.stem = Stem(stem, in_channels, width)
         plan = stage_plan(depth, width)
-        self.blocks = nn.ModuleList([HyperBlock(*p) for p in plan])
+        blocks = [HyperBlock(*p) for p in plan]
+        self.blocks = nn.ModuleList(blocks)
         last = plan[-1]
         self.feature_dim = last[2] * (1 if last[0] == "basic" else 4)
 
-        self.specs: list[ConvSpec] = [c for blk in self.blocks for c in blk.specs]
-        block_of = [b for b, blk in enumerate(self.blocks) for _ in blk.specs]
+        self.specs: list[ConvSpec] = [c for blk in blocks for c in blk.specs]
+        self.block_sizes: list[int] = [len(blk.specs) for blk in blocks]  # kernels per block, in order
+        block_of = [b for b, blk in enumerate(blocks) for _ in blk.specs]
         self.offsets: list[int] = [0]
         for c in self.specs:
             self.offsets.append(self.offsets[-1] + c.numel)
         n_kernels, n_rows = len(self.specs), self.offsets[-1]
+        self.block_of_kernel: torch.Tensor
         self.register_buffer("block_of_kernel", torch.tensor(block_of, dtype=torch.long), persistent=False)
         self.embed = nn.Parameter(torch.empty(len(self.blocks), emb_dim, inv_dim))
         self.hid_weight = nn.Parameter(torch.empty(n_kernels, hidden, emb_dim))
         self.hid_bias = nn.Parameter(torch.empty(n_kernels, hidden))
         self.out_weight = nn.Parameter(torch.empty(n_rows, hidden))
         self.out_bias = nn.Parameter(torch.empty(n_rows))
+        self._frozen: torch.Tensor | None
         self.register_buffer("_frozen", None, persistent=False)
         self.frozen_descriptor: torch.Tensor | None = None
         self._frozen_versions: tuple[int, ...] = ()
@@ -207,11 +229,13 @@ class HyperResNet(CheckedStateDict, nn.Module):
 
     def _split(self, flat: torch.Tensor) -> list[torch.Tensor]:
         lead = flat.shape[:-1]
-        return [flat[..., a:b].reshape(*lead, c.out_ch, c.in_ch, c.k, c.k)
-                for c, a, b in zip(self.specs, self.offsets, self.offsets[1:])]
+        return [
+            flat[..., a:b].reshape(*lead, c.out_ch, c.in_ch, c.k, c.k)
+            for c, a, b in zip(self.specs, self.offsets, self.offsets[1:])
+        ]
 
     @torch.no_grad()
-    def freeze_weights(self, i, clamp: bool = False) -> "HyperResNet":
+    def freeze_weights(self, i, clamp: bool = False) -> HyperResNet:
         """Generate and cache the kernels for one descriptor i [K]; ``forward(x)`` without i then uses them."""
         i = check_descriptor(i, self.inv_dim, clamp=clamp)
         if i.dim() != 1:
@@ -222,7 +246,7 @@ class HyperResNet(CheckedStateDict, nn.Module):
         self._frozen_versions = self._param_versions()
         return self
 
-    def unfreeze(self) -> "HyperResNet":
+    def unfreeze(self) -> HyperResNet:
         """Drop the cached kernels (``forward`` then needs i again)."""
         self._frozen = None
         self.frozen_descriptor = None
@@ -238,21 +262,23 @@ class HyperResNet(CheckedStateDict, nn.Module):
         counters), and either autograd off or nothing that would need a gradient through them."""
         if self._frozen is None or self.frozen_descriptor is None or i.requires_grad:
             return False
-        if torch.is_grad_enabled() and any(p.requires_grad for p in (self.embed, self.hid_weight, self.hid_bias,
-                                                                     self.out_weight, self.out_bias)):
+        if torch.is_grad_enabled() and any(
+            p.requires_grad for p in (self.embed, self.hid_weight, self.hid_bias, self.out_weight, self.out_bias)
+        ):
             return False
-        return (self._param_versions() == self._frozen_versions
-                and torch.equal(i.to(self.frozen_descriptor.dtype), self.frozen_descriptor))
+        return self._param_versions() == self._frozen_versions and torch.equal(
+            i.to(self.frozen_descriptor.dtype), self.frozen_descriptor
+        )
 
     def _affine(self, i: torch.Tensor) -> list[AffineWeights]:
         """Per-kernel affine form for descriptors i [B, K] (nothing generated)."""
         with torch.autocast(i.device.type, enabled=False):
             hid = self.hidden_vectors(i).to(self.out_weight.dtype)  # [B, L, H]
         out = []
-        for l, (c, a, b) in enumerate(zip(self.specs, self.offsets, self.offsets[1:])):
+        for j, (c, a, b) in enumerate(zip(self.specs, self.offsets, self.offsets[1:])):
             w0 = self.out_bias[a:b].reshape(c.out_ch, c.in_ch, c.k, c.k)
             wk = self.out_weight[a:b].t().reshape(self.hidden_dim, c.out_ch, c.in_ch, c.k, c.k)
-            out.append(AffineWeights(w0, wk, hid[:, l]))
+            out.append(AffineWeights(w0, wk, hid[:, j]))
         return out
 
     def _weights_for(self, i, batch: int, clamp: bool):
@@ -262,10 +288,11 @@ class HyperResNet(CheckedStateDict, nn.Module):
             if self._frozen is None:
                 raise ValueError("i (invariance descriptor) is required unless freeze_weights(i) was called")
             return self._split(self._frozen), None
+        frozen = self._frozen
         i = check_descriptor(i, self.inv_dim, batch=batch, clamp=clamp).to(self.out_weight.device)
         if i.dim() == 1:
-            if self._frozen_serves(i):
-                return self._split(self._frozen), None
+            if frozen is not None and self._frozen_serves(i):
+                return self._split(frozen), None
             return self._split(self.generate_flat(i[None])[0]), None
         if self.per_sample == "affine":
             return self._affine(i), None
@@ -274,8 +301,8 @@ class HyperResNet(CheckedStateDict, nn.Module):
         uniq, inverse, counts = torch.unique(i, dim=0, return_inverse=True, return_counts=True)
         n_uniq = uniq.shape[0]
         if n_uniq == 1:
-            if self._frozen_serves(uniq[0]):
-                return self._split(self._frozen), None
+            if frozen is not None and self._frozen_serves(uniq[0]):
+                return self._split(frozen), None
             return self._split(self.generate_flat(uniq)[0]), None
         if n_uniq == batch:  # all distinct: generate in sample order, one grouped conv per layer
             return self._split(self.generate_flat(i)), None
@@ -299,9 +326,8 @@ class HyperResNet(CheckedStateDict, nn.Module):
             x = x[order]
         y = self.stem(x)
         k = 0
-        for blk in self.blocks:
-            n = len(blk.specs)
-            y = blk(y, weights[k:k + n])
+        for blk, n in zip(self.blocks, self.block_sizes):
+            y = blk(y, weights[k : k + n])
             k += n
         feats = y.mean((2, 3))
         if order is not None:

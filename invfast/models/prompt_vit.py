@@ -5,6 +5,7 @@
 Linear(dim -> dim)`` (the paper averages 256 for ViT-B), evaluated as batched matrix products.
 Tokens: ``[CLS, patches + pos, prompt]``; features are the final-norm CLS token.
 """
+
 from __future__ import annotations
 
 import math
@@ -54,8 +55,18 @@ class PromptViT(CheckedStateDict, nn.Module):
     ``forward(x, i)``: x [B, C, img_size, img_size], i [K] or [B, K] in [0, 1] -> [B, dim].
     """
 
-    def __init__(self, img_size: int = 32, patch: int = 4, dim: int = 192, depth: int = 6, heads: int = 3,
-                 mlp_ratio: float = 4.0, inv_dim: int = 2, n_projectors: int = 8, in_channels: int = 3):
+    def __init__(
+        self,
+        img_size: int = 32,
+        patch: int = 4,
+        dim: int = 192,
+        depth: int = 6,
+        heads: int = 3,
+        mlp_ratio: float = 4.0,
+        inv_dim: int = 2,
+        n_projectors: int = 8,
+        in_channels: int = 3,
+    ):
         super().__init__()
         if img_size % patch:
             raise ValueError(f"img_size ({img_size}) must be a multiple of patch ({patch})")
@@ -92,8 +103,13 @@ class PromptViT(CheckedStateDict, nn.Module):
 
     def forward_features(self, x: torch.Tensor, i, clamp: bool = False) -> torch.Tensor:
         """x [B, C, img_size, img_size], i [K] or [B, K] -> CLS features [B, dim]."""
-        check_images(x, self.in_channels, self.img_size, self.img_size,
-                     f"build PromptViT(img_size={x.shape[-1]}) or resize the images")
+        check_images(
+            x,
+            self.in_channels,
+            self.img_size,
+            self.img_size,
+            f"build PromptViT(img_size={x.shape[-1]}) or resize the images",
+        )
         if x.shape[-1] != x.shape[-2]:
             raise ValueError(f"x must be square {self.img_size}x{self.img_size}, got {tuple(x.shape[-2:])}")
         b = x.shape[0]

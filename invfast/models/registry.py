@@ -10,12 +10,14 @@
   :mod:`invfast.models.checkpoints`). A checkpoint whose stem geometry is known (solo-learn's CIFAR
   ResNets: padding 2) is never loaded into another stem.
 """
+
 from __future__ import annotations
 
 import fnmatch
 import importlib
 import os
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
 from torch import nn
@@ -82,8 +84,9 @@ def factory(name: str) -> Callable[..., nn.Module]:
             raise TypeError(f"model factory {name!r} is not callable ({type(fn).__name__})")
         return fn
     if name not in _FACTORIES:
-        raise ValueError(f"unknown architecture {name!r}; choose one of {', '.join(ARCHITECTURES)} "
-                         "or give 'package.module:callable'")
+        raise ValueError(
+            f"unknown architecture {name!r}; choose one of {', '.join(ARCHITECTURES)} or give 'package.module:callable'"
+        )
     return _FACTORIES[name]
 
 
@@ -94,14 +97,15 @@ def create(name: str, **kw: Any) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model factory {name!r} returned {type(model).__name__}, not a torch.nn.Module")
     try:
-        model.arch = name
+        setattr(model, "arch", name)  # noqa: B010  (an attribute the module class may not declare)
     except (AttributeError, TypeError):  # a module that forbids new attributes keeps its own
         pass
     return model
 
 
-def load_checkpoint(model: nn.Module | str, checkpoint: str | os.PathLike | Mapping[str, Any], *,
-                    strict: bool = True, **kw: Any) -> nn.Module:
+def load_checkpoint(
+    model: nn.Module | str, checkpoint: str | os.PathLike | Mapping[str, Any], *, strict: bool = True, **kw: Any
+) -> nn.Module:
     """Weights from ``checkpoint`` loaded into ``model``; returns the model.
 
     Args:
@@ -126,8 +130,15 @@ def load_checkpoint(model: nn.Module | str, checkpoint: str | os.PathLike | Mapp
     return load_read(model, raw, top, source, strict=strict, **kw)
 
 
-def load_read(model: nn.Module | str, raw: Mapping[str, torch.Tensor], top: Mapping[str, Any], source: str, *,
-              strict: bool = True, **kw: Any) -> nn.Module:
+def load_read(
+    model: nn.Module | str,
+    raw: Mapping[str, torch.Tensor],
+    top: Mapping[str, Any],
+    source: str,
+    *,
+    strict: bool = True,
+    **kw: Any,
+) -> nn.Module:
     """:func:`load_checkpoint` on a checkpoint already read by :func:`~invfast.models.checkpoints.read_checkpoint`."""
     if isinstance(model, str):
         name = model
@@ -146,15 +157,21 @@ def load_read(model: nn.Module | str, raw: Mapping[str, torch.Tensor], top: Mapp
     own = nn.Module.state_dict(model)
     missing = sorted(set(own) - set(sd))
     unexpected = sorted(set(sd) - set(own))
-    shapes = sorted(f"{k} (checkpoint {tuple(sd[k].shape)}, model {tuple(own[k].shape)})"
-                    for k in set(own) & set(sd) if tuple(own[k].shape) != tuple(sd[k].shape))
+    shapes = sorted(
+        f"{k} (checkpoint {tuple(sd[k].shape)}, model {tuple(own[k].shape)})"
+        for k in set(own) & set(sd)
+        if tuple(own[k].shape) != tuple(sd[k].shape)
+    )
     if shapes or unexpected or (strict and missing):
 
         def show(ks: list[str]) -> str:
             return ", ".join(ks[:5]) + (f" (+{len(ks) - 5} more)" if len(ks) > 5 else "")
 
-        parts = [f"missing {show(missing)}" if missing else "", f"unexpected {show(unexpected)}" if unexpected else "",
-                 f"wrong shape {show(shapes)}" if shapes else ""]
+        parts = [
+            f"missing {show(missing)}" if missing else "",
+            f"unexpected {show(unexpected)}" if unexpected else "",
+            f"wrong shape {show(shapes)}" if shapes else "",
+        ]
         arch = getattr(model, "arch", type(model).__name__)
         fix = "Pass the architecture (and width) it was trained with."
         if missing and set(missing) <= {"fc.weight", "fc.bias"} and not (shapes or unexpected):
@@ -163,10 +180,12 @@ def load_read(model: nn.Module | str, raw: Mapping[str, torch.Tensor], top: Mapp
         if wrong and wrong <= {"fc.weight", "fc.bias"} and not (missing or unexpected) and sd["fc.bias"].dim() == 1:
             n = sd["fc.bias"].shape[0]
             fix = f"The checkpoint's classifier has {n} classes: pass num_classes={n}."
-        raise ValueError(f"checkpoint {source!r} does not match the model {arch!r}: "
-                         + "; ".join(p for p in parts if p) + ". " + fix)
+        raise ValueError(
+            f"checkpoint {source!r} does not match the model {arch!r}: " + "; ".join(p for p in parts if p) + ". " + fix
+        )
     if notes:
         import warnings
+
         warnings.warn(f"checkpoint {source!r}: " + "; ".join(notes), UserWarning, stacklevel=3)
     nn.Module.load_state_dict(model, sd, strict=strict)
     return model
@@ -181,14 +200,21 @@ def _check_stem(model: nn.Module, raw: Mapping[str, torch.Tensor], top: Mapping[
     if want is None or want == have:
         return
     depth = getattr(model, "depth", 18)
-    fix = (f"load it as {resnet_name(depth, want)!r} (stem={want!r}; models.resnet{depth}(weights=...) picks it from "
-           "the checkpoint)" if isinstance(model, ResNet) else f"build the model with stem={want!r}")
+    fix = (
+        f"load it as {resnet_name(depth, want)!r} (stem={want!r}; models.resnet{depth}(weights=...) picks it from "
+        "the checkpoint)"
+        if isinstance(model, ResNet)
+        else f"build the model with stem={want!r}"
+    )
+
     def geometry(stem: str) -> str:
         k, s, p = STEM_CONV[stem]
         return f"{k}x{k} conv, stride {s}, padding {p}"
 
-    raise ValueError(f"checkpoint {source!r} is {how}, but the model's stem is {have!r} ({geometry(have)}, not "
-                     f"{geometry(want)}), which would give other features: {fix}")
+    raise ValueError(
+        f"checkpoint {source!r} is {how}, but the model's stem is {have!r} ({geometry(have)}, not "
+        f"{geometry(want)}), which would give other features: {fix}"
+    )
 
 
 __all__ = ["ARCHITECTURES", "create", "factory", "is_factory_spec", "list_models", "load_checkpoint", "resnet_name"]

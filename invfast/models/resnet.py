@@ -6,6 +6,7 @@ stems (3x3 conv, stride 1, no max-pool: padding 1 with ``stem="cifar"``, padding
 ``avgpool``). Without a head (``num_classes=0``, the default) ``forward(x)`` returns them too; with
 ``num_classes=N`` the model has torchvision's classifier ``fc`` and ``forward(x)`` returns its logits [B, N].
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -48,8 +49,11 @@ def block_convs(kind: str, in_ch: int, planes: int, stride: int) -> list[ConvSpe
         convs = [ConvSpec("conv1", planes, in_ch, 3, stride, 1), ConvSpec("conv2", planes, planes, 3, 1, 1)]
     else:
         out = planes * 4
-        convs = [ConvSpec("conv1", planes, in_ch, 1, 1, 0), ConvSpec("conv2", planes, planes, 3, stride, 1),
-                 ConvSpec("conv3", out, planes, 1, 1, 0)]
+        convs = [
+            ConvSpec("conv1", planes, in_ch, 1, 1, 0),
+            ConvSpec("conv2", planes, planes, 3, stride, 1),
+            ConvSpec("conv3", out, planes, 1, 1, 0),
+        ]
     if stride != 1 or in_ch != out:
         convs.append(ConvSpec("downsample", out, in_ch, 1, stride, 0))
     return convs
@@ -107,13 +111,16 @@ class ResidualBlock(nn.Module):
                 y = F.relu(y)
         short = x
         if self.specs[-1].name == "downsample":
-            short = self.bn_downsample(self.downsample(x))
+            short = self.get_submodule("bn_downsample")(self.get_submodule("downsample")(x))
         return F.relu(y + short)
 
 
 def stem_hint(stem: str) -> str:
-    return ("use stem='imagenet' for large images" if stem.startswith("cifar")
-            else "use stem='cifar' for small (CIFAR-size) images")
+    return (
+        "use stem='imagenet' for large images"
+        if stem.startswith("cifar")
+        else "use stem='cifar' for small (CIFAR-size) images"
+    )
 
 
 class GlobalAvgPool(nn.Module):
@@ -140,8 +147,9 @@ class ResNet(CheckedStateDict, nn.Module):
     the ends of the stages), ``avgpool`` (the pooled features) and ``fc`` (the logits, with a head).
     """
 
-    def __init__(self, depth: int = 18, stem: str = "imagenet", width: int = 64, in_channels: int = 3,
-                 num_classes: int = 0):
+    def __init__(
+        self, depth: int = 18, stem: str = "imagenet", width: int = 64, in_channels: int = 3, num_classes: int = 0
+    ):
         super().__init__()
         if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 0:
             raise ValueError(f"num_classes must be an int >= 0 (0: no classifier head), got {num_classes!r}")
@@ -169,5 +177,3 @@ class ResNet(CheckedStateDict, nn.Module):
         """x [B, C, H, W] float -> logits [B, num_classes] with a head, else pooled features [B, feature_dim]."""
         f = self.forward_features(x)
         return self.fc(f) if self.fc is not None else f
-
-

@@ -20,9 +20,10 @@ table says. On CUDA the kernels in ``csrc/augment/augment_cuda.cu`` have NOT bee
 references serve unless the user opts in: ``INVFAST_CUDA_KERNELS=augment`` (or ``1``; read at each call) or
 ``invfast.backend.use("compiled")``.
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -43,8 +44,9 @@ def cuda_kernels_enabled() -> bool:
     return backend.cuda_kernels_enabled("augment")
 
 
-def _fill_vector(fill: float | Sequence[float] | torch.Tensor, channels: int,
-                 device: torch.device | str = "cpu") -> torch.Tensor:
+def _fill_vector(
+    fill: float | Sequence[float] | torch.Tensor, channels: int, device: torch.device | str = "cpu"
+) -> torch.Tensor:
     f = torch.as_tensor(fill, dtype=torch.float32, device=device).flatten()
     if f.numel() == 1:
         f = f.expand(channels)
@@ -53,8 +55,9 @@ def _fill_vector(fill: float | Sequence[float] | torch.Tensor, channels: int,
     return f
 
 
-def warp(images: torch.Tensor, coords: torch.Tensor,
-         fill: float | Sequence[float] | torch.Tensor = 0.0) -> torch.Tensor:
+def warp(
+    images: torch.Tensor, coords: torch.Tensor, fill: float | Sequence[float] | torch.Tensor = 0.0
+) -> torch.Tensor:
     """Bilinear sampling of ``images`` at source coordinates, with a constant fill outside.
 
     Args:
@@ -131,8 +134,9 @@ def _bilinear(images: torch.Tensor, coords: torch.Tensor, fillv: torch.Tensor) -
 
 
 @backend.register_reference("warp_affine")
-def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int,
-                          fill: torch.Tensor) -> torch.Tensor:
+def warp_affine_reference(
+    images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int, fill: torch.Tensor
+) -> torch.Tensor:
     m = matrix.to(torch.float64)
     u = torch.arange(out_w, dtype=torch.float64, device=m.device).view(1, 1, out_w)
     v = torch.arange(out_h, dtype=torch.float64, device=m.device).view(1, out_h, 1)
@@ -153,15 +157,19 @@ def warp_affine_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int
     return warp(images, coords, fill.tolist())
 
 
-def warp_affine(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int,
-                fill: torch.Tensor) -> torch.Tensor:
+def warp_affine(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int, fill: torch.Tensor) -> torch.Tensor:
     """The compiled kernel (all P maps in one pass) where the dispatch table picks it, the torch reference
     otherwise. Under backend 'auto' on CPU, integral maps (flips, 90-degree rotations, integer shifts) take
     the exact torch gather, measured faster than the sampling kernel for pure pixel copies."""
     fn = backend.compiled_for("warp_affine", images)
     # (under torch.compile the kernel serves integral maps too: the same pixels, no data-dependent branch)
-    if fn is not None and backend.mode() == "auto" and images.device.type == "cpu" and not compiling() \
-            and bool((matrix == torch.round(matrix)).all()):
+    if (
+        fn is not None
+        and backend.mode() == "auto"
+        and images.device.type == "cpu"
+        and not compiling()
+        and bool((matrix == torch.round(matrix)).all())
+    ):
         fn = None
     if fn is None:
         return warp_affine_reference(images, matrix, out_h, out_w, fill)
@@ -214,11 +222,24 @@ def _blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
 
 
 @backend.register_reference("augment_views")
-def augment_views_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int,
-                            jitter: torch.Tensor | None, factors: torch.Tensor, order: torch.Tensor,
-                            grayscale: torch.Tensor | None, blur: torch.Tensor | None, sigma: torch.Tensor,
-                            solarize: torch.Tensor | None, threshold: float, mean: torch.Tensor, std: torch.Tensor,
-                            dtype: torch.dtype, channels_last: bool) -> torch.Tensor:
+def augment_views_reference(
+    images: torch.Tensor,
+    matrix: torch.Tensor,
+    out_h: int,
+    out_w: int,
+    jitter: torch.Tensor | None,
+    factors: torch.Tensor,
+    order: torch.Tensor,
+    grayscale: torch.Tensor | None,
+    blur: torch.Tensor | None,
+    sigma: torch.Tensor,
+    solarize: torch.Tensor | None,
+    threshold: float,
+    mean: torch.Tensor,
+    std: torch.Tensor,
+    dtype: torch.dtype,
+    channels_last: bool,
+) -> torch.Tensor:
     """Torch reference of ``augment_views``: every op on every image, kept where its mask is set
     (``torch.where``, no per-op index sync); one host read for the blur radius."""
     dev = images.device
@@ -261,14 +282,24 @@ def augment_views_reference(images: torch.Tensor, matrix: torch.Tensor, out_h: i
     return x.contiguous(memory_format=torch.channels_last) if channels_last else x
 
 
-def augment_views(images: torch.Tensor, matrix: torch.Tensor, out_size: tuple[int, int], *,
-                  jitter: torch.Tensor | None = None, factors: torch.Tensor | None = None,
-                  order: torch.Tensor | None = None, grayscale: torch.Tensor | None = None,
-                  blur: torch.Tensor | None = None, sigma: torch.Tensor | None = None,
-                  solarize: torch.Tensor | None = None, threshold: float = 0.5,
-                  mean: Sequence[float] | torch.Tensor = (0.0, 0.0, 0.0),
-                  std: Sequence[float] | torch.Tensor = (1.0, 1.0, 1.0),
-                  dtype: torch.dtype = torch.float32, channels_last: bool = False) -> torch.Tensor:
+def augment_views(
+    images: torch.Tensor,
+    matrix: torch.Tensor,
+    out_size: tuple[int, int],
+    *,
+    jitter: torch.Tensor | None = None,
+    factors: torch.Tensor | None = None,
+    order: torch.Tensor | None = None,
+    grayscale: torch.Tensor | None = None,
+    blur: torch.Tensor | None = None,
+    sigma: torch.Tensor | None = None,
+    solarize: torch.Tensor | None = None,
+    threshold: float = 0.5,
+    mean: Sequence[float] | torch.Tensor = (0.0, 0.0, 0.0),
+    std: Sequence[float] | torch.Tensor = (1.0, 1.0, 1.0),
+    dtype: torch.dtype = torch.float32,
+    channels_last: bool = False,
+) -> torch.Tensor:
     """One augmented view per image, fused.
 
     Args:
@@ -307,27 +338,38 @@ def augment_views(images: torch.Tensor, matrix: torch.Tensor, out_size: tuple[in
     empty = torch.empty(0, device=dev)
     meanv = torch.as_tensor(mean, dtype=torch.float32, device=dev)
     stdv = torch.as_tensor(std, dtype=torch.float32, device=dev)
-    args = (images, matrix, Ho, Wo, jitter, factors if factors is not None else empty,
-            order if order is not None else empty, grayscale, blur, sigma if sigma is not None else empty,
-            solarize, float(threshold), meanv, stdv, dtype, bool(channels_last))
+    args = (
+        images,
+        matrix,
+        Ho,
+        Wo,
+        jitter,
+        factors if factors is not None else empty,
+        order if order is not None else empty,
+        grayscale,
+        blur,
+        sigma if sigma is not None else empty,
+        solarize,
+        float(threshold),
+        meanv,
+        stdv,
+        dtype,
+        bool(channels_last),
+    )
     return backend.call("augment_views", *args)
 
 
 def _register_compiled() -> None:
     if _loader.load() is None:
         return
-    try:
-        torch.ops.invfast.warp_affine
-    except (AttributeError, RuntimeError):
+    if not _loader.has_op("warp_affine"):
         return  # a core built before this op existed
 
     @torch.library.register_fake("invfast::warp_affine")
     def _(images, matrix, out_h, out_w, fill):
         return images.new_empty((images.shape[0], matrix.shape[0], images.shape[1], out_h, out_w))
 
-    try:
-        torch.ops.invfast.augment_views
-    except (AttributeError, RuntimeError):
+    if not _loader.has_op("augment_views"):
         return  # a core built before the fused views existed
 
     @torch.library.register_fake("invfast::warp_coords")
@@ -335,8 +377,24 @@ def _register_compiled() -> None:
         return images.new_empty((images.shape[0], coords.shape[0], images.shape[1], coords.shape[1], coords.shape[2]))
 
     @torch.library.register_fake("invfast::augment_views")
-    def _(images, matrix, out_h, out_w, jitter, factors, order, grayscale, blur, sigma, solarize, threshold,
-          mean, std, dtype, channels_last):
+    def _(
+        images,
+        matrix,
+        out_h,
+        out_w,
+        jitter,
+        factors,
+        order,
+        grayscale,
+        blur,
+        sigma,
+        solarize,
+        threshold,
+        mean,
+        std,
+        dtype,
+        channels_last,
+    ):
         out = images.new_empty((images.shape[0], 3, out_h, out_w), dtype=dtype)
         return out.contiguous(memory_format=torch.channels_last) if channels_last else out
 

@@ -4,6 +4,7 @@ and hue rotation: the references of the compiled ops and the transforms above th
 Luma weights are :data:`invfast.constants.LUMA_WEIGHTS`. Hue rotation has two float32 evaluations of the
 same formula (``hsv_to_rgb(..., sectors=...)``): each compiled kernel matches one of them bit for bit.
 """
+
 from __future__ import annotations
 
 import torch
@@ -79,8 +80,9 @@ def hsv_to_rgb(hsv: torch.Tensor, *, sectors: bool = False) -> torch.Tensor:
     return torch.stack(out, dim=-3)
 
 
-def adjust_hue(x: torch.Tensor | None, shift: torch.Tensor, hsv: torch.Tensor | None = None, *,
-               sectors: bool = False) -> torch.Tensor:
+def adjust_hue(
+    x: torch.Tensor | None, shift: torch.Tensor, hsv: torch.Tensor | None = None, *, sectors: bool = False
+) -> torch.Tensor:
     """Rotate the hue of RGB ``x`` [..., 3, H, W] by ``shift`` (fraction of the colour circle, [-0.5, 0.5];
     torchvision ``adjust_hue``): ``h <- (h + shift) mod 1`` in HSV.
 

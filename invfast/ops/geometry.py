@@ -18,6 +18,7 @@ caller keeps the arithmetic (and the bits) it had. Callers:
 - Transforms-2D's rotate and shear types (:mod:`invfast.synthetic.placement`): forward maps; its shear
   angles have the opposite sign to torchvision's, so it passes ``-shear_x, -shear_y``.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -16,9 +16,10 @@ CPU kernel serves (AVX-512 row tiles, measured faster than the reference: docs/m
 torch reference serves until the CUDA kernels are measured on a GPU (opt in with ``INVFAST_CUDA_KERNELS=hyper``
 or ``invfast.backend.use("compiled")``).
 """
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
@@ -35,43 +36,52 @@ def _check(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, offse
     if bias.shape != (weight.shape[0],):
         raise ValueError(f"bias must be [N={weight.shape[0]}], got shape {tuple(bias.shape)}")
     offs = [int(o) for o in offsets]
-    if len(offs) != hidden.shape[1] + 1 or offs[0] != 0 or offs[-1] != weight.shape[0] or any(
-        b < a for a, b in zip(offs, offs[1:])
+    if (
+        len(offs) != hidden.shape[1] + 1
+        or offs[0] != 0
+        or offs[-1] != weight.shape[0]
+        or any(b < a for a, b in zip(offs, offs[1:]))
     ):
-        raise ValueError(f"offsets must be L+1={hidden.shape[1] + 1} non-decreasing row starts from 0 to "
-                         f"N={weight.shape[0]}, got {len(offs)} entries")
+        raise ValueError(
+            f"offsets must be L+1={hidden.shape[1] + 1} non-decreasing row starts from 0 to "
+            f"N={weight.shape[0]}, got {len(offs)} entries"
+        )
     if not (hidden.device == weight.device == bias.device):
-        raise ValueError(f"hidden, weight and bias must be on one device, got {hidden.device}, {weight.device}, "
-                         f"{bias.device}")
+        raise ValueError(
+            f"hidden, weight and bias must be on one device, got {hidden.device}, {weight.device}, {bias.device}"
+        )
     if not (hidden.dtype == weight.dtype == bias.dtype):
         raise TypeError(f"hidden, weight and bias must share a dtype, got {hidden.dtype}, {weight.dtype}, {bias.dtype}")
     return offs
 
 
 @backend.register_reference("hyper_generate")
-def hyper_generate_reference(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
-                             offsets: Sequence[int]) -> torch.Tensor:
+def hyper_generate_reference(
+    hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, offsets: Sequence[int]
+) -> torch.Tensor:
     """Torch reference: hidden [B, L, H], weight [N, H], bias [N], offsets (L+1 ints) -> [B, N].
 
     One addmm per kernel (memory stays at the size of the output, also for ResNet-50)."""
     offs = [int(o) for o in offsets]
     if len(offs) == 1:
         return weight.new_empty((hidden.shape[0], 0))
-    return torch.cat([torch.addmm(bias[a:b], hidden[:, l], weight[a:b].t())
-                      for l, (a, b) in enumerate(zip(offs, offs[1:]))], 1)
+    return torch.cat(
+        [torch.addmm(bias[a:b], hidden[:, j], weight[a:b].t()) for j, (a, b) in enumerate(zip(offs, offs[1:]))], 1
+    )
 
 
 @backend.register_reference("hyper_generate_backward")
-def hyper_generate_backward_reference(grad: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor,
-                                      offsets: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def hyper_generate_backward_reference(
+    grad: torch.Tensor, hidden: torch.Tensor, weight: torch.Tensor, offsets: Sequence[int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Torch reference of the gradients: grad [B, N] -> (grad_hidden [B, L, H], grad_weight [N, H], grad_bias [N])."""
     offs = [int(o) for o in offsets]
     gh = torch.zeros_like(hidden)
     gw = torch.empty_like(weight)
-    for l, (a, b) in enumerate(zip(offs, offs[1:])):
+    for j, (a, b) in enumerate(zip(offs, offs[1:])):
         g = grad[:, a:b]
-        gw[a:b] = g.t() @ hidden[:, l]
-        gh[:, l] = g @ weight[a:b]
+        gw[a:b] = g.t() @ hidden[:, j]
+        gh[:, j] = g @ weight[a:b]
     return gh, gw, grad.sum(0)
 
 

@@ -1,5 +1,6 @@
 """Invariance-metric ops: fused per-pair scores, the streamed pairwise log-sum-exp (per row, and over all pairs
 for uniformity) and the exact k-nearest-neighbour search behind ACR."""
+
 from __future__ import annotations
 
 import torch
@@ -8,7 +9,9 @@ from invfast import _loader, backend
 
 
 @backend.register_reference("pair_scores")
-def pair_scores_reference(z_ref: torch.Tensor, z_t: torch.Tensor, shift: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def pair_scores_reference(
+    z_ref: torch.Tensor, z_t: torch.Tensor, shift: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """z_ref [N, D], z_t [N, P, D], shift [D] -> (distance [N, P], cosine [N, P]) of the centred
     vectors ``z_ref[n] − shift`` and ``z_t[n, p] − shift``, float64 sums."""
     out_dtype = torch.float32 if z_t.dtype in (torch.float16, torch.bfloat16) else z_t.dtype
@@ -56,8 +59,9 @@ def pairwise_logsumexp_reference(x: torch.Tensor, scale: float, normalize: bool,
 
 
 @backend.register_reference("knn_sqdist")
-def knn_sqdist_reference(x: torch.Tensor, k: int, normalize: bool,
-                         block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
+def knn_sqdist_reference(
+    x: torch.Tensor, k: int, normalize: bool, block_rows: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """x [N, D] -> (sqdist [N, k] float64, index [N, k] int64): the k nearest other rows of every row (squared
     Euclidean distance of x^, float64), ascending, ties by the lower index (a stable sort)."""
     xx = x.to(torch.float64)
@@ -123,6 +127,7 @@ def _register_compiled() -> None:
         return rows.new_empty((rows.shape[0],), dtype=torch.float64)
 
     if "pairwise_logsumexp" in backend.compiled_ops():  # a core built before the all-pairs ops has neither
+
         @torch.library.register_fake("invfast::pairwise_logsumexp")
         def _(x, scale, normalize, block_rows):
             return x.new_empty((), dtype=torch.float64)

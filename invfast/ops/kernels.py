@@ -1,6 +1,7 @@
 """Gaussian filter taps, the one home of the 1-D Gaussian kernel behind every blur in invfast: the blur
 test transform, the policies' GaussianBlur (torch path and fused reference), the Ericsson-protocol blur
 and elastic smoothing, and the Transforms-2D blur and elastic types."""
+
 from __future__ import annotations
 
 import torch
@@ -10,8 +11,9 @@ from invfast._validate import compiling
 __all__ = ["gaussian_taps"]
 
 
-def gaussian_taps(sigma: torch.Tensor, *, truncate: float = 3.0, max_radius: int | None = None,
-                  size: int | None = None) -> torch.Tensor:
+def gaussian_taps(
+    sigma: torch.Tensor, *, truncate: float = 3.0, max_radius: int | None = None, size: int | None = None
+) -> torch.Tensor:
     """Normalised 1-D Gaussian taps ``exp(-x² / (2 sigma²))``, one row per sigma: float64 [P, K].
 
     Args:

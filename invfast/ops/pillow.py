@@ -25,6 +25,7 @@ each pass rounding to uint8. Per output pixel, the triangle filter scaled by the
 point (``int(0.5 + w * 2^22)``); the output is ``clip((2^21 + sum(p w)) >> 22, 0, 255)``, in int32 like
 Pillow's, so every device gives Pillow's bits.
 """
+
 from __future__ import annotations
 
 import math
@@ -61,8 +62,9 @@ def _check_fixed(a: Sequence[float], x: int, y: int) -> bool:
     return abs(x * a[0] + y * a[1] + a[2]) < _FIXED_LIMIT and abs(x * a[3] + y * a[4] + a[5]) < _FIXED_LIMIT
 
 
-def pillow_affine_indices(data: torch.Tensor, out_h: int, out_w: int,
-                          device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def pillow_affine_indices(
+    data: torch.Tensor, out_h: int, out_w: int, device: torch.device | str = "cpu"
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The input pixel each output pixel copies, as Pillow picks it.
 
     Args:
@@ -93,16 +95,19 @@ def pillow_affine_indices(data: torch.Tensor, out_h: int, out_w: int,
             xin[j] = torch.div(a2 + ys * a1 + xs * a0, 65536, rounding_mode="floor")  # xx >> 16
             yin[j] = torch.div(a5 + ys * a4 + xs * a3, 65536, rounding_mode="floor")
         else:  # the double-precision loop: row starts accumulate a1 (a4), then each row accumulates a0 (a3)
-            for out, start, step_row, step_col in ((xin, a[2] + a[1] * 0.5 + a[0] * 0.5, a[1], a[0]),
-                                                   (yin, a[5] + a[4] * 0.5 + a[3] * 0.5, a[4], a[3])):
+            for out, start, step_row, step_col in (
+                (xin, a[2] + a[1] * 0.5 + a[0] * 0.5, a[1], a[0]),
+                (yin, a[5] + a[4] * 0.5 + a[3] * 0.5, a[4], a[3]),
+            ):
                 grid = torch.full((out_h, out_w), step_col, dtype=torch.float64, device="cpu")
                 grid[:, 0] = _accumulate(start, step_row, out_h)
                 out[j] = _coord(torch.cumsum(grid, 1)).to(dev)
     return xin, yin
 
 
-def pillow_affine_nearest(images: torch.Tensor, data: torch.Tensor, out_h: int, out_w: int,
-                          fill: float | Sequence[float] = 0.0) -> torch.Tensor:
+def pillow_affine_nearest(
+    images: torch.Tensor, data: torch.Tensor, out_h: int, out_w: int, fill: float | Sequence[float] = 0.0
+) -> torch.Tensor:
     """``Image.transform((out_w, out_h), Image.AFFINE, data[p], Image.NEAREST)`` of every image, every ``p``.
 
     Args:
@@ -120,9 +125,9 @@ def pillow_affine_nearest(images: torch.Tensor, data: torch.Tensor, out_h: int, 
     out = torch.empty((B, P, C, out_h, out_w), dtype=images.dtype, device=images.device)
     step = max(1, _MAX_INDEX_ELEMENTS // max(1, out_h * out_w))
     for s in range(0, P, step):
-        xin, yin = pillow_affine_indices(data[s:s + step], out_h, out_w, images.device)
+        xin, yin = pillow_affine_indices(data[s : s + step], out_h, out_w, images.device)
         # [1, p, Ho, Wo, 2] integer positions; outside [0, W) x [0, H) the gather writes the fill
-        out[:, s:s + step] = _gather_nearest(images, torch.stack([xin, yin], dim=-1).unsqueeze(0), fillv)
+        out[:, s : s + step] = _gather_nearest(images, torch.stack([xin, yin], dim=-1).unsqueeze(0), fillv)
     return out
 
 
@@ -174,8 +179,9 @@ def _resample(x: torch.Tensor, dim: int, in_size: int, out_size: int, keep: slic
     return torch.bitwise_right_shift(ss, _PRECISION_BITS).clamp_(0, 255)
 
 
-def pillow_resize(images: torch.Tensor, size: tuple[int, int],
-                  box: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+def pillow_resize(
+    images: torch.Tensor, size: tuple[int, int], box: tuple[int, int, int, int] | None = None
+) -> torch.Tensor:
     """``Image.resize((w, h), Image.BILINEAR)`` of every uint8 image [..., H, W], bit for bit as Pillow 8.1
     computes it (horizontal pass first).
 

@@ -3,6 +3,7 @@ RGBA objects, and alpha-compositing onto backgrounds. The compiled kernels loop 
 sample's result never depends on the batch it is computed in; the torch references below define
 the semantics. CPU kernels only: on other devices the dispatch table (:mod:`invfast.dispatch`) sends every
 call to the reference."""
+
 from __future__ import annotations
 
 import torch
@@ -13,17 +14,23 @@ from invfast.ops import synth_reference as ref
 
 def _check(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tensor) -> None:
     if obj.dtype != torch.float32 or obj.dim() != 4 or obj.shape[1] != 4:
-        raise ValueError(f"synth_composite: obj must be float32 [B, 4, H, W] premultiplied RGBA, "
-                         f"got {obj.dtype} {tuple(obj.shape)}")
+        raise ValueError(
+            f"synth_composite: obj must be float32 [B, 4, H, W] premultiplied RGBA, got {obj.dtype} {tuple(obj.shape)}"
+        )
     if backgrounds.dtype != torch.uint8 or backgrounds.dim() != 4 or backgrounds.shape[1] != 3:
-        raise ValueError(f"synth_composite: backgrounds must be uint8 [N, 3, H, W], "
-                         f"got {backgrounds.dtype} {tuple(backgrounds.shape)}")
+        raise ValueError(
+            f"synth_composite: backgrounds must be uint8 [N, 3, H, W], "
+            f"got {backgrounds.dtype} {tuple(backgrounds.shape)}"
+        )
     if backgrounds.shape[2:] != obj.shape[2:]:
-        raise ValueError(f"synth_composite: background size {tuple(backgrounds.shape[2:])} differs from "
-                         f"object size {tuple(obj.shape[2:])}")
+        raise ValueError(
+            f"synth_composite: background size {tuple(backgrounds.shape[2:])} differs from "
+            f"object size {tuple(obj.shape[2:])}"
+        )
     if bg_index.dtype != torch.int64 or bg_index.dim() != 1 or bg_index.shape[0] != obj.shape[0]:
-        raise ValueError(f"synth_composite: bg_index must be int64 [B={obj.shape[0]}], "
-                         f"got {bg_index.dtype} {tuple(bg_index.shape)}")
+        raise ValueError(
+            f"synth_composite: bg_index must be int64 [B={obj.shape[0]}], got {bg_index.dtype} {tuple(bg_index.shape)}"
+        )
     if bg_index.numel() and (int(bg_index.min()) < 0 or int(bg_index.max()) >= backgrounds.shape[0]):
         raise ValueError(f"synth_composite: bg_index out of range for {backgrounds.shape[0]} backgrounds")
 
@@ -43,8 +50,14 @@ COLOR_FLAGS = {"hue": 1, "brightness": 2, "contrast": 4, "grayscale": 8, "poster
 
 
 @backend.register_reference("synth_color")
-def synth_color_reference(obj: torch.Tensor, hue: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor,
-                          flags: torch.Tensor, posterize_bits: int) -> torch.Tensor:
+def synth_color_reference(
+    obj: torch.Tensor,
+    hue: torch.Tensor,
+    brightness: torch.Tensor,
+    contrast: torch.Tensor,
+    flags: torch.Tensor,
+    posterize_bits: int,
+) -> torch.Tensor:
     """Per-sample colour ops on the straight colour of premultiplied RGBA ``obj`` [B, 4, H, W], alpha kept.
 
     ``flags`` [B] int64 bitmask (COLOR_FLAGS) selects, in this order: hue shift by ``hue`` [B],
@@ -56,12 +69,14 @@ def synth_color_reference(obj: torch.Tensor, hue: torch.Tensor, brightness: torc
     def sel(name: str) -> torch.Tensor:
         return (flags & COLOR_FLAGS[name]) != 0
 
-    for name, fn in (("hue", lambda x, m: ref.hue_shift(x, hue[m])),
-                     ("brightness", lambda x, m: ref.brightness(x, brightness[m])),
-                     ("contrast", lambda x, m: ref.contrast(x, a[m], contrast[m])),
-                     ("grayscale", lambda x, m: ref.grayscale(x)),
-                     ("posterize", lambda x, m: ref.posterize(x, posterize_bits)),
-                     ("invert", lambda x, m: ref.invert(x))):
+    for name, fn in (
+        ("hue", lambda x, m: ref.hue_shift(x, hue[m])),
+        ("brightness", lambda x, m: ref.brightness(x, brightness[m])),
+        ("contrast", lambda x, m: ref.contrast(x, a[m], contrast[m])),
+        ("grayscale", lambda x, m: ref.grayscale(x)),
+        ("posterize", lambda x, m: ref.posterize(x, posterize_bits)),
+        ("invert", lambda x, m: ref.invert(x)),
+    ):
         m = sel(name)
         if bool(m.any()):
             rgb[m] = fn(rgb[m], m)
@@ -75,19 +90,31 @@ def synth_blur_reference(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
 
 
 @backend.register_reference("synth_warp")
-def synth_warp_reference(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor,
-                         premultiplied: bool = False) -> torch.Tensor:
+def synth_warp_reference(
+    x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor, premultiplied: bool = False
+) -> torch.Tensor:
     """Bilinear affine warp (zeros outside, align_corners=False): output pixel p samples x at
     inv @ (p - offset), coordinates normalised to [-1, 1]; inv [B, 2, 2], offset [B, 2] float32.
     ``premultiplied`` only lets the compiled kernel skip fully transparent pixels (same result)."""
     return ref.affine_warp(x, inv, offset)
 
 
-def color(obj: torch.Tensor, hue: torch.Tensor, brightness: torch.Tensor, contrast: torch.Tensor,
-          flags: torch.Tensor, posterize_bits: int = 1) -> torch.Tensor:
+def color(
+    obj: torch.Tensor,
+    hue: torch.Tensor,
+    brightness: torch.Tensor,
+    contrast: torch.Tensor,
+    flags: torch.Tensor,
+    posterize_bits: int = 1,
+) -> torch.Tensor:
     """See :func:`synth_color_reference` (compiled where the dispatch table says so)."""
-    args = (obj.contiguous(), hue.to(torch.float32).contiguous(), brightness.to(torch.float32).contiguous(),
-            contrast.to(torch.float32).contiguous(), flags.to(torch.int64).contiguous())
+    args = (
+        obj.contiguous(),
+        hue.to(torch.float32).contiguous(),
+        brightness.to(torch.float32).contiguous(),
+        contrast.to(torch.float32).contiguous(),
+        flags.to(torch.int64).contiguous(),
+    )
     return backend.call("synth_color", *args, int(posterize_bits))
 
 
@@ -101,8 +128,13 @@ def blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
 def warp(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor, premultiplied: bool = False) -> torch.Tensor:
     """See :func:`synth_warp_reference` (compiled where the dispatch table says so; on CPU the kernel measured
     slower than this reference, so `auto` runs the reference)."""
-    return backend.call("synth_warp", x.contiguous(), inv.to(torch.float32).contiguous(),
-                        offset.to(torch.float32).contiguous(), bool(premultiplied))
+    return backend.call(
+        "synth_warp",
+        x.contiguous(),
+        inv.to(torch.float32).contiguous(),
+        offset.to(torch.float32).contiguous(),
+        bool(premultiplied),
+    )
 
 
 def composite(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tensor) -> torch.Tensor:
@@ -118,18 +150,14 @@ def composite(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tens
 def _register_compiled() -> None:
     if _loader.load() is None:
         return
-    try:
-        torch.ops.invfast.synth_composite
-    except (AttributeError, RuntimeError):
+    if not _loader.has_op("synth_composite"):
         return
 
     @torch.library.register_fake("invfast::synth_composite")
     def _(obj, backgrounds, bg_index):
         return obj.new_empty((obj.shape[0], 3, obj.shape[2], obj.shape[3]), dtype=torch.uint8)
 
-    try:
-        torch.ops.invfast.synth_color
-    except (AttributeError, RuntimeError):
+    if not _loader.has_op("synth_color"):
         return
 
     @torch.library.register_fake("invfast::synth_color")

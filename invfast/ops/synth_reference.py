@@ -2,6 +2,7 @@
 helpers, the per-object colour operations, the separable blur and the affine warp. The
 Transforms-2D generator (:mod:`invfast.synthetic.ops2d`) builds on these same functions.
 """
+
 from __future__ import annotations
 
 import torch
@@ -9,8 +10,21 @@ import torch.nn.functional as F
 
 from invfast.ops.color import adjust_hue, luma
 
-__all__ = ["unpremultiply", "premultiply", "gray", "hue_shift", "brightness", "contrast", "grayscale", "posterize",
-           "invert", "separable_blur", "pixel_centres", "sample_grid", "affine_warp"]
+__all__ = [
+    "unpremultiply",
+    "premultiply",
+    "gray",
+    "hue_shift",
+    "brightness",
+    "contrast",
+    "grayscale",
+    "posterize",
+    "invert",
+    "separable_blur",
+    "pixel_centres",
+    "sample_grid",
+    "affine_warp",
+]
 
 
 def unpremultiply(pm: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -21,6 +21,7 @@ Dispatch: the table (:mod:`invfast.dispatch`) decides per op and device; there a
 references run on GPUs. The functions at the bottom (:data:`APPEARANCE`, :func:`warp`) are what the test
 transforms call for uint8 images.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -117,8 +118,8 @@ def blend_u8_reference(images: torch.Tensor, factors: torch.Tensor, degenerate: 
     out = torch.empty((B, P, C, H, W), dtype=torch.uint8, device=images.device)
     step = _step(images)
     for s in range(0, P, step):
-        f = factors[s:s + step].view(1, -1, 1, 1, 1)
-        out[:, s:s + step] = _levels(blend(x.unsqueeze(1), d.unsqueeze(1), f))
+        f = factors[s : s + step].view(1, -1, 1, 1, 1)
+        out[:, s : s + step] = _levels(blend(x.unsqueeze(1), d.unsqueeze(1), f))
     return out
 
 
@@ -130,9 +131,9 @@ def hue_u8_reference(images: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor
     out = torch.empty((B, P, C, H, W), dtype=torch.uint8, device=images.device)
     step = _step(images)
     for s in range(0, P, step):
-        sh = shifts[s:s + step]
+        sh = shifts[s : s + step]
         n = sh.shape[0]
-        out[:, s:s + n] = _levels(adjust_hue(None, sh.view(1, n, 1, 1), hsv=hsv.expand(B, n, C, H, W)))
+        out[:, s : s + n] = _levels(adjust_hue(None, sh.view(1, n, 1, 1), hsv=hsv.expand(B, n, C, H, W)))
     return out
 
 
@@ -149,11 +150,11 @@ def blur_u8_reference(images: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     hpad = F.pad(flat, (R, R, 0, 0), mode="reflect")
     step = _step(images)
     for s in range(0, P, step):
-        k = taps[s:s + step]
+        k = taps[s : s + step]
         n = k.shape[0]
         h = F.conv2d(hpad, k.view(n, 1, 1, K))
         v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), k.view(n, 1, K, 1), groups=n)
-        out[:, s:s + n] = _levels(v.reshape(B, C, n, H, W).transpose(1, 2))
+        out[:, s : s + n] = _levels(v.reshape(B, C, n, H, W).transpose(1, 2))
     return out
 
 
@@ -171,10 +172,17 @@ def lut(images: torch.Tensor, tables: torch.Tensor) -> torch.Tensor:
     [Bt, P, Ct, 256] (Bt in {1, B}, Ct in {1, C}) -> uint8 [B, P, C, H, W]."""
     _check_images("lut_u8", images)
     B, C = images.shape[:2]
-    if tables.dtype != torch.uint8 or tables.dim() != 4 or tables.shape[3] != 256 or tables.shape[0] not in (1, B) \
-            or tables.shape[2] not in (1, C):
-        raise ValueError(f"lut_u8: tables must be uint8 [1 or B={B}, P, 1 or C={C}, 256], got {tables.dtype} of "
-                         f"shape {tuple(tables.shape)}")
+    if (
+        tables.dtype != torch.uint8
+        or tables.dim() != 4
+        or tables.shape[3] != 256
+        or tables.shape[0] not in (1, B)
+        or tables.shape[2] not in (1, C)
+    ):
+        raise ValueError(
+            f"lut_u8: tables must be uint8 [1 or B={B}, P, 1 or C={C}, 256], got {tables.dtype} of "
+            f"shape {tuple(tables.shape)}"
+        )
     return backend.call("lut_u8", images.contiguous(), tables.contiguous())
 
 
@@ -210,8 +218,10 @@ def blur_taps(images: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     if taps.dtype != torch.float32 or taps.dim() != 2 or taps.shape[1] % 2 != 1:
         raise ValueError(f"blur_u8: taps must be float32 [P, 2R + 1], got {taps.dtype} of shape {tuple(taps.shape)}")
     if (taps.shape[1] - 1) // 2 >= min(H, W):
-        raise ValueError(f"blur_u8: the blur radius {(taps.shape[1] - 1) // 2} must be smaller than the image "
-                         f"({H}x{W}) for reflect padding")
+        raise ValueError(
+            f"blur_u8: the blur radius {(taps.shape[1] - 1) // 2} must be smaller than the image "
+            f"({H}x{W}) for reflect padding"
+        )
     return backend.call("blur_u8", images.contiguous(), taps.contiguous())
 
 
@@ -222,8 +232,12 @@ def warp(images: torch.Tensor, matrix: torch.Tensor, fill: torch.Tensor) -> torc
     _check_images("warp_affine_u8", images)
     if matrix.dim() != 3 or tuple(matrix.shape[1:]) != (2, 3):
         raise ValueError(f"warp_affine_u8: matrix must be [P, 2, 3], got shape {tuple(matrix.shape)}")
-    return backend.call("warp_affine_u8", images.contiguous(), matrix.to(torch.float64).contiguous(),
-                        fill.to(torch.float64).contiguous())
+    return backend.call(
+        "warp_affine_u8",
+        images.contiguous(),
+        matrix.to(torch.float64).contiguous(),
+        fill.to(torch.float64).contiguous(),
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -294,17 +308,23 @@ def blur(images: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
 
 #: the appearance test transforms with a uint8 op: name -> f(images uint8 [B, 3, H, W], params [P] float32)
 APPEARANCE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "grayscale": grayscale, "brightness": brightness, "contrast": contrast, "saturation": saturation, "hue": hue,
-    "blur": blur, "sharpness": sharpness, "equalize": equalize, "posterize": posterize, "invert": invert,
+    "grayscale": grayscale,
+    "brightness": brightness,
+    "contrast": contrast,
+    "saturation": saturation,
+    "hue": hue,
+    "blur": blur,
+    "sharpness": sharpness,
+    "equalize": equalize,
+    "posterize": posterize,
+    "invert": invert,
 }
 
 
 def _register_compiled() -> None:
     if _loader.load() is None:
         return
-    try:
-        _ = torch.ops.invfast.lut_u8
-    except (AttributeError, RuntimeError):
+    if not _loader.has_op("lut_u8"):
         return  # a core built before these ops existed
 
     def block(images: torch.Tensor, P: int) -> torch.Tensor:
@@ -312,9 +332,11 @@ def _register_compiled() -> None:
 
     torch.library.register_fake("invfast::lut_u8")(lambda images, tables: block(images, tables.shape[1]))
     torch.library.register_fake("invfast::histogram_u8")(
-        lambda images: images.new_empty((images.shape[0], images.shape[1], 256), dtype=torch.int64))
+        lambda images: images.new_empty((images.shape[0], images.shape[1], 256), dtype=torch.int64)
+    )
     torch.library.register_fake("invfast::blend_u8")(
-        lambda images, factors, degenerate: block(images, factors.shape[0]))
+        lambda images, factors, degenerate: block(images, factors.shape[0])
+    )
     torch.library.register_fake("invfast::hue_u8")(lambda images, shifts: block(images, shifts.shape[0]))
     torch.library.register_fake("invfast::blur_u8")(lambda images, taps: block(images, taps.shape[0]))
     torch.library.register_fake("invfast::warp_affine_u8")(lambda images, matrix, fill: block(images, matrix.shape[0]))

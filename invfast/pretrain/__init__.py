@@ -13,23 +13,51 @@
 
 See docs/pretrain.md and ``invfast pretrain --help``.
 """
+
 from invfast.data import ArraySource, FolderSource, SyntheticSource
+from invfast.pretrain.config import TrainConfig
 from invfast.pretrain.data import open_source
 from invfast.pretrain.descriptors import descriptor_set
 from invfast.pretrain.heads import ProjectionHead
 from invfast.pretrain.heldout_probe import HeldoutProbe, knn_accuracy
 from invfast.pretrain.key_queue import KeyQueue, default_queue_size
 from invfast.pretrain.losses import infonce, nt_xent
-from invfast.pretrain.methods import (METHODS, AmortisedMoCo, AmortisedSimCLR, ContrastiveMethod, MoCoV2,
-                                     PretrainMethod, SimCLR)
+from invfast.pretrain.methods import (
+    METHODS,
+    AmortisedMoCo,
+    AmortisedSimCLR,
+    ContrastiveMethod,
+    MoCoV2,
+    PretrainMethod,
+    SimCLR,
+)
 from invfast.pretrain.momentum import momentum_update
 from invfast.pretrain.supervised import LabelledSource, Supervised
-from invfast.pretrain.config import TrainConfig
 from invfast.pretrain.trainer import Trainer
 
 __all__ = [
-    "METHODS", "AmortisedMoCo", "AmortisedSimCLR", "ArraySource", "ContrastiveMethod", "FolderSource", "HeldoutProbe",
-    "KeyQueue", "LabelledSource", "MoCoV2", "PretrainMethod", "ProjectionHead", "SimCLR", "Supervised",
-    "SyntheticSource", "TrainConfig", "Trainer", "default_queue_size", "descriptor_set", "infonce", "knn_accuracy",
-    "momentum_update", "nt_xent", "open_source",
+    "METHODS",
+    "AmortisedMoCo",
+    "AmortisedSimCLR",
+    "ArraySource",
+    "ContrastiveMethod",
+    "FolderSource",
+    "HeldoutProbe",
+    "KeyQueue",
+    "LabelledSource",
+    "MoCoV2",
+    "PretrainMethod",
+    "ProjectionHead",
+    "SimCLR",
+    "Supervised",
+    "SyntheticSource",
+    "TrainConfig",
+    "Trainer",
+    "default_queue_size",
+    "descriptor_set",
+    "infonce",
+    "knn_accuracy",
+    "momentum_update",
+    "nt_xent",
+    "open_source",
 ]

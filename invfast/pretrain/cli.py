@@ -5,6 +5,7 @@
     torchrun --nproc-per-node 4 -m invfast pretrain ...      # DDP, global --batch-size
     invfast pretrain ... --nproc 2                           # the same, spawned locally
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,22 +23,46 @@ DEFAULT_EPOCHS = 200
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="mocov2", help=f"one of {', '.join(METHOD_NAMES)} (default mocov2)")
-    p.add_argument("--policy", default=None,
-                   help=f"augmentation policy of mocov2/simclr: {', '.join(POLICY_NAMES)} (default 'default')")
-    p.add_argument("--descriptors", default=None,
-                   help="amortised methods only: 'groups' (K=2: default/spatial/appearance, the default) or "
-                        "'individual' (K=5, 26)")
-    p.add_argument("--data", required=True,
-                   help="synthetic:objects=61,transforms=all,n=5000,size=32,seed=0 | folder:PATH | npy:FILE.npy")
-    p.add_argument("--arch", default="resnet18-cifar",
-                   help="encoder architecture from invfast.models (amortised methods use its hyper- variant), "
-                        "or 'module:factory' returning an encoder (called with k=K for amortised methods)")
-    p.add_argument("--width", type=int, default=None,
-                   help="ResNet channels after the stem (architecture default 64; smaller is faster on CPU)")
-    p.add_argument("--size", type=int, default=None,
-                   help="side of the augmented views (default: the synthetic/array image size, 224 for folders)")
-    p.add_argument("--load-size", type=int, default=None, help="folder images are resized to this on load "
-                   "(default round(size*256/224))")
+    p.add_argument(
+        "--policy",
+        default=None,
+        help=f"augmentation policy of mocov2/simclr: {', '.join(POLICY_NAMES)} (default 'default')",
+    )
+    p.add_argument(
+        "--descriptors",
+        default=None,
+        help="amortised methods only: 'groups' (K=2: default/spatial/appearance, the default) or "
+        "'individual' (K=5, 26)",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="synthetic:objects=61,transforms=all,n=5000,size=32,seed=0 | folder:PATH | npy:FILE.npy",
+    )
+    p.add_argument(
+        "--arch",
+        default="resnet18-cifar",
+        help="encoder architecture from invfast.models (amortised methods use its hyper- variant), "
+        "or 'module:factory' returning an encoder (called with k=K for amortised methods)",
+    )
+    p.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="ResNet channels after the stem (architecture default 64; smaller is faster on CPU)",
+    )
+    p.add_argument(
+        "--size",
+        type=int,
+        default=None,
+        help="side of the augmented views (default: the synthetic/array image size, 224 for folders)",
+    )
+    p.add_argument(
+        "--load-size",
+        type=int,
+        default=None,
+        help="folder images are resized to this on load (default round(size*256/224))",
+    )
     p.add_argument("--epochs", type=int, default=None, help=f"passes over the data (default {DEFAULT_EPOCHS})")
     p.add_argument("--steps", type=int, default=None, help="train this many steps instead (not with --epochs)")
     p.add_argument("--batch-size", type=int, default=256, help="global batch size (over all processes)")
@@ -46,26 +71,43 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sgd-momentum", type=float, default=0.9)
     p.add_argument("--schedule", default="cosine", choices=("cosine", "constant"))
     p.add_argument("--tau", type=float, default=0.2, help="temperature")
-    p.add_argument("--queue-size", type=int, default=None,
-                   help="MoCo queue length (default 65536 scaled down to the data set, a multiple of the batch)")
+    p.add_argument(
+        "--queue-size",
+        type=int,
+        default=None,
+        help="MoCo queue length (default 65536 scaled down to the data set, a multiple of the batch)",
+    )
     p.add_argument("--key-momentum", type=float, default=0.999, help="MoCo key-encoder momentum")
     p.add_argument("--proj-dim", type=int, default=128)
     p.add_argument("--proj-hidden", type=int, default=None, help="MLP head hidden size (default: feature dim)")
-    p.add_argument("--aug-backend", default="auto", choices=("auto", "torch", "dali"),
-                   help="augmentation pipeline: DALI on GPU when installed (auto), else torch")
+    p.add_argument(
+        "--aug-backend",
+        default="auto",
+        choices=("auto", "torch", "dali"),
+        help="augmentation pipeline: DALI on GPU when installed (auto), else torch",
+    )
     p.add_argument("--amp", action="store_true", help="bfloat16 autocast for the forward passes (GPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder (checkpoint.pt, metrics.jsonl/csv, model.pt)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
     p.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints (0: only at the end)")
     p.add_argument("--log-every", type=int, default=10)
-    p.add_argument("--invariance-every", type=int, default=0,
-                   help="measure the encoder's invariance on held-out images every N steps (0: never)")
+    p.add_argument(
+        "--invariance-every",
+        type=int,
+        default=0,
+        help="measure the encoder's invariance on held-out images every N steps (0: never)",
+    )
     p.add_argument("--invariance-images", type=int, default=256)
-    p.add_argument("--invariance-transforms", default=",".join(DEFAULT_TRANSFORMS),
-                   help="comma-separated: rot90, hflip, grayscale, brightness or invfast.transforms test transforms")
+    p.add_argument(
+        "--invariance-transforms",
+        default=",".join(DEFAULT_TRANSFORMS),
+        help="comma-separated: rot90, hflip, grayscale, brightness or invfast.transforms test transforms",
+    )
     p.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
-    p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes decoding folder images (0: none)")
+    p.add_argument(
+        "--workers", type=int, default=2, help="DataLoader worker processes decoding folder images (0: none)"
+    )
     p.add_argument("--nproc", type=int, default=1, help="spawn this many local DDP processes (not under torchrun)")
     p.add_argument("--no-progress", action="store_true")
 
@@ -81,8 +123,10 @@ def _encoder(arch: str, amortised: bool, k: int, width: int | None = None) -> to
     if amortised:
         name = arch if arch.startswith("hyper-") else f"hyper-{arch}"
         if name not in names:
-            raise ValueError(f"amortised methods need a descriptor-conditioned encoder; no architecture {name!r}; "
-                             f"known: {', '.join(n for n in names if n.startswith('hyper-'))}")
+            raise ValueError(
+                f"amortised methods need a descriptor-conditioned encoder; no architecture {name!r}; "
+                f"known: {', '.join(n for n in names if n.startswith('hyper-'))}"
+            )
         return models.create(name, inv_dim=k, **kw)
     if arch not in names:
         raise ValueError(f"unknown architecture {arch!r}; known: {', '.join(names)}")
@@ -104,8 +148,15 @@ def check_args(args: argparse.Namespace) -> None:
     for k in ("checkpoint_every", "log_every", "invariance_every"):
         if getattr(args, k) < 0:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 0, got {getattr(args, k)}")
-    for k, low in (("invariance_images", 2), ("proj_dim", 1), ("proj_hidden", 1), ("queue_size", 1), ("size", 8),
-                   ("load_size", 1), ("width", 1)):
+    for k, low in (
+        ("invariance_images", 2),
+        ("proj_dim", 1),
+        ("proj_hidden", 1),
+        ("queue_size", 1),
+        ("size", 8),
+        ("load_size", 1),
+        ("width", 1),
+    ):
         v = getattr(args, k, None)
         if v is not None and v < low:
             raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
@@ -118,8 +169,10 @@ def check_args(args: argparse.Namespace) -> None:
     if not (math.isfinite(args.tau) and args.tau > 0):
         raise ValueError(f"--tau must be a finite number > 0, got {args.tau}")
     if args.descriptors is not None and not args.method.startswith("ai-"):
-        raise ValueError(f"--descriptors is for the amortised methods (ai-moco, ai-simclr); {args.method} trains one "
-                         "policy: pick it with --policy")
+        raise ValueError(
+            f"--descriptors is for the amortised methods (ai-moco, ai-simclr); {args.method} trains one "
+            "policy: pick it with --policy"
+        )
     resolve_device(args.device)
 
 
@@ -153,8 +206,10 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
 
     aug_backend = args.aug_backend
     if aug_backend == "auto":
-        from invfast.backend import backend_info
         import importlib.util
+
+        from invfast.backend import backend_info
+
         has_dali = backend_info()["dali"] and importlib.util.find_spec("invfast.transforms.dali") is not None
         aug_backend = "dali" if device.type == "cuda" and has_dali else "torch"
     from invfast import transforms as T
@@ -166,8 +221,11 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
         raise ValueError(f"--width must be >= 1, got {args.width}")
     encoder = _encoder(args.arch, amortised, 0 if desc is None else desc.shape[1], args.width)
     common = dict(tau=args.tau, proj_dim=args.proj_dim, proj_hidden=args.proj_hidden)
-    moco = dict(key_momentum=args.key_momentum, queue_seed=args.seed,
-                queue_size=args.queue_size or default_queue_size(len(source), args.batch_size))
+    moco = dict(
+        key_momentum=args.key_momentum,
+        queue_seed=args.seed,
+        queue_size=args.queue_size or default_queue_size(len(source), args.batch_size),
+    )
     method: PretrainMethod
     if desc is not None:  # amortised
         augs = [T.policy_from_descriptor(r, size=size, backend=aug_backend) for r in desc]
@@ -176,22 +234,38 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     else:
         aug = T.policy(policy_name, size=size, backend=aug_backend)
         method = MoCoV2(encoder, aug, **common, **moco) if args.method == "mocov2" else SimCLR(encoder, aug, **common)
-    cfg = TrainConfig(batch_size=args.batch_size, epochs=args.epochs or DEFAULT_EPOCHS, steps=args.steps, lr=args.lr,
-                      weight_decay=args.weight_decay, sgd_momentum=args.sgd_momentum, schedule=args.schedule,
-                      seed=args.seed, size=size, checkpoint_every=args.checkpoint_every, log_every=args.log_every,
-                      progress=not args.no_progress, invariance_every=args.invariance_every,
-                      invariance_images=args.invariance_images,
-                      invariance_transforms=tuple(t for t in args.invariance_transforms.split(",") if t),
-                      device=str(device), amp=args.amp)
-    meta = {"arch": args.arch, "width": args.width, "policy": None if amortised else policy_name,
-            "descriptors": descriptors if amortised else None, "aug_backend": aug_backend}
+    cfg = TrainConfig(
+        batch_size=args.batch_size,
+        epochs=args.epochs or DEFAULT_EPOCHS,
+        steps=args.steps,
+        lr=args.lr,
+        weight_decay=args.weight_decay,
+        sgd_momentum=args.sgd_momentum,
+        schedule=args.schedule,
+        seed=args.seed,
+        size=size,
+        checkpoint_every=args.checkpoint_every,
+        log_every=args.log_every,
+        progress=not args.no_progress,
+        invariance_every=args.invariance_every,
+        invariance_images=args.invariance_images,
+        invariance_transforms=tuple(t for t in args.invariance_transforms.split(",") if t),
+        device=str(device),
+        amp=args.amp,
+    )
+    meta = {
+        "arch": args.arch,
+        "width": args.width,
+        "policy": None if amortised else policy_name,
+        "descriptors": descriptors if amortised else None,
+        "aug_backend": aug_backend,
+    }
     return method, Trainer(method, source, cfg, out=args.out, heldout=heldout, meta=meta, device=device)
 
 
 def _train(args: argparse.Namespace) -> int:
-    from invfast.pretrain import distributed as Dist
-
     from invfast.devices import resolve_device
+    from invfast.pretrain import distributed as Dist
 
     resolve_device(args.device)  # one clear error for an unknown or unavailable device
     info, device = Dist.init_from_env(args.device)
@@ -199,18 +273,22 @@ def _train(args: argparse.Namespace) -> int:
     hist = trainer.fit(resume=args.resume)
     if info.is_main and hist:
         last = hist[-1]
-        print(f"invfast pretrain: step {last['step']}/{trainer.total_steps}, loss {last['loss']:.4f}; "
-              f"wrote {os.path.join(args.out, 'model.pt') if trainer.step == trainer.total_steps else args.out}")
+        print(
+            f"invfast pretrain: step {last['step']}/{trainer.total_steps}, loss {last['loss']:.4f}; "
+            f"wrote {os.path.join(args.out, 'model.pt') if trainer.step == trainer.total_steps else args.out}"
+        )
     return 0
 
 
 def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     try:
         _train(args)
     finally:
         import torch.distributed as dist
+
         if dist.is_initialized():
             dist.destroy_process_group()
 
@@ -219,7 +297,7 @@ def run(args: argparse.Namespace) -> int:
     from invfast.run_folder import RunFolder, refuse_inside
 
     check_args(args)
-    data = args.data[len("folder:"):] if args.data.startswith("folder:") else args.data
+    data = args.data[len("folder:") :] if args.data.startswith("folder:") else args.data
     if os.path.isdir(data):
         refuse_inside(args.out, data)
     under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1

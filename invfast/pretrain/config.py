@@ -1,4 +1,5 @@
 """The configuration of a pretraining run (:class:`TrainConfig`) and which of its fields a resumed run may change."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -6,8 +7,16 @@ from dataclasses import dataclass
 from invfast.pretrain import invariance as inv
 
 # TrainConfig fields that may change between a run and its resumption (they do not affect the result).
-RESUMABLE_FIELDS = ("checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
-                    "invariance_transforms", "probe_every", "device")
+RESUMABLE_FIELDS = (
+    "checkpoint_every",
+    "log_every",
+    "progress",
+    "invariance_every",
+    "invariance_images",
+    "invariance_transforms",
+    "probe_every",
+    "device",
+)
 
 
 @dataclass

@@ -4,6 +4,7 @@
 ``individual`` (K = 5): switches for (crop, flip, colour jitter, grayscale, blur); the 26
 combinations with at least two augmentations on.
 """
+
 from __future__ import annotations
 
 import itertools

@@ -1,6 +1,7 @@
 """The few ``torch.distributed`` pieces pretraining needs: process-group setup from torchrun's
 environment, and all-gathers with and without gradient. Everything degrades to the identity in
 a single process."""
+
 from __future__ import annotations
 
 import os
@@ -75,7 +76,7 @@ class _GatherWithGrad(torch.autograd.Function):
     def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
         grad = grad.contiguous()
         dist.all_reduce(grad, op=dist.ReduceOp.SUM)
-        return grad[ctx.rank * ctx.b:(ctx.rank + 1) * ctx.b]
+        return grad[ctx.rank * ctx.b : (ctx.rank + 1) * ctx.b]
 
 
 def all_gather_grad(x: torch.Tensor) -> torch.Tensor:

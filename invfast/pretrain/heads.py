@@ -1,4 +1,5 @@
 """Projection heads: MoCo-v2 / SimCLR 2-layer MLP on top of the pooled features."""
+
 from __future__ import annotations
 
 import torch.nn as nn

@@ -14,10 +14,12 @@ each call extracts the features of all of them in eval mode and reports
 - ``probe/effective_rank``: exp of the entropy of the normalised singular values² of the centred
   features (1 = every image on one line, D = spread evenly over all D dimensions).
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,8 +27,15 @@ import torch
 __all__ = ["HeldoutProbe", "knn_accuracy"]
 
 
-def knn_accuracy(fit: torch.Tensor, y_fit: torch.Tensor, test: torch.Tensor, y_test: torch.Tensor, k: int = 20,
-                 temperature: float = 0.07, n_classes: int | None = None) -> float:
+def knn_accuracy(
+    fit: torch.Tensor,
+    y_fit: torch.Tensor,
+    test: torch.Tensor,
+    y_test: torch.Tensor,
+    k: int = 20,
+    temperature: float = 0.07,
+    n_classes: int | None = None,
+) -> float:
     """Accuracy of a similarity-weighted kNN classifier: features [N, D] (any scale; compared by cosine),
     integer labels [N]. Each test point votes over its ``k`` most similar fit points with weight
     ``exp(cos / temperature)``; ties go to the lower class index."""
@@ -53,9 +62,16 @@ class HeldoutProbe:
         max_iter: L-BFGS iterations per penalty.
     """
 
-    def __init__(self, images: torch.Tensor, labels: Any, fit_fraction: float = 0.5, k: int = 20,
-                 temperature: float = 0.07, alphas: tuple[float, ...] = (1e-1, 1e0, 1e1, 1e2),
-                 max_iter: int = 100) -> None:
+    def __init__(
+        self,
+        images: torch.Tensor,
+        labels: Any,
+        fit_fraction: float = 0.5,
+        k: int = 20,
+        temperature: float = 0.07,
+        alphas: tuple[float, ...] = (1e-1, 1e0, 1e1, 1e2),
+        max_iter: int = 100,
+    ) -> None:
         if not isinstance(images, torch.Tensor) or images.dim() != 4 or images.shape[1] != 3:
             raise ValueError(f"images must be a tensor [N, 3, H, W], got {getattr(images, 'shape', type(images))}")
         y = torch.as_tensor(np.asarray(labels)).long().reshape(-1)
@@ -78,13 +94,16 @@ class HeldoutProbe:
         self.k, self.temperature, self.alphas, self.max_iter = int(k), float(temperature), tuple(alphas), int(max_iter)
 
     @torch.no_grad()
-    def features(self, features: Callable[[torch.Tensor], torch.Tensor], size: int, device: Any = "cpu",
-                 batch: int = 256) -> torch.Tensor:
+    def features(
+        self, features: Callable[[torch.Tensor], torch.Tensor], size: int, device: Any = "cpu", batch: int = 256
+    ) -> torch.Tensor:
         """float64 [N, D] features of the held-out images (resized to ``size``, ImageNet-normalised)."""
         from invfast.pretrain.invariance import to_input
 
-        out = [features(to_input(self.images[s:s + batch].to(device), size)).double().cpu()
-               for s in range(0, self.images.shape[0], batch)]
+        out = [
+            features(to_input(self.images[s : s + batch].to(device), size)).double().cpu()
+            for s in range(0, self.images.shape[0], batch)
+        ]
         return torch.cat(out)
 
     def scores(self, f: torch.Tensor) -> dict[str, float]:
@@ -106,11 +125,16 @@ class HeldoutProbe:
         s = torch.linalg.svdvals(f - f.mean(0))
         p = s.pow(2) / s.pow(2).sum().clamp_min(1e-300)
         erank = float(torch.exp(-(p * torch.log(p.clamp_min(1e-300))).sum()))
-        return {"probe/knn": knn, "probe/linear": float(est.best_score_),
-                "probe/feature_std_min": float(std.min()), "probe/feature_std_median": float(std.median()),
-                "probe/effective_rank": erank}
+        return {
+            "probe/knn": knn,
+            "probe/linear": float(est.best_score_),
+            "probe/feature_std_min": float(std.min()),
+            "probe/feature_std_median": float(std.median()),
+            "probe/effective_rank": erank,
+        }
 
-    def __call__(self, features: Callable[[torch.Tensor], torch.Tensor], size: int, device: Any = "cpu"
-                 ) -> dict[str, float]:
+    def __call__(
+        self, features: Callable[[torch.Tensor], torch.Tensor], size: int, device: Any = "cpu"
+    ) -> dict[str, float]:
         """Extract the held-out features with ``features`` (eval mode is the caller's) and score them."""
         return self.scores(self.features(features, size, device))

@@ -5,9 +5,11 @@ the same images under the test transforms of :mod:`invfast.transforms` (the regi
 measure`` uses, so "brightness invariance" in a training log is the brightness ``invfast measure``
 reports), averaged over images and parameters.
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -37,8 +39,10 @@ def views(name: str) -> tuple[Any, torch.Tensor]:
     try:
         t = T.get(reg)
     except (KeyError, ValueError) as e:
-        raise ValueError(f"unknown invariance transform {name!r}: not one of {sorted(NAMED_VIEWS)} "
-                         f"nor an invfast.transforms test transform ({e})") from e
+        raise ValueError(
+            f"unknown invariance transform {name!r}: not one of {sorted(NAMED_VIEWS)} "
+            f"nor an invfast.transforms test transform ({e})"
+        ) from e
     if params is not None:
         return t, torch.tensor(params, dtype=torch.float32)
     grid = t.grid(k=GRID_POINTS)
@@ -48,13 +52,17 @@ def views(name: str) -> tuple[Any, torch.Tensor]:
 def __getattr__(name: str) -> Any:
     if name == "BUILTIN_TRANSFORMS":  # the old table of callables, now drawn from the registry
         import warnings
-        warnings.warn("invfast.pretrain.invariance.BUILTIN_TRANSFORMS is replaced by views(name) on the "
-                      "invfast.transforms registry (invfast 0.2); it will be removed in the next release",
-                      DeprecationWarning, stacklevel=2)
+
+        warnings.warn(
+            "invfast.pretrain.invariance.BUILTIN_TRANSFORMS is replaced by views(name) on the "
+            "invfast.transforms registry (invfast 0.2); it will be removed in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         out = {}
         for n in DEFAULT_TRANSFORMS:
             t, p = views(n)
-            out[n] = [lambda x, t=t, q=p[j:j + 1]: t.apply(x, q)[:, 0] for j in range(p.shape[0])]
+            out[n] = [lambda x, t=t, q=p[j : j + 1]: t.apply(x, q)[:, 0] for j in range(p.shape[0])]
         return out
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -76,9 +84,14 @@ def _variants(name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def measure(features: Callable[[torch.Tensor], torch.Tensor], images: torch.Tensor, size: int,
-            transforms: tuple[str, ...] = DEFAULT_TRANSFORMS, device: torch.device | str = "cpu",
-            chunk: int = 256) -> dict[str, float]:
+def measure(
+    features: Callable[[torch.Tensor], torch.Tensor],
+    images: torch.Tensor,
+    size: int,
+    transforms: tuple[str, ...] = DEFAULT_TRANSFORMS,
+    device: torch.device | str = "cpu",
+    chunk: int = 256,
+) -> dict[str, float]:
     """Mean standardised cosine per transform for ``features`` on ``images [N, 3, H, W]``.
 
     Reference statistics (mean, Ledoit–Wolf-shrunk covariance) come from the untransformed
@@ -88,7 +101,9 @@ def measure(features: Callable[[torch.Tensor], torch.Tensor], images: torch.Tens
     x = x.to(device)
 
     def feats(batch: torch.Tensor) -> torch.Tensor:
-        return torch.cat([features(to_input(batch[i:i + chunk], size)).double() for i in range(0, batch.shape[0], chunk)])
+        return torch.cat(
+            [features(to_input(batch[i : i + chunk], size)).double() for i in range(0, batch.shape[0], chunk)]
+        )
 
     f_ref = feats(x)
     stats = FeatureStats().update(f_ref.cpu()).finalize(shrinkage="ledoit-wolf")

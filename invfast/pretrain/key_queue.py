@@ -1,4 +1,5 @@
 """The MoCo dictionary: a FIFO queue of L2-normalised keys, one per invariance descriptor."""
+
 from __future__ import annotations
 
 import torch
@@ -25,7 +26,9 @@ class KeyQueue(nn.Module):
             raise ValueError(f"queue size, dim and n_queues must be >= 1, got {size}, {dim}, {n_queues}")
         self.size, self.dim, self.n_queues = int(size), int(dim), int(n_queues)
         dev = generator.device if generator is not None else torch.device("cpu")
-        init = torch.randn(n_queues, size, dim, generator=generator, device=dev).cpu()  # built on the CPU; .to() moves it
+        init = torch.randn(
+            n_queues, size, dim, generator=generator, device=dev
+        ).cpu()  # built on the CPU; .to() moves it
         self.register_buffer("keys", F.normalize(init, dim=2))
         self.register_buffer("ptr", torch.zeros(n_queues, dtype=torch.long, device="cpu"))
 
@@ -40,8 +43,10 @@ class KeyQueue(nn.Module):
         if keys.dim() != 2 or keys.shape[1] != self.dim:
             raise ValueError(f"keys must be [n, {self.dim}], got shape {tuple(keys.shape)}")
         if self.size % n != 0:
-            raise ValueError(f"the queue size ({self.size}) must be divisible by the number of keys enqueued per step "
-                             f"({n} = global batch size); choose a queue size that is a multiple of {n}")
+            raise ValueError(
+                f"the queue size ({self.size}) must be divisible by the number of keys enqueued per step "
+                f"({n} = global batch size); choose a queue size that is a multiple of {n}"
+            )
         # the write position stays on the device (no host read per step); size % n == 0 and the pointer
         # is a multiple of n, so the n rows from the pointer never wrap around
         ptr = self.ptr[which]
@@ -62,6 +67,8 @@ def default_queue_size(n_images: int, global_batch: int, cap: int = 65536) -> in
     limit = min(cap, n_images - global_batch)
     size = (limit // global_batch) * global_batch
     if size < global_batch:
-        raise ValueError(f"a MoCo queue needs at least two batches of data: {n_images} images with global batch "
-                         f"{global_batch}; lower the batch size or give a queue size explicitly")
+        raise ValueError(
+            f"a MoCo queue needs at least two batches of data: {n_images} images with global batch "
+            f"{global_batch}; lower the batch size or give a queue size explicitly"
+        )
     return size

@@ -1,6 +1,7 @@
 """Contrastive losses as pure functions: InfoNCE with a queue of negatives (MoCo) and NT-Xent
 with in-batch negatives (SimCLR). All embeddings are L2-normalised inside; ``tau`` is the
 softmax temperature. Results are the mean cross-entropy over anchors (a scalar tensor)."""
+
 from __future__ import annotations
 
 import torch
@@ -50,8 +51,9 @@ def infonce(q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor | None, tau: f
     return F.cross_entropy(logits / tau, labels)
 
 
-def contrastive_rows(anchors: torch.Tensor, candidates: torch.Tensor, positive: torch.Tensor,
-                     self_index: torch.Tensor | None, tau: float) -> torch.Tensor:
+def contrastive_rows(
+    anchors: torch.Tensor, candidates: torch.Tensor, positive: torch.Tensor, self_index: torch.Tensor | None, tau: float
+) -> torch.Tensor:
     """Mean cross-entropy of ``anchors [A, D]`` against ``candidates [C, D]``.
 
     Row ``a``'s target is ``candidates[positive[a]]``; ``candidates[self_index[a]]`` (the anchor

@@ -9,10 +9,12 @@ training step is::
     v1, v2 = method.make_views(images, d, aug_generator)  # only the two views this step uses
     loss = method.training_loss(v1, v2, d, online=ddp_wrapped_online_or_None)
 """
+
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -21,9 +23,9 @@ import torch.nn.functional as F
 from invfast.pretrain import distributed as D
 from invfast.pretrain.descriptors import describe, descriptor_set
 from invfast.pretrain.heads import ProjectionHead
+from invfast.pretrain.key_queue import KeyQueue
 from invfast.pretrain.losses import contrastive_rows, infonce, nt_xent
 from invfast.pretrain.momentum import momentum_update
-from invfast.pretrain.key_queue import KeyQueue
 
 Augment = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 
@@ -68,8 +70,10 @@ class OnlineNetwork(PretrainNetwork):
 def _feature_dim(encoder: nn.Module) -> int:
     dim = getattr(encoder, "feature_dim", None)
     if not isinstance(dim, int) or dim < 1:
-        raise TypeError(f"the encoder ({type(encoder).__name__}) must expose an int attribute .feature_dim "
-                        "(the size of the pooled features its forward returns)")
+        raise TypeError(
+            f"the encoder ({type(encoder).__name__}) must expose an int attribute .feature_dim "
+            "(the size of the pooled features its forward returns)"
+        )
     return dim
 
 
@@ -123,8 +127,14 @@ class PretrainMethod(nn.Module):
         """Encoder features [B, feature_dim] (descriptor ``d`` for amortised methods)."""
         return self.online.features(x, d)
 
-    def training_loss(self, v1: torch.Tensor, v2: torch.Tensor, d: int = 0,
-                      online: nn.Module | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
+    def training_loss(
+        self,
+        v1: torch.Tensor,
+        v2: torch.Tensor,
+        d: int = 0,
+        online: nn.Module | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """The loss of one step on the inputs :meth:`make_views` returned (this rank's share of the batch).
 
         ``online`` is the network to call for gradients (a DDP wrapper of ``self.online`` in
@@ -155,9 +165,17 @@ class ContrastiveMethod(PretrainMethod):
 
     method_name = "contrastive"
 
-    def __init__(self, encoder: nn.Module, augment: Augment | Sequence[Augment], *,
-                 descriptors: torch.Tensor | None = None, descriptor_names: Sequence[str] | None = None,
-                 tau: float = 0.2, proj_hidden: int | None = None, proj_dim: int = 128) -> None:
+    def __init__(
+        self,
+        encoder: nn.Module,
+        augment: Augment | Sequence[Augment],
+        *,
+        descriptors: torch.Tensor | None = None,
+        descriptor_names: Sequence[str] | None = None,
+        tau: float = 0.2,
+        proj_hidden: int | None = None,
+        proj_dim: int = 128,
+    ) -> None:
         super().__init__()
         if not (tau > 0):
             raise ValueError(f"tau must be > 0, got {tau}")
@@ -169,12 +187,16 @@ class ContrastiveMethod(PretrainMethod):
             augments = [augment]
         else:
             if not isinstance(augment, Iterable):
-                raise TypeError(f"an amortised method needs a sequence of {n} augmentation policies (one per "
-                                f"descriptor), got {type(augment).__name__}")
+                raise TypeError(
+                    f"an amortised method needs a sequence of {n} augmentation policies (one per "
+                    f"descriptor), got {type(augment).__name__}"
+                )
             augments = list(augment)
             if len(augments) != n or not all(callable(a) for a in augments):
-                raise ValueError(f"an amortised method needs one callable augmentation policy per descriptor: "
-                                 f"{n} descriptors, got {len(augments)} policies")
+                raise ValueError(
+                    f"an amortised method needs one callable augmentation policy per descriptor: "
+                    f"{n} descriptors, got {len(augments)} policies"
+                )
         self.augments = augments
         self.descriptor_names = list(descriptor_names) if descriptor_names is not None else [str(i) for i in range(n)]
         heads = nn.ModuleList(ProjectionHead(fdim, proj_hidden, proj_dim) for _ in range(n))
@@ -189,8 +211,12 @@ class ContrastiveMethod(PretrainMethod):
 
     def config(self) -> dict:
         """The method's hyper-parameters (recorded in checkpoints)."""
-        return {"method": self.method_name, "tau": self.tau, "proj_dim": self.proj_dim,
-                "n_descriptors": self.n_descriptors}
+        return {
+            "method": self.method_name,
+            "tau": self.tau,
+            "proj_dim": self.proj_dim,
+            "n_descriptors": self.n_descriptors,
+        }
 
 
 class MoCoV2(ContrastiveMethod):
@@ -207,12 +233,30 @@ class MoCoV2(ContrastiveMethod):
 
     method_name = "mocov2"
 
-    def __init__(self, encoder: nn.Module, augment: Augment | Sequence[Augment], *, queue_size: int = 65536,
-                 key_momentum: float = 0.999, tau: float = 0.2, proj_hidden: int | None = None,
-                 proj_dim: int = 128, descriptors: torch.Tensor | None = None,
-                 descriptor_names: Sequence[str] | None = None, queue_seed: int = 0, shuffle_bn: bool = True) -> None:
-        super().__init__(encoder, augment, descriptors=descriptors, descriptor_names=descriptor_names, tau=tau,
-                         proj_hidden=proj_hidden, proj_dim=proj_dim)
+    def __init__(
+        self,
+        encoder: nn.Module,
+        augment: Augment | Sequence[Augment],
+        *,
+        queue_size: int = 65536,
+        key_momentum: float = 0.999,
+        tau: float = 0.2,
+        proj_hidden: int | None = None,
+        proj_dim: int = 128,
+        descriptors: torch.Tensor | None = None,
+        descriptor_names: Sequence[str] | None = None,
+        queue_seed: int = 0,
+        shuffle_bn: bool = True,
+    ) -> None:
+        super().__init__(
+            encoder,
+            augment,
+            descriptors=descriptors,
+            descriptor_names=descriptor_names,
+            tau=tau,
+            proj_hidden=proj_hidden,
+            proj_dim=proj_dim,
+        )
         self.shuffle_bn = bool(shuffle_bn)
         if not 0.0 <= key_momentum <= 1.0:
             raise ValueError(f"key_momentum must be in [0, 1], got {key_momentum}")
@@ -237,8 +281,9 @@ class MoCoV2(ContrastiveMethod):
         self.queue.enqueue(keys, d)
         return loss
 
-    def _shuffled_keys(self, v2: torch.Tensor, d: int, generator: torch.Generator | None
-                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _shuffled_keys(
+        self, v2: torch.Tensor, d: int, generator: torch.Generator | None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """MoCo's shuffled BN: the key network sees a random mix of all ranks' images, so BatchNorm
         statistics cannot leak which key belongs to which query. Returns (this rank's keys, all keys)."""
         dist = D.info()
@@ -250,16 +295,20 @@ class MoCoV2(ContrastiveMethod):
             perm = torch.randperm(n, device="cpu").to(v2.device)
             torch.distributed.broadcast(perm, src=0)
         b = v2.shape[0]
-        mine = perm[dist.rank * b:(dist.rank + 1) * b]
+        mine = perm[dist.rank * b : (dist.rank + 1) * b]
         k_shuf = F.normalize(self.key(all_v[mine], d), dim=1)
         gathered = D.all_gather_nograd(k_shuf)  # row j is the key of image perm[j]
         keys = torch.empty_like(gathered)
         keys[perm] = gathered
-        return keys[dist.rank * b:(dist.rank + 1) * b], keys
+        return keys[dist.rank * b : (dist.rank + 1) * b], keys
 
     def config(self) -> dict:  # noqa: D102
-        return {**super().config(), "queue_size": self.queue.size, "key_momentum": self.key_momentum,
-                "shuffle_bn": self.shuffle_bn}
+        return {
+            **super().config(),
+            "queue_size": self.queue.size,
+            "key_momentum": self.key_momentum,
+            "shuffle_bn": self.shuffle_bn,
+        }
 
 
 class SimCLR(ContrastiveMethod):
@@ -291,14 +340,17 @@ def _policies_for(set_name: str, size: int) -> tuple[list[Augment], torch.Tensor
     try:
         from invfast import transforms as T
     except ImportError as e:  # the transforms package is part of invfast; absent only in partial checkouts
-        raise ImportError("amortised methods without explicit `augments` need invfast.transforms "
-                          f"(policy / policy_from_descriptor): {e}") from e
+        raise ImportError(
+            "amortised methods without explicit `augments` need invfast.transforms "
+            f"(policy / policy_from_descriptor): {e}"
+        ) from e
     names = [describe(set_name, row) for row in desc]
     return [T.policy_from_descriptor(row, size=size) for row in desc], desc, names
 
 
-def _resolve_descriptors(descriptors: str | torch.Tensor, augments: Sequence[Augment] | None, size: int,
-                         names: Sequence[str] | None) -> tuple[list[Augment], torch.Tensor, list[str]]:
+def _resolve_descriptors(
+    descriptors: str | torch.Tensor, augments: Sequence[Augment] | None, size: int, names: Sequence[str] | None
+) -> tuple[list[Augment], torch.Tensor, list[str]]:
     """(policies, descriptors [n, K], names) of an amortised method's constructor arguments."""
     if isinstance(descriptors, str):
         if augments is None:
@@ -325,9 +377,16 @@ class AmortisedMoCo(MoCoV2):
 
     method_name = "ai-moco"
 
-    def __init__(self, encoder: nn.Module, augments: Sequence[Augment] | None = None, *,
-                 descriptors: str | torch.Tensor = "groups", size: int = 224,
-                 descriptor_names: Sequence[str] | None = None, **kw) -> None:
+    def __init__(
+        self,
+        encoder: nn.Module,
+        augments: Sequence[Augment] | None = None,
+        *,
+        descriptors: str | torch.Tensor = "groups",
+        size: int = 224,
+        descriptor_names: Sequence[str] | None = None,
+        **kw,
+    ) -> None:
         augs, desc, names = _resolve_descriptors(descriptors, augments, size, descriptor_names)
         super().__init__(encoder, augs, descriptors=desc, descriptor_names=names, **kw)
 
@@ -337,9 +396,16 @@ class AmortisedSimCLR(SimCLR):
 
     method_name = "ai-simclr"
 
-    def __init__(self, encoder: nn.Module, augments: Sequence[Augment] | None = None, *,
-                 descriptors: str | torch.Tensor = "groups", size: int = 224,
-                 descriptor_names: Sequence[str] | None = None, **kw) -> None:
+    def __init__(
+        self,
+        encoder: nn.Module,
+        augments: Sequence[Augment] | None = None,
+        *,
+        descriptors: str | torch.Tensor = "groups",
+        size: int = 224,
+        descriptor_names: Sequence[str] | None = None,
+        **kw,
+    ) -> None:
         augs, desc, names = _resolve_descriptors(descriptors, augments, size, descriptor_names)
         super().__init__(encoder, augs, descriptors=desc, descriptor_names=names, **kw)
 

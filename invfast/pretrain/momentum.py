@@ -1,4 +1,5 @@
 """Momentum (exponential moving average) update of MoCo's key network."""
+
 from __future__ import annotations
 
 import torch

@@ -1,4 +1,5 @@
 """Learning-rate multipliers of the pretraining :class:`~invfast.pretrain.Trainer` (picklable, for ``LambdaLR``)."""
+
 from __future__ import annotations
 
 import math

@@ -9,9 +9,11 @@ Speicher et al. pretrain on the source task with labels before probing the targe
     Trainer(method, LabelledSource(images, labels), TrainConfig(batch_size=64, epochs=5, lr=0.05,
             weight_decay=5e-4, size=32), out="runs/sup").fit(resume=True)
 """
+
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -100,8 +102,10 @@ class Supervised(PretrainMethod):
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {label_smoothing}")
         if augment is not None and not callable(getattr(augment, "view", None)):
-            raise TypeError("augment must be None or a policy with .view(images, generator) -> one view "
-                            "(e.g. invfast.transforms.policy('spatial', size=32))")
+            raise TypeError(
+                "augment must be None or a policy with .view(images, generator) -> one view "
+                "(e.g. invfast.transforms.policy('spatial', size=32))"
+            )
         self.online = Classifier(encoder, num_classes)
         self.num_classes = num_classes
         self.label_smoothing = float(label_smoothing)
@@ -117,8 +121,14 @@ class Supervised(PretrainMethod):
         images, labels = batch
         return self.augments[0](images, generator=generator), labels.to(images.device)
 
-    def training_loss(self, x: torch.Tensor, labels: torch.Tensor, d: int = 0, online: nn.Module | None = None,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+    def training_loss(
+        self,
+        x: torch.Tensor,
+        labels: torch.Tensor,
+        d: int = 0,
+        online: nn.Module | None = None,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
         """Mean cross-entropy of the logits of ``x [B, 3, S, S]`` against ``labels [B]``."""
         online = self.online if online is None else online
         return F.cross_entropy(online(x, d), labels, label_smoothing=self.label_smoothing)
@@ -140,5 +150,9 @@ class Supervised(PretrainMethod):
         return hits / len(source)
 
     def config(self) -> dict:  # noqa: D102
-        return {**super().config(), "num_classes": self.num_classes, "label_smoothing": self.label_smoothing,
-                "augment": None if self._augment is None else repr(self._augment)}
+        return {
+            **super().config(),
+            "num_classes": self.num_classes,
+            "label_smoothing": self.label_smoothing,
+            "augment": None if self._augment is None else repr(self._augment),
+        }

@@ -1,11 +1,12 @@
 """The pretraining loop: single process (CPU or one GPU) or several processes with DDP.
 
 Everything random is keyed by (seed, step) — the data order by (seed, epoch), the descriptor by
-(seed, step), the augmentations by (seed, step, rank) through a fresh CPU ``torch.Generator`` — so a run resumed from a checkpoint at
-step s continues exactly as the uninterrupted run would have (bit-identical on CPU), and the
-checkpoint needs no generator objects beyond the step counter. The global torch (and CUDA)
+(seed, step), the augmentations by (seed, step, rank) through a fresh CPU ``torch.Generator`` — so a run
+resumed from a checkpoint at step s continues exactly as the uninterrupted run would have (bit-identical on CPU),
+and the checkpoint needs no generator objects beyond the step counter. The global torch (and CUDA)
 RNG states of every rank are saved as well, for anything else that draws from them.
 """
+
 from __future__ import annotations
 
 import csv
@@ -36,6 +37,7 @@ CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
 #: every file a pretraining run writes in its output folder (recorded in the folder's marker)
 OWN_FILES = (CHECKPOINT_NAME, MODEL_NAME, "metrics.jsonl", "metrics.csv")
+
 
 def _mix(*parts: int) -> int:
     """A 63-bit seed from integers (splitmix64 steps): independent streams keyed by (seed, stream, counters)."""
@@ -81,9 +83,18 @@ class Trainer:
     first (:func:`invfast.pretrain.distributed.init_from_env`); ``config.batch_size`` is global.
     """
 
-    def __init__(self, method: PretrainMethod, source: Any, config: TrainConfig | None = None, *,
-                 out: str | os.PathLike | None = None, heldout: Any = None, meta: dict | None = None,
-                 device: torch.device | str | None = None, probe: Any = None) -> None:
+    def __init__(
+        self,
+        method: PretrainMethod,
+        source: Any,
+        config: TrainConfig | None = None,
+        *,
+        out: str | os.PathLike | None = None,
+        heldout: Any = None,
+        meta: dict | None = None,
+        device: torch.device | str | None = None,
+        probe: Any = None,
+    ) -> None:
         self.method = method
         self.source = source
         self.config = config or TrainConfig()
@@ -93,37 +104,48 @@ class Trainer:
         self.meta = dict(meta or {})
         self.probe = probe
         if getattr(method, "uses_labels", False) and not hasattr(source, "labels"):
-            raise TypeError(f"the {method.method_name} method trains on labelled images: pass a LabelledSource "
-                            f"(get -> (images, labels)), not {type(source).__name__}")
+            raise TypeError(
+                f"the {method.method_name} method trains on labelled images: pass a LabelledSource "
+                f"(get -> (images, labels)), not {type(source).__name__}"
+            )
         self.dist = D.info()
-        self.device = resolve_device(device if device is not None else self.config.device,
-                                     local_rank=self.dist.local_rank)
+        self.device = resolve_device(
+            device if device is not None else self.config.device, local_rank=self.dist.local_rank
+        )
         cfg = self.config
         n = len(source)
         if cfg.batch_size > n:
-            raise ValueError(f"batch_size {cfg.batch_size} is larger than the data set ({n} images); "
-                             f"use --batch-size <= {n}")
+            raise ValueError(
+                f"batch_size {cfg.batch_size} is larger than the data set ({n} images); use --batch-size <= {n}"
+            )
         if cfg.batch_size % self.dist.world_size:
-            raise ValueError(f"the global batch size {cfg.batch_size} must be divisible by the number of "
-                             f"processes ({self.dist.world_size})")
+            raise ValueError(
+                f"the global batch size {cfg.batch_size} must be divisible by the number of "
+                f"processes ({self.dist.world_size})"
+            )
         self.local_batch = cfg.batch_size // self.dist.world_size
         self.steps_per_epoch = n // cfg.batch_size
         self.total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * self.steps_per_epoch
         queue = getattr(method, "queue", None)
         if queue is not None and queue.size % cfg.batch_size:
-            raise ValueError(f"the queue size ({queue.size}) must be divisible by the global batch size "
-                             f"({cfg.batch_size}); e.g. use queue size {max(1, queue.size // cfg.batch_size) * cfg.batch_size}")
+            raise ValueError(
+                f"the queue size ({queue.size}) must be divisible by the global batch size "
+                f"({cfg.batch_size}); e.g. use queue size {max(1, queue.size // cfg.batch_size) * cfg.batch_size}"
+            )
         method.to(self.device)
         params = [p for p in method.online.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.SGD(params, lr=cfg.base_lr(), momentum=cfg.sgd_momentum,
-                                         weight_decay=cfg.weight_decay)
+        self.optimizer = torch.optim.SGD(
+            params, lr=cfg.base_lr(), momentum=cfg.sgd_momentum, weight_decay=cfg.weight_decay
+        )
         sched = CosineSchedule(self.total_steps) if cfg.schedule == "cosine" else ConstantSchedule()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, sched)
         self.online: torch.nn.Module = method.online
         if self.dist.world_size > 1:
             self.online = DistributedDataParallel(
-                method.online, device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                find_unused_parameters=method.n_descriptors > 1)
+                method.online,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                find_unused_parameters=method.n_descriptors > 1,
+            )
         self.step = 0
         self._perm_epoch: int | None = None
         self._perm: torch.Tensor | None = None
@@ -135,8 +157,14 @@ class Trainer:
         cfg = {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_FIELDS}
         cfg["lr"] = self.config.base_lr()
         cfg.update({f"method.{k}": v for k, v in self.method.config().items()})
-        cfg.update({"data": getattr(self.source, "spec", type(self.source).__name__), "n_images": len(self.source),
-                    "world_size": self.dist.world_size, "total_steps": self.total_steps})
+        cfg.update(
+            {
+                "data": getattr(self.source, "spec", type(self.source).__name__),
+                "n_images": len(self.source),
+                "world_size": self.dist.world_size,
+                "total_steps": self.total_steps,
+            }
+        )
         cfg.update(self.meta)
         return cfg
 
@@ -145,12 +173,13 @@ class Trainer:
         """This rank's image indices [local_batch] for global step ``step`` (drop-last epochs)."""
         epoch, pos = divmod(step, self.steps_per_epoch)
         if self._perm_epoch != epoch or self._perm is None:
-            self._perm = torch.randperm(len(self.source), generator=generator(self.config.seed, _STREAM_DATA, epoch),
-                                        device="cpu")  # host indices into the source
+            self._perm = torch.randperm(
+                len(self.source), generator=generator(self.config.seed, _STREAM_DATA, epoch), device="cpu"
+            )  # host indices into the source
             self._perm_epoch = epoch
-        g = self._perm[pos * self.config.batch_size:(pos + 1) * self.config.batch_size]
+        g = self._perm[pos * self.config.batch_size : (pos + 1) * self.config.batch_size]
         r = self.dist.rank
-        return g[r * self.local_batch:(r + 1) * self.local_batch]
+        return g[r * self.local_batch : (r + 1) * self.local_batch]
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -179,26 +208,40 @@ class Trainer:
         rng = self._rng_states()
         if self.dist.is_main:
             epoch, pos = divmod(self.step, self.steps_per_epoch)
-            atomic_torch_save({
-                "format": CHECKPOINT_FORMAT, "config": self.run_config(), "step": self.step,
-                "data_position": {"epoch": epoch, "batch_in_epoch": pos, "images_seen": self.step * self.config.batch_size},
-                "model": self.method.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "rng": rng,
-            }, self._out_file(CHECKPOINT_NAME))
+            atomic_torch_save(
+                {
+                    "format": CHECKPOINT_FORMAT,
+                    "config": self.run_config(),
+                    "step": self.step,
+                    "data_position": {
+                        "epoch": epoch,
+                        "batch_in_epoch": pos,
+                        "images_seen": self.step * self.config.batch_size,
+                    },
+                    "model": self.method.state_dict(),
+                    "optimizer": self.optimizer.state_dict(),
+                    "scheduler": self.scheduler.state_dict(),
+                    "rng": rng,
+                },
+                self._out_file(CHECKPOINT_NAME),
+            )
             self._write_csv()
         if self.dist.world_size > 1:
             dist.barrier()
 
     def load_checkpoint(self, path: str) -> None:
         """Restore the state saved by :meth:`save_checkpoint`; refuses another configuration."""
-        ck = load_verified(path, what="pretraining checkpoint",
-                           fix="delete it to start over, or choose another --out folder")
+        ck = load_verified(
+            path, what="pretraining checkpoint", fix="delete it to start over, or choose another --out folder"
+        )
         if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
             raise ValueError(f"{path!r} is not an invfast pretraining checkpoint")
         diff = config_difference(ck["config"], self.run_config(), "checkpoint")
         if diff:
-            raise ValueError(f"cannot resume from {path!r}: it was written by a run with another configuration "
-                             f"({'; '.join(diff)}); use the same settings or another --out folder")
+            raise ValueError(
+                f"cannot resume from {path!r}: it was written by a run with another configuration "
+                f"({'; '.join(diff)}); use the same settings or another --out folder"
+            )
         self.method.load_state_dict(ck["model"])
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
@@ -253,8 +296,13 @@ class Trainer:
         out = {}
         try:
             for d in range(m.n_descriptors) if m.n_descriptors <= 3 else [m.n_descriptors - 1]:
-                scores = inv.measure(functools.partial(m.features, d=d), images, self.config.size,
-                                     self.config.invariance_transforms, device=self.device)
+                scores = inv.measure(
+                    functools.partial(m.features, d=d),
+                    images,
+                    self.config.size,
+                    self.config.invariance_transforms,
+                    device=self.device,
+                )
                 prefix = "invariance/" if m.n_descriptors == 1 else f"invariance/{m.descriptor_names[d]}/"
                 out.update({prefix + k: v for k, v in scores.items()})
         finally:
@@ -305,12 +353,16 @@ class Trainer:
                 folder.own(*OWN_FILES)
             if os.path.exists(self._out_file(CHECKPOINT_NAME)):
                 if not resume:
-                    raise FileExistsError(f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
-                                          "(--resume) to continue it or choose another output folder")
+                    raise FileExistsError(
+                        f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
+                        "(--resume) to continue it or choose another output folder"
+                    )
                 self.load_checkpoint(self._out_file(CHECKPOINT_NAME))
             elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
-                raise FileExistsError(f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
-                                      "to continue; it is never overwritten: choose another output folder")
+                raise FileExistsError(
+                    f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
+                    "to continue; it is never overwritten: choose another output folder"
+                )
             elif self.dist.is_main and folder is not None:
                 folder.remove(["metrics.jsonl", "metrics.csv"])  # a fresh run's logs start empty
                 folder.own(*OWN_FILES)
@@ -320,8 +372,9 @@ class Trainer:
         if cfg.progress and self.dist.is_main:
             from invfast.progress import bar as progress_bar
 
-            bar = progress_bar(self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}",
-                               unit="step")
+            bar = progress_bar(
+                self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}", unit="step"
+            )
         if self.step == 0 and self._probe_due(0) and self.dist.is_main:
             self._log({"step": 0, "epoch": 0.0, **self.run_probe()})  # the initialisation's scores
         loss_sum, n_loss, t_aug, t_win, t_start = 0.0, 0, 0.0, 0.0, time.perf_counter()
@@ -342,8 +395,9 @@ class Trainer:
                     torch.cuda.synchronize(self.device)
                 t1 = time.perf_counter()
                 with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-                    loss = self.method.training_loss(*inputs, d, online=self.online,
-                                                     generator=generator(cfg.seed, _STREAM_SHUFFLE, s))
+                    loss = self.method.training_loss(
+                        *inputs, d, online=self.online, generator=generator(cfg.seed, _STREAM_SHUFFLE, s)
+                    )
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 self.optimizer.step()
@@ -359,18 +413,24 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                 log_now = cfg.log_every and (self.step % cfg.log_every == 0 or self.step == end)
-                inv_now = cfg.invariance_every and (self.step % cfg.invariance_every == 0 or self.step == self.total_steps)
+                inv_now = cfg.invariance_every and (
+                    self.step % cfg.invariance_every == 0 or self.step == self.total_steps
+                )
                 probe_now = self._probe_due(self.step)
                 if log_now or inv_now or probe_now:
                     # on the training device: NCCL all-reduces CUDA tensors only
                     stat = torch.tensor([loss_sum, n_loss], dtype=torch.float64, device=self.device)
                     if self.dist.world_size > 1:
                         dist.all_reduce(stat)
-                    rec = {"step": self.step, "epoch": self.step / self.steps_per_epoch,
-                           "loss": float(stat[0] / stat[1]), "lr": self.optimizer.param_groups[0]["lr"],
-                           "images_per_s": n_loss * cfg.batch_size / max(t_win, 1e-9),
-                           "augment_share": t_aug / max(t_win, 1e-9),
-                           "descriptor": self.method.descriptor_names[d]}
+                    rec = {
+                        "step": self.step,
+                        "epoch": self.step / self.steps_per_epoch,
+                        "loss": float(stat[0] / stat[1]),
+                        "lr": self.optimizer.param_groups[0]["lr"],
+                        "images_per_s": n_loss * cfg.batch_size / max(t_win, 1e-9),
+                        "augment_share": t_aug / max(t_win, 1e-9),
+                        "descriptor": self.method.descriptor_names[d],
+                    }
                     if inv_now and self.dist.is_main:
                         rec.update(self.measure_invariance())
                     if probe_now and self.dist.is_main:
@@ -388,9 +448,16 @@ class Trainer:
         if self.step == self.total_steps and self.out is not None:
             self.save_checkpoint()
             if self.dist.is_main:
-                atomic_torch_save({"format": "invfast.pretrained/1", "config": self.run_config(),
-                             "encoder": self.method.encoder.state_dict(), "method": self.method.state_dict(),
-                             "seconds": time.perf_counter() - t_start}, os.path.join(self.out, MODEL_NAME))
+                atomic_torch_save(
+                    {
+                        "format": "invfast.pretrained/1",
+                        "config": self.run_config(),
+                        "encoder": self.method.encoder.state_dict(),
+                        "method": self.method.state_dict(),
+                        "seconds": time.perf_counter() - t_start,
+                    },
+                    os.path.join(self.out, MODEL_NAME),
+                )
                 if folder is not None:
                     folder.finish()
         return self.history

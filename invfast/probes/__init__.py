@@ -1,4 +1,5 @@
-"""Linear and kernel readouts on frozen features, with exact cross-validation (Ericsson et al. 2021, App. E; Chavhan et al. 2023, A.2).
+"""Linear and kernel readouts on frozen features, with exact cross-validation (Ericsson et al. 2021, App. E;
+Chavhan et al. 2023, A.2).
 
 * :class:`RidgeCV` — multi-output ridge; every λ of a fold from one eigendecomposition.
 * :class:`LogisticCV` — multinomial L2 logistic regression; folds batched, preconditioned L-BFGS along the path.
@@ -17,6 +18,7 @@ GridSearchCV's layout (``params``, ``param_*``, ``mean_test_score``, ``std_test_
 The 0.1 names (``penalties=``, ``penalty_``, ``warm_start=``, ``penalty_grid``, the old
 ``cv_results_`` keys) still work for one release with a FutureWarning.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -29,9 +31,24 @@ from invfast.probes.kernel_ridge import KernelRidgeCV
 from invfast.probes.logistic import LogisticCV
 from invfast.probes.ridge import RidgeCV
 
-__all__ = ["RidgeCV", "LogisticCV", "KernelRidgeCV", "few_shot", "few_shot_classification",
-           "few_shot_regression", "FewShotResult", "fuse", "alpha_grid", "penalty_grid", "KERNEL_ALPHAS",
-           "KERNEL_GAMMAS", "ConvergenceWarning", "DataConversionWarning", "NotFittedError", "InvarianceProbe"]
+__all__ = [
+    "RidgeCV",
+    "LogisticCV",
+    "KernelRidgeCV",
+    "few_shot",
+    "few_shot_classification",
+    "few_shot_regression",
+    "FewShotResult",
+    "fuse",
+    "alpha_grid",
+    "penalty_grid",
+    "KERNEL_ALPHAS",
+    "KERNEL_GAMMAS",
+    "ConvergenceWarning",
+    "DataConversionWarning",
+    "NotFittedError",
+    "InvarianceProbe",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -5,6 +5,7 @@ the estimator tags, the exception types, and the helpers behind deprecated param
 Fitted attributes and predictions come back in the type the estimator was given: numpy in,
 numpy out; torch in, torch out on the input's device.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -22,11 +23,24 @@ from sklearn.utils.validation import check_is_fitted as _sk_check_is_fitted
 try:  # scikit-learn >= 1.6
     from sklearn.utils.validation import validate_data as _validate_data
 except ImportError:  # pragma: no cover - scikit-learn 1.3-1.5
+
     def _validate_data(est: Any, X: Any = "no_validation", **kw: Any) -> Any:
         return est._validate_data(X, **kw)
 
-__all__ = ["ConvergenceWarning", "DataConversionWarning", "NotFittedError", "ProbeTagsMixin", "as_class_labels",
-           "as_targets", "as_tensor", "check_features", "check_is_fitted", "check_positive", "output_like"]
+
+__all__ = [
+    "ConvergenceWarning",
+    "DataConversionWarning",
+    "NotFittedError",
+    "ProbeTagsMixin",
+    "as_class_labels",
+    "as_targets",
+    "as_tensor",
+    "check_features",
+    "check_is_fitted",
+    "check_positive",
+    "output_like",
+]
 
 
 class NotFittedError(_SkNotFittedError, RuntimeError):
@@ -61,14 +75,18 @@ class ProbeTagsMixin:
 def _check_tensor(x: torch.Tensor, name: str, ndim: int | None) -> torch.Tensor:
     """``check_array``'s checks for a tensor, on its device: dense, real, ``ndim``-D, non-empty, finite."""
     if x.is_sparse or x.layout != torch.strided:
-        raise TypeError(f"Sparse data was passed for {name}, but dense data is required. Use '.to_dense()' to "
-                        "convert to a dense tensor.")
+        raise TypeError(
+            f"Sparse data was passed for {name}, but dense data is required. Use '.to_dense()' to "
+            "convert to a dense tensor."
+        )
     if x.is_complex():
         raise ValueError(f"Complex data not supported: {name} has dtype {x.dtype}")
     if ndim == 2 and x.dim() != 2:
-        raise ValueError(f"Expected a 2-D array [n_samples, n_features] for {name}, got shape {tuple(x.shape)}. "
-                         "Reshape your data with X.reshape(-1, 1) if it has a single feature or "
-                         "X.reshape(1, -1) if it is a single sample.")
+        raise ValueError(
+            f"Expected a 2-D array [n_samples, n_features] for {name}, got shape {tuple(x.shape)}. "
+            "Reshape your data with X.reshape(-1, 1) if it has a single feature or "
+            "X.reshape(1, -1) if it is a single sample."
+        )
     if x.dim() >= 1 and x.shape[0] == 0:
         raise ValueError(f"Found array with 0 sample(s) (shape={tuple(x.shape)}) while a minimum of 1 is required.")
     if ndim == 2 and x.shape[1] == 0:
@@ -89,8 +107,7 @@ def as_tensor(x: Any, name: str, ndim: int | None = 2) -> torch.Tensor:
         return _check_tensor(x, name, ndim)
     if isinstance(x, (str, bytes)):
         raise TypeError(f"{name} must be an array-like of numbers, got a {type(x).__name__}")
-    arr = check_array(x, dtype=[np.float64, np.float32], ensure_2d=ndim == 2, allow_nd=ndim is None,
-                      input_name=name)
+    arr = check_array(x, dtype=[np.float64, np.float32], ensure_2d=ndim == 2, allow_nd=ndim is None, input_name=name)
     arr = np.ascontiguousarray(arr)
     return torch.from_numpy(arr if arr.flags.writeable else arr.copy())
 
@@ -106,8 +123,10 @@ def check_features(est: Any, X: Any, reset: bool) -> torch.Tensor:
     if reset:
         est.n_features_in_ = int(x.shape[1])
     elif x.shape[1] != est.n_features_in_:
-        raise ValueError(f"X has {x.shape[1]} features, but {type(est).__name__} is expecting "
-                         f"{est.n_features_in_} features as input.")
+        raise ValueError(
+            f"X has {x.shape[1]} features, but {type(est).__name__} is expecting "
+            f"{est.n_features_in_} features as input."
+        )
     _check_scale(x, type(est).__name__)
     return x
 
@@ -118,8 +137,10 @@ def _check_scale(x: torch.Tensor, who: str) -> None:
     big = float(x.abs().max())
     limit = (torch.finfo(torch.float64).max / (x.shape[0] * x.shape[1])) ** 0.5
     if big > limit:
-        raise ValueError(f"{who}: features are too large (max |x| = {big:.3g}; their products overflow float64 "
-                         f"above {limit:.3g}); standardise them first (e.g. sklearn.preprocessing.StandardScaler)")
+        raise ValueError(
+            f"{who}: features are too large (max |x| = {big:.3g}; their products overflow float64 "
+            f"above {limit:.3g}); standardise them first (e.g. sklearn.preprocessing.StandardScaler)"
+        )
 
 
 def require_y(est: Any, y: Any) -> None:
@@ -146,9 +167,11 @@ def as_targets(y: Any, name: str, n: int) -> tuple[torch.Tensor, bool]:
     if not isinstance(y, torch.Tensor) and not hasattr(y, "tocsr"):
         arr = np.asarray(y)
         if arr.dtype.kind in "USV" or (arr.dtype.kind == "O" and any(isinstance(v, str) for v in arr.ravel()[:1])):
-            raise ValueError(f"{name} must hold numeric regression targets, got {arr.dtype} values such as "
-                             f"{arr.ravel()[:1].tolist()}; for class labels use a classifier (LogisticCV, "
-                             "or --task classification on the command line)")
+            raise ValueError(
+                f"{name} must hold numeric regression targets, got {arr.dtype} values such as "
+                f"{arr.ravel()[:1].tolist()}; for class labels use a classifier (LogisticCV, "
+                "or --task classification on the command line)"
+            )
     y = as_tensor(y, name, ndim=None)
     if y.dim() > 2:
         raise ValueError(f"{name} must be 1-D [n] or 2-D [n, targets], got shape {tuple(y.shape)}")
@@ -206,8 +229,11 @@ def renamed_param(est: Any, new: str, old: str) -> Any:
     if isinstance(old_value, str) and old_value == DEPRECATED:
         return new_value
     cls = type(est).__name__
-    warnings.warn(f"{cls}({old}=...) is deprecated and will be removed in the next release; use {cls}({new}=...)",
-                  FutureWarning, stacklevel=3)
+    warnings.warn(
+        f"{cls}({old}=...) is deprecated and will be removed in the next release; use {cls}({new}=...)",
+        FutureWarning,
+        stacklevel=3,
+    )
     default = inspect.signature(type(est).__init__).parameters[new].default
     if new_value is not default and not (isinstance(default, str) and new_value == default):
         raise ValueError(f"{cls}: give {new}= only ({old}= is its deprecated spelling), not both")
@@ -216,9 +242,14 @@ def renamed_param(est: Any, new: str, old: str) -> Any:
 
 def deprecated_attribute(old: str, new: str) -> property:
     """A read-only property ``old`` that returns attribute ``new`` with a FutureWarning."""
+
     def getter(self: Any) -> Any:
-        value = getattr(self, new)   # AttributeError when unfitted, so hasattr() stays False
-        warnings.warn(f"{type(self).__name__}.{old} is deprecated and will be removed in the next release; "
-                      f"use {new}", FutureWarning, stacklevel=2)
+        value = getattr(self, new)  # AttributeError when unfitted, so hasattr() stays False
+        warnings.warn(
+            f"{type(self).__name__}.{old} is deprecated and will be removed in the next release; use {new}",
+            FutureWarning,
+            stacklevel=2,
+        )
         return value
+
     return property(getter, doc=f"Deprecated alias of ``{new}``.")

@@ -7,6 +7,7 @@ Prints the probe table (Ericsson et al. 2021, App. E): mean ± std over folds at
 Bad usage or input raises ValueError / FileNotFoundError, which ``invfast.cli`` turns into one line
 and exit code 2; warnings print once each, one line, as ``warning: ...``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,19 +20,36 @@ import numpy as np
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--features", nargs="+", required=True, metavar="F.npy",
-                   help="feature matrix [n, d] (.npy); several files are fused by concatenation")
-    p.add_argument("--targets", required=True, metavar="Y.npy",
-                   help="labels [n] (classification) or targets [n] / [n, t] (regression), .npy")
+    p.add_argument(
+        "--features",
+        nargs="+",
+        required=True,
+        metavar="F.npy",
+        help="feature matrix [n, d] (.npy); several files are fused by concatenation",
+    )
+    p.add_argument(
+        "--targets",
+        required=True,
+        metavar="Y.npy",
+        help="labels [n] (classification) or targets [n] / [n, t] (regression), .npy",
+    )
     p.add_argument("--task", required=True, choices=["classification", "regression"])
     p.add_argument("--folds", type=int, default=None, help="number of CV folds (default 5)")
-    p.add_argument("--n-models", type=int, default=None,
-                   help="linear probes: shift the grid for this many fused models (default: the number of --features)")
+    p.add_argument(
+        "--n-models",
+        type=int,
+        default=None,
+        help="linear probes: shift the grid for this many fused models (default: the number of --features)",
+    )
     p.add_argument("--kernel", action="store_true", help="regression: RBF kernel ridge over (alpha, gamma)")
-    p.add_argument("--loo", action="store_true",
-                   help="regression: exact leave-one-out instead of K-fold (ridge, or kernel ridge with --kernel)")
-    p.add_argument("--no-stratify", action="store_true",
-                   help="classification: plain shuffled K-fold instead of stratified folds")
+    p.add_argument(
+        "--loo",
+        action="store_true",
+        help="regression: exact leave-one-out instead of K-fold (ridge, or kernel ridge with --kernel)",
+    )
+    p.add_argument(
+        "--no-stratify", action="store_true", help="classification: plain shuffled K-fold instead of stratified folds"
+    )
     p.add_argument("--max-iter", type=int, default=None, help="classification: L-BFGS iterations per C value (500)")
     p.add_argument("--tol", type=float, default=None, help="classification: gradient tolerance (1e-4)")
     p.add_argument("--device", default="cpu", help="torch device for the solves (cpu, cuda, cuda:1, ...)")
@@ -54,19 +72,25 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.task == "classification":
         for flag, given in (("--kernel", args.kernel), ("--loo", args.loo)):
             if given:
-                raise ValueError(f"{flag} is for --task regression; classification runs stratified K-fold "
-                                 "logistic regression (--folds, --no-stratify)")
+                raise ValueError(
+                    f"{flag} is for --task regression; classification runs stratified K-fold "
+                    "logistic regression (--folds, --no-stratify)"
+                )
     else:
-        for flag, given in (("--no-stratify", args.no_stratify), ("--max-iter", args.max_iter is not None),
-                            ("--tol", args.tol is not None)):
+        for flag, given in (
+            ("--no-stratify", args.no_stratify),
+            ("--max-iter", args.max_iter is not None),
+            ("--tol", args.tol is not None),
+        ):
             if given:
-                raise ValueError(f"{flag} is for --task classification (logistic regression); regression folds "
-                                 "are plain K-fold and solved exactly")
+                raise ValueError(
+                    f"{flag} is for --task classification (logistic regression); regression folds "
+                    "are plain K-fold and solved exactly"
+                )
     if args.loo and args.folds is not None:
         raise ValueError("give either --loo (leave-one-out) or --folds K, not both")
     if args.kernel and args.n_models is not None:
-        raise ValueError("--n-models shifts the linear probes' λ grid; kernel ridge (--kernel) has its own (α, γ) "
-                         "grid")
+        raise ValueError("--n-models shifts the linear probes' λ grid; kernel ridge (--kernel) has its own (α, γ) grid")
     if args.folds is not None and args.folds < 2:
         raise ValueError(f"--folds must be at least 2, got {args.folds}")
     if args.max_iter is not None and args.max_iter < 1:
@@ -85,8 +109,10 @@ def _check_options(args: argparse.Namespace) -> None:
 
 def _numeric_targets(y: np.ndarray, path: str) -> None:
     if y.dtype.kind not in "biuf":
-        raise ValueError(f"--task regression needs numeric targets, but {path} holds {y.dtype} values "
-                         f"(e.g. {y.ravel()[:1].tolist()[0]!r}); use --task classification for class labels")
+        raise ValueError(
+            f"--task regression needs numeric targets, but {path} holds {y.dtype} values "
+            f"(e.g. {y.ravel()[:1].tolist()[0]!r}); use --task classification for class labels"
+        )
 
 
 def _rare_classes(y: np.ndarray, folds: int) -> str | None:
@@ -96,8 +122,10 @@ def _rare_classes(y: np.ndarray, folds: int) -> str | None:
     if not rare.any():
         return None
     names = ", ".join(f"{c!r} ({k})" for c, k in zip(classes[rare][:5].tolist(), counts[rare][:5].tolist()))
-    return (f"{int(rare.sum())} class(es) have fewer members than --folds {folds}: {names}; some test folds miss "
-            "them. Lower --folds or drop those classes.")
+    return (
+        f"{int(rare.sum())} class(es) have fewer members than --folds {folds}: {names}; some test folds miss "
+        "them. Lower --folds or drop those classes."
+    )
 
 
 def _convergence(est: Any) -> str | None:
@@ -113,9 +141,16 @@ def _estimator(args: argparse.Namespace, n_models: int, folds: int) -> Any:
 
     cv: Any = "loo" if args.loo else folds
     if args.task == "classification":
-        return LogisticCV(cv=folds, n_models=n_models, stratify=not args.no_stratify, shuffle=args.no_stratify,
-                          random_state=args.seed, max_iter=500 if args.max_iter is None else args.max_iter,
-                          tol=1e-4 if args.tol is None else args.tol, verbose=True)
+        return LogisticCV(
+            cv=folds,
+            n_models=n_models,
+            stratify=not args.no_stratify,
+            shuffle=args.no_stratify,
+            random_state=args.seed,
+            max_iter=500 if args.max_iter is None else args.max_iter,
+            tol=1e-4 if args.tol is None else args.tol,
+            verbose=True,
+        )
     if args.kernel:
         return KernelRidgeCV(cv=cv, verbose=True)
     return RidgeCV(cv=cv, n_models=n_models, verbose=True)
@@ -129,8 +164,10 @@ def _rows(args: argparse.Namespace, est: Any) -> list[tuple[str, str, str]]:
 
     if args.task == "classification":
         where = f"λ = {est.alpha_:.3g} (C = {est.C_:.3g})"
-        return [("accuracy", mean_std("accuracy"), where),
-                ("mean per-class accuracy", mean_std("mean_per_class_accuracy"), where)]
+        return [
+            ("accuracy", mean_std("accuracy"), where),
+            ("mean per-class accuracy", mean_std("mean_per_class_accuracy"), where),
+        ]
     where = f"α = {est.alpha_:.3g}, γ = {est.gamma_:.3g}" if args.kernel else f"λ = {est.alpha_:.3g} (Ridge alpha)"
     rows = [("R² (mean over targets)", mean_std("score"), where)]
     per = est.cv_scores_per_target_.mean(1)[b]
@@ -162,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
     est = _estimator(args, n_models, folds)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        warnings.filterwarnings("ignore", message="The least populated class")   # said above in CLI words
+        warnings.filterwarnings("ignore", message="The least populated class")  # said above in CLI words
         est.fit(xt, y)
     notes += [str(w.message) for w in caught if not issubclass(w.category, ConvergenceWarning)]
     if args.task == "classification":
@@ -171,8 +208,10 @@ def run(args: argparse.Namespace) -> int:
     rows = _rows(args, est)
     model = type(est).__name__
     cvdesc = "leave-one-out" if args.loo else f"{folds}-fold"
-    print(f"{model}: n = {xt.shape[0]}, d = {xt.shape[1]} ({len(feats)} model(s)), {cvdesc} CV, "
-          f"{len(res['params'])} values; mean ± std over folds at the best value")
+    print(
+        f"{model}: n = {xt.shape[0]}, d = {xt.shape[1]} ({len(feats)} model(s)), {cvdesc} CV, "
+        f"{len(res['params'])} values; mean ± std over folds at the best value"
+    )
     w = max(len(r[0]) for r in rows)
     print(f"| {'metric'.ljust(w)} | mean ± std      | best value |")
     print(f"|{'-' * (w + 2)}|-----------------|------------|")
@@ -184,10 +223,15 @@ def run(args: argparse.Namespace) -> int:
         for i, (m_, s_) in enumerate(zip(res["mean_test_score"], res["std_test_score"])):
             label = ", ".join(f"{k[6:]}={res[k][i]:.3g}" for k in names)
             print(f"{label:<24} {m_:.4f}    {s_:.4f}")
-    for note in dict.fromkeys(n for n in notes if n):   # once each, in order
+    for note in dict.fromkeys(n for n in notes if n):  # once each, in order
         print(f"warning: {' '.join(note.split())}", file=sys.stderr)
     if args.json:
-        out = {"model": model, "rows": rows, "best_index": b, "best_params": est.best_params_,
-               "cv_results": {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in res.items()}}
+        out = {
+            "model": model,
+            "rows": rows,
+            "best_index": b,
+            "best_params": est.best_params_,
+            "cv_results": {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in res.items()},
+        }
         atomic_write_text(args.json, json.dumps(out, indent=1, default=float))
     return 0

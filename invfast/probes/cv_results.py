@@ -1,5 +1,6 @@
 """``cv_results_``: the record of a cross-validated search in ``GridSearchCV``'s layout, the ranks,
 and the index of the best candidate (the first with the highest mean score, as GridSearchCV)."""
+
 from __future__ import annotations
 
 import warnings
@@ -27,10 +28,14 @@ class CVResults(dict):
 
     def __missing__(self, key: str) -> Any:
         if key in self._legacy:
-            warnings.warn(f"cv_results_[{key!r}] is a deprecated key and will be removed in the next release; "
-                          "cv_results_ now has GridSearchCV's keys (mean_test_score, std_test_score, "
-                          "split{k}_test_score, params, param_*, rank_test_score) and the estimator has "
-                          "best_index_, best_score_ and best_params_", FutureWarning, stacklevel=2)
+            warnings.warn(
+                f"cv_results_[{key!r}] is a deprecated key and will be removed in the next release; "
+                "cv_results_ now has GridSearchCV's keys (mean_test_score, std_test_score, "
+                "split{k}_test_score, params, param_*, rank_test_score) and the estimator has "
+                "best_index_, best_score_ and best_params_",
+                FutureWarning,
+                stacklevel=2,
+            )
             return self._legacy[key]
         raise KeyError(key)
 
@@ -58,9 +63,14 @@ def score_columns(fold_scores: np.ndarray, metric: str = "score") -> dict[str, n
     return cols
 
 
-def search_results(params: list[dict[str, float]], fold_scores: np.ndarray, legacy_values: np.ndarray,
-                   extra: dict[str, np.ndarray] | None = None, legacy: dict[str, Any] | None = None,
-                   param_columns: dict[str, np.ndarray] | None = None) -> tuple[CVResults, int]:
+def search_results(
+    params: list[dict[str, float]],
+    fold_scores: np.ndarray,
+    legacy_values: np.ndarray,
+    extra: dict[str, np.ndarray] | None = None,
+    legacy: dict[str, Any] | None = None,
+    param_columns: dict[str, np.ndarray] | None = None,
+) -> tuple[CVResults, int]:
     """The ``cv_results_`` record and the index of the best candidate.
 
     params: one dict per candidate, in search order; fold_scores [candidates, folds]: the selection

@@ -7,19 +7,21 @@ batch are solved together as one batched linear system. Regression: for each tra
 ``splits`` random train/test splits, ridge on the train part, R² (mean over targets) on the rest.
 Results are the mean with a 95% confidence interval (1.96 · std / sqrt(m)). Same seed, same episodes.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
-from invfast.progress import track
 
 from invfast.probes._base import as_class_labels, as_targets, as_tensor, check_positive
 from invfast.probes.grids import alpha_grid
 from invfast.probes.ridge import r2_scores, ridge_loo_predictions, ridge_solve
+from invfast.progress import track
 
 _F64 = torch.float64
 
@@ -27,6 +29,7 @@ _F64 = torch.float64
 @dataclass
 class FewShotResult:
     """mean and ci95 (half-width of the 95% interval) of ``scores`` [m] (one per episode or split)."""
+
     mean: float
     ci95: float
     scores: np.ndarray
@@ -42,8 +45,9 @@ def _summary(scores: np.ndarray, **settings: Any) -> FewShotResult:
     return FewShotResult(float(scores.mean()), float(ci), scores, dict(settings))
 
 
-def sample_episodes(codes: np.ndarray, n_way: int, k_shot: int, n_query: int, episodes: int,
-                    seed: int) -> tuple[np.ndarray, np.ndarray]:
+def sample_episodes(
+    codes: np.ndarray, n_way: int, k_shot: int, n_query: int, episodes: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Episode indices: support [E, N*K] and query [E, N*Q], class-major (class j occupies block j).
 
     Only classes with at least K + Q members are drawn from.
@@ -51,9 +55,11 @@ def sample_episodes(codes: np.ndarray, n_way: int, k_shot: int, n_query: int, ep
     counts = np.bincount(codes)
     eligible = np.flatnonzero(counts >= k_shot + n_query)
     if eligible.size < n_way:
-        raise ValueError(f"{n_way}-way {k_shot}-shot episodes with {n_query} queries need {n_way} classes with at "
-                         f">= {k_shot + n_query} samples; only {eligible.size} have that many. Lower n_way, k_shot "
-                         "or n_query.")
+        raise ValueError(
+            f"{n_way}-way {k_shot}-shot episodes with {n_query} queries need {n_way} classes with at "
+            f">= {k_shot + n_query} samples; only {eligible.size} have that many. Lower n_way, k_shot "
+            "or n_query."
+        )
     members = {int(c): np.flatnonzero(codes == c) for c in eligible}
     rng = np.random.default_rng(seed)
     sup = np.empty((episodes, n_way, k_shot), dtype=np.int64)
@@ -65,9 +71,19 @@ def sample_episodes(codes: np.ndarray, n_way: int, k_shot: int, n_query: int, ep
     return sup.reshape(episodes, -1), qry.reshape(episodes, -1)
 
 
-def few_shot_classification(features: Any, labels: Any, n_way: int = 5, k_shot: int = 1, n_query: int = 15,
-                            episodes: int = 2000, penalty: float = 1.0, normalize: bool = False, seed: int = 0,
-                            batch_size: int = 200, progress: bool = False) -> FewShotResult:
+def few_shot_classification(
+    features: Any,
+    labels: Any,
+    n_way: int = 5,
+    k_shot: int = 1,
+    n_query: int = 15,
+    episodes: int = 2000,
+    penalty: float = 1.0,
+    normalize: bool = False,
+    seed: int = 0,
+    batch_size: int = 200,
+    progress: bool = False,
+) -> FewShotResult:
     """Mean query accuracy of ridge readouts over ``episodes`` N-way K-shot episodes, with 95% CI.
 
     features [n, d] (numpy or tensor, any device), labels [n]. ``penalty`` is ridge's λ (``Ridge(alpha=λ)``)
@@ -85,26 +101,33 @@ def few_shot_classification(features: Any, labels: Any, n_way: int = 5, k_shot: 
     if normalize:
         x = torch.nn.functional.normalize(x, dim=1)
     sup, qry = sample_episodes(codes.numpy(), n_way, k_shot, n_query, episodes, seed)
-    y_sup = torch.eye(n_way, dtype=_F64, device=x.device).repeat_interleave(k_shot, 0)   # [NK, N]
-    y_qry = torch.arange(n_way, device=x.device).repeat_interleave(n_query)              # [NQ]
+    y_sup = torch.eye(n_way, dtype=_F64, device=x.device).repeat_interleave(k_shot, 0)  # [NK, N]
+    y_qry = torch.arange(n_way, device=x.device).repeat_interleave(n_query)  # [NQ]
     eye = torch.eye(n_way * k_shot, dtype=_F64, device=x.device)
     acc = []
     for start in track(range(0, episodes, batch_size), desc="episodes", disable=not progress, leave=False):
-        s = x[torch.as_tensor(sup[start:start + batch_size], device=x.device)]            # [E, NK, d]
-        q = x[torch.as_tensor(qry[start:start + batch_size], device=x.device)]            # [E, NQ, d]
+        s = x[torch.as_tensor(sup[start : start + batch_size], device=x.device)]  # [E, NK, d]
+        q = x[torch.as_tensor(qry[start : start + batch_size], device=x.device)]  # [E, NQ, d]
         mu = s.mean(1, keepdim=True)
         sc, qc = s - mu, q - mu
         k = sc @ sc.transpose(1, 2) + lam * eye
         dual = torch.linalg.solve(k, (y_sup - 1.0 / n_way).expand(s.shape[0], -1, -1))
-        pred = (qc @ sc.transpose(1, 2) @ dual).argmax(-1)                                 # [E, NQ]
+        pred = (qc @ sc.transpose(1, 2) @ dual).argmax(-1)  # [E, NQ]
         acc.append((pred == y_qry).double().mean(1).cpu())
-    return _summary(torch.cat(acc).numpy(), n_way=n_way, k_shot=k_shot, n_query=n_query, episodes=episodes,
-                    penalty=lam, seed=seed)
+    return _summary(
+        torch.cat(acc).numpy(), n_way=n_way, k_shot=k_shot, n_query=n_query, episodes=episodes, penalty=lam, seed=seed
+    )
 
 
-def few_shot_regression(features: Any, targets: Any, fractions: Sequence[float] = (0.05, 0.1, 0.2),
-                        splits: int = 100, penalty: float | str = 1.0, seed: int = 0,
-                        progress: bool = False) -> dict[float, FewShotResult]:
+def few_shot_regression(
+    features: Any,
+    targets: Any,
+    fractions: Sequence[float] = (0.05, 0.1, 0.2),
+    splits: int = 100,
+    penalty: float | str = 1.0,
+    seed: int = 0,
+    progress: bool = False,
+) -> dict[float, FewShotResult]:
     """R² (mean over targets) of ridge trained on a random fraction s of the data, tested on the rest.
 
     For each s in ``fractions``: ``splits`` random splits; returns {s: FewShotResult}. ``penalty`` is
@@ -127,8 +150,10 @@ def few_shot_regression(features: Any, targets: Any, fractions: Sequence[float] 
     for frac in fractions:
         m = int(round(frac * n))
         if not 0 < frac < 1 or m < 3 or n - m < 2:
-            raise ValueError(f"train fraction {frac} of {n} samples leaves {m} train / {n - m} test samples; "
-                             "need >= 3 train and >= 2 test")
+            raise ValueError(
+                f"train fraction {frac} of {n} samples leaves {m} train / {n - m} test samples; "
+                "need >= 3 train and >= 2 test"
+            )
         scores = np.empty(splits)
         for i in track(range(splits), desc=f"s={frac}", disable=not progress, leave=False):
             perm = torch.as_tensor(rng.permutation(n), device=x.device)

@@ -15,10 +15,12 @@ The papers' published code passed the logistic grid value C straight to ridge as
 invfast uses the convention above for both, so the best ``alpha_`` means the same thing for
 classification and regression.
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -44,8 +46,12 @@ def alpha_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
 
 def penalty_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
     """Deprecated name of :func:`alpha_grid` (removed in the next release)."""
-    warnings.warn("invfast.probes.penalty_grid is deprecated and will be removed in the next release; use "
-                  "invfast.probes.alpha_grid", FutureWarning, stacklevel=2)
+    warnings.warn(
+        "invfast.probes.penalty_grid is deprecated and will be removed in the next release; use "
+        "invfast.probes.alpha_grid",
+        FutureWarning,
+        stacklevel=2,
+    )
     return alpha_grid(n_models, n)
 
 

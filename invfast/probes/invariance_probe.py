@@ -6,6 +6,7 @@ the default, so it can reach the corners) or by a sigmoid parametrisation. With
 ``quantize_bits=b`` the forward pass uses ``Q(i; b) = round(i (2^b - 1)) / (2^b - 1)`` with a
 straight-through gradient, and ``i_`` reports the quantised descriptor.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -14,10 +15,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from invfast.progress import track
 
 from invfast._validate import as_features, as_labels
 from invfast.probes._base import NotFittedError
+from invfast.progress import track
 
 TASKS = ("classification", "regression")
 CONSTRAINTS = ("project", "sigmoid")
@@ -52,10 +53,24 @@ class InvarianceProbe:
     ``head_`` (nn.Linear), ``history_`` (mean training loss per epoch), ``i_history_`` [epochs, K].
     """
 
-    def __init__(self, model: nn.Module, task: str = "classification", epochs: int = 50, batch_size: int = 256,
-                 lr: float = 1e-2, lr_i: float = 5e-2, weight_decay: float = 0.0, ridge_init: bool = True,
-                 ridge_penalty: float = 1e-3, constraint: str = "project", quantize_bits: int | None = None,
-                 init: float = 0.5, inv_dim: int | None = None, seed: int = 0, verbose: bool = False):
+    def __init__(
+        self,
+        model: nn.Module,
+        task: str = "classification",
+        epochs: int = 50,
+        batch_size: int = 256,
+        lr: float = 1e-2,
+        lr_i: float = 5e-2,
+        weight_decay: float = 0.0,
+        ridge_init: bool = True,
+        ridge_penalty: float = 1e-3,
+        constraint: str = "project",
+        quantize_bits: int | None = None,
+        init: float = 0.5,
+        inv_dim: int | None = None,
+        seed: int = 0,
+        verbose: bool = False,
+    ):
         self.model = model
         self.task = task
         self.epochs = epochs
@@ -73,11 +88,28 @@ class InvarianceProbe:
         self.verbose = verbose
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("model", "task", "epochs", "batch_size", "lr", "lr_i", "weight_decay",
-                                              "ridge_init", "ridge_penalty", "constraint", "quantize_bits", "init",
-                                              "inv_dim", "seed", "verbose")}
+        return {
+            k: getattr(self, k)
+            for k in (
+                "model",
+                "task",
+                "epochs",
+                "batch_size",
+                "lr",
+                "lr_i",
+                "weight_decay",
+                "ridge_init",
+                "ridge_penalty",
+                "constraint",
+                "quantize_bits",
+                "init",
+                "inv_dim",
+                "seed",
+                "verbose",
+            )
+        }
 
-    def set_params(self, **params: Any) -> "InvarianceProbe":
+    def set_params(self, **params: Any) -> InvarianceProbe:
         for k, v in params.items():
             if k not in self.get_params():
                 raise ValueError(f"InvarianceProbe has no parameter {k!r}")
@@ -119,10 +151,11 @@ class InvarianceProbe:
     @torch.no_grad()
     def _features(self, x: torch.Tensor, i: torch.Tensor) -> torch.Tensor:
         forward_features = self._forward_features()
-        return torch.cat([forward_features(x[s:s + self.batch_size], i)
-                          for s in range(0, x.shape[0], self.batch_size)])
+        return torch.cat(
+            [forward_features(x[s : s + self.batch_size], i) for s in range(0, x.shape[0], self.batch_size)]
+        )
 
-    def fit(self, x: torch.Tensor, y: Any) -> "InvarianceProbe":
+    def fit(self, x: torch.Tensor, y: Any) -> InvarianceProbe:
         """x: model inputs [N, ...] (e.g. images [N, 3, H, W]); y: labels [N] or targets [N] / [N, T]."""
         k = self._check_config()
         x = as_features(x, "x", ndim=None).detach()
@@ -152,8 +185,12 @@ class InvarianceProbe:
             head = nn.Linear(feats0.shape[1], n_out).to(device)
             if self.ridge_init:
                 self._ridge_init(head, feats0, target.to(device))
-            opt = torch.optim.Adam([{"params": head.parameters(), "lr": self.lr, "weight_decay": self.weight_decay},
-                                    {"params": [raw], "lr": self.lr_i}])
+            opt = torch.optim.Adam(
+                [
+                    {"params": head.parameters(), "lr": self.lr, "weight_decay": self.weight_decay},
+                    {"params": [raw], "lr": self.lr_i},
+                ]
+            )
             gen = torch.Generator().manual_seed(self.seed)
             forward_features = self._forward_features()
             self.history_, i_hist = [], []
@@ -161,7 +198,7 @@ class InvarianceProbe:
                 perm = torch.randperm(n, generator=gen)
                 total = 0.0
                 for s in range(0, n, self.batch_size):
-                    idx = perm[s:s + self.batch_size]
+                    idx = perm[s : s + self.batch_size]
                     xb, tb = x[idx].to(device), target[idx].to(device)
                     out = head(forward_features(xb, self._descriptor(raw)))
                     loss = F.cross_entropy(out, tb) if self.task == "classification" else F.mse_loss(out, tb)

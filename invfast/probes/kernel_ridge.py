@@ -10,6 +10,7 @@ eigendecomposition (H = U diag(s/(s+α)) Uᵀ), with X and y standardised once o
 grid has 5 values and an eigendecomposition costs 7-20 Choleskys), so ``solver='auto'`` takes the
 eigendecomposition from 16 α values up.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,14 +18,21 @@ from typing import Any
 import numpy as np
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
-from invfast.progress import track
 
-from invfast.probes._base import (ProbeTagsMixin, as_targets, check_features, check_is_fitted, check_positive,
-                                  output_like, require_y)
+from invfast.probes._base import (
+    ProbeTagsMixin,
+    as_targets,
+    check_features,
+    check_is_fitted,
+    check_positive,
+    output_like,
+    require_y,
+)
 from invfast.probes.cv_results import search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
 from invfast.probes.ridge import mean_r2, r2_scores, scaled_products, sym_eigh
+from invfast.progress import track
 
 _F64 = torch.float64
 # LAPACK's symmetric eigensolver costs 7x (n=400) to 20x (n=1600) one Cholesky factorisation
@@ -35,8 +43,9 @@ _EIGH_MIN_ALPHAS = 16
 def _scaler(a: torch.Tensor, on: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean and std (ddof=0; a zero std becomes 1, as StandardScaler) of the rows of ``a``."""
     if not on:
-        return torch.zeros(a.shape[1], dtype=a.dtype, device=a.device), torch.ones(a.shape[1], dtype=a.dtype,
-                                                                                  device=a.device)
+        return torch.zeros(a.shape[1], dtype=a.dtype, device=a.device), torch.ones(
+            a.shape[1], dtype=a.dtype, device=a.device
+        )
     mean = a.mean(0)
     std = a.std(0, unbiased=False)
     return mean, torch.where(std > 10 * torch.finfo(a.dtype).eps * mean.abs().clamp_min(1), std, torch.ones_like(std))
@@ -48,8 +57,9 @@ def sq_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return d.clamp_min_(0)
 
 
-def _path_predict(k_tr: torch.Tensor, k_te: torch.Tensor, y: torch.Tensor, alphas: torch.Tensor,
-                  solver: str) -> torch.Tensor:
+def _path_predict(
+    k_tr: torch.Tensor, k_te: torch.Tensor, y: torch.Tensor, alphas: torch.Tensor, solver: str
+) -> torch.Tensor:
     """Predictions [A, n_te, t] of kernel ridge for every α (standardised target space); k_tr is consumed."""
     if solver == "eigh":
         s, u = sym_eigh(k_tr)
@@ -68,9 +78,9 @@ def kernel_loo_predictions(k: torch.Tensor, y: torch.Tensor, alphas: torch.Tenso
     """Exact leave-one-out predictions [A, n, t] of kernel ridge (no intercept) for every α in
     ``alphas`` [A], from one eigendecomposition of the kernel ``k`` [n, n] (consumed); y [n, t]."""
     s, u = sym_eigh(k)
-    shrink = s.clamp_min(0)[None, :] / (s.clamp_min(0)[None, :] + alphas[:, None])   # [A, n]
-    fitted = scaled_products(u, u.T @ y, shrink)                                     # [A, n, t]
-    hat = (u * u) @ shrink.T                                                          # [n, A]
+    shrink = s.clamp_min(0)[None, :] / (s.clamp_min(0)[None, :] + alphas[:, None])  # [A, n]
+    fitted = scaled_products(u, u.T @ y, shrink)  # [A, n, t]
+    hat = (u * u) @ shrink.T  # [n, A]
     return y - (y - fitted) / (1.0 - hat.T[:, :, None]).clamp_min(1e-12)
 
 
@@ -100,8 +110,17 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
 
     _multi_output = True
 
-    def __init__(self, alphas: Any = None, gammas: Any = None, cv: Any = 5, standardize: bool = True,
-                 solver: str = "auto", shuffle: bool = False, random_state: int | None = None, verbose: bool = False):
+    def __init__(
+        self,
+        alphas: Any = None,
+        gammas: Any = None,
+        cv: Any = 5,
+        standardize: bool = True,
+        solver: str = "auto",
+        shuffle: bool = False,
+        random_state: int | None = None,
+        verbose: bool = False,
+    ):
         self.alphas = alphas
         self.gammas = gammas
         self.cv = cv
@@ -111,7 +130,7 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         self.random_state = random_state
         self.verbose = verbose
 
-    def fit(self, X: Any, y: Any) -> "KernelRidgeCV":
+    def fit(self, X: Any, y: Any) -> KernelRidgeCV:
         """Cross-validate every (α, γ) on X [n, d], y [n] or [n, t]; refit on all data at the best pair."""
         if self.solver not in ("auto", "eigh", "cholesky"):
             raise ValueError(f"solver must be 'auto', 'eigh' or 'cholesky', got {self.solver!r}")
@@ -132,8 +151,11 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         per_target = scores.reshape(alphas.size * gammas.size, scores.shape[2], -1)
         pairs = np.array([(a_, g_) for a_ in alphas for g_ in gammas])
         self.cv_results_, best = search_results(
-            [{"alpha": float(a_), "gamma": float(g_)} for a_, g_ in pairs], per_target.mean(-1), pairs,
-            legacy={"fold_scores_per_target": per_target, "mean_score_per_target": per_target.mean(1)})
+            [{"alpha": float(a_), "gamma": float(g_)} for a_, g_ in pairs],
+            per_target.mean(-1),
+            pairs,
+            legacy={"fold_scores_per_target": per_target, "mean_score_per_target": per_target.mean(1)},
+        )
         self.cv_scores_per_target_ = per_target
         self.best_index_ = best
         self.best_params_ = self.cv_results_["params"][best]
@@ -165,13 +187,15 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
             scores[:, g, 0] = r2_scores(pred * ys + ym, yt).cpu().numpy()
         return scores
 
-    def _fold_scores(self, x: torch.Tensor, yt: torch.Tensor, a_t: torch.Tensor, gammas: np.ndarray,
-                     solver: str) -> np.ndarray:
+    def _fold_scores(
+        self, x: torch.Tensor, yt: torch.Tensor, a_t: torch.Tensor, gammas: np.ndarray, solver: str
+    ) -> np.ndarray:
         """R² [A, G, folds, t] of every (α, γ) on every held-out fold."""
         splits = resolve_cv(self.cv, x.shape[0], shuffle=self.shuffle, seed=self.random_state)
         scores = np.zeros((a_t.numel(), gammas.size, len(splits), yt.shape[1]))
-        for f, (train, test) in enumerate(track(splits, desc="kernel ridge folds", disable=not self.verbose,
-                                               leave=False)):
+        for f, (train, test) in enumerate(
+            track(splits, desc="kernel ridge folds", disable=not self.verbose, leave=False)
+        ):
             tr = torch.as_tensor(train, device=x.device)
             te = torch.as_tensor(test, device=x.device)
             xm, xs = _scaler(x[tr], self.standardize)

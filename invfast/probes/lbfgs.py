@@ -12,6 +12,7 @@ Wolfe condition when the loss change is below its roundoff (``f_rtol``): near th
 problem evaluated with float32 products the loss stops resolving decreases before the gradient
 meets ``tol``, and the directional derivative still decides.
 """
+
 from __future__ import annotations
 
 import functools
@@ -31,6 +32,7 @@ class LBFGSResult:
     """x [F, ...] solutions, loss [F], grad_norm [F] (the stopping measure), n_iter [F], converged [F]
     (grad_norm <= tol), stalled [F] (stopped short of tol for want of a resolvable step), and the
     curvature pairs (s, y) [F, P] of the last iterations (``memory``)."""
+
     x: torch.Tensor
     loss: torch.Tensor
     grad_norm: torch.Tensor
@@ -44,13 +46,24 @@ def _flat(fun: Objective, shape: torch.Size) -> Objective:
     def call(x: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         f, g = fun(x.view(-1, *shape[1:]), idx)
         return f, g.reshape(x.shape[0], -1)
+
     return call
 
 
-def lbfgs(fun: Objective, x0: torch.Tensor, tol: float = 1e-4, max_iter: int = 100, history: int = 10,
-          precond: Preconditioner | None = None, grad_norm: Callable[[torch.Tensor], torch.Tensor] | None = None,
-          memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None, c1: float = 1e-4,
-          f_rtol: float = 1e-12, max_backtracks: int = 30, stop_on_noise: bool = False) -> LBFGSResult:
+def lbfgs(
+    fun: Objective,
+    x0: torch.Tensor,
+    tol: float = 1e-4,
+    max_iter: int = 100,
+    history: int = 10,
+    precond: Preconditioner | None = None,
+    grad_norm: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    memory: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    c1: float = 1e-4,
+    f_rtol: float = 1e-12,
+    max_backtracks: int = 30,
+    stop_on_noise: bool = False,
+) -> LBFGSResult:
     """Minimise ``fun`` from ``x0`` [F, ...] (float64), every problem to ``grad_norm(g) <= tol``.
 
     precond: approximate inverse Hessian (default identity). grad_norm: maps a gradient [a, ...] to
@@ -65,10 +78,12 @@ def lbfgs(fun: Objective, x0: torch.Tensor, tol: float = 1e-4, max_iter: int = 1
     """
     nf, shape, dev = x0.shape[0], x0.shape, x0.device
     call = _flat(fun, shape)
-    pre = (lambda v, idx: v) if precond is None else \
-        (lambda v, idx: precond(v.view(-1, *shape[1:]), idx).reshape(v.shape[0], -1))
-    measure = (lambda g: g.abs().amax(1)) if grad_norm is None else \
-        (lambda g: grad_norm(g.view(-1, *shape[1:])))
+    pre = (
+        (lambda v, idx: v)
+        if precond is None
+        else (lambda v, idx: precond(v.view(-1, *shape[1:]), idx).reshape(v.shape[0], -1))
+    )
+    measure = (lambda g: g.abs().amax(1)) if grad_norm is None else (lambda g: grad_norm(g.view(-1, *shape[1:])))
     everyone = torch.arange(nf, device=dev)
     x = x0.reshape(nf, -1).clone()
     f, g = call(x, everyone)
@@ -84,12 +99,12 @@ def lbfgs(fun: Objective, x0: torch.Tensor, tol: float = 1e-4, max_iter: int = 1
         idx = torch.nonzero(~done).flatten()
         if idx.numel() == 0:
             break
-        every = idx.numel() == nf   # no gathers while every problem is running
+        every = idx.numel() == nf  # no gathers while every problem is running
         gi = g if every else g[idx]
         pairs = mem if every else [(s[idx], y[idx], r[idx]) for s, y, r in mem]
         p = -_two_loop(gi, pairs, gamma if every else gamma[idx], functools.partial(pre, idx=idx))
         slope = (gi * p).sum(1)
-        bad = ~(slope < 0)   # not a descent direction (or NaN): restart from the preconditioned gradient
+        bad = ~(slope < 0)  # not a descent direction (or NaN): restart from the preconditioned gradient
         if bool(bad.any()):
             p[bad] = -pre(gi, idx)[bad]
             slope = (gi * p).sum(1)
@@ -136,8 +151,12 @@ def _scale(s: torch.Tensor, y: torch.Tensor, py: torch.Tensor, old: torch.Tensor
     return torch.where(ok, sy / torch.where(ok, ypy, torch.ones_like(ypy)), old)
 
 
-def _two_loop(g: torch.Tensor, mem: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], gamma: torch.Tensor,
-              pre: Callable[[torch.Tensor], torch.Tensor]) -> torch.Tensor:
+def _two_loop(
+    g: torch.Tensor,
+    mem: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    gamma: torch.Tensor,
+    pre: Callable[[torch.Tensor], torch.Tensor],
+) -> torch.Tensor:
     """H g by the two-loop recursion with H0 = γ P over pairs (s, y, ρ); pairs with ρ = 0 are skipped."""
     q = g.clone()
     alphas = []

@@ -17,6 +17,7 @@ Two classes use the binomial model (one weight vector, as ``LogisticRegression``
 full softmax parameterisation. Convergence: max |∂/∂(W, b)| <= tol in the original coordinates
 (scikit-learn's ``gtol``); every fit that stops short is recorded and reported.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -26,16 +27,27 @@ import numpy as np
 import torch
 from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.metrics import accuracy_score
-from invfast.progress import track
 
-from invfast.probes._base import (DEPRECATED, ConvergenceWarning, ProbeTagsMixin, as_class_labels, check_features,
-                                  check_is_fitted, check_positive, deprecated_attribute, label_array, output_like,
-                                  renamed_param, require_y)
+from invfast.probes._base import (
+    DEPRECATED,
+    ConvergenceWarning,
+    ProbeTagsMixin,
+    as_class_labels,
+    check_features,
+    check_is_fitted,
+    check_positive,
+    deprecated_attribute,
+    label_array,
+    output_like,
+    renamed_param,
+    require_y,
+)
 from invfast.probes.cv_results import score_columns, search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import alpha_grid
 from invfast.probes.lbfgs import LBFGSResult, lbfgs
 from invfast.probes.softmax import KroneckerPreconditioner, SoftmaxLoss
+from invfast.progress import track
 
 __all__ = ["ConvergenceWarning", "LogisticCV", "class_scores"]
 
@@ -71,7 +83,7 @@ class _Design:
         self._x64 = self.x if dtype == _F64 else None
         if gram is not None:
             self.eig_s, self.eig_v = torch.linalg.eigh(gram / n)
-        else:   # XᵀX/n = V diag(s) Vᵀ with V = Xᵀ U diag(1/sqrt(n s)) from X Xᵀ/n = U diag(s) Uᵀ
+        else:  # XᵀX/n = V diag(s) Vᵀ with V = Xᵀ U diag(1/sqrt(n s)) from X Xᵀ/n = U diag(s) Uᵀ
             xc = self.x[:, :d].to(_F64)
             s, u = torch.linalg.eigh(xc @ xc.T / n)
             keep = s > 1e-12 * s.max().clamp_min(1e-300)
@@ -81,8 +93,8 @@ class _Design:
         x = self._source
         out = torch.ones(x.shape[0], self.d + self.fit_intercept, dtype=dtype, device=x.device)
         for i in range(0, x.shape[0], self.rows):
-            xc = x[i:i + self.rows].to(_F64) - self.mu
-            out[i:i + self.rows, :self.d] = xc
+            xc = x[i : i + self.rows].to(_F64) - self.mu
+            out[i : i + self.rows, : self.d] = xc
             if gram is not None:
                 gram += xc.T @ xc
         return out
@@ -97,14 +109,14 @@ class _Design:
         centred ones (W, b' = b + W μ)."""
         if not self.fit_intercept:
             return g.abs().amax((1, 2))
-        gw = g[:, :self.d] + self.mu[None, :, None] * g[:, self.d:]
-        return torch.maximum(gw.abs().amax((1, 2)), g[:, self.d:].abs().amax((1, 2)))
+        gw = g[:, : self.d] + self.mu[None, :, None] * g[:, self.d :]
+        return torch.maximum(gw.abs().amax((1, 2)), g[:, self.d :].abs().amax((1, 2)))
 
     def to_original(self, w: torch.Tensor) -> torch.Tensor:
         """[Dp, Kout] weights in the centred coordinates -> the same model on uncentred X."""
         if not self.fit_intercept:
             return w
-        return torch.cat([w[:self.d], w[self.d:] - self.mu[None] @ w[:self.d]], 0)
+        return torch.cat([w[: self.d], w[self.d :] - self.mu[None] @ w[: self.d]], 0)
 
 
 class _Path:
@@ -166,11 +178,24 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
     input only). ``penalty_`` is a deprecated alias of ``alpha_``.
     """
 
-    def __init__(self, alphas: Any = None, cv: Any = 5, scoring: str = "accuracy", tol: float = 1e-4,
-                 max_iter: int = 500, dtype: str = "float32", fit_intercept: bool = True,
-                 path_continuation: bool = True, n_models: int = 1, stratify: bool = True, shuffle: bool = False,
-                 random_state: int | None = None, verbose: bool = False, penalties: Any = DEPRECATED,
-                 warm_start: Any = DEPRECATED):
+    def __init__(
+        self,
+        alphas: Any = None,
+        cv: Any = 5,
+        scoring: str = "accuracy",
+        tol: float = 1e-4,
+        max_iter: int = 500,
+        dtype: str = "float32",
+        fit_intercept: bool = True,
+        path_continuation: bool = True,
+        n_models: int = 1,
+        stratify: bool = True,
+        shuffle: bool = False,
+        random_state: int | None = None,
+        verbose: bool = False,
+        penalties: Any = DEPRECATED,
+        warm_start: Any = DEPRECATED,
+    ):
         self.alphas = alphas
         self.cv = cv
         self.scoring = scoring
@@ -206,23 +231,39 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         path.pre.update(loss.start(w0), loss.lam / loss.n_train)
         tol, grad_norm = float(self.tol), path.design.grad_norm
         single = loss.x.dtype == _F64
-        res = lbfgs(loss, w0, tol=tol, max_iter=int(self.max_iter), memory=memory, f_rtol=_F_RTOL[loss.x.dtype],
-                    stop_on_noise=not single, precond=path.pre, grad_norm=grad_norm)
+        res = lbfgs(
+            loss,
+            w0,
+            tol=tol,
+            max_iter=int(self.max_iter),
+            memory=memory,
+            f_rtol=_F_RTOL[loss.x.dtype],
+            stop_on_noise=not single,
+            precond=path.pre,
+            grad_norm=grad_norm,
+        )
         stalled = torch.nonzero(res.stalled).flatten()
         left = int(self.max_iter) - int(res.n_iter[stalled].max()) if stalled.numel() else 0
         if left > 0 and not single:
             path.precise = True
             exact = path.current()
             exact.lam = loss.lam
-            more = lbfgs(lambda w, i: exact(w, stalled[i]), res.x[stalled], tol=tol, max_iter=left,
-                         f_rtol=_F_RTOL[_F64], precond=lambda v, i: path.pre(v, stalled[i]), grad_norm=grad_norm)
+            more = lbfgs(
+                lambda w, i: exact(w, stalled[i]),
+                res.x[stalled],
+                tol=tol,
+                max_iter=left,
+                f_rtol=_F_RTOL[_F64],
+                precond=lambda v, i: path.pre(v, stalled[i]),
+                grad_norm=grad_norm,
+            )
             res.x[stalled], res.loss[stalled], res.grad_norm[stalled] = more.x, more.loss, more.grad_norm
             res.n_iter[stalled] += more.n_iter
             res.converged[stalled] = more.converged
             res.memory = []
         return res
 
-    def fit(self, X: Any, y: Any) -> "LogisticCV":
+    def fit(self, X: Any, y: Any) -> LogisticCV:
         """Cross-validate every penalty on X [n, d] with labels y [n], then refit on all data at the best."""
         self._check_params()
         alphas = renamed_param(self, "alphas", "penalties")
@@ -234,8 +275,9 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         codes, classes = as_class_labels(y, "y", n)
         k, dev = classes.size, x.device
         grid = alpha_grid(self.n_models) if alphas is None else check_positive(alphas, "alphas")
-        splits = resolve_cv(self.cv, n, y=codes.numpy(), classifier=bool(self.stratify), shuffle=self.shuffle,
-                            seed=self.random_state)
+        splits = resolve_cv(
+            self.cv, n, y=codes.numpy(), classifier=bool(self.stratify), shuffle=self.shuffle, seed=self.random_state
+        )
         codes = codes.to(dev)
         design = _Design(x, self.fit_intercept, _DTYPES[self.dtype])
         pre = KroneckerPreconditioner(design.eig_s, design.eig_v, self.fit_intercept)
@@ -278,18 +320,31 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         self.intercept_ = output_like(icpt, self._numpy_in)
         return self
 
-    def _record(self, grid: np.ndarray, acc: np.ndarray, bacc: np.ndarray, n_iter: np.ndarray,
-                conv: np.ndarray) -> None:
+    def _record(
+        self, grid: np.ndarray, acc: np.ndarray, bacc: np.ndarray, n_iter: np.ndarray, conv: np.ndarray
+    ) -> None:
         nf = acc.shape[1]
         sel = acc if self.scoring == "accuracy" else bacc
         extra = {**score_columns(acc, "accuracy"), **score_columns(bacc, "mean_per_class_accuracy")}
         extra.update({f"split{f}_n_iter": n_iter[:, f].copy() for f in range(nf)})
         extra.update({f"split{f}_converged": conv[:, f].copy() for f in range(nf)})
         self.cv_results_, best = search_results(
-            [{"C": float(1.0 / lam)} for lam in grid], sel, grid, extra=extra, param_columns={"alpha": grid.copy()},
-            legacy={"mean_accuracy": acc.mean(1), "std_accuracy": acc.std(1), "fold_accuracy": acc,
-                    "mean_class_accuracy": bacc.mean(1), "std_class_accuracy": bacc.std(1),
-                    "fold_class_accuracy": bacc, "n_iter": n_iter, "converged": conv})
+            [{"C": float(1.0 / lam)} for lam in grid],
+            sel,
+            grid,
+            extra=extra,
+            param_columns={"alpha": grid.copy()},
+            legacy={
+                "mean_accuracy": acc.mean(1),
+                "std_accuracy": acc.std(1),
+                "fold_accuracy": acc,
+                "mean_class_accuracy": bacc.mean(1),
+                "std_class_accuracy": bacc.std(1),
+                "fold_class_accuracy": bacc,
+                "n_iter": n_iter,
+                "converged": conv,
+            },
+        )
         self.cv_n_iter_, self.cv_converged_ = n_iter, conv
         self.best_index_ = best
         self.best_params_ = self.cv_results_["params"][best]
@@ -304,8 +359,9 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         if not total:
             return None
         cs = np.sort(1.0 / self.cv_results_["param_alpha"][bad.any(1)])
-        where = ", ".join(f"{c:.3g}" for c in cs) if cs.size <= 5 else \
-            f"{cs.size} values from {cs[0]:.3g} to {cs[-1]:.3g}"
+        where = (
+            ", ".join(f"{c:.3g}" for c in cs) if cs.size <= 5 else f"{cs.size} values from {cs[0]:.3g} to {cs[-1]:.3g}"
+        )
         refit = "" if self.converged_ else f"{' and' if cs.size else ''} the refit at C = {self.C_:.3g}"
         at = f" at C = {where}" if cs.size else ""
         return f"{total} of {bad.size + 1} fits stopped before max|grad| <= tol{at}{refit}"
@@ -314,9 +370,12 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         """One ConvergenceWarning line naming how many fits stopped short and at which C."""
         summary = self.unconverged_summary()
         if summary:
-            warnings.warn(f"LogisticCV: {summary} (tol={self.tol:g}, max_iter={self.max_iter}); cv_converged_ and "
-                          "converged_ say which. Raise max_iter, or tol for a looser fit.", ConvergenceWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"LogisticCV: {summary} (tol={self.tol:g}, max_iter={self.max_iter}); cv_converged_ and "
+                "converged_ say which. Raise max_iter, or tol for a looser fit.",
+                ConvergenceWarning,
+                stacklevel=3,
+            )
 
     def _logits(self, X: Any) -> torch.Tensor:
         check_is_fitted(self)

@@ -10,6 +10,7 @@ formed once; each fold's training Gram is that minus the held-out block. Everyth
 float64 on the input's device. Centring and the unpenalised intercept follow
 ``sklearn.linear_model.Ridge(fit_intercept=True)``; λ equals Ridge's ``alpha``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,13 +20,23 @@ import numpy as np
 import scipy.linalg
 import torch
 from sklearn.base import BaseEstimator, RegressorMixin
-from invfast.progress import track
 
-from invfast.probes._base import (DEPRECATED, ProbeTagsMixin, as_targets, check_features, check_is_fitted,
-                                  check_positive, deprecated_attribute, output_like, renamed_param, require_y)
+from invfast.probes._base import (
+    DEPRECATED,
+    ProbeTagsMixin,
+    as_targets,
+    check_features,
+    check_is_fitted,
+    check_positive,
+    deprecated_attribute,
+    output_like,
+    renamed_param,
+    require_y,
+)
 from invfast.probes.cv_results import search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import alpha_grid
+from invfast.progress import track
 
 _F64 = torch.float64
 
@@ -73,41 +84,49 @@ def scaled_products(left: torch.Tensor, right: torch.Tensor, inv: torch.Tensor) 
     left [k, r], right [r, t], inv [P, r] -> [P, k, t]. (Broadcasting ``left`` against a [P, r, t]
     stack would copy it P times.)
     """
-    stacked = (right[None] * inv[:, :, None]).permute(1, 0, 2).reshape(right.shape[0], -1)   # [r, P*t]
+    stacked = (right[None] * inv[:, :, None]).permute(1, 0, 2).reshape(right.shape[0], -1)  # [r, P*t]
     return (left @ stacked).view(left.shape[0], inv.shape[0], right.shape[1]).transpose(0, 1)
 
 
 @dataclass
 class _Centred:
     """Training statistics of one fold in a frame already centred on the full-data mean."""
-    gram: torch.Tensor      # [d, d] centred XᵀX of the training fold
-    xty: torch.Tensor       # [d, t] centred Xᵀy
-    x_mean: torch.Tensor    # [d] training mean (in the shifted frame)
-    y_mean: torch.Tensor    # [t]
+
+    gram: torch.Tensor  # [d, d] centred XᵀX of the training fold
+    xty: torch.Tensor  # [d, t] centred Xᵀy
+    x_mean: torch.Tensor  # [d] training mean (in the shifted frame)
+    y_mean: torch.Tensor  # [t]
 
 
 def _path_predict_primal(st: _Centred, x_test: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
     """Predictions [P, k, t] on ``x_test`` [k, d] for every λ in ``lam`` [P] from one eigendecomposition."""
     s, v = sym_eigh(st.gram)
     s = s.clamp_min(0)
-    b = v.T @ st.xty                                    # [d, t]
-    proj = (x_test - st.x_mean) @ v                      # [k, d]
+    b = v.T @ st.xty  # [d, t]
+    proj = (x_test - st.x_mean) @ v  # [k, d]
     return scaled_products(proj, b, 1.0 / (s[None, :] + lam[:, None])) + st.y_mean
 
 
-def _path_predict_dual(xc: torch.Tensor, yc: torch.Tensor, x_test_c: torch.Tensor, y_mean: torch.Tensor,
-                       lam: torch.Tensor) -> torch.Tensor:
+def _path_predict_dual(
+    xc: torch.Tensor, yc: torch.Tensor, x_test_c: torch.Tensor, y_mean: torch.Tensor, lam: torch.Tensor
+) -> torch.Tensor:
     """Kernel form for m < d: centred train xc [m, d], yc [m, t]; test x_test_c [k, d] -> [P, k, t]."""
     s, u = sym_eigh(xc @ xc.T)
     s = s.clamp_min(0)
-    c = u.T @ yc                                         # [m, t]
-    q = (x_test_c @ xc.T) @ u                            # [k, m]
+    c = u.T @ yc  # [m, t]
+    q = (x_test_c @ xc.T) @ u  # [k, m]
     return scaled_products(q, c, 1.0 / (s[None, :] + lam[:, None])) + y_mean
 
 
-def ridge_cv_predictions(x: torch.Tensor, y: torch.Tensor, splits: list[tuple[np.ndarray, np.ndarray]],
-                         penalties: torch.Tensor, fit_intercept: bool = True, progress: bool = False,
-                         full_gram: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
+def ridge_cv_predictions(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    splits: list[tuple[np.ndarray, np.ndarray]],
+    penalties: torch.Tensor,
+    fit_intercept: bool = True,
+    progress: bool = False,
+    full_gram: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> list[torch.Tensor]:
     """Held-out predictions of ridge for every penalty and fold.
 
     x [n, d], y [n, t] (float64, same device), penalties [P]. Returns one [P, n_test_f, t] tensor per fold.
@@ -142,8 +161,9 @@ def ridge_cv_predictions(x: torch.Tensor, y: torch.Tensor, splits: list[tuple[np
     return out
 
 
-def ridge_loo_predictions(x: torch.Tensor, y: torch.Tensor, penalties: torch.Tensor,
-                          fit_intercept: bool = True) -> torch.Tensor:
+def ridge_loo_predictions(
+    x: torch.Tensor, y: torch.Tensor, penalties: torch.Tensor, fit_intercept: bool = True
+) -> torch.Tensor:
     """Exact leave-one-out predictions [P, n, t] for every penalty from one eigendecomposition,
     via e_loo = e / (1 − h_ii) with the hat matrix of the intercept-plus-ridge fit."""
     n, d = x.shape
@@ -155,24 +175,29 @@ def ridge_loo_predictions(x: torch.Tensor, y: torch.Tensor, penalties: torch.Ten
     if n >= d:
         s, v = sym_eigh(xc.T @ xc)
         s = s.clamp_min(0)
-        xv = xc @ v                                          # [n, d]
+        xv = xc @ v  # [n, d]
         b = v.T @ (xc.T @ yc)
-        inv = 1.0 / (s[None, :] + penalties[:, None])         # [P, d]
+        inv = 1.0 / (s[None, :] + penalties[:, None])  # [P, d]
         fitted = scaled_products(xv, b, inv) + ym
-        hat = h0 + (xv ** 2) @ inv.T                          # [n, P]
+        hat = h0 + (xv**2) @ inv.T  # [n, P]
     else:
         s, u = sym_eigh(xc @ xc.T)
         s = s.clamp_min(0)
         c = u.T @ yc
         shrink = s[None, :] / (s[None, :] + penalties[:, None])  # [P, n]
         fitted = scaled_products(u, c, shrink) + ym
-        hat = h0 + (u ** 2) @ shrink.T
+        hat = h0 + (u**2) @ shrink.T
     resid = (y - fitted) / (1.0 - hat.T[:, :, None]).clamp_min(1e-12)
     return y - resid
 
 
-def ridge_solve(x: torch.Tensor, y: torch.Tensor, penalty: float, fit_intercept: bool = True,
-                full_gram: tuple[torch.Tensor, torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def ridge_solve(
+    x: torch.Tensor,
+    y: torch.Tensor,
+    penalty: float,
+    fit_intercept: bool = True,
+    full_gram: tuple[torch.Tensor, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """One ridge fit: coefficients [d, t] and intercept [t] (float64, primal or kernel form).
 
     ``full_gram`` as in :func:`ridge_cv_predictions` saves recomputing the Gram matrix."""
@@ -201,7 +226,8 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
     Parameters
     ----------
     alphas : sequence of float or None
-        Penalties λ, each ``Ridge(alpha=λ)``. None: ``alpha_grid(n_models)``, the 45 values of Ericsson et al. (2021, App. E).
+        Penalties λ, each ``Ridge(alpha=λ)``. None: ``alpha_grid(n_models)``, the 45 values of Ericsson et al.
+        (2021, App. E).
     cv : int, splitter, iterable of (train, test) or "loo"
         Folds. An int gives contiguous K-fold (identical to ``KFold(cv)``; shuffled with
         ``shuffle=True``); "loo" uses exact leave-one-out residuals from one eigendecomposition.
@@ -228,9 +254,17 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
 
     _multi_output = True
 
-    def __init__(self, alphas: Any = None, cv: Any = 5, fit_intercept: bool = True, n_models: int = 1,
-                 shuffle: bool = False, random_state: int | None = None, verbose: bool = False,
-                 penalties: Any = DEPRECATED):
+    def __init__(
+        self,
+        alphas: Any = None,
+        cv: Any = 5,
+        fit_intercept: bool = True,
+        n_models: int = 1,
+        shuffle: bool = False,
+        random_state: int | None = None,
+        verbose: bool = False,
+        penalties: Any = DEPRECATED,
+    ):
         self.alphas = alphas
         self.cv = cv
         self.fit_intercept = fit_intercept
@@ -242,7 +276,7 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
 
     penalty_ = deprecated_attribute("penalty_", "alpha_")
 
-    def fit(self, X: Any, y: Any) -> "RidgeCV":
+    def fit(self, X: Any, y: Any) -> RidgeCV:
         """Cross-validate every α, then refit on all of X [n, d], y [n] or [n, t] at the best one."""
         alphas = renamed_param(self, "alphas", "penalties")
         require_y(self, y)
@@ -261,20 +295,24 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
             if n < 3:
                 raise ValueError(f"leave-one-out needs at least 3 samples, got n_samples={n}")
             pred = ridge_loo_predictions(x, yt, lam, self.fit_intercept)
-            per_target = r2_scores(pred, yt)[:, None, :]      # [P, 1, t]
+            per_target = r2_scores(pred, yt)[:, None, :]  # [P, 1, t]
         else:
             splits = resolve_cv(self.cv, n, shuffle=self.shuffle, seed=self.random_state)
             if n > d:
                 x0 = x - x.mean(0) if self.fit_intercept else x
                 full_gram = (x0.T @ x0, x0.T @ yt)
-            preds = ridge_cv_predictions(x, yt, splits, lam, self.fit_intercept, progress=self.verbose,
-                                         full_gram=full_gram)
+            preds = ridge_cv_predictions(
+                x, yt, splits, lam, self.fit_intercept, progress=self.verbose, full_gram=full_gram
+            )
             te_idx = [torch.as_tensor(te, device=x.device) for _, te in splits]
             per_target = torch.stack([r2_scores(p, yt[te]) for p, te in zip(preds, te_idx)], dim=1)  # [P, F, t]
         per_target_np = per_target.cpu().numpy()
         self.cv_results_, best = search_results(
-            [{"alpha": float(a)} for a in grid], per_target_np.mean(-1), grid,
-            legacy={"fold_scores_per_target": per_target_np, "mean_score_per_target": per_target_np.mean(1)})
+            [{"alpha": float(a)} for a in grid],
+            per_target_np.mean(-1),
+            grid,
+            legacy={"fold_scores_per_target": per_target_np, "mean_score_per_target": per_target_np.mean(1)},
+        )
         self.cv_scores_per_target_ = per_target_np
         self.best_index_ = best
         self.best_params_ = self.cv_results_["params"][best]

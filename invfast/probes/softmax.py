@@ -12,6 +12,7 @@ approximated by A_f ⊗ G + λ/n_f I with G = XᵀX/n (the centred Gram of all r
 once per fit) and A_f the mean class covariance of fold f at the start of each path value; its
 inverse costs two products with the eigenvectors of G.
 """
+
 from __future__ import annotations
 
 import copy
@@ -31,14 +32,21 @@ class SoftmaxLoss:
     float64 logits to about ``chunk_elems`` entries.
     """
 
-    def __init__(self, x: torch.Tensor, codes: torch.Tensor, train: list[torch.Tensor], n_classes: int,
-                 fit_intercept: bool, chunk_elems: int = 1 << 22):
+    def __init__(
+        self,
+        x: torch.Tensor,
+        codes: torch.Tensor,
+        train: list[torch.Tensor],
+        n_classes: int,
+        fit_intercept: bool,
+        chunk_elems: int = 1 << 22,
+    ):
         n, dev = x.shape[0], x.device
         self.x, self.codes = x, codes
         w = torch.zeros((len(train), n), dtype=_F64, device=dev)
         for f, idx in enumerate(train):
             w[f, idx] = 1.0 / idx.numel()
-        self.wt = w.T.contiguous()                                   # [n, F]
+        self.wt = w.T.contiguous()  # [n, F]
         self.n_train = torch.tensor([float(t.numel()) for t in train], dtype=_F64, device=dev)
         self.binary = n_classes == 2
         self.k = n_classes
@@ -46,12 +54,12 @@ class SoftmaxLoss:
         self.mask = torch.ones(x.shape[1], 1, dtype=_F64, device=dev)
         if fit_intercept:
             self.mask[-1] = 0.0
-        self.lam = torch.zeros_like(self.n_train)                   # [F], set per path value
+        self.lam = torch.zeros_like(self.n_train)  # [F], set per path value
         self.chunk_elems = chunk_elems
         self.n_evals = 0
         self._cache: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None = None
 
-    def retyped(self, x: torch.Tensor) -> "SoftmaxLoss":
+    def retyped(self, x: torch.Tensor) -> SoftmaxLoss:
         """The same problems (folds, penalties) over the same rows held in another dtype."""
         other = copy.copy(self)
         other.x, other.n_evals, other._cache = x, 0, None
@@ -62,10 +70,11 @@ class SoftmaxLoss:
         return torch.cat([torch.zeros_like(z), z], -1) if self.binary else z
 
     def _stack(self, w: torch.Tensor) -> torch.Tensor:
-        return w.permute(1, 0, 2).reshape(w.shape[1], -1).to(self.x.dtype)   # [Dp, a*Kout]
+        return w.permute(1, 0, 2).reshape(w.shape[1], -1).to(self.x.dtype)  # [Dp, a*Kout]
 
-    def data_term(self, w: torch.Tensor, idx: torch.Tensor,
-                  curvature: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    def data_term(
+        self, w: torch.Tensor, idx: torch.Tensor, curvature: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """Mean cross-entropy [a], its gradient [a, Dp, Kout] (float64) and, on request, the mean class
         covariance A [a, Kout, Kout] of problems ``idx`` at weights ``w`` [a, Dp, Kout]."""
         self.n_evals += 1
@@ -76,9 +85,9 @@ class SoftmaxLoss:
         cov = torch.zeros((a, self.k, self.k), dtype=_F64, device=w.device) if curvature else None
         rows = max(1, self.chunk_elems // (a * self.k))
         for i in range(0, self.x.shape[0], rows):
-            xc, cc = self.x[i:i + rows], self.codes[i:i + rows]
-            wc = self.wt[i:i + rows][:, idx]                          # [r, a]
-            z = self._logits(xc, ws, a)                               # [r, a, K]
+            xc, cc = self.x[i : i + rows], self.codes[i : i + rows]
+            wc = self.wt[i : i + rows][:, idx]  # [r, a]
+            z = self._logits(xc, ws, a)  # [r, a, K]
             lse = torch.logsumexp(z, -1, keepdim=True)
             lab = cc[:, None, None].expand(-1, a, 1)
             ce += ((lse - z.gather(-1, lab))[..., 0] * wc).sum(0)
@@ -136,27 +145,27 @@ class KroneckerPreconditioner:
 
     def update(self, cov: torch.Tensor, reg: torch.Tensor) -> None:
         a, self.q = torch.linalg.eigh(cov)
-        a = a.clamp_min(0)                                                 # [F, Kout]
+        a = a.clamp_min(0)  # [F, Kout]
         self.reg = reg
-        self.inv = 1.0 / (self.s[None, :, None] * a[:, None, :] + reg[:, None, None])   # [F, r, Kout]
+        self.inv = 1.0 / (self.s[None, :, None] * a[:, None, :] + reg[:, None, None])  # [F, r, Kout]
         top = a.amax(1, keepdim=True)
         self.a_inv = torch.where(a > 1e-12 * top, 1.0 / a.clamp_min(1e-300), torch.zeros_like(a))
 
     def __call__(self, v: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         every = idx.numel() == self.q.shape[0]
-        q, inv = (self.q, self.inv) if every else (self.q[idx], self.inv[idx])   # [b, K, K], [b, r, K]
+        q, inv = (self.q, self.inv) if every else (self.q[idx], self.inv[idx])  # [b, K, K], [b, r, K]
         b, k = v.shape[0], v.shape[2]
-        vw = (v[:, :self.d] @ q).transpose(0, 1).reshape(self.d, b * k)           # class eigenbasis, [D, b*K]
-        t = self.v.T @ vw                                                          # feature eigenbasis, [r, b*K]
+        vw = (v[:, : self.d] @ q).transpose(0, 1).reshape(self.d, b * k)  # class eigenbasis, [D, b*K]
+        t = self.v.T @ vw  # feature eigenbasis, [r, b*K]
         scaled = (t.view(self.r, b, k).transpose(0, 1) * inv).transpose(0, 1).reshape(self.r, b * k)
         if self.r == self.d:
             out = self.v @ scaled
-        else:   # the complement of V's span: penalty only
+        else:  # the complement of V's span: penalty only
             back = self.v @ torch.cat([scaled, t], 1)
             reg = (self.reg if every else self.reg[idx]).repeat_interleave(k)
-            out = back[:, :b * k] + (vw - back[:, b * k:]) / reg
+            out = back[:, : b * k] + (vw - back[:, b * k :]) / reg
         out = out.view(self.d, b, k).transpose(0, 1)
         if self.fit_intercept:
             ai = self.a_inv if every else self.a_inv[idx]
-            out = torch.cat([out, (v[:, self.d:] @ q) * ai[:, None, :]], 1)
+            out = torch.cat([out, (v[:, self.d :] @ q) * ai[:, None, :]], 1)
         return out @ q.transpose(1, 2)

@@ -1,18 +1,26 @@
 """Matrix pictures of a comparison of several models: pairwise significance counts (models × models)
 and invariance-vs-transfer correlations (transforms × tasks). Each returns a ``matplotlib.figure.Figure``
 and saves it to ``path`` when given."""
+
 from __future__ import annotations
 
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from invfast.report.plots import _figure, _save
 
 
-def plot_significance_matrix(wins: np.ndarray, labels: Sequence[str], *, tested: np.ndarray | None = None,
-                             title: str = "significantly more invariant", path: str | os.PathLike | None = None) -> Any:
+def plot_significance_matrix(
+    wins: np.ndarray,
+    labels: Sequence[str],
+    *,
+    tested: np.ndarray | None = None,
+    title: str = "significantly more invariant",
+    path: str | os.PathLike | None = None,
+) -> Any:
     """Models × models: entry (i, j) of ``wins [R, R]`` = on how many transforms model i is significantly
     more invariant than model j, written as ``k/T`` with ``T`` from ``tested [R, R]`` (the transforms on
     which the pair was tested) when given; the colour is k / T (k alone without ``tested``)."""
@@ -50,16 +58,25 @@ def plot_significance_matrix(wins: np.ndarray, labels: Sequence[str], *, tested:
     return _save(fig, path)
 
 
-def plot_correlation(values: np.ndarray, rows: Sequence[str], cols: Sequence[str], *, marks: np.ndarray | None = None,
-                     title: str = "rank correlation", path: str | os.PathLike | None = None, digits: int = 2) -> Any:
+def plot_correlation(
+    values: np.ndarray,
+    rows: Sequence[str],
+    cols: Sequence[str],
+    *,
+    marks: np.ndarray | None = None,
+    title: str = "rank correlation",
+    path: str | os.PathLike | None = None,
+    digits: int = 2,
+) -> Any:
     """A correlation table as a heatmap: ``values [len(rows), len(cols)]`` in [-1, 1] on a diverging
     scale (NaN blank), the value written in each cell, followed by * where ``marks`` (bool, same shape)."""
     values = np.asarray(values, dtype=np.float64)
     if values.shape != (len(rows), len(cols)):
         raise ValueError(f"values must be [{len(rows)}, {len(cols)}] (rows x cols), got {list(values.shape)}")
     if marks is not None and np.asarray(marks).shape != values.shape:
-        raise ValueError(f"marks must have the shape of values {list(values.shape)}, "
-                         f"got {list(np.asarray(marks).shape)}")
+        raise ValueError(
+            f"marks must have the shape of values {list(values.shape)}, got {list(np.asarray(marks).shape)}"
+        )
     fig = _figure(max(3.4, 1.0 * len(cols) + 2.4), max(2.4, 0.32 * len(rows) + 1.4))
     ax = fig.add_subplot(1, 1, 1)
     im = ax.imshow(values, cmap="RdBu_r", vmin=-1.0, vmax=1.0, aspect="auto")
@@ -71,8 +88,15 @@ def plot_correlation(values: np.ndarray, rows: Sequence[str], cols: Sequence[str
         for j in range(len(cols)):
             if np.isfinite(values[i, j]):
                 star = "*" if marks is not None and bool(np.asarray(marks)[i, j]) else ""
-                ax.text(j, i, f"{values[i, j]:+.{digits}f}{star}", ha="center", va="center", fontsize=6,
-                        color="white" if abs(values[i, j]) > 0.7 else "black")
+                ax.text(
+                    j,
+                    i,
+                    f"{values[i, j]:+.{digits}f}{star}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="white" if abs(values[i, j]) > 0.7 else "black",
+                )
     ax.set_title(title, fontsize=8)
     fig.colorbar(im, ax=ax, label="ρ", shrink=0.8)
     return _save(fig, path)

@@ -1,11 +1,13 @@
 """Plots of invariance results (matplotlib, no pyplot state): per-parameter curves, a radar chart of
 the spatial and appearance families, and a heatmap of models x transforms. Each returns a
 ``matplotlib.figure.Figure`` and saves it to ``path`` when given."""
+
 from __future__ import annotations
 
 import math
 import os
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -33,8 +35,14 @@ def _check_metric(metric: str) -> None:
         raise ValueError(f"metric must be 'distance' or 'cosine', got {metric!r}")
 
 
-def plot_curves(results: InvarianceResult | Sequence[InvarianceResult], *, metric: str = "cosine",
-                transforms: Sequence[str] | None = None, path: str | os.PathLike | None = None, cols: int = 6) -> Any:
+def plot_curves(
+    results: InvarianceResult | Sequence[InvarianceResult],
+    *,
+    metric: str = "cosine",
+    transforms: Sequence[str] | None = None,
+    path: str | os.PathLike | None = None,
+    cols: int = 6,
+) -> Any:
     """Mean ``metric`` over images for each grid parameter, one panel per transform, one line per model.
     1-D grids are plotted against the parameter value, multi-dimensional grids against the index;
     identity parameters are marked with open circles."""
@@ -65,7 +73,7 @@ def plot_curves(results: InvarianceResult | Sequence[InvarianceResult], *, metri
         ax.tick_params(labelsize=7)
         multi = any(name in r.transforms and r[name].params.dim() == 2 for r in results)
         ax.set_xlabel("parameter index" if multi else "parameter", fontsize=7)
-    for ax in list(axes.flat)[len(names):]:
+    for ax in list(axes.flat)[len(names) :]:
         ax.set_visible(False)
     axes.flat[0].set_ylabel(_LABELS[metric], fontsize=8)
     if len(results) > 1:
@@ -73,8 +81,12 @@ def plot_curves(results: InvarianceResult | Sequence[InvarianceResult], *, metri
     return _save(fig, path)
 
 
-def plot_radar(results: InvarianceResult | Sequence[InvarianceResult], *, metric: str = "cosine",
-               path: str | os.PathLike | None = None) -> Any:
+def plot_radar(
+    results: InvarianceResult | Sequence[InvarianceResult],
+    *,
+    metric: str = "cosine",
+    path: str | os.PathLike | None = None,
+) -> Any:
     """Radar charts of the mean ``metric`` per transform, one for each family (spatial, appearance;
     other families get their own), one polygon per model."""
     results = as_results(results)
@@ -92,9 +104,16 @@ def plot_radar(results: InvarianceResult | Sequence[InvarianceResult], *, metric
             v = np.array([np.nan if x is None else x for x in vals], dtype=float)
             ax.plot(np.append(ang, ang[:1]), np.append(v, v[:1]), "-o", ms=3, lw=1.2, label=r.model)
             ax.fill(np.append(ang, ang[:1]), np.nan_to_num(np.append(v, v[:1])), alpha=0.08)
-        vals_all = np.array([getattr(r.transforms[n], f"mean_{metric}") if n in r.transforms
-                             and getattr(r.transforms[n], f"mean_{metric}") is not None else np.nan
-                             for r in results for n in names], dtype=float)
+        vals_all = np.array(
+            [
+                getattr(r.transforms[n], f"mean_{metric}")
+                if n in r.transforms and getattr(r.transforms[n], f"mean_{metric}") is not None
+                else np.nan
+                for r in results
+                for n in names
+            ],
+            dtype=float,
+        )
         top = np.nanmax(vals_all) if np.isfinite(vals_all).any() else 1.0
         low = np.nanmin(vals_all) if np.isfinite(vals_all).any() else 0.0
         ax.set_ylim(min(0.0, low), 1.0 if metric == "cosine" else 1.05 * top)
@@ -107,8 +126,13 @@ def plot_radar(results: InvarianceResult | Sequence[InvarianceResult], *, metric
     return _save(fig, path)
 
 
-def plot_heatmap(results: InvarianceResult | Sequence[InvarianceResult], *, metric: str = "cosine",
-                 path: str | os.PathLike | None = None, digits: int = 2) -> Any:
+def plot_heatmap(
+    results: InvarianceResult | Sequence[InvarianceResult],
+    *,
+    metric: str = "cosine",
+    path: str | os.PathLike | None = None,
+    digits: int = 2,
+) -> Any:
     """Models (rows) x transforms (columns, spatial then appearance) coloured by the mean ``metric``,
     with the values written in the cells."""
     results = as_results(results)
@@ -133,8 +157,15 @@ def plot_heatmap(results: InvarianceResult | Sequence[InvarianceResult], *, metr
         for j in range(m.shape[1]):
             if np.isfinite(m[i, j]):
                 good = m[i, j] > mid if metric == "cosine" else m[i, j] < mid
-                ax.text(j, i, f"{m[i, j]:.{digits}f}", ha="center", va="center", fontsize=6,
-                        color="black" if good else "white")
+                ax.text(
+                    j,
+                    i,
+                    f"{m[i, j]:.{digits}f}",
+                    ha="center",
+                    va="center",
+                    fontsize=6,
+                    color="black" if good else "white",
+                )
     fig.colorbar(im, ax=ax, label=_LABELS[metric])
     return _save(fig, path)
 
@@ -152,9 +183,11 @@ def plot_depth(result: InvarianceResult, *, path: str | os.PathLike | None = Non
     fig = _figure(11.5, 3.4)
     axes = fig.subplots(1, 3)
     x = np.arange(len(layers))
-    panels = (("mean_cosine", "standardised cosine (1 = invariant)"),
-              ("mean_distance", "Mahalanobis distance (0 = invariant)"),
-              ("normalized_variance", "normalized variance (0 = invariant)"))
+    panels = (
+        ("mean_cosine", "standardised cosine (1 = invariant)"),
+        ("mean_distance", "Mahalanobis distance (0 = invariant)"),
+        ("normalized_variance", "normalized variance (0 = invariant)"),
+    )
     for ax, (attr, label) in zip(axes, panels):
         for name in names:
             vals = [getattr(r.transforms[name], attr) if name in r.transforms else None for r in per]

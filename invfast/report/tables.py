@@ -1,10 +1,12 @@
 """Tables of invariance results: rows, data frames, Table-1-style markdown, JSON, significance marks."""
+
 from __future__ import annotations
 
 import json
 import math
 import os
-from typing import Any, Iterable, Protocol, Sequence, TypeGuard
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol, TypeGuard
 
 import torch
 
@@ -12,8 +14,10 @@ from invfast.io import atomic_write_text
 from invfast.significance import most_invariant
 
 FAMILY_ORDER = ("spatial", "appearance")
-_HEADINGS = {"distance": "Mahalanobis distance (lower = more invariant)",
-             "cosine": "standardised cosine similarity (1 = invariant)"}
+_HEADINGS = {
+    "distance": "Mahalanobis distance (lower = more invariant)",
+    "cosine": "standardised cosine similarity (1 = invariant)",
+}
 
 
 class InvarianceResult(Protocol):
@@ -29,7 +33,9 @@ class InvarianceResult(Protocol):
 
 
 def _is_result(r: Any) -> TypeGuard[InvarianceResult]:
-    return all(hasattr(r, a) for a in ("model", "transforms", "to_dict", "__getitem__")) and isinstance(r.transforms, dict)
+    return all(hasattr(r, a) for a in ("model", "transforms", "to_dict", "__getitem__")) and isinstance(
+        r.transforms, dict
+    )
 
 
 def as_results(results: InvarianceResult | Sequence[InvarianceResult]) -> list[InvarianceResult]:
@@ -47,8 +53,10 @@ def as_results(results: InvarianceResult | Sequence[InvarianceResult]) -> list[I
             raise TypeError(f"expected InvarianceResult objects, got {type(r).__name__}")
     names = [r.model for r in lst]
     if len(set(names)) != len(names):
-        raise ValueError(f"results need distinct model names to be compared, got {names}; pass name=... to "
-                         "measure_invariance or set result.model")
+        raise ValueError(
+            f"results need distinct model names to be compared, got {names}; pass name=... to "
+            "measure_invariance or set result.model"
+        )
     return lst
 
 
@@ -88,10 +96,20 @@ def to_rows(results: InvarianceResult | Sequence[InvarianceResult], *, delta: fl
     rows = []
     for r in results:
         for t in r.transforms.values():
-            rows.append({"model": r.model, "transform": t.name, "family": t.family, "distance": t.mean_distance,
-                         "cosine": t.mean_cosine, "identity_distance": t.identity_distance,
-                         "identity_cosine": t.identity_cosine, "n_images": t.n_images, "n_pairs": t.n_pairs,
-                         "best": best.get(t.name) == r.model})
+            rows.append(
+                {
+                    "model": r.model,
+                    "transform": t.name,
+                    "family": t.family,
+                    "distance": t.mean_distance,
+                    "cosine": t.mean_cosine,
+                    "identity_distance": t.identity_distance,
+                    "identity_cosine": t.identity_cosine,
+                    "n_images": t.n_images,
+                    "n_pairs": t.n_pairs,
+                    "best": best.get(t.name) == r.model,
+                }
+            )
     return rows
 
 
@@ -109,8 +127,14 @@ def _fmt(v: float | None, digits: int) -> str:
     return "–" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
 
 
-def to_markdown(results: InvarianceResult | Sequence[InvarianceResult], *, metrics: Sequence[str] = ("distance", "cosine"),
-                digits: int = 2, delta: float = 0.05, marks: bool = True) -> str:
+def to_markdown(
+    results: InvarianceResult | Sequence[InvarianceResult],
+    *,
+    metrics: Sequence[str] = ("distance", "cosine"),
+    digits: int = 2,
+    delta: float = 0.05,
+    marks: bool = True,
+) -> str:
     """Table 1 of Ericsson et al.: one row per model, transforms as columns grouped spatial | appearance
     (a family row above the names), one block per metric. With several models, the cosine of the
     model that is significantly most invariant to a transform is marked •."""
@@ -157,17 +181,27 @@ def _reference_lines(results: Sequence[InvarianceResult]) -> list[str]:
             continue
         line = f"Reference statistics of {r.model}: N = {n} images, D = {d} features, N/D = {n / d:.2f}."
         if n <= d and stats.get("shrinkage") == "ledoit-wolf":
-            line += (f" N ≤ D: Ledoit–Wolf shrinkage (λ = {stats.get('lambda', float('nan')):.3g}) keeps the "
-                     "covariance invertible; more reference images would still sharpen the whitening.")
+            line += (
+                f" N ≤ D: Ledoit–Wolf shrinkage (λ = {stats.get('lambda', float('nan')):.3g}) keeps the "
+                "covariance invertible; more reference images would still sharpen the whitening."
+            )
         elif n <= d:
-            line += (" **N ≤ D: the whitened cosine collapses towards 0** — use more reference images, --stats "
-                     "from a larger set, or stronger shrinkage.")
+            line += (
+                " **N ≤ D: the whitened cosine collapses towards 0** — use more reference images, --stats "
+                "from a larger set, or stronger shrinkage."
+            )
         lines.append(line)
     return [""] + lines if lines else []
 
 
-def to_json(results: InvarianceResult | Sequence[InvarianceResult], path: str | os.PathLike | None = None, *,
-            per_image: bool = False, delta: float = 0.05, indent: int | None = 2) -> str:
+def to_json(
+    results: InvarianceResult | Sequence[InvarianceResult],
+    path: str | os.PathLike | None = None,
+    *,
+    per_image: bool = False,
+    delta: float = 0.05,
+    indent: int | None = 2,
+) -> str:
     """JSON with every result (per-image values only if ``per_image``) and the significance marks."""
     results = as_results(results)
     doc = {"results": [r.to_dict(per_image=per_image) for r in results], "best": significance(results, delta=delta)}
@@ -177,7 +211,9 @@ def to_json(results: InvarianceResult | Sequence[InvarianceResult], path: str | 
     return text
 
 
-def common_images(results: Sequence[InvarianceResult], transform: str, metric: str = "cosine") -> dict[str, torch.Tensor]:
+def common_images(
+    results: Sequence[InvarianceResult], transform: str, metric: str = "cosine"
+) -> dict[str, torch.Tensor]:
     """Per-image ``metric`` of each model on ``transform``, restricted to images every model scored."""
     vals = {}
     for r in results:
@@ -188,8 +224,10 @@ def common_images(results: Sequence[InvarianceResult], transform: str, metric: s
         vals[r.model] = v
     lengths = {k: v.shape[0] for k, v in vals.items()}
     if len(set(lengths.values())) != 1:
-        raise ValueError(f"models were measured on different images for {transform!r} (counts {lengths}); "
-                         "significance needs the same images for every model")
+        raise ValueError(
+            f"models were measured on different images for {transform!r} (counts {lengths}); "
+            "significance needs the same images for every model"
+        )
     keep = torch.ones(next(iter(lengths.values())), dtype=torch.bool)
     for v in vals.values():
         keep &= ~torch.isnan(v)

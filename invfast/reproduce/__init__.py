@@ -8,6 +8,7 @@
 - :mod:`~invfast.reproduce.document`: ``report.md``, ``results.json`` and figures assembled from the sections;
 - :mod:`~invfast.reproduce.cli`: the command line.
 """
+
 from invfast.reproduce.config import PRESETS, ConfigMismatchError, ReproduceConfig, preset
 from invfast.reproduce.pipeline import Stage, reproduce
 

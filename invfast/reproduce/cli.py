@@ -19,6 +19,7 @@ Every stage is cached (``<cache>/stages/*.json``, pretraining checkpoints, measu
 rerun after an interruption continues where it stopped and recomputes nothing finished. An existing
 folder made with a different configuration is refused with the differing fields listed.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,22 +37,45 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n\n", 1)[1]
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--quick", dest="preset", action="store_const", const="quick",
-                      help="the quick configuration (default without CUDA; 3 seeds, an estimated 15 minutes on "
-                           "2 idle CPU cores)")
-    mode.add_argument("--full", dest="preset", action="store_const", const="full",
-                      help="larger data and models (hours on a CPU; see docs/reproduce.md)")
-    mode.add_argument("--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)")
+    mode.add_argument(
+        "--quick",
+        dest="preset",
+        action="store_const",
+        const="quick",
+        help="the quick configuration (default without CUDA; 3 seeds, an estimated 15 minutes on 2 idle CPU cores)",
+    )
+    mode.add_argument(
+        "--full",
+        dest="preset",
+        action="store_const",
+        const="full",
+        help="larger data and models (hours on a CPU; see docs/reproduce.md)",
+    )
+    mode.add_argument(
+        "--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)"
+    )
     parser.set_defaults(preset=None)
     parser.add_argument("--out", required=True, help="output folder: report.md, results.json, figures/")
-    parser.add_argument("--cache-dir", default=None,
-                        help="where checkpoints, features and stage results go (default <out>/cache); keep it to resume")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="override one config field (repeatable), e.g. --set pretrain_epochs=20")
+    parser.add_argument(
+        "--cache-dir",
+        default=None,
+        help="where checkpoints, features and stage results go (default <out>/cache); keep it to resume",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override one config field (repeatable), e.g. --set pretrain_epochs=20",
+    )
     parser.add_argument("--seed", type=int, default=None, help="master seed (default 0; recorded in the report)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: the preset's; part of the configuration, as float sums "
-                             "depend on it)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: the preset's; part of the configuration, as float sums depend on it)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--print-config", action="store_true", help="print the configuration and exit")
 
@@ -76,7 +100,9 @@ def run(args: argparse.Namespace) -> int:
         with output_lock(args.out, "invfast reproduce"):  # one run at a time per folder (a second one is refused)
             reproduce(cfg, args.out, cache_dir=args.cache_dir, progress=not args.no_progress, log=print)
     except KeyboardInterrupt:
-        print("invfast reproduce: interrupted; rerun the same command to continue (finished stages are kept)",
-              file=sys.stderr)
+        print(
+            "invfast reproduce: interrupted; rerun the same command to continue (finished stages are kept)",
+            file=sys.stderr,
+        )
         return 130
     return 0

@@ -1,5 +1,6 @@
 """Configuration of ``invfast reproduce``: :class:`ReproduceConfig`, its presets, the on-disk format
 and the folder claim that keeps runs of different configurations apart."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -11,8 +12,17 @@ from typing import Any
 
 from invfast.io import atomic_write_text, config_difference
 
-__all__ = ["ReproduceConfig", "PRESETS", "FORMAT", "CONFIG_FILE", "preset", "ConfigMismatchError", "claim_folder",
-           "check_disk", "disk_estimate_mb"]
+__all__ = [
+    "ReproduceConfig",
+    "PRESETS",
+    "FORMAT",
+    "CONFIG_FILE",
+    "preset",
+    "ConfigMismatchError",
+    "claim_folder",
+    "check_disk",
+    "disk_estimate_mb",
+]
 
 CONFIG_FILE = "config.json"
 #: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs)
@@ -95,22 +105,57 @@ class ReproduceConfig:
 
     def validate(self) -> None:
         """Raise ValueError naming a field whose value cannot work."""
-        positive = ["seeds", "threads", "size", "objects", "n_pretrain", "n_probe", "n_measure", "width", "pretrain_epochs", "batch_size",
-                    "grid_size", "folds", "n_penalties", "logistic_max_iter", "transfer_objects",
-                    "transfer_transforms", "transfer_n_source", "transfer_n_target", "transfer_epochs", "amortised_epochs", "interp_points", "ip_epochs", "ip_n",
-                    "curve_images"]
+        positive = [
+            "seeds",
+            "threads",
+            "size",
+            "objects",
+            "n_pretrain",
+            "n_probe",
+            "n_measure",
+            "width",
+            "pretrain_epochs",
+            "batch_size",
+            "grid_size",
+            "folds",
+            "n_penalties",
+            "logistic_max_iter",
+            "transfer_objects",
+            "transfer_transforms",
+            "transfer_n_source",
+            "transfer_n_target",
+            "transfer_epochs",
+            "amortised_epochs",
+            "interp_points",
+            "ip_epochs",
+            "ip_n",
+            "curve_images",
+        ]
         for name in positive:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config field {name} must be a positive int, got {v!r}")
         # the sizes a run can hold; beyond them the run would take years or overflow a 31-bit seed
-        for name, hi in (("seeds", 100), ("threads", 1024), ("size", 1024), ("objects", 100_000),
-                         ("n_pretrain", 10_000_000), ("n_probe", 10_000_000), ("n_measure", 10_000_000)):
+        for name, hi in (
+            ("seeds", 100),
+            ("threads", 1024),
+            ("size", 1024),
+            ("objects", 100_000),
+            ("n_pretrain", 10_000_000),
+            ("n_probe", 10_000_000),
+            ("n_measure", 10_000_000),
+        ):
             if getattr(self, name) > hi:
                 raise ValueError(f"config field {name} must be at most {hi}, got {getattr(self, name)}")
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed <= 2**31 - 1 - self.seeds:
-            raise ValueError(f"config field seed must be an int in [0, {2**31 - 1 - self.seeds}] (seeds seed..seed+"
-                             f"{self.seeds - 1} are used), got {self.seed!r}")
+        if (
+            not isinstance(self.seed, int)
+            or isinstance(self.seed, bool)
+            or not 0 <= self.seed <= 2**31 - 1 - self.seeds
+        ):
+            raise ValueError(
+                f"config field seed must be an int in [0, {2**31 - 1 - self.seeds}] (seeds seed..seed+"
+                f"{self.seeds - 1} are used), got {self.seed!r}"
+            )
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.size < 16:
@@ -118,49 +163,72 @@ class ReproduceConfig:
         if self.folds < 2:
             raise ValueError(f"folds must be >= 2, got {self.folds}")
         if self.n_probe < self.folds * self.objects:
-            raise ValueError(f"n_probe ({self.n_probe}) must hold at least folds x objects = "
-                             f"{self.folds * self.objects} images (stratified folds need every class in every fold)")
+            raise ValueError(
+                f"n_probe ({self.n_probe}) must hold at least folds x objects = "
+                f"{self.folds * self.objects} images (stratified folds need every class in every fold)"
+            )
         if self.transfer_n_target < self.folds * self.transfer_objects:
-            raise ValueError(f"transfer_n_target ({self.transfer_n_target}) must be >= folds x transfer_objects = "
-                             f"{self.folds * self.transfer_objects}")
+            raise ValueError(
+                f"transfer_n_target ({self.transfer_n_target}) must be >= folds x transfer_objects = "
+                f"{self.folds * self.transfer_objects}"
+            )
         if 2 * self.transfer_objects > 61:
-            raise ValueError(f"transfer_objects must be <= 30 (two disjoint sets from 61 built-in objects), "
-                             f"got {self.transfer_objects}")
+            raise ValueError(
+                f"transfer_objects must be <= 30 (two disjoint sets from 61 built-in objects), "
+                f"got {self.transfer_objects}"
+            )
         if 2 * self.transfer_transforms > 18:
-            raise ValueError(f"transfer_transforms must be <= 9 (two disjoint sets of the 18 types), "
-                             f"got {self.transfer_transforms}")
+            raise ValueError(
+                f"transfer_transforms must be <= 9 (two disjoint sets of the 18 types), got {self.transfer_transforms}"
+            )
         if self.n_pretrain < 2 * self.batch_size:
-            raise ValueError(f"n_pretrain ({self.n_pretrain}) must be >= 2 x batch_size ({self.batch_size}) "
-                             "(a MoCo queue needs two batches)")
+            raise ValueError(
+                f"n_pretrain ({self.n_pretrain}) must be >= 2 x batch_size ({self.batch_size}) "
+                "(a MoCo queue needs two batches)"
+            )
         if self.transfer_n_source < self.batch_size:
             raise ValueError(f"transfer_n_source ({self.transfer_n_source}) must be >= batch_size ({self.batch_size})")
         if not isinstance(self.curve_every, int) or isinstance(self.curve_every, bool) or self.curve_every < 0:
-            raise ValueError(f"config field curve_every must be an int >= 0 (epochs; 0: no learning curves), "
-                             f"got {self.curve_every!r}")
+            raise ValueError(
+                f"config field curve_every must be an int >= 0 (epochs; 0: no learning curves), "
+                f"got {self.curve_every!r}"
+            )
         if self.curve_every and min(self.curve_images, self.n_probe) < 4 * self.objects:
-            raise ValueError(f"curve_images ({self.curve_images}, at most n_probe = {self.n_probe}) must hold at least "
-                             f"4 x objects = {4 * self.objects} images (each class is fitted and scored)")
+            raise ValueError(
+                f"curve_images ({self.curve_images}, at most n_probe = {self.n_probe}) must hold at least "
+                f"4 x objects = {4 * self.objects} images (each class is fitted and scored)"
+            )
         if self.ip_n < 10:
             raise ValueError(f"ip_n must be >= 10, got {self.ip_n}")
         if set(self.policies) != {"default", "spatial", "appearance"} or len(self.policies) != 3:
-            raise ValueError("policies must be ('default', 'spatial', 'appearance'): the findings compare exactly these")
+            raise ValueError(
+                "policies must be ('default', 'spatial', 'appearance'): the findings compare exactly these"
+            )
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
         background_count(self.backgrounds)
         if self.object_style not in ("silhouettes", "shared-palette", "builtin"):
-            raise ValueError(f"object_style must be 'silhouettes', 'shared-palette' or 'builtin', got {self.object_style!r}")
+            raise ValueError(
+                f"object_style must be 'silhouettes', 'shared-palette' or 'builtin', got {self.object_style!r}"
+            )
         if self.object_style == "silhouettes" and self.objects > 18:
-            raise ValueError(f"object_style 'silhouettes' has 18 distinct shapes, got objects={self.objects}; "
-                             "use fewer objects or object_style=builtin")
+            raise ValueError(
+                f"object_style 'silhouettes' has 18 distinct shapes, got objects={self.objects}; "
+                "use fewer objects or object_style=builtin"
+            )
         from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
+
         bad = [t for t in self.data_transforms if t not in TRANSFORMATIONS]
         if bad:
             raise ValueError(f"data_transforms {bad} are not Transforms-2D types ({', '.join(TRANSFORMATIONS)})")
         needed = {"translate", "rotate", "hue"}
         if not needed <= set(self.data_transforms):
-            raise ValueError(f"data_transforms must include {sorted(needed)}: the probe tasks regress position, "
-                             "rotation and colour, which only vary under these types")
+            raise ValueError(
+                f"data_transforms must include {sorted(needed)}: the probe tasks regress position, "
+                "rotation and colour, which only vary under these types"
+            )
         from invfast.models import ARCHITECTURES
+
         if self.arch not in ARCHITECTURES or self.arch.startswith(("hyper-", "prompt")):
             raise ValueError(f"arch must be a plain ResNet name from {ARCHITECTURES}, got {self.arch!r}")
         if self.amortised and f"hyper-{self.arch}" not in ARCHITECTURES:
@@ -188,29 +256,94 @@ def background_count(spec: str) -> int | None:
     head, _, count = str(spec).partition(":")
     if head in ("builtin", "procedural") and count.isdigit() and 1 <= int(count) <= 867:
         return int(count)
-    raise ValueError(f"backgrounds must be 'procedural:N', 'builtin:N' (1 <= N <= 867), 'builtin' or "
-                     f"'uniform-random', got {spec!r}")
+    raise ValueError(
+        f"backgrounds must be 'procedural:N', 'builtin:N' (1 <= N <= 867), 'builtin' or 'uniform-random', got {spec!r}"
+    )
 
 
 #: the named configurations; ``quick`` (3 seeds): an estimated 15 minutes on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(seeds=2, threads=1, objects=4, n_pretrain=96, n_probe=60, n_measure=12, width=4, pretrain_epochs=1, batch_size=32,
-                 proj_dim=16, grid_size=3, folds=3, n_penalties=9, logistic_max_iter=100, transfer_objects=3,
-                 transfer_n_source=64, transfer_n_target=30, transfer_epochs=1, amortised=True, amortised_epochs=1, interp_points=3, ip_epochs=1, ip_n=24),
+    "tiny": dict(
+        seeds=2,
+        threads=1,
+        objects=4,
+        n_pretrain=96,
+        n_probe=60,
+        n_measure=12,
+        width=4,
+        pretrain_epochs=1,
+        batch_size=32,
+        proj_dim=16,
+        grid_size=3,
+        folds=3,
+        n_penalties=9,
+        logistic_max_iter=100,
+        transfer_objects=3,
+        transfer_n_source=64,
+        transfer_n_target=30,
+        transfer_epochs=1,
+        amortised=True,
+        amortised_epochs=1,
+        interp_points=3,
+        ip_epochs=1,
+        ip_n=24,
+    ),
     # 3 seeds in an estimated 15 minutes on 2 idle CPU cores, the amortised model (finding 5) included: a
     # width-8 ResNet (half the time of width 16 per step) for 15 epochs, the amortised one for 8; the
     # models are under-trained at this budget and the report says which (docs/reproduce.md)
-    "quick": dict(width=8, pretrain_epochs=15, amortised=True, amortised_epochs=8, interp_points=3, ip_epochs=4,
-                  ip_n=400),
+    "quick": dict(
+        width=8, pretrain_epochs=15, amortised=True, amortised_epochs=8, interp_points=3, ip_epochs=4, ip_n=400
+    ),
     # one H100, about 30 minutes (untested: see docs/reproduce.md): full-width ResNet-18 at 64 px,
     # all five findings including the amortised model
-    "gpu": dict(device="cuda", threads=8, size=64, objects=18, n_pretrain=12000, n_probe=3000, n_measure=256,
-                width=64, pretrain_epochs=30, batch_size=256, lr=0.06, proj_dim=128, grid_size=16, n_penalties=45,
-                logistic_max_iter=300, transfer_objects=20, transfer_n_source=6000, transfer_n_target=2000,
-                transfer_epochs=15, amortised=True, amortised_epochs=30, interp_points=9, ip_epochs=20, ip_n=1500),
-    "full": dict(objects=18, n_pretrain=10000, n_probe=3000, n_measure=256, width=32, pretrain_epochs=30,
-                 batch_size=256, lr=0.06, grid_size=16, n_penalties=45, logistic_max_iter=500, transfer_objects=30, transfer_n_source=5000, transfer_n_target=2000,
-                 transfer_epochs=15, amortised=True, amortised_epochs=30, interp_points=9, ip_epochs=20, ip_n=1500),
+    "gpu": dict(
+        device="cuda",
+        threads=8,
+        size=64,
+        objects=18,
+        n_pretrain=12000,
+        n_probe=3000,
+        n_measure=256,
+        width=64,
+        pretrain_epochs=30,
+        batch_size=256,
+        lr=0.06,
+        proj_dim=128,
+        grid_size=16,
+        n_penalties=45,
+        logistic_max_iter=300,
+        transfer_objects=20,
+        transfer_n_source=6000,
+        transfer_n_target=2000,
+        transfer_epochs=15,
+        amortised=True,
+        amortised_epochs=30,
+        interp_points=9,
+        ip_epochs=20,
+        ip_n=1500,
+    ),
+    "full": dict(
+        objects=18,
+        n_pretrain=10000,
+        n_probe=3000,
+        n_measure=256,
+        width=32,
+        pretrain_epochs=30,
+        batch_size=256,
+        lr=0.06,
+        grid_size=16,
+        n_penalties=45,
+        logistic_max_iter=500,
+        transfer_objects=30,
+        transfer_n_source=5000,
+        transfer_n_target=2000,
+        transfer_epochs=15,
+        amortised=True,
+        amortised_epochs=30,
+        interp_points=9,
+        ip_epochs=20,
+        ip_n=1500,
+    ),
 }
 
 
@@ -233,8 +366,10 @@ def _parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tupl
         raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
     key, raw = (s.strip() for s in text.split("=", 1))
     if key not in cfg_fields or key == "preset":
-        raise ValueError(f"--set: unknown config field {key!r}; fields are "
-                         f"{', '.join(sorted(k for k in cfg_fields if k != 'preset'))}")
+        raise ValueError(
+            f"--set: unknown config field {key!r}; fields are "
+            f"{', '.join(sorted(k for k in cfg_fields if k != 'preset'))}"
+        )
     default = getattr(ReproduceConfig(), key)
     try:
         if isinstance(default, bool):
@@ -252,11 +387,9 @@ def _parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tupl
         raise ValueError(f"--set {key}: cannot read {raw!r} as {type(default).__name__}") from None
 
 
-
 # ---------------------------------------------------------------------------------------------- caching
 class ConfigMismatchError(ValueError):
     """An output or cache folder holds a run made with another configuration."""
-
 
 
 def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
@@ -270,21 +403,28 @@ def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
             with open(path, encoding="utf-8") as f:
                 saved = json.load(f)
         except (OSError, json.JSONDecodeError) as e:
-            raise ConfigMismatchError(f"{what} {folder!r} holds an unreadable {CONFIG_FILE} ({e}); "
-                                      "delete the folder or choose another one") from None
+            raise ConfigMismatchError(
+                f"{what} {folder!r} holds an unreadable {CONFIG_FILE} ({e}); delete the folder or choose another one"
+            ) from None
         if saved.get("format") != FORMAT:
-            raise ConfigMismatchError(f"{what} {folder!r} was made by another version of invfast reproduce (format "
-                                      f"{saved.get('format')!r}, this one writes {FORMAT!r}), so it cannot be resumed; "
-                                      "delete the folder or choose another one")
+            raise ConfigMismatchError(
+                f"{what} {folder!r} was made by another version of invfast reproduce (format "
+                f"{saved.get('format')!r}, this one writes {FORMAT!r}), so it cannot be resumed; "
+                "delete the folder or choose another one"
+            )
         diff = config_difference(saved.get("config", {}), config)
         if diff:
             raise ConfigMismatchError(
                 f"{what} {folder!r} was made by a different configuration, so it cannot be resumed:\n  "
-                + "\n  ".join(diff) + "\nUse another folder, delete this one, or rerun with the same settings.")
+                + "\n  ".join(diff)
+                + "\nUse another folder, delete this one, or rerun with the same settings."
+            )
         return
     if os.path.isdir(folder) and any(n for n in os.listdir(folder) if not n.startswith(".")):
-        raise ConfigMismatchError(f"{what} {folder!r} exists and holds files that are not from invfast reproduce "
-                                  f"(no {CONFIG_FILE}); choose an empty or new folder")
+        raise ConfigMismatchError(
+            f"{what} {folder!r} exists and holds files that are not from invfast reproduce "
+            f"(no {CONFIG_FILE}); choose an empty or new folder"
+        )
     atomic_write_text(path, json.dumps({"format": FORMAT, "config": config}, indent=2))
 
 
@@ -295,14 +435,17 @@ def check_disk(folder: str, need_mb: float) -> None:
         probe = os.path.dirname(probe)
     free = shutil.disk_usage(probe).free / 2**20
     if free < need_mb:
-        raise OSError(f"not enough disk space for {folder!r}: {free:.0f} MiB free, this configuration needs about "
-                      f"{need_mb:.0f} MiB (checkpoints, features, measurement state); free some space or pass "
-                      "--cache-dir on another disk")
+        raise OSError(
+            f"not enough disk space for {folder!r}: {free:.0f} MiB free, this configuration needs about "
+            f"{need_mb:.0f} MiB (checkpoints, features, measurement state); free some space or pass "
+            "--cache-dir on another disk"
+        )
 
 
 def disk_estimate_mb(cfg: ReproduceConfig) -> float:
     """Rough disk need of the cache: checkpoints (model, key network, optimiser), features, images."""
     from invfast.models import create
+
     n_params = sum(p.numel() for p in create(cfg.arch, width=cfg.width).parameters())
     models = 3 + 4 + (1 if cfg.amortised else 0)
     ckpt = models * n_params * 4 * 6 / 2**20

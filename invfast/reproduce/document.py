@@ -9,12 +9,14 @@
    findings, statistics and stage results go under ``per_seed``;
 3. the sections write their figures, then their markdown, in order.
 """
+
 from __future__ import annotations
 
 import json
 import os
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from invfast.io import atomic_write_text
 from invfast.reproduce.config import FORMAT, ReproduceConfig
@@ -43,15 +45,24 @@ def seed_statistics(results: dict[str, Any], findings: Sequence[dict[str, Any]])
 
 def _seeds(cfg: ReproduceConfig, results: dict[str, Any]) -> dict[str, int]:
     """The master seed and the stage seeds of one seed's run."""
-    out = {"master": cfg.seed, **{f"init/{k}": stage_seed(cfg.seed, f"init/{k}") for k in [*LABELS, "transfer", "amortised"]}}
+    out = {
+        "master": cfg.seed,
+        **{f"init/{k}": stage_seed(cfg.seed, f"init/{k}") for k in [*LABELS, "transfer", "amortised"]},
+    }
     for name, r in results.items():
         if isinstance(r, dict) and "seed" in r and name.startswith(("pretrain-", "transfer-train-")):
             out[name.replace("pretrain-", "pretrain/").replace("transfer-train-", "transfer/")] = r["seed"]
     return out
 
 
-def write_report(out: str, cfg: ReproduceConfig, runs: Sequence[SeedRun], *, timings: dict[str, dict[str, Any]],
-                 total_elapsed_s: float) -> dict[str, Any]:
+def write_report(
+    out: str,
+    cfg: ReproduceConfig,
+    runs: Sequence[SeedRun],
+    *,
+    timings: dict[str, dict[str, Any]],
+    total_elapsed_s: float,
+) -> dict[str, Any]:
     """Decide the findings, write ``results.json``, ``report.md`` and ``figures/*.png``; return the document.
 
     ``runs`` holds one :class:`SeedRun` per master seed, the first (``cfg.seed``) being the one the
@@ -59,9 +70,12 @@ def write_report(out: str, cfg: ReproduceConfig, runs: Sequence[SeedRun], *, tim
     view = ReportView(cfg=cfg, runs=list(runs), out=out)
     first = view.first.results
     doc: dict[str, Any] = {
-        "format": FORMAT, "config": cfg.to_dict(), "generated_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "environment": environment(), "seeds": _seeds(cfg, first),
-        "pretraining": {k[len("pretrain-"):]: v for k, v in first.items() if k.startswith("pretrain-")},
+        "format": FORMAT,
+        "config": cfg.to_dict(),
+        "generated_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "environment": environment(),
+        "seeds": _seeds(cfg, first),
+        "pretraining": {k[len("pretrain-") :]: v for k, v in first.items() if k.startswith("pretrain-")},
     }
     view.doc = doc
     for section in SECTIONS:
@@ -72,11 +86,18 @@ def write_report(out: str, cfg: ReproduceConfig, runs: Sequence[SeedRun], *, tim
     stats = [seed_statistics(r.results, f) for r, f in zip(view.runs, per_seed)]
     doc["findings"] = combine_over_seeds(per_seed, seed_list)
     doc["verdict"] = verdict(doc["findings"])
-    doc["over_seeds"] = {"seeds": seed_list, "statistics": aggregate_statistics(stats),
-                         "findings": {str(sd): [{"id": f["id"], "status": f["status"], "summary": f["summary"]}
-                                                for f in fs] for sd, fs in zip(seed_list, per_seed)}}
-    doc["per_seed"] = {str(r.seed): {"findings": fs, "statistics": st, "stages": r.results}
-                       for r, fs, st in zip(view.runs, per_seed, stats)}
+    doc["over_seeds"] = {
+        "seeds": seed_list,
+        "statistics": aggregate_statistics(stats),
+        "findings": {
+            str(sd): [{"id": f["id"], "status": f["status"], "summary": f["summary"]} for f in fs]
+            for sd, fs in zip(seed_list, per_seed)
+        },
+    }
+    doc["per_seed"] = {
+        str(r.seed): {"findings": fs, "statistics": st, "stages": r.results}
+        for r, fs, st in zip(view.runs, per_seed, stats)
+    }
     doc["timings"] = timings
     doc["stages_elapsed_s"] = float(sum(t["elapsed_s"] for t in timings.values()))
     doc["total_elapsed_s"] = total_elapsed_s

@@ -1,6 +1,7 @@
 """The ``invfast reproduce`` job: the :class:`Stage` records of :data:`invfast.reproduce.stages.STAGES`
 put in order (:func:`plan`), each run once and cached (:class:`StageCache`), for every seed; then the
 report (:mod:`invfast.reproduce.document`)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -9,7 +10,8 @@ import functools
 import json
 import os
 import time
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from invfast.io import atomic_write_text
 from invfast.reproduce.config import ReproduceConfig, check_disk, claim_folder, disk_estimate_mb
@@ -77,8 +79,12 @@ class StageCache:
         else:
             t0 = time.perf_counter()
             result = fn()
-            rec = {"name": name, "elapsed_s": time.perf_counter() - t0, "result": result,
-                   "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            rec = {
+                "name": name,
+                "elapsed_s": time.perf_counter() - t0,
+                "result": result,
+                "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             atomic_write_text(p, json.dumps(rec, indent=1, allow_nan=False))
             self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": False}
         if self.bar is not None:
@@ -138,8 +144,14 @@ def stage_names(cfg: ReproduceConfig, stages: Sequence[Stage] | None = None) -> 
     return [seed_prefix(cfg, c.seed) + n for c in seed_configs(cfg) for n in names]
 
 
-def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, progress: bool = True,
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
+def reproduce(
+    cfg: ReproduceConfig,
+    out: str,
+    *,
+    cache_dir: str | None = None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """Run (or resume) the whole job; write ``report.md``, ``results.json`` and ``figures/`` to ``out``.
 
     Returns the results document (the content of ``results.json``). Raises
@@ -155,8 +167,10 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
         import torch
 
         if not torch.cuda.is_available():
-            raise ValueError(f"this configuration ({cfg.preset}) runs on {cfg.device!r}, but torch sees no CUDA device; "
-                             "use --quick (CPU) or --set device=cpu")
+            raise ValueError(
+                f"this configuration ({cfg.preset}) runs on {cfg.device!r}, but torch sees no CUDA device; "
+                "use --quick (CPU) or --set device=cpu"
+            )
     out = os.path.abspath(out)
     cache = os.path.abspath(cache_dir) if cache_dir is not None else os.path.join(out, "cache")
     conf = cfg.to_dict()
@@ -179,8 +193,7 @@ def reproduce(cfg: ReproduceConfig, out: str, *, cache_dir: str | None = None, p
                 runs.append(document.SeedRun(seed=c.seed, cache=seed_cache, results=results))
                 timings.update({prefix + k: v for k, v in stage_cache.timings.items()})
             bar.set_description("reproduce [report]")
-            doc = document.write_report(out, cfg, runs, timings=timings,
-                                        total_elapsed_s=time.perf_counter() - t_start)
+            doc = document.write_report(out, cfg, runs, timings=timings, total_elapsed_s=time.perf_counter() - t_start)
         bar.update(1)
     finally:
         bar.close()

@@ -1,9 +1,11 @@
 """A stage of ``invfast reproduce`` as data (:class:`Stage`): the pipeline (:mod:`invfast.reproduce.pipeline`)
 runs the records that :data:`invfast.reproduce.stages.STAGES` lists; both import this module, neither the other."""
+
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from invfast.reproduce.config import ReproduceConfig
 
@@ -32,7 +34,9 @@ class Stage:
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
-            raise ValueError(f"stage name must be a non-empty string of letters, digits, '-' and '_', got {self.name!r}")
+            raise ValueError(
+                f"stage name must be a non-empty string of letters, digits, '-' and '_', got {self.name!r}"
+            )
         if not callable(self.run):
             raise TypeError(f"stage {self.name!r}: run must be callable, got {type(self.run).__name__}")
         for field_name in ("needs", "writes"):

@@ -10,15 +10,44 @@
 the test transforms that measure invariance are ``invfast.transforms.TEST_TRANSFORMS``.
 """
 
-from invfast.synthetic.banks import (ObjectBank, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects,
-                                     random_pattern_objects)
+from invfast.synthetic.banks import (
+    ObjectBank,
+    builtin_backgrounds,
+    builtin_objects,
+    load_backgrounds,
+    load_objects,
+    random_pattern_objects,
+)
 from invfast.synthetic.inputs import ORDERS, SPLITS, check_split
-from invfast.synthetic.recipe import (CATEGORY, CORRUPTION, GEOMETRIC, PARAM_NAMES, PHOTOMETRIC, TRANSFORMATION_TYPES,
-                                      Recipe)
+from invfast.synthetic.recipe import (
+    CATEGORY,
+    CORRUPTION,
+    GEOMETRIC,
+    PARAM_NAMES,
+    PHOTOMETRIC,
+    TRANSFORMATION_TYPES,
+    Recipe,
+)
 from invfast.synthetic.transforms2d import Transforms2D
 
-__all__ = ["CATEGORY", "CORRUPTION", "GEOMETRIC", "ORDERS", "ObjectBank", "PARAM_NAMES", "PHOTOMETRIC", "Recipe",
-           "SPLITS", "TRANSFORMATION_TYPES", "Transforms2D", "builtin_backgrounds", "builtin_objects", "check_split",
-           "load_backgrounds", "load_objects", "random_pattern_objects"]
+__all__ = [
+    "CATEGORY",
+    "CORRUPTION",
+    "GEOMETRIC",
+    "ORDERS",
+    "ObjectBank",
+    "PARAM_NAMES",
+    "PHOTOMETRIC",
+    "Recipe",
+    "SPLITS",
+    "TRANSFORMATION_TYPES",
+    "Transforms2D",
+    "builtin_backgrounds",
+    "builtin_objects",
+    "check_split",
+    "load_backgrounds",
+    "load_objects",
+    "random_pattern_objects",
+]
 
 from invfast.synthetic.recipe import old_name as __getattr__  # noqa: E402, F401  (old names warn once)

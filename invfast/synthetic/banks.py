@@ -7,15 +7,16 @@
 * :func:`load_objects` / :func:`load_backgrounds` read user folders in the SI-score layout
   (``objects/<category>/*.png`` with alpha; ``backgrounds/*.jpg|png``).
 """
+
 from __future__ import annotations
 
 import colorsys
 import functools
 import hashlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -40,13 +41,14 @@ class ObjectBank:
             raise ValueError(f"ObjectBank: {len(self.images)} images but {len(self.names)} names")
         for img, name in zip(self.images, self.names):
             if img.dtype != np.uint8 or img.ndim != 3 or img.shape[2] != 4:
-                raise ValueError(f"ObjectBank: object {name!r} must be uint8 [H, W, 4] (RGBA), "
-                                 f"got {img.dtype} {img.shape}")
+                raise ValueError(
+                    f"ObjectBank: object {name!r} must be uint8 [H, W, 4] (RGBA), got {img.dtype} {img.shape}"
+                )
 
     def __len__(self) -> int:
         return len(self.images)
 
-    def subset(self, indices: Sequence[int]) -> "ObjectBank":
+    def subset(self, indices: Sequence[int]) -> ObjectBank:
         """The objects at ``indices`` (in that order) as a new bank."""
         idx = [int(i) for i in indices]
         bad = [i for i in idx if not 0 <= i < len(self)]
@@ -78,21 +80,21 @@ class ObjectBank:
             ys, xs = np.nonzero(a)
             if ys.size == 0:
                 raise ValueError(f"object {self.names[i]!r} is fully transparent")
-            crop = img[ys.min():ys.max() + 1, xs.min():xs.max() + 1].astype(np.float32) / 255.0
+            crop = img[ys.min() : ys.max() + 1, xs.min() : xs.max() + 1].astype(np.float32) / 255.0
             crop[..., :3] *= crop[..., 3:4]
             h, w = crop.shape[:2]
             s = target / max(h, w)
             nh, nw = max(1, int(round(h * s))), max(1, int(round(w * s)))
             t = torch.from_numpy(crop).permute(2, 0, 1)[None]
-            t = F.interpolate(t, size=(nh, nw), mode="bilinear", align_corners=False,
-                              antialias=True).clamp_(0, 1)[0]
+            t = F.interpolate(t, size=(nh, nw), mode="bilinear", align_corners=False, antialias=True).clamp_(0, 1)[0]
             t[:3] = torch.minimum(t[:3], t[3:4])
             y0, x0 = (size - nh) // 2, (size - nw) // 2
-            out[i, :, y0:y0 + nh, x0:x0 + nw] = t
+            out[i, :, y0 : y0 + nh, x0 : x0 + nw] = t
         return out
 
 
 # ----------------------------------------------------------------------------- procedural objects
+
 
 def _polar(u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.hypot(u, v), np.arctan2(v, u)
@@ -113,7 +115,7 @@ def _star(u, v, k, inner=0.45, r=0.95):
 
 
 _SHAPES = {
-    "disc": lambda u, v: u * u + v * v <= 0.9 ** 2,
+    "disc": lambda u, v: u * u + v * v <= 0.9**2,
     "ellipse": lambda u, v: (u / 0.95) ** 2 + (v / 0.55) ** 2 <= 1,
     "square": lambda u, v: (np.abs(u) <= 0.8) & (np.abs(v) <= 0.8),
     "triangle": lambda u, v: _regular_polygon(u, v, 3, rot=np.pi / 2, r=0.95),
@@ -123,15 +125,23 @@ _SHAPES = {
     "star": lambda u, v: _star(u, v, 5),
     "sun": lambda u, v: _star(u, v, 9, inner=0.65),
     "cross": lambda u, v: ((np.abs(u) <= 0.3) & (np.abs(v) <= 0.9)) | ((np.abs(v) <= 0.3) & (np.abs(u) <= 0.9)),
-    "ring": lambda u, v: (u * u + v * v <= 0.9 ** 2) & (u * u + v * v >= 0.5 ** 2),
-    "heart": lambda u, v: ((1.2 * u) ** 2 + (-1.2 * v + 0.2 - np.sqrt(np.abs(1.2 * u))) ** 2 <= 1.0),
-    "crescent": lambda u, v: (u * u + v * v <= 0.9 ** 2) & ((u - 0.4) ** 2 + (v + 0.15) ** 2 >= 0.7 ** 2),
-    "arrow": lambda u, v: ((np.abs(v) <= 0.22) & (u >= -0.9) & (u <= 0.2))
-    | ((u >= 0.2) & (u <= 0.9) & (np.abs(v) <= 0.8 * (0.9 - u) / 0.7)),
-    "ell": lambda u, v: ((u >= -0.8) & (u <= -0.3) & (np.abs(v) <= 0.9)) | ((v >= 0.4) & (v <= 0.9) & (np.abs(u) <= 0.8)),
+    "ring": lambda u, v: (u * u + v * v <= 0.9**2) & (u * u + v * v >= 0.5**2),
+    "heart": lambda u, v: (1.2 * u) ** 2 + (-1.2 * v + 0.2 - np.sqrt(np.abs(1.2 * u))) ** 2 <= 1.0,
+    "crescent": lambda u, v: (u * u + v * v <= 0.9**2) & ((u - 0.4) ** 2 + (v + 0.15) ** 2 >= 0.7**2),
+    "arrow": lambda u, v: (
+        ((np.abs(v) <= 0.22) & (u >= -0.9) & (u <= 0.2))
+        | ((u >= 0.2) & (u <= 0.9) & (np.abs(v) <= 0.8 * (0.9 - u) / 0.7))
+    ),
+    "ell": lambda u, v: (
+        ((u >= -0.8) & (u <= -0.3) & (np.abs(v) <= 0.9)) | ((v >= 0.4) & (v <= 0.9) & (np.abs(u) <= 0.8))
+    ),
     "flower": lambda u, v: _polar(u, v)[0] <= 0.55 + 0.35 * np.cos(6 * _polar(u, v)[1]),
-    "blob": lambda u, v: _polar(u, v)[0] <= 0.7 + 0.15 * np.sin(3 * _polar(u, v)[1] + 1) + 0.1 * np.cos(5 * _polar(u, v)[1]),
-    "tee": lambda u, v: ((v >= -0.9) & (v <= -0.45) & (np.abs(u) <= 0.9)) | ((np.abs(u) <= 0.25) & (v <= 0.9) & (v >= -0.9)),
+    "blob": lambda u, v: (
+        _polar(u, v)[0] <= 0.7 + 0.15 * np.sin(3 * _polar(u, v)[1] + 1) + 0.1 * np.cos(5 * _polar(u, v)[1])
+    ),
+    "tee": lambda u, v: (
+        ((v >= -0.9) & (v <= -0.45) & (np.abs(u) <= 0.9)) | ((np.abs(u) <= 0.25) & (v <= 0.9) & (v >= -0.9))
+    ),
 }
 
 _TEXTURES = ("solid", "stripes", "checker", "dots", "radial", "gradient", "rings", "noise")
@@ -172,8 +182,13 @@ def _render_object(i: int, res: int, supersample: int = 4) -> tuple[np.ndarray, 
     sat = 0.55 + 0.45 * ((i * 0.3819660113) % 1.0)
     val = 0.6 + 0.4 * ((i * 0.7548776662) % 1.0)
     c1 = np.array(colorsys.hsv_to_rgb(hue, sat, val))
-    c2 = np.array(colorsys.hsv_to_rgb((hue + 0.35 + 0.3 * ((i // ns) % 2)) % 1.0, 0.3 + 0.7 * ((i * 0.45) % 1.0),
-                                      0.25 + 0.75 * (((i + 3) * 0.37) % 1.0)))
+    c2 = np.array(
+        colorsys.hsv_to_rgb(
+            (hue + 0.35 + 0.3 * ((i // ns) % 2)) % 1.0,
+            0.3 + 0.7 * ((i * 0.45) % 1.0),
+            0.25 + 0.75 * (((i + 3) * 0.37) % 1.0),
+        )
+    )
     n = res * supersample
     c = (np.arange(n) + 0.5) / n * 2 - 1
     v, u = np.meshgrid(c, c, indexing="ij")
@@ -224,13 +239,22 @@ def random_pattern_objects(n: int, size: int = 32, seed: int = 0) -> ObjectBank:
 
 # ----------------------------------------------------------------------------- backgrounds
 
+
 def _photo_sources() -> list[tuple[str, np.ndarray]]:
     """The colour photographs shipped offline with scikit-image and scikit-learn (RGB uint8)."""
     import skimage.data as skd
 
     out = []
-    for name in ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "retina",
-                 "immunohistochemistry", "colorwheel"):
+    for name in (
+        "astronaut",
+        "chelsea",
+        "coffee",
+        "rocket",
+        "hubble_deep_field",
+        "retina",
+        "immunohistochemistry",
+        "colorwheel",
+    ):
         try:
             img = getattr(skd, name)()
         except Exception:  # an image missing from this scikit-image build is skipped
@@ -251,8 +275,10 @@ def _photo_sources() -> list[tuple[str, np.ndarray]]:
         for fname, img in zip(sample.filenames, sample.images):
             out.append((os.path.basename(fname), np.ascontiguousarray(img)))
     if not out:
-        raise RuntimeError("builtin_backgrounds: no photographs found in scikit-image / scikit-learn; "
-                           "install scikit-image, or pass backgrounds=load_backgrounds(folder)")
+        raise RuntimeError(
+            "builtin_backgrounds: no photographs found in scikit-image / scikit-learn; "
+            "install scikit-image, or pass backgrounds=load_backgrounds(folder)"
+        )
     return out
 
 
@@ -268,7 +294,7 @@ def _procedural_texture(j: int, size: int) -> np.ndarray:
             g = rng.uniform(key, f"octave{o}", (cells + 1) ** 2).reshape(cells + 1, cells + 1)
             t = torch.from_numpy(g)[None, None]
             up = F.interpolate(t, size=(size, size), mode="bicubic", align_corners=True)[0, 0].numpy()
-            field_ += up / (2 ** o)
+            field_ += up / (2**o)
         w = (field_ - field_.min()) / max(np.ptp(field_), 1e-9)
     elif kind == 1:
         ang = rng.uniform(key, "angle")[0] * np.pi
@@ -334,6 +360,7 @@ def builtin_backgrounds(n: int = 867, size: int = 32, procedural_fraction: float
 
 # ----------------------------------------------------------------------------- user folders
 
+
 def _open_image(path: Path):
     from PIL import Image, UnidentifiedImageError
 
@@ -377,8 +404,10 @@ def load_objects(path: str | os.PathLike, per_category: str = "first") -> Object
     for name, f in entries:
         img = _open_image(f)
         if not _has_alpha(img):
-            raise ValueError(f"object image {str(f)!r} has no alpha channel (mode {img.mode}); objects must be "
-                             "RGBA PNGs whose transparent pixels mark the background")
+            raise ValueError(
+                f"object image {str(f)!r} has no alpha channel (mode {img.mode}); objects must be "
+                "RGBA PNGs whose transparent pixels mark the background"
+            )
         arr = np.asarray(img.convert("RGBA"), dtype=np.uint8)
         if not arr[..., 3].any():
             raise ValueError(f"object image {str(f)!r} is fully transparent")
@@ -401,7 +430,7 @@ def load_backgrounds(path: str | os.PathLike, size: int = 32) -> torch.Tensor:
         arr = np.asarray(_open_image(f).convert("RGB"), dtype=np.uint8)
         h, w = arr.shape[:2]
         s = min(h, w)
-        crop = arr[(h - s) // 2:(h - s) // 2 + s, (w - s) // 2:(w - s) // 2 + s]
+        crop = arr[(h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]
         t = torch.from_numpy(np.ascontiguousarray(crop)).permute(2, 0, 1)[None].float()
         r = F.interpolate(t, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
         out[i] = r[0].round().clamp(0, 255).to(torch.uint8)

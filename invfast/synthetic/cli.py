@@ -5,6 +5,7 @@ so ``invfast generate --out DIR`` writes, byte for byte, the data set ``syntheti
 same command verifies the dataset and regenerates exactly any damaged file; the folder rules are in
 :mod:`invfast.synthetic.writer`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -12,16 +13,24 @@ import os
 from typing import Any
 
 #: generate's option for each key of a ``synthetic:`` spec
-SPEC_OPTIONS = {"objects": "--objects", "transforms": "--transforms", "n": "--n", "size": "--size", "seed": "--seed",
-                "split": "--split", "order": "--order"}
+SPEC_OPTIONS = {
+    "objects": "--objects",
+    "transforms": "--transforms",
+    "n": "--n",
+    "size": "--size",
+    "seed": "--seed",
+    "split": "--split",
+    "order": "--order",
+}
 
 
 class _Given(argparse.Action):
     """Store the value and remember that the option was given (``--objects`` means something else with
     ``--object-dir`` when it is not)."""
 
-    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
+    def __call__(
+        self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any, option_string: str | None = None
+    ) -> None:
         setattr(ns, self.dest, values)
         setattr(ns, f"{self.dest}_given", True)
 
@@ -31,31 +40,58 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     from invfast.synthetic.inputs import LIMITS
     from invfast.synthetic.recipe import TRANSFORMATION_TYPES
 
-    p.add_argument("--transforms", default=D["transforms"],
-                   help=f"transformation types sampled into every image: all, none, or names joined by ',' or '+', "
-                   f"e.g. rotate,hue,blur (default {D['transforms']}); any of: {' '.join(TRANSFORMATION_TYPES)}")
-    p.add_argument("--objects", type=int, default=D["objects"], action=_Given,
-                   help=f"number of object classes, the first N built-in objects (default {D['objects']}; "
-                   f"{LIMITS['objects'][0]} to {LIMITS['objects'][1]}); with --object-dir the first N categories "
-                   "of the folder, all of them when not given")
-    p.add_argument("--object-dir", default=None, help="SI-score style folder <dir>/<category>/*.png (RGBA) "
-                   "instead of the built-in objects")
+    p.add_argument(
+        "--transforms",
+        default=D["transforms"],
+        help=f"transformation types sampled into every image: all, none, or names joined by ',' or '+', "
+        f"e.g. rotate,hue,blur (default {D['transforms']}); any of: {' '.join(TRANSFORMATION_TYPES)}",
+    )
+    p.add_argument(
+        "--objects",
+        type=int,
+        default=D["objects"],
+        action=_Given,
+        help=f"number of object classes, the first N built-in objects (default {D['objects']}; "
+        f"{LIMITS['objects'][0]} to {LIMITS['objects'][1]}); with --object-dir the first N categories "
+        "of the folder, all of them when not given",
+    )
+    p.add_argument(
+        "--object-dir",
+        default=None,
+        help="SI-score style folder <dir>/<category>/*.png (RGBA) instead of the built-in objects",
+    )
     p.add_argument("--background-dir", default=None, help="folder of background images instead of the built-in ones")
     p.add_argument("--random-backgrounds", action="store_true", help="uniform-random background per sample")
     p.add_argument("--n", type=int, default=D["n"], help=f"number of samples (default {D['n']})")
-    p.add_argument("--size", type=int, default=D["size"],
-                   help=f"image side in pixels (default {D['size']}; {LIMITS['size'][0]} to {LIMITS['size'][1]})")
+    p.add_argument(
+        "--size",
+        type=int,
+        default=D["size"],
+        help=f"image side in pixels (default {D['size']}; {LIMITS['size'][0]} to {LIMITS['size'][1]})",
+    )
     p.add_argument("--seed", type=int, default=D["seed"], help=f"dataset seed (default {D['seed']})")
-    p.add_argument("--split", default=D["split"],
-                   help=f"split name, keys an independent random stream (default {D['split']})")
-    p.add_argument("--order", default=D["order"],
-                   help=f"order of the transformation types (default {D['order']}): canonical (one fixed order), "
-                   "random (a random order per sample, reproducible by index) or a comma-separated list of the "
-                   "--transforms names, applied in that order to every sample; see docs/synthetic.md")
-    p.add_argument("--out", default=None, help="output folder (sharded .npy + manifest.json); rerunning the same "
-                   "command verifies it and regenerates any damaged file exactly")
-    p.add_argument("--overwrite", action="store_true", help="replace a folder that holds a different invfast "
-                   "dataset, once the new one is complete (files invfast did not write are never touched)")
+    p.add_argument(
+        "--split", default=D["split"], help=f"split name, keys an independent random stream (default {D['split']})"
+    )
+    p.add_argument(
+        "--order",
+        default=D["order"],
+        help=f"order of the transformation types (default {D['order']}): canonical (one fixed order), "
+        "random (a random order per sample, reproducible by index) or a comma-separated list of the "
+        "--transforms names, applied in that order to every sample; see docs/synthetic.md",
+    )
+    p.add_argument(
+        "--out",
+        default=None,
+        help="output folder (sharded .npy + manifest.json); rerunning the same "
+        "command verifies it and regenerates any damaged file exactly",
+    )
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a folder that holds a different invfast "
+        "dataset, once the new one is complete (files invfast did not write are never touched)",
+    )
     p.add_argument("--batch-size", type=int, default=2048, help="samples generated at a time (default 2048)")
     p.add_argument("--shard-size", type=int, default=10_000, help="samples per images_NNNNN.npy file (default 10000)")
     p.add_argument("--preview", default=None, metavar="PNG", help="write a preview grid (rows = transformation types)")
@@ -98,8 +134,17 @@ def dataset_from_args(args: argparse.Namespace) -> Any:
         objects, n_classes = args.object_dir, (args.objects if getattr(args, "objects_given", False) else None)
     else:
         objects, n_classes = args.objects, None
-    return Transforms2D(objects, transforms, size=args.size, n=args.n, seed=args.seed, split=args.split,
-                        backgrounds=backgrounds, n_classes=n_classes, order=args.order)
+    return Transforms2D(
+        objects,
+        transforms,
+        size=args.size,
+        n=args.n,
+        seed=args.seed,
+        split=args.split,
+        backgrounds=backgrounds,
+        n_classes=n_classes,
+        order=args.order,
+    )
 
 
 def _preview_format(path: str, inside_out: bool) -> str:
@@ -137,20 +182,33 @@ def run(args: argparse.Namespace) -> int:
     def preview(path: str) -> None:
         from invfast.synthetic.preview import preview_grid
 
-        img = preview_grid(ds.transforms or (), objects=ds.objects, size=args.size, seed=args.seed,
-                           backgrounds=ds.backgrounds)
+        img = preview_grid(
+            ds.transforms or (), objects=ds.objects, size=args.size, seed=args.seed, backgrounds=ds.backgrounds
+        )
         with atomic_write(path) as f:
             img.save(f, format=fmt)
 
     if args.out:
         extra = {os.path.basename(args.preview): preview} if in_out else {}
-        written = write_dataset(ds, args.out, batch_size=args.batch_size, shard_size=args.shard_size,
-                                overwrite=args.overwrite, progress=not args.no_progress, extra=extra)
-        order = "" if ds.order == "canonical" else ", order " + (ds.order if isinstance(ds.order, str) else
-                                                                 ",".join(ds.order))
-        print(f"{written.describe()} ({ds.n} images of {ds.size} px, {ds.num_classes} objects, transforms "
-              f"{transforms_text(ds.transforms)}, seed {ds.seed}, split {ds.split}{order}; fingerprint "
-              f"{ds.fingerprint()[:12]})")
+        written = write_dataset(
+            ds,
+            args.out,
+            batch_size=args.batch_size,
+            shard_size=args.shard_size,
+            overwrite=args.overwrite,
+            progress=not args.no_progress,
+            extra=extra,
+        )
+        order = (
+            ""
+            if ds.order == "canonical"
+            else ", order " + (ds.order if isinstance(ds.order, str) else ",".join(ds.order))
+        )
+        print(
+            f"{written.describe()} ({ds.n} images of {ds.size} px, {ds.num_classes} objects, transforms "
+            f"{transforms_text(ds.transforms)}, seed {ds.seed}, split {ds.split}{order}; fingerprint "
+            f"{ds.fingerprint()[:12]})"
+        )
     if args.preview and not in_out:
         preview(args.preview)
     if args.preview:

@@ -8,12 +8,14 @@
   or availability β, labels for both tasks; :func:`builtin_base_set` and :func:`load_image_folder`
   give base images.
 """
+
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,8 +59,14 @@ class SameVsDifferent:
         return self._make(self.target_objects, self.target_transforms, split, n)
 
 
-def same_vs_different(n_objects: int = 30, n_transforms: int = 3, seed: int = 0, objects: Any = None,
-                      transforms: Sequence[str] = TRANSFORMATION_TYPES, **dataset_kwargs) -> SameVsDifferent:
+def same_vs_different(
+    n_objects: int = 30,
+    n_transforms: int = 3,
+    seed: int = 0,
+    objects: Any = None,
+    transforms: Sequence[str] = TRANSFORMATION_TYPES,
+    **dataset_kwargs,
+) -> SameVsDifferent:
     """Draw disjoint source/target object sets (|O| = n_objects each) from ``objects`` (built-in 61 by
     default) and disjoint transformation sets (|T| = n_transforms each) from ``transforms``.
 
@@ -69,22 +77,26 @@ def same_vs_different(n_objects: int = 30, n_transforms: int = 3, seed: int = 0,
     if 2 * n_objects > len(bank):
         raise ValueError(f"same_vs_different needs 2 x {n_objects} disjoint objects but the bank holds {len(bank)}")
     if 2 * n_transforms > len(pool):
-        raise ValueError(f"same_vs_different needs 2 x {n_transforms} disjoint transformation types but "
-                         f"only {len(pool)} were given")
+        raise ValueError(
+            f"same_vs_different needs 2 x {n_transforms} disjoint transformation types but only {len(pool)} were given"
+        )
     if n_objects < 1 or n_transforms < 1:
         raise ValueError("n_objects and n_transforms must be >= 1")
     po = rng.permutation(seed, "same-vs-different/objects", len(bank))
     pt = rng.permutation(seed, "same-vs-different/transforms", len(pool))
     return SameVsDifferent(
         source_objects=sorted(int(i) for i in po[:n_objects]),
-        target_objects=sorted(int(i) for i in po[n_objects:2 * n_objects]),
+        target_objects=sorted(int(i) for i in po[n_objects : 2 * n_objects]),
         target_transforms=canonical([pool[i] for i in pt[:n_transforms]]),
-        other_transforms=canonical([pool[i] for i in pt[n_transforms:2 * n_transforms]]),
-        bank=bank, kwargs={"seed": seed, **dataset_kwargs})
+        other_transforms=canonical([pool[i] for i in pt[n_transforms : 2 * n_transforms]]),
+        bank=bank,
+        kwargs={"seed": seed, **dataset_kwargs},
+    )
 
 
-def nested_transformation_sets(sizes: Sequence[int] = (1, 2, 4, 8, 18), seed: int = 0,
-                               transforms: Sequence[str] = TRANSFORMATION_TYPES) -> list[tuple[str, ...]]:
+def nested_transformation_sets(
+    sizes: Sequence[int] = (1, 2, 4, 8, 18), seed: int = 0, transforms: Sequence[str] = TRANSFORMATION_TYPES
+) -> list[tuple[str, ...]]:
     """T1 ⊂ T2 ⊂ ... : the first ``sizes[k]`` types of one seeded permutation of ``transforms``."""
     pool = canonical(transforms)
     sizes = list(sizes)
@@ -94,13 +106,16 @@ def nested_transformation_sets(sizes: Sequence[int] = (1, 2, 4, 8, 18), seed: in
     return [canonical([pool[i] for i in perm[:k]]) for k in sizes]
 
 
-def nested(objects: Any = 30, sizes: Sequence[int] = (1, 2, 4, 8, 18), seed: int = 0, **dataset_kwargs) -> list[Transforms2D]:
+def nested(
+    objects: Any = 30, sizes: Sequence[int] = (1, 2, 4, 8, 18), seed: int = 0, **dataset_kwargs
+) -> list[Transforms2D]:
     """One Transforms2D per nested transformation set (same objects and seed)."""
     return [Transforms2D(objects, t, seed=seed, **dataset_kwargs) for t in nested_transformation_sets(sizes, seed)]
 
 
-def mild_ood(dataset: Transforms2D, n_objects: int | None = None, pool: ObjectBank | None = None,
-             seed: int | None = None) -> Transforms2D:
+def mild_ood(
+    dataset: Transforms2D, n_objects: int | None = None, pool: ObjectBank | None = None, seed: int | None = None
+) -> Transforms2D:
     """The same transformations, size and backgrounds with other objects (none of ``dataset``'s).
 
     Objects come from ``pool`` (built-in bank by default), excluding any with the same pixels as a
@@ -113,26 +128,61 @@ def mild_ood(dataset: Transforms2D, n_objects: int | None = None, pool: ObjectBa
     free = [i for i, img in enumerate(pool.images) if img.tobytes() not in used]
     if len(free) < k:
         raise ValueError(f"mild_ood needs {k} objects not in the dataset but the pool has only {len(free)}")
-    return Transforms2D(pool.subset(free[:k]), dataset.transforms, size=dataset.size, n=dataset.n,
-                        seed=dataset.seed if seed is None else seed, split=dataset.split,
-                        backgrounds=dataset.backgrounds, recipe=dataset.recipe)
+    return Transforms2D(
+        pool.subset(free[:k]),
+        dataset.transforms,
+        size=dataset.size,
+        n=dataset.n,
+        seed=dataset.seed if seed is None else seed,
+        split=dataset.split,
+        backgrounds=dataset.backgrounds,
+        recipe=dataset.recipe,
+    )
 
 
-def strong_ood(n_classes: int = 30, transforms: Any = (), size: int = 32, n: int | None = None, seed: int = 0,
-               split: str = "train", pattern_seed: int = 0, **kwargs) -> Transforms2D:
+def strong_ood(
+    n_classes: int = 30,
+    transforms: Any = (),
+    size: int = 32,
+    n: int | None = None,
+    seed: int = 0,
+    split: str = "train",
+    pattern_seed: int = 0,
+    **kwargs,
+) -> Transforms2D:
     """Random data (Speicher App. D.1): per class one fixed uniform-random square pattern (70% of the
     image side), transformed and pasted on a fresh uniform-random background per sample."""
-    return Transforms2D(random_pattern_objects(n_classes, size, seed=pattern_seed), transforms, size=size, n=n,
-                        seed=seed, split=split, backgrounds=RANDOM_BACKGROUNDS, **kwargs)
+    return Transforms2D(
+        random_pattern_objects(n_classes, size, seed=pattern_seed),
+        transforms,
+        size=size,
+        n=n,
+        seed=seed,
+        split=split,
+        backgrounds=RANDOM_BACKGROUNDS,
+        **kwargs,
+    )
 
 
 # ----------------------------------------------------------------------------- irrelevant features
 
-_BASE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "retina",
-                "immunohistochemistry", "colorwheel", "china.jpg", "flower.jpg")
+_BASE_PHOTOS = (
+    "astronaut",
+    "chelsea",
+    "coffee",
+    "rocket",
+    "hubble_deep_field",
+    "retina",
+    "immunohistochemistry",
+    "colorwheel",
+    "china.jpg",
+    "flower.jpg",
+)
 
 
-def builtin_base_set(n_per_class: int = 100, size: int = 32, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
+def builtin_base_set(
+    n_per_class: int = 100, size: int = 32, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, list[str]]:
     """A small CIFAR-like base set from the shipped photographs: class ``c`` = random square crops
     (side 30-70% of the shorter side) of photograph ``c``. Returns (images uint8 [N, 3, size, size],
     labels int64 [N], class names)."""
@@ -167,7 +217,9 @@ def load_image_folder(path: str | os.PathLike, size: int = 32) -> tuple[torch.Te
     root = Path(path)
     classes = sorted(d.name for d in root.iterdir() if d.is_dir()) if root.is_dir() else []
     if not classes:
-        raise ValueError(f"load_image_folder: {str(root)!r} has no class subfolders (expected <folder>/<class>/<image>)")
+        raise ValueError(
+            f"load_image_folder: {str(root)!r} has no class subfolders (expected <folder>/<class>/<image>)"
+        )
     imgs, labels = [], []
     for c, name in enumerate(classes):
         if not any(p.suffix.lower() in _IMAGE_EXTS for p in (root / name).rglob("*")):
@@ -196,9 +248,19 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
     ``ds[i]`` -> (image float32 [3, H, W], label, {'base_label', 'object_label' (-1: none), 'x', 'y'}).
     """
 
-    def __init__(self, base_images: Any, base_labels: Any = None, objects: Any = 10, alpha: float | None = None,
-                 beta: float | None = None, task: str = "base", object_scale: float = 0.4,
-                 position: str = "random", seed: int = 0, size: int = 32):
+    def __init__(
+        self,
+        base_images: Any,
+        base_labels: Any = None,
+        objects: Any = 10,
+        alpha: float | None = None,
+        beta: float | None = None,
+        task: str = "base",
+        object_scale: float = 0.4,
+        position: str = "random",
+        seed: int = 0,
+        size: int = 32,
+    ):
         if isinstance(base_images, (str, os.PathLike)):
             base_images, base_labels, _ = load_image_folder(base_images, size=size)
         if isinstance(base_images, np.ndarray):
@@ -209,7 +271,9 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
         if x.dim() == 4 and x.shape[-1] == 3 and x.shape[1] != 3:
             x = x.permute(0, 3, 1, 2)
         if x.dim() != 4 or x.shape[1] != 3 or x.shape[2] != x.shape[3]:
-            raise ValueError(f"base_images must be square RGB [N, 3, H, H] or [N, H, H, 3], got {tuple(base_images.shape)}")
+            raise ValueError(
+                f"base_images must be square RGB [N, 3, H, H] or [N, H, H, 3], got {tuple(base_images.shape)}"
+            )
         if x.dtype != torch.uint8:
             if not x.is_floating_point():
                 raise TypeError(f"base_images must be uint8 or float in [0, 1], got {x.dtype}")
@@ -269,10 +333,12 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
         pm = ops2d.affine_warp(pm, torch.from_numpy(inv), torch.from_numpy(offset))
         images = composite(pm.contiguous(), self.images_base, torch.from_numpy(idx))
         obj_label = np.where(present, obj, -1)
-        params = {"base_label": torch.from_numpy(base.astype(np.int64)),
-                  "object_label": torch.from_numpy(obj_label.astype(np.int64)),
-                  "x": torch.from_numpy(np.where(present, (left + (x0 + x1 + 1) / 2.0) / S, -1.0)),
-                  "y": torch.from_numpy(np.where(present, (top + (y0 + y1 + 1) / 2.0) / S, -1.0))}
+        params = {
+            "base_label": torch.from_numpy(base.astype(np.int64)),
+            "object_label": torch.from_numpy(obj_label.astype(np.int64)),
+            "x": torch.from_numpy(np.where(present, (left + (x0 + x1 + 1) / 2.0) / S, -1.0)),
+            "y": torch.from_numpy(np.where(present, (top + (y0 + y1 + 1) / 2.0) / S, -1.0)),
+        }
         labels = params["base_label"] if self.task == "base" else params["object_label"]
         return images, labels.clone(), params
 

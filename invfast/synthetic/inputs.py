@@ -1,5 +1,6 @@
 """What :class:`~invfast.synthetic.Transforms2D` accepts, validated once: objects, backgrounds, sample
 indices, split names and orders of the transformation types."""
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,12 @@ ORDERS: tuple[str, ...] = ("canonical", "random")
 #: inclusive ranges of the integer options of a data set. ``size``: the background bank is held in memory
 #: (867 x 3 x size² bytes, 680 MB at 512 px); ``n``: sample indices are int32-sized; ``objects``: built-in
 #: objects are drawn procedurally, 1000 of them in about a second; ``seed``: int64 (distinct 64-bit keys)
-LIMITS: dict[str, tuple[int, int]] = {"objects": (1, 1000), "n": (1, 2**31 - 1), "size": (8, 512),
-                                      "seed": (-(2**63), 2**63 - 1)}
+LIMITS: dict[str, tuple[int, int]] = {
+    "objects": (1, 1000),
+    "n": (1, 2**31 - 1),
+    "size": (8, 512),
+    "seed": (-(2**63), 2**63 - 1),
+}
 
 
 def check_int(name: str, value: Any, key: str | None = None) -> int:
@@ -60,19 +65,25 @@ def as_objects(objects: Any, n_classes: int | None) -> ObjectBank:
         if len(set(idx)) != len(idx):
             raise ValueError("objects: object indices must be distinct (one class per object)")
         if min(idx) < 0 or max(idx) >= LIMITS["objects"][1]:
-            raise ValueError(f"objects: built-in object indices must be from 0 to {LIMITS['objects'][1] - 1}, got "
-                             f"{min(idx) if min(idx) < 0 else max(idx)}")
+            raise ValueError(
+                f"objects: built-in object indices must be from 0 to {LIMITS['objects'][1] - 1}, got "
+                f"{min(idx) if min(idx) < 0 else max(idx)}"
+            )
         bank = builtin_objects(max(61, max(idx) + 1)).subset(idx)
     else:
-        raise TypeError("objects must be an int (that many built-in objects), a list of built-in object "
-                        "indices, an ObjectBank, or a folder path in the SI-score layout; "
-                        f"got {type(objects).__name__}")
+        raise TypeError(
+            "objects must be an int (that many built-in objects), a list of built-in object "
+            "indices, an ObjectBank, or a folder path in the SI-score layout; "
+            f"got {type(objects).__name__}"
+        )
     if n_classes is not None:
         if n_classes < 1:
             raise ValueError(f"n_classes must be >= 1, got {n_classes}")
         if len(bank) < n_classes:
-            raise ValueError(f"{n_classes} classes requested but the object bank holds only {len(bank)} objects "
-                             "(one object per class); pass more objects or fewer classes")
+            raise ValueError(
+                f"{n_classes} classes requested but the object bank holds only {len(bank)} objects "
+                "(one object per class); pass more objects or fewer classes"
+            )
         bank = bank.subset(range(n_classes))
     return bank
 
@@ -101,11 +112,19 @@ def as_backgrounds(backgrounds: Any, size: int) -> torch.Tensor | str:
         if t.shape[0] < 1:
             raise ValueError("backgrounds: need at least one background image")
         if tuple(t.shape[2:]) != (size, size):
-            t = torch.nn.functional.interpolate(t.float(), size=(size, size), mode="bilinear",
-                                                align_corners=False, antialias=True).round().clamp(0, 255).to(torch.uint8)
+            t = (
+                torch.nn.functional.interpolate(
+                    t.float(), size=(size, size), mode="bilinear", align_corners=False, antialias=True
+                )
+                .round()
+                .clamp(0, 255)
+                .to(torch.uint8)
+            )
         return t.contiguous()
-    raise TypeError(f"backgrounds must be None (built-in), {RANDOM_BACKGROUNDS!r}, a folder path or an image "
-                    f"tensor/array, got {type(backgrounds).__name__}")
+    raise TypeError(
+        f"backgrounds must be None (built-in), {RANDOM_BACKGROUNDS!r}, a folder path or an image "
+        f"tensor/array, got {type(backgrounds).__name__}"
+    )
 
 
 def as_indices(indices: Any, n: int) -> np.ndarray:
@@ -145,5 +164,7 @@ def as_order(order: Any, transforms: tuple[str, ...]) -> str | tuple[str, ...]:
         names = tuple(ALIASES.get(t.lower(), t.lower()) for t in order)
         if sorted(names) == sorted(transforms) and len(set(names)) == len(names):
             return names
-    raise ValueError(f"order must be one of {', '.join(ORDERS)}, or name each of the dataset's types once "
-                     f"({', '.join(transforms) or 'none'}), got {order!r}")
+    raise ValueError(
+        f"order must be one of {', '.join(ORDERS)}, or name each of the dataset's types once "
+        f"({', '.join(transforms) or 'none'}), got {order!r}"
+    )

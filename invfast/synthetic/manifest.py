@@ -7,6 +7,7 @@ layout, sha256 of every data file). It is the user's to read and may have been e
 what invfast deletes (the run marker does, :mod:`invfast.run_folder`), and every field is checked before
 it is used.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -19,8 +20,21 @@ from typing import Any
 
 from invfast.synthetic.inputs import check_int
 
-__all__ = ["COMMAND", "DAMAGED_FIX", "FORMAT", "FORMAT_VERSION", "GENERATED", "MANIFEST", "Layout", "check_manifest",
-           "damaged", "expected_arrays", "read_manifest", "sha256", "unfinished"]
+__all__ = [
+    "COMMAND",
+    "DAMAGED_FIX",
+    "FORMAT",
+    "FORMAT_VERSION",
+    "GENERATED",
+    "MANIFEST",
+    "Layout",
+    "check_manifest",
+    "damaged",
+    "expected_arrays",
+    "read_manifest",
+    "sha256",
+    "unfinished",
+]
 
 MANIFEST = "manifest.json"
 FORMAT = "invfast-transforms2d"
@@ -29,8 +43,10 @@ FORMAT_VERSION = 1
 COMMAND = "generate"
 #: names of the files the generator writes (data files, manifest, previews): only these are ever deleted
 GENERATED = re.compile(r"^(images_\d{5,}\.npy|labels\.npy|params\.npy|manifest\.json|[^./\\][^/\\]*\.png)$")
-DAMAGED_FIX = ("rerun the `invfast generate` command (or Transforms2D.materialize) that wrote it: damaged files are "
-               "regenerated exactly")
+DAMAGED_FIX = (
+    "rerun the `invfast generate` command (or Transforms2D.materialize) that wrote it: damaged files are "
+    "regenerated exactly"
+)
 _REMAKE = "re-create the dataset with `invfast generate --overwrite` and the options that made it"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -60,12 +76,21 @@ def read_manifest(path: Path) -> dict[str, Any] | None:
 def _plain_name(name: Any, what: str, folder: Path) -> str:
     """``name`` if it is a plain file name (no folder part, not '.'/'..', not absolute); else ValueError.
     A manifest may only name files inside its own dataset folder."""
-    ok = (isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\\" not in name
-          and "\0" not in name and os.path.basename(name) == name and not os.path.isabs(name))
+    ok = (
+        isinstance(name, str)
+        and name not in ("", ".", "..")
+        and "/" not in name
+        and "\\" not in name
+        and "\0" not in name
+        and os.path.basename(name) == name
+        and not os.path.isabs(name)
+    )
     if not ok:
-        raise ValueError(f"{str(folder / MANIFEST)!r} names {what} {name!r}, which is not a plain file name inside "
-                         "the dataset folder; refusing to read outside it (re-create the dataset with "
-                         "`invfast generate --out`)")
+        raise ValueError(
+            f"{str(folder / MANIFEST)!r} names {what} {name!r}, which is not a plain file name inside "
+            "the dataset folder; refusing to read outside it (re-create the dataset with "
+            "`invfast generate --out`)"
+        )
     return name
 
 
@@ -90,12 +115,15 @@ def check_manifest(manifest: dict[str, Any], folder: Path) -> Layout:
 
     def bad(field: str, value: Any, want: str) -> ValueError:
         shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        return ValueError(f"{mf!r} field {field} must be {want}, got {shown}: the manifest was edited or damaged; "
-                          f"{_REMAKE}")
+        return ValueError(
+            f"{mf!r} field {field} must be {want}, got {shown}: the manifest was edited or damaged; {_REMAKE}"
+        )
 
     if manifest.get("format_version") != FORMAT_VERSION:
-        raise ValueError(f"{mf!r}: format_version {manifest.get('format_version')!r} is not supported (this invfast "
-                         f"reads version {FORMAT_VERSION}); {_REMAKE}")
+        raise ValueError(
+            f"{mf!r}: format_version {manifest.get('format_version')!r} is not supported (this invfast "
+            f"reads version {FORMAT_VERSION}); {_REMAKE}"
+        )
     ints = {}
     for field in ("n", "size"):
         try:
@@ -137,13 +165,22 @@ def check_manifest(manifest: dict[str, Any], folder: Path) -> Layout:
             raise ValueError(f"{mf!r} does not list {name}; {_REMAKE}")
     table = [(_plain_name(k, "file", folder), v) for k, v in files.items()]
     if sorted(files) != ["labels.npy", "params.npy"]:
-        raise ValueError(f"{mf!r} lists files {sorted(files)} in its file table, where only labels.npy and params.npy "
-                         f"belong; {_REMAKE}")
+        raise ValueError(
+            f"{mf!r} lists files {sorted(files)} in its file table, where only labels.npy and params.npy "
+            f"belong; {_REMAKE}"
+        )
     for name, digest in table:
         if not isinstance(digest, str) or not _HEX64.match(digest):
             raise bad(f"files[{name!r}]", digest, "64 hex digits")
-    return Layout(n=ints["n"], size=ints["size"], num_classes=k, classes=tuple(classes), param_names=tuple(names),
-                  shards=tuple(out), files=tuple((f, d) for f, _, _, d in out) + tuple(table))
+    return Layout(
+        n=ints["n"],
+        size=ints["size"],
+        num_classes=k,
+        classes=tuple(classes),
+        param_names=tuple(names),
+        shards=tuple(out),
+        files=tuple((f, d) for f, _, _, d in out) + tuple(table),
+    )
 
 
 def _inside(folder: Path, name: str) -> Path:
@@ -151,8 +188,9 @@ def _inside(folder: Path, name: str) -> Path:
     f = folder / name
     root = folder.resolve()
     if f.resolve().parent != root:
-        raise ValueError(f"dataset file {str(f)!r} resolves to {str(f.resolve())!r}, outside the dataset folder; "
-                         "refusing to read it")
+        raise ValueError(
+            f"dataset file {str(f)!r} resolves to {str(f.resolve())!r}, outside the dataset folder; refusing to read it"
+        )
     return f
 
 

@@ -8,18 +8,33 @@ alone, in a batch of 7 or of 4096.
 "pm" tensors are premultiplied RGBA in [0, 1]; "rgb" tensors are straight colour [B, 3, H, W]
 with a separate alpha [B, 1, H, W].
 """
+
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 
 from invfast.ops.kernels import gaussian_taps
-from invfast.ops.synth_reference import (_col, _shift_sum, affine_warp, brightness, contrast, gray,  # noqa: F401
-                                         grayscale, hue_shift, invert, pixel_centres, posterize, premultiply,
-                                         sample_grid, separable_blur, unpremultiply)
-
+from invfast.ops.synth_reference import (  # noqa: F401
+    _col,
+    _shift_sum,
+    affine_warp,
+    brightness,
+    contrast,
+    gray,
+    grayscale,
+    hue_shift,
+    invert,
+    pixel_centres,
+    posterize,
+    premultiply,
+    sample_grid,
+    separable_blur,
+    unpremultiply,
+)
 
 # ----------------------------------------------------------------------------- colour (straight rgb)
+
 
 def sharpen(rgb: torch.Tensor, factor: float) -> torch.Tensor:
     """torchvision adjust_sharpness: blend with the 3x3 smoothed image ([[1,1,1],[1,5,1],[1,1,1]]/13);
@@ -31,7 +46,7 @@ def sharpen(rgb: torch.Tensor, factor: float) -> torch.Tensor:
     blurred = None
     for dy in range(3):
         for dx in range(3):
-            term = rgb[:, :, dy:dy + H - 2, dx:dx + W - 2] * (k[dy][dx] / 13.0)
+            term = rgb[:, :, dy : dy + H - 2, dx : dx + W - 2] * (k[dy][dx] / 13.0)
             blurred = term if blurred is None else blurred + term
     assert blurred is not None  # the 3x3 loop ran
     degenerate = rgb.clone()
@@ -59,6 +74,7 @@ def erase(pm: torch.Tensor, top: torch.Tensor, left: torch.Tensor, side: int) ->
 
 # ----------------------------------------------------------------------------- geometry
 
+
 def elastic(pm: torch.Tensor, noise: torch.Tensor, alpha: float, sigma: float) -> torch.Tensor:
     """torchvision ElasticTransform: displacement = GaussianBlur(noise, sigma) * alpha / size.
 
@@ -73,4 +89,3 @@ def elastic(pm: torch.Tensor, noise: torch.Tensor, alpha: float, sigma: float) -
     xs = pixel_centres(W).view(1, 1, W)
     ys = pixel_centres(H).view(1, H, 1)
     return sample_grid(pm, xs + disp[:, 0], ys + disp[:, 1])
-

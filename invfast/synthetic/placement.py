@@ -2,6 +2,7 @@
 placement in the image. Coordinates are normalised (-1 .. 1 across the image, y down), about the object's
 centre; rotation and shear matrices come from :mod:`invfast.ops.geometry` (one angle convention for invfast).
 """
+
 from __future__ import annotations
 
 import numpy as np

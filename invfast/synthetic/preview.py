@@ -1,7 +1,9 @@
 """Contact sheets of Transforms-2D samples: one row per transformation type."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -9,8 +11,16 @@ import torch
 from invfast.synthetic.recipe import TRANSFORMATION_TYPES, canonical
 
 
-def preview_grid(transforms: Sequence[str] | str = TRANSFORMATION_TYPES, objects: Any = 61, n_cols: int = 10,
-                 size: int = 32, seed: int = 0, zoom: int = 3, combined: bool = True, backgrounds: Any = None):
+def preview_grid(
+    transforms: Sequence[str] | str = TRANSFORMATION_TYPES,
+    objects: Any = 61,
+    n_cols: int = 10,
+    size: int = 32,
+    seed: int = 0,
+    zoom: int = 3,
+    combined: bool = True,
+    backgrounds: Any = None,
+):
     """A PIL image: row 0 untransformed, then one row per transformation type (same samples in each
     column, so a row shows exactly what its type changes), and a last row with all types combined.
     """

@@ -1,13 +1,15 @@
-"""The 18 Transforms-2D transformation types and their parameter distributions (Speicher et al., App. A.1; values from the published code).
+"""The 18 Transforms-2D transformation types and their parameter distributions (Speicher et al., App. A.1; values
+from the published code).
 
 Each type is sampled independently per sample from the counter-based RNG
 (:mod:`invfast.synthetic.rng`), so a dataset is defined by its set of types, not their order.
 Parameters of types that are not in a dataset keep their identity value, so every dataset reports
 the same latent factors.
 """
+
 from __future__ import annotations
 
-from dataclasses import dataclass, asdict
+from dataclasses import asdict, dataclass
 
 import numpy as np
 
@@ -19,11 +21,25 @@ PHOTOMETRIC = ("hue", "brightness", "grayscale", "posterize", "invert", "sharpen
 CORRUPTION = ("blur", "noise", "pixelate", "elastic", "erasing", "contrast")
 #: the 18 Transforms-2D transformation types (Speicher et al.), geometric, photometric, corruption
 TRANSFORMATION_TYPES: tuple[str, ...] = GEOMETRIC + PHOTOMETRIC + CORRUPTION
-CATEGORY = {**{t: "geometric" for t in GEOMETRIC}, **{t: "photometric" for t in PHOTOMETRIC},
-            **{t: "corruption" for t in CORRUPTION}}
-ALIASES = {"rotation": "rotate", "translation": "translate", "vertical_flip": "vflip", "horizontal_flip": "hflip",
-           "vertical-flip": "vflip", "horizontal-flip": "hflip", "sharpness": "sharpen", "gaussian_blur": "blur",
-           "gaussian_noise": "noise", "erase": "erasing", "gray": "grayscale", "greyscale": "grayscale"}
+CATEGORY = {
+    **{t: "geometric" for t in GEOMETRIC},
+    **{t: "photometric" for t in PHOTOMETRIC},
+    **{t: "corruption" for t in CORRUPTION},
+}
+ALIASES = {
+    "rotation": "rotate",
+    "translation": "translate",
+    "vertical_flip": "vflip",
+    "horizontal_flip": "hflip",
+    "vertical-flip": "vflip",
+    "horizontal-flip": "hflip",
+    "sharpness": "sharpen",
+    "gaussian_blur": "blur",
+    "gaussian_noise": "noise",
+    "erase": "erasing",
+    "gray": "grayscale",
+    "greyscale": "grayscale",
+}
 
 
 @dataclass(frozen=True)
@@ -40,13 +56,13 @@ class Recipe:
     sharpen_factor: float = 7.0
     blur_kernel: int = 7
     blur_sigma: tuple[float, float] = (0.1, 1.5)
-    noise_std: float = 0.1            # the paper gives N(0, 1) * scale without the scale: invfast uses 0.1
+    noise_std: float = 0.1  # the paper gives N(0, 1) * scale without the scale: invfast uses 0.1
     pixelate_ratio: float = 0.3
     elastic_alpha: float = 150.0
-    elastic_sigma: float = 5.0        # torchvision ElasticTransform default
+    elastic_sigma: float = 5.0  # torchvision ElasticTransform default
     erase_side_32: float = 14.0
-    p: float = 0.5                    # probability of the binary types
-    fill: float = 0.7                 # base layout: longer side of the object / image side
+    p: float = 0.5  # probability of the binary types
+    fill: float = 0.7  # base layout: longer side of the object / image side
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,10 +72,28 @@ BINARY = ("vflip", "hflip", "grayscale", "posterize", "invert", "sharpen", "nois
 
 # latent factor -> value when the transformation is not applied
 IDENTITY = {
-    "x": 0.5, "y": 0.5, "angle": 0.0, "scale": 1.0, "shear_x": 0.0, "shear_y": 0.0,
-    "vflip": 0.0, "hflip": 0.0, "hue": 0.0, "brightness": 1.0, "grayscale": 0.0, "posterize": 0.0,
-    "invert": 0.0, "sharpen": 0.0, "blur_sigma": 0.0, "noise": 0.0, "pixelate": 0.0, "elastic": 0.0,
-    "erasing": 0.0, "erase_x": 0.0, "erase_y": 0.0, "contrast": 1.0,
+    "x": 0.5,
+    "y": 0.5,
+    "angle": 0.0,
+    "scale": 1.0,
+    "shear_x": 0.0,
+    "shear_y": 0.0,
+    "vflip": 0.0,
+    "hflip": 0.0,
+    "hue": 0.0,
+    "brightness": 1.0,
+    "grayscale": 0.0,
+    "posterize": 0.0,
+    "invert": 0.0,
+    "sharpen": 0.0,
+    "blur_sigma": 0.0,
+    "noise": 0.0,
+    "pixelate": 0.0,
+    "elastic": 0.0,
+    "erasing": 0.0,
+    "erase_x": 0.0,
+    "erase_y": 0.0,
+    "contrast": 1.0,
 }
 PARAM_NAMES: tuple[str, ...] = tuple(IDENTITY) + ("background",)
 
@@ -119,8 +153,7 @@ def sample(keys: np.ndarray, transforms: tuple[str, ...], recipe: Recipe) -> dic
 
 
 _OLD_NAMES = {"TRANSFORMATIONS": "TRANSFORMATION_TYPES"}
-_WHAT = ("the 18 Transforms-2D transformation types; invfast.transforms.TEST_TRANSFORMS holds the test "
-         "transforms")
+_WHAT = "the 18 Transforms-2D transformation types; invfast.transforms.TEST_TRANSFORMS holds the test transforms"
 #: the ``__getattr__`` of invfast.synthetic (and of this module): an old name warns once and gives the new name's value
 old_name = renamed_names("invfast.synthetic", _OLD_NAMES, lambda new: globals()[new], _WHAT)
 __getattr__ = old_name

@@ -4,6 +4,7 @@ A sample's randomness never depends on which batch or worker produced it, nor on
 of access. The hash is the SplitMix64 finaliser (Steele et al., 2014) applied to a counter
 chain, evaluated on numpy ``uint64`` arrays (wrap-around arithmetic).
 """
+
 from __future__ import annotations
 
 import zlib

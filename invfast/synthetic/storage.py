@@ -9,6 +9,7 @@ the dataset, the marker alone decides what invfast may replace or delete. The lo
 file names a manifest lists, inside the dataset folder, checks every field of the manifest and (by
 default) every file's checksum, and refuses a dataset whose writer did not finish.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,15 +21,29 @@ from typing import Any
 import numpy as np
 import torch
 
-from invfast.synthetic.manifest import (COMMAND, DAMAGED_FIX, FORMAT, FORMAT_VERSION, GENERATED, MANIFEST,  # noqa: F401
-                                        Layout, _inside, _plain_name, check_manifest, damaged, read_manifest, sha256,
-                                        unfinished)
+from invfast.synthetic.manifest import (  # noqa: F401
+    COMMAND,
+    DAMAGED_FIX,
+    FORMAT,
+    FORMAT_VERSION,
+    GENERATED,
+    MANIFEST,
+    Layout,
+    _inside,
+    _plain_name,
+    check_manifest,
+    damaged,
+    read_manifest,
+    sha256,
+    unfinished,
+)
 
 
 def _damage_line(path: Path, bad: list[tuple[str, str]]) -> str:
     name, how = bad[0]
     what = {"missing": "is missing", "altered": f"does not match its checksum in {MANIFEST} (altered or corrupt)"}.get(
-        how, f"is not the array its {MANIFEST} describes (shape or type)")
+        how, f"is not the array its {MANIFEST} describes (shape or type)"
+    )
     more = f" (and {len(bad) - 1} more damaged file(s))" if len(bad) > 1 else ""
     return f"dataset file {str(path / name)!r} {what}{more}; {DAMAGED_FIX}"
 
@@ -38,11 +53,14 @@ def _open(f: Path, shape: tuple[int, ...], dtype: Any, mmap: bool = True) -> np.
     try:
         a = np.load(f, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (OSError, ValueError) as e:
-        raise ValueError(f"dataset file {str(f)!r} is not a readable .npy array ({' '.join(str(e).split())[:200]}); "
-                         f"{DAMAGED_FIX}") from None
+        raise ValueError(
+            f"dataset file {str(f)!r} is not a readable .npy array ({' '.join(str(e).split())[:200]}); {DAMAGED_FIX}"
+        ) from None
     if a.shape != shape or a.dtype != np.dtype(dtype):
-        raise ValueError(f"dataset file {str(f)!r} holds {a.dtype} {list(a.shape)}, the manifest says "
-                         f"{np.dtype(dtype)} {list(shape)}; {DAMAGED_FIX}")
+        raise ValueError(
+            f"dataset file {str(f)!r} holds {a.dtype} {list(a.shape)}, the manifest says "
+            f"{np.dtype(dtype)} {list(shape)}; {DAMAGED_FIX}"
+        )
     return a
 
 
@@ -57,11 +75,15 @@ class MaterializedTransforms2D(torch.utils.data.Dataset):
         self.path = Path(path)
         manifest = read_manifest(self.path) if self.path.is_dir() else None
         if manifest is None:
-            raise ValueError(f"{str(self.path)!r} is not a materialised Transforms-2D dataset (no valid {MANIFEST}); "
-                             "create one with Transforms2D.materialize(path) or `invfast generate --out`")
+            raise ValueError(
+                f"{str(self.path)!r} is not a materialised Transforms-2D dataset (no valid {MANIFEST}); "
+                "create one with Transforms2D.materialize(path) or `invfast generate --out`"
+            )
         if unfinished(self.path):
-            raise ValueError(f"{str(self.path)!r}: the `invfast generate` run writing this dataset did not finish "
-                             "(it was killed or is still running); rerun the same command to finish it")
+            raise ValueError(
+                f"{str(self.path)!r}: the `invfast generate` run writing this dataset did not finish "
+                "(it was killed or is still running); rerun the same command to finish it"
+            )
         layout = check_manifest(manifest, self.path)  # plain names inside the folder only, always
         self.manifest = manifest
         self.config = manifest["config"]
@@ -115,8 +137,16 @@ def load(path: str | os.PathLike, verify: bool = True) -> MaterializedTransforms
     return MaterializedTransforms2D(path, verify=verify)
 
 
-def materialize(dataset, path: str | os.PathLike, *, batch_size: int = 2048, shard_size: int = 10_000,
-                overwrite: bool = False, progress: bool = True, own_files: Iterable[str] = ()) -> Path:
+def materialize(
+    dataset,
+    path: str | os.PathLike,
+    *,
+    batch_size: int = 2048,
+    shard_size: int = 10_000,
+    overwrite: bool = False,
+    progress: bool = True,
+    own_files: Iterable[str] = (),
+) -> Path:
     """Generate every sample of ``dataset`` (a Transforms2D) into folder ``path``; returns ``path``.
 
     :func:`invfast.synthetic.writer.write_dataset` does the work (its docstring gives the rules): a folder
@@ -127,10 +157,15 @@ def materialize(dataset, path: str | os.PathLike, *, batch_size: int = 2048, sha
     from invfast.synthetic.writer import write_dataset
 
     if list(own_files):
-        warnings.warn("materialize(own_files=...) has no effect any more: invfast records the files it writes in "
-                      "the folder's .invfast-run.json and never touches the others", DeprecationWarning, stacklevel=2)
-    written = write_dataset(dataset, path, batch_size=batch_size, shard_size=shard_size, overwrite=overwrite,
-                            progress=progress)
+        warnings.warn(
+            "materialize(own_files=...) has no effect any more: invfast records the files it writes in "
+            "the folder's .invfast-run.json and never touches the others",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+    written = write_dataset(
+        dataset, path, batch_size=batch_size, shard_size=shard_size, overwrite=overwrite, progress=progress
+    )
     if written.action == "repaired":
         warnings.warn(written.describe(), stacklevel=2)
     return written.path

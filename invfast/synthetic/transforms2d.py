@@ -3,13 +3,15 @@ onto a random background; every sample is a pure function of (seed, split, index
 
 The dataset class and its rendering; :mod:`invfast.synthetic.inputs` validates what it accepts and
 :mod:`invfast.synthetic.placement` builds the object's linear map and position."""
+
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -19,10 +21,26 @@ from invfast.ops.kernels import gaussian_taps
 from invfast.ops.synth import COLOR_FLAGS, composite
 from invfast.synthetic import ops2d, rng
 from invfast.synthetic.banks import bank_checksum
-from invfast.synthetic.inputs import (DEFAULT_SIZES, ORDERS, RANDOM_BACKGROUNDS, SPLITS, as_backgrounds,  # noqa: F401
-                                      as_indices, as_objects, as_order, check_int, check_split)
-from invfast.synthetic.placement import (LINEAR_GEOMETRIC, alpha_box, box_corners, canonical_linear,  # noqa: F401
-                                         placement, type_matrix)
+from invfast.synthetic.inputs import (  # noqa: F401
+    DEFAULT_SIZES,
+    ORDERS,
+    RANDOM_BACKGROUNDS,
+    SPLITS,
+    as_backgrounds,
+    as_indices,
+    as_objects,
+    as_order,
+    check_int,
+    check_split,
+)
+from invfast.synthetic.placement import (  # noqa: F401
+    LINEAR_GEOMETRIC,
+    alpha_box,
+    box_corners,
+    canonical_linear,
+    placement,
+    type_matrix,
+)
 from invfast.synthetic.recipe import BINARY, GEOMETRIC, PARAM_NAMES, Recipe, canonical, sample
 
 #: generator version, recorded as ``format_version`` in every config/fingerprint (the manifest file format is
@@ -31,18 +49,29 @@ from invfast.synthetic.recipe import BINARY, GEOMETRIC, PARAM_NAMES, Recipe, can
 GENERATOR_VERSION = 2
 #: the order of application with ``order='canonical'`` (colour types fused in one pass; the geometric
 #: types fused in one warp that also places the object; noise on the placed object)
-CANONICAL_ORDER: tuple[str, ...] = ("hue", "brightness", "contrast", "grayscale", "posterize", "invert", "sharpen",
-                                    "blur", "pixelate", "elastic", "erasing", "hflip", "vflip", "shear", "scale",
-                                    "rotate", "translate", "noise")
+CANONICAL_ORDER: tuple[str, ...] = (
+    "hue",
+    "brightness",
+    "contrast",
+    "grayscale",
+    "posterize",
+    "invert",
+    "sharpen",
+    "blur",
+    "pixelate",
+    "elastic",
+    "erasing",
+    "hflip",
+    "vflip",
+    "shear",
+    "scale",
+    "rotate",
+    "translate",
+    "noise",
+)
 _CHUNK_PER_THREAD = 256  # samples per thread rendered together: intermediates stay in cache
 
 Batch = tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]
-
-
-
-
-
-
 
 
 class Transforms2D(torch.utils.data.Dataset):
@@ -73,9 +102,19 @@ class Transforms2D(torch.utils.data.Dataset):
     binary types, ``erase_x/y`` and the ``background`` index; identity values where not applied.
     """
 
-    def __init__(self, objects: Any = 61, transforms: Any = (), size: int = 32, n: int | None = None,
-                 seed: int = 0, split: str = "train", backgrounds: Any = None, n_classes: int | None = None,
-                 recipe: Recipe | None = None, order: str = "canonical"):
+    def __init__(
+        self,
+        objects: Any = 61,
+        transforms: Any = (),
+        size: int = 32,
+        n: int | None = None,
+        seed: int = 0,
+        split: str = "train",
+        backgrounds: Any = None,
+        n_classes: int | None = None,
+        recipe: Recipe | None = None,
+        order: str = "canonical",
+    ):
         size = check_int("size", size)
         if not isinstance(split, str) or not split:
             raise ValueError(f"split must be a non-empty string, got {split!r}")
@@ -141,11 +180,11 @@ class Transforms2D(torch.utils.data.Dataset):
         labels = torch.empty(idx.size, dtype=torch.int64)
         params = {k: torch.empty(idx.size, dtype=torch.float64) for k in PARAM_NAMES}
         for c0 in range(0, idx.size, chunk):
-            im, lab, par = self._render(keys[c0:c0 + chunk])
-            images[c0:c0 + chunk] = im
-            labels[c0:c0 + chunk] = lab
+            im, lab, par = self._render(keys[c0 : c0 + chunk])
+            images[c0 : c0 + chunk] = im
+            labels[c0 : c0 + chunk] = lab
             for k in PARAM_NAMES:
-                params[k][c0:c0 + chunk] = par[k]
+                params[k][c0 : c0 + chunk] = par[k]
         return images, labels, params
 
     def _render(self, keys: np.ndarray, labels: np.ndarray | None = None) -> Batch:
@@ -155,8 +194,11 @@ class Transforms2D(torch.utils.data.Dataset):
         p = sample(keys, self.transforms, rec)
         pm = self._canvases.index_select(0, torch.from_numpy(labels))
         if B == 0:
-            return (torch.zeros(0, 3, S, S, dtype=torch.uint8), torch.zeros(0, dtype=torch.int64),
-                    {k: torch.zeros(0, dtype=torch.float64) for k in PARAM_NAMES})
+            return (
+                torch.zeros(0, 3, S, S, dtype=torch.uint8),
+                torch.zeros(0, dtype=torch.int64),
+                {k: torch.zeros(0, dtype=torch.float64) for k in PARAM_NAMES},
+            )
         if self.order != "canonical":
             pm = self._transform_in_order(pm, keys, p)
         else:
@@ -185,8 +227,14 @@ class Transforms2D(torch.utils.data.Dataset):
             for t in colour:
                 on = p[t] > 0.5 if t in ("grayscale", "posterize", "invert") else np.ones(B, bool)
                 flags |= np.where(on, COLOR_FLAGS[t], 0)
-            pm = synth_ops.color(pm, torch.from_numpy(p["hue"]), torch.from_numpy(p["brightness"]),
-                                 torch.from_numpy(p["contrast"]), torch.from_numpy(flags), rec.posterize_bits)
+            pm = synth_ops.color(
+                pm,
+                torch.from_numpy(p["hue"]),
+                torch.from_numpy(p["brightness"]),
+                torch.from_numpy(p["contrast"]),
+                torch.from_numpy(flags),
+                rec.posterize_bits,
+            )
         for t in ("sharpen", "blur", "pixelate", "elastic", "erasing"):
             if t in T:
                 pm = self._apply_local(t, pm, np.ones(B, bool) if t == "blur" else p[t] > 0.5, keys, p)
@@ -227,17 +275,23 @@ class Transforms2D(torch.utils.data.Dataset):
                 if t in COLOR_FLAGS:
                     m = torch.from_numpy(on)
                     flags = torch.full((int(on.sum()),), COLOR_FLAGS[t], dtype=torch.int64)
-                    pm[m] = synth_ops.color(pm[m], torch.from_numpy(p["hue"][on]),
-                                            torch.from_numpy(p["brightness"][on]),
-                                            torch.from_numpy(p["contrast"][on]), flags, rec.posterize_bits)
+                    pm[m] = synth_ops.color(
+                        pm[m],
+                        torch.from_numpy(p["hue"][on]),
+                        torch.from_numpy(p["brightness"][on]),
+                        torch.from_numpy(p["contrast"][on]),
+                        flags,
+                        rec.posterize_bits,
+                    )
                 else:
                     pm = self._apply_local(t, pm, on, keys, p)
         if set(self.transforms) & set(GEOMETRIC):
             pm = self._place(pm, keys, p, L)
         return pm
 
-    def _apply_local(self, t: str, pm: torch.Tensor, on: np.ndarray, keys: np.ndarray,
-                     p: dict[str, np.ndarray]) -> torch.Tensor:
+    def _apply_local(
+        self, t: str, pm: torch.Tensor, on: np.ndarray, keys: np.ndarray, p: dict[str, np.ndarray]
+    ) -> torch.Tensor:
         """Apply the non-colour, non-geometric type ``t`` to the samples where ``on`` [B] is True."""
         if not on.any():
             return pm
@@ -257,8 +311,9 @@ class Transforms2D(torch.utils.data.Dataset):
             pm[m] = ops2d.pixelate(pm[m], rec.pixelate_ratio)
         elif t == "elastic":
             field = rng.uniform(keys[on], "elastic-field", 2 * S * S).reshape(-1, 2, S, S) * 2.0 - 1.0
-            pm[m] = ops2d.elastic(pm[m], torch.from_numpy(field).to(torch.float32), rec.elastic_alpha,
-                                  rec.elastic_sigma * S / 32.0)
+            pm[m] = ops2d.elastic(
+                pm[m], torch.from_numpy(field).to(torch.float32), rec.elastic_alpha, rec.elastic_sigma * S / 32.0
+            )
         elif t == "erasing":
             side = max(1, int(round(rec.erase_side_32 * S / 32.0)))
             y0, y1, x0, x1 = alpha_box(pm[m])
@@ -314,47 +369,66 @@ class Transforms2D(torch.utils.data.Dataset):
     # ------------------------------------------------------------------ identity and storage
     def config(self) -> dict[str, Any]:
         """Everything that determines the bytes of every sample (recorded in manifests)."""
-        bg = ({"kind": RANDOM_BACKGROUNDS} if isinstance(self.backgrounds, str) else
-              {"kind": "images", "n": int(self.backgrounds.shape[0]), "sha256": bank_checksum(self.backgrounds)})
+        bg = (
+            {"kind": RANDOM_BACKGROUNDS}
+            if isinstance(self.backgrounds, str)
+            else {"kind": "images", "n": int(self.backgrounds.shape[0]), "sha256": bank_checksum(self.backgrounds)}
+        )
         return {
-            "generator": "invfast.synthetic.Transforms2D", "format_version": GENERATOR_VERSION,
-            "transforms": list(self.transforms), "size": self.size, "n": self.n, "seed": self.seed,
-            "split": self.split, "objects": {"source": self.objects.source, "names": list(self.objects.names),
-                                             "sha256": self.objects.checksum()},
-            "backgrounds": bg, "recipe": self.recipe.to_dict(), "params": list(PARAM_NAMES),
+            "generator": "invfast.synthetic.Transforms2D",
+            "format_version": GENERATOR_VERSION,
+            "transforms": list(self.transforms),
+            "size": self.size,
+            "n": self.n,
+            "seed": self.seed,
+            "split": self.split,
+            "objects": {
+                "source": self.objects.source,
+                "names": list(self.objects.names),
+                "sha256": self.objects.checksum(),
+            },
+            "backgrounds": bg,
+            "recipe": self.recipe.to_dict(),
+            "params": list(PARAM_NAMES),
             # only when not the default, so canonical datasets keep the fingerprints they always had
-            **({"order": self.order if isinstance(self.order, str) else list(self.order)}
-               if self.order != "canonical" else {}),
+            **(
+                {"order": self.order if isinstance(self.order, str) else list(self.order)}
+                if self.order != "canonical"
+                else {}
+            ),
         }
 
     def fingerprint(self) -> str:
         return hashlib.sha256(json.dumps(self.config(), sort_keys=True).encode()).hexdigest()
 
-    def materialize(self, path: str | os.PathLike, *, batch_size: int = 2048, shard_size: int = 10_000,
-                    overwrite: bool = False, progress: bool = True, own_files: Iterable[str] = ()) -> Path:
+    def materialize(
+        self,
+        path: str | os.PathLike,
+        *,
+        batch_size: int = 2048,
+        shard_size: int = 10_000,
+        overwrite: bool = False,
+        progress: bool = True,
+        own_files: Iterable[str] = (),
+    ) -> Path:
         """Write all samples to folder ``path`` (sharded .npy + manifest.json) and return it; a folder that holds
         this dataset already is verified and any damaged file regenerated exactly. Rules:
         :mod:`invfast.synthetic.writer`; :func:`invfast.synthetic.storage.materialize`."""
         from invfast.synthetic.storage import materialize
 
-        return materialize(self, path, batch_size=batch_size, shard_size=shard_size, overwrite=overwrite,
-                           progress=progress, own_files=own_files)
+        return materialize(
+            self,
+            path,
+            batch_size=batch_size,
+            shard_size=shard_size,
+            overwrite=overwrite,
+            progress=progress,
+            own_files=own_files,
+        )
 
     def __repr__(self) -> str:
-        return (f"Transforms2D(objects={self.num_classes}, transforms={list(self.transforms)}, size={self.size}, "
-                f"n={self.n}, seed={self.seed}, split={self.split!r}"
-                + (f", order={self.order!r})" if self.order != "canonical" else ")"))
-
-
-
-
-
-
-
-
-
-
-
-
-
-
+        return (
+            f"Transforms2D(objects={self.num_classes}, transforms={list(self.transforms)}, size={self.size}, "
+            f"n={self.n}, seed={self.seed}, split={self.split!r}"
+            + (f", order={self.order!r})" if self.order != "canonical" else ")")
+        )

@@ -16,6 +16,7 @@ The folder follows the rules of every invfast output folder (:mod:`invfast.run_f
   file is regenerated (every sample is a pure function of (seed, split, index)), checked to match its
   recorded checksum byte for byte, and moved in; damage that cannot be repaired that way is refused.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -32,9 +33,20 @@ import numpy as np
 
 from invfast.io import atomic_write_text
 from invfast.run_folder import MARKER, STAGING, RunFolder
+from invfast.synthetic.manifest import (
+    COMMAND,
+    FORMAT,
+    FORMAT_VERSION,
+    GENERATED,
+    MANIFEST,
+    Layout,
+    _plain_name,
+    check_manifest,
+    damaged,
+    read_manifest,
+    sha256,
+)
 from invfast.synthetic.recipe import PARAM_NAMES
-from invfast.synthetic.manifest import (COMMAND, FORMAT, FORMAT_VERSION, GENERATED, MANIFEST, Layout, _plain_name,
-                                        check_manifest, damaged, read_manifest, sha256)
 
 __all__ = ["Written", "transforms_text", "write_dataset"]
 _OVERWRITE = "pass --overwrite (Python: overwrite=True)"
@@ -54,8 +66,10 @@ class Written:
         if self.action == "kept":
             return f"{self.path} already holds this dataset; every file verified against its {MANIFEST}"
         if self.action == "repaired":
-            return (f"{self.path}: repaired {', '.join(self.repaired)}: regenerated exactly (every file now matches "
-                    f"its {MANIFEST})")
+            return (
+                f"{self.path}: repaired {', '.join(self.repaired)}: regenerated exactly (every file now matches "
+                f"its {MANIFEST})"
+            )
         return f"{'wrote' if self.action == 'created' else 'replaced the dataset in'} {self.path}"
 
 
@@ -96,15 +110,19 @@ def _unmarked(folder: RunFolder, fp: str, extra: Mapping[str, Any]) -> bool:
     except ValueError:
         manifest = None
     if manifest is None:
-        raise FileExistsError(f"{path!r} holds {_shown(visible, path)} and is not an invfast dataset; invfast never "
-                              "deletes files it did not write: choose a new or empty folder (or move those files away)")
+        raise FileExistsError(
+            f"{path!r} holds {_shown(visible, path)} and is not an invfast dataset; invfast never "
+            "deletes files it did not write: choose a new or empty folder (or move those files away)"
+        )
     if manifest.get("fingerprint") == fp and not extra:
         with contextlib.suppress(ValueError):
             if not damaged(Path(path), check_manifest(manifest, Path(path))):
                 return True
-    raise FileExistsError(f"{path!r} holds a dataset written by an earlier invfast, without the run marker {MARKER} "
-                          "that lets invfast repair or replace the files it wrote (it can still be read with "
-                          "invfast.synthetic.storage.load); choose a new folder for this one")
+    raise FileExistsError(
+        f"{path!r} holds a dataset written by an earlier invfast, without the run marker {MARKER} "
+        "that lets invfast repair or replace the files it wrote (it can still be read with "
+        "invfast.synthetic.storage.load); choose a new folder for this one"
+    )
 
 
 def _plan(folder: RunFolder, dataset: Any, fp: str, overwrite: bool, verify: bool = True) -> _Plan:
@@ -121,15 +139,21 @@ def _plan(folder: RunFolder, dataset: Any, fp: str, overwrite: bool, verify: boo
         if manifest.get("fingerprint") != fp and not overwrite:
             cfg = manifest.get("config")
             had = transforms_text(cfg.get("transforms") if isinstance(cfg, dict) else None)
-            raise FileExistsError(f"{str(path)!r} already holds a different dataset (fingerprint "
-                                  f"{str(manifest.get('fingerprint', '?'))[:12]}…, transforms {had}); choose another "
-                                  f"folder, or {_OVERWRITE} to replace it once the new one is complete")
+            raise FileExistsError(
+                f"{str(path)!r} already holds a different dataset (fingerprint "
+                f"{str(manifest.get('fingerprint', '?'))[:12]}…, transforms {had}); choose another "
+                f"folder, or {_OVERWRITE} to replace it once the new one is complete"
+            )
         layout = check_manifest(manifest, path)
         own = hashlib.sha256(json.dumps(manifest["config"], sort_keys=True).encode()).hexdigest()
         if own != manifest["fingerprint"]:
             raise ValueError(f"its config does not match its fingerprint in {MANIFEST}")
         if (layout.n, layout.size, layout.num_classes, layout.param_names) != (
-                dataset.n, dataset.size, dataset.num_classes, tuple(PARAM_NAMES)):
+            dataset.n,
+            dataset.size,
+            dataset.num_classes,
+            tuple(PARAM_NAMES),
+        ):
             raise ValueError(f"its sizes in {MANIFEST} do not match its config")
         if [f for f, _, _, _ in layout.shards] != [f"images_{i:05d}.npy" for i in range(len(layout.shards))]:
             raise ValueError(f"its shard names in {MANIFEST} are not the generator's")
@@ -139,8 +163,10 @@ def _plan(folder: RunFolder, dataset: Any, fp: str, overwrite: bool, verify: boo
         if overwrite:
             return _Plan("new", replacing=True)
         reason = " ".join(str(e).split()).replace(str(path / MANIFEST), MANIFEST)
-        raise ValueError(f"{str(path)!r} holds an `invfast generate` run whose {MANIFEST} is missing or damaged "
-                         f"({reason[:300]}); {_OVERWRITE} to regenerate the dataset") from None
+        raise ValueError(
+            f"{str(path)!r} holds an `invfast generate` run whose {MANIFEST} is missing or damaged "
+            f"({reason[:300]}); {_OVERWRITE} to regenerate the dataset"
+        ) from None
     if manifest["fingerprint"] != fp:
         return _Plan("new", replacing=True)
     bad = damaged(path, layout, where=folder.inside) if verify else []
@@ -154,12 +180,22 @@ def _check_space(path: str, need: int) -> None:
         where = os.path.dirname(where)
     free = shutil.disk_usage(where).free
     if need > free:
-        raise ValueError(f"the dataset needs {need / 1e9:.3g} GB but {where!r} has {free / 1e9:.3g} GB free; choose a "
-                         "smaller --n or --size (Python: n, size), or another --out folder")
+        raise ValueError(
+            f"the dataset needs {need / 1e9:.3g} GB but {where!r} has {free / 1e9:.3g} GB free; choose a "
+            "smaller --n or --size (Python: n, size), or another --out folder"
+        )
 
 
-def _render(dataset: Any, stage: Path, shards: tuple[tuple[str, int, int], ...], images: set[str], tables: bool,
-            batch_size: int, progress: bool, desc: str) -> None:
+def _render(
+    dataset: Any,
+    stage: Path,
+    shards: tuple[tuple[str, int, int], ...],
+    images: set[str],
+    tables: bool,
+    batch_size: int,
+    progress: bool,
+    desc: str,
+) -> None:
     """Generate the shards named in ``images`` (``(file, start, n)`` of ``shards``) into ``stage``, and with
     ``tables`` ``labels.npy`` [n] and ``params.npy`` [n, P] over every shard (each file fsynced)."""
     n, S = dataset.n, dataset.size
@@ -178,7 +214,7 @@ def _render(dataset: Any, stage: Path, shards: tuple[tuple[str, int, int], ...],
             b1 = min(s0 + k, b0 + batch_size)
             im, lab, par = dataset.generate(range(b0, b1))
             if arr is not None:
-                arr[b0 - s0:b1 - s0] = im.numpy()
+                arr[b0 - s0 : b1 - s0] = im.numpy()
             if labels is not None and params is not None:
                 labels[b0:b1] = lab.numpy()
                 for j, key in enumerate(PARAM_NAMES):
@@ -210,9 +246,17 @@ def _manifest(dataset: Any, fp: str, stage: Path, shards: tuple[tuple[str, int, 
     from invfast import __version__, backend
 
     manifest = {
-        "format": FORMAT, "format_version": FORMAT_VERSION, "invfast_version": __version__, "fingerprint": fp,
-        "config": dataset.config(), "seed": dataset.seed, "n": dataset.n, "size": dataset.size,
-        "num_classes": dataset.num_classes, "classes": dataset.classes, "param_names": list(PARAM_NAMES),
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "invfast_version": __version__,
+        "fingerprint": fp,
+        "config": dataset.config(),
+        "seed": dataset.seed,
+        "n": dataset.n,
+        "size": dataset.size,
+        "num_classes": dataset.num_classes,
+        "classes": dataset.classes,
+        "param_names": list(PARAM_NAMES),
         "backend": backend.mode(),
         "shards": [{"file": f, "start": s0, "n": k, "sha256": sha256(stage / f)} for f, s0, k in shards],
         "files": {f: sha256(stage / f) for f in ("labels.npy", "params.npy")},
@@ -226,13 +270,22 @@ def _refuse_clashes(folder: RunFolder, names: list[str]) -> None:
     for name in names:
         p = folder.inside(name)
         if os.path.lexists(p) and name not in owned:
-            raise FileExistsError(f"{p!r} exists and is not a file invfast wrote (its {MARKER} does not list it); "
-                                  "invfast never replaces the user's files: move it away or choose another --out")
+            raise FileExistsError(
+                f"{p!r} exists and is not a file invfast wrote (its {MARKER} does not list it); "
+                "invfast never replaces the user's files: move it away or choose another --out"
+            )
 
 
-def write_dataset(dataset: Any, path: str | os.PathLike, *, batch_size: int = 2048, shard_size: int = 10_000,
-                  overwrite: bool = False, progress: bool = True,
-                  extra: Mapping[str, Callable[[str], None]] | None = None) -> Written:
+def write_dataset(
+    dataset: Any,
+    path: str | os.PathLike,
+    *,
+    batch_size: int = 2048,
+    shard_size: int = 10_000,
+    overwrite: bool = False,
+    progress: bool = True,
+    extra: Mapping[str, Callable[[str], None]] | None = None,
+) -> Written:
     """Write every sample of ``dataset`` (a Transforms2D) to folder ``path`` (see the module docstring).
 
     ``shard_size`` images per ``images_NNNNN.npy`` file, generated ``batch_size`` at a time. A folder
@@ -249,8 +302,10 @@ def write_dataset(dataset: Any, path: str | os.PathLike, *, batch_size: int = 20
     for name in extra:
         _plain_name(name, "extra file", Path(path))
         if not name.endswith(".png") or not GENERATED.match(name) or name.startswith(("images_", "manifest")):
-            raise ValueError(f"a file written with the dataset must be named like preview.png (a .png, not a dataset "
-                             f"file name, not hidden), got {name!r}")
+            raise ValueError(
+                f"a file written with the dataset must be named like preview.png (a .png, not a dataset "
+                f"file name, not hidden), got {name!r}"
+            )
     folder = RunFolder(path, COMMAND, overwrite=True)
     fp = dataset.fingerprint()
     if _unmarked(folder, fp, extra):
@@ -258,8 +313,9 @@ def write_dataset(dataset: Any, path: str | os.PathLike, *, batch_size: int = 20
     folder.check()
     plan = _plan(folder, dataset, fp, overwrite, verify=False)  # refusals before any work
     n, S = dataset.n, dataset.size
-    shards = tuple((f"images_{i:05d}.npy", s0, min(n, s0 + shard_size) - s0)
-                   for i, s0 in enumerate(range(0, n, shard_size)))
+    shards = tuple(
+        (f"images_{i:05d}.npy", s0, min(n, s0 + shard_size) - s0) for i, s0 in enumerate(range(0, n, shard_size))
+    )
     _check_space(folder.path, n * (3 * S * S + 8 * (1 + len(PARAM_NAMES))) if plan.kind == "new" else 0)
     with folder.lock():
         plan = _plan(folder, dataset, fp, overwrite)  # again under the lock: another run may have written meanwhile
@@ -286,8 +342,16 @@ def write_dataset(dataset: Any, path: str | os.PathLike, *, batch_size: int = 20
                     names = [f for f, _, _ in shards] + ["labels.npy", "params.npy", MANIFEST] + list(extra)
                     _refuse_clashes(folder, names)
             if plan.kind == "new":
-                _render(dataset, stage, shards, {f for f, _, _ in shards}, True, batch_size, progress,
-                        f"generate {Path(path).name}")
+                _render(
+                    dataset,
+                    stage,
+                    shards,
+                    {f for f, _, _ in shards},
+                    True,
+                    batch_size,
+                    progress,
+                    f"generate {Path(path).name}",
+                )
                 _manifest(dataset, fp, stage, shards)
             for name, write in extra.items():
                 write(str(stage / name))
@@ -319,10 +383,12 @@ def _repair(dataset: Any, stage: Path, plan: _Plan, batch_size: int, progress: b
     recorded = dict(plan.layout.files)
     for name in sorted(bad):
         if sha256(stage / name) != recorded[name]:
-            raise _NotExact(f"{str(path / name)!r} is damaged and cannot be repaired exactly: regenerated, its bytes "
-                            f"do not match the checksum in {MANIFEST} (the manifest was edited, or this invfast "
-                            f"renders differently from the one that wrote it); {_OVERWRITE} to regenerate the whole "
-                            "dataset")
+            raise _NotExact(
+                f"{str(path / name)!r} is damaged and cannot be repaired exactly: regenerated, its bytes "
+                f"do not match the checksum in {MANIFEST} (the manifest was edited, or this invfast "
+                f"renders differently from the one that wrote it); {_OVERWRITE} to regenerate the whole "
+                "dataset"
+            )
     for f in os.listdir(stage):
         if f not in bad:
             os.remove(stage / f)  # regenerated only to rebuild a table: intact on disk already

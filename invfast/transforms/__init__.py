@@ -9,12 +9,10 @@ amortised 5-way switches), the paper's preprocessing, a contact sheet, and optio
 ...            apply=lambda x, g: x.unsqueeze(1) ** g.view(1, -1, 1, 1, 1))
 >>> v1, v2 = T.policy("default", size=224)(x, generator=torch.Generator().manual_seed(0))
 """
+
 from __future__ import annotations
 
-
-from invfast.transforms.registry import (APPEARANCE, FAMILIES, SPATIAL, TEST_TRANSFORMS, TestTransform, get, names,
-                                         register, unregister)
-from invfast.transforms.preprocess import center_crop, preprocess, resize
+from invfast.transforms.contact_sheet import contact_sheet
 from invfast.transforms.policies import (
     AUGMENTATIONS,
     POLICIES,
@@ -24,12 +22,40 @@ from invfast.transforms.policies import (
     policy,
     policy_from_descriptor,
 )
-from invfast.transforms.contact_sheet import contact_sheet
+from invfast.transforms.preprocess import center_crop, preprocess, resize
+from invfast.transforms.registry import (
+    APPEARANCE,
+    FAMILIES,
+    SPATIAL,
+    TEST_TRANSFORMS,
+    TestTransform,
+    get,
+    names,
+    register,
+    unregister,
+)
 
 __all__ = [
-    "APPEARANCE", "AUGMENTATIONS", "FAMILIES", "POLICIES", "Policy", "PolicyConfig", "SPATIAL", "TEST_TRANSFORMS",
-    "TestTransform", "VALID_DESCRIPTORS", "center_crop", "contact_sheet", "get", "names", "policy",
-    "policy_from_descriptor", "preprocess", "register", "resize", "unregister",
+    "APPEARANCE",
+    "AUGMENTATIONS",
+    "FAMILIES",
+    "POLICIES",
+    "Policy",
+    "PolicyConfig",
+    "SPATIAL",
+    "TEST_TRANSFORMS",
+    "TestTransform",
+    "VALID_DESCRIPTORS",
+    "center_crop",
+    "contact_sheet",
+    "get",
+    "names",
+    "policy",
+    "policy_from_descriptor",
+    "preprocess",
+    "register",
+    "resize",
+    "unregister",
 ]
 
 from invfast.transforms.registry import old_name as __getattr__  # noqa: E402, F401  (old names warn once)

@@ -1,7 +1,9 @@
 """Input checks for the transforms: clear ValueErrors that name the argument and the fix."""
+
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -18,15 +20,19 @@ def as_images(images: Any, name: str = "images", allow_empty: bool = False) -> t
     if not isinstance(images, torch.Tensor):
         raise ValueError(f"{name} must be a torch.Tensor [B, 3, H, W], got {type(images).__name__}")
     if images.dtype != torch.uint8 and images.dtype not in _FLOATS:
-        raise ValueError(f"{name} must be uint8 (0..255) or floating (0..1), got {images.dtype}; "
-                         f"convert with {name}.to(torch.uint8) or {name}.float() / 255")
+        raise ValueError(
+            f"{name} must be uint8 (0..255) or floating (0..1), got {images.dtype}; "
+            f"convert with {name}.to(torch.uint8) or {name}.float() / 255"
+        )
     if images.dim() != 4:
         hint = f" (add the batch dimension with {name}.unsqueeze(0))" if images.dim() == 3 else ""
         raise ValueError(f"{name} must have 4 dimensions [B, C, H, W], got shape {tuple(images.shape)}{hint}")
     if images.shape[1] != 3:
         hint = " (channels-last? use images.permute(0, 3, 1, 2))" if images.shape[-1] == 3 else ""
-        raise ValueError(f"{name} must be RGB with 3 channels in dim 1, got {images.shape[1]} channels{hint}; "
-                         "convert grayscale with images.expand(-1, 3, -1, -1) and drop alpha with images[:, :3]")
+        raise ValueError(
+            f"{name} must be RGB with 3 channels in dim 1, got {images.shape[1]} channels{hint}; "
+            "convert grayscale with images.expand(-1, 3, -1, -1) and drop alpha with images[:, :3]"
+        )
     if images.shape[0] == 0 and not allow_empty:
         raise ValueError(f"{name} is an empty batch (B = 0); pass at least one image")
     if images.shape[2] < 2 or images.shape[3] < 2:
@@ -39,8 +45,9 @@ def as_images(images: Any, name: str = "images", allow_empty: bool = False) -> t
         else:
             lo, hi = float(images.min()), float(images.max())
             if lo < -1e-3 or hi > 1.0 + 1e-3:
-                raise ValueError(f"{fix}, got values in [{lo:.3g}, {hi:.3g}]; for 0..255 data pass uint8 or divide "
-                                 "by 255")
+                raise ValueError(
+                    f"{fix}, got values in [{lo:.3g}, {hi:.3g}]; for 0..255 data pass uint8 or divide by 255"
+                )
     return images
 
 

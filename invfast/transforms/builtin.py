@@ -27,10 +27,12 @@ posterize  [P]         bits kept, integer 1..8 (8 = identity)
 
 Geometric transforms fill uncovered pixels with ``fill`` (default 0 = black).
 """
+
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -42,8 +44,18 @@ from invfast.transforms._checks import require
 from invfast.transforms.transform import TestTransform, _no_check
 
 SPATIAL: tuple[str, ...] = ("crop", "hflip", "vflip", "scale", "shear", "rotation", "translation", "deform")
-APPEARANCE: tuple[str, ...] = ("grayscale", "brightness", "contrast", "saturation", "hue", "blur", "sharpness",
-                               "equalize", "posterize", "invert")
+APPEARANCE: tuple[str, ...] = (
+    "grayscale",
+    "brightness",
+    "contrast",
+    "saturation",
+    "hue",
+    "blur",
+    "sharpness",
+    "equalize",
+    "posterize",
+    "invert",
+)
 #: the names of the 18 test transforms of Ericsson et al. (2021, App. B), spatial then appearance
 TEST_TRANSFORMS: tuple[str, ...] = SPATIAL + APPEARANCE
 
@@ -61,7 +73,6 @@ def _lin(lo: float, hi: float, k: int) -> torch.Tensor:
 
 def _side(k: int, dims: int) -> int:
     return max(1, int(round(k ** (1.0 / dims))))
-
 
 
 def apply_builtin(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
@@ -83,8 +94,8 @@ def apply_builtin(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
     ctx = _prepare(t, x)
     step = max(1, _CHUNK_ELEMENTS // max(1, B * C * H * W))
     for s in range(0, P, step):
-        y = _float_op(t, x, p[s:s + step], ctx, fill, images.dtype == torch.uint8)
-        out[:, s:s + step] = Fn.from_float(y, images.dtype)
+        y = _float_op(t, x, p[s : s + step], ctx, fill, images.dtype == torch.uint8)
+        out[:, s : s + step] = Fn.from_float(y, images.dtype)
     return out
 
 
@@ -172,8 +183,7 @@ def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
         fillv = torch.full((C,), float(fill), dtype=torch.float64, device=_CPU)
     else:
         fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
-        require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)",
-                lambda: f", got {fillv.tolist()}")
+        require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)", lambda: f", got {fillv.tolist()}")
     matrix = _affine_matrix(t, p, H, W).to(images.device)
     if images.dtype == torch.uint8:
         return transforms_u8.warp(images, matrix, fillv * 255.0)
@@ -185,7 +195,7 @@ def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fil
     B, C, H, W = x.shape
     n = p.shape[0]
     xb = x.unsqueeze(1)  # [B, 1, C, H, W]
-    col = p.view(1, n, 1, 1, 1) if p.dim() == 1 else None
+    col = p.view(1, n, 1, 1, 1) if p.dim() == 1 else p  # one value per view for the point-wise transforms
     name = t.name
     if name == "deform":
         disp = Fn.elastic_displacement(p, (H, W), t.alpha * min(H, W), t.seed)
@@ -249,17 +259,23 @@ def _range_check(name: str, lo: float | None, hi: float | None, what: str, stric
     def check(p: torch.Tensor) -> None:
         if lo is not None:
             ok = (p > lo) if strict_lo else (p >= lo)
-            require(ok, f"{name}: {what} must be {'>' if strict_lo else '>='} {lo}",
-                    lambda: f", got {float(p[~ok][0]):g}")
+            require(
+                ok, f"{name}: {what} must be {'>' if strict_lo else '>='} {lo}", lambda: f", got {float(p[~ok][0]):g}"
+            )
         if hi is not None:
             require(p <= hi, f"{name}: {what} must be <= {hi}", lambda: f", got {float(p[p > hi][0]):g}")
+
     return check
 
 
 def _binary_check(name: str):
     def check(p: torch.Tensor) -> None:
-        require((p == 0) | (p == 1), f"{name}: params must be 0 (identity) or 1 (transformed)",
-                lambda: f", got {p.unique().tolist()}")
+        require(
+            (p == 0) | (p == 1),
+            f"{name}: params must be 0 (identity) or 1 (transformed)",
+            lambda: f", got {p.unique().tolist()}",
+        )
+
     return check
 
 
@@ -271,9 +287,11 @@ def _posterize_check(p: torch.Tensor) -> None:
 def _crop_check(p: torch.Tensor) -> None:
     top, left, h, w = p.unbind(1)
     require((h > 0) & (w > 0), "crop: height and width fractions must be > 0")
-    require((top >= 0) & (left >= 0) & (top + h <= 1 + 1e-6) & (left + w <= 1 + 1e-6),
-            "crop: the box (top, left, height, width) must lie inside the image: "
-            "top, left >= 0 and top + height, left + width <= 1")
+    require(
+        (top >= 0) & (left >= 0) & (top + h <= 1 + 1e-6) & (left + w <= 1 + 1e-6),
+        "crop: the box (top, left, height, width) must lie inside the image: "
+        "top, left >= 0 and top + height, left + width <= 1",
+    )
 
 
 def _shear_check(p: torch.Tensor) -> None:
@@ -287,36 +305,69 @@ def _close(p: torch.Tensor, v: float) -> torch.Tensor:
 
 def build_builtins() -> dict[str, TestTransform]:
     """The 18 built-in transforms by name, in :data:`TEST_TRANSFORMS` order."""
-    lin = lambda lo, hi: (lambda k: _lin(lo, hi, k))  # noqa: E731
+    lin = lambda lo, hi: lambda k: _lin(lo, hi, k)  # noqa: E731
     ones = lambda p: _close(p, 1.0)  # noqa: E731
     on = lambda p: p < 0.5  # noqa: E731  (binary: 0 = identity)
     specs: list[tuple[str, int, Callable, Callable, Callable]] = [
-        ("crop", 4, _crop_grid,
-         lambda p: _close(p[:, 0], 0) & _close(p[:, 1], 0) & _close(p[:, 2], 1) & _close(p[:, 3], 1), _crop_check),
+        (
+            "crop",
+            4,
+            _crop_grid,
+            lambda p: _close(p[:, 0], 0) & _close(p[:, 1], 0) & _close(p[:, 2], 1) & _close(p[:, 3], 1),
+            _crop_check,
+        ),
         ("hflip", 1, _binary_grid, on, _binary_check("hflip")),
         ("vflip", 1, _binary_grid, on, _binary_check("vflip")),
         ("scale", 1, lin(0.25, 2.0), ones, _range_check("scale", 0.0, None, "the factor", strict_lo=True)),
         ("shear", 2, _shear_grid, lambda p: (torch.remainder(p, 180.0) == 0).all(dim=1), _shear_check),
-        ("rotation", 1, _rotation_grid, lambda p: _close(torch.remainder(p, 360.0), 0) | _close(torch.remainder(p, 360.0), 360),
-         _no_check),
+        (
+            "rotation",
+            1,
+            _rotation_grid,
+            lambda p: _close(torch.remainder(p, 360.0), 0) | _close(torch.remainder(p, 360.0), 360),
+            _no_check,
+        ),
         ("translation", 2, _translation_grid, lambda p: (p == 0).all(dim=1), _no_check),
-        ("deform", 1, lin(10.0, 50.0), lambda p: torch.zeros_like(p, dtype=torch.bool),
-         _range_check("deform", 0.0, None, "sigma", strict_lo=True)),
+        (
+            "deform",
+            1,
+            lin(10.0, 50.0),
+            lambda p: torch.zeros_like(p, dtype=torch.bool),
+            _range_check("deform", 0.0, None, "sigma", strict_lo=True),
+        ),
         ("grayscale", 1, _binary_grid, on, _binary_check("grayscale")),
         ("brightness", 1, lin(0.25, 5.0), ones, _range_check("brightness", 0.0, None, "the factor")),
         ("contrast", 1, lin(0.25, 5.0), ones, _range_check("contrast", 0.0, None, "the factor")),
         ("saturation", 1, lin(0.25, 5.0), ones, _range_check("saturation", 0.0, None, "the factor")),
         ("hue", 1, lin(-0.5, 0.5), lambda p: p == 0, _range_check("hue", -0.5, 0.5, "the shift")),
-        ("blur", 1, lin(1e-5, 20.0), lambda p: (3.0 * p.double() + 0.5).floor() == 0,
-         _range_check("blur", 0.0, None, "sigma")),
+        (
+            "blur",
+            1,
+            lin(1e-5, 20.0),
+            lambda p: (3.0 * p.double() + 0.5).floor() == 0,
+            _range_check("blur", 0.0, None, "sigma"),
+        ),
         ("sharpness", 1, lin(1.0, 30.0), ones, _range_check("sharpness", 0.0, None, "the factor")),
         ("equalize", 1, _binary_grid, on, _binary_check("equalize")),
-        ("posterize", 1, lambda k: torch.arange(1, 9, dtype=torch.float32, device=_CPU), lambda p: p == 8, _posterize_check),
+        (
+            "posterize",
+            1,
+            lambda k: torch.arange(1, 9, dtype=torch.float32, device=_CPU),
+            lambda p: p == 8,
+            _posterize_check,
+        ),
         ("invert", 1, _binary_grid, on, _binary_check("invert")),
     ]
     out = {}
     for name, dim, grid, ident, check in specs:
-        out[name] = TestTransform(name=name, family="spatial" if name in SPATIAL else "appearance", param_dim=dim,
-                                  _grid=grid, _identity=ident, _check=check, _impl=apply_builtin)
+        out[name] = TestTransform(
+            name=name,
+            family="spatial" if name in SPATIAL else "appearance",
+            param_dim=dim,
+            _grid=grid,
+            _identity=ident,
+            _check=check,
+            _impl=apply_builtin,
+        )
     assert tuple(out) == TEST_TRANSFORMS
     return out

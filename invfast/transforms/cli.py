@@ -1,7 +1,8 @@
 """``invfast transforms``: list the test transforms and render a contact sheet.
 
-    invfast transforms --preview out.png [--image astronaut] [--k 8] [--tile 96] [--names rotation hflip]
+invfast transforms --preview out.png [--image astronaut] [--k 8] [--tile 96] [--names rotation hflip]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,10 +17,18 @@ _SKIMAGE = ("astronaut", "chelsea", "coffee", "rocket")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preview", metavar="OUT.png", help="write a contact sheet of the transforms to this PNG")
-    parser.add_argument("--image", default="astronaut",
-                        help=f"an image file, or a scikit-image sample ({', '.join(_SKIMAGE)}); default astronaut")
-    parser.add_argument("--names", nargs="+", default=None, metavar="NAME",
-                        help=f"transforms to show (default: all 18): {' '.join(TEST_TRANSFORMS)}")
+    parser.add_argument(
+        "--image",
+        default="astronaut",
+        help=f"an image file, or a scikit-image sample ({', '.join(_SKIMAGE)}); default astronaut",
+    )
+    parser.add_argument(
+        "--names",
+        nargs="+",
+        default=None,
+        metavar="NAME",
+        help=f"transforms to show (default: all 18): {' '.join(TEST_TRANSFORMS)}",
+    )
     parser.add_argument("--k", type=int, default=8, help="grid points per transform (columns)")
     parser.add_argument("--tile", type=int, default=96, help="thumbnail side in pixels")
 
@@ -35,14 +44,17 @@ def _load(image: str) -> torch.Tensor:
         from PIL import Image, UnidentifiedImageError
 
         if not os.path.isfile(image):
-            raise FileNotFoundError(f"--image {image!r}: no such file; give an image file or one of "
-                                    f"{', '.join(_SKIMAGE)}")
+            raise FileNotFoundError(
+                f"--image {image!r}: no such file; give an image file or one of {', '.join(_SKIMAGE)}"
+            )
         try:
             with Image.open(image) as im:
                 arr = np.asarray(im.convert("RGB"))
         except (UnidentifiedImageError, OSError, SyntaxError) as e:
-            raise ValueError(f"--image {image!r} cannot be read as an image ({e}); give a PNG/JPEG file or one of "
-                             f"{', '.join(_SKIMAGE)}") from e
+            raise ValueError(
+                f"--image {image!r} cannot be read as an image ({e}); give a PNG/JPEG file or one of "
+                f"{', '.join(_SKIMAGE)}"
+            ) from e
     return torch.from_numpy(np.ascontiguousarray(arr[..., :3])).permute(2, 0, 1).unsqueeze(0)
 
 
@@ -61,5 +73,7 @@ def run(args: argparse.Namespace) -> int:
     from invfast.transforms.contact_sheet import save_contact_sheet
 
     sheet = save_contact_sheet(args.preview, _load(args.image), args.names, k=args.k, tile=args.tile)
-    print(f"wrote {args.preview} ({sheet.shape[1]}x{sheet.shape[0]} px, {len(args.names or TEST_TRANSFORMS)} transforms)")
+    print(
+        f"wrote {args.preview} ({sheet.shape[1]}x{sheet.shape[0]} px, {len(args.names or TEST_TRANSFORMS)} transforms)"
+    )
     return 0

@@ -1,8 +1,9 @@
 """A contact sheet: every test transform applied across its grid to one image, one row per transform,
 labelled with the parameter values, so a person can check that e.g. "rotation 90" rotates by 90 degrees."""
+
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -25,8 +26,9 @@ def _label(p: torch.Tensor) -> str:
     return ",".join(f"{v:.2g}" if len(vals) > 2 else f"{v:.3g}" for v in vals)
 
 
-def contact_sheet(image: torch.Tensor, names: Sequence[str] | None = None, k: int = 8, tile: int = 96,
-                  label: bool = True) -> np.ndarray:
+def contact_sheet(
+    image: torch.Tensor, names: Sequence[str] | None = None, k: int = 8, tile: int = 96, label: bool = True
+) -> np.ndarray:
     """Render ``names`` (default: all 18) across ``k`` evenly spaced points of their default grids.
 
     Scalar transforms show their k-point grid (rotation, k = 8: 0, 45, 90, ..., 315 degrees); vector
@@ -71,7 +73,7 @@ def contact_sheet(image: torch.Tensor, names: Sequence[str] | None = None, k: in
         for c in range(views.shape[0]):
             y0 = r * cell_h
             x0 = name_w + c * (tile + 2)
-            sheet[y0:y0 + tile, x0:x0 + tile] = views[c].permute(1, 2, 0).numpy()
+            sheet[y0 : y0 + tile, x0 : x0 + tile] = views[c].permute(1, 2, 0).numpy()
             labels.append((x0, y0 + tile, _label(params[c])))
         labels.append((2, r * cell_h + tile // 2 - 6, name))
     if label:
@@ -85,8 +87,9 @@ def contact_sheet(image: torch.Tensor, names: Sequence[str] | None = None, k: in
     return sheet
 
 
-def save_contact_sheet(path: str, image: torch.Tensor, names: Sequence[str] | None = None, k: int = 8,
-                       tile: int = 96) -> np.ndarray:
+def save_contact_sheet(
+    path: str, image: torch.Tensor, names: Sequence[str] | None = None, k: int = 8, tile: int = 96
+) -> np.ndarray:
     """Render :func:`contact_sheet` and write it as a PNG to ``path``."""
     from PIL import Image
 

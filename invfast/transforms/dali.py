@@ -27,10 +27,12 @@ the same matrices as the torch path, or ``fn.flip``), brightness, grayscale, blu
 (deform, contrast, saturation, hue, sharpness, equalize, posterize) have no DALI operator with the
 torchvision semantics and are routed to the torch implementation by :func:`apply_test_transform`.
 """
+
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -43,11 +45,24 @@ from invfast.transforms.registry import get
 try:
     from nvidia.dali import fn, pipeline_def, types
 except ImportError as exc:  # pragma: no cover - exercised only without DALI
-    raise ImportError("invfast.transforms.dali needs NVIDIA DALI: pip install nvidia-dali-cuda130 "
-                      "(or pip install invfast[dali]); the torch backend works without it") from exc
+    raise ImportError(
+        "invfast.transforms.dali needs NVIDIA DALI: pip install nvidia-dali-cuda130 "
+        "(or pip install invfast[dali]); the torch backend works without it"
+    ) from exc
 
-DALI_TRANSFORMS = ("crop", "hflip", "vflip", "scale", "shear", "rotation", "translation", "brightness", "grayscale",
-                   "blur", "invert")
+DALI_TRANSFORMS = (
+    "crop",
+    "hflip",
+    "vflip",
+    "scale",
+    "shear",
+    "rotation",
+    "translation",
+    "brightness",
+    "grayscale",
+    "blur",
+    "invert",
+)
 
 
 def _to_hwc_list(images: torch.Tensor) -> list[np.ndarray]:
@@ -69,9 +84,15 @@ def _policy_view(images: Any, c: PolicyConfig, gpu: bool) -> Any:
     """One augmented view of the DALI node ``images`` (uint8 HWC) -> float CHW normalised."""
     S = c.size
     if c.crop:
-        x = fn.random_resized_crop(images, size=(S, S), random_area=list(c.crop_scale),
-                                   random_aspect_ratio=list(c.crop_ratio), num_attempts=10,
-                                   interp_type=types.INTERP_LINEAR, antialias=False)
+        x = fn.random_resized_crop(
+            images,
+            size=(S, S),
+            random_area=list(c.crop_scale),
+            random_aspect_ratio=list(c.crop_ratio),
+            num_attempts=10,
+            interp_type=types.INTERP_LINEAR,
+            antialias=False,
+        )
     else:
         x = fn.resize(images, resize_shorter=max(S, int(round(S * c.resize_ratio))), interp_type=types.INTERP_LINEAR)
         x = fn.crop(x, crop=(S, S))
@@ -139,8 +160,15 @@ class DaliPolicy:
     pipeline, so the same generator state gives the same views (at the cost of a pipeline build).
     """
 
-    def __init__(self, config: PolicyConfig, name: str = "custom", batch_size: int | None = None,
-                 num_threads: int = 2, device_id: int | None = None, seed: int = 0) -> None:
+    def __init__(
+        self,
+        config: PolicyConfig,
+        name: str = "custom",
+        batch_size: int | None = None,
+        num_threads: int = 2,
+        device_id: int | None = None,
+        seed: int = 0,
+    ) -> None:
         self.config = config
         self.name = name
         self.batch_size = batch_size
@@ -159,8 +187,13 @@ class DaliPolicy:
         config = self.config
 
         # one iteration in flight: the views run() returns are those of the batch fed just before it
-        @pipeline_def(batch_size=batch_size, num_threads=self.num_threads, device_id=self.device_id, seed=seed,
-                      prefetch_queue_depth=1)
+        @pipeline_def(
+            batch_size=batch_size,
+            num_threads=self.num_threads,
+            device_id=self.device_id,
+            seed=seed,
+            prefetch_queue_depth=1,
+        )
         def views() -> Any:
             images = fn.external_source(source=source, batch=True, layout="HWC")
             if gpu:
@@ -171,8 +204,9 @@ class DaliPolicy:
         pipe.build()
         return pipe
 
-    def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, images: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         batch = _to_hwc_list(images)
         n = len(batch)
         if generator is not None:
@@ -188,8 +222,10 @@ class DaliPolicy:
         before = feed.calls
         v1, v2 = pipe.run()
         if feed.calls != before + 1:  # the views would belong to another call's images
-            raise RuntimeError(f"DALI ran {feed.calls - before} iterations for one call (expected 1); "
-                               "the policy pipeline must be built with prefetch_queue_depth=1")
+            raise RuntimeError(
+                f"DALI ran {feed.calls - before} iterations for one call (expected 1); "
+                "the policy pipeline must be built with prefetch_queue_depth=1"
+            )
         if self.device_id is not None:
             v1, v2 = v1.as_cpu(), v2.as_cpu()
         return _tensor(v1), _tensor(v2)
@@ -218,8 +254,16 @@ class DaliLoader:
             yield _tensor(v1), _tensor(v2), _tensor(labels).reshape(-1).to(torch.int64)
 
     @classmethod
-    def from_arrays(cls, images: torch.Tensor, policy: Any, batch_size: int, labels: Any = None, seed: int = 0,
-                    num_threads: int = 2, device_id: int | None = None) -> "DaliLoader":
+    def from_arrays(
+        cls,
+        images: torch.Tensor,
+        policy: Any,
+        batch_size: int,
+        labels: Any = None,
+        seed: int = 0,
+        num_threads: int = 2,
+        device_id: int | None = None,
+    ) -> DaliLoader:
         """Iterate over in-memory images [N, 3, H, W] (uint8 or float in [0, 1]) in order."""
         arrays = _to_hwc_list(images)
         lab = np.zeros(len(arrays), np.int64) if labels is None else np.asarray(labels, np.int64)
@@ -231,7 +275,7 @@ class DaliLoader:
 
         def source(info: Any) -> tuple[np.ndarray, np.ndarray]:
             i = info.idx_in_epoch % (steps * batch_size)
-            return arrays[i], lab[i:i + 1]
+            return arrays[i], lab[i : i + 1]
 
         config = _config(policy)
 
@@ -240,15 +284,27 @@ class DaliLoader:
             imgs, labels_ = fn.external_source(source=source, num_outputs=2, batch=False, layout=["HWC", ""])
             if device_id is not None:
                 imgs = imgs.gpu()
-            return _policy_view(imgs, config, device_id is not None), _policy_view(imgs, config, device_id is not None), labels_
+            return (
+                _policy_view(imgs, config, device_id is not None),
+                _policy_view(imgs, config, device_id is not None),
+                labels_,
+            )
 
         p = pipe()
         p.build()
         return cls(p, steps)
 
     @classmethod
-    def from_folder(cls, root: str | os.PathLike, policy: Any, batch_size: int, seed: int = 0, shuffle: bool = True,
-                    num_threads: int = 2, device_id: int | None = None) -> "DaliLoader":
+    def from_folder(
+        cls,
+        root: str | os.PathLike,
+        policy: Any,
+        batch_size: int,
+        seed: int = 0,
+        shuffle: bool = True,
+        num_threads: int = 2,
+        device_id: int | None = None,
+    ) -> DaliLoader:
         """Iterate over an image folder ``root/<class>/<image>`` (``fn.readers.file``), decoded on the CPU
         (``device_id=None``) or with ``mixed`` decoding on the GPU."""
         root = os.fspath(root)
@@ -263,7 +319,11 @@ class DaliLoader:
         def pipe() -> Any:
             jpegs, labels_ = fn.readers.file(file_root=root, random_shuffle=shuffle, name="Reader")
             imgs = fn.decoders.image(jpegs, device="cpu" if device_id is None else "mixed", output_type=types.RGB)
-            return _policy_view(imgs, config, device_id is not None), _policy_view(imgs, config, device_id is not None), labels_
+            return (
+                _policy_view(imgs, config, device_id is not None),
+                _policy_view(imgs, config, device_id is not None),
+                labels_,
+            )
 
         p = pipe()
         p.build()
@@ -294,8 +354,9 @@ def _corner_matrix(name: str, p: torch.Tensor, H: int, W: int) -> np.ndarray:
     return torch.cat([A, t.unsqueeze(-1)], dim=-1).to(torch.float32).numpy()
 
 
-def apply_test_transform(name: str, images: torch.Tensor, params: Any, num_threads: int = 2,
-                         device_id: int | None = None) -> torch.Tensor:
+def apply_test_transform(
+    name: str, images: torch.Tensor, params: Any, num_threads: int = 2, device_id: int | None = None
+) -> torch.Tensor:
     """``get(name).apply(images, params)`` through DALI where DALI has the operator (``DALI_TRANSFORMS``),
     through torch otherwise. uint8 images [B, 3, H, W] -> [B, P, 3, H, W] uint8."""
     t = get(name)

@@ -39,6 +39,7 @@ Every other name is the registry's transform. Randomness of ``deform`` comes fro
 device, so a seed gives the same views on every device; the original draws fresh numbers for every
 image and call, here every grid point has its own draw shared by all images.
 """
+
 from __future__ import annotations
 
 import math
@@ -88,8 +89,8 @@ __all__ = [
     "translation_grid",
 ]
 
-SHEAR_DEG = 1.0       #: x-shear passed with every scale and translation view
-BLUR_TAPS = 23        #: fixed Gaussian kernel length of the blur transform
+SHEAR_DEG = 1.0  #: x-shear passed with every scale and translation view
+BLUR_TAPS = 23  #: fixed Gaussian kernel length of the blur transform
 POSTERIZE_BITS = tuple(range(1, 8))  #: the published posterize grid (``torch.arange(1, 8)``)
 ERICSSON_CHANGED = ("crop", "scale", "shear", "rotation", "translation", "deform", "blur", "posterize")
 _AFFINE = ("scale", "shear", "rotation", "translation")
@@ -159,8 +160,15 @@ def deform_grid(k: int) -> torch.Tensor:
     return torch.stack([tiled, torch.arange(k, dtype=torch.float64, device="cpu")], 1).to(torch.float32)
 
 
-_GRIDS = {"translation": translation_grid, "scale": scale_grid, "shear": shear_grid, "rotation": rotation_grid,
-          "crop": crop_grid, "posterize": posterize_grid, "deform": deform_grid}
+_GRIDS = {
+    "translation": translation_grid,
+    "scale": scale_grid,
+    "shear": shear_grid,
+    "rotation": rotation_grid,
+    "crop": crop_grid,
+    "posterize": posterize_grid,
+    "deform": deform_grid,
+}
 
 
 # ---------------------------------------------------------------------------------------------- affine (nearest)
@@ -219,8 +227,9 @@ def crop_boxes(p: torch.Tensor) -> torch.Tensor:
     return torch.round(torch.stack([left, top, left + w, top + h], 1)).to(torch.int64)
 
 
-def resize_bilinear(x: torch.Tensor, size: tuple[int, int],
-                    box: tuple[int, int, int, int] | None = None) -> torch.Tensor:
+def resize_bilinear(
+    x: torch.Tensor, size: tuple[int, int], box: tuple[int, int, int, int] | None = None
+) -> torch.Tensor:
     """torchvision ``resize`` to ``size`` (h, w), bilinear, of [..., C, H, W]: uint8 images as Pillow resizes them
     (:func:`invfast.ops.pillow.pillow_resize`, bit for bit); float images with torch's antialiased bilinear
     (the same filter without Pillow's uint8 rounding). ``box`` (top, left, height, width): only that part of
@@ -229,26 +238,28 @@ def resize_bilinear(x: torch.Tensor, size: tuple[int, int],
         return pillow_resize(x, size, box)
     y = x
     if tuple(x.shape[-2:]) != tuple(size):
-        y = F.interpolate(x.reshape(-1, *x.shape[-3:]), size=tuple(size), mode="bilinear", align_corners=False,
-                          antialias=True).reshape(*x.shape[:-2], *size)
+        y = F.interpolate(
+            x.reshape(-1, *x.shape[-3:]), size=tuple(size), mode="bilinear", align_corners=False, antialias=True
+        ).reshape(*x.shape[:-2], *size)
     if box is None:
         return y
     top, left, h, w = box
-    return y[..., top:top + h, left:left + w]
+    return y[..., top : top + h, left : left + w]
 
 
 def _apply_crop(images: torch.Tensor, p: torch.Tensor, out: int) -> torch.Tensor:
     B, C, H, W = images.shape
     boxes = crop_boxes(p)
     if bool(((boxes[:, 2] <= boxes[:, 0]) | (boxes[:, 3] <= boxes[:, 1])).any()):
-        raise ValueError("crop (ericsson protocol): a box is empty after PIL's rounding; height and width must "
-                         "be at least 1 px")
+        raise ValueError(
+            "crop (ericsson protocol): a box is empty after PIL's rounding; height and width must be at least 1 px"
+        )
     res = torch.empty((B, p.shape[0], C, out, out), dtype=images.dtype, device=images.device)
     for j, (x0, y0, x1, y1) in enumerate(boxes.tolist()):
         region = images.new_zeros((B, C, y1 - y0, x1 - x0))  # PIL pads outside the image with 0
         ix0, iy0, ix1, iy1 = max(x0, 0), max(y0, 0), min(x1, W), min(y1, H)
         if ix1 > ix0 and iy1 > iy0:
-            region[..., iy0 - y0:iy1 - y0, ix0 - x0:ix1 - x0] = images[..., iy0:iy1, ix0:ix1]
+            region[..., iy0 - y0 : iy1 - y0, ix0 - x0 : ix1 - x0] = images[..., iy0:iy1, ix0:ix1]
         res[:, j] = resize_bilinear(region, (out, out))
     return res
 
@@ -264,8 +275,10 @@ def _blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     B, C, H, W = x.shape
     R = (BLUR_TAPS - 1) // 2
     if min(H, W) <= R:
-        raise ValueError(f"blur (ericsson protocol): images must be larger than {R} px for the {BLUR_TAPS}-tap "
-                         f"kernel's reflect padding, got {H}x{W}")
+        raise ValueError(
+            f"blur (ericsson protocol): images must be larger than {R} px for the {BLUR_TAPS}-tap "
+            f"kernel's reflect padding, got {H}x{W}"
+        )
     P = sigma.shape[0]
     k = blur_kernels(sigma).to(device=x.device, dtype=x.dtype)
     flat = x.reshape(B * C, 1, H, W)
@@ -317,8 +330,10 @@ class EricssonTransform:
         if m == 1 and p.dim() == 0:
             p = p.reshape(1)
         if p.dim() != (1 if m == 1 else 2) or (m > 1 and p.shape[1] != m) or not p.shape[0]:
-            raise ValueError(f"{self.name} (ericsson protocol): params must have shape "
-                             f"{'[P]' if m == 1 else f'[P, {m}]'}, got {tuple(p.shape)}")
+            raise ValueError(
+                f"{self.name} (ericsson protocol): params must have shape "
+                f"{'[P]' if m == 1 else f'[P, {m}]'}, got {tuple(p.shape)}"
+            )
         if not bool(torch.isfinite(p).all()):
             raise ValueError(f"{self.name}: params contain NaN/Inf")
         first = p if p.dim() == 1 else p[:, 0]
@@ -382,5 +397,6 @@ def get(name: str, seed: int = 0, resize: int = 256, crop: int = 224) -> Any:
         return t
     if crop > resize:
         raise ValueError(f"crop ({crop}) must not exceed resize ({resize})")
-    return EricssonTransform(name=name, family=t.family, param_dim=_DIMS.get(name, 1), seed=seed,
-                             resize=int(resize), crop=int(crop))
+    return EricssonTransform(
+        name=name, family=t.family, param_dim=_DIMS.get(name, 1), seed=seed, resize=int(resize), crop=int(crop)
+    )

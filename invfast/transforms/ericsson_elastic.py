@@ -20,6 +20,7 @@ RMS ``sqrt(2/3) * sum(k_i^2)`` ~ 0.05 px at every sigma of the grid (10..50; 0.0
 scipy's ``gaussian_filter``) is not what the original runs: its RMS falls with sigma, 0.025 px at
 sigma 10 to 0.006 px at 50 on 256x256 (0.022 to 0.004 with zero padding, invfast's field before).
 """
+
 from __future__ import annotations
 
 import threading
@@ -41,9 +42,9 @@ __all__ = [
     "remap_reflect101",
 ]
 
-ALPHA_AFFINE = 50.0   #: albumentations' default ``alpha_affine`` (pixels)
-ELASTIC_ALPHA = 1.0   #: albumentations' default ``alpha``
-ELASTIC_KSIZE = 17    #: the fixed kernel size of albumentations' ``approximate=True`` smoothing
+ALPHA_AFFINE = 50.0  #: albumentations' default ``alpha_affine`` (pixels)
+ELASTIC_ALPHA = 1.0  #: albumentations' default ``alpha``
+ELASTIC_KSIZE = 17  #: the fixed kernel size of albumentations' ``approximate=True`` smoothing
 CACHE_BYTES = 256 * 2**20  #: the most the fields kept between calls may hold (photos of many sizes, large ones)
 
 
@@ -67,14 +68,20 @@ def gaussian_blur_reflect101(field: torch.Tensor, sigma: float, ksize: int = ELA
     cols = _reflect101(torch.arange(-r, W + r, device=field.device), W)
     rows = _reflect101(torch.arange(-r, H + r, device=field.device), H)
     padded = f[..., cols]
-    f = sum(k[i] * padded[..., i:i + W] for i in range(ksize))  # correlation along x (the kernel is symmetric)
+    f = sum(k[i] * padded[..., i : i + W] for i in range(ksize))  # correlation along x (the kernel is symmetric)
     padded = f[..., rows, :]
-    return sum(k[i] * padded[..., i:i + H, :] for i in range(ksize))
+    return sum(k[i] * padded[..., i : i + H, :] for i in range(ksize))
 
 
-def elastic_params(sigma: torch.Tensor, draw: torch.Tensor, size: tuple[int, int], seed: int = 0,
-                   alpha: float = ELASTIC_ALPHA, alpha_affine: float = ALPHA_AFFINE,
-                   device: Any = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
+def elastic_params(
+    sigma: torch.Tensor,
+    draw: torch.Tensor,
+    size: tuple[int, int],
+    seed: int = 0,
+    alpha: float = ELASTIC_ALPHA,
+    alpha_affine: float = ALPHA_AFFINE,
+    device: Any = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The random parts of albumentations' elastic transform, one per (sigma, draw).
 
     Args:
@@ -88,8 +95,10 @@ def elastic_params(sigma: torch.Tensor, draw: torch.Tensor, size: tuple[int, int
         reuses them for every batch of same-sized images; the least recently used go first).
     """
     H, W = size
-    parts = [_FIELDS.get((float(s), int(d), H, W, int(seed), float(alpha), float(alpha_affine)))
-             for s, d in zip(sigma.tolist(), draw.tolist())]
+    parts = [
+        _FIELDS.get((float(s), int(d), H, W, int(seed), float(alpha), float(alpha_affine)))
+        for s, d in zip(sigma.tolist(), draw.tolist())
+    ]
     return (torch.stack([m for m, _ in parts]).to(device), torch.stack([d for _, d in parts]).to(device))
 
 
@@ -126,8 +135,9 @@ class _FieldCache:
 _FIELDS = _FieldCache()
 
 
-def _elastic_one(sigma: float, draw: int, H: int, W: int, seed: int, alpha: float,
-                 alpha_affine: float) -> tuple[torch.Tensor, torch.Tensor]:
+def _elastic_one(
+    sigma: float, draw: int, H: int, W: int, seed: int, alpha: float, alpha_affine: float
+) -> tuple[torch.Tensor, torch.Tensor]:
     # albumentations' centre is (h, w) // 2, used as (x, y)
     cs = torch.tensor([H // 2, W // 2], dtype=torch.float64, device="cpu")
     sq = float(min(H, W) // 3)
@@ -183,6 +193,6 @@ def elastic_apply(x: torch.Tensor, matrix: torch.Tensor, disp: torch.Tensor) -> 
     src_aff = torch.einsum("pij,hwj->phwi", matrix.to(torch.float64), homo)
     out = torch.empty(B, P, C, H, W, dtype=x.dtype, device=x.device)
     for j in range(P):
-        warped = remap_reflect101(x, src_aff[j:j + 1])[:, 0]
+        warped = remap_reflect101(x, src_aff[j : j + 1])[:, 0]
         out[:, j] = remap_reflect101(warped, (ident + disp[j].to(torch.float64)).unsqueeze(0))[:, 0]
     return out

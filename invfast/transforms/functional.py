@@ -8,6 +8,7 @@ loop over images in Python. Geometry uses pixel-centre coordinates: pixel ``(x, 
 Colour operations follow the torchvision definitions (``torchvision.transforms.functional``):
 blending with a degenerate image (black / grey mean / grayscale / smoothed) and clamping to [0, 1].
 """
+
 from __future__ import annotations
 
 import math
@@ -87,8 +88,9 @@ def centre(h: int, w: int, device: torch.device | str | None = "cpu") -> torch.T
     return torch.tensor([(w - 1) / 2.0, (h - 1) / 2.0], dtype=torch.float64, device=device)
 
 
-def crop_box_affine(top: torch.Tensor, left: torch.Tensor, height: torch.Tensor, width: torch.Tensor,
-                    out_size: tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor]:
+def crop_box_affine(
+    top: torch.Tensor, left: torch.Tensor, height: torch.Tensor, width: torch.Tensor, out_size: tuple[int, int]
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(A, b) that resize the box (top, left, height, width, in source pixels) to ``out_size``."""
     Ho, Wo = out_size
     top, left, height, width = (t.to(torch.float64) for t in (top, left, height, width))
@@ -117,7 +119,7 @@ def gaussian_smooth_periodic(noise: torch.Tensor, sigma: torch.Tensor) -> torch.
     fy = torch.fft.fftfreq(H, dtype=torch.float64, device=noise.device).view(H, 1)
     fx = torch.fft.rfftfreq(W, dtype=torch.float64, device=noise.device).view(1, -1)
     s2 = sigma.to(device=noise.device, dtype=torch.float64).view(-1, *([1] * noise.dim())) ** 2
-    transfer = torch.exp(-2.0 * math.pi ** 2 * s2 * (fx ** 2 + fy ** 2))
+    transfer = torch.exp(-2.0 * math.pi**2 * s2 * (fx**2 + fy**2))
     return torch.fft.irfft2(spec.unsqueeze(0) * transfer, s=(H, W))
 
 
@@ -147,8 +149,11 @@ def elastic_displacement(sigma: torch.Tensor, size: tuple[int, int], alpha: floa
 
 def identity_coords(h: int, w: int, device: torch.device | str | None = "cpu") -> torch.Tensor:
     """Pixel-centre coordinates (x, y) of every pixel, float64 [h, w, 2] on ``device``."""
-    ys, xs = torch.meshgrid(torch.arange(h, dtype=torch.float64, device=device),
-                            torch.arange(w, dtype=torch.float64, device=device), indexing="ij")
+    ys, xs = torch.meshgrid(
+        torch.arange(h, dtype=torch.float64, device=device),
+        torch.arange(w, dtype=torch.float64, device=device),
+        indexing="ij",
+    )
     return torch.stack([xs, ys], dim=-1)
 
 

@@ -16,9 +16,11 @@ torch reference of the op otherwise. The torch :class:`~invfast.transforms.polic
 Policies without the crop (Appearance) resize the shorter side and centre-crop in torch first (antialiased,
 like the torch path), then run the fused op with an identity (or flip) map.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -66,8 +68,10 @@ class FusedPolicy:
 
     def __init__(self, policy: Any, dtype: torch.dtype = torch.float32, channels_last: bool = False) -> None:
         if not (hasattr(policy, "sample") and isinstance(getattr(policy, "config", None), PolicyConfig)):
-            raise TypeError("FusedPolicy wraps a torch policy (invfast.transforms.policy(name, backend='torch')), "
-                            f"got {type(policy).__name__}")
+            raise TypeError(
+                "FusedPolicy wraps a torch policy (invfast.transforms.policy(name, backend='torch')), "
+                f"got {type(policy).__name__}"
+            )
         if dtype not in (torch.float32, torch.bfloat16):
             raise TypeError(f"dtype must be torch.float32 or torch.bfloat16, got {dtype}")
         self.config: PolicyConfig = policy.config
@@ -77,16 +81,20 @@ class FusedPolicy:
         self._sampler = policy
 
     def __repr__(self) -> str:
-        return (f"FusedPolicy({self.name!r}, size={self.config.size}, augmentations={self.config.augmentations}, "
-                f"dtype={self.dtype}, channels_last={self.channels_last})")
+        return (
+            f"FusedPolicy({self.name!r}, size={self.config.size}, augmentations={self.config.augmentations}, "
+            f"dtype={self.dtype}, channels_last={self.channels_last})"
+        )
 
-    def sample(self, batch: int, image_size: Sequence[int], generator: torch.Generator | None = None
-               ) -> dict[str, torch.Tensor]:
+    def sample(
+        self, batch: int, image_size: Sequence[int], generator: torch.Generator | None = None
+    ) -> dict[str, torch.Tensor]:
         """The torch Policy's per-sample parameters (see :meth:`Policy.sample`)."""
         return self._sampler.sample(batch, image_size, generator)
 
-    def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, images: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         images = as_images(images)
         size = images.shape[-2:]
         v1 = self.apply(images, self.sample(images.shape[0], size, generator))
@@ -106,8 +114,14 @@ class FusedPolicy:
         return fused_apply(self.config, images, params, dtype=self.dtype, channels_last=self.channels_last)
 
 
-def fused_apply(config: PolicyConfig, images: torch.Tensor, params: dict[str, torch.Tensor], *,
-                dtype: torch.dtype = torch.float32, channels_last: bool = False) -> torch.Tensor:
+def fused_apply(
+    config: PolicyConfig,
+    images: torch.Tensor,
+    params: dict[str, torch.Tensor],
+    *,
+    dtype: torch.dtype = torch.float32,
+    channels_last: bool = False,
+) -> torch.Tensor:
     """One view of ``images`` [B, 3, H, W] (uint8 0..255 or float 0..1) under ``config`` with sampled ``params``
     (:meth:`Policy.sample <invfast.transforms.policies.Policy.sample>`), through the fused op
     :func:`~invfast.ops.augment.augment_views` -> [B, 3, size, size] ``dtype``."""
@@ -125,9 +139,19 @@ def fused_apply(config: PolicyConfig, images: torch.Tensor, params: dict[str, to
     mean = c.mean if c.normalize else (0.0, 0.0, 0.0)
     std = c.std if c.normalize else (1.0, 1.0, 1.0)
     return augment_views(
-        src, matrix, (S, S),
-        jitter=params["jitter"] if c.jitter else None, factors=params["factors"], order=params["order"],
+        src,
+        matrix,
+        (S, S),
+        jitter=params["jitter"] if c.jitter else None,
+        factors=params["factors"],
+        order=params["order"],
         grayscale=params["grayscale"] if c.grayscale else None,
-        blur=params["blur"] if c.blur else None, sigma=params["sigma"],
-        solarize=params["solarize"] if c.solarize else None, threshold=c.solarize_threshold,
-        mean=mean, std=std, dtype=dtype, channels_last=channels_last)
+        blur=params["blur"] if c.blur else None,
+        sigma=params["sigma"],
+        solarize=params["solarize"] if c.solarize else None,
+        threshold=c.solarize_threshold,
+        mean=mean,
+        std=std,
+        dtype=dtype,
+        channels_last=channels_last,
+    )

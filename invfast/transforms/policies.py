@@ -1,5 +1,6 @@
-"""Pretraining augmentation policies (Ericsson et al. 2021, App. A; Chavhan et al. 2023, App. C): MoCo-v2 Default, Spatial, Appearance,
-Solarize-Default, custom lists, and the amortised-invariance descriptors (K = 2 groups, K = 5 switches).
+"""Pretraining augmentation policies (Ericsson et al. 2021, App. A; Chavhan et al. 2023, App. C): MoCo-v2 Default,
+Spatial, Appearance, Solarize-Default, custom lists, and the amortised-invariance descriptors (K = 2 groups,
+K = 5 switches).
 
 Every random choice is drawn per sample from the caller's ``torch.Generator`` in a fixed order, so the
 same seed gives the same views. Sampling follows torchvision: RandomResizedCrop (10 attempts, then the
@@ -16,10 +17,12 @@ the compiled ``augment_views`` kernel) wherever the dispatch table runs that ker
 ``invfast.backend.use("reference")``. Both draw the same parameters and agree within one grey level (1/255)
 before normalisation (tests/test_augment_views.py).
 """
+
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -28,9 +31,18 @@ from invfast.ops.color import luma
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
 from invfast.transforms.fused import fused_apply
-from invfast.transforms.policy_config import (AUGMENTATIONS, IMAGENET_MEAN, IMAGENET_STD, POLICIES,  # noqa: F401
-                                             SWITCHES_5, VALID_DESCRIPTORS, PolicyConfig, policy_config)
+from invfast.transforms.policy_config import (  # noqa: F401
+    AUGMENTATIONS,
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    POLICIES,
+    SWITCHES_5,
+    VALID_DESCRIPTORS,
+    PolicyConfig,
+    policy_config,
+)
 from invfast.transforms.preprocess import center_crop, resize
+
 
 class Policy:
     """A pretraining augmentation policy producing two independently augmented views.
@@ -46,8 +58,9 @@ class Policy:
     def __repr__(self) -> str:
         return f"Policy({self.name!r}, size={self.config.size}, augmentations={self.config.augmentations})"
 
-    def __call__(self, images: torch.Tensor, generator: torch.Generator | None = None
-                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    def __call__(
+        self, images: torch.Tensor, generator: torch.Generator | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         images = as_images(images)
         # the fused op reads uint8 directly; the torch ops want float
         x = images if _fused(images) else Fn.to_float(images)
@@ -62,8 +75,9 @@ class Policy:
         return self.apply(x, self.sample(images.shape[0], x.shape[-2:], generator))
 
     # ------------------------------------------------------------------------------------------
-    def sample(self, batch: int, image_size: Sequence[int], generator: torch.Generator | None = None
-               ) -> dict[str, torch.Tensor]:
+    def sample(
+        self, batch: int, image_size: Sequence[int], generator: torch.Generator | None = None
+    ) -> dict[str, torch.Tensor]:
         """Per-sample random parameters for ``batch`` images of ``image_size`` (H, W).
 
         Returns a dict of [B] (or [B, k]) tensors: 'crop' (top, left, height, width) in pixels,
@@ -234,8 +248,9 @@ def policy(name: str | Sequence[str], size: int = 224, backend: str = "torch", *
     raise ValueError(f"unknown backend {backend!r}; valid backends: 'torch', 'dali', 'fused'")
 
 
-def policy_from_descriptor(i: int | Sequence[float] | torch.Tensor, size: int = 224, backend: str = "torch",
-                           **overrides: Any) -> Any:
+def policy_from_descriptor(
+    i: int | Sequence[float] | torch.Tensor, size: int = 224, backend: str = "torch", **overrides: Any
+) -> Any:
     """The policy of an amortised-invariance descriptor.
 
     ``i`` is either a binary vector of length 2 ([spatial, appearance]: [1, 1] default, [1, 0] spatial,
@@ -256,10 +271,14 @@ def policy_from_descriptor(i: int | Sequence[float] | torch.Tensor, size: int = 
     if len(d) == 2:
         names = {(1, 1): "default", (1, 0): "spatial", (0, 1): "appearance"}
         if d not in names:
-            raise ValueError("descriptor [0, 0] switches every augmentation off; valid K=2 descriptors: "
-                             "[1, 1] default, [1, 0] spatial, [0, 1] appearance")
+            raise ValueError(
+                "descriptor [0, 0] switches every augmentation off; valid K=2 descriptors: "
+                "[1, 1] default, [1, 0] spatial, [0, 1] appearance"
+            )
         return policy(names[d], size=size, backend=backend, **overrides)
     if sum(d) < 2:
-        raise ValueError(f"descriptor {list(d)} has fewer than two augmentations on; the 26 valid ones are "
-                         "invfast.transforms.VALID_DESCRIPTORS")
+        raise ValueError(
+            f"descriptor {list(d)} has fewer than two augmentations on; the 26 valid ones are "
+            "invfast.transforms.VALID_DESCRIPTORS"
+        )
     return policy([a for a, on in zip(SWITCHES_5, d) if on], size=size, backend=backend, **overrides)

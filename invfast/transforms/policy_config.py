@@ -1,12 +1,14 @@
 """What a pretraining augmentation policy does, as data: :class:`PolicyConfig`, the named policies and
 the amortised-invariance descriptors. Both backends (:mod:`invfast.transforms.policies` in torch,
 :mod:`invfast.transforms.dali`) build on it."""
+
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
 
@@ -16,9 +18,7 @@ AUGMENTATIONS = ("crop", "flip", "jitter", "grayscale", "blur", "solarize")
 POLICIES = ("default", "spatial", "appearance", "solarize-default")
 SWITCHES_5 = ("crop", "flip", "jitter", "grayscale", "blur")
 # the K = 5 binary descriptors with at least two augmentations on (Chavhan et al.): 26 of them
-VALID_DESCRIPTORS: tuple[tuple[int, ...], ...] = tuple(
-    d for d in itertools.product((0, 1), repeat=5) if sum(d) >= 2
-)
+VALID_DESCRIPTORS: tuple[tuple[int, ...], ...] = tuple(d for d in itertools.product((0, 1), repeat=5) if sum(d) >= 2)
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,7 @@ class PolicyConfig:
         if not 0.0 < self.crop_ratio[0] <= self.crop_ratio[1]:
             raise ValueError(f"crop_ratio must satisfy 0 < lo <= hi, got {self.crop_ratio}")
         if min(self.jitter_strength) < 0 or self.jitter_strength[3] > 0.5:
-            raise ValueError("jitter_strength must be >= 0 and the hue strength <= 0.5, "
-                             f"got {self.jitter_strength}")
+            raise ValueError(f"jitter_strength must be >= 0 and the hue strength <= 0.5, got {self.jitter_strength}")
         if not 0.0 < self.blur_sigma[0] <= self.blur_sigma[1]:
             raise ValueError(f"blur_sigma must satisfy 0 < lo <= hi, got {self.blur_sigma}")
 
@@ -89,16 +88,19 @@ def policy_config(name: str | Sequence[str], size: int = 224, **overrides: Any) 
     """The :class:`PolicyConfig` of a named policy or of a list of augmentations, and its label."""
     if isinstance(name, str):
         if name not in _NAMED:
-            raise ValueError(f"unknown policy {name!r}; valid names: {', '.join(POLICIES)} "
-                             f"(or a list of augmentations from {AUGMENTATIONS})")
+            raise ValueError(
+                f"unknown policy {name!r}; valid names: {', '.join(POLICIES)} "
+                f"(or a list of augmentations from {AUGMENTATIONS})"
+            )
         switches = dict(_NAMED[name])
         label = name
     else:
         names = list(name)
         bad = [n for n in names if n not in AUGMENTATIONS]
         if bad or not names:
-            raise ValueError(f"unknown augmentation(s) {bad if bad else names}; valid augmentations: "
-                             f"{', '.join(AUGMENTATIONS)}")
+            raise ValueError(
+                f"unknown augmentation(s) {bad if bad else names}; valid augmentations: {', '.join(AUGMENTATIONS)}"
+            )
         switches = {a: a in names for a in AUGMENTATIONS}
         label = "+".join(a for a in AUGMENTATIONS if a in names)
     fields = {f.name for f in dataclasses.fields(PolicyConfig)}

@@ -1,4 +1,5 @@
 """Resize-then-centre-crop preprocessing (the paper: shorter side to 256, centre crop 224)."""
+
 from __future__ import annotations
 
 import torch
@@ -27,8 +28,9 @@ def resize(images: torch.Tensor, size: int) -> torch.Tensor:
         nh, nw = int(size * H / W), size
     if (nh, nw) == (H, W):
         return images
-    x = F.interpolate(Fn.to_float(images), size=(nh, nw), mode="bilinear", align_corners=False,
-                      antialias=nh < H or nw < W)
+    x = F.interpolate(
+        Fn.to_float(images), size=(nh, nw), mode="bilinear", align_corners=False, antialias=nh < H or nw < W
+    )
     return Fn.from_float(x, images.dtype)
 
 
@@ -39,10 +41,12 @@ def center_crop(images: torch.Tensor, size: int) -> torch.Tensor:
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise ValueError(f"crop must be a positive int, got {size!r}")
     if size > H or size > W:
-        raise ValueError(f"crop {size} is larger than the (resized) image {H}x{W}; use a smaller crop or a larger resize")
+        raise ValueError(
+            f"crop {size} is larger than the (resized) image {H}x{W}; use a smaller crop or a larger resize"
+        )
     top = int(round((H - size) / 2.0))
     left = int(round((W - size) / 2.0))
-    return images[..., top:top + size, left:left + size]
+    return images[..., top : top + size, left : left + size]
 
 
 def preprocess(images: torch.Tensor, resize: int | None = 256, crop: int | None = 224) -> torch.Tensor:

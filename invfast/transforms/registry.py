@@ -10,20 +10,31 @@
 :func:`get` is the one lookup (``invfast.measure_invariance(transforms=...)`` and ``invfast measure
 --transforms`` resolve names through it), so a registered transform works wherever a built-in does.
 """
+
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from invfast._renamed import renamed_names
-from invfast.transforms.builtin import (APPEARANCE, SPATIAL, TEST_TRANSFORMS, _affine_params, _side,  # noqa: F401
-                                        build_builtins)
+from invfast.transforms.builtin import APPEARANCE, SPATIAL, TEST_TRANSFORMS, _affine_params, _side, build_builtins  # noqa: F401
 from invfast.transforms.transform import FAMILIES, TestTransform, check_k, check_output
 
-__all__ = ["APPEARANCE", "FAMILIES", "SPATIAL", "TEST_TRANSFORMS", "TestTransform", "family", "get", "names",
-           "register", "unregister"]
+__all__ = [
+    "APPEARANCE",
+    "FAMILIES",
+    "SPATIAL",
+    "TEST_TRANSFORMS",
+    "TestTransform",
+    "family",
+    "get",
+    "names",
+    "register",
+    "unregister",
+]
 
 _BUILTIN: dict[str, TestTransform] = build_builtins()
 _REGISTRY: dict[str, TestTransform] = dict(_BUILTIN)
@@ -54,9 +65,16 @@ def family(name: str) -> str:
     return get(name).family
 
 
-def register(name: str, *, grid: Any, apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
-             family: str, identity: Any = None, param_dim: int | None = None,
-             overwrite: bool = False) -> Any:
+def register(
+    name: str,
+    *,
+    grid: Any,
+    apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    family: str,
+    identity: Any = None,
+    param_dim: int | None = None,
+    overwrite: bool = False,
+) -> Any:
     """Register a user's own test transform under ``name`` and return it (a :class:`TestTransform`).
 
     Once registered, ``get(name)``, ``invfast.measure_invariance(model, data, transforms=[name])`` and
@@ -86,16 +104,21 @@ def register(name: str, *, grid: Any, apply: Callable[[torch.Tensor, torch.Tenso
         The registered :class:`TestTransform` (or, without ``apply``, a decorator that returns it).
     """
     if apply is None:
+
         def decorator(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> TestTransform:
-            return register(name, grid=grid, apply=fn, family=family, identity=identity, param_dim=param_dim,
-                            overwrite=overwrite)
+            return register(
+                name, grid=grid, apply=fn, family=family, identity=identity, param_dim=param_dim, overwrite=overwrite
+            )
+
         return decorator
     _check_name(name, overwrite)
     if family not in FAMILIES:
         raise ValueError(f"register({name!r}): family must be one of {', '.join(FAMILIES)}, got {family!r}")
     if not callable(apply):
-        raise TypeError(f"register({name!r}): apply must be a callable (images, params) -> [B, P, C, H, W], "
-                        f"got {type(apply).__name__}")
+        raise TypeError(
+            f"register({name!r}): apply must be a callable (images, params) -> [B, P, C, H, W], "
+            f"got {type(apply).__name__}"
+        )
     if param_dim is not None and (isinstance(param_dim, bool) or not isinstance(param_dim, int) or param_dim < 1):
         raise ValueError(f"register({name!r}): param_dim must be a positive int or None, got {param_dim!r}")
     grid_fn = _grid_function(name, grid)
@@ -103,8 +126,14 @@ def register(name: str, *, grid: Any, apply: Callable[[torch.Tensor, torch.Tenso
     dim = 1 if probe.dim() == 1 else int(probe.shape[1])
     if param_dim is not None and param_dim != dim:
         raise ValueError(f"register({name!r}): param_dim={param_dim} but the grid has shape {tuple(probe.shape)}")
-    t = TestTransform(name=name, family=family, param_dim=dim, _grid=_checked_grid(name, grid_fn, dim),
-                      _identity=_identity_function(name, identity, dim), _user_apply=apply)
+    t = TestTransform(
+        name=name,
+        family=family,
+        param_dim=dim,
+        _grid=_checked_grid(name, grid_fn, dim),
+        _identity=_identity_function(name, identity, dim),
+        _user_apply=apply,
+    )
     _probe(t, probe)
     _REGISTRY[name] = t
     return t
@@ -128,26 +157,35 @@ def unregister(name: str) -> None:
 
 def _check_name(name: Any, overwrite: bool) -> None:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"transform name must be letters, digits and _.+- (starting with a letter or digit, no "
-                         f"commas or spaces), got {name!r}")
+        raise ValueError(
+            f"transform name must be letters, digits and _.+- (starting with a letter or digit, no "
+            f"commas or spaces), got {name!r}"
+        )
     if name in RESERVED:
         raise ValueError(f"{name!r} selects a group of transforms ({', '.join(RESERVED)}); choose another name")
     if name in _REGISTRY and not overwrite:
         what = "a built-in test transform" if name in _BUILTIN else "already registered"
-        raise ValueError(f"transform {name!r} is {what}; choose another name, or pass overwrite=True to replace it "
-                         "(unregister(name) removes a registration)")
+        raise ValueError(
+            f"transform {name!r} is {what}; choose another name, or pass overwrite=True to replace it "
+            "(unregister(name) removes a registration)"
+        )
 
 
 def _as_grid(name: str, g: Any) -> torch.Tensor:
     try:
-        p = g.detach().to("cpu", torch.float32) if isinstance(g, torch.Tensor) else torch.as_tensor(
-            g, dtype=torch.float32, device="cpu")
+        p = (
+            g.detach().to("cpu", torch.float32)
+            if isinstance(g, torch.Tensor)
+            else torch.as_tensor(g, dtype=torch.float32, device="cpu")
+        )
     except (TypeError, ValueError, RuntimeError) as e:
-        raise TypeError(f"transform {name!r}: the grid must be a float array [P] or [P, m], got {type(g).__name__} "
-                        f"({e})") from e
+        raise TypeError(
+            f"transform {name!r}: the grid must be a float array [P] or [P, m], got {type(g).__name__} ({e})"
+        ) from e
     if p.dim() not in (1, 2) or p.shape[0] == 0 or (p.dim() == 2 and p.shape[1] == 0):
-        raise ValueError(f"transform {name!r}: the grid must have shape [P] or [P, m] with P, m >= 1, "
-                         f"got {tuple(p.shape)}")
+        raise ValueError(
+            f"transform {name!r}: the grid must have shape [P] or [P, m] with P, m >= 1, got {tuple(p.shape)}"
+        )
     if not bool(torch.isfinite(p).all()):
         raise ValueError(f"transform {name!r}: the grid contains NaN/Inf")
     return p
@@ -164,9 +202,12 @@ def _checked_grid(name: str, grid_fn: Callable[[int], torch.Tensor], dim: int) -
     def checked(k: int) -> torch.Tensor:
         p = grid_fn(check_k(k))
         if (1 if p.dim() == 1 else int(p.shape[1])) != dim:
-            raise ValueError(f"transform {name!r}: grid({k}) has shape {tuple(p.shape)}, but the transform was "
-                             f"registered with {'[P]' if dim == 1 else f'[P, {dim}]'} parameters")
+            raise ValueError(
+                f"transform {name!r}: grid({k}) has shape {tuple(p.shape)}, but the transform was "
+                f"registered with {'[P]' if dim == 1 else f'[P, {dim}]'} parameters"
+            )
         return p
+
     return checked
 
 
@@ -174,22 +215,29 @@ def _identity_function(name: str, identity: Any, dim: int) -> Callable[[torch.Te
     if identity is None:
         return lambda p: torch.zeros(p.shape[0], dtype=torch.bool, device=p.device)
     if callable(identity):
+
         def user(p: torch.Tensor) -> torch.Tensor:
             m = torch.as_tensor(identity(p))
             if m.shape != (p.shape[0],):
-                raise ValueError(f"transform {name!r}: identity(params) must return bool [P] = [{p.shape[0]}], "
-                                 f"got shape {tuple(m.shape)}")
+                raise ValueError(
+                    f"transform {name!r}: identity(params) must return bool [P] = [{p.shape[0]}], "
+                    f"got shape {tuple(m.shape)}"
+                )
             return m.to(torch.bool)
+
         return user
     v = torch.as_tensor(identity, dtype=torch.float64, device="cpu").reshape(-1)
     if v.numel() != dim or not bool(torch.isfinite(v).all()):
-        raise ValueError(f"transform {name!r}: identity must be None, a callable or {dim} finite number(s) "
-                         f"(one per parameter), got {identity!r}")
+        raise ValueError(
+            f"transform {name!r}: identity must be None, a callable or {dim} finite number(s) "
+            f"(one per parameter), got {identity!r}"
+        )
 
     def equal(p: torch.Tensor) -> torch.Tensor:
         ref = v.to(p.device)
         close = (p.to(torch.float64).reshape(p.shape[0], -1) - ref).abs() <= 1e-6 * ref.abs().clamp_min(1.0)
         return close.all(dim=1)
+
     return equal
 
 
@@ -197,8 +245,9 @@ def _probe(t: TestTransform, grid: torch.Tensor) -> None:
     """One call of every part of ``t`` on a small CPU batch, with errors that say which part broke."""
     t.is_identity(grid)
     params = grid[:2]
-    images = torch.rand(_PROBE_SHAPE, generator=torch.Generator(device="cpu").manual_seed(0), dtype=torch.float32,
-                        device="cpu")
+    images = torch.rand(
+        _PROBE_SHAPE, generator=torch.Generator(device="cpu").manual_seed(0), dtype=torch.float32, device="cpu"
+    )
     call = f"apply(images [{', '.join(map(str, _PROBE_SHAPE))}] float32, grid({_PROBE_K})[:2])"
     try:
         y = t._user_apply(images, params)  # type: ignore[misc]

@@ -4,11 +4,13 @@ The 18 built-in transforms (:mod:`invfast.transforms.builtin`) and a user's own
 (:func:`invfast.transforms.register`) are both :class:`TestTransform` objects, so everything that takes
 one (``invfast.measure_invariance``, the contact sheet, the pretraining invariance views) takes either.
 """
+
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -57,7 +59,8 @@ class TestTransform:
     _check: Callable[[torch.Tensor], None] = dataclasses.field(repr=False, compare=False, default=_no_check)
     _impl: Impl | None = dataclasses.field(repr=False, compare=False, default=None)
     _user_apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = dataclasses.field(
-        repr=False, compare=False, default=None)
+        repr=False, compare=False, default=None
+    )
     seed: int = 0
     alpha: float = 0.04
 
@@ -78,8 +81,11 @@ class TestTransform:
         return self._identity(self._params(params))
 
     def _params(self, params: Any) -> torch.Tensor:
-        p = params.to(torch.float32) if isinstance(params, torch.Tensor) else torch.as_tensor(
-            params, dtype=torch.float32, device="cpu")
+        p = (
+            params.to(torch.float32)
+            if isinstance(params, torch.Tensor)
+            else torch.as_tensor(params, dtype=torch.float32, device="cpu")
+        )
         if self.param_dim == 1:
             if p.dim() == 0:
                 p = p.reshape(1)
@@ -119,9 +125,12 @@ class TestTransform:
         """A registered transform: float images in [0, 1] and params on the images' device in, the
         contract checked on the way out, the images' dtype back (uint8 rounded, floats clamped to [0, 1])."""
         if not (isinstance(fill, (int, float)) and float(fill) == 0.0):
-            raise ValueError(f"{self.name}: fill is only for the built-in geometric transforms; "
-                             "a registered transform handles its own borders")
+            raise ValueError(
+                f"{self.name}: fill is only for the built-in geometric transforms; "
+                "a registered transform handles its own borders"
+            )
         x = Fn.to_float(images)
+        assert self._user_apply is not None
         y = self._user_apply(x, p.to(images.device))
         B, C, H, W = images.shape
         check_output(self.name, y, (B, p.shape[0], C, H, W), images.device)
@@ -137,10 +146,13 @@ def check_output(name: str, y: Any, shape: tuple[int, ...], device: torch.device
     if not isinstance(y, torch.Tensor):
         raise TypeError(f"transform {name!r}: apply must return a torch.Tensor [B, P, C, H, W], got {type(y).__name__}")
     if tuple(y.shape) != tuple(shape):
-        raise ValueError(f"transform {name!r}: apply returned shape {tuple(y.shape)}, expected [B, P, C, H, W] = "
-                         f"{list(shape)} (every parameter applied to every image, the images' size kept)")
+        raise ValueError(
+            f"transform {name!r}: apply returned shape {tuple(y.shape)}, expected [B, P, C, H, W] = "
+            f"{list(shape)} (every parameter applied to every image, the images' size kept)"
+        )
     if not y.is_floating_point():
         raise TypeError(f"transform {name!r}: apply must return floating images in [0, 1], got {y.dtype}")
     if y.device != device:
-        raise ValueError(f"transform {name!r}: apply returned a tensor on {y.device}, expected the images' device "
-                         f"{device}")
+        raise ValueError(
+            f"transform {name!r}: apply returned a tensor on {y.device}, expected the images' device {device}"
+        )

@@ -1,5 +1,6 @@
 """Finding 5 (Chavhan et al. 2023): an amortised model moves its invariances smoothly with its
 descriptor i, and the i learned per task differs between recognition and regression; its section."""
+
 from __future__ import annotations
 
 import os
@@ -11,8 +12,10 @@ from invfast.reproduce.sections.base import NOT, NOT_RUN, PARTLY, REPRODUCED, Fi
 
 __all__ = ["finding_5", "amortised_results", "plot_interpolation", "FINDING", "SECTION"]
 
-CLAIM = ("an amortised model moves its invariances smoothly with i, and the learned i differs between recognition "
-         "and regression tasks")
+CLAIM = (
+    "an amortised model moves its invariances smoothly with i, and the learned i differs between recognition "
+    "and regression tasks"
+)
 
 
 def amortised_results(results: dict[str, Any]) -> dict[str, Any] | None:
@@ -27,8 +30,12 @@ def finding_5(amortised: dict[str, Any] | None, threshold: float = 0.1) -> dict[
     (identity) and regression (position, rotation) tasks by at least ``threshold`` in some entry."""
     claim = CLAIM
     if amortised is None:
-        return {"id": 5, "claim": claim, "status": NOT_RUN,
-                "summary": "the amortised model is not trained in this configuration (--set amortised=true adds it)"}
+        return {
+            "id": 5,
+            "claim": claim,
+            "status": NOT_RUN,
+            "summary": "the amortised model is not trained in this configuration (--set amortised=true adds it)",
+        }
     from scipy import stats as st
 
     pts = [p for p in amortised["interpolation"]["points"] if not (p["i"][0] == 1.0 and p["i"][1] == 1.0)]
@@ -41,23 +48,40 @@ def finding_5(amortised: dict[str, Any] | None, threshold: float = 0.1) -> dict[
         max_step = float(np.abs(np.diff(v)).max()) if len(v) > 1 else 0.0
         ok_dir = sign * rho >= 0.8
         ok_smooth = len(v) < 3 or max_step <= 0.5 * abs(total) + 1e-12 or max_step <= 0.02
-        smooth[fam] = {"values": v.tolist(), "spearman": rho, "change": total, "max_step": max_step,
-                       "expected_direction": "down" if sign < 0 else "up", "monotone": bool(ok_dir),
-                       "smooth": bool(ok_smooth)}
+        smooth[fam] = {
+            "values": v.tolist(),
+            "spearman": rho,
+            "change": total,
+            "max_step": max_step,
+            "expected_direction": "down" if sign < 0 else "up",
+            "monotone": bool(ok_dir),
+            "smooth": bool(ok_smooth),
+        }
     li = amortised["learned_i"]
-    diffs = {task: float(np.max(np.abs(np.array(li["identity"]["i"]) - np.array(li[task]["i"]))))
-             for task in ("position", "rotation")}
+    diffs = {
+        task: float(np.max(np.abs(np.array(li["identity"]["i"]) - np.array(li[task]["i"]))))
+        for task in ("position", "rotation")
+    }
     differs = max(diffs.values()) >= threshold
     smooth_ok = all(v["monotone"] and v["smooth"] for v in smooth.values())
     status = REPRODUCED if smooth_ok and differs else PARTLY if (smooth_ok or differs) else NOT
-    summary = (f"along i = (1−t, t) the spatial-family cosine goes {smooth['spatial']['values'][0]:.3f} → "
-               f"{smooth['spatial']['values'][-1]:.3f} (Spearman {smooth['spatial']['spearman']:+.2f}) and the "
-               f"appearance-family cosine {smooth['appearance']['values'][0]:.3f} → "
-               f"{smooth['appearance']['values'][-1]:.3f} (Spearman {smooth['appearance']['spearman']:+.2f}); learned i: "
-               + ", ".join(f"{k} ({v['i'][0]:.2f}, {v['i'][1]:.2f})" for k, v in li.items())
-               + f"; largest entry difference identity vs regression {max(diffs.values()):.2f} (threshold {threshold})")
-    return {"id": 5, "claim": claim, "status": status, "smoothness": smooth, "i_differences": diffs,
-            "threshold": threshold, "summary": summary}
+    summary = (
+        f"along i = (1−t, t) the spatial-family cosine goes {smooth['spatial']['values'][0]:.3f} → "
+        f"{smooth['spatial']['values'][-1]:.3f} (Spearman {smooth['spatial']['spearman']:+.2f}) and the "
+        f"appearance-family cosine {smooth['appearance']['values'][0]:.3f} → "
+        f"{smooth['appearance']['values'][-1]:.3f} (Spearman {smooth['appearance']['spearman']:+.2f}); learned i: "
+        + ", ".join(f"{k} ({v['i'][0]:.2f}, {v['i'][1]:.2f})" for k, v in li.items())
+        + f"; largest entry difference identity vs regression {max(diffs.values()):.2f} (threshold {threshold})"
+    )
+    return {
+        "id": 5,
+        "claim": claim,
+        "status": status,
+        "smoothness": smooth,
+        "i_differences": diffs,
+        "threshold": threshold,
+        "summary": summary,
+    }
 
 
 def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
@@ -109,8 +133,10 @@ def _markdown(view: ReportView) -> list[str]:
     L.append("Invariance along i = (1 − t, t) (mean standardised cosine per family):\n")
     L.append("| i | spatial | appearance |\n|---|---:|---:|")
     for p in am["interpolation"]["points"]:
-        L.append(f"| ({p['i'][0]:.2f}, {p['i'][1]:.2f}) | {p['family_cosine'].get('spatial', float('nan')):.3f} | "
-                 f"{p['family_cosine'].get('appearance', float('nan')):.3f} |")
+        L.append(
+            f"| ({p['i'][0]:.2f}, {p['i'][1]:.2f}) | {p['family_cosine'].get('spatial', float('nan')):.3f} | "
+            f"{p['family_cosine'].get('appearance', float('nan')):.3f} |"
+        )
     L.append(f"\n![invariance vs i]({view.doc['figures']['interpolation']})\n")
     L.append("Learned i per task (InvarianceProbe: linear head and i from 0.5, held-out score):\n")
     L.append("| task | learned i (spatial, appearance) | held-out score |\n|---|---|---:|")

@@ -8,21 +8,45 @@ for every model): a claim "A beats B" counts as *reproduced* when the mean fold 
 positive and its one-sided paired t statistic reaches the 95% critical value, as *direction only*
 when the difference is positive but not significant, and as *not reproduced* otherwise.
 """
+
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import FUSIONS, LABELS
 
-__all__ = ["REPRODUCED", "PARTLY", "DIRECTION", "NOT", "NOT_RUN", "MODEL_ORDER", "PRETRAINED", "SeedRun", "ReportView",
-           "Finding", "Section", "paired", "combine_statuses", "best_of", "pm", "figure"]
+__all__ = [
+    "REPRODUCED",
+    "PARTLY",
+    "DIRECTION",
+    "NOT",
+    "NOT_RUN",
+    "MODEL_ORDER",
+    "PRETRAINED",
+    "SeedRun",
+    "ReportView",
+    "Finding",
+    "Section",
+    "paired",
+    "combine_statuses",
+    "best_of",
+    "pm",
+    "figure",
+]
 
-REPRODUCED, PARTLY, DIRECTION, NOT, NOT_RUN = "reproduced", "partly reproduced", "direction only", "not reproduced", "not run"
+REPRODUCED, PARTLY, DIRECTION, NOT, NOT_RUN = (
+    "reproduced",
+    "partly reproduced",
+    "direction only",
+    "not reproduced",
+    "not run",
+)
 #: the models of the probe tables, in order: the single models, then the fusions
 MODEL_ORDER = [*LABELS.values(), *(label for label, _ in FUSIONS.values())]
 PRETRAINED = ["Default", "Spatial", "Appearance", "Spa+App", "Def+Spa+App"]
@@ -115,8 +139,12 @@ def paired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
         t = math.copysign(math.inf, mean) if mean != 0 else 0.0
     crit = float(st.t.ppf(0.95, k - 1)) if k > 1 else math.inf
     status = REPRODUCED if mean > 0 and t >= crit else DIRECTION if mean > 0 else NOT
-    return {"diff": mean, "t": t if math.isfinite(t) else (1e9 if t > 0 else -1e9 if t < 0 else 0.0),
-            "t_crit": crit, "status": status}
+    return {
+        "diff": mean,
+        "t": t if math.isfinite(t) else (1e9 if t > 0 else -1e9 if t < 0 else 0.0),
+        "t_crit": crit,
+        "status": status,
+    }
 
 
 def combine_statuses(statuses: Sequence[str]) -> str:

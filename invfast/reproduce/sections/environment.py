@@ -1,4 +1,5 @@
 """The machine, the versions and the time of every stage: ``environment()`` and the report's last section."""
+
 from __future__ import annotations
 
 import os
@@ -39,32 +40,55 @@ def environment() -> dict[str, Any]:
     commit = None
     try:
         root = os.path.dirname(os.path.dirname(os.path.abspath(invfast.__file__)))
-        commit = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
         if commit:
-            dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "invfast"],
-                                   capture_output=True, text=True, timeout=10).stdout.strip()
+            dirty = subprocess.run(
+                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "invfast"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
             commit += " (invfast/ modified)" if dirty else ""
     except (OSError, subprocess.SubprocessError):
         pass
-    return {"machine": {"platform": platform.platform(), "cpu": cpu, "cpu_count": os.cpu_count(),
-                        "torch_threads": torch.get_num_threads(), "memory_gib": mem,
-                        "cuda": torch.cuda.is_available()},
-            "versions": {"python": sys.version.split()[0], "torch": torch.__version__, "numpy": np.__version__,
-                         "scipy": scipy.__version__, "scikit-learn": sklearn.__version__,
-                         "invfast": invfast.__version__, "git_commit": commit,
-                         "compiled_core": bool(invfast.backend_info().get("cpp"))}}
+    return {
+        "machine": {
+            "platform": platform.platform(),
+            "cpu": cpu,
+            "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "memory_gib": mem,
+            "cuda": torch.cuda.is_available(),
+        },
+        "versions": {
+            "python": sys.version.split()[0],
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "scipy": scipy.__version__,
+            "scikit-learn": sklearn.__version__,
+            "invfast": invfast.__version__,
+            "git_commit": commit,
+            "compiled_core": bool(invfast.backend_info().get("cpp")),
+        },
+    }
 
 
 def _markdown(view: ReportView) -> list[str]:
     doc = view.doc
     env, mch = doc["environment"], doc["environment"]["machine"]
-    L = ["## Machine, versions, time\n",
-         f"- Machine: {mch['cpu']}, {mch['cpu_count']} CPUs ({mch['torch_threads']} torch threads), "
-         f"{mch['memory_gib']} GiB, CUDA {'yes' if mch['cuda'] else 'no'}; {mch['platform']}.",
-         "- Versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + ".",
-         f"- Total elapsed (sum of stages): {doc['stages_elapsed_s'] / 60:.1f} min.\n",
-         "| stage | elapsed (s) | |\n|---|---:|---|"]
+    L = [
+        "## Machine, versions, time\n",
+        f"- Machine: {mch['cpu']}, {mch['cpu_count']} CPUs ({mch['torch_threads']} torch threads), "
+        f"{mch['memory_gib']} GiB, CUDA {'yes' if mch['cuda'] else 'no'}; {mch['platform']}.",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + ".",
+        f"- Total elapsed (sum of stages): {doc['stages_elapsed_s'] / 60:.1f} min.\n",
+        "| stage | elapsed (s) | |\n|---|---:|---|",
+    ]
     for name, t in doc["timings"].items():
         L.append(f"| {name} | {t['elapsed_s']:.1f} | {'cached from an earlier invocation' if t['cached'] else ''} |")
     L.append("")

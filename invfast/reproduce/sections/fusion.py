@@ -1,5 +1,6 @@
 """Finding 3 (Ericsson et al. 2021): concatenating Spatial + Appearance (+ Default) features is the
 most consistent model across all probe tasks (best mean rank and best worst-task score)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -34,11 +35,23 @@ def finding_3(probes: dict[str, Any]) -> dict[str, Any]:
     best_worst = max(worst.values())
     fusion_worst_best = best_worst > 0 and any(worst[m] == best_worst for m in FUSED)
     status = REPRODUCED if fusion_best and fusion_worst_best else PARTLY if (fusion_best or fusion_worst_best) else NOT
-    summary = (f"best mean rank over the {len(TASKS)} tasks: {', '.join(most_consistent)} ({best_rank:.2f}); "
-               f"mean ranks " + ", ".join(f"{m} {mean_rank[m]:.2f}" for m in PRETRAINED)
-               + "; worst-task normalised score " + ", ".join(f"{m} {worst[m]:.2f}" for m in PRETRAINED))
-    return {"id": 3, "claim": CLAIM, "status": status, "mean_rank": mean_rank, "ranks": ranks,
-            "worst_normalised_score": worst, "most_consistent": most_consistent, "summary": summary}
+    summary = (
+        f"best mean rank over the {len(TASKS)} tasks: {', '.join(most_consistent)} ({best_rank:.2f}); "
+        f"mean ranks "
+        + ", ".join(f"{m} {mean_rank[m]:.2f}" for m in PRETRAINED)
+        + "; worst-task normalised score "
+        + ", ".join(f"{m} {worst[m]:.2f}" for m in PRETRAINED)
+    )
+    return {
+        "id": 3,
+        "claim": CLAIM,
+        "status": status,
+        "mean_rank": mean_rank,
+        "ranks": ranks,
+        "worst_normalised_score": worst,
+        "most_consistent": most_consistent,
+        "summary": summary,
+    }
 
 
 def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:

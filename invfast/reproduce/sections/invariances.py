@@ -1,5 +1,6 @@
 """Finding 1 (Ericsson et al. 2021): Spatial models are more invariant to spatial transforms and
 Appearance models to appearance ones, with Default between; and the report's Table 1 section."""
+
 from __future__ import annotations
 
 import math
@@ -13,8 +14,10 @@ from invfast.reproduce.stages.context import LABELS
 
 __all__ = ["family_means", "finding_1", "FINDING", "SECTION"]
 
-CLAIM = ("Spatial models are more invariant to spatial transforms and less to appearance ones than Appearance "
-         "models, and vice versa; Default sits between")
+CLAIM = (
+    "Spatial models are more invariant to spatial transforms and less to appearance ones than Appearance "
+    "models, and vice versa; Default sits between"
+)
 
 
 def family_means(cosine: dict[str, dict[str, float | None]], families: dict[str, str]) -> dict[str, dict[str, float]]:
@@ -41,8 +44,9 @@ def finding_1(measure: dict[str, Any]) -> dict[str, Any]:
         "Spatial > Appearance on spatial transforms": s["spatial"] > a["spatial"],
         "Appearance > Spatial on appearance transforms": a["appearance"] > s["appearance"],
         "Default between Spatial and Appearance (spatial)": _between(d["spatial"], s["spatial"], a["spatial"]),
-        "Default between Spatial and Appearance (appearance)": _between(d["appearance"], s["appearance"],
-                                                                        a["appearance"]),
+        "Default between Spatial and Appearance (appearance)": _between(
+            d["appearance"], s["appearance"], a["appearance"]
+        ),
     }
     per_t = {"spatial": [0, 0], "appearance": [0, 0]}
     for t, fam in measure["families"].items():
@@ -54,18 +58,31 @@ def finding_1(measure: dict[str, Any]) -> dict[str, Any]:
     marks = {m: sum(1 for v in measure["best"].values() if v == m) for m in measure["cosine"]}
     main = list(checks.values())[:2]
     status = REPRODUCED if all(checks.values()) else PARTLY if any(main) else NOT
-    summary = (f"mean cosine on spatial transforms Spatial {s['spatial']:.3f} / Default {d['spatial']:.3f} / "
-               f"Appearance {a['spatial']:.3f}; on appearance transforms Spatial {s['appearance']:.3f} / Default "
-               f"{d['appearance']:.3f} / Appearance {a['appearance']:.3f}; Spatial beats Appearance on "
-               f"{per_t['spatial'][0]}/{per_t['spatial'][1]} spatial transforms and Appearance beats Spatial on "
-               f"{per_t['appearance'][0]}/{per_t['appearance'][1]} appearance transforms")
-    return {"id": 1, "claim": CLAIM, "status": status, "checks": {k: bool(v) for k, v in checks.items()},
-            "family_means": fm, "per_transform_wins": per_t, "significance_marks": marks, "summary": summary}
+    summary = (
+        f"mean cosine on spatial transforms Spatial {s['spatial']:.3f} / Default {d['spatial']:.3f} / "
+        f"Appearance {a['spatial']:.3f}; on appearance transforms Spatial {s['appearance']:.3f} / Default "
+        f"{d['appearance']:.3f} / Appearance {a['appearance']:.3f}; Spatial beats Appearance on "
+        f"{per_t['spatial'][0]}/{per_t['spatial'][1]} spatial transforms and Appearance beats Spatial on "
+        f"{per_t['appearance'][0]}/{per_t['appearance'][1]} appearance transforms"
+    )
+    return {
+        "id": 1,
+        "claim": CLAIM,
+        "status": status,
+        "checks": {k: bool(v) for k, v in checks.items()},
+        "family_means": fm,
+        "per_transform_wins": per_t,
+        "significance_marks": marks,
+        "summary": summary,
+    }
 
 
 def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
-    return {f"finding 1: mean cosine, {fam} transforms: {model}": v
-            for model, fams in finding["family_means"].items() for fam, v in fams.items()}
+    return {
+        f"finding 1: mean cosine, {fam} transforms: {model}": v
+        for model, fams in finding["family_means"].items()
+        for fam, v in fams.items()
+    }
 
 
 FINDING = Finding(1, "Ericsson et al. 2021", CLAIM, ("measure",), lambda r: finding_1(r["measure"]), _statistics)
@@ -104,9 +121,11 @@ def _markdown(view: ReportView) -> list[str]:
     n_img, n_models = cfg.n_measure, len(inv["cosine"])
     need = 4.0 * math.sqrt(math.log((n_models - 1) / 0.05) / (2 * n_img))
     n_marks = sum(1 for v in inv["best"].values() if v)
-    L.append(f"\n{n_marks} of {len(inv['best'])} transforms carry a significance mark. With "
-             f"{n_img} images, cosines bounded in [−2, 2] and {n_models - 1} Bonferroni comparisons, Hoeffding's test "
-             f"marks a model only when its mean per-image cosine exceeds every other model's by more than {need:.2f}.")
+    L.append(
+        f"\n{n_marks} of {len(inv['best'])} transforms carry a significance mark. With "
+        f"{n_img} images, cosines bounded in [−2, 2] and {n_models - 1} Bonferroni comparisons, Hoeffding's test "
+        f"marks a model only when its mean per-image cosine exceeds every other model's by more than {need:.2f}."
+    )
     L.append("\nMean standardised cosine per family:\n")
     L.append("| model | spatial | appearance |\n|---|---:|---:|")
     for m, fam in inv["family_means"].items():

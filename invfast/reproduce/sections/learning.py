@@ -5,6 +5,7 @@ kNN and linear accuracy per epoch, from the initialisation on), and which models
 A contrastive loss can fall while the features get no better for the tasks; the held-out probe
 (:class:`invfast.pretrain.HeldoutProbe`) and the final identity probe say whether they do.
 """
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,12 @@ __all__ = ["LEARNED_RATIO", "DEPENDS_ON", "under_trained", "plot_learning", "cur
 #: a pretrained model counts as learned when its identity accuracy reaches this multiple of Random's
 LEARNED_RATIO = 1.2
 #: finding id -> the pretrained models whose features it compares
-DEPENDS_ON = {1: ("default", "spatial", "appearance"), 2: ("default", "spatial", "appearance"),
-              3: ("default", "spatial", "appearance"), 5: ("amortised",)}
+DEPENDS_ON = {
+    1: ("default", "spatial", "appearance"),
+    2: ("default", "spatial", "appearance"),
+    3: ("default", "spatial", "appearance"),
+    5: ("amortised",),
+}
 
 
 def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -51,8 +56,16 @@ def plot_learning(pretraining: dict[str, Any], path: str) -> None:
             ax_acc.plot(ep, [r["linear"] for r in curve["probe"]], "-o", color=c, ms=3, label=key)
             ax_acc.plot(ep, [r["knn"] for r in curve["probe"]], "--", color=c, lw=1)
         if curve.get("loss"):
-            ax_loss.plot([r["epoch"] for r in curve["loss"]], [r["loss"] for r in curve["loss"]], "-", color=c, lw=1,
-                         marker="o" if len(curve["loss"]) < 3 else None, ms=3, label=key)
+            ax_loss.plot(
+                [r["epoch"] for r in curve["loss"]],
+                [r["loss"] for r in curve["loss"]],
+                "-",
+                color=c,
+                lw=1,
+                marker="o" if len(curve["loss"]) < 3 else None,
+                ms=3,
+                label=key,
+            )
     ax_acc.set_xlabel("epoch", fontsize=8)
     ax_acc.set_ylabel("held-out identity accuracy\n(linear solid, kNN dashed)", fontsize=8)
     ax_loss.set_xlabel("epoch", fontsize=8)
@@ -91,35 +104,56 @@ def _markdown(view: ReportView) -> list[str]:
     doc, cfg = view.doc, view.cfg
     L = ["## Do the models learn?\n"]
     if "learning" in doc["figures"]:
-        L.append(f"Identity of the object, probed on {min(cfg.curve_images, cfg.n_probe)} held-out probe images every "
-                 f"{cfg.curve_every} epochs from the initialisation on (half fitted, half scored; chance "
-                 f"{1 / cfg.objects:.2f}), and the training loss (seed {view.first.seed}):\n")
+        L.append(
+            f"Identity of the object, probed on {min(cfg.curve_images, cfg.n_probe)} held-out probe images every "
+            f"{cfg.curve_every} epochs from the initialisation on (half fitted, half scored; chance "
+            f"{1 / cfg.objects:.2f}), and the training loss (seed {view.first.seed}):\n"
+        )
         L.append(f"![learning curves]({doc['figures']['learning']})\n")
-        L.append("| model | loss first → last | held-out linear, init → end | held-out kNN, init → end | "
-                 "feature effective rank, init → end |\n|---|---|---|---|---|")
+        L.append(
+            "| model | loss first → last | held-out linear, init → end | held-out kNN, init → end | "
+            "feature effective rank, init → end |\n|---|---|---|---|---|"
+        )
         curves = {key: (run.get("curve") or {}) for key, run in doc["pretraining"].items()}
         curves = {k: c for k, c in curves.items() if c.get("probe") and c.get("loss")}
         for key, c in curves.items():
             pr, loss = c["probe"], c["loss"]
-            L.append(f"| {key} | {loss[0]['loss']:.2f} → {loss[-1]['loss']:.2f} | {pr[0]['linear']:.3f} → "
-                     f"{pr[-1]['linear']:.3f} | {pr[0]['knn']:.3f} → {pr[-1]['knn']:.3f} | "
-                     f"{pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} |")
+            L.append(
+                f"| {key} | {loss[0]['loss']:.2f} → {loss[-1]['loss']:.2f} | {pr[0]['linear']:.3f} → "
+                f"{pr[-1]['linear']:.3f} | {pr[0]['knn']:.3f} → {pr[-1]['knn']:.3f} | "
+                f"{pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} |"
+            )
         L.extend(["", *curve_table(curves)])
     seeds = [str(r.seed) for r in view.runs]
     learned = doc["learned"]
     models = list(learned[seeds[0]])
-    L.append(f"\nIdentity accuracy over Random's (5-fold probe; the amortised model: its held-out linear accuracy "
-             f"at the end over its initialisation's), per seed; below {LEARNED_RATIO}× a model counts as "
-             "under-trained:\n")
+    L.append(
+        f"\nIdentity accuracy over Random's (5-fold probe; the amortised model: its held-out linear accuracy "
+        f"at the end over its initialisation's), per seed; below {LEARNED_RATIO}× a model counts as "
+        "under-trained:\n"
+    )
     L.append("| model | " + " | ".join(f"seed {s}" for s in seeds) + " |\n|---|" + "---:|" * len(seeds))
     for m in models:
-        L.append(f"| {m} | " + " | ".join(f"{learned[s][m]['ratio']:.2f}" + ("" if learned[s][m]["learned"] else " ✗")
-                                           for s in seeds) + " |")
+        L.append(
+            f"| {m} | "
+            + " | ".join(f"{learned[s][m]['ratio']:.2f}" + ("" if learned[s][m]["learned"] else " ✗") for s in seeds)
+            + " |"
+        )
     weak = {m for s in seeds for m, v in learned[s].items() if not v["learned"]}
     rests = [f"finding {fid} ({', '.join(sorted(set(ms) & weak))})" for fid, ms in DEPENDS_ON.items() if set(ms) & weak]
-    L.append("\n" + ("Every pretrained model learned on every seed." if not weak else
-                     "**Under-trained on some seed: " + ", ".join(sorted(weak)) + ".** Findings that rest on them: "
-                     + "; ".join(rests) + ".") + "\n")
+    L.append(
+        "\n"
+        + (
+            "Every pretrained model learned on every seed."
+            if not weak
+            else "**Under-trained on some seed: "
+            + ", ".join(sorted(weak))
+            + ".** Findings that rest on them: "
+            + "; ".join(rests)
+            + "."
+        )
+        + "\n"
+    )
     return L
 
 

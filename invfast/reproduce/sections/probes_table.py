@@ -1,5 +1,6 @@
 """The report's probe section (Table 2): every task x model, mean ± std over folds, the probe figure
 and the consistency table behind finding 3."""
+
 from __future__ import annotations
 
 import os
@@ -41,10 +42,13 @@ def _figures(view: ReportView) -> dict[str, str]:
 def _markdown(view: ReportView) -> list[str]:
     doc = view.doc
     probes = doc["probes"]
-    L = ["## 2. Probes (Table 2): mean ± std over folds\n",
-         "| model | " + " | ".join(f"{t} ({'acc' if v['kind'] == 'classification' else 'R²'})"
-                                  for t, v in probes.items()) + " |",
-         "|---|" + "|".join("---:" for _ in probes) + "|"]
+    L = [
+        "## 2. Probes (Table 2): mean ± std over folds\n",
+        "| model | "
+        + " | ".join(f"{t} ({'acc' if v['kind'] == 'classification' else 'R²'})" for t, v in probes.items())
+        + " |",
+        "|---|" + "|".join("---:" for _ in probes) + "|",
+    ]
     for m in MODEL_ORDER:
         cells = []
         for v in probes.values():
@@ -56,8 +60,10 @@ def _markdown(view: ReportView) -> list[str]:
     L.append(f"![probe scores per task]({doc['figures']['probes']})\n")
     f3 = next(f for f in doc["findings"] if f["id"] == 3)
     if "mean_rank" in f3:
-        L.append("Consistency across tasks (rank 1 = best of the five pretrained models and fusions; normalised "
-                 "score 0 = worst, 1 = best on a task):\n")
+        L.append(
+            "Consistency across tasks (rank 1 = best of the five pretrained models and fusions; normalised "
+            "score 0 = worst, 1 = best on a task):\n"
+        )
         L.append("| model | mean rank | worst-task normalised score |\n|---|---:|---:|")
         for m in PRETRAINED:
             L.append(f"| {m} | {f3['mean_rank'][m]:.2f} | {f3['worst_normalised_score'][m]:.2f} |")

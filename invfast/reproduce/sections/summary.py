@@ -1,8 +1,10 @@
 """The report's opening (title, verdict, finding table), its *Setup* section and *Findings in detail*:
 the verdict paragraph is computed from the findings' statuses and numbers."""
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from invfast.reproduce.sections.base import NOT, NOT_RUN, PARTLY, REPRODUCED, ReportView, Section
 
@@ -17,9 +19,11 @@ def verdict(findings: Sequence[dict[str, Any]]) -> str:
     def ids(xs: list[int]) -> str:
         return ", ".join(f"finding {i}" for i in xs) if xs else "none"
 
-    parts = [f"Of the {len(tested)} findings of the papers tested in this run, {len(by[REPRODUCED])} reproduced "
-             f"({ids(by[REPRODUCED])}), {len(by[PARTLY])} partly ({ids(by[PARTLY])}) and {len(by[NOT])} did not "
-             f"({ids(by[NOT])})."]
+    parts = [
+        f"Of the {len(tested)} findings of the papers tested in this run, {len(by[REPRODUCED])} reproduced "
+        f"({ids(by[REPRODUCED])}), {len(by[PARTLY])} partly ({ids(by[PARTLY])}) and {len(by[NOT])} did not "
+        f"({ids(by[NOT])})."
+    ]
     for f in findings:
         parts.append(f"finding {f['id']} ({f['status']}): {f['summary']}.")
     return " ".join(parts)
@@ -28,15 +32,21 @@ def verdict(findings: Sequence[dict[str, Any]]) -> str:
 def _header(view: ReportView) -> list[str]:
     doc = view.doc
     v = doc["environment"]["versions"]
-    L = [f"# invfast reproduce — `{view.cfg.preset}` report\n",
-         f"Generated {doc['generated_at']} by `invfast reproduce` ({v['invfast']}, commit {v['git_commit']}). The "
-         f"stages took {doc['stages_elapsed_s'] / 60:.1f} min in total (each timed when it ran; this invocation "
-         f"{doc['total_elapsed_s'] / 60:.1f} min, see *Time*). Every number below is in `results.json`.\n",
-         "## Verdict\n", doc["verdict"] + "\n", "| finding (source) | status |\n|---|---|"]
+    L = [
+        f"# invfast reproduce — `{view.cfg.preset}` report\n",
+        f"Generated {doc['generated_at']} by `invfast reproduce` ({v['invfast']}, commit {v['git_commit']}). The "
+        f"stages took {doc['stages_elapsed_s'] / 60:.1f} min in total (each timed when it ran; this invocation "
+        f"{doc['total_elapsed_s'] / 60:.1f} min, see *Time*). Every number below is in `results.json`.\n",
+        "## Verdict\n",
+        doc["verdict"] + "\n",
+        "| finding (source) | status |\n|---|---|",
+    ]
     for f in doc["findings"]:
         L.append(f"| {f['id']}. {f['claim']} ({f['source']}) | **{f['status']}** |")
-    L.append("\nA probe comparison counts as *reproduced* when the paired difference over the CV folds is positive "
-             "with a one-sided paired t at the 95% level, *direction only* when it is positive but not significant.\n")
+    L.append(
+        "\nA probe comparison counts as *reproduced* when the paired difference over the CV folds is positive "
+        "with a one-sided paired t at the 95% level, *direction only* when it is positive but not significant.\n"
+    )
     weak = under_trained_note(doc)
     if weak:
         L.append(f"**{weak}** (see *Do the models learn?*)\n")
@@ -57,9 +67,12 @@ def under_trained_note(doc: dict[str, Any]) -> str:
     if not weak:
         return ""
     ids = [str(fid) for fid, ms in DEPENDS_ON.items() if set(ms) & set(weak)]
-    return ("Under-trained (identity below " + f"{LEARNED_RATIO}× Random's): "
-            + "; ".join(f"{m} on seed{'s' if len(s) > 1 else ''} {', '.join(s)}" for m, s in weak.items())
-            + f". Findings {', '.join(ids)} rest on {'these models' if len(weak) > 1 else 'this model'}.")
+    return (
+        "Under-trained (identity below "
+        + f"{LEARNED_RATIO}× Random's): "
+        + "; ".join(f"{m} on seed{'s' if len(s) > 1 else ''} {', '.join(s)}" for m, s in weak.items())
+        + f". Findings {', '.join(ids)} rest on {'these models' if len(weak) > 1 else 'this model'}."
+    )
 
 
 def _setup(view: ReportView) -> list[str]:

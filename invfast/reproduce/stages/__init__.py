@@ -12,6 +12,7 @@ same-vs-different family), ``invfast.transforms`` (policies, colour ops), ``invf
 ``invfast.pretrain`` (MoCo-v2, AI-MoCo, Supervised, Trainer), ``invfast.measure_invariance`` and
 ``invfast.probes``.
 """
+
 from __future__ import annotations
 
 import functools
@@ -19,16 +20,42 @@ import functools
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stage import Stage
 from invfast.reproduce.stages.amortised import amortised_interpolation, amortised_learned_i, interpolation_points
-from invfast.reproduce.stages.context import FUSIONS, LABELS, POLICIES, Context, extract, load_model, normalise, stage_seed
+from invfast.reproduce.stages.context import (
+    FUSIONS,
+    LABELS,
+    POLICIES,
+    Context,
+    extract,
+    load_model,
+    normalise,
+    stage_seed,
+)
 from invfast.reproduce.stages.data import TASKS, colour_targets, main_objects, make_data, rotation_objects, task_set
 from invfast.reproduce.stages.measurement import measure
 from invfast.reproduce.stages.pretraining import pretrain_amortised, pretrain_policy
 from invfast.reproduce.stages.probing import feature_file, features, probe_scores, probes
 from invfast.reproduce.stages.transfer import TRANSFER_SOURCES, transfer_data, transfer_probe, transfer_train
 
-__all__ = ["STAGES", "Context", "LABELS", "FUSIONS", "POLICIES", "TASKS", "TRANSFER_SOURCES", "stage_seed", "extract",
-           "normalise", "load_model", "main_objects", "rotation_objects", "colour_targets", "task_set", "feature_file", "probe_scores",
-           "interpolation_points"]
+__all__ = [
+    "STAGES",
+    "Context",
+    "LABELS",
+    "FUSIONS",
+    "POLICIES",
+    "TASKS",
+    "TRANSFER_SOURCES",
+    "stage_seed",
+    "extract",
+    "normalise",
+    "load_model",
+    "main_objects",
+    "rotation_objects",
+    "colour_targets",
+    "task_set",
+    "feature_file",
+    "probe_scores",
+    "interpolation_points",
+]
 
 
 def _amortised(cfg: ReproduceConfig) -> bool:
@@ -40,17 +67,33 @@ _PRETRAINED = tuple(f"pretrain-{p}" for p in POLICIES)
 #: every stage of one seed; the pipeline runs them in an order that respects ``needs``
 STAGES: tuple[Stage, ...] = (
     Stage("data", make_data, writes=("data/",)),
-    *(Stage(f"pretrain-{p}", functools.partial(pretrain_policy, policy=p), needs=("data",), writes=(f"pretrain/{p}/",))
-      for p in POLICIES),
+    *(
+        Stage(
+            f"pretrain-{p}", functools.partial(pretrain_policy, policy=p), needs=("data",), writes=(f"pretrain/{p}/",)
+        )
+        for p in POLICIES
+    ),
     Stage("features", features, needs=("data", *_PRETRAINED), writes=("features/",)),
     Stage("measure", measure, needs=("data", "features", *_PRETRAINED), writes=("measure/",)),
     Stage("probes", probes, needs=("data", "features")),
     Stage("transfer-data", transfer_data, writes=("transfer/",)),
-    *(Stage(f"transfer-train-{s}", functools.partial(transfer_train, source=s), needs=("transfer-data",),
-            writes=(f"transfer/{s}/",)) for s in TRANSFER_SOURCES),
+    *(
+        Stage(
+            f"transfer-train-{s}",
+            functools.partial(transfer_train, source=s),
+            needs=("transfer-data",),
+            writes=(f"transfer/{s}/",),
+        )
+        for s in TRANSFER_SOURCES
+    ),
     Stage("transfer-probe", transfer_probe, needs=tuple(f"transfer-train-{s}" for s in TRANSFER_SOURCES)),
     Stage("pretrain-amortised", pretrain_amortised, needs=("data",), writes=("pretrain/amortised/",), when=_amortised),
-    Stage("amortised-interpolation", amortised_interpolation, needs=("data", "pretrain-amortised"),
-          writes=("measure/",), when=_amortised),
+    Stage(
+        "amortised-interpolation",
+        amortised_interpolation,
+        needs=("data", "pretrain-amortised"),
+        writes=("measure/",),
+        when=_amortised,
+    ),
     Stage("amortised-learned-i", amortised_learned_i, needs=("data", "pretrain-amortised"), when=_amortised),
 )

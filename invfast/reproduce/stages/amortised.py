@@ -2,6 +2,7 @@
 moves from Spatial to Appearance (``amortised-interpolation``) and i learned per task with a linear
 head (``amortised-learned-i``, :class:`invfast.probes.InvarianceProbe`). The model itself is trained
 by :func:`invfast.reproduce.stages.pretraining.pretrain_amortised`."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,14 @@ def amortised_interpolation(ctx: Context) -> dict[str, Any]:
         for t in r.transforms.values():
             if t.mean_cosine is not None:
                 fam.setdefault(t.family, []).append(t.mean_cosine)
-        rows.append({"i": i, "name": name, "cosine": r.means("cosine"),
-                     "family_cosine": {f: float(np.mean(v)) for f, v in fam.items()}})
+        rows.append(
+            {
+                "i": i,
+                "name": name,
+                "cosine": r.means("cosine"),
+                "family_cosine": {f: float(np.mean(v)) for f, v in fam.items()},
+            }
+        )
     return {"points": rows}
 
 
@@ -65,9 +72,15 @@ def amortised_learned_i(ctx: Context) -> dict[str, Any]:
         else:
             mu, sd = y[:cut].mean(0), y[:cut].std(0) + 1e-12
             yt = torch.from_numpy((y - mu) / sd).float()
-        probe = InvarianceProbe(model, task=kind, epochs=cfg.ip_epochs, batch_size=64,
-                                seed=stage_seed(cfg.seed, f"ip/{task}"))
+        probe = InvarianceProbe(
+            model, task=kind, epochs=cfg.ip_epochs, batch_size=64, seed=stage_seed(cfg.seed, f"ip/{task}")
+        )
         probe.fit(x[:cut], yt[:cut])
-        out[task] = {"i": [float(v) for v in probe.i_], "score": float(probe.score(x[cut:], yt[cut:])),
-                     "i_history": probe.i_history_.tolist(), "n_fit": cut, "n_test": n - cut}
+        out[task] = {
+            "i": [float(v) for v in probe.i_],
+            "score": float(probe.score(x[cut:], yt[cut:])),
+            "i_history": probe.i_history_.tolist(),
+            "n_fit": cut,
+            "n_test": n - cut,
+        }
     return out

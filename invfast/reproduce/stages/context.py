@@ -1,5 +1,6 @@
 """What every stage of ``invfast reproduce`` works with: the :class:`Context` (configuration, cache
 folder, loaded models), stage seeds, the model names and the frozen feature extractors."""
+
 from __future__ import annotations
 
 import os
@@ -18,8 +19,10 @@ __all__ = ["LABELS", "FUSIONS", "POLICIES", "Context", "stage_seed", "normalise"
 LABELS = {"random": "Random", "default": "Default", "spatial": "Spatial", "appearance": "Appearance"}
 #: the pretraining policies every run compares (ReproduceConfig.validate insists on exactly these)
 POLICIES = ("default", "spatial", "appearance")
-FUSIONS = {"spa+app": ("Spa+App", ("spatial", "appearance")),
-           "def+spa+app": ("Def+Spa+App", ("default", "spatial", "appearance"))}
+FUSIONS = {
+    "spa+app": ("Spa+App", ("spatial", "appearance")),
+    "def+spa+app": ("Def+Spa+App", ("default", "spatial", "appearance")),
+}
 
 
 def stage_seed(seed: int, name: str) -> int:
@@ -68,7 +71,7 @@ def extract(model: torch.nn.Module, images: torch.Tensor, batch: int = 256) -> n
     """Pooled features float32 [N, D] of uint8 images [N, 3, H, W]."""
     model.eval()
     dev = next(model.parameters()).device
-    out = [model(normalise(images[s:s + batch].to(dev))).float().cpu() for s in range(0, images.shape[0], batch)]
+    out = [model(normalise(images[s : s + batch].to(dev))).float().cpu() for s in range(0, images.shape[0], batch)]
     return torch.cat(out).numpy()
 
 
@@ -92,5 +95,5 @@ def load_model(ctx: Context, key: str) -> torch.nn.Module:
         return encoder(ctx.cfg, "random").eval()
     if key.startswith("transfer-"):
         enc = encoder(ctx.cfg, "transfer")
-        return load_checkpoint(enc, ctx.path("transfer", key[len("transfer-"):], "model.pt")).eval()
+        return load_checkpoint(enc, ctx.path("transfer", key[len("transfer-") :], "model.pt")).eval()
     return load_checkpoint(encoder(ctx.cfg, key), ctx.path("pretrain", key, "model.pt")).eval()

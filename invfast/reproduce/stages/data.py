@@ -6,6 +6,7 @@ objects, each with its own colours and texture, a linear probe on colour histogr
 10 objects apart (0.79 accuracy, against 0.23 for a random network's features), so the identity
 probe measured colour, which Default and Appearance pretraining are trained to discard
 (docs/reproduce.md)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +18,21 @@ from invfast.io import atomic_save_npy
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import Context
 
-__all__ = ["TASKS", "TASK_SETS", "ASYMMETRIC_SHAPES", "SILHOUETTES", "SILHOUETTE_HSV", "PALETTE_HSV", "silhouette_objects",
-           "shared_palette_objects", "main_objects", "rotation_objects", "colour_targets", "task_set", "make_data"]
+__all__ = [
+    "TASKS",
+    "TASK_SETS",
+    "ASYMMETRIC_SHAPES",
+    "SILHOUETTES",
+    "SILHOUETTE_HSV",
+    "PALETTE_HSV",
+    "silhouette_objects",
+    "shared_palette_objects",
+    "main_objects",
+    "rotation_objects",
+    "colour_targets",
+    "task_set",
+    "make_data",
+]
 
 #: probe tasks: name -> (kind, what the target is)
 TASKS = {
@@ -35,8 +49,21 @@ TASK_SETS = {"rotation": "rotation"}
 ASYMMETRIC_SHAPES = ("heart", "crescent", "arrow", "ell", "blob", "tee")
 #: the silhouettes of ``object_style = 'silhouettes'``, in order: the asymmetric shapes first (the
 #: rotation set uses those), then shapes whose outlines stay distinct from the others at 32 px
-SILHOUETTES = (*ASYMMETRIC_SHAPES, "triangle", "star", "cross", "ring", "square", "ellipse", "pentagon", "sun",
-               "flower", "diamond", "hexagon", "disc")
+SILHOUETTES = (
+    *ASYMMETRIC_SHAPES,
+    "triangle",
+    "star",
+    "cross",
+    "ring",
+    "square",
+    "ellipse",
+    "pentagon",
+    "sun",
+    "flower",
+    "diamond",
+    "hexagon",
+    "disc",
+)
 #: the one colour (HSV) every silhouette is drawn in; the data's hue shift turns it per image
 SILHOUETTE_HSV = (0.0, 0.75, 0.9)
 
@@ -61,8 +88,9 @@ def silhouette_objects(n: int) -> Any:
         img[..., :3] = rgb
         img[..., 3] = alpha
         images.append(img)
-    return ObjectBank(images, [f"silhouette-{s}" for s in SILHOUETTES[:n]],
-                      source=f"reproduce:silhouettes:{n}:hsv={SILHOUETTE_HSV}")
+    return ObjectBank(
+        images, [f"silhouette-{s}" for s in SILHOUETTES[:n]], source=f"reproduce:silhouettes:{n}:hsv={SILHOUETTE_HSV}"
+    )
 
 
 #: the colour pair (HSV) every 'shared-palette' object is recoloured onto: one light, one dark red
@@ -98,8 +126,11 @@ def shared_palette_objects(ids: list[int]) -> Any:
             w = np.clip((proj - lo) / max(hi - lo, 1e-12), 0.0, 1.0)
         out = light * (1 - w[..., None]) + dark * w[..., None]
         images.append(np.clip(np.round(np.concatenate([out, alpha[..., None]], 2) * 255), 0, 255).astype(np.uint8))
-    return ObjectBank(images, [f"palette-{bank.names[i]}" for i in ids],
-                      source=f"reproduce:shared-palette:{','.join(map(str, ids))}:hsv={PALETTE_HSV}")
+    return ObjectBank(
+        images,
+        [f"palette-{bank.names[i]}" for i in ids],
+        source=f"reproduce:shared-palette:{','.join(map(str, ids))}:hsv={PALETTE_HSV}",
+    )
 
 
 def main_objects(cfg: ReproduceConfig) -> Any:
@@ -115,7 +146,7 @@ def main_objects(cfg: ReproduceConfig) -> Any:
         from invfast.synthetic.banks import builtin_objects
 
         names = builtin_objects(max(61, 3 * cfg.objects + 18)).names
-        ids = [i for i, nm in enumerate(names) if nm.split("-")[1] in ASYMMETRIC_SHAPES][:cfg.objects]
+        ids = [i for i, nm in enumerate(names) if nm.split("-")[1] in ASYMMETRIC_SHAPES][: cfg.objects]
     if cfg.object_style == "shared-palette":
         return shared_palette_objects(ids)
     return ids if cfg.asymmetric_objects else cfg.objects
@@ -160,31 +191,52 @@ def make_data(ctx: Context) -> dict[str, Any]:
     from invfast.synthetic import Transforms2D
 
     cfg = ctx.cfg
-    out: dict[str, Any] = {"objects": cfg.objects, "transforms": list(cfg.data_transforms), "backgrounds": cfg.backgrounds,
-                           "splits": {}}
+    out: dict[str, Any] = {
+        "objects": cfg.objects,
+        "transforms": list(cfg.data_transforms),
+        "backgrounds": cfg.backgrounds,
+        "splits": {},
+    }
     backgrounds = cfg.main_backgrounds()
     targets: dict[str, np.ndarray] = {}
     objects, rotation = main_objects(cfg), rotation_objects(cfg)
     out["object_names"] = list(Transforms2D(objects=objects, size=cfg.size, n=1).classes)
-    for name, split, n, transforms in (("pretrain", "train", cfg.n_pretrain, cfg.data_transforms),
-                                       ("probe", "val", cfg.n_probe, cfg.data_transforms),
-                                       ("rotation", "val", cfg.n_probe, ("rotate",)),
-                                       ("measure", "test", cfg.n_measure, cfg.data_transforms)):
-        ds = Transforms2D(objects=rotation if name == "rotation" else objects, transforms=transforms, size=cfg.size,
-                          n=n, seed=cfg.seed, split=split, backgrounds=backgrounds)
+    for name, split, n, transforms in (
+        ("pretrain", "train", cfg.n_pretrain, cfg.data_transforms),
+        ("probe", "val", cfg.n_probe, cfg.data_transforms),
+        ("rotation", "val", cfg.n_probe, ("rotate",)),
+        ("measure", "test", cfg.n_measure, cfg.data_transforms),
+    ):
+        ds = Transforms2D(
+            objects=rotation if name == "rotation" else objects,
+            transforms=transforms,
+            size=cfg.size,
+            n=n,
+            seed=cfg.seed,
+            split=split,
+            backgrounds=backgrounds,
+        )
         images, labels, params = ds.generate(range(n))
         atomic_save_npy(ctx.path("data", f"{name}_images.npy"), images.numpy())
-        out["splits"][name] = {"split": split, "n": n, "transforms": list(ds.transforms), "fingerprint": ds.fingerprint(),
-                               "classes_present": int(np.unique(labels.numpy()).size)}
+        out["splits"][name] = {
+            "split": split,
+            "n": n,
+            "transforms": list(ds.transforms),
+            "fingerprint": ds.fingerprint(),
+            "classes_present": int(np.unique(labels.numpy()).size),
+        }
         p = {k: v.numpy().astype(np.float64) for k, v in params.items()}
         lab = labels.numpy()
         if name == "probe":
-            targets.update(identity=lab, position=np.stack([p["x"], p["y"]], 1),
-                           colour=colour_targets(ds.objects, lab, p))
+            targets.update(
+                identity=lab, position=np.stack([p["x"], p["y"]], 1), colour=colour_targets(ds.objects, lab, p)
+            )
         elif name == "rotation":
             angle = np.deg2rad(p["angle"])
             targets["rotation"] = np.stack([np.cos(angle), np.sin(angle)], 1)
     for k in TASKS:
         atomic_save_npy(ctx.path("data", f"probe_target_{k}.npy"), targets[k])
-    out["target_std"] = {k: np.asarray(targets[k], np.float64).std(0).round(6).tolist() for k in TASKS if k != "identity"}
+    out["target_std"] = {
+        k: np.asarray(targets[k], np.float64).std(0).round(6).tolist() for k in TASKS if k != "identity"
+    }
     return out

@@ -1,5 +1,6 @@
 """The ``measure`` stage: invariance of Random, Default, Spatial and Appearance to the test transforms
 (Table 1, :func:`invfast.measure_invariance`), with reference statistics from the probe-set features."""
+
 from __future__ import annotations
 
 import os
@@ -34,9 +35,19 @@ def measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = Non
     path = ctx.path("measure", f"{file}.json")
     if os.path.exists(path):
         return InvarianceResult.from_json(path)
-    r = measure_invariance(model, ctx.images("measure"), transforms=ctx.cfg.test_transforms, stats=stats,
-                           grid_size=ctx.cfg.grid_size, batch_size=16, forward_batch=256, device=ctx.cfg.device,
-                           state_path=ctx.path("measure", f"{file}.state"), name=name, progress=ctx.progress)
+    r = measure_invariance(
+        model,
+        ctx.images("measure"),
+        transforms=ctx.cfg.test_transforms,
+        stats=stats,
+        grid_size=ctx.cfg.grid_size,
+        batch_size=16,
+        forward_batch=256,
+        device=ctx.cfg.device,
+        state_path=ctx.path("measure", f"{file}.state"),
+        name=name,
+        progress=ctx.progress,
+    )
     r.to_json(path)
     return r
 
@@ -50,9 +61,11 @@ def measure(ctx: Context) -> dict[str, Any]:
     for k in LABELS:
         stats, shrinkage[LABELS[k]] = reference_stats(ctx.array(*feature_file(k, "probe")))
         results.append(measure_one(ctx, ctx.model(k), LABELS[k], k, stats))
-    return {"files": {LABELS[k]: f"measure/{k}.json" for k in LABELS},
-            "reference": {"images": "probe set", "n": ctx.cfg.n_probe, "shrinkage": shrinkage},
-            "cosine": {r.model: r.means("cosine") for r in results},
-            "distance": {r.model: r.means("distance") for r in results},
-            "families": {t.name: t.family for t in results[0].transforms.values()},
-            "best": report.significance(results)}
+    return {
+        "files": {LABELS[k]: f"measure/{k}.json" for k in LABELS},
+        "reference": {"images": "probe set", "n": ctx.cfg.n_probe, "shrinkage": shrinkage},
+        "cosine": {r.model: r.means("cosine") for r in results},
+        "distance": {r.model: r.means("distance") for r in results},
+        "families": {t.name: t.family for t in results[0].transforms.values()},
+        "best": report.significance(results),
+    }

@@ -1,6 +1,7 @@
 """The pretraining stages: MoCo-v2 with the Default / Spatial / Appearance policies and the amortised
 AI-MoCo model, all through :class:`invfast.pretrain.Trainer` (checkpoints and exact resume inside a
 stage, ``metrics.jsonl`` per model)."""
+
 from __future__ import annotations
 
 import json
@@ -12,17 +13,27 @@ from invfast.reproduce.stages.context import Context, encoder, stage_seed
 __all__ = ["pretrain_policy", "pretrain_amortised", "train_config", "read_metrics", "heldout_probe", "learning_curve"]
 
 
-def train_config(ctx: Context, key: str, epochs: int, n: int, lr: float | None = None, weight_decay: float = 1e-4) -> Any:
+def train_config(
+    ctx: Context, key: str, epochs: int, n: int, lr: float | None = None, weight_decay: float = 1e-4
+) -> Any:
     """The :class:`invfast.pretrain.TrainConfig` of model ``key``: ``epochs`` over ``n`` images in
     batches of ``cfg.batch_size``, checkpoints five times per run, its seed derived from the master seed."""
     from invfast.pretrain import TrainConfig
 
     cfg = ctx.cfg
     steps = epochs * (n // cfg.batch_size)
-    return TrainConfig(batch_size=cfg.batch_size, epochs=epochs, lr=cfg.lr if lr is None else lr,
-                       weight_decay=weight_decay, seed=stage_seed(cfg.seed, f"train/{key}"), size=cfg.size,
-                       checkpoint_every=max(10, steps // 5), log_every=max(1, min(10, steps)), progress=ctx.progress,
-                       device=cfg.device)
+    return TrainConfig(
+        batch_size=cfg.batch_size,
+        epochs=epochs,
+        lr=cfg.lr if lr is None else lr,
+        weight_decay=weight_decay,
+        seed=stage_seed(cfg.seed, f"train/{key}"),
+        size=cfg.size,
+        checkpoint_every=max(10, steps // 5),
+        log_every=max(1, min(10, steps)),
+        progress=ctx.progress,
+        device=cfg.device,
+    )
 
 
 def read_metrics(folder: str) -> list[dict[str, Any]]:
@@ -44,10 +55,18 @@ def heldout_probe(ctx: Context) -> Any:
 def learning_curve(records: list[dict[str, Any]], steps_per_epoch: int) -> dict[str, list[dict[str, float]]]:
     """The loss records (step, epoch, loss) and the held-out probe records (step, epoch, probe/...) of a
     run's metrics log."""
-    loss = [{"step": r["step"], "epoch": r["step"] / steps_per_epoch, "loss": r["loss"]} for r in records if "loss" in r]
-    probe = [{"step": r["step"], "epoch": r["step"] / steps_per_epoch,
-              **{k[len("probe/"):]: v for k, v in r.items() if k.startswith("probe/")}}
-             for r in records if "probe/knn" in r]
+    loss = [
+        {"step": r["step"], "epoch": r["step"] / steps_per_epoch, "loss": r["loss"]} for r in records if "loss" in r
+    ]
+    probe = [
+        {
+            "step": r["step"],
+            "epoch": r["step"] / steps_per_epoch,
+            **{k[len("probe/") :]: v for k, v in r.items() if k.startswith("probe/")},
+        }
+        for r in records
+        if "probe/knn" in r
+    ]
     return {"loss": loss, "probe": probe}
 
 
@@ -65,14 +84,27 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     if cfg.curve_every:
         tc = dataclasses.replace(tc, probe_every=cfg.curve_every * steps_per_epoch)
         probe = heldout_probe(ctx)
-    trainer = Trainer(method, ArraySource(images, spec=f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"), tc,
-                      out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": key}, probe=probe)
+    trainer = Trainer(
+        method,
+        ArraySource(images, spec=f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"),
+        tc,
+        out=out,
+        meta={"arch": cfg.arch, "width": cfg.width, "model": key},
+        probe=probe,
+    )
     trainer.fit(resume=True)
     curve = learning_curve(read_metrics(out), steps_per_epoch)
     losses = [r["loss"] for r in curve["loss"]]
-    return {"model": key, "steps": trainer.total_steps, "epochs": epochs, "seed": tc.seed,
-            "queue_size": int(method.queue.size), "first_loss": losses[0] if losses else None,
-            "final_loss": losses[-1] if losses else None, "curve": curve}
+    return {
+        "model": key,
+        "steps": trainer.total_steps,
+        "epochs": epochs,
+        "seed": tc.seed,
+        "queue_size": int(method.queue.size),
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+        "curve": curve,
+    }
 
 
 def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
@@ -81,9 +113,14 @@ def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
     from invfast.pretrain import MoCoV2, default_queue_size
 
     cfg = ctx.cfg
-    method = MoCoV2(encoder(cfg, policy), T.policy(policy, size=cfg.size),
-                    queue_size=default_queue_size(cfg.n_pretrain, cfg.batch_size), key_momentum=cfg.key_momentum,
-                    proj_dim=cfg.proj_dim, queue_seed=stage_seed(cfg.seed, f"queue/{policy}"))
+    method = MoCoV2(
+        encoder(cfg, policy),
+        T.policy(policy, size=cfg.size),
+        queue_size=default_queue_size(cfg.n_pretrain, cfg.batch_size),
+        key_momentum=cfg.key_momentum,
+        proj_dim=cfg.proj_dim,
+        queue_seed=stage_seed(cfg.seed, f"queue/{policy}"),
+    )
     return _fit(ctx, policy, method, cfg.pretrain_epochs)
 
 
@@ -92,8 +129,13 @@ def pretrain_amortised(ctx: Context) -> dict[str, Any]:
     from invfast.pretrain import AmortisedMoCo, default_queue_size
 
     cfg = ctx.cfg
-    method = AmortisedMoCo(encoder(cfg, "amortised"), descriptors="groups", size=cfg.size,
-                           queue_size=default_queue_size(cfg.n_pretrain, cfg.batch_size),
-                           key_momentum=cfg.key_momentum, proj_dim=cfg.proj_dim,
-                           queue_seed=stage_seed(cfg.seed, "queue/amortised"))
+    method = AmortisedMoCo(
+        encoder(cfg, "amortised"),
+        descriptors="groups",
+        size=cfg.size,
+        queue_size=default_queue_size(cfg.n_pretrain, cfg.batch_size),
+        key_momentum=cfg.key_momentum,
+        proj_dim=cfg.proj_dim,
+        queue_seed=stage_seed(cfg.seed, "queue/amortised"),
+    )
     return _fit(ctx, "amortised", method, cfg.amortised_epochs)

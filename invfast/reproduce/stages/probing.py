@@ -1,5 +1,6 @@
 """The ``features`` and ``probes`` stages: frozen features of the probe sets and the linear probes of
 every task (Ericsson et al. 2021, App. E) for every model and fusion."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -60,8 +61,12 @@ def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: Re
     cv = est.cv_results_
     b = int(est.best_index_)
     folds = [float(cv[f"split{k}_test_score"][b]) for k in range(cfg.folds)]
-    out = {"mean": float(est.best_score_), "std": float(cv["std_test_score"][b]), "best_penalty": float(est.alpha_),
-           "fold_scores": folds}
+    out = {
+        "mean": float(est.best_score_),
+        "std": float(cv["std_test_score"][b]),
+        "best_penalty": float(est.alpha_),
+        "fold_scores": folds,
+    }
     if "split0_converged" in cv:
         conv = np.stack([np.asarray(cv[f"split{k}_converged"]) for k in range(cfg.folds)], axis=1)  # [alphas, folds]
         out["not_converged"] = int(conv.size - conv.sum())
@@ -79,7 +84,9 @@ def probes(ctx: Context) -> dict[str, Any]:
     sets = {LABELS[k]: [k] for k in LABELS}
     sets.update({label: list(parts) for label, parts in FUSIONS.values()})
     out: dict[str, Any] = {}
-    feats_of = {split: {k: ctx.array(*feature_file(k, split)) for k in LABELS} for split in {task_set(t) for t in TASKS}}
+    feats_of = {
+        split: {k: ctx.array(*feature_file(k, split)) for k in LABELS} for split in {task_set(t) for t in TASKS}
+    }
     for task, (kind, what) in TASKS.items():
         feats = feats_of[task_set(task)]
         y = ctx.array("data", f"probe_target_{task}.npy")

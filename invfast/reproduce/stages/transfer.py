@@ -2,6 +2,7 @@
 source and target objects and transformation sets), one ``transfer-train-<source>`` stage per source
 (supervised pretraining on the source task with :class:`invfast.pretrain.Supervised` through the
 :class:`~invfast.pretrain.Trainer`), and ``transfer-probe`` (a linear probe on the target)."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -27,21 +28,35 @@ def transfer_data(ctx: Context) -> dict[str, Any]:
     from invfast.synthetic.families import same_vs_different
 
     cfg = ctx.cfg
-    sv = same_vs_different(n_objects=cfg.transfer_objects, n_transforms=cfg.transfer_transforms, seed=cfg.seed,
-                           size=cfg.size)
+    sv = same_vs_different(
+        n_objects=cfg.transfer_objects, n_transforms=cfg.transfer_transforms, seed=cfg.seed, size=cfg.size
+    )
     superset = tuple(sv.target_transforms) + tuple(sv.other_transforms)
-    sources = {"same": sv.source_same("train", n=cfg.transfer_n_source),
-               "different": sv.source_different("train", n=cfg.transfer_n_source),
-               "superset": Transforms2D(sv.bank.subset(sv.source_objects), superset, size=cfg.size,
-                                        n=cfg.transfer_n_source, seed=cfg.seed, split="train")}
+    sources = {
+        "same": sv.source_same("train", n=cfg.transfer_n_source),
+        "different": sv.source_different("train", n=cfg.transfer_n_source),
+        "superset": Transforms2D(
+            sv.bank.subset(sv.source_objects),
+            superset,
+            size=cfg.size,
+            n=cfg.transfer_n_source,
+            seed=cfg.seed,
+            split="train",
+        ),
+    }
     target = sv.target("val", n=cfg.transfer_n_target)
     for name, ds in [*sources.items(), ("target", target)]:
         images, labels, _ = ds.generate(range(len(ds)))
         atomic_save_npy(ctx.path("transfer", f"{name}_images.npy"), images.numpy())
         atomic_save_npy(ctx.path("transfer", f"{name}_labels.npy"), labels.numpy())
-    return {"source_objects": sv.source_objects, "target_objects": sv.target_objects,
-            "target_transforms": list(sv.target_transforms), "other_transforms": list(sv.other_transforms),
-            "sources": {k: list(v.transforms) for k, v in sources.items()}, "target": list(target.transforms)}
+    return {
+        "source_objects": sv.source_objects,
+        "target_objects": sv.target_objects,
+        "target_transforms": list(sv.target_transforms),
+        "other_transforms": list(sv.other_transforms),
+        "sources": {k: list(v.transforms) for k, v in sources.items()},
+        "target": list(target.transforms),
+    }
 
 
 def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
@@ -59,11 +74,19 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
     steps_per_epoch = len(data) // cfg.batch_size
     tc = dataclasses.replace(tc, log_every=steps_per_epoch, checkpoint_every=steps_per_epoch)
     out = os.path.dirname(ctx.path("transfer", source, "model.pt"))
-    trainer = Trainer(method, data, tc, out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": f"transfer-{source}"})
+    trainer = Trainer(
+        method, data, tc, out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": f"transfer-{source}"}
+    )
     trainer.fit(resume=True)
     losses = [r["loss"] for r in read_metrics(out) if "loss" in r]  # one record per epoch: its mean loss
-    return {"source": source, "epochs": cfg.transfer_epochs, "steps": trainer.total_steps, "seed": tc.seed,
-            "losses": losses, "train_accuracy": method.accuracy(data)}
+    return {
+        "source": source,
+        "epochs": cfg.transfer_epochs,
+        "steps": trainer.total_steps,
+        "seed": tc.seed,
+        "losses": losses,
+        "train_accuracy": method.accuracy(data),
+    }
 
 
 def transfer_probe(ctx: Context) -> dict[str, Any]:
