@@ -32,12 +32,12 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import SMALL  # noqa: E402
 
 from invfast import backend
 from invfast.models import HyperResNet, ResNet
 from invfast.ops import hyper
 
-SMALL = bool(os.environ.get("INVFAST_BENCH_SMALL"))
 WIDTH = int(os.environ.get("INVFAST_BENCH_HYPER_WIDTH", "64"))
 FROZEN_BATCH = int(os.environ.get("INVFAST_BENCH_FROZEN_BATCH", "32"))
 GEN_BATCHES = [1, 8] + ([64] if os.environ.get("INVFAST_BENCH_HYPER_B64") else [])

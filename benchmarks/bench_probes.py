@@ -39,10 +39,11 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import SMALL as BENCH_SMALL
 
 import invfast.probes as P
 
-SMALL = bool(os.environ.get("INVFAST_BENCH_SMALL")) or os.environ.get("INVFAST_BENCH_PROBES") == "small"
+SMALL = BENCH_SMALL or os.environ.get("INVFAST_BENCH_PROBES") == "small"
 FULL = not SMALL
 SIZES = {
     "ridge": (10000, 2048, 10) if FULL else (2000, 256, 10),

@@ -45,7 +45,8 @@ if os.environ.get("INVFAST_BENCH_MALLOC", "1") == "1":
 # PIL runs on one core; so does invfast unless INVFAST_BENCH_THREADS says otherwise.
 torch.set_num_threads(int(os.environ.get("INVFAST_BENCH_THREADS", "1")))
 
-SMALL = os.environ.get("INVFAST_BENCH_SMALL", "0") == "1"
+from conftest import SMALL  # noqa: E402
+
 B = int(os.environ.get("INVFAST_BENCH_B", 8 if SMALL else 64))
 P = int(os.environ.get("INVFAST_BENCH_P", 16 if SMALL else 256))
 SIZE = int(os.environ.get("INVFAST_BENCH_SIZE", 224))

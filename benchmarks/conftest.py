@@ -10,7 +10,14 @@ import pytest
 
 from invfast.bench import best_time  # noqa: F401  (re-exported for the suites)
 
-SMALL = bool(os.environ.get("INVFAST_BENCH_SMALL"))
+
+def env_flag(name: str) -> bool:
+    """An on/off environment variable: unset, empty, 0, false, no and off are off; anything else is on."""
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+#: reduced sizes for a quick smoke run (INVFAST_BENCH_SMALL); the one place every suite reads it
+SMALL = env_flag("INVFAST_BENCH_SMALL")
 _RATIOS: list[tuple[str, float, str]] = []
 
 
@@ -28,9 +35,21 @@ def record_ratio(benchmark):
     return rec
 
 
-def pytest_terminal_summary(terminalreporter):
-    if not _RATIOS:
+def _extra_ratios(config) -> list[tuple[str, float, str]]:
+    """Ratios the suites stored directly in a benchmark's extra_info (keys naming a ratio or speedup)."""
+    session = getattr(config, "_benchmarksession", None)
+    out = []
+    for b in getattr(session, "benchmarks", None) or []:
+        for key, value in (getattr(b, "extra_info", None) or {}).items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and ("ratio" in key or "speedup" in key):
+                out.append((f"{b.name}: {key}", float(value), ""))
+    return out
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    rows = _RATIOS + _extra_ratios(config)
+    if not rows:
         return
     terminalreporter.section("invfast speed ratios (baseline time / invfast time, same run)")
-    for label, ratio, goal in _RATIOS:
+    for label, ratio, goal in rows:
         terminalreporter.write_line(f"{label:<70} {ratio:9.2f}x   goal: {goal}")
