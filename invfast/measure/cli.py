@@ -26,20 +26,24 @@ from typing import Any
 
 import torch
 
+from invfast.measure.options import (  # noqa: F401  (re-exported for the tests and scripts)
+    DEFAULT_GRID,
+    DEFAULT_IMAGES,
+    PAIRS_DIR,
+    QUICK_GRID,
+    QUICK_IMAGES,
+    check_args,
+    config_from_args,
+)
+
 RESULT_FILE = "result.json"
 STATE_DIR = "state"
-DEFAULT_IMAGES = 1000
-DEFAULT_GRID = 256
-QUICK_GRID, QUICK_IMAGES = 8, 100  # --quick: ~125 views per image over the 18 transforms
 
 
 def _data_help() -> str:
     from invfast.data.synthetic import synthetic_help
 
     return "folder:PATH | PATH | npy:FILE.npy | " + synthetic_help()
-
-
-PAIRS_DIR = "pairs"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -280,36 +284,6 @@ def _measure(args: argparse.Namespace) -> int:
     return 0
 
 
-def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: str) -> Any:
-    """The :class:`MeasureConfig` of ``invfast measure``'s arguments (the one the Python API builds)."""
-    from invfast.measure.config import MeasureConfig
-
-    return MeasureConfig(
-        grid_size=_grid_size(args),
-        batch_size=args.batch_size,
-        forward_batch=args.forward_batch,
-        n_images=_n_images(args),
-        device=str(device),
-        dtype=args.dtype,
-        crop=args.crop,
-        normalize=not args.no_normalize,
-        protocol=args.protocol,
-        state_path=os.path.join(state_dir, "state.pt"),
-        pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
-        save_every=args.save_every,
-        strict=args.strict,
-        resize=args.resize,
-        progress=not args.no_progress,
-        fingerprint_content=args.hash_images,
-        workers=args.workers,
-        name=args.name or args.model,
-        layers=args.layers,
-        shrinkage=_shrinkage(args.shrinkage, quick=args.quick and args.protocol == "invfast"),
-        eps=args.eps,
-        channels_last={"auto": None, "on": True, "off": False}[args.channels_last],
-    )
-
-
 def _write(result: Any, args: argparse.Namespace, folder: Any) -> None:
     """Write the whole report into the folder's staging area, then swap it in: the old report (only the
     files invfast wrote) stays whole until the new one is complete; the state files go with it."""
@@ -390,57 +364,10 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
         dist.destroy_process_group()
 
 
-def _shrinkage(value: str | None, quick: bool = False) -> str | float | None:
-    """--shrinkage: a name, or a number λ; not given, Ledoit-Wolf with ``quick`` (else the protocol's)."""
-    if value is None and quick:
-        return "ledoit-wolf"
-    if value is None or value in ("trace", "ledoit-wolf", "none"):
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise ValueError(f"--shrinkage must be trace, ledoit-wolf, none or a number >= 0, got {value!r}") from None
-
-
-def _n_images(args: argparse.Namespace) -> int | None:
-    """The number of images to measure (None = all): --images, or the default capped by the data."""
-    if args.images is not None:
-        return args.images or None
-    return QUICK_IMAGES if args.quick else DEFAULT_IMAGES
-
-
-def _grid_size(args: argparse.Namespace) -> int:
-    """--grid-size, or the default (the --quick one with --quick)."""
-    if args.grid_size is not None:
-        return args.grid_size
-    return QUICK_GRID if args.quick else DEFAULT_GRID
-
-
-def _check_args(args: argparse.Namespace) -> None:
-    from invfast.devices import resolve_device
-
-    for k in ("images", "grid_size", "batch_size", "forward_batch", "world_size", "workers"):
-        v = getattr(args, k)
-        low = 0 if k in ("images", "workers") else 1
-        if v is not None and v < low:
-            raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
-    if not args.save_every >= 0:
-        raise ValueError(f"--save-every must be a number of seconds >= 0, got {args.save_every}")
-    resolve_device(args.device or "auto")  # an unusable device is refused before any work
-    if args.images and not args.real_world:
-        from invfast.data.sources import as_source
-
-        n = len(as_source(args.data, resize=args.resize, strict=False))
-        if args.images > n:
-            raise ValueError(
-                f"--images {args.images} is more than the data holds ({n} images); use --images {n} or fewer (0 = all)"
-            )
-
-
 def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
-    _check_args(args)
+    check_args(args)
     env = os.environ  # torchrun sets LOCAL_RANK too, so a torchrun of one process still joins a group
     under_torchrun = "RANK" in env and "WORLD_SIZE" in env and (int(env["WORLD_SIZE"]) > 1 or "LOCAL_RANK" in env)
     if under_torchrun:

@@ -30,6 +30,7 @@ from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
 from invfast.pretrain.config import RESUMABLE_FIELDS, TrainConfig
 from invfast.pretrain.methods import PretrainMethod
+from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
 from invfast.pretrain.schedules import ConstantSchedule, CosineSchedule
 
 CHECKPOINT_FORMAT = "invfast.pretrain/1"
@@ -39,28 +40,9 @@ MODEL_NAME = "model.pt"
 OWN_FILES = (CHECKPOINT_NAME, MODEL_NAME, "metrics.jsonl", "metrics.csv")
 
 
-def _mix(*parts: int) -> int:
-    """A 63-bit seed from integers (splitmix64 steps): independent streams keyed by (seed, stream, counters)."""
-    h = 0x9E3779B97F4A7C15
-    for p in parts:
-        h = (h ^ (int(p) & 0xFFFFFFFFFFFFFFFF)) * 0xBF58476D1CE4E5B9 & 0xFFFFFFFFFFFFFFFF
-        h ^= h >> 31
-        h = h * 0x94D049BB133111EB & 0xFFFFFFFFFFFFFFFF
-        h ^= h >> 29
-    return h & 0x7FFFFFFFFFFFFFFF
-
-
-_STREAM_DATA, _STREAM_DESC, _STREAM_AUG, _STREAM_SHUFFLE = 1, 2, 3, 4
-
-
 def _images(batch: Any) -> torch.Tensor:
     """The images of a source's batch (a labelled source returns (images, labels))."""
     return batch[0] if isinstance(batch, (tuple, list)) else batch
-
-
-def generator(seed: int, stream: int, *counters: int, device: torch.device | str = "cpu") -> torch.Generator:
-    """A fresh ``torch.Generator`` on ``device`` seeded from (seed, stream, counters)."""
-    return torch.Generator(device=device).manual_seed(_mix(seed, stream, *counters))
 
 
 class Trainer:

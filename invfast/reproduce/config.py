@@ -4,13 +4,16 @@ and the folder claim that keeps runs of different configurations apart."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
-import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from invfast.io import atomic_write_text, config_difference
+from invfast.reproduce.folders import (  # noqa: F401  (re-exported: the folder rules live there)
+    CONFIG_FILE,
+    FORMAT,
+    ConfigMismatchError,
+    check_disk,
+    claim_folder,
+)
 
 __all__ = [
     "ReproduceConfig",
@@ -23,10 +26,6 @@ __all__ = [
     "check_disk",
     "disk_estimate_mb",
 ]
-
-CONFIG_FILE = "config.json"
-#: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs)
-FORMAT = "invfast.reproduce/2"
 
 
 @dataclass
@@ -385,61 +384,6 @@ def _parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tupl
         return key, raw
     except ValueError:
         raise ValueError(f"--set {key}: cannot read {raw!r} as {type(default).__name__}") from None
-
-
-# ---------------------------------------------------------------------------------------------- caching
-class ConfigMismatchError(ValueError):
-    """An output or cache folder holds a run made with another configuration."""
-
-
-def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
-    """Make ``folder`` hold ``config.json`` for ``config``; refuse a folder made with another one.
-
-    A folder with other content but no config.json is refused too (never mixed with unrelated files).
-    """
-    path = os.path.join(folder, CONFIG_FILE)
-    if os.path.exists(path):
-        try:
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
-            raise ConfigMismatchError(
-                f"{what} {folder!r} holds an unreadable {CONFIG_FILE} ({e}); delete the folder or choose another one"
-            ) from None
-        if saved.get("format") != FORMAT:
-            raise ConfigMismatchError(
-                f"{what} {folder!r} was made by another version of invfast reproduce (format "
-                f"{saved.get('format')!r}, this one writes {FORMAT!r}), so it cannot be resumed; "
-                "delete the folder or choose another one"
-            )
-        diff = config_difference(saved.get("config", {}), config)
-        if diff:
-            raise ConfigMismatchError(
-                f"{what} {folder!r} was made by a different configuration, so it cannot be resumed:\n  "
-                + "\n  ".join(diff)
-                + "\nUse another folder, delete this one, or rerun with the same settings."
-            )
-        return
-    if os.path.isdir(folder) and any(n for n in os.listdir(folder) if not n.startswith(".")):
-        raise ConfigMismatchError(
-            f"{what} {folder!r} exists and holds files that are not from invfast reproduce "
-            f"(no {CONFIG_FILE}); choose an empty or new folder"
-        )
-    atomic_write_text(path, json.dumps({"format": FORMAT, "config": config}, indent=2))
-
-
-def check_disk(folder: str, need_mb: float) -> None:
-    """Raise OSError when the file system of ``folder`` has less than ``need_mb`` MiB free."""
-    probe = os.path.abspath(folder)
-    while not os.path.exists(probe):
-        probe = os.path.dirname(probe)
-    free = shutil.disk_usage(probe).free / 2**20
-    if free < need_mb:
-        raise OSError(
-            f"not enough disk space for {folder!r}: {free:.0f} MiB free, this configuration needs about "
-            f"{need_mb:.0f} MiB (checkpoints, features, measurement state); free some space or pass "
-            "--cache-dir on another disk"
-        )
 
 
 def disk_estimate_mb(cfg: ReproduceConfig) -> float:
