@@ -157,19 +157,26 @@ def _affine_matrix(t: TestTransform, p: torch.Tensor, H: int, W: int) -> torch.T
     of the last few (transform, size, grid) are kept: the dozen small torch ops that build them cost more
     than a flip of a 224-px batch."""
     pc = p.detach().to("cpu").contiguous()
+    if torch.compiler.is_compiling():  # a traced graph computes the maps (the kept ones are keyed by bytes)
+        return _affine_maps(t, pc, H, W)
     key = (t.name, H, W, pc.dtype, tuple(pc.shape), pc.numpy().tobytes())
     with _MATRICES_LOCK:  # the measure loop makes views on a producer thread
         matrix = _MATRICES.get(key)
     if matrix is None:
-        A, b = _affine_params(t, pc, H, W)
-        A = Fn._snap(A.to(torch.float64))
-        offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
-        matrix = torch.cat([A, offset.unsqueeze(-1)], dim=-1).contiguous()
+        matrix = _affine_maps(t, pc, H, W)
         with _MATRICES_LOCK:
             if len(_MATRICES) >= _MATRICES_MAX:
                 _MATRICES.pop(next(iter(_MATRICES)))
             _MATRICES[key] = matrix
     return matrix
+
+
+def _affine_maps(t: TestTransform, pc: torch.Tensor, H: int, W: int) -> torch.Tensor:
+    """[P, 2, 3] float64 sampling maps of the CPU parameters ``pc`` at size H x W."""
+    A, b = _affine_params(t, pc, H, W)
+    A = Fn._snap(A.to(torch.float64))
+    offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
+    return torch.cat([A, offset.unsqueeze(-1)], dim=-1).contiguous()
 
 
 def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
