@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from invfast.constants import LUMA_WEIGHTS
 from invfast.io import atomic_save_npy
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import Context
@@ -119,7 +120,7 @@ def shared_palette_objects(ids: list[int]) -> Any:
         if px.shape[0] > 1 and np.ptp(px, axis=0).max() > 0.05:
             centre = px.mean(0)
             axis = np.linalg.svd(px - centre, full_matrices=False)[2][0]
-            if axis @ np.array([0.2989, 0.587, 0.114]) > 0:
+            if axis @ np.array(LUMA_WEIGHTS) > 0:
                 axis = -axis  # w grows from the lighter colour to the darker one
             proj = (rgb - centre) @ axis
             lo, hi = np.percentile(px @ axis - centre @ axis, [2, 98])
