@@ -278,7 +278,7 @@ def test_measure_pipeline_without_backbone(benchmark, setup, record_ratio):
 # channels_last at 224 px (skipped without CUDA; unmeasured in this project so far). CPU: the same
 # ratio at small sizes in the same run.
 PIPE_CPU_N = int(os.environ.get("INVFAST_BENCH_PIPE_CPU_N", 4 if SMALL else 8))
-PIPE_CPU_K = int(os.environ.get("INVFAST_BENCH_PIPE_CPU_K", 2))
+PIPE_CPU_K = int(os.environ.get("INVFAST_BENCH_PIPE_CPU_K", 4))
 PIPE_GPU_N = int(os.environ.get("INVFAST_BENCH_PIPE_GPU_N", 256))
 PIPE_GPU_K = int(os.environ.get("INVFAST_BENCH_PIPE_GPU_K", 4))
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -424,7 +424,7 @@ def test_measure_vs_backbone_cpu_small(benchmark, record_ratio):
 
     torch.manual_seed(0)
     images = _photo_crops(PIPE_CPU_N, 64)
-    # forward_batch 2N: with k = 2 every model call of the measurement carries 2N images (a few image
+    # forward_batch 2N: every model call of the measurement carries 2N images (a few image
     # batches x a few parameters), and the bare forward runs the same call size
     r = _pipeline_vs_forward(
         benchmark,
