@@ -112,6 +112,17 @@ def test_blend(degenerate, B, H, W, rng):
 
 @compiled
 @pytest.mark.parametrize("B,H,W", SIZES)
+def test_blend_on_off_grid(B, H, W, rng):
+    """Grayscale's grid (factors 0 and 1 only) takes a fused byte path: still the float blend's bytes."""
+    x = _images(rng, B, H, W)
+    f = torch.tensor([1.0, 0.0, 0.0, 1.0])
+    y, yr = _both(U.blend_degenerate, x, f, "luma_levels")
+    assert torch.equal(y, yr)
+    assert np.array_equal(y.numpy(), _numpy_blend(x.numpy(), f.numpy(), "luma_levels"))
+
+
+@compiled
+@pytest.mark.parametrize("B,H,W", SIZES)
 def test_hue(B, H, W, rng):
     from skimage.color import hsv2rgb, rgb2hsv
 

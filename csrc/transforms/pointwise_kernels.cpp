@@ -131,9 +131,35 @@ TT_INLINE void blend_out(const uint8_t* img, const float* x, const float* d, int
   }
 }
 
+// round_half_even(255 luma) of n pixels as bytes: grayscale's image. The blend at f = 0 gives 0 x + 1 d = d
+// = level / 255 exactly and u8(level / 255) = level for every level (checked for all 256), so these are its
+// bytes; one fused pass with no float planes in memory.
+TT_INLINE void luma_levels_u8(const uint8_t* R, const uint8_t* G, const uint8_t* B, int64_t n, uint8_t* o) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float y = (kLuma0 * unit(R[i]) + kLuma1 * unit(G[i]) + kLuma2 * unit(B[i])) * 255.0f;
+    o[i] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(y)));
+  }
+}
+
+TT_INLINE bool on_off(const float* factors, int64_t P) {
+  for (int64_t p = 0; p < P; ++p)
+    if (factors[p] != 0.0f && factors[p] != 1.0f) return false;
+  return true;
+}
+
 TT_INLINE void blend_chunk_impl(const uint8_t* img, int64_t H, int64_t W, int64_t i0, int64_t i1, int mode,
                                 const float* factors, int64_t P, uint8_t* out, float* scratch) {
   const int64_t n = i1 - i0;
+  if (mode == kLumaLevels && on_off(factors, P)) {  // grayscale's grid: input bytes or gray bytes, copied
+    const int64_t HW = H * W;
+    uint8_t* gray = reinterpret_cast<uint8_t*>(scratch);  // n bytes of the 6 n floats
+    luma_levels_u8(img + i0, img + HW + i0, img + 2 * HW + i0, n, gray);
+    for (int64_t p = 0; p < P; ++p)
+      for (int c = 0; c < 3; ++c)
+        std::memcpy(out + (p * 3 + c) * HW + i0, factors[p] == 1.0f ? img + c * HW + i0 : gray,
+                    static_cast<size_t>(n));
+    return;
+  }
   float* x = scratch;
   float* d = scratch + 3 * n;
   blend_features(img, H, W, i0, i1, mode, x, d);
