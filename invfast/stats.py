@@ -71,7 +71,8 @@ class FeatureStats:
             self._init_state(x.shape[1])
         if x.shape[1] != self.dim:
             raise ValueError(f"x has D={x.shape[1]} features but these stats have D={self.dim}")
-        x = x.to(device=self.device, dtype=torch.float64)
+        # statistics are not differentiated: no autograd graph held across batches
+        x = x.detach().to(device=self.device, dtype=torch.float64)
         b = x.shape[0]
         mean = x.mean(0)
         c = x - mean

@@ -268,3 +268,31 @@ def test_views_made_ahead_on_a_thread_give_the_same_numbers(one_thread):
     for name in ("rot90", "brightness"):
         torch.testing.assert_close(a[name].per_image_cosine, b[name].per_image_cosine, rtol=0, atol=0)
         torch.testing.assert_close(a[name].cosine, b[name].cosine, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("stats_given", [False, True])
+def test_the_model_never_runs_with_autograd_recording(stats_given):
+    """A model whose parameters require grad runs without an autograd graph in every pass. The reference
+    pass recorded one per batch and the statistics held it, every batch's activations, until the run ended."""
+    from invfast.stats import FeatureStats
+
+    x = random_images(9, size=8, seed=5)
+    net = small_net(dim=5)
+    assert all(p.requires_grad for p in net.parameters())
+    stats = None
+    if stats_given:
+        with torch.no_grad():
+            stats = FeatureStats().update(net(x.float() / 255)).finalize(shrinkage="ledoit-wolf")
+    modes: list[bool] = []
+    net.register_forward_pre_hook(lambda m, a: modes.append(torch.is_grad_enabled()))
+    measure_invariance(net, x, [Rot90(), Brightness()], stats=stats, grid_size=4, batch_size=4, forward_batch=6)
+    assert modes and not any(modes), modes
+
+
+def test_statistics_hold_no_autograd_graph():
+    """FeatureStats.update takes features that require grad without keeping their graph."""
+    from invfast.stats import FeatureStats
+
+    w = torch.randn(6, 4, requires_grad=True)
+    st = FeatureStats().update(torch.randn(20, 6) @ w).update(torch.randn(15, 6) @ w).finalize()
+    assert not any(t.requires_grad for t in (st.mean, st.m2, st.m3, st.m4, st.whitener_))

@@ -304,7 +304,8 @@ class Run:
         def snapshot(e: int) -> None:  # host copy of the statistics, only when a state is saved
             self.state["stats"] = {"local": {n: v.state_dict() if v.n else None for n, v in local.items()}, "next": e}
 
-        with contextlib.closing(self.stream(spans)) as stream:
+        # no autograd graph: a model whose parameters require grad would otherwise record one per batch
+        with contextlib.closing(self.stream(spans)) as stream, torch.no_grad():
             for (s, e), (x, _) in zip(spans, stream):
                 if count(x):
                     for n, f in self.reference_features(s, x).items():
