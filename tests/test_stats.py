@@ -72,6 +72,18 @@ def test_whitening_gives_identity_covariance(rng):
     assert st.whiten(x.float()).dtype == torch.float32
 
 
+@pytest.mark.parametrize("d", [3, 200])
+def test_whitener_is_the_inverse_cholesky_factor(rng, d):
+    """W = C^-T for the Cholesky factor C of the shrunk covariance, against numpy's float64 inverse."""
+    x = rng.normal(size=(3 * d, d)) @ rng.normal(size=(d, d)) + 2.0
+    st = FeatureStats.from_features(torch.from_numpy(x), shrinkage="trace", eps=1e-6)
+    cov = np.cov(x, rowvar=False)
+    cov += 1e-6 * np.trace(cov) / d * np.eye(d)
+    want = np.linalg.inv(np.linalg.cholesky(cov)).T
+    np.testing.assert_allclose(st.whitener_.numpy(), want, rtol=1e-8, atol=1e-10 * np.abs(want).max())
+    assert np.array_equal(np.tril(st.whitener_.numpy(), -1), np.zeros((d, d)))  # upper triangular
+
+
 def test_save_load_roundtrip(tmp_path, rng):
     x = torch.from_numpy(rng.normal(size=(30, 5)))
     st = FeatureStats().update(x)

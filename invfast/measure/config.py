@@ -67,7 +67,8 @@ class MeasureConfig:
             'all' (every stage: ResNet ``layer1..layer4``), or module paths ('layer2,layer4', 'output');
             see :mod:`invfast.measure.layers`.
         overlap: make the next chunk's transformed views on a background thread while the model runs on
-            the current one (None: on the CPU; CUDA launches are asynchronous already).
+            the current one (None: on the CPU where a core is left over by torch's threads; CUDA launches
+            are asynchronous already).
     """
 
     grid_size: int = 256

@@ -191,17 +191,28 @@ def _work(run: Run, ctx: _Context) -> Generator[tuple[_Group, int | None, int | 
                 yield group, ps, min(ctx.p, ps + pc)
 
 
+def _spare_core() -> bool:
+    """Whether this process may use more cores than torch's intra-op threads (a core for the view thread)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return cores > torch.get_num_threads()
+
+
 class _ViewProducer:
     """Makes the transformed views of the next chunk on a background thread while the model runs on the
     current one (CPU: the transforms' work and the forward pass overlap); on CUDA the views are made in
-    line (kernel launches are asynchronous already)."""
+    line (kernel launches are asynchronous already).
+
+    By default (``overlap=None``) the CPU thread runs only where a core is left over by torch's threads:
+    otherwise it preempts one of the model's threads, and every parallel layer waits for that thread
+    (ResNet-50 at 56 px on 2 cores and 2 threads: the measurement ran at 0.54x the bare forward pass with
+    the thread, 0.75x without it; docs/performance.md)."""
 
     def __init__(self, run: Run) -> None:
         self.run = run
         self.pool = None
         # the caller's default device (a thread-local setting) holds in the producer thread too
         self.default_device = torch.get_default_device()
-        if run.device.type == "cpu" and run.cfg.overlap is not False:
+        if run.device.type == "cpu" and (run.cfg.overlap or (run.cfg.overlap is None and _spare_core())):
             import concurrent.futures
 
             self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="invfast-views")
