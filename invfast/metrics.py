@@ -64,20 +64,8 @@ def invariance_scores(
     f_ref, f_t, squeeze = _check_pair(f_ref, f_t, stats, nan_policy)
     if precision not in ("auto", "float64"):
         raise ValueError(f"precision must be 'auto' or 'float64', got {precision!r}")
-    n, p, d = f_t.shape
     dtype = torch.float64 if (precision == "float64" or f_t.dtype == torch.float64) else torch.float32
-    w, shift = stats.whitening(dtype, f_t.device)
-    rows = max(1, _CHUNK_BYTES // max(1, p * d * (8 if dtype == torch.float64 else 4)))
-    outs_d, outs_c = [], []
-    for s in range(0, n, rows):
-        e = min(n, s + rows)
-        # z = x W; the centring (− mean W) happens inside the fused reduction
-        z_r = torch.mm(f_ref[s:e].to(dtype), w)
-        z_t = torch.mm(f_t[s:e].reshape(-1, d).to(dtype), w).view(e - s, p, d)
-        dd, cc = pair_scores(z_r, z_t, shift)
-        outs_d.append(dd)
-        outs_c.append(cc)
-    dist, cos = (torch.cat(outs_d), torch.cat(outs_c)) if len(outs_d) > 1 else (outs_d[0], outs_c[0])
+    dist, cos = scores_of_whitened(whiten_rows(f_ref, stats, dtype), f_t, stats)
     if nan_policy == "raise" and compiling():  # inside the graph: one device assert, no host read
         check_finite(torch.stack([dist, cos]), "invariance_scores: the features or the scores are NaN/Inf")
     elif nan_policy == "raise" and not bool(torch.isfinite(dist).all() & torch.isfinite(cos).all()):
@@ -91,6 +79,33 @@ def invariance_scores(
     if squeeze:
         dist, cos = dist[:, 0], cos[:, 0]
     return {"distance": dist, "cosine": cos}
+
+
+def whiten_rows(f: torch.Tensor, stats: FeatureStats, dtype: torch.dtype) -> torch.Tensor:
+    """``f W`` for features ``f [N, D]`` in ``dtype``: the rows whitened but not yet centred (the centring,
+    ``− mean W``, happens inside :func:`scores_of_whitened`'s fused reduction)."""
+    w, _ = stats.whitening(dtype, f.device)
+    return torch.mm(f.to(dtype), w)
+
+
+def scores_of_whitened(
+    z_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(distance, cosine) ``[N, P]`` of the views ``f_t [N, P, D]`` against references whitened by
+    :func:`whiten_rows` (``z_ref [N, D]``, in the dtype the views are whitened in). A caller that scores one
+    reference batch against several chunks of views whitens the references once. Non-finite features give
+    non-finite scores. Whitening is one GEMM per chunk of rows; the reduction is one fused pass (float64 sums)."""
+    n, p, d = f_t.shape
+    w, shift = stats.whitening(z_ref.dtype, f_t.device)
+    rows = max(1, _CHUNK_BYTES // max(1, p * d * z_ref.element_size()))
+    outs_d, outs_c = [], []
+    for s in range(0, n, rows):
+        e = min(n, s + rows)
+        z_t = torch.mm(f_t[s:e].reshape(-1, d).to(w.dtype), w).view(e - s, p, d)
+        dd, cc = pair_scores(z_ref[s:e], z_t, shift)
+        outs_d.append(dd)
+        outs_c.append(cc)
+    return (torch.cat(outs_d), torch.cat(outs_c)) if len(outs_d) > 1 else (outs_d[0], outs_c[0])
 
 
 def mahalanobis(f_ref: torch.Tensor, f_t: torch.Tensor, stats: FeatureStats, **kw: Any) -> torch.Tensor:

@@ -137,25 +137,25 @@ class FeatureStats:
                 "the reference statistics hold NaN/Inf (in the mean or covariance): they were "
                 "accumulated from non-finite features or the stats file is damaged; recompute them"
             )
-        eye = torch.eye(d, dtype=torch.float64, device=self.device)
+        # the shrinkage is added to the diagonal of a fresh covariance in place (no D x D identity)
         if isinstance(shrinkage, str):
             if shrinkage not in _SHRINKAGE:
                 raise ValueError(f"shrinkage must be one of {_SHRINKAGE} or a float λ >= 0, got {shrinkage!r}")
             if shrinkage == "ledoit-wolf":
                 s = m2 / self.n
                 rho, mu = _ledoit_wolf(s, m4.item(), self.n)
-                cov = (1 - rho) * s + rho * mu * eye
+                cov = s.mul_(1 - rho)
                 lam, self.rho_ = rho * mu, rho
             else:
                 cov = self.covariance
                 lam = eps * torch.trace(cov).item() / d if shrinkage == "trace" else 0.0
-                cov = cov + lam * eye
         else:
             lam = float(shrinkage)
             if not (math.isfinite(lam) and lam >= 0):
                 raise ValueError(f"an explicit shrinkage λ must be finite and >= 0, got {shrinkage}")
-            cov = self.covariance + lam * eye
+            cov = self.covariance
             shrinkage = "explicit"
+        cov.diagonal().add_(lam)
         chol, info = torch.linalg.cholesky_ex(cov)
         if info.item() != 0:
             raise ValueError(
@@ -174,7 +174,7 @@ class FeatureStats:
                 stacklevel=2,
             )
         self.cov_, self.chol_, self.lambda_, self.shrinkage_ = cov, chol, float(lam), str(shrinkage)
-        self.whitener_ = _lower_inverse(chol, eye).T.contiguous()
+        self.whitener_ = _lower_inverse(chol).T.contiguous()
         self._cast_cache = {}
         return self
 
@@ -276,7 +276,7 @@ class FeatureStats:
         return f"FeatureStats(n={self.n}, dim={self.dim}{fin})"
 
 
-def _lower_inverse(chol: torch.Tensor, eye: torch.Tensor) -> torch.Tensor:
+def _lower_inverse(chol: torch.Tensor) -> torch.Tensor:
     """``C⁻¹`` of a lower-triangular float64 ``C [D, D]``. On the CPU LAPACK's triangular inverse (``dtrtri``,
     D³/3 flops; 3.5x faster than a triangular solve against the identity at D = 2048, and as accurate);
     elsewhere that solve."""
@@ -286,6 +286,7 @@ def _lower_inverse(chol: torch.Tensor, eye: torch.Tensor) -> torch.Tensor:
         inv, info = dtrtri(chol.numpy(), lower=1)
         if info == 0:
             return torch.from_numpy(inv).tril_()  # dtrtri leaves the strict upper triangle as it found it
+    eye = torch.eye(chol.shape[0], dtype=chol.dtype, device=chol.device)
     return torch.linalg.solve_triangular(chol, eye, upper=False)
 
 

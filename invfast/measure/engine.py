@@ -25,6 +25,7 @@ from invfast.measure.config import MeasureConfig
 from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
 from invfast.measure.protocol import ResampledSource
 from invfast.measure.state import Shard, current_shard, gather_objects, load_state, merge_stats, save_state, state_file
+from invfast.metrics import whiten_rows
 from invfast.stats import FeatureStats
 
 __all__ = ["Run", "default_workers", "check_stats", "stats_info", "open_progress", "count", "concat"]
@@ -143,6 +144,7 @@ class Run:
         self.bad: set[int] = set()
         self.cache_bytes = int(cfg.feature_cache_mb * 2**20)
         self._ref_cache: dict[int, dict[str, torch.Tensor]] = {}
+        self._z_cache: dict[tuple[int, str], torch.Tensor] = {}
         self._cached = 0
         self._last_save = time.monotonic()
         self.state: dict[str, Any] = {}
@@ -232,6 +234,20 @@ class Run:
                 self._cached += nbytes
         return f
 
+    def whitened_reference(self, s: int, x: torch.Tensor, layer: str, stats: FeatureStats) -> torch.Tensor:
+        """The reference features of the batch starting at image ``s`` whitened (:func:`whiten_rows`, float32
+        unless the features are float64), kept like the features themselves, so every transform and chunk of
+        parameters scores against them without whitening them again. ``stats`` are the run's statistics."""
+        z = self._z_cache.get((s, layer))
+        if z is None or z.shape[0] != count(x):
+            f = self.reference_features(s, x)[layer]
+            z = whiten_rows(f, stats, torch.float64 if f.dtype == torch.float64 else torch.float32)
+            nbytes = z.numel() * z.element_size()
+            if self._cached + nbytes <= self.cache_bytes:
+                self._z_cache[(s, layer)] = z
+                self._cached += nbytes
+        return z
+
     def bar(self, total: int, desc: str, initial: int = 0, unit: str = "view") -> Any:
         """A progress bar (:func:`invfast.progress.bar`: live on a terminal, plain lines in a log)."""
         from invfast.progress import bar
@@ -252,6 +268,7 @@ class Run:
         self.n = len(self.source)
         self.start, self.stop = self.shard.bounds(self.n)
         self._ref_cache.clear()
+        self._z_cache.clear()
         self._cached = 0
 
     def resume(self, fingerprint: dict[str, Any]) -> None:

@@ -1,5 +1,6 @@
 """The scoring loop: every image of this rank under every grid parameter of a transform, in chunks
-bounded by ``forward_batch``, pushed through the model and scored with :func:`invfast.invariance_scores`.
+bounded by ``forward_batch``, pushed through the model and scored as :func:`invfast.invariance_scores`
+scores them (each reference batch whitened once for every transform and chunk).
 Only float64 per-parameter sums and per-image means are kept, on the device (O(P + N) memory per
 transform); per-pair scores go to memory-mapped files when asked.
 """
@@ -18,7 +19,7 @@ import torch
 from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
 from invfast.measure.state import Shard, barrier
-from invfast.metrics import invariance_scores
+from invfast.metrics import scores_of_whitened
 from invfast.stats import FeatureStats
 
 __all__ = ["score_transform"]
@@ -261,6 +262,10 @@ class _Group:
         self.x, self.idx = concat(xs), (idxs[0] if len(idxs) == 1 else torch.cat(idxs))
         self.layers = run.extract.layer_names
         self.f_ref = {ly: refs[0][ly] if len(refs) == 1 else torch.cat([r[ly] for r in refs]) for ly in self.layers}
+        self.z_ref = {
+            ly: concat([run.whitened_reference(bs, xb, ly, ctx.stats[ly]) for bs, xb in zip(starts, xs)])
+            for ly in self.layers
+        }
         dev, b = run.device, self.b
         self.img_d = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
         self.img_c = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
@@ -287,9 +292,8 @@ class _Group:
         for ly in self.layers:
             la = ctx.acc["layers"][ly]
             f_t = feats[ly].view(b, pe - ps, -1)
-            # 'propagate': no per-chunk host check; non-finite scores are flagged on the device instead
-            sc = invariance_scores(self.f_ref[ly], f_t, ctx.stats[ly], nan_policy="propagate")
-            d, c = sc["distance"].double(), sc["cosine"].double()
+            # no per-chunk host check: non-finite scores are flagged on the device instead
+            d, c = (v.double() for v in scores_of_whitened(self.z_ref[ly], f_t, ctx.stats[ly]))
             ctx.run.flag_nonfinite(ctx.t.name, d, c)
             la["sum_d"][ps:pe] += d.sum(0)
             la["sum_c"][ps:pe] += c.sum(0)
