@@ -170,3 +170,27 @@ def test_uniformity_at_100k(benchmark):
     benchmark.extra_info["note"] = "torch.pdist would need %.0f GB for the condensed matrix alone" % (
         n * (n - 1) / 2 * 4 / 1e9
     )
+
+
+@pytest.mark.parametrize("rows", [16, 256])
+def test_whitening_product_vs_dense_mm(benchmark, record_ratio, rows):
+    """The whitening product x @ W (W upper triangular, D = 2048, float32) by ``invfast.stats.upper_mm``
+    against one dense ``torch.mm``; ``rows`` is one chunk of views (16: the CPU measurement benchmark's)."""
+    from invfast.stats import upper_mm
+
+    gen = torch.Generator().manual_seed(0)
+    d = 256 if SMALL else 2048
+    w = torch.randn(d, d, generator=gen).triu_()
+    x = torch.randn(rows, d, generator=gen)
+    dense_s: list[float] = []
+
+    def other() -> None:  # untimed, before each round of ours: the two alternate
+        t0 = time.perf_counter()
+        torch.mm(x, w)
+        dense_s.append(time.perf_counter() - t0)
+
+    for _ in range(3):
+        upper_mm(x, w), torch.mm(x, w)
+    benchmark.pedantic(lambda: upper_mm(x, w), setup=other, rounds=30, iterations=1, warmup_rounds=0)
+    torch.testing.assert_close(upper_mm(x, w), torch.mm(x, w), rtol=1e-5, atol=1e-4)
+    record_ratio(f"whitening x @ W: dense torch.mm / upper_mm ({rows} x {d})", min(dense_s), ">= 1 (5/8 the products)")

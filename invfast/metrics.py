@@ -11,7 +11,7 @@ import torch
 from invfast import dispatch
 from invfast._validate import as_features, as_labels, check_finite, compiling
 from invfast.ops.invariance import knn_sqdist, pair_scores, pairwise_logsumexp, sqdist_logsumexp
-from invfast.stats import FeatureStats
+from invfast.stats import FeatureStats, upper_mm
 
 _CHUNK_BYTES = 32 << 20
 
@@ -85,7 +85,7 @@ def whiten_rows(f: torch.Tensor, stats: FeatureStats, dtype: torch.dtype) -> tor
     """``f W`` for features ``f [N, D]`` in ``dtype``: the rows whitened but not yet centred (the centring,
     ``− mean W``, happens inside :func:`scores_of_whitened`'s fused reduction)."""
     w, _ = stats.whitening(dtype, f.device)
-    return torch.mm(f.to(dtype), w)
+    return upper_mm(f.to(dtype), w)
 
 
 def scores_of_whitened(
@@ -101,7 +101,7 @@ def scores_of_whitened(
     outs_d, outs_c = [], []
     for s in range(0, n, rows):
         e = min(n, s + rows)
-        z_t = torch.mm(f_t[s:e].reshape(-1, d).to(w.dtype), w).view(e - s, p, d)
+        z_t = upper_mm(f_t[s:e].reshape(-1, d).to(w.dtype), w).view(e - s, p, d)
         dd, cc = pair_scores(z_ref[s:e], z_t, shift)
         outs_d.append(dd)
         outs_c.append(cc)

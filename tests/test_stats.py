@@ -117,3 +117,20 @@ def test_bad_inputs():
         FeatureStats().update(torch.randn(5, 2)).whiten(torch.randn(3, 2))
     with pytest.raises(TypeError, match="FeatureStats"):
         FeatureStats().merge("x")
+
+
+@pytest.mark.parametrize("d", [7, 256, 1030])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_upper_triangular_product_matches_numpy(rng, d, dtype):
+    """upper_mm (the whitening product, blocked over the upper triangle on the CPU) against float64 numpy."""
+    from invfast.stats import upper_mm
+
+    w = np.triu(rng.normal(size=(d, d)))
+    x = rng.normal(size=(d, 13)).T  # 13 rows, not contiguous
+    got = upper_mm(torch.from_numpy(np.asarray(x)).to(dtype), torch.from_numpy(w).to(dtype))
+    assert got.dtype == dtype and got.shape == (x.shape[0], d)
+    tol = 1e-12 if dtype == torch.float64 else 1e-4
+    np.testing.assert_allclose(got.double().numpy(), np.asarray(x) @ w, rtol=tol, atol=tol * np.sqrt(d))
+    xn = np.asarray(x).copy()
+    xn[0, 0] = np.nan  # a NaN feature still reaches the last column (it meets every row of w)
+    assert np.isnan(upper_mm(torch.from_numpy(xn).to(dtype), torch.from_numpy(w).to(dtype))[0, -1].item())
