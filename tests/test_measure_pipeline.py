@@ -296,3 +296,23 @@ def test_statistics_hold_no_autograd_graph():
     w = torch.randn(6, 4, requires_grad=True)
     st = FeatureStats().update(torch.randn(20, 6) @ w).update(torch.randn(15, 6) @ w).finalize()
     assert not any(t.requires_grad for t in (st.mean, st.m2, st.m3, st.m4, st.whitener_))
+
+
+def test_view_thread_only_where_a_core_is_left_over(monkeypatch):
+    """overlap=None starts the CPU view thread only where the process may use more cores than torch's
+    intra-op threads (otherwise it preempts a model thread); overlap=True / False decide it outright."""
+    from types import SimpleNamespace
+
+    from invfast.measure import scoring
+
+    def producer(overlap, cores, threads):
+        monkeypatch.setattr(scoring.os, "sched_getaffinity", lambda pid: set(range(cores)), raising=False)
+        monkeypatch.setattr(scoring.torch, "get_num_threads", lambda: threads)
+        run = SimpleNamespace(device=torch.device("cpu"), cfg=SimpleNamespace(overlap=overlap))
+        with scoring._ViewProducer(run) as p:
+            return p.pool is not None
+
+    assert not producer(None, cores=2, threads=2)
+    assert producer(None, cores=4, threads=2)
+    assert producer(True, cores=2, threads=2)
+    assert not producer(False, cores=8, threads=1)
