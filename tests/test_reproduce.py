@@ -134,6 +134,9 @@ def test_tiny_end_to_end_report(tiny_run):
             assert got[m]["learned"] == (got[m]["ratio"] >= LR.LEARNED_RATIO)
     md = (out / "report.md").read_text()
     assert "## Do the models learn?" in md and "figures/learning.png" in md and "| epoch | default linear / kNN" in md
+    for key, run in doc["pretraining"].items():  # the loss at its peak (the queue starts random) and at the end
+        loss = [r["loss"] for r in run["curve"]["loss"]]
+        assert f"| {key} | {max(loss):.2f} → {loss[-1]:.2f} |" in md, key
     for heading in (
         "## Verdict",
         "## 1. Invariances (Table 1)",
