@@ -134,3 +134,13 @@ def test_upper_triangular_product_matches_numpy(rng, d, dtype):
     xn = np.asarray(x).copy()
     xn[0, 0] = np.nan  # a NaN feature still reaches the last column (it meets every row of w)
     assert np.isnan(upper_mm(torch.from_numpy(xn).to(dtype), torch.from_numpy(w).to(dtype))[0, -1].item())
+
+
+def test_upper_triangular_product_keeps_gradients(rng):
+    """Scores used as a loss: gradients flow through the whitening product as through a dense mm."""
+    from invfast.stats import upper_mm
+
+    w = torch.from_numpy(np.triu(rng.normal(size=(300, 300))))
+    x = torch.from_numpy(rng.normal(size=(5, 300))).requires_grad_()
+    (g,) = torch.autograd.grad(upper_mm(x, w).square().sum(), x)
+    torch.testing.assert_close(g, 2 * (x.detach() @ w) @ w.T)
