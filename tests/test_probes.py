@@ -69,9 +69,14 @@ def test_ridge_predictions_every_penalty_match_ridge(rng, n, d):
 @pytest.mark.parametrize("n,d", [(40, 8), (20, 30)])
 @pytest.mark.parametrize("fit_intercept", [True, False])
 def test_ridge_loo_equals_refitting(rng, n, d, fit_intercept):
+    """The closed form e / (1 - h_ii) against refitting without each sample (scikit-learn). Near
+    interpolation (n < d, small penalty) 1 - h_ii falls to ~1e-5 and the division loses digits: the
+    tolerance grows as max|y| / (1 - h_ii), with the leverages h_ii from numpy (measured over 300 seeds:
+    errors up to 2.7e-12 max|y| / (1 - h_ii), relative errors up to 2.3e-5)."""
     x, y = _structured(rng, n, d, t=2)
     grid = np.logspace(-3, 3, 7)
     loo = ridge_loo_predictions(torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(grid), fit_intercept)
+    xc = x - x.mean(0) if fit_intercept else x
     for j, lam in enumerate(grid):
         brute = np.stack(
             [
@@ -81,7 +86,11 @@ def test_ridge_loo_equals_refitting(rng, n, d, fit_intercept):
                 for i in range(n)
             ]
         )
-        np.testing.assert_allclose(loo[j].numpy(), brute, rtol=1e-6, atol=1e-8 * np.abs(brute).max())
+        h = np.einsum("ij,ji->i", xc, np.linalg.solve(xc.T @ xc + lam * np.eye(d), xc.T)) + (
+            1 / n if fit_intercept else 0
+        )
+        tol = 1e-6 * np.abs(brute) + 1e-10 * np.abs(y).max() / (1 - h)[:, None]
+        assert (np.abs(loo[j].numpy() - brute) <= tol).all(), (lam, np.abs(loo[j].numpy() - brute).max())
 
 
 def test_ridge_loo_mode_picks_sklearn_alpha(rng):
