@@ -260,7 +260,7 @@ def background_count(spec: str) -> int | None:
     )
 
 
-#: the named configurations; ``quick`` (3 seeds): about 40 minutes measured on 2 CPU cores (docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds): 17 minutes measured on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         seeds=2,
@@ -287,7 +287,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         ip_epochs=1,
         ip_n=24,
     ),
-    # 3 seeds in about 40 minutes on 2 CPU cores (measured), the amortised model (finding 5) included: a
+    # 3 seeds in 17 minutes on 2 idle CPU cores (measured), the amortised model (finding 5) included: a
     # width-8 ResNet (half the time of width 16 per step) for 15 epochs, the amortised one for 8; the
     # models are under-trained at this budget and the report says which (docs/reproduce.md)
     "quick": dict(
