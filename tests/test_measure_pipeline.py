@@ -316,3 +316,16 @@ def test_view_thread_only_where_a_core_is_left_over(monkeypatch):
     assert producer(None, cores=4, threads=2)
     assert producer(True, cores=2, threads=2)
     assert not producer(False, cores=8, threads=1)
+
+
+def test_without_a_feature_cache_each_reference_batch_runs_once_per_transform():
+    """feature_cache_mb=0: the reference images are recomputed for each transform, once; whitening them must
+    not run them through the model a second time."""
+    x = random_images(9, size=8, seed=5)  # 3 batches of <= 4 images
+    net = small_net(dim=5)
+    calls: list[int] = []
+    net.register_forward_pre_hook(lambda m, a: calls.append(a[0].shape[0]))
+    kw = dict(grid_size=4, batch_size=4, forward_batch=64, feature_cache_mb=0)
+    measure_invariance(net, x, [Rot90(), Brightness()], **kw)
+    # statistics pass: 3 batches; each transform: 3 reference batches, then its 9 x 4 views in one call
+    assert calls == [4, 4, 1] + 2 * [4, 4, 1, 36], calls

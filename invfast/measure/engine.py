@@ -234,13 +234,13 @@ class Run:
                 self._cached += nbytes
         return f
 
-    def whitened_reference(self, s: int, x: torch.Tensor, layer: str, stats: FeatureStats) -> torch.Tensor:
-        """The reference features of the batch starting at image ``s`` whitened (:func:`whiten_rows`, float32
-        unless the features are float64), kept like the features themselves, so every transform and chunk of
-        parameters scores against them without whitening them again. ``stats`` are the run's statistics."""
+    def whitened_reference(self, s: int, f: torch.Tensor, layer: str, stats: FeatureStats) -> torch.Tensor:
+        """The reference features ``f`` of ``layer`` for the batch starting at image ``s`` (from
+        :meth:`reference_features`) whitened (:func:`whiten_rows`, float32 unless they are float64), kept like
+        the features themselves, so every transform and chunk of parameters scores against them without
+        whitening them again. ``stats`` are the run's statistics."""
         z = self._z_cache.get((s, layer))
-        if z is None or z.shape[0] != count(x):
-            f = self.reference_features(s, x)[layer]
+        if z is None or z.shape[0] != f.shape[0]:
             z = whiten_rows(f, stats, torch.float64 if f.dtype == torch.float64 else torch.float32)
             nbytes = z.numel() * z.element_size()
             if self._cached + nbytes <= self.cache_bytes:

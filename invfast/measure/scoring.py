@@ -263,7 +263,7 @@ class _Group:
         self.layers = run.extract.layer_names
         self.f_ref = {ly: refs[0][ly] if len(refs) == 1 else torch.cat([r[ly] for r in refs]) for ly in self.layers}
         self.z_ref = {
-            ly: concat([run.whitened_reference(bs, xb, ly, ctx.stats[ly]) for bs, xb in zip(starts, xs)])
+            ly: concat([run.whitened_reference(bs, r[ly], ly, ctx.stats[ly]) for bs, r in zip(starts, refs)])
             for ly in self.layers
         }
         dev, b = run.device, self.b
