@@ -9,8 +9,11 @@ the step speed-up with the (identical) model time averaged over both — the ste
 but on a shared machine the model time still drifts, so the whole-step ratio alone is noisy.
 Sizes: INVFAST_BENCH_BATCH (default 256), INVFAST_BENCH_SIZE (default 32), INVFAST_BENCH_ROUNDS (default 3).
 
-Also: the fused policy views (FusedPolicy, csrc/augment) against the torch policy inside the same CPU step,
-and (skipped without CUDA) the augmentation share of a ResNet-50 MoCo-v2 step at 224 px, batch
+Also: the CPU step with the networks and views stored channels-last (the Trainer's CPU default) against
+the same step in PyTorch's default contiguous layout, at the reproduce --quick size (width 8, batch 64,
+INVFAST_BENCH_CL_WIDTH / INVFAST_BENCH_CL_BATCH); the fused policy views (FusedPolicy, csrc/augment)
+against the torch policy inside the same CPU step; and (skipped without CUDA) the augmentation share
+of a ResNet-50 MoCo-v2 step at 224 px, batch
 INVFAST_BENCH_GPU_BATCH (default 256), fused CUDA kernels (opted in) vs the torch path; goal <= 10 %.
 Run: python -m pytest benchmarks/bench_pretrain.py --benchmark-only -o addopts=""
 """
@@ -90,6 +93,56 @@ def test_pretrain_throughput(benchmark):
         "baseline_augment_s": aug_b,
         "augment_speedup": aug_b / aug_o,
         "step_speedup_same_model_time": (model_s + aug_b) / (model_s + aug_o),
+    }
+    benchmark.extra_info.update(info)
+    print("\n" + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))
+
+
+def test_pretrain_channels_last_cpu(benchmark):
+    """A MoCo-v2 CPU step (views made beforehand) with weights and views channels-last vs contiguous."""
+    width = int(os.environ.get("INVFAST_BENCH_CL_WIDTH", "8"))
+    batch = int(os.environ.get("INVFAST_BENCH_CL_BATCH", "64"))
+    policy = T.policy("default", size=SIZE)
+    images = (torch.rand(batch, 3, SIZE, SIZE, generator=torch.Generator().manual_seed(1)) * 255).to(torch.uint8)
+    runs = {}
+    for cl in (False, True):
+        torch.manual_seed(0)
+        method = MoCoV2(models.create("resnet18-cifar", width=width), policy, queue_size=16 * batch, proj_dim=64)
+        if cl:
+            method.to(memory_format=torch.channels_last)
+        opt = torch.optim.SGD(method.online.parameters(), lr=0.03, momentum=0.9, weight_decay=1e-4)
+        views = method.make_views(images, 0, torch.Generator().manual_seed(0))
+        if cl:
+            views = tuple(v.contiguous(memory_format=torch.channels_last) for v in views)
+        runs[cl] = (method, opt, views, [])
+
+    def step(cl):
+        method, opt, views, times = runs[cl]
+        t0 = time.perf_counter()
+        loss = method.training_loss(*views)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+
+    for cl in (False, True):  # warm-up
+        step(cl), step(cl)
+        runs[cl][3].clear()
+
+    def interleaved():
+        for _ in range(5):
+            step(False)
+            step(True)
+
+    benchmark.pedantic(interleaved, rounds=ROUNDS, iterations=1)
+    contiguous, channels_last = (sorted(runs[cl][3])[len(runs[cl][3]) // 2] for cl in (False, True))
+    info = {
+        "width": width,
+        "batch": batch,
+        "threads": torch.get_num_threads(),
+        "contiguous_step_s": contiguous,
+        "channels_last_step_s": channels_last,
+        "speedup": contiguous / channels_last,
     }
     benchmark.extra_info.update(info)
     print("\n" + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))

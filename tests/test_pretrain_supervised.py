@@ -152,9 +152,11 @@ def test_periodic_probe_is_logged_and_changes_nothing(tmp_path):
     assert "loss" not in probed[0] and all(0.0 <= r["probe/linear"] <= 1.0 for r in probed)
     lines = [json.loads(s) for s in open(tmp_path / "a" / "metrics.jsonl")]
     assert [r["step"] for r in lines if "probe/knn" in r] == [0, 4, 8, 12]
-    # the step-0 record scores the initialisation: the same as probing a fresh copy
+    # the step-0 record scores the initialisation: the same as probing a fresh copy (stored channels-last
+    # as the Trainer stores it on the CPU, so the float sums run in the same order)
     torch.manual_seed(0)
     fresh = MoCoV2(TinyEncoder(bn=True), RandomAug(), queue_size=32, proj_dim=8, key_momentum=0.99).eval()
+    fresh.to(memory_format=torch.channels_last)
     assert probe(lambda v: fresh.features(v), 16) == {k: v for k, v in probed[0].items() if k.startswith("probe/")}
 
 

@@ -200,3 +200,27 @@ def test_bfloat16_autocast_runs_and_is_recorded(tmp_path):
     assert all(torch.isfinite(torch.tensor(r["loss"])) for r in hist)
     assert torch.load(tmp_path / "checkpoint.pt", weights_only=False)["config"]["amp"] is True
     assert all(p.dtype == torch.float32 for p in m.parameters())
+
+
+@pytest.mark.parametrize("method", ["moco", "amortised"])
+def test_channels_last_training_matches_contiguous(tmp_path, method):
+    """Channels-last storage (the CPU default) changes only the order of float sums: the same run
+    in both layouts gives the same losses and weights to float32 rounding, and writes contiguous files."""
+    data = ArraySource(blob_images(48))
+    runs = {}
+    for cl in (False, True):
+        m = make(method)
+        t = Trainer(m, data, cfg(channels_last=cl, log_every=1), out=tmp_path / str(cl))
+        convs = [p for p in m.parameters() if p.dim() == 4]
+        assert convs and all(p.is_contiguous(memory_format=torch.channels_last) == cl for p in convs)
+        runs[cl] = ([r["loss"] for r in t.fit() if "loss" in r], state(m))
+        saved = torch.load(tmp_path / str(cl) / "model.pt", weights_only=False)
+        assert all(v.is_contiguous() for v in saved["encoder"].values() if isinstance(v, torch.Tensor))
+    (loss_a, sa), (loss_b, sb) = runs[False], runs[True]
+    assert len(loss_a) == 9
+    torch.testing.assert_close(torch.tensor(loss_b), torch.tensor(loss_a), rtol=1e-4, atol=1e-5)
+    for k in sa:
+        torch.testing.assert_close(sb[k], sa[k], rtol=1e-3, atol=1e-4, msg=k)
+    assert Trainer(make(method), data, cfg()).channels_last  # the CPU default
+    with pytest.raises(ValueError, match="channels_last must be"):
+        cfg(channels_last="yes").validate()

@@ -45,6 +45,16 @@ def _images(batch: Any) -> torch.Tensor:
     return batch[0] if isinstance(batch, (tuple, list)) else batch
 
 
+def _channels_last(x: Any) -> Any:
+    """A 4-D tensor in channels-last (NHWC) memory order; anything else unchanged."""
+    return x.contiguous(memory_format=torch.channels_last) if isinstance(x, torch.Tensor) and x.dim() == 4 else x
+
+
+def _contiguous(state: dict[str, Any]) -> dict[str, Any]:
+    """A state dict with every tensor in the default (contiguous) memory order, whatever it trained in."""
+    return {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+
+
 class Trainer:
     """Trains a :class:`PretrainMethod` (the contrastive methods, :class:`Supervised`) on an image source.
 
@@ -115,6 +125,9 @@ class Trainer:
                 f"({cfg.batch_size}); e.g. use queue size {max(1, queue.size // cfg.batch_size) * cfg.batch_size}"
             )
         method.to(self.device)
+        self.channels_last = self.device.type == "cpu" if cfg.channels_last is None else bool(cfg.channels_last)
+        if self.channels_last:
+            method.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack it
         params = [p for p in method.online.parameters() if p.requires_grad]
         self.optimizer = torch.optim.SGD(
             params, lr=cfg.base_lr(), momentum=cfg.sgd_momentum, weight_decay=cfg.weight_decay
@@ -200,7 +213,7 @@ class Trainer:
                         "batch_in_epoch": pos,
                         "images_seen": self.step * self.config.batch_size,
                     },
-                    "model": self.method.state_dict(),
+                    "model": _contiguous(self.method.state_dict()),
                     "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(),
                     "rng": rng,
@@ -373,6 +386,8 @@ class Trainer:
                 d = self.method.sample_descriptor(generator(cfg.seed, _STREAM_DESC, s))
                 g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank)
                 inputs = self.method.make_views(batch, d, g)
+                if self.channels_last:
+                    inputs = tuple(_channels_last(v) for v in inputs)
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 t1 = time.perf_counter()
@@ -434,8 +449,8 @@ class Trainer:
                     {
                         "format": "invfast.pretrained/1",
                         "config": self.run_config(),
-                        "encoder": self.method.encoder.state_dict(),
-                        "method": self.method.state_dict(),
+                        "encoder": _contiguous(self.method.encoder.state_dict()),
+                        "method": _contiguous(self.method.state_dict()),
                         "seconds": time.perf_counter() - t_start,
                     },
                     os.path.join(self.out, MODEL_NAME),
