@@ -2,6 +2,7 @@
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -58,10 +59,43 @@ def test_queue_state_round_trips_through_state_dict():
 
 def test_default_queue_size_scales_to_data():
     assert default_queue_size(10**7, 256) == 65536
-    assert default_queue_size(5000, 256) == 4608  # largest multiple of 256 <= 5000 - 256
-    assert default_queue_size(5000, 256) % 256 == 0
+    assert default_queue_size(50_000, 256) == 6144  # largest multiple of 256 <= 50 000 / 8
+    assert default_queue_size(2048, 64) == 256  # reproduce --quick
+    assert default_queue_size(96, 32) == 32  # never less than one batch
+    for n, b in ((5000, 256), (12_000, 256), (777, 13)):
+        q = default_queue_size(n, b)
+        assert q % b == 0 and b <= q and (q <= n // 8 or q == b)
     with pytest.raises(ValueError, match="at least two batches"):
         default_queue_size(300, 256)
+    with pytest.raises(ValueError, match="batch size"):
+        default_queue_size(300, 0)
+
+
+def _own_key_rate(n: int, b: int, q: int, epochs: int = 6, seed: int = 0) -> float:
+    """Share of queries (after the first epoch) whose image's previous key is still in a FIFO queue of
+    q keys, with the data reshuffled every epoch (a simulation of the Trainer's order)."""
+    rng = np.random.default_rng(seed)
+    last = np.full(n, -(10**9))  # the step at which each image's key was last enqueued
+    hits = total = 0
+    steps = n // b
+    for e in range(epochs):
+        order = rng.permutation(n)
+        for s in range(steps):
+            t = e * steps + s
+            idx = order[s * b : (s + 1) * b]
+            if e:  # the queue holds the keys of the q / b steps before this one
+                hits += int(np.sum(t - last[idx] <= q // b))
+                total += idx.size
+            last[idx] = t
+    return hits / total
+
+
+def test_default_queue_rarely_holds_a_querys_own_image():
+    # all but one batch (the old default): about half the queries meet their own image as a negative
+    assert 0.4 < _own_key_rate(2048, 64, 2048 - 64) < 0.6
+    # the default (an eighth of the data): about (1/8)^2 / 2 < 1 %
+    assert _own_key_rate(2048, 64, default_queue_size(2048, 64)) < 0.015
+    assert _own_key_rate(12_000, 256, default_queue_size(12_000, 256)) < 0.015
 
 
 @pytest.mark.parametrize("m", [0.0, 0.5, 0.9, 0.999, 1.0])

@@ -59,16 +59,22 @@ class KeyQueue(nn.Module):
 
 
 def default_queue_size(n_images: int, global_batch: int, cap: int = 65536) -> int:
-    """MoCo-v2's 65 536 scaled down to the data: the largest multiple of ``global_batch`` that is
-    at most ``min(cap, n_images − global_batch)``, so a key is never a negative of its own image
-    within one epoch (at least one batch). Raises when the data has fewer than two batches."""
+    """MoCo-v2's 65 536 keys scaled down to the data: the largest multiple of ``global_batch`` that is
+    at most ``min(cap, n_images / 8)``, and at least one batch. Raises when the data has fewer than
+    two batches.
+
+    MoCo-v2's queue holds 5 % of ImageNet. A queue holding a fraction f of a small data set meets a
+    query's own image among the negatives (its key from one epoch before: another view of the same
+    image) for about f²/2 of the queries: half of them for a queue of all but one batch, about 1 % at
+    an eighth. On ``invfast reproduce --quick`` (2048 images, batch 64) a queue of 1984 kept Default
+    MoCo at chance (loss 7.5 = ln 1984) and below Random's identity accuracy; 256 learned it
+    (docs/reproduce.md)."""
     if global_batch < 1:
         raise ValueError(f"batch size must be >= 1, got {global_batch}")
-    limit = min(cap, n_images - global_batch)
-    size = (limit // global_batch) * global_batch
-    if size < global_batch:
+    if n_images < 2 * global_batch:
         raise ValueError(
             f"a MoCo queue needs at least two batches of data: {n_images} images with global batch "
             f"{global_batch}; lower the batch size or give a queue size explicitly"
         )
-    return size
+    limit = min(cap, n_images // 8)
+    return max(1, limit // global_batch) * global_batch
