@@ -432,12 +432,55 @@ def test_combine_over_seeds():
 
 
 def test_same_machine_and_seed_give_identical_numbers(tiny_run, tmp_path):
+    # the second run puts its stages in 2 processes at once: the numbers must not depend on that
     out = tmp_path / "again"
-    assert run_cli("--preset", "tiny", "--out", str(out)) == 0
+    assert run_cli("--preset", "tiny", "--out", str(out), "--workers", "2") == 0
     a = json.loads((tiny_run / "results.json").read_text())
     b = json.loads((out / "results.json").read_text())
+    assert (a["config"]["workers"], b["config"]["workers"]) == (1, 2)
     for key in ("invariance", "probes", "transfer", "amortised", "features", "findings", "verdict", "over_seeds"):
         assert a[key] == b[key], key
+    assert list(a["timings"]) == list(b["timings"])  # every stage of every seed, in plan order
+
+
+def _stage_a(ctx):
+    with open(ctx.path("a.txt"), "w") as f:
+        f.write(str(ctx.cfg.seed))
+    return {"pid": os.getpid()}
+
+
+def _stage_b(ctx):
+    with open(os.path.join(ctx.cache, "a.txt")) as f:  # written by stage a of the same seed
+        return {"seed_seen": int(f.read()), "pid": os.getpid()}
+
+
+def _stage_fails(ctx):
+    raise ValueError(f"stage failed on seed {ctx.cfg.seed}")
+
+
+def test_parallel_stages_respect_needs_and_raise_a_workers_error(tmp_path):
+    cfg = RCfg.preset("tiny")
+    a, b = R.Stage("a", _stage_a, writes=("a.txt",)), R.Stage("b", _stage_b, needs=("a",))
+    jobs = [(c, str(tmp_path / f"s{c.seed}"), R.plan([b, a], c)) for c in R.seed_configs(cfg)]
+    results, timings = R.run_parallel(jobs, workers=2)
+    assert [r["b"]["seed_seen"] for r in results] == [c.seed for c in R.seed_configs(cfg)]
+    assert all(list(r) == ["a", "b"] for r in results) and all(list(t) == ["a", "b"] for t in timings)
+    assert os.getpid() not in {r[k]["pid"] for r in results for k in r}  # the stages ran in the workers
+    # finished stages are cached: a second call reads them back without running anything
+    again, t2 = R.run_parallel(jobs, workers=2)
+    assert again == results and all(t["a"]["cached"] for t in t2)
+    bad = [(c, str(tmp_path / f"f{c.seed}"), [a, R.Stage("fails", _stage_fails, needs=("a",))]) for c in [cfg]]
+    with pytest.raises(ValueError, match="stage failed on seed 0"):
+        R.run_parallel(bad, workers=2)
+
+
+def test_workers_are_checked_and_do_not_block_a_resume(tmp_path):
+    with pytest.raises(ValueError, match="workers must be a positive int"):
+        RCfg.preset("quick", workers=0)
+    with pytest.raises(ValueError, match="needs workers=1"):
+        RCfg.preset("gpu", workers=2)
+    cfg = RCfg.preset("quick", workers=3)
+    assert "workers" not in cfg.claim_dict() and cfg.to_dict()["workers"] == 3
 
 
 def _no_rotational_symmetry(alpha, name):
@@ -710,3 +753,4 @@ def test_learning_curve_table_lists_every_probed_epoch_per_model(rng):
         for key, cell in zip(curves, cells[1:]):
             hit = [r for r in curves[key]["probe"] if r["epoch"] == e]
             assert cell.strip() == (f"{hit[0]['linear']:.3f} / {hit[0]['knn']:.3f}" if hit else "–"), (key, e)
+

@@ -76,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="torch CPU threads (default: the preset's; part of the configuration, as float sums depend on it)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="stages run in this many processes at once, each with --threads threads (default: the preset's; "
+        "the numbers do not depend on it)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--print-config", action="store_true", help="print the configuration and exit")
 
@@ -89,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         overrides["seed"] = args.seed
     if args.threads is not None:
         overrides["threads"] = args.threads
+    if args.workers is not None:
+        overrides["workers"] = args.workers
     name = args.preset or ("gpu" if torch.cuda.is_available() else "quick")
     cfg = preset(name, **overrides)  # a bad value is a ValueError naming the field: exit 2 (invfast.cli)
     if args.print_config:

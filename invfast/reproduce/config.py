@@ -17,6 +17,7 @@ from invfast.reproduce.folders import (  # noqa: F401  (re-exported: the folder 
 
 __all__ = [
     "ReproduceConfig",
+    "RUN_ONLY_FIELDS",
     "PRESETS",
     "FORMAT",
     "CONFIG_FILE",
@@ -26,6 +27,10 @@ __all__ = [
     "check_disk",
     "disk_estimate_mb",
 ]
+
+
+#: fields that change how a run is scheduled but none of its numbers: a folder resumes under other values
+RUN_ONLY_FIELDS = ("workers",)
 
 
 @dataclass
@@ -44,6 +49,9 @@ class ReproduceConfig:
     # torch CPU threads while running: float sums depend on how work is split, so a fixed count
     # makes the same machine give identical numbers (recorded with the config)
     threads: int = 2
+    # stages run in this many processes at once (each with ``threads`` torch threads), stages of all seeds
+    # in an order that respects their needs; each stage's numbers do not depend on it (CPU only)
+    workers: int = 1
     # where models train and run: 'cpu' or 'cuda' (the gpu preset)
     device: str = "cpu"
     size: int = 32
@@ -107,6 +115,7 @@ class ReproduceConfig:
         positive = [
             "seeds",
             "threads",
+            "workers",
             "size",
             "objects",
             "n_pretrain",
@@ -138,6 +147,7 @@ class ReproduceConfig:
         for name, hi in (
             ("seeds", 100),
             ("threads", 1024),
+            ("workers", 256),
             ("size", 1024),
             ("objects", 100_000),
             ("n_pretrain", 10_000_000),
@@ -157,6 +167,10 @@ class ReproduceConfig:
             )
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
+        if self.workers > 1 and self.device != "cpu":
+            raise ValueError(
+                f"workers > 1 runs stages in parallel CPU processes; device {self.device!r} needs workers=1"
+            )
         if self.size < 16:
             raise ValueError(f"size must be >= 16 pixels, got {self.size}")
         if self.folds < 2:
@@ -245,6 +259,10 @@ class ReproduceConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    def claim_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without :data:`RUN_ONLY_FIELDS`: what a folder's ``config.json`` must match to resume."""
+        return {k: v for k, v in self.to_dict().items() if k not in RUN_ONLY_FIELDS}
 
 
 def background_count(spec: str) -> int | None:

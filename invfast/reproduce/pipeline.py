@@ -17,7 +17,17 @@ from invfast.io import atomic_write_text
 from invfast.reproduce.config import ReproduceConfig, check_disk, claim_folder, disk_estimate_mb
 from invfast.reproduce.stage import Stage
 
-__all__ = ["Stage", "StageCache", "plan", "run_seed", "stage_names", "seed_configs", "deterministic", "reproduce"]
+__all__ = [
+    "Stage",
+    "StageCache",
+    "plan",
+    "run_seed",
+    "run_parallel",
+    "stage_names",
+    "seed_configs",
+    "deterministic",
+    "reproduce",
+]
 
 
 def plan(stages: Sequence[Stage], cfg: ReproduceConfig) -> list[Stage]:
@@ -124,6 +134,70 @@ def run_seed(ctx: Any, cache: StageCache, stages: Sequence[Stage]) -> dict[str, 
     return {st.name: cache.run(st.name, functools.partial(st.run, ctx)) for st in plan(stages, ctx.cfg)}
 
 
+def _stage_in_worker(cfg: ReproduceConfig, seed_cache: str, stage: Stage) -> tuple[Any, dict[str, Any]]:
+    """``stage`` of one seed in a worker process, with the configuration's threads and deterministic
+    settings; it writes the stage's cache file. Returns (result, timing)."""
+    from invfast.reproduce.stages import Context
+
+    cache = StageCache(seed_cache)
+    with deterministic(cfg):
+        result = cache.run(stage.name, functools.partial(stage.run, Context(cfg=cfg, cache=seed_cache, progress=False)))
+    return result, cache.timings[stage.name]
+
+
+def run_parallel(
+    jobs: Sequence[tuple[ReproduceConfig, str, Sequence[Stage]]], workers: int, bar: Any = None
+) -> tuple[list[dict[str, Any]], list[dict[str, dict[str, Any]]]]:
+    """The stages of several seeds in ``workers`` processes at once.
+
+    ``jobs``: per seed (its configuration, its cache folder, its stages in :func:`plan` order). A stage
+    starts once the stages it needs (of its own seed) have finished, earlier jobs and stages first;
+    cached stages are read here. Each stage runs as in :func:`run_seed`, so its numbers do not depend
+    on ``workers``; its ``run`` must be picklable (a module-level function or a partial of one). The
+    first stage that fails stops the others and its error is raised here.
+    Returns per seed ``{stage name: result}`` and ``{stage name: timing}``.
+    """
+    import multiprocessing
+
+    results: list[dict[str, Any]] = [{} for _ in jobs]
+    timings: list[dict[str, dict[str, Any]]] = [{} for _ in jobs]
+    pending = [(i, st) for i, (_, _, stages) in enumerate(jobs) for st in stages]
+    running: dict[tuple[int, str], Any] = {}
+
+    def finish(i: int, name: str, result: Any, timing: dict[str, Any]) -> None:
+        results[i][name], timings[i][name] = result, timing
+        if bar is not None:
+            bar.update(1)
+
+    # spawn, not fork: a forked child of a process whose OpenMP pool has run can hang
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:  # leaving the block terminates the workers
+        while pending or running:
+            for item in list(pending):
+                i, st = item
+                cfg, seed_cache, _ = jobs[i]
+                if len(running) >= workers or not all(n in results[i] for n in st.needs):
+                    continue
+                pending.remove(item)
+                cache = StageCache(seed_cache)
+                if cache.done(st.name):
+                    finish(i, st.name, cache.run(st.name, lambda: None), cache.timings[st.name])
+                else:
+                    running[(i, st.name)] = pool.apply_async(_stage_in_worker, (cfg, seed_cache, st))
+            if bar is not None and running:
+                bar.set_description("reproduce [" + ", ".join(f"seed {jobs[i][0].seed}: {n}" for i, n in running) + "]")
+            ready = [key for key, r in running.items() if r.ready()]
+            if not ready and running:
+                next(iter(running.values())).wait(0.2)
+            for key in ready:
+                result, timing = running.pop(key).get()  # a worker's exception is raised here
+                finish(*key, result, timing)
+    order = [[st.name for st in stages] for _, _, stages in jobs]  # plan order, whatever order they finished in
+    return (
+        [{n: r[n] for n in names} for r, names in zip(results, order)],
+        [{n: t[n] for n in names} for t, names in zip(timings, order)],
+    )
+
+
 def seed_configs(cfg: ReproduceConfig) -> list[ReproduceConfig]:
     """One configuration per master seed: ``cfg`` itself, then ``cfg.seed + 1``, ... (``cfg.seeds`` in all)."""
     return [cfg] + [dataclasses.replace(cfg, seed=cfg.seed + j) for j in range(1, cfg.seeds)]
@@ -173,7 +247,7 @@ def reproduce(
             )
     out = os.path.abspath(out)
     cache = os.path.abspath(cache_dir) if cache_dir is not None else os.path.join(out, "cache")
-    conf = cfg.to_dict()
+    conf = cfg.claim_dict()
     claim_folder(out, conf, "output folder")
     if cache != out:
         claim_folder(cache, conf, "cache folder")
@@ -184,14 +258,21 @@ def reproduce(
     timings: dict[str, dict[str, Any]] = {}
     try:
         with deterministic(cfg):
-            runs = []
-            for c in seed_configs(cfg):
-                prefix = seed_prefix(cfg, c.seed)
-                seed_cache = os.path.join(cache, prefix) if prefix else cache
-                stage_cache = StageCache(seed_cache, bar)
-                results = run_seed(S.Context(cfg=c, cache=seed_cache, progress=progress), stage_cache, S.STAGES)
-                runs.append(document.SeedRun(seed=c.seed, cache=seed_cache, results=results))
-                timings.update({prefix + k: v for k, v in stage_cache.timings.items()})
+            configs = seed_configs(cfg)
+            prefixes = [seed_prefix(cfg, c.seed) for c in configs]
+            caches = [os.path.join(cache, p) if p else cache for p in prefixes]
+            if cfg.workers > 1:
+                jobs = [(c, sc, plan(S.STAGES, c)) for c, sc in zip(configs, caches)]
+                per_seed, per_timings = run_parallel(jobs, cfg.workers, bar)
+            else:
+                per_seed, per_timings = [], []
+                for c, sc in zip(configs, caches):
+                    stage_cache = StageCache(sc, bar)
+                    per_seed.append(run_seed(S.Context(cfg=c, cache=sc, progress=progress), stage_cache, S.STAGES))
+                    per_timings.append(stage_cache.timings)
+            runs = [document.SeedRun(seed=c.seed, cache=sc, results=r) for c, sc, r in zip(configs, caches, per_seed)]
+            for p, t in zip(prefixes, per_timings):
+                timings.update({p + k: v for k, v in t.items()})
             bar.set_description("reproduce [report]")
             doc = document.write_report(out, cfg, runs, timings=timings, total_elapsed_s=time.perf_counter() - t_start)
         bar.update(1)
