@@ -754,3 +754,13 @@ def test_learning_curve_table_lists_every_probed_epoch_per_model(rng):
             hit = [r for r in curves[key]["probe"] if r["epoch"] == e]
             assert cell.strip() == (f"{hit[0]['linear']:.3f} / {hit[0]['knn']:.3f}" if hit else "–"), (key, e)
 
+
+def test_moco_queue_size_is_the_library_default_or_a_multiple_of_the_batch():
+    from invfast.pretrain import default_queue_size
+
+    cfg = RCfg.preset("quick")
+    assert cfg.queue_size == 0 and cfg.moco_queue_size() == default_queue_size(cfg.n_pretrain, cfg.batch_size) == 256
+    assert RCfg.preset("quick", queue_size=512).moco_queue_size() == 512
+    for bad in (-64, 100, True, 64.0):
+        with pytest.raises(ValueError, match="queue_size must be 0"):
+            RCfg.preset("quick", queue_size=bad)

@@ -66,13 +66,13 @@ class ReproduceConfig:
     # so their rotation can be read off the image at all (silhouettes: the rotation set uses those)
     asymmetric_objects: bool = True
     data_transforms: tuple[str, ...] = ("translate", "rotate", "scale", "hue")
-    # the main data's backgrounds: 'procedural:N' (N built-in procedural textures), 'builtin:N' (N of
-    # the built-in photo crops and textures), 'builtin' (all 867) or 'uniform-random'. With hundreds
-    # of backgrounds for a few thousand images, MoCo tells two pretraining images apart by their
-    # background alone and learns nothing about the object (see docs/reproduce.md); a few shared
-    # backgrounds remove that shortcut, and textures less cluttered than photo crops leave the object
-    # easier to see.
-    backgrounds: str = "procedural:8"
+    # the main data's backgrounds: 'uniform-random' (fresh uniform pixel noise behind every image),
+    # 'procedural:N' (N built-in procedural textures), 'builtin:N' (N of the built-in photo crops and
+    # textures) or 'builtin' (all 867). MoCo learns what two views of an image share and other images
+    # lack: with hundreds of backgrounds that is the background alone, and even with 8 shared textures
+    # no policy learned the object's identity at this scale. Noise keeps nothing a crop or a colour
+    # change leaves alike, so the object is what the views share (docs/reproduce.md).
+    backgrounds: str = "uniform-random"
     n_pretrain: int = 2048
     n_probe: int = 1000
     n_measure: int = 96
@@ -86,6 +86,8 @@ class ReproduceConfig:
     lr: float = 0.03
     key_momentum: float = 0.99
     proj_dim: int = 64
+    # MoCo key queue; 0: invfast.pretrain.default_queue_size (an eighth of n_pretrain, at least a batch)
+    queue_size: int = 0
     # learning curves: every curve_every epochs (and before the first step) each pretraining run probes
     # object identity (kNN and linear) on the first curve_images probe images (0: no curves)
     curve_every: int = 2
@@ -217,6 +219,16 @@ class ReproduceConfig:
             raise ValueError(
                 "policies must be ('default', 'spatial', 'appearance'): the findings compare exactly these"
             )
+        if (
+            not isinstance(self.queue_size, int)
+            or isinstance(self.queue_size, bool)
+            or self.queue_size < 0
+            or self.queue_size % self.batch_size
+        ):
+            raise ValueError(
+                f"config field queue_size must be 0 (the default size) or a positive multiple of batch_size "
+                f"({self.batch_size}), got {self.queue_size!r}"
+            )
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
         background_count(self.backgrounds)
@@ -246,6 +258,12 @@ class ReproduceConfig:
             raise ValueError(f"arch must be a plain ResNet name from {ARCHITECTURES}, got {self.arch!r}")
         if self.amortised and f"hyper-{self.arch}" not in ARCHITECTURES:
             raise ValueError(f"the amortised model needs 'hyper-{self.arch}', which invfast.models does not have")
+
+    def moco_queue_size(self) -> int:
+        """The MoCo key queue of the pretraining runs: ``queue_size``, or the library default for the data."""
+        from invfast.pretrain import default_queue_size
+
+        return self.queue_size or default_queue_size(self.n_pretrain, self.batch_size)
 
     def main_backgrounds(self) -> Any:
         """The main data's ``backgrounds`` argument of :class:`invfast.synthetic.Transforms2D`."""
@@ -278,7 +296,7 @@ def background_count(spec: str) -> int | None:
     )
 
 
-#: the named configurations; ``quick`` (3 seeds): 17 minutes measured on 2 idle CPU cores (docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds): about 13 minutes on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         seeds=2,
@@ -305,11 +323,21 @@ PRESETS: dict[str, dict[str, Any]] = {
         ip_epochs=1,
         ip_n=24,
     ),
-    # 3 seeds in 17 minutes on 2 idle CPU cores (measured), the amortised model (finding 5) included: a
-    # width-8 ResNet (half the time of width 16 per step) for 15 epochs, the amortised one for 8; the
-    # models are under-trained at this budget and the report says which (docs/reproduce.md)
+    # 3 seeds in about 13 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
+    # (finding 5) included: stages in 2 processes of 1 thread each (a width-8 network keeps a second
+    # thread half idle), a width-8 ResNet for 30 epochs at lr 0.06 (Default learned identity faster
+    # than at 0.03), the amortised one for 12
     "quick": dict(
-        width=8, pretrain_epochs=15, amortised=True, amortised_epochs=8, interp_points=3, ip_epochs=4, ip_n=400
+        threads=1,
+        workers=2,
+        width=8,
+        pretrain_epochs=30,
+        lr=0.06,
+        amortised=True,
+        amortised_epochs=12,
+        interp_points=3,
+        ip_epochs=4,
+        ip_n=400,
     ),
     # one H100, about 30 minutes (untested: see docs/reproduce.md): full-width ResNet-18 at 64 px,
     # all five findings including the amortised model

@@ -110,13 +110,13 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
 def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
     """MoCo-v2 with the Default / Spatial / Appearance policy (Ericsson et al. 2021, App. A, scaled to ``size``)."""
     from invfast import transforms as T
-    from invfast.pretrain import MoCoV2, default_queue_size
+    from invfast.pretrain import MoCoV2
 
     cfg = ctx.cfg
     method = MoCoV2(
         encoder(cfg, policy),
         T.policy(policy, size=cfg.size),
-        queue_size=default_queue_size(cfg.n_pretrain, cfg.batch_size),
+        queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
         proj_dim=cfg.proj_dim,
         queue_seed=stage_seed(cfg.seed, f"queue/{policy}"),
@@ -126,14 +126,14 @@ def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
 
 def pretrain_amortised(ctx: Context) -> dict[str, Any]:
     """AI-MoCo on a Hyper-ResNet with the K = 2 group descriptors ([1,1] default, [1,0] spatial, [0,1] appearance)."""
-    from invfast.pretrain import AmortisedMoCo, default_queue_size
+    from invfast.pretrain import AmortisedMoCo
 
     cfg = ctx.cfg
     method = AmortisedMoCo(
         encoder(cfg, "amortised"),
         descriptors="groups",
         size=cfg.size,
-        queue_size=default_queue_size(cfg.n_pretrain, cfg.batch_size),
+        queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
         proj_dim=cfg.proj_dim,
         queue_seed=stage_seed(cfg.seed, "queue/amortised"),
