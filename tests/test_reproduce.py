@@ -764,3 +764,56 @@ def test_moco_queue_size_is_the_library_default_or_a_multiple_of_the_batch():
     for bad in (-64, 100, True, 64.0):
         with pytest.raises(ValueError, match="queue_size must be 0"):
             RCfg.preset("quick", queue_size=bad)
+
+
+def _stage_sleeps(ctx):
+    with open(os.path.join(os.path.dirname(ctx.cache), "worker.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    import time
+
+    time.sleep(120)
+    return {}
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper counts as gone
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+def test_a_killed_run_leaves_no_worker_running(tmp_path):
+    """A stage worker must not outlive a killed parent (it would go on writing into the cache)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "import test_reproduce as T\n"
+        "from invfast.reproduce import config as C, pipeline as R\n"
+        "cfg = C.preset('tiny')\n"
+        "R.run_parallel([(cfg, sys.argv[2], [R.Stage('sleeps', T._stage_sleeps)])], workers=2)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script, os.path.dirname(__file__), str(tmp_path / "seed")])
+    pid_file = tmp_path / "worker.pid"
+    deadline = time.time() + 120
+    while not pid_file.exists() and time.time() < deadline and parent.poll() is None:
+        time.sleep(0.2)
+    assert pid_file.exists(), "the worker never started its stage"
+    time.sleep(0.2)
+    worker = int(pid_file.read_text())
+    assert _alive(worker)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    deadline = time.time() + 15
+    while _alive(worker) and time.time() < deadline:
+        time.sleep(0.2)
+    alive = _alive(worker)
+    if alive:
+        os.kill(worker, signal.SIGKILL)
+    assert not alive, "the stage worker outlived its killed parent"
