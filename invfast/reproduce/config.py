@@ -296,7 +296,7 @@ def background_count(spec: str) -> int | None:
     )
 
 
-#: the named configurations; ``quick`` (3 seeds): about 13 minutes on 2 idle CPU cores (docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds): about 14 minutes on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         seeds=2,
@@ -323,17 +323,19 @@ PRESETS: dict[str, dict[str, Any]] = {
         ip_epochs=1,
         ip_n=24,
     ),
-    # 3 seeds in about 13 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
+    # 3 seeds in about 14 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
     # (finding 5) included: stages in 2 processes of 1 thread each (on a width-8 network a second process
-    # adds more than a second thread), a width-8 ResNet for 32 epochs (at lr 0.06 Default stayed at
-    # chance on one seed in three), the amortised one for 10
+    # adds more than a second thread), a width-8 ResNet for 35 epochs (fewer left Default below 1.2x
+    # Random on some seed; at lr 0.06 it stayed at chance on one seed in three), the amortised one for 8,
+    # learning curves every 3 epochs
     "quick": dict(
         threads=1,
         workers=2,
         width=8,
-        pretrain_epochs=32,
+        pretrain_epochs=35,
+        curve_every=3,
         amortised=True,
-        amortised_epochs=10,
+        amortised_epochs=8,
         interp_points=3,
         ip_epochs=4,
         ip_n=400,
