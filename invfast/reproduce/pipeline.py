@@ -145,6 +145,16 @@ def _stage_in_worker(cfg: ReproduceConfig, seed_cache: str, stage: Stage) -> tup
     return result, cache.timings[stage.name]
 
 
+def _dependents(stages: Sequence[Stage], name: str) -> set[str]:
+    """The stages of ``stages`` that need ``name``, directly or through others."""
+    out: set[str] = set()
+    frontier = {name}
+    while frontier:
+        frontier = {st.name for st in stages if frontier & set(st.needs)} - out
+        out |= frontier
+    return out
+
+
 def _exit_with_parent(parent: int) -> None:
     """Pool initializer: the worker ends itself once the process that started it is gone, so a killed
     ``invfast reproduce`` leaves no stage running on and writing into its cache."""
@@ -164,7 +174,8 @@ def run_parallel(
     """The stages of several seeds in ``workers`` processes at once.
 
     ``jobs``: per seed (its configuration, its cache folder, its stages in :func:`plan` order). A stage
-    starts once the stages it needs (of its own seed) have finished, earlier jobs and stages first;
+    starts once the stages it needs (of its own seed) have finished; among the ready ones, those more
+    stages depend on (directly or not) start first, then earlier jobs and stages;
     cached stages are read here. Each stage runs as in :func:`run_seed`, so its numbers do not depend
     on ``workers``; its ``run`` must be picklable (a module-level function or a partial of one). The
     first stage that fails stops the others and its error is raised here.
@@ -174,7 +185,12 @@ def run_parallel(
 
     results: list[dict[str, Any]] = [{} for _ in jobs]
     timings: list[dict[str, dict[str, Any]]] = [{} for _ in jobs]
-    pending = [(i, st) for i, (_, _, stages) in enumerate(jobs) for st in stages]
+    # stages that more stages wait for go first (the pretraining runs before the small stages that
+    # read them), then earlier seeds: the small stages are left to fill both workers at the end
+    pending = sorted(
+        ((i, st) for i, (_, _, stages) in enumerate(jobs) for st in stages),
+        key=lambda item: (-len(_dependents(jobs[item[0]][2], item[1].name)), item[0]),
+    )
     running: dict[tuple[int, str], Any] = {}
 
     def finish(i: int, name: str, result: Any, timing: dict[str, Any]) -> None:
