@@ -1,6 +1,6 @@
 """``invfast reproduce``: the papers' five findings, end to end, on built-in synthetic data.
 
-    invfast reproduce --quick --out report/          # 3 seeds, 17 minutes on 2 idle CPU cores (measured)
+    invfast reproduce --quick --out report/          # 3 seeds, 14 minutes on 2 idle CPU cores (measured)
     invfast reproduce --preset gpu --out report/     # one GPU, all five findings (the default where CUDA exists)
     invfast reproduce --full --out report/           # larger data and models; hours on a CPU, see docs/reproduce.md
     invfast reproduce --preset tiny --out /tmp/t     # seconds: a smoke test of every stage
@@ -42,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="preset",
         action="store_const",
         const="quick",
-        help="the quick configuration (default without CUDA; 3 seeds, 17 minutes measured on 2 idle CPU cores)",
+        help="the quick configuration (default without CUDA; 3 seeds, 14 minutes measured on 2 idle CPU cores)",
     )
     mode.add_argument(
         "--full",
