@@ -42,7 +42,7 @@ def test_cli_trains_resumes_and_refuses_other_configs(npy, tmp_path, capsys):
     recs = [json.loads(x) for x in open(out / "metrics.jsonl")]
     assert [r["step"] for r in recs] == list(range(1, 7))
     ck = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert ck["config"]["policy"] == "spatial" and ck["config"]["method.queue_size"] == 32  # 48 images, batch 16
+    assert ck["config"]["policy"] == "spatial" and ck["config"]["method.queue_size"] == 16  # 48/8 < one batch
     assert ck["config"]["arch"] == TINY and (out / "model.pt").exists()
     # same run again without --resume: refused, nothing overwritten
     assert main(args(npy, out, "--policy", "spatial")) == 2
@@ -89,7 +89,7 @@ def test_cli_amortised_with_real_policies(npy, tmp_path):
     out = tmp_path / "ai"
     assert main(args(npy, out, "--method", "ai-moco", "--descriptors", "individual")) == 0
     ck = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert ck["model"]["queue.keys"].shape == (26, 32, 128)
+    assert ck["model"]["queue.keys"].shape == (26, 16, 128)  # the default queue: one batch of 16
     assert ck["model"]["online.descriptors"].shape == (26, 5)
     names = {json.loads(x)["descriptor"] for x in open(out / "metrics.jsonl")}
     assert names and all("+" in n for n in names)

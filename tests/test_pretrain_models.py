@@ -52,7 +52,7 @@ def test_cli_resnet18_cifar_on_synthetic_data_resumes(tmp_path):
     ]
     assert main(base) == 0
     ck = torch.load(out / "checkpoint.pt", weights_only=False)
-    assert ck["config"]["arch"] == "resnet18-cifar" and ck["config"]["method.queue_size"] == 40
+    assert ck["config"]["arch"] == "resnet18-cifar" and ck["config"]["method.queue_size"] == 8  # one batch
     recs = [json.loads(x) for x in open(out / "metrics.jsonl")]
     assert recs[-1]["step"] == 4 and 0 < recs[-1]["invariance/rot90"] <= 1
     model = models.create("resnet18-cifar", width=8)

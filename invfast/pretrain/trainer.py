@@ -29,6 +29,7 @@ from invfast.io import atomic_torch_save, atomic_write_text, config_difference, 
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
 from invfast.pretrain.config import RESUMABLE_FIELDS, TrainConfig
+from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_channels_last
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
 from invfast.pretrain.schedules import ConstantSchedule, CosineSchedule
@@ -43,16 +44,6 @@ OWN_FILES = (CHECKPOINT_NAME, MODEL_NAME, "metrics.jsonl", "metrics.csv")
 def _images(batch: Any) -> torch.Tensor:
     """The images of a source's batch (a labelled source returns (images, labels))."""
     return batch[0] if isinstance(batch, (tuple, list)) else batch
-
-
-def _channels_last(x: Any) -> Any:
-    """A 4-D tensor in channels-last (NHWC) memory order; anything else unchanged."""
-    return x.contiguous(memory_format=torch.channels_last) if isinstance(x, torch.Tensor) and x.dim() == 4 else x
-
-
-def _contiguous(state: dict[str, Any]) -> dict[str, Any]:
-    """A state dict with every tensor in the default (contiguous) memory order, whatever it trained in."""
-    return {k: v.contiguous() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
 
 
 class Trainer:
@@ -125,7 +116,7 @@ class Trainer:
                 f"({cfg.batch_size}); e.g. use queue size {max(1, queue.size // cfg.batch_size) * cfg.batch_size}"
             )
         method.to(self.device)
-        self.channels_last = self.device.type == "cpu" if cfg.channels_last is None else bool(cfg.channels_last)
+        self.channels_last = use_channels_last(cfg.channels_last, self.device)
         if self.channels_last:
             method.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack it
         params = [p for p in method.online.parameters() if p.requires_grad]
@@ -213,7 +204,7 @@ class Trainer:
                         "batch_in_epoch": pos,
                         "images_seen": self.step * self.config.batch_size,
                     },
-                    "model": _contiguous(self.method.state_dict()),
+                    "model": contiguous_state(self.method.state_dict()),
                     "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(),
                     "rng": rng,
@@ -386,8 +377,7 @@ class Trainer:
                 d = self.method.sample_descriptor(generator(cfg.seed, _STREAM_DESC, s))
                 g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank)
                 inputs = self.method.make_views(batch, d, g)
-                if self.channels_last:
-                    inputs = tuple(_channels_last(v) for v in inputs)
+                inputs = tuple(map(channels_last, inputs)) if self.channels_last else inputs
                 if self.device.type == "cuda":
                     torch.cuda.synchronize(self.device)
                 t1 = time.perf_counter()
@@ -449,8 +439,8 @@ class Trainer:
                     {
                         "format": "invfast.pretrained/1",
                         "config": self.run_config(),
-                        "encoder": _contiguous(self.method.encoder.state_dict()),
-                        "method": _contiguous(self.method.state_dict()),
+                        "encoder": contiguous_state(self.method.encoder.state_dict()),
+                        "method": contiguous_state(self.method.state_dict()),
                         "seconds": time.perf_counter() - t_start,
                     },
                     os.path.join(self.out, MODEL_NAME),
