@@ -8,6 +8,7 @@ import json
 import math
 import os
 import shutil
+import sys
 
 import numpy as np
 import pytest
@@ -775,22 +776,14 @@ def _stage_sleeps(ctx):
     return {}
 
 
-def _alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    with open(f"/proc/{pid}/stat") as f:  # a zombie waiting for its reaper counts as gone
-        return f.read().split(")")[-1].split()[0] != "Z"
-
-
-@pytest.mark.skipif(not os.path.isdir("/proc"), reason="reads /proc")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux")
 def test_a_killed_run_leaves_no_worker_running(tmp_path):
     """A stage worker must not outlive a killed parent (it would go on writing into the cache)."""
     import signal
     import subprocess
-    import sys
     import time
+
+    from test_reliability import _alive
 
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"

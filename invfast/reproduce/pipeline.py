@@ -155,19 +155,6 @@ def _dependents(stages: Sequence[Stage], name: str) -> set[str]:
     return out
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Pool initializer: the worker ends itself once the process that started it is gone, so a killed
-    ``invfast reproduce`` leaves no stage running on and writing into its cache."""
-    import threading
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        os._exit(1)
-
-    threading.Thread(target=watch, daemon=True, name="invfast-parent-watch").start()
-
-
 def run_parallel(
     jobs: Sequence[tuple[ReproduceConfig, str, Sequence[Stage]]], workers: int, bar: Any = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, dict[str, Any]]]]:
@@ -199,9 +186,11 @@ def run_parallel(
             bar.update(1)
 
     # spawn, not fork: a forked child of a process whose OpenMP pool has run can hang
+    from invfast.launch import die_with_parent
+
     pool_ctx = multiprocessing.get_context("spawn")
-    # leaving the block terminates the workers; a kill of this process ends them through the initializer
-    with pool_ctx.Pool(workers, initializer=_exit_with_parent, initargs=(os.getpid(),)) as pool:
+    # leaving the block terminates the workers; a kill of this process ends them too (die_with_parent)
+    with pool_ctx.Pool(workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
         while pending or running:
             for item in list(pending):
                 i, st = item
