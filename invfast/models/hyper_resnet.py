@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from invfast.models._checks import CheckedStateDict, check_descriptor, check_images
+from invfast.models.convolution import conv2d
 from invfast.models.resnet import STEM_SIZES, ConvSpec, Stem, block_convs, stage_plan, stem_hint
 from invfast.ops import hyper
 
@@ -69,20 +70,20 @@ def conv_with(x: torch.Tensor, w, spec: ConvSpec) -> torch.Tensor:
     if isinstance(w, SegmentWeights):
         return torch.cat(
             [
-                F.conv2d(x[a:z], wu, stride=spec.stride, padding=spec.padding)
+                conv2d(x[a:z], wu, stride=spec.stride, padding=spec.padding)
                 for a, z, wu in zip(w.bounds, w.bounds[1:], w.weights)
             ]
         )
     if isinstance(w, AffineWeights):
         nh = w.wk.shape[0]
         full = torch.cat([w.w0[None], w.wk]).reshape((nh + 1) * spec.out_ch, spec.in_ch, spec.k, spec.k)
-        y = F.conv2d(x, full, stride=spec.stride, padding=spec.padding)
+        y = conv2d(x, full, stride=spec.stride, padding=spec.padding)
         y = y.reshape(x.shape[0], nh + 1, spec.out_ch, y.shape[-2], y.shape[-1])
         return y[:, 0] + torch.einsum("bk,bkohw->bohw", w.h.to(y.dtype), y[:, 1:])
     if w.dim() == 4:
-        return F.conv2d(x, w, stride=spec.stride, padding=spec.padding)
+        return conv2d(x, w, stride=spec.stride, padding=spec.padding)
     b, c, h, wd = x.shape
-    y = F.conv2d(
+    y = conv2d(
         x.reshape(1, b * c, h, wd),
         w.reshape(b * spec.out_ch, spec.in_ch, spec.k, spec.k),
         stride=spec.stride,

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from invfast.models._checks import CheckedStateDict, check_images
+from invfast.models.convolution import Conv2d
 
 STEMS = ("cifar", "cifar-solo", "imagenet")
 #: stem -> (kernel, stride, padding) of its conv; the ImageNet stem alone has the 3x3/2 max-pool
@@ -84,7 +85,7 @@ class Stem(nn.Module):
             raise ValueError(f"stem must be one of {STEMS}, got {stem!r}")
         self.kind = stem
         k, s, p = STEM_CONV[stem]
-        self.conv = nn.Conv2d(in_channels, width, k, s, p, bias=False)
+        self.conv = Conv2d(in_channels, width, k, s, p, bias=False)
         self.bn = nn.BatchNorm2d(width)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -99,7 +100,7 @@ class ResidualBlock(nn.Module):
         super().__init__()
         self.specs = block_convs(kind, in_ch, planes, stride)
         for c in self.specs:
-            setattr(self, c.name, nn.Conv2d(c.in_ch, c.out_ch, c.k, c.stride, c.padding, bias=False))
+            setattr(self, c.name, Conv2d(c.in_ch, c.out_ch, c.k, c.stride, c.padding, bias=False))
             setattr(self, "bn_" + c.name, nn.BatchNorm2d(c.out_ch))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -116,7 +116,7 @@ class Trainer:
                 f"({cfg.batch_size}); e.g. use queue size {max(1, queue.size // cfg.batch_size) * cfg.batch_size}"
             )
         method.to(self.device)
-        self.channels_last = use_channels_last(cfg.channels_last, self.device)
+        self.channels_last = use_channels_last(cfg.channels_last, self.device, method)
         if self.channels_last:
             method.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack it
         params = [p for p in method.online.parameters() if p.requires_grad]
