@@ -810,3 +810,28 @@ def test_a_killed_run_leaves_no_worker_running(tmp_path):
     if alive:
         os.kill(worker, signal.SIGKILL)
     assert not alive, "the stage worker outlived its killed parent"
+
+
+def _stage_crashes_once(ctx):
+    """Dies of SIGSEGV the first time (as a native crash would), succeeds when run again."""
+    import signal
+
+    flag = os.path.join(ctx.cache, "crashed-once")
+    if not os.path.exists(flag):
+        open(flag, "w").close()
+        os.kill(os.getpid(), signal.SIGSEGV)
+    return {"seed_seen": ctx.cfg.seed}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a worker killed by a signal")
+def test_a_worker_killed_by_a_native_crash_stops_the_run_and_it_resumes(tmp_path):
+    cfg = RCfg.preset("tiny")
+    a = R.Stage("a", _stage_a, writes=("a.txt",))
+    crash = R.Stage("crash", _stage_crashes_once, needs=("a",))
+    jobs = [(cfg, str(tmp_path / "s0"), [a, crash])]
+    with pytest.raises(R.StageWorkerDied, match=r"died .* \[seed 0: crash\].*run the same command again"):
+        R.run_parallel(jobs, workers=2)  # multiprocessing.Pool waited forever here
+    assert sorted(os.listdir(tmp_path / "s0" / "stages")) == ["a.json"]
+    results, timings = R.run_parallel(jobs, workers=2)
+    assert timings[0]["a"]["cached"] and not timings[0]["crash"]["cached"]
+    assert results[0]["crash"] == {"seed_seen": cfg.seed}

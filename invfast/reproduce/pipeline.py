@@ -23,6 +23,7 @@ __all__ = [
     "plan",
     "run_seed",
     "run_parallel",
+    "StageWorkerDied",
     "stage_names",
     "seed_configs",
     "deterministic",
@@ -186,11 +187,20 @@ def run_parallel(
             bar.update(1)
 
     # spawn, not fork: a forked child of a process whose OpenMP pool has run can hang
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
     from invfast.launch import die_with_parent
 
-    pool_ctx = multiprocessing.get_context("spawn")
-    # leaving the block terminates the workers; a kill of this process ends them too (die_with_parent)
-    with pool_ctx.Pool(workers, initializer=die_with_parent, initargs=(os.getpid(),)) as pool:
+    # a kill of this process ends the workers too (die_with_parent); a worker that dies (a crash in
+    # native code) breaks the pool, which multiprocessing.Pool would have hidden by waiting forever
+    pool = ProcessPoolExecutor(
+        workers,
+        mp_context=multiprocessing.get_context("spawn"),
+        initializer=die_with_parent,
+        initargs=(os.getpid(),),
+    )
+    try:
         while pending or running:
             for item in list(pending):
                 i, st = item
@@ -202,20 +212,43 @@ def run_parallel(
                 if cache.done(st.name):
                     finish(i, st.name, cache.run(st.name, lambda: None), cache.timings[st.name])
                 else:
-                    running[(i, st.name)] = pool.apply_async(_stage_in_worker, (cfg, seed_cache, st))
+                    running[(i, st.name)] = pool.submit(_stage_in_worker, cfg, seed_cache, st)
             if bar is not None and running:
                 bar.set_description("reproduce [" + ", ".join(f"seed {jobs[i][0].seed}: {n}" for i, n in running) + "]")
-            ready = [key for key, r in running.items() if r.ready()]
-            if not ready and running:
-                next(iter(running.values())).wait(0.2)
-            for key in ready:
-                result, timing = running.pop(key).get()  # a worker's exception is raised here
+            if running:
+                wait(running.values(), timeout=0.2, return_when=FIRST_COMPLETED)
+            for key in [key for key, r in running.items() if r.done()]:
+                try:
+                    result, timing = running.pop(key).result()  # a worker's exception is raised here
+                except BrokenProcessPool:
+                    stages_then = ", ".join(f"seed {jobs[i][0].seed}: {n}" for i, n in [key, *running])
+                    raise StageWorkerDied(
+                        f"a stage worker process died (a crash in native code, or killed) while running "
+                        f"[{stages_then}]; finished stages are cached: run the same command again to resume"
+                    ) from None
                 finish(*key, result, timing)
+    finally:
+        _stop_workers(pool)
     order = [[st.name for st in stages] for _, _, stages in jobs]  # plan order, whatever order they finished in
     return (
         [{n: r[n] for n in names} for r, names in zip(results, order)],
         [{n: t[n] for n in names} for t, names in zip(timings, order)],
     )
+
+
+class StageWorkerDied(RuntimeError):
+    """A worker process of :func:`run_parallel` ended without a result (a signal, a native crash)."""
+
+
+def _stop_workers(pool: Any) -> None:
+    """Shut ``pool`` (a ProcessPoolExecutor) down now: pending stages cancelled, running ones killed."""
+    procs = list(getattr(pool, "_processes", {}).values())  # no public way before Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in procs:
+        if proc.is_alive():
+            proc.terminate()
+    for proc in procs:
+        proc.join(5)
 
 
 def seed_configs(cfg: ReproduceConfig) -> list[ReproduceConfig]:
