@@ -79,14 +79,16 @@ def test_registry():
         "hyper-resnet18",
         "hyper-resnet50",
         "prompt-vit",
+        "vgg11-cifar",
+        "vit",
     }
     for name in ARCHITECTURES:
-        kw = {"width": 4} if "resnet" in name else {"dim": 16, "depth": 1, "heads": 2}
+        kw = {"dim": 16, "depth": 1, "heads": 2} if "vit" in name else {"width": 4}
         m = create(name, **kw)
         assert m.arch == name
-        size = 32 if ("cifar" in name or name == "prompt-vit") else 64
+        size = 32 if ("cifar" in name or "vit" in name) else 64
         x = torch.randn(2, 3, size, size)
-        f = m(x) if name.startswith("resnet") else m(x, torch.tensor([0.0, 1.0]))
+        f = m(x, torch.tensor([0.0, 1.0])) if name.startswith(("hyper", "prompt")) else m(x)
         assert f.shape == (2, m.feature_dim)
     with pytest.raises(ValueError, match="choose one of"):
         create("vgg16")
@@ -226,7 +228,7 @@ def test_constructors_take_torchvision_arguments(tmp_path):
         "resnet50-cifar-solo",
     ]
     assert all(
-        create(n, **({"dim": 16, "depth": 1, "heads": 2} if n == "prompt-vit" else {"width": 4}))
+        create(n, **({"dim": 16, "depth": 1, "heads": 2} if "vit" in n else {"width": 4}))
         for n in list_models("*vit*") + list_models("hyper-resnet18-cifar")
     )
 
@@ -292,3 +294,46 @@ def test_measure_at_the_pooled_features_and_the_logits(rng):
     assert out["hflip"].mean_distance == pytest.approx(r.layers["fc"]["hflip"].mean_distance, rel=1e-5)
     with pytest.raises(ValueError, match="no layer 'fc'"):
         invfast.measure_invariance(create("resnet18-cifar", width=4), x, [t], grid_size=2, layers="avgpool,fc")
+
+
+def test_vgg11_is_the_cifar_vgg11_without_conv_biases(rng):
+    """kuangliu/pytorch-cifar's VGG('VGG11') has 9,231,114 parameters: its 10-class classifier (5,130)
+    and conv biases (2,752) aside, 9,223,232 remain; the forward pass is the stack written out."""
+    from invfast.models import VGG
+
+    m = VGG(width=64)
+    assert sum(p.numel() for p in m.parameters()) == 9_231_114 - 5_130 - 2_752 and m.feature_dim == 512
+    small = VGG(width=2).eval()
+    x = torch.from_numpy(rng.normal(size=(2, 3, 32, 32))).float()
+    y = x
+    for layer in small.features:
+        if isinstance(layer, torch.nn.Conv2d):
+            y = F.conv2d(y, layer.weight, padding=1)
+        elif isinstance(layer, torch.nn.BatchNorm2d):
+            y = F.batch_norm(y, layer.running_mean, layer.running_var, layer.weight, layer.bias, eps=layer.eps)
+        elif isinstance(layer, torch.nn.ReLU):
+            y = F.relu(y)
+        else:
+            y = F.max_pool2d(y, 2)
+    torch.testing.assert_close(small(x), y.flatten(1), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="32-64 px"):
+        small(torch.randn(1, 3, 16, 16))
+
+
+def test_vit_is_prompt_vit_without_the_prompt(rng):
+    """Speicher et al.'s ViT (patch 8, 7 blocks, 384 units, MLP 384, 8 heads) has the count of its
+    pieces; a PromptViT's image path is the plain ViT's (same weights, the prompt token removed)."""
+    from invfast.models import ViT
+
+    m = ViT(img_size=32, patch=8, dim=384, depth=7, heads=8, mlp_ratio=1.0)
+    block = 2 * 2 * 384 + 384 * 3 * 384 + 3 * 384 + 384 * 384 + 384 + 2 * (384 * 384 + 384)
+    want = (3 * 64 * 384 + 384) + 384 + 17 * 384 + 7 * block + 2 * 384
+    assert sum(p.numel() for p in m.parameters()) == want
+    torch.manual_seed(0)
+    p = PromptViT(dim=16, depth=2, heads=2).eval()
+    plain = ViT(dim=16, depth=2, heads=2, mlp_ratio=4.0).eval()
+    plain.load_state_dict({k: v for k, v in p.state_dict().items() if not k.startswith("prompt_")})
+    x = torch.from_numpy(rng.normal(size=(2, 3, 32, 32))).float()
+    with torch.no_grad():
+        torch.testing.assert_close(plain(x), plain.encode(plain.tokens(x)))
+        torch.testing.assert_close(p.encode(p.tokens(x)), plain(x))

@@ -34,10 +34,10 @@ _TRAIN_EVERY_MODEL = textwrap.dedent(
     from invfast.models import create, list_models
     torch.manual_seed(0)
     for name in list_models():
-        kw = dict(img_size=32, patch=4, dim=12, depth=1, heads=3) if name == "prompt-vit" else dict(width=4)
+        kw = dict(img_size=32, patch=4, dim=12, depth=1, heads=3) if "vit" in name else dict(width=4)
         if name.startswith("hyper-resnet50"):
             kw["width"] = 2  # bottleneck expansion: 8 channels into the first downsample, still under the block
-        size = 32 if name == "prompt-vit" else (64 if "cifar" in name else 128)
+        size = 32 if "vit" in name else (64 if "cifar" in name else 128)
         print(name, end=" ", flush=True)
         m = create(name, **kw).eval()  # BatchNorm on running statistics: well-conditioned gradients
         x = torch.rand(8, 3, size, size)
@@ -158,7 +158,7 @@ def test_invfast_models_have_no_hazard():
     from invfast.models import create
 
     for name in list_models():
-        kw = dict(img_size=32, patch=4, dim=12, depth=1, heads=3) if name == "prompt-vit" else dict(width=4)
+        kw = dict(img_size=32, patch=4, dim=12, depth=1, heads=3) if "vit" in name else dict(width=4)
         assert channels_last_hazards(create(name, **kw), CPU) == [], name
 
 

@@ -1,5 +1,6 @@
 """Feature extractors: ResNet-18/34/50 (ImageNet stem by default as in torchvision, CIFAR stems on
-request), the amortised Hyper-ResNet and Prompt-ViT (Ericsson et al. / Chavhan et al.). All return
+request), a CIFAR VGG-11 and a small ViT (Speicher et al.'s architecture comparison), the amortised
+Hyper-ResNet and Prompt-ViT (Ericsson et al. / Chavhan et al.). All return
 pooled features [B, feature_dim] from ``forward_features`` and, without a classifier head, from
 ``forward``; a ResNet built with ``num_classes=N`` returns logits [B, N] from ``forward``. The amortised
 models take an invariance descriptor ``i`` ([K] or [B, K], entries in [0, 1]).
@@ -17,12 +18,16 @@ from invfast.models.hyper_resnet import HyperResNet
 from invfast.models.prompt_vit import PromptViT
 from invfast.models.registry import ARCHITECTURES, create, list_models, load_checkpoint
 from invfast.models.resnet import ResNet
+from invfast.models.vgg import VGG
+from invfast.models.vit import ViT
 
 __all__ = [
     "ARCHITECTURES",
     "HyperResNet",
     "PromptViT",
     "ResNet",
+    "VGG",
+    "ViT",
     "create",
     "list_models",
     "load_checkpoint",

@@ -2,8 +2,9 @@
 
 - ``create(name, **kw)``: an architecture of :data:`ARCHITECTURES` (``"resnet50"``: ImageNet stem,
   ``"resnet50-cifar"``: CIFAR stem, ``"resnet18-cifar-solo"``: solo-learn's CIFAR stem,
-  ``"hyper-resnet18"``, ``"prompt-vit"``, ...) or a user's factory ``"package.module:callable"``
-  (imported and called with ``**kw``); :func:`list_models` lists the names (timm-style pattern filter);
+  ``"hyper-resnet18"``, ``"prompt-vit"``, ``"vgg11-cifar"``, ``"vit"``, ...) or a user's factory
+  ``"package.module:callable"`` (imported and called with ``**kw``); :func:`list_models` lists the
+  names (timm-style pattern filter);
 - ``load_checkpoint(model_or_name, checkpoint)``: weights from a file or a state dict, in invfast's
   layout or torchvision's, bare or wrapped the way MoCo (``module.encoder_q.``), solo-learn
   (``backbone.`` in a Lightning file) and ``invfast pretrain`` (``{"encoder": ...}``) save them (see
@@ -26,6 +27,8 @@ from invfast.models.checkpoints import checkpoint_stem, convert_state_dict, read
 from invfast.models.hyper_resnet import HyperResNet
 from invfast.models.prompt_vit import PromptViT
 from invfast.models.resnet import STEM_CONV, ResNet
+from invfast.models.vgg import VGG
+from invfast.models.vit import vit
 
 _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "resnet18-cifar": lambda **kw: ResNet(18, stem="cifar", **kw),
@@ -41,6 +44,8 @@ _FACTORIES: dict[str, Callable[..., nn.Module]] = {
     "hyper-resnet18": lambda **kw: HyperResNet(18, stem="imagenet", **kw),
     "hyper-resnet50": lambda **kw: HyperResNet(50, stem="imagenet", **kw),
     "prompt-vit": lambda **kw: PromptViT(**kw),
+    "vgg11-cifar": lambda **kw: VGG(**kw),
+    "vit": lambda **kw: vit(**kw),
 }
 
 #: names accepted by :func:`create` (besides ``"module:factory"`` specs)
