@@ -446,6 +446,65 @@ def test_irrelevant_feature_correlation_and_availability():
         families.IrrelevantFeatureDataset(X, y, alpha=0.5, beta=0.5)
 
 
+def test_views_change_only_the_transformation():
+    """view > 0: the same object, background and label; every transformation drawn anew (per view)."""
+    ds = make(("rotate", "hue", "translate", "elastic"), n=40, objects=8)
+    x0, y0, p0 = ds.generate(range(40))
+    x1, y1, p1 = ds.generate(range(40), view=1)
+    x1b, _, _ = ds.generate(list(reversed(range(40))), view=1)
+    assert torch.equal(x1, x1b.flip(0))  # a view is a pure function of (index, view) too
+    assert torch.equal(y0, y1) and torch.equal(p0["background"], p1["background"])
+    assert (p0["angle"] != p1["angle"]).all() and (p0["hue"] != p1["hue"]).all()
+    _, _, p2 = ds.generate(range(40), view=2)
+    assert (p2["angle"] != p1["angle"]).all()
+    assert torch.equal(ds.generate(range(40), view=0)[0], x0)
+    plain = make((), n=10, objects=8)  # no transformation: every view is the sample itself
+    assert torch.equal(plain.generate(range(10))[0], plain.generate(range(10), view=3)[0])
+    with pytest.raises(ValueError, match="view must be an integer"):
+        ds.generate([0], view=-1)
+
+
+def test_per_class_transforms_puts_each_group_under_its_own_types():
+    """D_{T1 ⊕ T2}: classes 0..2 rotate only, classes 3..4 change hue only; each group renders exactly as
+    a Transforms2D of that group would render the same sample key with that label."""
+    pc = families.PerClassTransforms([([0, 1, 2], "rotate"), ([3, 4], "hue")], n=60, seed=2)
+    x, lab, p = pc.generate(range(60))
+    assert pc.num_classes == 5 and set(lab.tolist()) == set(range(5))
+    first, second = lab < 3, lab >= 3
+    assert (p["angle"][first] != 0).all() and (p["hue"][first] == 0).all()
+    assert (p["angle"][second] == 0).all() and (p["hue"][second] != 0).all()
+    g = families.Transforms2D([3, 4], "hue", n=60, seed=2)
+    keys = rng.sample_keys(2, "train", np.arange(60))
+    sel = np.flatnonzero(second.numpy())
+    want, _, _ = g._render(keys[sel], lab.numpy()[sel] - 3)
+    assert torch.equal(x[second], want)
+    x1, lab1, _ = pc.generate(range(60), view=1)
+    assert torch.equal(lab1, lab) and not torch.equal(x1, x)
+
+
+def test_irrelevant_feature_views_change_one_feature():
+    X, y, _ = families.builtin_base_set(20, size=32)
+    ds = families.IrrelevantFeatureDataset(X, y, objects=10, task="object", seed=1)
+    img, _, p = ds.generate(range(len(ds)))
+    _, _, po = ds.generate(range(len(ds)), view=1, vary="object")
+    assert torch.equal(po["base_label"], p["base_label"]) and (po["x"] != p["x"]).float().mean() > 0.5
+    ib, _, pb = ds.generate(range(len(ds)), view=1, vary="base")
+    assert torch.equal(pb["object_label"], p["object_label"]) and torch.equal(pb["x"], p["x"])
+    # where no object covers a pixel, the 'base' view shows another base image, never the sample's own
+    assert not any(torch.equal(ib[i], img[i]) for i in range(len(ds)))
+    with pytest.raises(ValueError, match="vary must be"):
+        ds.generate([0], view=1, vary="colour")
+
+
+def test_same_vs_different_gives_the_four_datasets_of_invariance_vs_equivariance():
+    sv = families.same_vs_different(n_objects=5, n_transforms=2, seed=3, n=10)
+    d_all, d_transforms = sv.source_same("val"), sv.target("val")
+    d_objects, d_none = sv.source_different("val"), sv.target_different("val")
+    assert d_all.classes == d_objects.classes and d_transforms.classes == d_none.classes
+    assert d_all.transforms == d_transforms.transforms and d_objects.transforms == d_none.transforms
+    assert not set(d_all.transforms) & set(d_none.transforms)
+
+
 # ----------------------------------------------------------------------------- compiled vs reference
 
 

@@ -3,6 +3,7 @@
 * :func:`same_vs_different` — source/target tasks with disjoint objects; a source with the target's
   transformations and one with a disjoint set.
 * :func:`nested_transformation_sets` / :func:`nested` — T1 ⊂ T2 ⊂ ... ⊂ Tn.
+* :class:`PerClassTransforms` — each group of objects under its own transformations (D_{T1 ⊕ T2}).
 * :func:`mild_ood` (other objects) and :func:`strong_ood` (random patterns on random backgrounds).
 * :class:`IrrelevantFeatureDataset` — small objects pasted on base images with label correlation α
   or availability β, labels for both tasks; :func:`builtin_base_set` and :func:`load_image_folder`
@@ -23,7 +24,7 @@ import torch
 from invfast.ops.synth import composite
 from invfast.synthetic import ops2d, rng
 from invfast.synthetic.banks import _IMAGE_EXTS, ObjectBank, builtin_objects, random_pattern_objects
-from invfast.synthetic.inputs import RANDOM_BACKGROUNDS, as_indices, as_objects
+from invfast.synthetic.inputs import RANDOM_BACKGROUNDS, as_indices, as_objects, check_int
 from invfast.synthetic.placement import alpha_box
 from invfast.synthetic.recipe import TRANSFORMATION_TYPES, canonical
 from invfast.synthetic.transforms2d import Transforms2D
@@ -57,6 +58,11 @@ class SameVsDifferent:
     def target(self, split: str = "train", n: int | None = None) -> Transforms2D:
         """Target objects under the target transformations."""
         return self._make(self.target_objects, self.target_transforms, split, n)
+
+    def target_different(self, split: str = "train", n: int | None = None) -> Transforms2D:
+        """Target objects under the other transformation set (Speicher's D_none: neither the source's
+        objects nor, for a source under the target transformations, its transformations)."""
+        return self._make(self.target_objects, self.other_transforms, split, n)
 
 
 def same_vs_different(
@@ -111,6 +117,68 @@ def nested(
 ) -> list[Transforms2D]:
     """One Transforms2D per nested transformation set (same objects and seed)."""
     return [Transforms2D(objects, t, seed=seed, **dataset_kwargs) for t in nested_transformation_sets(sizes, seed)]
+
+
+class PerClassTransforms(torch.utils.data.Dataset):
+    """Objects of each group under that group's own transformations (Speicher et al., "Invariance makes a
+    difference" §4.2: D_{T1 ⊕ T2}, objects O1 under T1 and O2 under T2).
+
+    Args:
+        groups: ``[(objects, transforms), ...]``: built-in object indices (or an :class:`ObjectBank`) and
+            transformation types per group; classes are numbered group by group (group 0's objects first).
+        size, n, seed, split, backgrounds, recipe: as :class:`Transforms2D` (shared by every group).
+
+    A sample's class is drawn uniformly over all classes (as Transforms2D does), then rendered with its
+    group's transformations; ``generate(indices, view)`` and ``ds[i]`` behave as Transforms2D's.
+    """
+
+    def __init__(
+        self,
+        groups: Sequence[tuple[Any, Any]],
+        size: int = 32,
+        n: int | None = None,
+        seed: int = 0,
+        split: str = "train",
+        backgrounds: Any = None,
+        recipe: Any = None,
+    ):
+        if len(groups) < 1:
+            raise ValueError("PerClassTransforms needs at least one (objects, transforms) group")
+        self.parts = [
+            Transforms2D(objs, ts, size=size, n=n, seed=seed, split=split, backgrounds=backgrounds, recipe=recipe)
+            for objs, ts in groups
+        ]
+        self.n, self.seed, self.split, self.size = self.parts[0].n, int(seed), split, int(size)
+        self.offsets = np.cumsum([0] + [p.num_classes for p in self.parts])
+        self.transforms = tuple(p.transforms for p in self.parts)
+
+    def __len__(self) -> int:
+        return self.n
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.offsets[-1])
+
+    def generate(self, indices: Any, view: int = 0):
+        """(images uint8 [B, 3, H, W], labels int64 [B], params dict of float64 [B]) as Transforms2D."""
+        idx = as_indices(indices, self.n)
+        keys = rng.sample_keys(self.seed, self.split, idx)
+        labels = rng.integers(keys, "object", self.num_classes)
+        group = np.searchsorted(self.offsets, labels, side="right") - 1
+        S = self.size
+        images = torch.empty(idx.size, 3, S, S, dtype=torch.uint8)
+        params: dict[str, torch.Tensor] = {}
+        for g, part in enumerate(self.parts):
+            sel = np.flatnonzero(group == g)
+            im, _, par = part._render(keys[sel], labels[sel] - self.offsets[g], view=view)
+            images[torch.from_numpy(sel)] = im
+            for k, v in par.items():
+                params.setdefault(k, torch.empty(idx.size, dtype=torch.float64))[torch.from_numpy(sel)] = v
+        return images, torch.from_numpy(labels.astype(np.int64)), params
+
+    def __getitem__(self, idx: int):
+        images, labels, params = self.generate([int(idx) % self.n])
+        return images[0].float() / 255.0, int(labels[0]), {k: float(v[0]) for k, v in params.items()}
 
 
 def mild_ood(
@@ -306,12 +374,26 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.images_base.shape[0]
 
-    def generate(self, indices: Sequence[int]):
-        """(images uint8 [B, 3, H, W], labels int64 [B] for ``task``, params dict of Tensors [B])."""
+    def generate(self, indices: Sequence[int], view: int = 0, vary: str = "object"):
+        """(images uint8 [B, 3, H, W], labels int64 [B] for ``task``, params dict of Tensors [B]).
+
+        ``view`` > 0 gives another view of the same samples in which only ``vary`` changes:
+        ``'object'``: the same base image with the object (which one, where, whether present) drawn anew;
+        ``'base'``: the same object at the same place on another base image. Pairs of views measure the
+        sensitivity to the pasted object or to the base image (Speicher et al. Tab. 1)."""
+        if vary not in ("object", "base"):
+            raise ValueError(f"vary must be 'object' or 'base', got {vary!r}")
         idx = as_indices(indices, len(self))
+        view = check_int("view", view)
         keys = rng.sample_keys(self.seed, "irrelevant", idx)
         B, S, K = idx.size, self.size, len(self.objects)
         base = self.base_labels[torch.from_numpy(idx)].numpy()
+        on_base = idx
+        if view and vary == "base" and len(self) > 1:
+            other = rng.integers(rng.stream_bits(keys, f"view/{view}"), "base", len(self) - 1)
+            on_base = (idx + 1 + other) % len(self)
+        elif view:
+            keys = rng.stream_bits(keys, f"view/{view}")
         obj = rng.integers(keys, "object", K)
         present = np.ones(B, bool)
         if self.alpha is not None:
@@ -331,10 +413,10 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
         offset = np.stack([left * 2.0 / S, top * 2.0 / S], 1)
         inv = np.broadcast_to(np.eye(2), (B, 2, 2)).copy()
         pm = ops2d.affine_warp(pm, torch.from_numpy(inv), torch.from_numpy(offset))
-        images = composite(pm.contiguous(), self.images_base, torch.from_numpy(idx))
+        images = composite(pm.contiguous(), self.images_base, torch.from_numpy(on_base))
         obj_label = np.where(present, obj, -1)
         params = {
-            "base_label": torch.from_numpy(base.astype(np.int64)),
+            "base_label": self.base_labels[torch.from_numpy(on_base)].clone(),
             "object_label": torch.from_numpy(obj_label.astype(np.int64)),
             "x": torch.from_numpy(np.where(present, (left + (x0 + x1 + 1) / 2.0) / S, -1.0)),
             "y": torch.from_numpy(np.where(present, (top + (y0 + y1 + 1) / 2.0) / S, -1.0)),

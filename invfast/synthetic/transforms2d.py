@@ -166,32 +166,39 @@ class Transforms2D(torch.utils.data.Dataset):
         return [(x[j], int(labels[j]), {k: float(v[j]) for k, v in params.items()}) for j in range(len(labels))]
 
     # ------------------------------------------------------------------ generation
-    def generate(self, indices: Iterable[int]) -> Batch:
+    def generate(self, indices: Iterable[int], view: int = 0) -> Batch:
         """Samples at ``indices``: (images uint8 [B, 3, size, size], labels int64 [B],
-        params dict[str, float64 Tensor [B]]). Independent of batch composition and order."""
+        params dict[str, float64 Tensor [B]]). Independent of batch composition and order.
+
+        ``view`` > 0 gives another view of the same samples: the same object and background, every
+        transformation drawn anew (from a stream keyed by the view), for pairs that differ only in
+        their transformation (Speicher et al.'s sensitivity). ``view=0`` is the dataset itself."""
         idx = as_indices(indices, self.n)
+        view = check_int("view", view)
         keys = rng.sample_keys(self.seed, self.split, idx)
         chunk = _CHUNK_PER_THREAD * max(1, torch.get_num_threads())
         if idx.size <= chunk:
-            return self._render(keys)
+            return self._render(keys, view=view)
         # cache-sized chunks: samples are batch-independent, so chunking changes no byte
         S = self.size
         images = torch.empty(idx.size, 3, S, S, dtype=torch.uint8)
         labels = torch.empty(idx.size, dtype=torch.int64)
         params = {k: torch.empty(idx.size, dtype=torch.float64) for k in PARAM_NAMES}
         for c0 in range(0, idx.size, chunk):
-            im, lab, par = self._render(keys[c0 : c0 + chunk])
+            im, lab, par = self._render(keys[c0 : c0 + chunk], view=view)
             images[c0 : c0 + chunk] = im
             labels[c0 : c0 + chunk] = lab
             for k in PARAM_NAMES:
                 params[k][c0 : c0 + chunk] = par[k]
         return images, labels, params
 
-    def _render(self, keys: np.ndarray, labels: np.ndarray | None = None) -> Batch:
+    def _render(self, keys: np.ndarray, labels: np.ndarray | None = None, view: int = 0) -> Batch:
         B, S, rec = keys.shape[0], self.size, self.recipe
         if labels is None:
             labels = rng.integers(keys, "object", self.num_classes)
-        p = sample(keys, self.transforms, rec)
+        # object and background come from the sample's keys, its transformations from the view's
+        tkeys = keys if view == 0 else rng.stream_bits(keys, f"view/{view}")
+        p = sample(tkeys, self.transforms, rec)
         pm = self._canvases.index_select(0, torch.from_numpy(labels))
         if B == 0:
             return (
@@ -200,9 +207,9 @@ class Transforms2D(torch.utils.data.Dataset):
                 {k: torch.zeros(0, dtype=torch.float64) for k in PARAM_NAMES},
             )
         if self.order != "canonical":
-            pm = self._transform_in_order(pm, keys, p)
+            pm = self._transform_in_order(pm, tkeys, p)
         else:
-            pm = self._transform_canonical(pm, keys, p)
+            pm = self._transform_canonical(pm, tkeys, p)
         # composite
         if isinstance(self.backgrounds, str):
             px = rng.uniform(keys, "background-pixels", 3 * S * S)
