@@ -34,6 +34,8 @@ EXACT_TRANSFORMS = {
     "grayscale": lambda x: luma(x).expand_as(x),
 }
 SPATIAL = ("hflip", "vflip", "rot90", "rot180")
+#: the largest patch side: the smallest photograph (chelsea) is 300 px tall
+MAX_PATCH = 299
 
 
 def photo_patches(n: int, size: int = 64, seed: int = 0) -> torch.Tensor:
@@ -156,6 +158,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.images < 2 or args.reference < 2:
         raise ValueError(f"--images and --reference must be at least 2, got {args.images} and {args.reference}")
+    if not 1 <= args.size <= MAX_PATCH:
+        raise ValueError(
+            f"--size must be from 1 to {MAX_PATCH} pixels (the patches are cut from scikit-image's photographs, "
+            f"the smallest {MAX_PATCH + 1} px tall), got {args.size}"
+        )
+    if not 0 <= args.seed < 2**62:
+        raise ValueError(f"--seed must be an integer from 0 to 2^62 - 1, got {args.seed}")
     t0 = time.perf_counter()
     results = run_demo(args.reference, args.images, args.size, args.seed, progress=not args.no_progress)
     print(

@@ -83,7 +83,13 @@ def invariance_scores(
 
 def whiten_rows(f: torch.Tensor, stats: FeatureStats, dtype: torch.dtype) -> torch.Tensor:
     """``f W`` for features ``f [N, D]`` in ``dtype``: the rows whitened but not yet centred (the centring,
-    ``− mean W``, happens inside :func:`scores_of_whitened`'s fused reduction)."""
+    ``− mean W``, happens inside :func:`scores_of_whitened`'s fused reduction). ValueError when the
+    statistics are of another number of features (another model or layer)."""
+    if f.shape[-1] != stats.dim:
+        raise ValueError(
+            f"the features have D={f.shape[-1]} dimensions but the reference statistics have D={stats.dim}: "
+            "they come from another model or layer; give the statistics of this model and layer"
+        )
     w, _ = stats.whitening(dtype, f.device)
     return upper_mm(f.to(dtype), w)
 

@@ -121,8 +121,8 @@ class RunFolder:
 
     def owned(self) -> list[str]:
         """The files (relative paths) invfast wrote here, as the marker lists them."""
-        m = self.marker()
-        return [f for f in (m or {}).get("files", []) if isinstance(f, str)]
+        files = (self.marker() or {}).get("files")
+        return [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
 
     def finished(self) -> bool:
         """Whether the folder holds a finished run of this command."""
@@ -143,9 +143,10 @@ class RunFolder:
         visible = sorted(f for f in os.listdir(self.path) if not f.startswith("."))
         if m is None:
             if visible:
+                why = f"its {MARKER} is not invfast's" if os.path.isfile(self.inside(MARKER)) else f"no {MARKER}"
                 raise ValueError(
                     f"--out {self.path!r} holds other files ({', '.join(visible[:3])}"
-                    f"{', ...' if len(visible) > 3 else ''}) and no invfast run (no {MARKER}); choose "
+                    f"{', ...' if len(visible) > 3 else ''}) and no invfast run ({why}); choose "
                     "an empty or new folder"
                 )
             return

@@ -220,10 +220,16 @@ class FeatureStats:
         if any(k not in state for k in keys) or not all(isinstance(state[k], torch.Tensor) for k in keys[1:]):
             raise ValueError(f"incomplete FeatureStats state: it needs {', '.join(keys)} (tensors)")
         d = state["mean"].shape[0] if state["mean"].dim() == 1 else -1
-        if d < 1 or tuple(state["m2"].shape) != (d, d):
-            raise ValueError(
-                f"inconsistent FeatureStats state: mean {tuple(state['mean'].shape)}, m2 {tuple(state['m2'].shape)}"
-            )
+        shapes = {k: tuple(state[k].shape) for k in keys[1:]}
+        if d < 1 or (shapes["m2"], shapes["m3"], state["m4"].numel()) != ((d, d), (d,), 1):
+            raise ValueError(f"inconsistent FeatureStats state: shapes {shapes} (mean [D], m2 [D, D], m3 [D], m4 [])")
+        if any(state[k].is_complex() for k in keys[1:]):
+            raise ValueError("the FeatureStats state holds complex tensors")
+        n = state["n"]
+        if isinstance(n, torch.Tensor) and n.numel() == 1 and not n.is_floating_point() and not n.is_complex():
+            n = int(n)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"the FeatureStats state's sample count n must be an integer >= 0, got {n!r}")
         for k in keys[1:]:
             if not bool(torch.isfinite(state[k]).all()):
                 raise ValueError(
@@ -232,7 +238,7 @@ class FeatureStats:
                 )
         out = cls(device=device)
         out.dim = int(state["mean"].shape[0])
-        out.n = int(state["n"])
+        out.n = n
         out.mean, out.m2, out.m3, out.m4 = (
             state[k].to(device=out.device, dtype=torch.float64) for k in ("mean", "m2", "m3", "m4")
         )

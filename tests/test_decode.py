@@ -90,6 +90,30 @@ def test_npy_arrays_by_range(tmp_path, rng):
         open_source(f"npy:{tmp_path / 'wide.npy'}")
 
 
+def test_integer_npy_arrays_follow_the_rule_of_integer_image_files(tmp_path, rng):
+    """uint16 arrays are 16-bit (÷ 257, as I;16 PNGs); other integer arrays by their range, as 32-bit
+    integer (I) TIFFs are: 0..255 as they are, up to 65535 as 16-bit, anything else refused."""
+    deep = rng.integers(0, 65536, (2, 6, 5, 3)).astype(np.uint16)
+    np.save(tmp_path / "u16.npy", deep)
+    got = open_source(f"npy:{tmp_path / 'u16.npy'}").get([0, 1]).permute(0, 2, 3, 1).numpy()
+    np.testing.assert_array_equal(got, np.round(deep.astype(np.float64) / 257).astype(np.uint8))
+    small = rng.integers(0, 256, (2, 3, 5, 6))  # int64 holding 0..255
+    np.save(tmp_path / "i64.npy", small)
+    np.testing.assert_array_equal(open_source(f"npy:{tmp_path / 'i64.npy'}").get([0, 1]).numpy(), small)
+    wide = rng.integers(256, 65536, (2, 3, 5, 6)).astype(np.int32)
+    np.save(tmp_path / "i32.npy", wide)
+    from_npy = open_source(f"npy:{tmp_path / 'i32.npy'}").get([0]).numpy()[0]
+    Image.fromarray(wide[0, 0]).save(tmp_path / "wide.tif")  # the same values as a 32-bit integer file
+    np.testing.assert_array_equal(from_npy[0], decode_native(tmp_path / "wide.tif").numpy()[0])
+    np.testing.assert_array_equal(from_npy, np.round(wide[0].astype(np.float64) / 257).astype(np.uint8))
+    np.save(tmp_path / "neg.npy", small - 300)
+    with pytest.raises(ValueError, match=r"integer values in \[-\d+, .*\]: the scale cannot be told"):
+        open_source(f"npy:{tmp_path / 'neg.npy'}")
+    np.save(tmp_path / "mask.npy", small > 100)
+    with pytest.raises(ValueError, match=r"holds bool values; images must be .*uint16"):
+        open_source(f"npy:{tmp_path / 'mask.npy'}")
+
+
 def test_float_tensors_for_measurement_must_be_0_1():
     with pytest.raises(ValueError, match="float images must be in 0..1; divide them by 255"):
         TensorSource(torch.rand(2, 3, 4, 4) * 200)

@@ -66,10 +66,10 @@ def load_result(path: str | os.PathLike) -> InvarianceResult:
     if not isinstance(doc, dict) or doc.get("format") != RESULT_FORMAT:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise ValueError(f"{f!r} is not an invfast measurement result (format {got!r}, expected {RESULT_FORMAT!r})")
-    try:
+    try:  # every field is checked before it is used (invfast.measure.result_check)
         return InvarianceResult.from_dict(doc)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{f!r} is a damaged invfast result ({type(e).__name__}: {e})") from None
+    except ValueError as e:
+        raise ValueError(f"{f!r} is a damaged invfast result: {e}; measure again to rewrite it") from None
 
 
 def _one(item: Any, what: str) -> tuple[InvarianceResult, str | None]:

@@ -79,13 +79,14 @@ class TransferScores:
 
 def probe_score(doc: Any, where: str) -> float:
     """The headline score of an ``invfast probe --json`` document: ``cv_results.mean_test_score[best_index]``."""
-    try:
-        b = doc["best_index"]
-        score = doc["cv_results"]["mean_test_score"][b]
-    except (KeyError, IndexError, TypeError):
+    top = doc if isinstance(doc, Mapping) else {}
+    cv, b = top.get("cv_results"), top.get("best_index")
+    scores = cv.get("mean_test_score") if isinstance(cv, Mapping) else None
+    if isinstance(b, bool) or not isinstance(b, int) or not isinstance(scores, list) or not 0 <= b < len(scores):
         raise ValueError(
             f"{where} is not an 'invfast probe --json' file (it needs best_index and cv_results.mean_test_score)"
-        ) from None
+        )
+    score = scores[b]
     if isinstance(score, bool) or not isinstance(score, (int, float)) or not math.isfinite(score):
         raise ValueError(f"{where}: the best probe score is not a finite number ({score!r})")
     return float(score)
@@ -120,6 +121,8 @@ def _aggregate(doc: Any, scores: TransferScores, where: str) -> None:
             "MODEL:TASK=FILE"
         )
     hib = doc.get("higher_is_better", {})
+    if not isinstance(hib, (bool, Mapping)):
+        raise ValueError(f"{where}: higher_is_better must be true, false or {{TASK: true|false}}, got {hib!r}")
     for task, per in doc["tasks"].items():
         if not isinstance(per, Mapping):
             raise ValueError(f"{where}: task {task!r} must map model -> score, got {type(per).__name__}")

@@ -25,15 +25,18 @@ from typing import Any
 import numpy as np
 import torch
 
-from invfast.data.protocol import ImageDecodeError, Source, pin
+from invfast.data.protocol import ImageDecodeError, Source, integer_scale, pin
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".jpe")
 
 
-def _to_rgb(im: Any) -> Any:
+def image_to_rgb(im: Any) -> Any:
     """A PIL image as 8-bit RGB, scaled by what its mode holds: 16-bit modes 0..65535 -> 0..255 (PIL's own
-    conversion clips them to 255, nearly white); 32-bit int and float modes by their actual range (0..1
-    floats, or values already in 0..255), refusing NaN/Inf or a range that says nothing of the scale."""
+    conversion clips them to 255, nearly white); 32-bit integer images by their range
+    (:func:`invfast.data.protocol.integer_scale`: 0..255 as is, up to 65535 as 16-bit); float images by
+    their range (0..1 floats, or values already in 0..255), refusing NaN/Inf or a range that says nothing
+    of the scale. Every reader of user images (folders, ``invfast transforms --image``, background
+    folders) decodes through it."""
     from PIL import Image
 
     if im.mode in ("I;16", "I;16L", "I;16B", "I;16N"):
@@ -44,35 +47,34 @@ def _to_rgb(im: Any) -> Any:
         if not np.isfinite(a).all():
             raise ValueError(f"{im.mode}-mode image holds {int((~np.isfinite(a)).sum())} NaN/Inf pixel(s)")
         lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
-        if im.mode == "F" and lo >= 0 and hi <= 1:
+        if im.mode == "I":
+            a = a / integer_scale(int(lo), int(hi), "32-bit integer image pixels")
+        elif lo >= 0 and hi <= 1:
             a = a * 255.0
-        elif lo < 0 or hi > (255 if im.mode == "F" else 65535):
+        elif lo < 0 or hi > 255:
             raise ValueError(
-                f"{'float' if im.mode == 'F' else '32-bit integer'} image with values in "
-                f"[{lo:.4g}, {hi:.4g}]: the scale cannot be told (expected 0..1 or 0..255"
-                f"{'' if im.mode == 'F' else ' or 0..65535'}); convert it to 8-bit"
+                f"float image with values in [{lo:.4g}, {hi:.4g}]: the scale cannot be told (expected 0..1 "
+                "or 0..255); convert it to 8-bit"
             )
-        elif hi > 255:  # 32-bit integer holding 16-bit values
-            a = a / 257.0
         return Image.fromarray(np.clip(np.round(a), 0, 255).astype(np.uint8), mode="L").convert("RGB")
     return im.convert("RGB")
 
 
-def _open_rgb(path: str | os.PathLike) -> Any:
+def open_rgb(path: str | os.PathLike) -> Any:
     """The image at ``path`` as 8-bit RGB, turned upright by its EXIF orientation (as Pillow's
     ``ImageOps.exif_transpose``: cameras store photos sideways and record the rotation in EXIF)."""
     from PIL import Image, ImageOps
 
     with Image.open(path) as im:
         im = ImageOps.exif_transpose(im)
-        return _to_rgb(im)
+        return image_to_rgb(im)
 
 
 def decode_image(path: str | os.PathLike, size: int) -> torch.Tensor:
     """The image at ``path`` as uint8 [3, size, size]: shorter side resized to ``size``, centre-cropped."""
     from PIL import Image
 
-    im = _open_rgb(path)
+    im = open_rgb(path)
     w, h = im.size
     s = size / min(w, h)
     nw, nh = max(size, round(w * s)), max(size, round(h * s))
@@ -85,7 +87,7 @@ def decode_image(path: str | os.PathLike, size: int) -> torch.Tensor:
 
 def decode_native(path: str | os.PathLike) -> torch.Tensor:
     """The image at ``path`` as loaded, uint8 [3, H, W] (upright by its EXIF orientation; no resizing)."""
-    arr = np.asarray(_open_rgb(path), dtype=np.uint8)
+    arr = np.asarray(open_rgb(path), dtype=np.uint8)
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)
 
 
@@ -325,7 +327,7 @@ class FolderSource(Source):
         if self.strict:
             raise ImageDecodeError(
                 f"cannot read {self.files[i]!r} as an image ({err}); "
-                "remove it, or run without --strict to skip unreadable files"
+                "remove or replace it (invfast measure without --strict skips unreadable files)"
             )
         if i not in self._seen_bad:
             self._seen_bad.add(i)
@@ -377,4 +379,12 @@ def _indices(indices: Sequence[int] | torch.Tensor, n: int) -> list[int]:
     return idx
 
 
-__all__ = ["DecodeErrors", "FolderSource", "IMAGE_EXTENSIONS", "decode_image", "decode_native"]
+__all__ = [
+    "DecodeErrors",
+    "FolderSource",
+    "IMAGE_EXTENSIONS",
+    "decode_image",
+    "decode_native",
+    "image_to_rgb",
+    "open_rgb",
+]

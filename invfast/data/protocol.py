@@ -63,6 +63,18 @@ def float_scale(images: torch.Tensor, what: str = "images") -> float:
     )
 
 
+def integer_scale(lo: int, hi: int, what: str = "images") -> float:
+    """The divisor taking integer pixels with values in ``[lo, hi]`` to 0..255, read by their range: 1 for
+    0..255, 257 for 16-bit values (up to 65535); one ValueError naming the range for anything else (the
+    rule of 32-bit integer image files and integer ``.npy`` arrays)."""
+    if lo < 0 or hi > 65535:
+        raise ValueError(
+            f"{what} hold integer values in [{lo}, {hi}]: the scale cannot be told (expected 0..255, or "
+            "0..65535 for 16-bit); convert them to uint8"
+        )
+    return 257.0 if hi > 255 else 1.0
+
+
 def to_uint8(images: torch.Tensor) -> torch.Tensor:
     """uint8 images unchanged; float images in 0..1 -> uint8 0..255 (rounded, clamped)."""
     if images.dtype == torch.uint8:
@@ -130,4 +142,4 @@ def pin(images: torch.Tensor) -> torch.Tensor:
     return images.pin_memory()
 
 
-__all__ = ["ImageDecodeError", "ImageSource", "Source", "float_scale", "pin", "to_uint8"]
+__all__ = ["ImageDecodeError", "ImageSource", "Source", "float_scale", "integer_scale", "pin", "to_uint8"]

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from invfast.data.arrays import read_image_array
 from invfast.data.folder import IMAGE_EXTENSIONS, DecodeErrors, FolderSource, decode_image
 from invfast.data.protocol import ImageDecodeError, ImageSource, Source
 from invfast.data.synthetic import (
@@ -38,7 +39,8 @@ def open_source(
 
     - ``synthetic:KEY=VALUE,...``: Transforms-2D by index (keys and defaults: :mod:`invfast.data.synthetic`);
     - ``folder:PATH`` or a folder path: every image under PATH, ``resize`` px square (default 256);
-    - ``npy:FILE.npy``: an array [N, 3, H, W] or [N, H, W, 3] (uint8, or float in 0..1) held in memory.
+    - ``npy:FILE.npy``: an array [N, 3, H, W] or [N, H, W, 3] held in memory (the dtypes it may have:
+      :mod:`invfast.data.arrays`).
 
     ``n`` keeps the first n images; ``strict``, ``workers``, ``extensions`` and ``native`` (folder images as
     loaded, each at its own size) go to :class:`FolderSource`.
@@ -50,14 +52,15 @@ def open_source(
         return synthetic_source(s, n=n)
     if s.startswith("npy:"):
         path = s[len("npy:") :]
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"array file {path!r} does not exist")
-        arr = np.load(path)
+        arr = read_image_array(path)
         return ArraySource(arr if n is None else arr[:n], spec=f"npy:{os.path.abspath(path)}")
     if s.startswith("folder:"):
         s = s[len("folder:") :]
     elif not os.path.isdir(s) and ":" in s and not os.path.exists(s):
         raise ValueError(f"data spec {spec!r} must be 'synthetic:...', 'folder:PATH', 'npy:FILE' or a folder")
+    elif os.path.isfile(s):
+        hint = f"npy:{s} for an array file" if s.lower().endswith(".npy") else "the folder that holds it"
+        raise ValueError(f"data {s!r} is a file, not a folder of images; give {hint}")
     return FolderSource(
         s,
         resize=256 if resize is None else resize,

@@ -80,6 +80,8 @@ def check_args(args: argparse.Namespace) -> None:
         low = 0 if k in ("images", "workers") else 1
         if v is not None and v < low:
             raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
+    if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
+        raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
     if not args.save_every >= 0:
         raise ValueError(f"--save-every must be a number of seconds >= 0, got {args.save_every}")
     resolve_device(args.device or "auto")  # an unusable device is refused before any work

@@ -208,8 +208,14 @@ class InvarianceResult:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> InvarianceResult:
-        if d.get("format") != RESULT_FORMAT:
-            raise ValueError(f"not an invfast invariance result (format={d.get('format')!r})")
+        """The result saved by :meth:`to_dict`; ValueError naming the first missing or malformed field
+        (:func:`invfast.measure.result_check.check_result_dict`)."""
+        from invfast.measure.result_check import check_result_dict
+
+        if not isinstance(d, dict) or d.get("format") != RESULT_FORMAT:
+            got = d.get("format") if isinstance(d, dict) else type(d).__name__
+            raise ValueError(f"not an invfast invariance result (format={got!r})")
+        check_result_dict(d)
 
         def one(part: dict[str, Any]) -> InvarianceResult:
             trs = [TransformResult.from_dict(t) for t in part["transforms"]]

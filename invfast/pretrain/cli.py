@@ -145,6 +145,8 @@ def check_args(args: argparse.Namespace) -> None:
         v = getattr(args, k, None)
         if v is not None and v < 1:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
+    if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
+        raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
     for k in ("checkpoint_every", "log_every", "invariance_every"):
         if getattr(args, k) < 0:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 0, got {getattr(args, k)}")

@@ -30,7 +30,8 @@ def open_source(spec: str, load_size: int | None = None, workers: int = 0) -> An
       (keys and defaults: :mod:`invfast.data.synthetic`);
     - ``folder:PATH`` — every image file under PATH, resized to ``load_size`` (shorter side, then
       centre crop), decoded by ``workers`` DataLoader worker processes;
-    - ``npy:FILE.npy`` — an array [N, 3, H, W] or [N, H, W, 3] (uint8 or float in 0..1) held in memory.
+    - ``npy:FILE.npy`` — an array [N, 3, H, W] or [N, H, W, 3] held in memory (uint8, 16-bit or other
+      integer images, float in 0..1 or 0..255: :mod:`invfast.data.arrays`).
     """
     if not isinstance(spec, str) or ":" not in spec:
         raise ValueError(f"data spec {spec!r} must be 'synthetic:...', 'folder:PATH' or 'npy:FILE'")

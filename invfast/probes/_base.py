@@ -176,6 +176,12 @@ def as_targets(y: Any, name: str, n: int) -> tuple[torch.Tensor, bool]:
     if y.dim() > 2:
         raise ValueError(f"{name} must be 1-D [n] or 2-D [n, targets], got shape {tuple(y.shape)}")
     _check_length(y.shape[0], n, name, "rows")
+    big, limit = float(y.abs().max()), (torch.finfo(torch.float64).max / y.numel()) ** 0.5
+    if big > limit:  # their squares would overflow: R² and the residuals become NaN
+        raise ValueError(
+            f"{name} is too large (max |y| = {big:.3g}; its squares overflow float64 above {limit:.3g}); "
+            "rescale the targets first (e.g. sklearn.preprocessing.StandardScaler)"
+        )
     one_d = y.dim() == 1
     return (y[:, None] if one_d else y), one_d
 

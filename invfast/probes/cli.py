@@ -60,11 +60,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def _load(path: str, what: str) -> np.ndarray:
     try:
-        return np.load(path, allow_pickle=False)
+        arr = np.load(path, allow_pickle=False)
     except FileNotFoundError:
         raise FileNotFoundError(f"cannot read {what} {path!r}: no such file") from None
-    except (OSError, ValueError) as e:
+    except (OSError, EOFError, ValueError) as e:
         raise ValueError(f"cannot read {what} {path!r} as a .npy array: {e}") from None
+    if not isinstance(arr, np.ndarray):  # np.load opens an .npz archive as a mapping of arrays
+        arr.close()
+        raise ValueError(f"{what} {path!r} is an .npz archive; save one array per file with numpy.save")
+    return arr
 
 
 def _check_options(args: argparse.Namespace) -> None:
@@ -93,6 +97,8 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ValueError("--n-models shifts the linear probes' λ grid; kernel ridge (--kernel) has its own (α, γ) grid")
     if args.folds is not None and args.folds < 2:
         raise ValueError(f"--folds must be at least 2, got {args.folds}")
+    if args.n_models is not None and args.n_models < 1:
+        raise ValueError(f"--n-models must be at least 1, got {args.n_models}")
     if args.max_iter is not None and args.max_iter < 1:
         raise ValueError(f"--max-iter must be at least 1, got {args.max_iter}")
     if args.tol is not None and not args.tol > 0:
@@ -107,11 +113,53 @@ def _check_options(args: argparse.Namespace) -> None:
         raise ValueError(f"--device {args.device}: this torch has no CUDA device available; use --device cpu")
 
 
-def _numeric_targets(y: np.ndarray, path: str) -> None:
-    if y.dtype.kind not in "biuf":
+def _features(x: np.ndarray, path: str) -> np.ndarray:
+    """One --features file checked where it is read: a finite numeric matrix [n, d], n, d >= 1."""
+    if x.dtype.kind not in "biuf":
         raise ValueError(
-            f"--task regression needs numeric targets, but {path} holds {y.dtype} values "
-            f"(e.g. {y.ravel()[:1].tolist()[0]!r}); use --task classification for class labels"
+            f"--features {path} holds {x.dtype} values; features must be a numeric (integer or float) matrix "
+            "[n, d] saved with numpy.save"
+        )
+    if x.ndim != 2 or 0 in x.shape:
+        raise ValueError(
+            f"--features {path} holds an array of shape {list(x.shape)}; features must be a matrix [n, d] with "
+            "n, d >= 1 (one row per sample: x.reshape(len(x), -1))"
+        )
+    _finite(x, f"--features {path}", "remove those samples (from the targets too) or impute them")
+    return x
+
+
+def _finite(a: np.ndarray, what: str, fix: str) -> None:
+    if a.dtype.kind == "f" and not np.isfinite(a).all():
+        raise ValueError(f"{what} holds {int((~np.isfinite(a)).sum())} NaN/Inf value(s); {fix}")
+
+
+def _targets(y: np.ndarray, path: str, task: str, n: int) -> None:
+    """The --targets file checked where it is read: one value (regression: or a row) per sample, finite;
+    class labels integers, strings or booleans (whole-number floats too), at least two classes."""
+    kinds = "biufUS" if task == "classification" else "biuf"
+    if y.dtype.kind not in kinds:
+        want = "class labels (integers or strings)" if task == "classification" else "numeric targets"
+        other = "; use --task classification for class labels" if y.dtype.kind in "US" else ""
+        raise ValueError(f"--task {task} needs {want}, but {path} holds {y.dtype} values{other}")
+    one_column = y.ndim == 1 or (y.ndim == 2 and (task == "regression" or y.shape[1] == 1))
+    if not one_column or y.size == 0:
+        raise ValueError(
+            f"--targets {path} holds an array of shape {list(y.shape)}; give one target per sample "
+            f"([n]{', or [n, targets]' if task == 'regression' else ''})"
+        )
+    if y.shape[0] != n:
+        raise ValueError(f"--targets {path} has {y.shape[0]} rows but the features have {n}; they must match")
+    _finite(y, f"--targets {path}", "drop those samples (from the features too) or impute them")
+    if task == "classification" and y.dtype.kind == "f" and not bool((y == np.round(y)).all()):
+        frac = y[y != np.round(y)].ravel()[0].item()
+        raise ValueError(
+            f"--task classification needs class labels, but {path} holds fractional values (e.g. {frac!r}); "
+            "round them to integer classes, or use --task regression for continuous targets"
+        )
+    if task == "classification" and np.unique(y).size < 2:
+        raise ValueError(
+            f"--targets {path} holds only one class ({y.ravel()[0].item()!r}); a classifier needs at least two"
         )
 
 
@@ -184,10 +232,9 @@ def run(args: argparse.Namespace) -> int:
 
     _check_options(args)
     folds = 5 if args.folds is None else args.folds
-    feats = [_load(f, "features") for f in args.features]
+    feats = [_features(_load(f, "features"), f) for f in args.features]
     y = _load(args.targets, "targets")
-    if args.task == "regression":
-        _numeric_targets(y, args.targets)
+    _targets(y, args.targets, args.task, feats[0].shape[0])
     n_models = args.n_models or len(feats)
     x = fuse(feats) if len(feats) > 1 else feats[0]
     xt = torch.as_tensor(np.ascontiguousarray(x)).to(args.device)

@@ -64,12 +64,12 @@ def fuse(features: Sequence[Any]) -> Any:
     """
     if isinstance(features, (np.ndarray, torch.Tensor)) or len(features) == 0:
         raise TypeError("fuse expects a list of feature matrices, e.g. fuse([f_spatial, f_appearance])")
-    ns = [int(f.shape[0]) for f in features]
     for i, f in enumerate(features):
         if not isinstance(f, (np.ndarray, torch.Tensor)):
             raise TypeError(f"features[{i}] must be a numpy array or tensor, got {type(f).__name__}")
         if f.ndim != 2:
             raise ValueError(f"features[{i}] must be 2-D [n, d], got shape {tuple(f.shape)}")
+    ns = [int(f.shape[0]) for f in features]
     if len(set(ns)) != 1:
         raise ValueError(f"all feature matrices must have the same number of samples, got {ns}")
     if all(isinstance(f, np.ndarray) for f in features):

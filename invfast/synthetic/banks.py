@@ -419,6 +419,8 @@ def load_objects(path: str | os.PathLike, per_category: str = "first") -> Object
 def load_backgrounds(path: str | os.PathLike, size: int = 32) -> torch.Tensor:
     """Background images from a folder (any of png/jpg/...), centre-cropped square and resized to
     ``size``: uint8 [N, 3, size, size]. Raises ValueError naming a corrupt file."""
+    from invfast.data.folder import image_to_rgb
+
     root = Path(path)
     if not root.is_dir():
         raise ValueError(f"load_backgrounds: {str(root)!r} is not a folder")
@@ -427,7 +429,11 @@ def load_backgrounds(path: str | os.PathLike, size: int = 32) -> torch.Tensor:
         raise ValueError(f"load_backgrounds: no images found under {str(root)!r}")
     out = torch.empty(len(files), 3, size, size, dtype=torch.uint8)
     for i, f in enumerate(files):
-        arr = np.asarray(_open_image(f).convert("RGB"), dtype=np.uint8)
+        img = _open_image(f)
+        try:  # decoded as data folders are: 16-bit and float images by what they hold
+            arr = np.asarray(image_to_rgb(img), dtype=np.uint8)
+        except ValueError as exc:  # NaN, or a range that tells no scale
+            raise ValueError(f"cannot read image {str(f)!r}: {exc}") from exc
         h, w = arr.shape[:2]
         s = min(h, w)
         crop = arr[(h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s]

@@ -41,16 +41,17 @@ def _load(image: str) -> torch.Tensor:
 
         arr = getattr(skimage.data, image)()
     else:
-        from PIL import Image, UnidentifiedImageError
+        from PIL import UnidentifiedImageError
+
+        from invfast.data.folder import open_rgb
 
         if not os.path.isfile(image):
             raise FileNotFoundError(
                 f"--image {image!r}: no such file; give an image file or one of {', '.join(_SKIMAGE)}"
             )
-        try:
-            with Image.open(image) as im:
-                arr = np.asarray(im.convert("RGB"))
-        except (UnidentifiedImageError, OSError, SyntaxError) as e:
+        try:  # the decoding rule of data folders: 16-bit and float images by what they hold
+            arr = np.asarray(open_rgb(image))
+        except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as e:
             raise ValueError(
                 f"--image {image!r} cannot be read as an image ({e}); give a PNG/JPEG file or one of "
                 f"{', '.join(_SKIMAGE)}"
@@ -59,9 +60,9 @@ def _load(image: str) -> torch.Tensor:
 
 
 def run(args: argparse.Namespace) -> int:
-    for k in ("k", "tile"):
-        if getattr(args, k) < 1:
-            raise ValueError(f"--{k} must be >= 1, got {getattr(args, k)}")
+    for k, hi in (("k", 64), ("tile", 1024)):
+        if not 1 <= getattr(args, k) <= hi:
+            raise ValueError(f"--{k} must be from 1 to {hi}, got {getattr(args, k)}")
     if args.names:
         for n in args.names:
             get(n)  # unknown names raise a ValueError listing the valid ones

@@ -3,6 +3,7 @@ labelled with the parameter values, so a person can check that e.g. "rotation 90
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -90,9 +91,16 @@ def contact_sheet(
 def save_contact_sheet(
     path: str, image: torch.Tensor, names: Sequence[str] | None = None, k: int = 8, tile: int = 96
 ) -> np.ndarray:
-    """Render :func:`contact_sheet` and write it as a PNG to ``path``."""
+    """Render :func:`contact_sheet` and write it to ``path`` (atomically), in the image format its extension
+    names (``.png``, ``.jpg`` ...; ValueError for another)."""
     from PIL import Image
 
+    from invfast.io import atomic_write
+
+    fmt = Image.registered_extensions().get(os.path.splitext(os.fspath(path))[1].lower())
+    if fmt is None:
+        raise ValueError(f"the contact sheet's file name must end in an image extension such as .png, got {path!r}")
     sheet = contact_sheet(image, names, k, tile)
-    Image.fromarray(sheet).save(path)
+    with atomic_write(path) as f:
+        Image.fromarray(sheet).save(f, format=fmt)
     return sheet
