@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from invfast.pretrain import invariance as inv
+from invfast.pretrain.schedules import OPTIMIZERS
 
 # TrainConfig fields that may change between a run and its resumption (they do not affect the result).
 RESUMABLE_FIELDS = (
@@ -26,7 +27,8 @@ class TrainConfig:
 
     batch_size is the GLOBAL batch (split evenly over processes). lr None means 0.03·batch_size/256
     (MoCo-v2's linear scaling). schedule 'cosine' decays the LR per step to 0 over the run
-    (no warm-up, as MoCo-v2), 'constant' keeps it. steps overrides epochs when set. size is the
+    (no warm-up, as MoCo-v2), 'constant' keeps it; optimizer 'sgd' (with ``sgd_momentum``) or 'adam'.
+    steps overrides epochs when set. size is the
     side of the views the policies produce (used to preprocess the held-out batch). amp runs the
     forward passes under bfloat16 autocast (for GPUs; parameters and optimiser stay float32).
     device is 'auto' (CUDA when available, GPU ``LOCAL_RANK``; else the CPU), 'cpu', 'cuda' or 'cuda:N';
@@ -44,6 +46,7 @@ class TrainConfig:
     lr: float | None = None
     weight_decay: float = 1e-4
     sgd_momentum: float = 0.9
+    optimizer: str = "sgd"
     schedule: str = "cosine"
     seed: int = 0
     size: int = 224
@@ -68,6 +71,8 @@ class TrainConfig:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
         if self.steps is not None and self.steps < 1:
             raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
         for name in ("checkpoint_every", "log_every", "invariance_every", "probe_every"):

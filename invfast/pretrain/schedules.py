@@ -1,10 +1,26 @@
-"""Learning-rate multipliers of the pretraining :class:`~invfast.pretrain.Trainer` (picklable, for ``LambdaLR``)."""
+"""The optimiser of the pretraining :class:`~invfast.pretrain.Trainer` and its learning-rate multipliers
+(picklable, for ``LambdaLR``)."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
+from typing import Any
 
-__all__ = ["CosineSchedule", "ConstantSchedule"]
+import torch
+
+__all__ = ["OPTIMIZERS", "build_optimizer", "CosineSchedule", "ConstantSchedule"]
+
+#: TrainConfig.optimizer values: SGD with momentum (MoCo-v2's), Adam (Speicher et al.'s for every model)
+OPTIMIZERS = ("sgd", "adam")
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any) -> torch.optim.Optimizer:
+    """The optimiser a :class:`~invfast.pretrain.TrainConfig` asks for, at its base learning rate and with
+    its weight decay (an L2 term in the gradient for both)."""
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.base_lr(), weight_decay=cfg.weight_decay)
+    return torch.optim.SGD(params, lr=cfg.base_lr(), momentum=cfg.sgd_momentum, weight_decay=cfg.weight_decay)
 
 
 class CosineSchedule:

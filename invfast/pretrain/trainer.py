@@ -32,7 +32,7 @@ from invfast.pretrain.config import RESUMABLE_FIELDS, TrainConfig
 from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_channels_last
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
-from invfast.pretrain.schedules import ConstantSchedule, CosineSchedule
+from invfast.pretrain.schedules import ConstantSchedule, CosineSchedule, build_optimizer
 
 CHECKPOINT_FORMAT = "invfast.pretrain/1"
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -120,9 +120,7 @@ class Trainer:
         if self.channels_last:
             method.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack it
         params = [p for p in method.online.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.SGD(
-            params, lr=cfg.base_lr(), momentum=cfg.sgd_momentum, weight_decay=cfg.weight_decay
-        )
+        self.optimizer = build_optimizer(params, cfg)
         sched = CosineSchedule(self.total_steps) if cfg.schedule == "cosine" else ConstantSchedule()
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, sched)
         self.online: torch.nn.Module = method.online
