@@ -1,6 +1,6 @@
-"""Matrix pictures of a comparison of several models: pairwise significance counts (models × models)
-and invariance-vs-transfer correlations (transforms × tasks). Each returns a ``matplotlib.figure.Figure``
-and saves it to ``path`` when given."""
+"""Matrix pictures: pairwise significance counts of a comparison of several models (models × models),
+invariance-vs-transfer correlations (transforms × tasks) and any table of numbers as a heatmap. Each
+returns a ``matplotlib.figure.Figure`` and saves it to ``path`` when given."""
 
 from __future__ import annotations
 
@@ -99,4 +99,49 @@ def plot_correlation(
                 )
     ax.set_title(title, fontsize=8)
     fig.colorbar(im, ax=ax, label="ρ", shrink=0.8)
+    return _save(fig, path)
+
+
+def plot_matrix(
+    values: Any,
+    rows: Sequence[str],
+    cols: Sequence[str],
+    *,
+    title: str = "",
+    xlabel: str = "",
+    ylabel: str = "",
+    label: str = "",
+    vmin: float | None = 0.0,
+    vmax: float | None = 1.0,
+    cmap: str = "viridis",
+    digits: int = 2,
+    path: str | os.PathLike | None = None,
+) -> Any:
+    """Any table of numbers as a heatmap on a sequential scale (a transfer matrix, sensitivities):
+    ``values [len(rows), len(cols)]`` (NaN blank), each value written in its cell; ``vmin`` / ``vmax``
+    None: the data's range."""
+    values = np.asarray(values, dtype=np.float64)
+    if values.shape != (len(rows), len(cols)):
+        raise ValueError(f"values must be [{len(rows)}, {len(cols)}] (rows x cols), got {list(values.shape)}")
+    finite = values[np.isfinite(values)]
+    lo = vmin if vmin is not None else (float(finite.min()) if finite.size else 0.0)
+    hi = vmax if vmax is not None else (float(finite.max()) if finite.size else 1.0)
+    fig = _figure(max(3.4, 0.62 * len(cols) + 2.4), max(2.6, 0.36 * len(rows) + 1.6))
+    ax = fig.add_subplot(1, 1, 1)
+    im = ax.imshow(values, cmap=cmap, vmin=lo, vmax=hi if hi > lo else lo + 1e-9, aspect="auto")
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels(cols, fontsize=7, rotation=35, ha="right")
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(rows, fontsize=7)
+    mid = (lo + hi) / 2
+    for i in range(len(rows)):
+        for j in range(len(cols)):
+            if np.isfinite(values[i, j]):
+                dark = values[i, j] < mid if cmap == "viridis" else values[i, j] > mid
+                colour = "white" if dark else "black"
+                ax.text(j, i, f"{values[i, j]:.{digits}f}", ha="center", va="center", fontsize=6, color=colour)
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=8)
+    fig.colorbar(im, ax=ax, label=label, shrink=0.8)
     return _save(fig, path)
