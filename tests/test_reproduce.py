@@ -15,16 +15,18 @@ import pytest
 
 from invfast.cli import main
 from invfast.reproduce import config as RCfg
+from invfast.reproduce import findings as FR
 from invfast.reproduce import pipeline as R
+from invfast.reproduce import presets as RP
 from invfast.reproduce import sections as RS
 from invfast.reproduce import stages as S
-from invfast.reproduce.sections import amortised as F5
+from invfast.reproduce.sections import amortised as C13
 from invfast.reproduce.sections import fusion as F3
 from invfast.reproduce.sections import invariances as F1
+from invfast.reproduce.sections import nested as S8
 from invfast.reproduce.sections import over_seeds as OS
 from invfast.reproduce.sections import summary as SUM
 from invfast.reproduce.sections import task_preferences as F2
-from invfast.reproduce.sections import transfer as F4
 from invfast.reproduce.sections.base import DIRECTION, NOT, NOT_RUN, PARTLY, REPRODUCED, paired
 
 STATUSES = {REPRODUCED, PARTLY, NOT, NOT_RUN}
@@ -101,16 +103,16 @@ def test_tiny_end_to_end_report(tiny_run):
     assert [p["i"] for p in am["interpolation"]["points"]][:3] == [[1.0, 0.0], [0.5, 0.5], [0.0, 1.0]]
     for v in am["learned_i"].values():
         assert len(v["i"]) == 2 and all(0.0 <= x <= 1.0 for x in v["i"])
-    # findings: five, each with a status computed from the numbers, and a verdict naming each
-    assert [f["id"] for f in doc["findings"]] == [1, 2, 3, 4, 5]
+    # findings: the default selection, each with a status computed from the numbers, and a verdict naming each
+    assert [f["id"] for f in doc["findings"]] == ["E1", "E2", "E3", "S8", "C1", "C3"] == doc["findings_selected"]
     assert all(f["status"] in STATUSES for f in doc["findings"])
     for f in doc["findings"]:
-        assert f"finding {f['id']} ({f['status']})" in doc["verdict"]
+        assert f"{f['id']} ({f['status']})" in doc["verdict"]
     assert doc["verdict"] == SUM.verdict(doc["findings"])
     # seeds, machine, versions, time per stage
     assert doc["seeds"]["master"] == 0 and len(doc["seeds"]) > 5
     assert doc["environment"]["versions"]["torch"]
-    assert set(doc["timings"]) == set(R.stage_names(RCfg.preset("tiny")))
+    assert set(doc["timings"]) == set(R.stage_names(RP.preset("tiny")))
     # every seed's numbers are recorded, not only the first's
     assert set(doc["per_seed"]) == {"0", "1"}
     assert doc["per_seed"]["0"]["stages"]["probes"] == doc["probes"]
@@ -140,10 +142,10 @@ def test_tiny_end_to_end_report(tiny_run):
         assert f"| {key} | {max(loss):.2f} → {loss[-1]:.2f} |" in md, key
     for heading in (
         "## Verdict",
-        "## 1. Invariances (Table 1)",
-        "## 2. Probes (Table 2)",
-        "## 3. Same vs different transformations",
-        "## 4. Amortised invariance",
+        "## Invariances (Table 1) — E1",
+        "## Probes (Table 2) — E2, E3",
+        "## Same, different and nested transformations (transfer) — S8",
+        "## Amortised invariance — C1, C3",
         "## Findings in detail",
         "## Machine, versions, time",
     ):
@@ -272,10 +274,10 @@ def test_findings_follow_the_numbers():
         "rotation": dict(zip(models, [0.1, 0.3, 0.2, 0.7, 0.7, 0.65])),
         "colour": dict(zip(models, [0.3, 0.5, 0.9, 0.6, 0.88, 0.85])),
     }
-    f2, f3 = F2.finding_2(_probe_doc(good)), F3.finding_3(_probe_doc(good))
+    f2, f3 = F2.check_e2(_probe_doc(good)), F3.check_e3(_probe_doc(good))
     assert f2["status"] == REPRODUCED and f3["status"] == REPRODUCED
     bad = {t: {m: (1.0 - v if m != "Random" else v) for m, v in ms.items()} for t, ms in good.items()}
-    f2b, f3b = F2.finding_2(_probe_doc(bad)), F3.finding_3(_probe_doc(bad))
+    f2b, f3b = F2.check_e2(_probe_doc(bad)), F3.check_e3(_probe_doc(bad))
     assert f2b["status"] == NOT and f3b["status"] == NOT
     fam = {"rotation": "spatial", "crop": "spatial", "hue": "appearance", "blur": "appearance"}
     cos = {
@@ -284,37 +286,44 @@ def test_findings_follow_the_numbers():
         "Appearance": {"rotation": 0.3, "crop": 0.4, "hue": 0.8, "blur": 0.7},
         "Random": {"rotation": 0.5, "crop": 0.5, "hue": 0.5, "blur": 0.5},
     }
-    f1 = F1.finding_1({"cosine": cos, "families": fam, "best": {"rotation": "Spatial", "hue": "Appearance"}})
+    f1 = F1.check_e1({"cosine": cos, "families": fam, "best": {"rotation": "Spatial", "hue": "Appearance"}})
     assert f1["status"] == REPRODUCED and f1["per_transform_wins"] == {"spatial": [2, 2], "appearance": [2, 2]}
     cos["Default"]["rotation"] = 0.95
-    assert F1.finding_1({"cosine": cos, "families": fam, "best": {}})["status"] == PARTLY
+    assert F1.check_e1({"cosine": cos, "families": fam, "best": {}})["status"] == PARTLY
     cos["Spatial"], cos["Appearance"] = cos["Appearance"], cos["Spatial"]
-    assert F1.finding_1({"cosine": cos, "families": fam, "best": {}})["status"] == NOT
-    tr = {
-        k: {"mean": v, "std": 0.01, "fold_scores": (v + np.array([0.01, -0.01, 0.0, 0.005, -0.005]) * s).tolist()}
-        for (k, v), s in zip({"random": 0.3, "same": 0.8, "different": 0.6, "superset": 0.81}.items(), (1, 1, 2, 1.5))
-    }
-    assert F4.finding_4({"scores": tr})["status"] == REPRODUCED
-    tr["superset"] = {**tr["different"]}
-    assert F4.finding_4({"scores": tr})["status"] == PARTLY
-    assert F5.finding_5(None)["status"] == NOT_RUN
+    assert F1.check_e1({"cosine": cos, "families": fam, "best": {}})["status"] == NOT
     pts = [
         {"i": [1 - t, t], "family_cosine": {"spatial": 0.8 - 0.4 * t, "appearance": 0.3 + 0.5 * t}}
         for t in (0.0, 0.25, 0.5, 0.75, 1.0)
     ]
-    li = {
-        "identity": {"i": [0.9, 0.2]},
-        "position": {"i": [0.1, 0.8]},
-        "rotation": {"i": [0.2, 0.9]},
-        "colour": {"i": [0.9, 0.1]},
-    }
-    assert F5.finding_5({"interpolation": {"points": pts}, "learned_i": li})["status"] == REPRODUCED
-    jumpy = [
-        dict(p, family_cosine={"spatial": 0.8 if p["i"][1] < 0.9 else 0.1, "appearance": 0.3 + 0.5 * p["i"][1]})
-        for p in pts
-    ]
-    li_same = {k: {"i": [0.5, 0.5]} for k in li}
-    assert F5.finding_5({"interpolation": {"points": jumpy}, "learned_i": li_same})["status"] == NOT
+    assert C13.check_c1({"points": pts})["status"] == REPRODUCED
+    flat = [dict(p, family_cosine={"spatial": 0.5, "appearance": 0.3 + 0.5 * p["i"][1]}) for p in pts]
+    assert C13.check_c1({"points": flat})["status"] == PARTLY
+    backwards = [dict(p, family_cosine={"spatial": 0.4 + 0.4 * p["i"][1], "appearance": 0.5}) for p in pts]
+    assert C13.check_c1({"points": backwards})["status"] == NOT
+    li = {"identity": {"i": [0.9, 0.2]}, "position": {"i": [0.1, 0.8]}, "rotation": {"i": [0.2, 0.9]}}
+    assert C13.check_c3(li)["status"] == REPRODUCED
+    assert C13.check_c3({**li, "rotation": {"i": [0.95, 0.1]}})["status"] == PARTLY
+    assert C13.check_c3({k: {"i": [0.5, 0.5]} for k in li})["status"] == NOT
+
+
+def _scores(mean, jitter=0.01, k=5, offset=0):
+    """A probe result: ``k`` fold scores around ``mean`` (a fixed, non-constant pattern)."""
+    pattern = np.array([0.0, 1.0, -1.0, 0.5, -0.5, 0.25, -0.25][offset : offset + k])
+    folds = (mean + jitter * (pattern - pattern.mean())).tolist()
+    return {"mean": float(np.mean(folds)), "std": float(np.std(folds)), "fold_scores": folds}
+
+
+def test_s8_holds_when_supersets_keep_and_subsets_lose_accuracy():
+    sizes = [1, 3, 6]
+    good = {str(i): {str(j): _scores(0.9 if i >= j else 0.5, offset=i % 2) for j in sizes} for i in sizes}
+    r = S8.check_s8({"sizes": sizes, "accuracy": good})
+    assert r["status"] == REPRODUCED and len(r["checks"]) == 6
+    bad = {str(i): {str(j): _scores(0.9 if i == j else 0.4, offset=i % 2) for j in sizes} for i in sizes}
+    assert S8.check_s8({"sizes": sizes, "accuracy": bad})["status"] == PARTLY  # the subsets still lose
+    flat = {str(i): {str(j): _scores(0.6, offset=i % 2) for j in sizes} for i in sizes}
+    r = S8.check_s8({"sizes": sizes, "accuracy": flat})
+    assert r["status"] == PARTLY and all(v == REPRODUCED for k, v in r["checks"].items() if "⊃" in k)
 
 
 def test_colour_targets_against_colorsys():
@@ -354,7 +363,7 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
     """A cache file whose unpickling would run code (here: create a marker file) is refused unread."""
     import torch
 
-    cfg = RCfg.preset("tiny")
+    cfg = RP.preset("tiny")
     cache = tmp_path / "cache"
     marker = tmp_path / "marker"
     ctx = S.Context(cfg=cfg, cache=str(cache), progress=False)
@@ -391,7 +400,8 @@ def test_over_seeds_in_the_tiny_report(tiny_run):
         assert len(vals) == 2, name
         assert v["mean"] == pytest.approx(vals.mean()) and v["sd"] == pytest.approx(vals.std(ddof=1))
     for f in doc["findings"]:
-        per = [ov["findings"][str(s)][f["id"] - 1]["status"] for s in (0, 1)]
+        k = [g["id"] for g in doc["findings"]].index(f["id"])
+        per = [ov["findings"][str(s)][k]["status"] for s in (0, 1)]
         assert list(f["per_seed_status"].values()) == per
         assert (
             f["status"]
@@ -411,7 +421,7 @@ def test_over_seeds_in_the_tiny_report(tiny_run):
         assert got == pytest.approx(t) if np.isfinite(t) else abs(got) in (0.0, 1e9)
     # the second seed ran every stage in its own cache folder, with its own data
     assert (tiny_run / "cache" / "seed-1" / "stages" / "probes.json").exists()
-    assert set(doc["timings"]) == set(R.stage_names(RCfg.preset("tiny")))
+    assert set(doc["timings"]) == set(R.stage_names(RP.preset("tiny")))
     assert any(k.startswith("seed-1/") for k in doc["timings"])
     assert "## Over seeds" in (tiny_run / "report.md").read_text()
 
@@ -460,7 +470,7 @@ def _stage_fails(ctx):
 
 
 def test_parallel_stages_respect_needs_and_raise_a_workers_error(tmp_path):
-    cfg = RCfg.preset("tiny")
+    cfg = RP.preset("tiny")
     a, b = R.Stage("a", _stage_a, writes=("a.txt",)), R.Stage("b", _stage_b, needs=("a",))
     jobs = [(c, str(tmp_path / f"s{c.seed}"), R.plan([b, a], c)) for c in R.seed_configs(cfg)]
     results, timings = R.run_parallel(jobs, workers=2)
@@ -477,10 +487,10 @@ def test_parallel_stages_respect_needs_and_raise_a_workers_error(tmp_path):
 
 def test_workers_are_checked_and_do_not_block_a_resume(tmp_path):
     with pytest.raises(ValueError, match="workers must be a positive int"):
-        RCfg.preset("quick", workers=0)
+        RP.preset("quick", workers=0)
     with pytest.raises(ValueError, match="needs workers=1"):
-        RCfg.preset("gpu", workers=2)
-    cfg = RCfg.preset("quick", workers=3)
+        RP.preset("gpu", workers=2)
+    cfg = RP.preset("quick", workers=3)
     assert "workers" not in cfg.claim_dict() and cfg.to_dict()["workers"] == 3
 
 
@@ -497,13 +507,13 @@ def _no_rotational_symmetry(alpha, name):
 def test_builtin_main_objects_have_no_rotational_symmetry():
     from invfast.synthetic.banks import builtin_objects
 
-    cfg = RCfg.preset("quick", object_style="builtin")
+    cfg = RP.preset("quick", object_style="builtin")
     ids = S.main_objects(cfg)
     assert len(ids) == cfg.objects == len(set(ids))
     bank = builtin_objects(max(61, max(ids) + 1))
     for i in ids:
         _no_rotational_symmetry(bank.images[i][..., 3], bank.names[i])
-    assert S.main_objects(RCfg.preset("quick", object_style="builtin", asymmetric_objects=False)) == cfg.objects
+    assert S.main_objects(RP.preset("quick", object_style="builtin", asymmetric_objects=False)) == cfg.objects
 
 
 @pytest.mark.parametrize("style", ["silhouettes", "shared-palette"])
@@ -515,7 +525,7 @@ def test_objects_differ_in_shape_and_texture_not_in_colour(style):
     from invfast.reproduce.stages import data as D
     from invfast.synthetic.banks import builtin_objects
 
-    cfg = RCfg.preset("quick", object_style=style)
+    cfg = RP.preset("quick", object_style=style)
     bank = S.main_objects(cfg)
     assert len(bank) == cfg.objects
     builtin = builtin_objects(61)
@@ -541,9 +551,9 @@ def test_objects_differ_in_shape_and_texture_not_in_colour(style):
     for img, name in zip(S.rotation_objects(cfg).images, S.rotation_objects(cfg).names):
         _no_rotational_symmetry(img[..., 3], name)
     with pytest.raises(ValueError, match="18 distinct shapes"):
-        RCfg.preset("quick", objects=19)
+        RP.preset("quick", objects=19)
     with pytest.raises(ValueError, match="object_style"):
-        RCfg.preset("quick", object_style="painted")
+        RP.preset("quick", object_style="painted")
 
 
 def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
@@ -551,7 +561,7 @@ def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
 
     from invfast.synthetic import Transforms2D
 
-    cfg = RCfg.preset("tiny")
+    cfg = RP.preset("tiny")
     ctx = S.Context(cfg, str(tmp_path), progress=False)
     info = S.make_data(ctx)
     assert info["splits"]["rotation"]["transforms"] == ["rotate"]
@@ -588,7 +598,7 @@ def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count, 
     from invfast.synthetic import Transforms2D
     from invfast.synthetic.banks import builtin_backgrounds
 
-    cfg = RCfg.preset("tiny", backgrounds=spec)
+    cfg = RP.preset("tiny", backgrounds=spec)
     ctx = S.Context(cfg, str(tmp_path), progress=False)
     assert S.make_data(ctx)["backgrounds"] == spec
     images = ctx.images("probe")
@@ -621,27 +631,30 @@ def test_gpu_preset_is_the_default_with_cuda(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert main(["reproduce", "--print-config", "--out", str(tmp_path / "g")]) == 0
     cfg = json.loads(capsys.readouterr().out)
-    assert cfg["preset"] == "gpu" and cfg["device"] == "cuda" and cfg["amortised"] and cfg["seeds"] >= 3
+    assert cfg["preset"] == "gpu" and cfg["device"] == "cuda" and "C1" in cfg["findings"] and cfg["seeds"] >= 3
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["reproduce", "--print-config", "--out", str(tmp_path / "q")]) == 0
     assert json.loads(capsys.readouterr().out)["preset"] == "quick"
     with pytest.raises(ValueError, match="no CUDA device"):
-        R.reproduce(RCfg.preset("gpu"), str(tmp_path / "g2"), progress=False)
+        R.reproduce(RP.preset("gpu"), str(tmp_path / "g2"), progress=False)
     assert not (tmp_path / "g2").exists()
 
 
 # ---------------------------------------------------------------------------------------------- structure
 def test_stages_are_records_in_an_order_that_respects_their_needs():
-    tiny, quick = RCfg.preset("tiny"), RCfg.preset("quick", amortised=False)
+    tiny, quick = RP.preset("tiny"), RP.preset("quick", findings=("E1", "E2", "E3", "S8"))
     order = R.plan(S.STAGES, tiny)
     names = [st.name for st in order]
     assert len(names) == len(set(names)) == len(S.STAGES)
     for i, st in enumerate(order):
         assert set(st.needs) <= set(names[:i]), st.name
     assert not any(
-        n.startswith("amortised") or n == "pretrain-amortised" for n in (st.name for st in R.plan(S.STAGES, quick))
+        n.startswith("amortised") or n == "pretrain-amortised"
+        for n in (st.name for st in R.selected_plan(S.STAGES, quick))
     )
-    assert R.stage_names(tiny) == names + [f"seed-1/{n}" for n in names]
+    selected = [st.name for st in R.selected_plan(S.STAGES, tiny)]
+    assert set(selected) < set(names) and not any(n.startswith(("s1-", "s3-", "categories-")) for n in selected)
+    assert R.stage_names(tiny) == selected + [f"seed-1/{n}" for n in selected]
 
     def run(ctx):
         return {}
@@ -665,14 +678,44 @@ def test_stages_are_records_in_an_order_that_respects_their_needs():
 
 
 def test_findings_and_sections_are_records():
-    ids = [f.id for f in RS.FINDINGS]
-    assert ids == list(range(1, len(ids) + 1))
+    ids = [f.id for f in FR.FINDINGS]
+    assert ids == [i for i in FR.SPEC_IDS if i in ids] and len(set(ids)) == len(ids)  # SPEC order, once each
+    assert {f"S{k}" for k in range(1, 9)} <= set(ids) and {"E1", "E2", "E3", "C1", "C3"} <= set(ids)
     stage_names = {st.name for st in S.STAGES}
-    for f in RS.FINDINGS:
-        assert set(f.needs) <= stage_names, f.id
-    assert len({s.name for s in RS.SECTIONS}) == len(RS.SECTIONS)
+    sections = {s.name for s in RS.SECTIONS}
+    for f in FR.FINDINGS:
+        assert set(f.stages) <= stage_names and f.section in sections, f.id
+    assert len(sections) == len(RS.SECTIONS)
     # a finding whose stages did not run is 'not run', without calling its check
-    assert RS.FINDINGS[0].evaluate({})["status"] == NOT_RUN
+    assert FR.FINDINGS[0].evaluate({})["status"] == NOT_RUN
+
+
+def test_selection_by_id_and_by_paper(capsys, tmp_path):
+    assert FR.select() == ("E1", "E2", "E3", "S8", "C1", "C3")
+    assert FR.select("s3, S2") == ("S2", "S3")  # SPEC order, case-insensitive
+    assert FR.select(paper="speicher") == tuple(f"S{k}" for k in range(1, 9))
+    assert FR.select(paper="all") == tuple(f.id for f in FR.FINDINGS)
+    with pytest.raises(ValueError, match=r"E4 \(invariances specialise during pretraining\) is not tested"):
+        FR.select("E4")
+    with pytest.raises(ValueError, match="unknown finding 'X9'"):
+        FR.select("X9")
+    with pytest.raises(ValueError, match="lists an id twice"):
+        FR.select("S2,S2")
+    # only the stages the chosen findings need (and what those need) run
+    cfg = RP.preset("tiny", findings=("S2",))
+    assert [st.name for st in R.selected_plan(S.STAGES, cfg)] == ["transfer-data", "transfer-train-same", "s2-probe"]
+    assert main(["reproduce", "--preset", "tiny", "--findings", "S5", "--print-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["findings"] == ["S5"]
+    with pytest.raises(SystemExit) as both:  # argparse: the two options exclude each other
+        main(["reproduce", "--preset", "tiny", "--findings", "S5", "--paper", "speicher", "--out", "x"])
+    assert both.value.code == 2
+    assert main(["reproduce", "--list-findings"]) == 0
+    listing = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in listing] == list(FR.SPEC_IDS)
+    assert main(["reproduce", "--preset", "tiny", "--set", "amortised=true", "--out", str(tmp_path / "a")]) == 2
+    assert "--paper chavhan" in capsys.readouterr().err
+    # the selection is scheduling only: a folder resumes under another one
+    assert "findings" not in RP.preset("tiny", findings=("S2",)).claim_dict()
 
 
 def test_adding_a_stage_is_one_record(tiny_run, tmp_path, monkeypatch):
@@ -711,7 +754,7 @@ def test_an_old_cache_format_is_refused(tmp_path, capsys):
     out = tmp_path / "old"
     out.mkdir()
     (out / "config.json").write_text(
-        json.dumps({"format": "invfast.reproduce/1", "config": RCfg.preset("tiny").to_dict()})
+        json.dumps({"format": "invfast.reproduce/1", "config": RP.preset("tiny").to_dict()})
     )
     assert main(["reproduce", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 2
     assert "another version of invfast reproduce" in capsys.readouterr().err
@@ -731,7 +774,7 @@ def test_under_trained_models_are_named_with_the_findings_that_rest_on_them():
     r1 = LR.under_trained({"probes": probes(0.3, 0.3, 0.3)})
     assert all(v["learned"] for v in r1.values()) and "amortised" not in r1
     note = SUM.under_trained_note({"learned": {"0": r0, "1": r1}})
-    assert "default on seed 0" in note and "Findings 1, 2, 3 rest on this model" in note
+    assert "default on seed 0" in note and "Findings E1, E2, E3 rest on this model" in note
     assert SUM.under_trained_note({"learned": {"1": r1}}) == ""
 
 
@@ -759,12 +802,12 @@ def test_learning_curve_table_lists_every_probed_epoch_per_model(rng):
 def test_moco_queue_size_is_the_library_default_or_a_multiple_of_the_batch():
     from invfast.pretrain import default_queue_size
 
-    cfg = RCfg.preset("quick")
+    cfg = RP.preset("quick")
     assert cfg.queue_size == 0 and cfg.moco_queue_size() == default_queue_size(cfg.n_pretrain, cfg.batch_size) == 256
-    assert RCfg.preset("quick", queue_size=512).moco_queue_size() == 512
+    assert RP.preset("quick", queue_size=512).moco_queue_size() == 512
     for bad in (-64, 100, True, 64.0):
         with pytest.raises(ValueError, match="queue_size must be 0"):
-            RCfg.preset("quick", queue_size=bad)
+            RP.preset("quick", queue_size=bad)
 
 
 def _stage_sleeps(ctx):
@@ -788,7 +831,7 @@ def test_a_killed_run_leaves_no_worker_running(tmp_path):
     script = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
         "import test_reproduce as T\n"
-        "from invfast.reproduce import config as C, pipeline as R\n"
+        "from invfast.reproduce import presets as C, pipeline as R\n"
         "cfg = C.preset('tiny')\n"
         "R.run_parallel([(cfg, sys.argv[2], [R.Stage('sleeps', T._stage_sleeps)])], workers=2)\n"
     )
@@ -825,7 +868,7 @@ def _stage_crashes_once(ctx):
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a worker killed by a signal")
 def test_a_worker_killed_by_a_native_crash_stops_the_run_and_it_resumes(tmp_path):
-    cfg = RCfg.preset("tiny")
+    cfg = RP.preset("tiny")
     a = R.Stage("a", _stage_a, writes=("a.txt",))
     crash = R.Stage("crash", _stage_crashes_once, needs=("a",))
     jobs = [(cfg, str(tmp_path / "s0"), [a, crash])]
@@ -835,3 +878,34 @@ def test_a_worker_killed_by_a_native_crash_stops_the_run_and_it_resumes(tmp_path
     results, timings = R.run_parallel(jobs, workers=2)
     assert timings[0]["a"]["cached"] and not timings[0]["crash"]["cached"]
     assert results[0]["crash"] == {"seed_seen": cfg.seed}
+
+
+def test_a_damaged_cache_file_is_named_with_the_fix_and_the_fix_works(tiny_run, tmp_path, capsys):
+    out = tmp_path / "copy"
+    shutil.copytree(tiny_run, out)
+    cache = out / "cache"
+    feats = cache / "features" / "default.npy"
+    np.save(feats, np.array([{"not": "numbers"}], dtype=object), allow_pickle=True)
+    (cache / "stages" / "probes.json").unlink()  # the probes stage reads the features again
+    capsys.readouterr()
+    assert run_cli("--preset", "tiny", "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0] and "internal error" not in err[0]
+    assert f"damaged cache file {feats}" in err[0] and str(cache / "stages" / "features.json") in err[0]
+    feats.unlink()
+    (cache / "stages" / "features.json").unlink()
+    assert run_cli("--preset", "tiny", "--out", str(out)) == 0
+    a = json.loads((tiny_run / "results.json").read_text())
+    b = json.loads((out / "results.json").read_text())
+    assert a["probes"] == b["probes"] and a["findings"] == b["findings"]
+
+
+def test_a_one_family_transform_selection_is_refused_where_a_finding_needs_both(capsys, tmp_path):
+    assert main(["reproduce", "--preset", "tiny", "--set", "test_transforms=hflip", "--out", str(tmp_path / "a")]) == 2
+    err = capsys.readouterr().err
+    assert "has no appearance transform; E1 and C1 compare" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "a").exists()
+    cfg = RP.preset("tiny", test_transforms="hflip", findings=("S8",))  # no finding of S8 measures families
+    assert cfg.test_transforms == "hflip"
+    with pytest.raises(ValueError, match="unknown transform"):
+        RP.preset("tiny", test_transforms="bogus")

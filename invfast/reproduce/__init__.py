@@ -1,6 +1,8 @@
 """``invfast reproduce``: the papers' findings end to end on built-in synthetic data.
 
-- :mod:`~invfast.reproduce.config`: :class:`ReproduceConfig`, presets, the on-disk format;
+- :mod:`~invfast.reproduce.config`: :class:`ReproduceConfig` and the on-disk format; :mod:`~invfast.reproduce.presets`:
+  the named configurations;
+- :mod:`~invfast.reproduce.findings`: the papers' findings (SPEC §5 ids) as records, and their selection;
 - :mod:`~invfast.reproduce.pipeline`: the cached, resumable job (:func:`reproduce`) over :class:`Stage` records;
 - :mod:`~invfast.reproduce.stages`: the stages as data (``STAGES``: data, pretraining, measurement, probes,
   transfer, amortised), one module per kind;
@@ -9,7 +11,8 @@
 - :mod:`~invfast.reproduce.cli`: the command line.
 """
 
-from invfast.reproduce.config import PRESETS, ConfigMismatchError, ReproduceConfig, preset
+from invfast.reproduce.config import ConfigMismatchError, ReproduceConfig
 from invfast.reproduce.pipeline import Stage, reproduce
+from invfast.reproduce.presets import PRESETS, preset
 
 __all__ = ["ReproduceConfig", "PRESETS", "preset", "reproduce", "ConfigMismatchError", "Stage"]

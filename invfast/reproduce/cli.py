@@ -1,19 +1,25 @@
-"""``invfast reproduce``: the papers' five findings, end to end, on built-in synthetic data.
+"""``invfast reproduce``: the papers' findings (SPEC §5 ids E1-E5, S1-S8, C1-C7), end to end, on built-in
+synthetic data, each with a verdict computed from the numbers.
 
-    invfast reproduce --quick --out report/          # 3 seeds, 14 minutes on 2 idle CPU cores (measured)
-    invfast reproduce --preset gpu --out report/     # one GPU, all five findings (the default where CUDA exists)
+    invfast reproduce --quick --out report/          # E1-E3, S8, C1, C3: 3 seeds, 14 min on 2 idle cores
+    invfast reproduce --quick --paper speicher --out sp/   # all of Speicher et al. (S1-S8)
+    invfast reproduce --quick --findings S2,S3 --out r/    # chosen findings (and only the stages they need)
+    invfast reproduce --list-findings                # every finding id, its source, whether it is tested
+    invfast reproduce --preset gpu --out report/     # one GPU (the default where CUDA exists; not yet run on one)
     invfast reproduce --full --out report/           # larger data and models; hours on a CPU, see docs/reproduce.md
-    invfast reproduce --preset tiny --out /tmp/t     # seconds: a smoke test of every stage
+    invfast reproduce --preset tiny --paper all --out /tmp/t   # a smoke test of every stage
     invfast reproduce --quick --set pretrain_epochs=20 --out report/   # any config field overridden
 
-Pretrains Default, Spatial and Appearance MoCo-v2 models (small ResNet, 32-px Transforms-2D data),
-measures their invariance to the 18 test transforms (Table 1 with significance marks), probes them,
-a random-init model and the fusions Spa+App and Def+Spa+App on object identity, position, rotation
-and colour (mean ± std over folds), runs the same-vs-different transformation transfer experiment,
-trains an amortised (Hyper-ResNet AI-MoCo) model, moves its descriptor i and learns i per task, and
-records every model's learning curve (held-out identity accuracy per epoch). Writes ``report.md``,
-``results.json`` and ``figures/``; the verdict on each finding is computed from the numbers, and
-models that end below 1.2x Random's identity accuracy are named with the findings that rest on them.
+By default (E1-E3, S8, C1, C3): pretrains Default, Spatial and Appearance MoCo-v2 models (small
+ResNet, 32-px Transforms-2D data), measures their invariance to the 18 test transforms (Table 1 with
+significance marks), probes them, a random-init model and the fusions Spa+App and Def+Spa+App on object
+identity, position, rotation and colour (mean ± std over folds), trains supervised models under nested
+transformation sets (same, different, superset and their subsets) and probes them on a target, trains
+an amortised (Hyper-ResNet AI-MoCo) model, moves its descriptor i and learns i per task, and records
+every model's learning curve. Speicher et al.'s other experiments (S1-S7: factors, equivariance,
+irrelevant features, relevance, class and category transfer, OOD) train supervised models per setting.
+Writes ``report.md``, ``results.json`` and ``figures/``; the verdict on each finding is computed from
+the numbers, and models that did not learn are named with the findings that rest on them.
 
 Every stage is cached (``<cache>/stages/*.json``, pretraining checkpoints, measurement state), so a
 rerun after an interruption continues where it stopped and recomputes nothing finished. An existing
@@ -27,8 +33,9 @@ import dataclasses
 import json
 import sys
 
-from invfast.reproduce.config import PRESETS, ReproduceConfig, _parse_override, preset
+from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.pipeline import reproduce
+from invfast.reproduce.presets import PRESETS, parse_override, preset
 
 __all__ = ["add_arguments", "run"]
 
@@ -55,7 +62,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)"
     )
     parser.set_defaults(preset=None)
-    parser.add_argument("--out", required=True, help="output folder: report.md, results.json, figures/")
+    parser.add_argument("--out", help="output folder: report.md, results.json, figures/ (required to run)")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--findings",
+        default=None,
+        metavar="IDS",
+        help="the findings to test, comma-separated SPEC ids such as S2,S3 (default: E1,E2,E3,S8,C1,C3)",
+    )
+    which.add_argument(
+        "--paper",
+        default=None,
+        choices=["ericsson", "speicher", "chavhan", "all"],
+        help="every tested finding of one paper, or of all",
+    )
+    parser.add_argument(
+        "--list-findings", action="store_true", help="list every finding id, its source and whether it is tested"
+    )
     parser.add_argument(
         "--cache-dir",
         default=None,
@@ -90,19 +113,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import torch
 
+    from invfast.reproduce.findings import listing, select
+
+    if args.list_findings:
+        print("\n".join(listing()))
+        return 0
     fields = {f.name: f for f in dataclasses.fields(ReproduceConfig)}
-    overrides = dict(_parse_override(fields, s) for s in args.overrides)
+    overrides = dict(parse_override(fields, s) for s in args.overrides)
     if args.seed is not None:
         overrides["seed"] = args.seed
     if args.threads is not None:
         overrides["threads"] = args.threads
     if args.workers is not None:
         overrides["workers"] = args.workers
+    overrides["findings"] = select(args.findings, args.paper)
     name = args.preset or ("gpu" if torch.cuda.is_available() else "quick")
     cfg = preset(name, **overrides)  # a bad value is a ValueError naming the field: exit 2 (invfast.cli)
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
+    if not args.out:
+        raise ValueError("--out is required: the folder for report.md, results.json and figures/")
     from invfast.io import output_lock
 
     try:

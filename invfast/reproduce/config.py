@@ -18,10 +18,9 @@ from invfast.reproduce.folders import (  # noqa: F401  (re-exported: the folder 
 __all__ = [
     "ReproduceConfig",
     "RUN_ONLY_FIELDS",
-    "PRESETS",
+    "DEFAULT_FINDINGS",
     "FORMAT",
     "CONFIG_FILE",
-    "preset",
     "ConfigMismatchError",
     "claim_folder",
     "check_disk",
@@ -30,7 +29,14 @@ __all__ = [
 
 
 #: fields that change how a run is scheduled but none of its numbers: a folder resumes under other values
-RUN_ONLY_FIELDS = ("workers",)
+#: (``findings`` picks which stages run; a stage's numbers do not depend on which others run)
+RUN_ONLY_FIELDS = ("workers", "findings")
+#: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
+#: releases, within the quick preset's 15 minutes
+DEFAULT_FINDINGS = ("E1", "E2", "E3", "S8", "C1", "C3")
+#: Speicher et al.'s transformation categories of "Invariance makes a difference" §4.3 (colour jitter as
+#: hue, brightness and contrast together)
+CATEGORIES = ("translate", "rotate", "scale", "hflip", "vflip", "hue+brightness+contrast", "blur", "sharpen")
 
 
 @dataclass
@@ -105,12 +111,33 @@ class ReproduceConfig:
     transfer_n_source: int = 1200
     transfer_n_target: int = 500
     transfer_epochs: int = 5
-    # amortised model (finding 5; on in every preset)
-    amortised: bool = False
+    # amortised model (C1, C3)
     amortised_epochs: int = 10
     interp_points: int = 5
     ip_epochs: int = 10
     ip_n: int = 600
+    # which findings (SPEC §5 ids) run: their stages and report sections (see invfast.reproduce.findings)
+    findings: tuple[str, ...] = DEFAULT_FINDINGS
+    # Speicher et al.'s supervised experiments: models trained on transfer_n_source images for
+    # transfer_epochs epochs, probed on transfer_n_target images. S8: nested transformation sets of these
+    # sizes, the first k of (the target's types, then the disjoint set's); S1: the factor values
+    nested_sizes: tuple[int, ...] = (1, 2, 3, 6)
+    s1_sizes: tuple[float, ...] = (0.25, 0.5, 1.0)
+    s1_archs: tuple[str, ...] = ("resnet18-cifar", "resnet34-cifar", "vgg11-cifar", "vit")
+    # S5: objects per group (O1 from the source objects, O2 from the target objects)
+    s5_objects: int = 5
+    # S3 / S4: base images ('builtin': the shipped photographs cut into classes; 'folder:PATH': an
+    # ImageFolder such as CIFAR-10's), images per training set, correlation and availability sweeps
+    base_images: str = "builtin"
+    irrelevant_n: int = 1000
+    alphas: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 0.85, 0.9, 0.95, 1.0)
+    betas: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    # S6 / S7: one model per transformation category (types joined by '+'), on category_objects objects
+    categories: tuple[str, ...] = CATEGORIES
+    category_objects: int = 10
+    category_n: int = 1000
+    # S3 / S7: pairs of views per sensitivity
+    sensitivity_n: int = 200
 
     def validate(self) -> None:
         """Raise ValueError naming a field whose value cannot work."""
@@ -140,6 +167,11 @@ class ReproduceConfig:
             "ip_epochs",
             "ip_n",
             "curve_images",
+            "s5_objects",
+            "irrelevant_n",
+            "category_objects",
+            "category_n",
+            "sensitivity_n",
         ]
         for name in positive:
             v = getattr(self, name)
@@ -177,6 +209,10 @@ class ReproduceConfig:
             raise ValueError(f"size must be >= 16 pixels, got {self.size}")
         if self.folds < 2:
             raise ValueError(f"folds must be >= 2, got {self.folds}")
+        if self.grid_size < 2:
+            raise ValueError(
+                f"grid_size must be >= 2 (a grid of 1 holds only the identity parameter), got {self.grid_size}"
+            )
         if self.n_probe < self.folds * self.objects:
             raise ValueError(
                 f"n_probe ({self.n_probe}) must hold at least folds x objects = "
@@ -186,6 +222,11 @@ class ReproduceConfig:
             raise ValueError(
                 f"transfer_n_target ({self.transfer_n_target}) must be >= folds x transfer_objects = "
                 f"{self.folds * self.transfer_objects}"
+            )
+        if self.transfer_objects < 3:
+            raise ValueError(
+                f"transfer_objects must be >= 3 (S1's subset of the target objects needs two and is smaller), "
+                f"got {self.transfer_objects}"
             )
         if 2 * self.transfer_objects > 61:
             raise ValueError(
@@ -256,8 +297,95 @@ class ReproduceConfig:
 
         if self.arch not in ARCHITECTURES or self.arch.startswith(("hyper-", "prompt")):
             raise ValueError(f"arch must be a plain ResNet name from {ARCHITECTURES}, got {self.arch!r}")
-        if self.amortised and f"hyper-{self.arch}" not in ARCHITECTURES:
-            raise ValueError(f"the amortised model needs 'hyper-{self.arch}', which invfast.models does not have")
+        self._validate_findings()
+        self._validate_speicher(ARCHITECTURES)
+
+    def _validate_findings(self) -> None:
+        """The selection's shape (its ids are checked by :mod:`invfast.reproduce.findings` when a run starts)."""
+        if isinstance(self.findings, str) or not isinstance(self.findings, tuple) or not self.findings:
+            raise ValueError(
+                f"findings must be a non-empty tuple of finding ids such as ('S2', 'S3'), got {self.findings!r}"
+            )
+        self._validate_test_transforms()
+        from invfast.models import ARCHITECTURES
+
+        if any(f.startswith("C") for f in self.findings) and f"hyper-{self.arch}" not in ARCHITECTURES:
+            raise ValueError(f"the amortised model (C findings) needs 'hyper-{self.arch}', which invfast.models lacks")
+
+    def _validate_test_transforms(self) -> None:
+        """E1 and C1 compare the spatial and the appearance families: both need transforms of each."""
+        from invfast.measure.selection import FAMILIES, resolve_transforms
+
+        chosen = resolve_transforms(self.test_transforms)  # unknown names: one ValueError naming them
+        have = {t.family for t in chosen}
+        users = [f for f in self.findings if f in ("E1", "C1")]
+        if users and not set(FAMILIES) <= have:
+            missing = ", ".join(sorted(set(FAMILIES) - have))
+            raise ValueError(
+                f"test_transforms={self.test_transforms!r} has no {missing} transform; {' and '.join(users)} compare "
+                "the spatial and appearance families: add one of each, or select other findings (--findings)"
+            )
+
+    def _validate_speicher(self, architectures: tuple[str, ...]) -> None:
+        """The fields of Speicher et al.'s experiments (S1-S8)."""
+        k = self.transfer_transforms
+        if not self.nested_sizes or list(self.nested_sizes) != sorted(set(self.nested_sizes)):
+            raise ValueError(f"nested_sizes must be strictly increasing, got {self.nested_sizes}")
+        if self.nested_sizes[0] < 1 or self.nested_sizes[-1] > 2 * k:
+            raise ValueError(
+                f"nested_sizes must lie in 1..{2 * k} (2 x transfer_transforms types in all), got {self.nested_sizes}"
+            )
+        if len(self.nested_sizes) < 2:
+            raise ValueError(f"nested_sizes needs at least two nested sets, got {self.nested_sizes}")
+        if (
+            len(self.s1_sizes) < 2
+            or not all(0 < v <= 1 for v in self.s1_sizes)
+            or len(set(self.s1_sizes)) < len(self.s1_sizes)
+        ):
+            raise ValueError(
+                f"s1_sizes must be two or more distinct fractions of transfer_n_source in (0, 1], got {self.s1_sizes}"
+            )
+        if min(self.s1_sizes) * self.transfer_n_source < self.batch_size:
+            raise ValueError(
+                f"s1_sizes: the smallest ({min(self.s1_sizes)} x {self.transfer_n_source} images) is under a batch "
+                f"({self.batch_size})"
+            )
+        bad = [a for a in self.s1_archs if a not in architectures or a.startswith(("hyper-", "prompt"))]
+        if bad or len(self.s1_archs) < 2 or len(set(self.s1_archs)) < len(self.s1_archs):
+            raise ValueError(
+                f"s1_archs must be two or more distinct plain architectures of invfast.models, got {self.s1_archs}"
+            )
+        if not 1 <= self.s5_objects <= self.transfer_objects:
+            raise ValueError(
+                f"s5_objects must be in 1..transfer_objects ({self.transfer_objects}), got {self.s5_objects}"
+            )
+        for name in ("alphas", "betas"):
+            v = getattr(self, name)
+            if len(v) < 2 or not all(0.0 <= x <= 1.0 for x in v) or list(v) != sorted(set(v)):
+                raise ValueError(f"{name} must be two or more increasing values in [0, 1], got {v}")
+        if self.betas[0] != 0.0:
+            raise ValueError(
+                f"betas must start at 0 (S4 compares availability 0 with the first value above), got {self.betas}"
+            )
+        base_images_source(self.base_images)
+        from invfast.synthetic import TRANSFORMATION_TYPES
+
+        for c in self.categories:
+            bad = [t for t in c.split("+") if t not in TRANSFORMATION_TYPES]
+            if bad or not c:
+                raise ValueError(
+                    f"categories: {c!r} is not '+'-joined Transforms-2D types ({', '.join(TRANSFORMATION_TYPES)})"
+                )
+        if len(self.categories) < 2 or len(set(self.categories)) < len(self.categories):
+            raise ValueError(f"categories must be two or more distinct categories, got {self.categories}")
+        if 2 * self.category_objects > 61:
+            raise ValueError(
+                f"category_objects must be <= 30 (and as many others for mild OOD), got {self.category_objects}"
+            )
+        if self.category_n < self.batch_size or self.irrelevant_n < self.batch_size:
+            raise ValueError(f"category_n and irrelevant_n must hold at least one batch ({self.batch_size})")
+        if self.sensitivity_n < 2:
+            raise ValueError(f"sensitivity_n must be >= 2, got {self.sensitivity_n}")
 
     def moco_queue_size(self) -> int:
         """The MoCo key queue of the pretraining runs: ``queue_size``, or the library default for the data."""
@@ -283,6 +411,18 @@ class ReproduceConfig:
         return {k: v for k, v in self.to_dict().items() if k not in RUN_ONLY_FIELDS}
 
 
+def base_images_source(spec: str) -> str | None:
+    """The folder of a ``base_images`` value ('folder:PATH' -> PATH; 'builtin' -> None); ValueError otherwise."""
+    if spec == "builtin":
+        return None
+    head, _, path = str(spec).partition(":")
+    if head == "folder" and path:
+        return path
+    raise ValueError(
+        f"base_images must be 'builtin' or 'folder:PATH' (an ImageFolder: PATH/<class>/<image>), got {spec!r}"
+    )
+
+
 def background_count(spec: str) -> int | None:
     """Number of built-in backgrounds named by a ``backgrounds`` value ('builtin:N' and
     'procedural:N' -> N; None for 'builtin' (all) and 'uniform-random'); ValueError for anything else."""
@@ -296,150 +436,15 @@ def background_count(spec: str) -> int | None:
     )
 
 
-#: the named configurations; ``quick`` (3 seeds): about 14 minutes on 2 idle CPU cores (docs/reproduce.md)
-PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        seeds=2,
-        threads=1,
-        objects=4,
-        n_pretrain=96,
-        n_probe=60,
-        n_measure=12,
-        width=4,
-        pretrain_epochs=1,
-        batch_size=32,
-        proj_dim=16,
-        grid_size=3,
-        folds=3,
-        n_penalties=9,
-        logistic_max_iter=100,
-        transfer_objects=3,
-        transfer_n_source=64,
-        transfer_n_target=30,
-        transfer_epochs=1,
-        amortised=True,
-        amortised_epochs=1,
-        interp_points=3,
-        ip_epochs=1,
-        ip_n=24,
-    ),
-    # 3 seeds in about 14 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
-    # (finding 5) included: stages in 2 processes of 1 thread each (on a width-8 network a second process
-    # adds more than a second thread), a width-8 ResNet for 35 epochs (fewer left Default below 1.2x
-    # Random on some seed; at lr 0.06 it stayed at chance on one seed in three), the amortised one for 8,
-    # learning curves every 3 epochs
-    "quick": dict(
-        threads=1,
-        workers=2,
-        width=8,
-        pretrain_epochs=35,
-        curve_every=3,
-        amortised=True,
-        amortised_epochs=8,
-        interp_points=3,
-        ip_epochs=4,
-        ip_n=400,
-    ),
-    # one H100, about 30 minutes (untested: see docs/reproduce.md): full-width ResNet-18 at 64 px,
-    # all five findings including the amortised model
-    "gpu": dict(
-        device="cuda",
-        threads=8,
-        size=64,
-        objects=18,
-        n_pretrain=12000,
-        n_probe=3000,
-        n_measure=256,
-        width=64,
-        pretrain_epochs=30,
-        batch_size=256,
-        lr=0.06,
-        proj_dim=128,
-        grid_size=16,
-        n_penalties=45,
-        logistic_max_iter=300,
-        transfer_objects=20,
-        transfer_n_source=6000,
-        transfer_n_target=2000,
-        transfer_epochs=15,
-        amortised=True,
-        amortised_epochs=30,
-        interp_points=9,
-        ip_epochs=20,
-        ip_n=1500,
-    ),
-    "full": dict(
-        objects=18,
-        n_pretrain=10000,
-        n_probe=3000,
-        n_measure=256,
-        width=32,
-        pretrain_epochs=30,
-        batch_size=256,
-        lr=0.06,
-        grid_size=16,
-        n_penalties=45,
-        logistic_max_iter=500,
-        transfer_objects=30,
-        transfer_n_source=5000,
-        transfer_n_target=2000,
-        transfer_epochs=15,
-        amortised=True,
-        amortised_epochs=30,
-        interp_points=9,
-        ip_epochs=20,
-        ip_n=1500,
-    ),
-}
-
-
-def preset(name: str, **overrides: Any) -> ReproduceConfig:
-    """The configuration called ``name`` ('tiny', 'quick', 'full') with ``overrides`` applied."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    values = {**PRESETS[name], **overrides, "preset": name}
-    fields = {f.name for f in dataclasses.fields(ReproduceConfig)}
-    unknown = sorted(set(values) - fields)
-    if unknown:
-        raise ValueError(f"unknown config field(s) {unknown}; fields are {', '.join(sorted(fields))}")
-    cfg = ReproduceConfig(**values)
-    cfg.validate()
-    return cfg
-
-
-def _parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tuple[str, Any]:
-    if "=" not in text:
-        raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
-    key, raw = (s.strip() for s in text.split("=", 1))
-    if key not in cfg_fields or key == "preset":
-        raise ValueError(
-            f"--set: unknown config field {key!r}; fields are "
-            f"{', '.join(sorted(k for k in cfg_fields if k != 'preset'))}"
-        )
-    default = getattr(ReproduceConfig(), key)
-    try:
-        if isinstance(default, bool):
-            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(raw)
-            return key, raw.lower() in ("true", "1", "yes")
-        if isinstance(default, int):
-            return key, int(raw)
-        if isinstance(default, float):
-            return key, float(raw)
-        if isinstance(default, tuple):
-            return key, tuple(s.strip() for s in raw.replace("+", ",").split(",") if s.strip())
-        return key, raw
-    except ValueError:
-        raise ValueError(f"--set {key}: cannot read {raw!r} as {type(default).__name__}") from None
-
-
 def disk_estimate_mb(cfg: ReproduceConfig) -> float:
     """Rough disk need of the cache: checkpoints (model, key network, optimiser), features, images."""
     from invfast.models import create
 
     n_params = sum(p.numel() for p in create(cfg.arch, width=cfg.width).parameters())
-    models = 3 + 4 + (1 if cfg.amortised else 0)
+    amortised = any(f.startswith("C") for f in cfg.findings)
+    supervised = 4 + (80 if any(f.startswith("S") and f != "S8" for f in cfg.findings) else 4)
+    models = 3 + supervised + (1 if amortised else 0)
     ckpt = models * n_params * 4 * 6 / 2**20
     images = (cfg.n_pretrain + 2 * cfg.n_probe + cfg.n_measure + 4 * cfg.transfer_n_source) * 3 * cfg.size**2 / 2**20
     feats = 2 * 8 * cfg.n_probe * 8 * cfg.width * 4 / 2**20
-    return 20 + ckpt + images + feats + (50 * n_params * 4 / 2**20 if cfg.amortised else 0)
+    return 20 + ckpt + images + feats + (50 * n_params * 4 / 2**20 if amortised else 0)

@@ -4,10 +4,11 @@
 
 1. the results document starts with the configuration, the machine and the seeds, and each section
    adds its entries (``Section.content``, from the first seed's stage results);
-2. every :data:`~invfast.reproduce.sections.FINDINGS` entry is decided on every seed, the statuses
-   are combined over seeds and the statistics behind them aggregated (``over_seeds``); every seed's
-   findings, statistics and stage results go under ``per_seed``;
-3. the sections write their figures, then their markdown, in order.
+2. every finding the configuration selects (``cfg.findings``, records of
+   :data:`invfast.reproduce.findings.FINDINGS`) is decided on every seed, the statuses are combined over
+   seeds and the statistics behind them aggregated (``over_seeds``); every seed's findings, statistics and
+   stage results go under ``per_seed``;
+3. the sections whose stages ran write their figures, then their markdown, in order.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from typing import Any
 
 from invfast.io import atomic_write_text
 from invfast.reproduce.config import FORMAT, ReproduceConfig
-from invfast.reproduce.sections import FINDINGS, SECTIONS, ReportView, SeedRun
+from invfast.reproduce.finding import Finding
+from invfast.reproduce.findings import by_id
+from invfast.reproduce.sections import SECTIONS, ReportView, SeedRun
 from invfast.reproduce.sections.environment import environment
 from invfast.reproduce.sections.over_seeds import aggregate_statistics, combine_over_seeds
 from invfast.reproduce.sections.summary import verdict
@@ -29,15 +32,17 @@ from invfast.reproduce.stages.context import LABELS, stage_seed
 __all__ = ["SeedRun", "findings_of", "seed_statistics", "write_report"]
 
 
-def findings_of(results: dict[str, Any]) -> list[dict[str, Any]]:
-    """Every finding decided on one seed's stage results (``{stage name: result}``)."""
-    return [f.evaluate(results) for f in FINDINGS]
+def findings_of(results: dict[str, Any], findings: Sequence[Finding]) -> list[dict[str, Any]]:
+    """``findings`` decided on one seed's stage results (``{stage name: result}``)."""
+    return [f.evaluate(results) for f in findings]
 
 
-def seed_statistics(results: dict[str, Any], findings: Sequence[dict[str, Any]]) -> dict[str, float]:
+def seed_statistics(
+    results: dict[str, Any], findings: Sequence[Finding], decided: Sequence[dict[str, Any]]
+) -> dict[str, float]:
     """The numbers behind the findings for one seed, flat ``{name: value}`` (aggregated over seeds)."""
     out: dict[str, float] = {}
-    for spec, f in zip(FINDINGS, findings):
+    for spec, f in zip(findings, decided):
         if spec.statistics is not None and f["status"] != "not run":
             out.update(spec.statistics(results, f))
     return {k: float(v) for k, v in out.items()}
@@ -76,15 +81,18 @@ def write_report(
         "environment": environment(),
         "seeds": _seeds(cfg, first),
         "pretraining": {k[len("pretrain-") :]: v for k, v in first.items() if k.startswith("pretrain-")},
+        "findings_selected": list(cfg.findings),
     }
     view.doc = doc
-    for section in SECTIONS:
+    sections = [s for s in SECTIONS if s.shown(view)]
+    selected = [by_id(fid) for fid in cfg.findings]
+    per_seed = [findings_of(r.results, selected) for r in view.runs]
+    seed_list = [int(r.seed) for r in view.runs]
+    stats = [seed_statistics(r.results, selected, f) for r, f in zip(view.runs, per_seed)]
+    doc["findings"] = combine_over_seeds(per_seed, seed_list)
+    for section in sections:
         if section.content is not None:
             doc.update(section.content(view))
-    per_seed = [findings_of(r.results) for r in view.runs]
-    seed_list = [int(r.seed) for r in view.runs]
-    stats = [seed_statistics(r.results, f) for r, f in zip(view.runs, per_seed)]
-    doc["findings"] = combine_over_seeds(per_seed, seed_list)
     doc["verdict"] = verdict(doc["findings"])
     doc["over_seeds"] = {
         "seeds": seed_list,
@@ -102,11 +110,11 @@ def write_report(
     doc["stages_elapsed_s"] = float(sum(t["elapsed_s"] for t in timings.values()))
     doc["total_elapsed_s"] = total_elapsed_s
     doc["figures"] = {}
-    for section in SECTIONS:
+    for section in sections:
         if section.figures is not None:
             doc["figures"].update(section.figures(view))
     lines: list[str] = []
-    for section in SECTIONS:
+    for section in sections:
         lines.extend(section.markdown(view))
     atomic_write_text(os.path.join(out, "results.json"), json.dumps(doc, indent=1, allow_nan=False))
     atomic_write_text(os.path.join(out, "report.md"), "\n".join(lines))

@@ -21,6 +21,7 @@ __all__ = [
     "Stage",
     "StageCache",
     "plan",
+    "selected_plan",
     "run_seed",
     "run_parallel",
     "StageWorkerDied",
@@ -31,17 +32,21 @@ __all__ = [
 ]
 
 
-def plan(stages: Sequence[Stage], cfg: ReproduceConfig) -> list[Stage]:
-    """The stages ``cfg`` runs, each after every stage it needs (list order among the others).
+def plan(stages: Sequence[Stage], cfg: ReproduceConfig, targets: Sequence[str] | None = None) -> list[Stage]:
+    """The stages ``cfg`` runs, each after every stage it needs (list order among the others): with
+    ``targets``, only those stages and what they need (directly or not); without, every active stage.
 
     Raises ValueError for a duplicated name, a need no stage of the list provides, a need on a stage
-    this configuration does not run, or a cycle."""
+    this configuration does not run, an unknown target, or a cycle."""
     by_name: dict[str, Stage] = {}
     for st in stages:
         if st.name in by_name:
             raise ValueError(f"two stages are called {st.name!r}")
         by_name[st.name] = st
     active = [st for st in stages if st.active(cfg)]
+    if targets is not None:
+        wanted = _closure(by_name, targets)
+        active = [st for st in active if st.name in wanted]
     names = {st.name for st in active}
     for st in active:
         for need in st.needs:
@@ -61,6 +66,38 @@ def plan(stages: Sequence[Stage], cfg: ReproduceConfig) -> list[Stage]:
         done.add(st.name)
         pending.remove(st)
     return order
+
+
+def _closure(by_name: dict[str, Stage], targets: Sequence[str]) -> set[str]:
+    """``targets`` and every stage they need, directly or through others."""
+    out: set[str] = set()
+    todo = list(targets)
+    while todo:
+        name = todo.pop()
+        if name in out:
+            continue
+        if name not in by_name:
+            raise ValueError(f"no stage is called {name!r}")
+        out.add(name)
+        todo.extend(by_name[name].needs)
+    return out
+
+
+def owner_of(stages: Sequence[Stage], relpath: str) -> str | None:
+    """The stage whose ``writes`` cover ``relpath`` (a path under a seed's cache folder, '/'-separated)."""
+    return next((st.name for st in stages if any(relpath.startswith(w) for w in st.writes)), None)
+
+
+def selected_plan(stages: Sequence[Stage], cfg: ReproduceConfig) -> list[Stage]:
+    """The stages the findings ``cfg`` selects need, and every stage no registered finding needs (a stage
+    of its own, such as a diagnostic a user adds), in :func:`plan` order."""
+    from invfast.reproduce.findings import FINDINGS, stages_for
+
+    by_name = {st.name: st for st in stages}
+    known = {n for n in stages_for(f.id for f in FINDINGS) if n in by_name}
+    anyone = _closure(by_name, sorted(known))
+    free = [st.name for st in stages if st.name not in anyone]
+    return plan(stages, cfg, [*stages_for(cfg.findings), *free])
 
 
 class StageCache:
@@ -131,7 +168,8 @@ def deterministic(cfg: ReproduceConfig) -> Iterator[None]:
 
 
 def run_seed(ctx: Any, cache: StageCache, stages: Sequence[Stage]) -> dict[str, Any]:
-    """Every stage of ``plan(stages, ctx.cfg)`` for one seed (each cached in ``cache``): ``{stage name: result}``."""
+    """Every stage of ``stages`` (in :func:`plan` order) for one seed, each cached in ``cache``:
+    ``{stage name: result}``."""
     return {st.name: cache.run(st.name, functools.partial(st.run, ctx)) for st in plan(stages, ctx.cfg)}
 
 
@@ -251,6 +289,22 @@ def _stop_workers(pool: Any) -> None:
         proc.join(5)
 
 
+@contextlib.contextmanager
+def _naming_owner(stages: Sequence[Stage]) -> Iterator[None]:
+    """A damaged cache file raised inside names the stage that wrote it (its result must go too)."""
+    from invfast.reproduce.stages.context import DamagedCacheError
+
+    try:
+        yield
+    except DamagedCacheError as exc:
+        rel = os.path.relpath(exc.path, exc.cache).replace(os.sep, "/")
+        seed_dir = rel.split("/", 1)
+        if len(seed_dir) == 2 and seed_dir[0].startswith("seed-"):  # another seed's cache: <cache>/seed-N/...
+            exc.cache, rel = os.path.join(exc.cache, seed_dir[0]), seed_dir[1]
+        exc.owner = owner_of(stages, rel)
+        raise
+
+
 def seed_configs(cfg: ReproduceConfig) -> list[ReproduceConfig]:
     """One configuration per master seed: ``cfg`` itself, then ``cfg.seed + 1``, ... (``cfg.seeds`` in all)."""
     return [cfg] + [dataclasses.replace(cfg, seed=cfg.seed + j) for j in range(1, cfg.seeds)]
@@ -267,7 +321,7 @@ def stage_names(cfg: ReproduceConfig, stages: Sequence[Stage] | None = None) -> 
         from invfast.reproduce.stages import STAGES
 
         stages = STAGES
-    names = [st.name for st in plan(stages, cfg)]
+    names = [st.name for st in selected_plan(stages, cfg)]
     return [seed_prefix(cfg, c.seed) + n for c in seed_configs(cfg) for n in names]
 
 
@@ -288,8 +342,10 @@ def reproduce(
     from invfast.progress import bar as progress_bar
     from invfast.reproduce import document
     from invfast.reproduce import stages as S
+    from invfast.reproduce.findings import check_ids
 
     cfg.validate()
+    check_ids(cfg.findings)
     if cfg.device.startswith("cuda"):
         import torch
 
@@ -307,21 +363,23 @@ def reproduce(
     check_disk(cache, disk_estimate_mb(cfg))
     t_start = time.perf_counter()
     names = stage_names(cfg, S.STAGES)
+    selected = {c.seed: selected_plan(S.STAGES, c) for c in seed_configs(cfg)}
     bar = progress_bar(total=len(names) + 1, desc="reproduce", unit="stage", disable=not progress, position=0)
     timings: dict[str, dict[str, Any]] = {}
     try:
-        with deterministic(cfg):
+        with deterministic(cfg), _naming_owner(S.STAGES):
             configs = seed_configs(cfg)
             prefixes = [seed_prefix(cfg, c.seed) for c in configs]
             caches = [os.path.join(cache, p) if p else cache for p in prefixes]
             if cfg.workers > 1:
-                jobs = [(c, sc, plan(S.STAGES, c)) for c, sc in zip(configs, caches)]
+                jobs = [(c, sc, selected[c.seed]) for c, sc in zip(configs, caches)]
                 per_seed, per_timings = run_parallel(jobs, cfg.workers, bar)
             else:
                 per_seed, per_timings = [], []
                 for c, sc in zip(configs, caches):
                     stage_cache = StageCache(sc, bar)
-                    per_seed.append(run_seed(S.Context(cfg=c, cache=sc, progress=progress), stage_cache, S.STAGES))
+                    ctx = S.Context(cfg=c, cache=sc, progress=progress)
+                    per_seed.append(run_seed(ctx, stage_cache, selected[c.seed]))
                     per_timings.append(stage_cache.timings)
             runs = [document.SeedRun(seed=c.seed, cache=sc, results=r) for c, sc, r in zip(configs, caches, per_seed)]
             for p, t in zip(prefixes, per_timings):

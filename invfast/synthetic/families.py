@@ -374,6 +374,11 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return self.images_base.shape[0]
 
+    @property
+    def num_classes(self) -> int:
+        """Classes of ``task``: base classes (the largest base label + 1) or objects."""
+        return int(self.base_labels.max()) + 1 if self.task == "base" else len(self.objects)
+
     def generate(self, indices: Sequence[int], view: int = 0, vary: str = "object"):
         """(images uint8 [B, 3, H, W], labels int64 [B] for ``task``, params dict of Tensors [B]).
 

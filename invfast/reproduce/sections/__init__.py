@@ -1,9 +1,10 @@
-"""The report of ``invfast reproduce``, one module per section, as data: :data:`FINDINGS` lists the
-papers' claims the report checks (each a :class:`Finding`: what it needs, how it is decided from one
-seed's numbers, the statistics behind it) and :data:`SECTIONS` the parts of ``report.md`` /
-``results.json`` in order (each a :class:`Section`). Adding a finding is adding a stage to
-:data:`invfast.reproduce.stages.STAGES`, a module here with its Finding and Section, and one entry
-in each list below. :mod:`invfast.reproduce.document` assembles the report from them.
+"""The report of ``invfast reproduce``, one module per section, as data: :data:`SECTIONS` lists the parts
+of ``report.md`` / ``results.json`` in order (each a :class:`Section`; a section whose stages did not run
+is left out). The modules of the findings' sections also hold their checks and
+:class:`~invfast.reproduce.finding.Finding` records, which :mod:`invfast.reproduce.findings` registers.
+Adding a finding is adding its stages to :data:`invfast.reproduce.stages.STAGES`, a module here with its
+Finding and Section, and one entry in :data:`SECTIONS` and in the registry.
+:mod:`invfast.reproduce.document` assembles the report from them.
 
 (The general tables and plots of invariance results are :mod:`invfast.report`.)
 """
@@ -12,15 +13,18 @@ from __future__ import annotations
 
 from invfast.reproduce.sections import (
     amortised,
+    categories,
+    class_transfer,
     environment,
-    fusion,
+    equivariance,
+    factors,
     invariances,
+    irrelevant,
     learning,
+    nested,
     over_seeds,
     probes_table,
     summary,
-    task_preferences,
-    transfer,
 )
 from invfast.reproduce.sections.base import (
     DIRECTION,
@@ -30,7 +34,6 @@ from invfast.reproduce.sections.base import (
     PARTLY,
     PRETRAINED,
     REPRODUCED,
-    Finding,
     ReportView,
     Section,
     SeedRun,
@@ -38,9 +41,7 @@ from invfast.reproduce.sections.base import (
 )
 
 __all__ = [
-    "FINDINGS",
     "SECTIONS",
-    "Finding",
     "Section",
     "SeedRun",
     "ReportView",
@@ -54,15 +55,6 @@ __all__ = [
     "paired",
 ]
 
-#: the checked claims, in report order (their ids number them)
-FINDINGS: tuple[Finding, ...] = (
-    invariances.FINDING,
-    task_preferences.FINDING,
-    fusion.FINDING,
-    transfer.FINDING,
-    amortised.FINDING,
-)
-
 #: the parts of the report, in order
 SECTIONS: tuple[Section, ...] = (
     summary.HEADER,
@@ -71,7 +63,12 @@ SECTIONS: tuple[Section, ...] = (
     learning.SECTION,
     invariances.SECTION,
     probes_table.SECTION,
-    transfer.SECTION,
+    factors.SECTION,
+    equivariance.SECTION,
+    *irrelevant.SECTIONS,
+    class_transfer.SECTION,
+    *categories.SECTIONS,
+    nested.SECTION,
     amortised.SECTION,
     summary.DETAILS,
     environment.SECTION,

@@ -1,12 +1,14 @@
-"""The records the report is made of: a :class:`Finding` (a claim of the papers checked on one seed's
-stage results) and a :class:`Section` (a part of ``report.md`` and of ``results.json``), the
-:class:`ReportView` they read, the statuses, and small helpers shared by the sections.
+"""The records the report is made of: a :class:`Section` (a part of ``report.md`` and of ``results.json``),
+the :class:`ReportView` it reads, the statuses, and the statistics shared by the findings' checks
+(:class:`~invfast.reproduce.finding.Finding`, registered in :mod:`invfast.reproduce.findings`).
 
 Every verdict is a function of the measured numbers; nothing in the report text is decided in
-advance. Comparisons of probe scores are paired over the cross-validation folds (the same folds
-for every model): a claim "A beats B" counts as *reproduced* when the mean fold difference is
-positive and its one-sided paired t statistic reaches the 95% critical value, as *direction only*
-when the difference is positive but not significant, and as *not reproduced* otherwise.
+advance. Comparisons of probe scores on the same data are paired over the cross-validation folds (the
+same folds for every model): a claim "A beats B" counts as *reproduced* when the mean fold difference
+is positive and its one-sided paired t statistic reaches the 95% critical value, as *direction only*
+when the difference is positive but not significant, and as *not reproduced* otherwise. Scores on
+different data are compared the same way with Welch's t over the folds (:func:`unpaired`), rank
+trends with Spearman's ρ and its two-sided p < 0.05 (:func:`trend`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from invfast.reproduce.config import ReproduceConfig
+from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.stages.context import FUSIONS, LABELS
 
 __all__ = [
@@ -31,22 +34,18 @@ __all__ = [
     "PRETRAINED",
     "SeedRun",
     "ReportView",
-    "Finding",
     "Section",
     "paired",
+    "unpaired",
+    "trend",
+    "at_least",
     "combine_statuses",
     "best_of",
     "pm",
     "figure",
 ]
 
-REPRODUCED, PARTLY, DIRECTION, NOT, NOT_RUN = (
-    "reproduced",
-    "partly reproduced",
-    "direction only",
-    "not reproduced",
-    "not run",
-)
+REPRODUCED, PARTLY, DIRECTION, NOT = ("reproduced", "partly reproduced", "direction only", "not reproduced")
 #: the models of the probe tables, in order: the single models, then the fusions
 MODEL_ORDER = [*LABELS.values(), *(label for label, _ in FUSIONS.values())]
 PRETRAINED = ["Default", "Spatial", "Appearance", "Spa+App", "Def+Spa+App"]
@@ -78,35 +77,6 @@ class ReportView:
 
 
 @dataclass(frozen=True)
-class Finding:
-    """A claim of the papers, checked on one seed's numbers.
-
-    Attributes:
-        id: its number in the report. source: the paper. claim: one sentence.
-        needs: the stages whose results ``check`` reads.
-        check: ``check(results) -> dict`` with at least ``status`` (one of the statuses) and
-            ``summary``; ``results`` maps stage names to results (one seed).
-        statistics: ``statistics(results, finding) -> {name: value}``: the seed-level numbers behind
-            the finding, aggregated over seeds in the report (None: none).
-    """
-
-    id: int
-    source: str
-    claim: str
-    needs: tuple[str, ...]
-    check: Callable[[dict[str, Any]], dict[str, Any]]
-    statistics: Callable[[dict[str, Any], dict[str, Any]], dict[str, float]] | None = None
-
-    def evaluate(self, results: dict[str, Any]) -> dict[str, Any]:
-        """The finding on one seed's results: ``check``'s dict with ``id`` and ``claim``; *not run*
-        when a stage it needs did not run in this configuration."""
-        head = {"id": self.id, "source": self.source, "claim": self.claim}
-        if any(n not in results for n in self.needs):
-            return {**head, "status": NOT_RUN, "summary": "a stage it needs did not run in this configuration"}
-        return {**self.check(results), **head}
-
-
-@dataclass(frozen=True)
 class Section:
     """A part of the report.
 
@@ -116,12 +86,18 @@ class Section:
         content: ``content(view) -> {key: value}`` merged into ``results.json`` (None: nothing).
         figures: ``figures(view) -> {name: path relative to the output folder}``: writes the
             section's figures (None: none); the names go to ``results.json`` (``figures``).
+        needs: the stages whose results it shows; without them (findings not selected) it is left out.
     """
 
     name: str
     markdown: Callable[[ReportView], list[str]]
     content: Callable[[ReportView], dict[str, Any]] | None = None
     figures: Callable[[ReportView], dict[str, str]] | None = None
+    needs: tuple[str, ...] = ()
+
+    def shown(self, view: ReportView) -> bool:
+        """Whether the run has what the section shows: every stage of ``needs`` ran."""
+        return all(n in view.first.results for n in self.needs)
 
 
 # ---------------------------------------------------------------------------------------------- statistics
@@ -145,6 +121,44 @@ def paired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
         "t_crit": crit,
         "status": status,
     }
+
+
+def unpaired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
+    """Is A better than B, scores on different data? Mean difference over the folds, one-sided Welch t
+    (Welch-Satterthwaite degrees of freedom) and a status, as :func:`paired`."""
+    from scipy import stats as st
+
+    x, y = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    diff = float(x.mean() - y.mean())
+    vx, vy = x.var(ddof=1) / x.size if x.size > 1 else 0.0, y.var(ddof=1) / y.size if y.size > 1 else 0.0
+    se = math.sqrt(vx + vy)
+    if se > 0:
+        t = diff / se
+        dof = (vx + vy) ** 2 / ((vx**2 / (x.size - 1) if vx else 0.0) + (vy**2 / (y.size - 1) if vy else 0.0))
+        crit = float(st.t.ppf(0.95, dof))
+    else:
+        t, crit = (math.copysign(1e9, diff) if diff else 0.0), 0.0
+    status = REPRODUCED if diff > 0 and t >= crit else DIRECTION if diff > 0 else NOT
+    return {"diff": diff, "t": float(t), "t_crit": crit, "status": status}
+
+
+def trend(x: Sequence[float], y: Sequence[float]) -> dict[str, Any]:
+    """Does y rise with x? Spearman's ρ and its two-sided p: *reproduced* when ρ > 0 with p < 0.05,
+    *direction only* when ρ > 0, else *not reproduced* (fewer than three points: no p, direction at most)."""
+    from scipy import stats as st
+
+    xa, ya = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if xa.size < 2 or np.ptp(xa) == 0 or np.ptp(ya) == 0:
+        return {"rho": 0.0, "p": 1.0, "status": NOT}
+    r = st.spearmanr(xa, ya)
+    rho, p = float(r.statistic), float(r.pvalue) if xa.size > 2 else 1.0
+    status = REPRODUCED if rho > 0 and p < 0.05 else DIRECTION if rho > 0 else NOT
+    return {"rho": rho, "p": p if math.isfinite(p) else 1.0, "status": status}
+
+
+def at_least(ok: bool) -> str:
+    """A check without a test statistic: *reproduced* or *not reproduced*."""
+    return REPRODUCED if ok else NOT
 
 
 def combine_statuses(statuses: Sequence[str]) -> str:

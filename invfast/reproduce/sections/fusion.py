@@ -1,4 +1,4 @@
-"""Finding 3 (Ericsson et al. 2021): concatenating Spatial + Appearance (+ Default) features is the
+"""E3 (Ericsson et al. 2021, §4): concatenating Spatial + Appearance (+ Default) features is the
 most consistent model across all probe tasks (best mean rank and best worst-task score)."""
 
 from __future__ import annotations
@@ -7,16 +7,17 @@ from typing import Any
 
 import numpy as np
 
-from invfast.reproduce.sections.base import NOT, PARTLY, PRETRAINED, REPRODUCED, Finding
+from invfast.reproduce.finding import Finding
+from invfast.reproduce.sections.base import NOT, PARTLY, PRETRAINED, REPRODUCED
 from invfast.reproduce.stages.data import TASKS
 
-__all__ = ["finding_3", "FINDING"]
+__all__ = ["check_e3", "FINDING"]
 
 CLAIM = "concatenating Spatial + Appearance (+ Default) features is the most consistent across all tasks"
 FUSED = ("Spa+App", "Def+Spa+App")
 
 
-def finding_3(probes: dict[str, Any]) -> dict[str, Any]:
+def check_e3(probes: dict[str, Any]) -> dict[str, Any]:
     """A fusion (Spa+App or Def+Spa+App) is the most consistent model across tasks."""
     ranks: dict[str, list[int]] = {m: [] for m in PRETRAINED}
     rel: dict[str, list[float]] = {m: [] for m in PRETRAINED}
@@ -43,8 +44,6 @@ def finding_3(probes: dict[str, Any]) -> dict[str, Any]:
         + ", ".join(f"{m} {worst[m]:.2f}" for m in PRETRAINED)
     )
     return {
-        "id": 3,
-        "claim": CLAIM,
         "status": status,
         "mean_rank": mean_rank,
         "ranks": ranks,
@@ -55,7 +54,17 @@ def finding_3(probes: dict[str, Any]) -> dict[str, Any]:
 
 
 def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
-    return {f"finding 3: mean rank: {m}": r for m, r in finding["mean_rank"].items()}
+    return {f"E3: mean rank: {m}": r for m, r in finding["mean_rank"].items()}
 
 
-FINDING = Finding(3, "Ericsson et al. 2021", CLAIM, ("probes",), lambda r: finding_3(r["probes"]), _statistics)
+FINDING = Finding(
+    "E3",
+    "ericsson",
+    "§4",
+    CLAIM,
+    "best mean rank",
+    ("probes",),
+    lambda r: check_e3(r["probes"]),
+    "probes",
+    _statistics,
+)

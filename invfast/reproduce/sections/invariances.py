@@ -1,4 +1,4 @@
-"""Finding 1 (Ericsson et al. 2021): Spatial models are more invariant to spatial transforms and
+"""E1 (Ericsson et al. 2021, Tab. 1): Spatial models are more invariant to spatial transforms and
 Appearance models to appearance ones, with Default between; and the report's Table 1 section."""
 
 from __future__ import annotations
@@ -9,10 +9,11 @@ from typing import Any
 
 import numpy as np
 
-from invfast.reproduce.sections.base import NOT, PARTLY, REPRODUCED, Finding, ReportView, Section
+from invfast.reproduce.finding import Finding
+from invfast.reproduce.sections.base import NOT, PARTLY, REPRODUCED, ReportView, Section
 from invfast.reproduce.stages.context import LABELS
 
-__all__ = ["family_means", "finding_1", "FINDING", "SECTION"]
+__all__ = ["family_means", "check_e1", "FINDING", "SECTION"]
 
 CLAIM = (
     "Spatial models are more invariant to spatial transforms and less to appearance ones than Appearance "
@@ -36,7 +37,7 @@ def _between(x: float, a: float, b: float) -> bool:
     return min(a, b) <= x <= max(a, b)
 
 
-def finding_1(measure: dict[str, Any]) -> dict[str, Any]:
+def check_e1(measure: dict[str, Any]) -> dict[str, Any]:
     """Spatial more invariant to spatial transforms, Appearance to appearance ones, Default between."""
     fm = family_means(measure["cosine"], measure["families"])
     s, a, d = fm["Spatial"], fm["Appearance"], fm["Default"]
@@ -66,8 +67,6 @@ def finding_1(measure: dict[str, Any]) -> dict[str, Any]:
         f"{per_t['appearance'][0]}/{per_t['appearance'][1]} appearance transforms"
     )
     return {
-        "id": 1,
-        "claim": CLAIM,
         "status": status,
         "checks": {k: bool(v) for k, v in checks.items()},
         "family_means": fm,
@@ -79,13 +78,23 @@ def finding_1(measure: dict[str, Any]) -> dict[str, Any]:
 
 def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
     return {
-        f"finding 1: mean cosine, {fam} transforms: {model}": v
+        f"E1: mean cosine, {fam} transforms: {model}": v
         for model, fams in finding["family_means"].items()
         for fam, v in fams.items()
     }
 
 
-FINDING = Finding(1, "Ericsson et al. 2021", CLAIM, ("measure",), lambda r: finding_1(r["measure"]), _statistics)
+FINDING = Finding(
+    "E1",
+    "ericsson",
+    "Tab. 1",
+    CLAIM,
+    "family means ordered as stated",
+    ("measure", "probes"),
+    lambda r: check_e1(r["measure"]),
+    "invariances",
+    _statistics,
+)
 
 
 # ---------------------------------------------------------------------------------------------- section
@@ -117,7 +126,7 @@ def _markdown(view: ReportView) -> list[str]:
 
     doc, cfg = view.doc, view.cfg
     inv = doc["invariance"]
-    L = ["## 1. Invariances (Table 1)\n", report.to_markdown(_results(view), metrics=("cosine", "distance"))]
+    L = ["## Invariances (Table 1) — E1\n", report.to_markdown(_results(view), metrics=("cosine", "distance"))]
     n_img, n_models = cfg.n_measure, len(inv["cosine"])
     need = 4.0 * math.sqrt(math.log((n_models - 1) / 0.05) / (2 * n_img))
     n_marks = sum(1 for v in inv["best"].values() if v)
@@ -134,4 +143,4 @@ def _markdown(view: ReportView) -> list[str]:
     return L
 
 
-SECTION = Section("invariances", _markdown, content=_content, figures=_figures)
+SECTION = Section("invariances", _markdown, content=_content, figures=_figures, needs=("measure",))

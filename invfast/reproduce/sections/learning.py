@@ -1,6 +1,8 @@
 """Do the models learn? The pretraining runs' learning curves (loss, and the held-out identity probe's
-kNN and linear accuracy per epoch, from the initialisation on), and which models end below
-:data:`LEARNED_RATIO` x Random's identity accuracy, with the findings that rest on them.
+kNN and linear accuracy per epoch, from the initialisation on), which pretrained models end below
+:data:`LEARNED_RATIO` x Random's identity accuracy, which supervised models (Speicher's experiments)
+classify their own held-out data less than that much better than their initialisation, and the
+findings that rest on them.
 
 A contrastive loss can fall while the features get no better for the tasks; the held-out probe
 (:class:`invfast.pretrain.HeldoutProbe`) and the final identity probe say whether they do.
@@ -14,32 +16,59 @@ from typing import Any
 from invfast.reproduce.sections.base import ReportView, Section, figure
 from invfast.reproduce.stages.context import LABELS, POLICIES
 
-__all__ = ["LEARNED_RATIO", "DEPENDS_ON", "under_trained", "plot_learning", "curve_table", "SECTION"]
+__all__ = ["LEARNED_RATIO", "DEPENDS_ON", "resting_on", "under_trained", "plot_learning", "curve_table", "SECTION"]
 
 #: a pretrained model counts as learned when its identity accuracy reaches this multiple of Random's
 LEARNED_RATIO = 1.2
-#: finding id -> the pretrained models whose features it compares
+#: model key (or key prefix, ending in '-') -> the findings whose numbers come from it
 DEPENDS_ON = {
-    1: ("default", "spatial", "appearance"),
-    2: ("default", "spatial", "appearance"),
-    3: ("default", "spatial", "appearance"),
-    5: ("amortised",),
+    "default": ("E1", "E2", "E3"),
+    "spatial": ("E1", "E2", "E3"),
+    "appearance": ("E1", "E2", "E3"),
+    "amortised": ("C1", "C3"),
+    "transfer-same": ("S1", "S2", "S8"),
+    "transfer-different": ("S1",),
+    "transfer-superset": ("S8",),
+    "s1-": ("S1",),
+    "s3-": ("S3",),
+    "s4-": ("S4",),
+    "s5-": ("S5",),
+    "cat-image-": ("S6", "S7"),
+    "cat-random-": ("S7",),
+    "s8-": ("S8",),
 }
 
 
+def resting_on(model: str) -> tuple[str, ...]:
+    """The findings whose numbers come from ``model`` (:data:`DEPENDS_ON`)."""
+    for key, ids in DEPENDS_ON.items():
+        if model == key or (key.endswith("-") and model.startswith(key)):
+            return ids
+    return ()
+
+
 def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per pretrained model of one seed: ``{ratio, learned}``. A policy model's ratio is its identity
-    probe accuracy over Random's; the amortised model's (no identity probe of its own) is its final
-    held-out linear accuracy over its initialisation's."""
+    """Per model of one seed: ``{ratio, learned}``. A policy model's ratio is its identity probe accuracy
+    over Random's; the amortised model's (no identity probe of its own) is its final held-out linear
+    accuracy over its initialisation's; a supervised model's its nearest-class-mean accuracy on held-out
+    images of its own task over its initialisation's (:func:`invfast.reproduce.stages.supervised.learned_check`)."""
     out: dict[str, dict[str, Any]] = {}
-    idn = results["probes"]["identity"]["scores"]
-    for p in POLICIES:
-        ratio = idn[LABELS[p]]["mean"] / max(idn["Random"]["mean"], 1e-12)
-        out[p] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+    if "probes" in results:
+        idn = results["probes"]["identity"]["scores"]
+        for p in POLICIES:
+            ratio = idn[LABELS[p]]["mean"] / max(idn["Random"]["mean"], 1e-12)
+            out[p] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
     curve = results.get("pretrain-amortised", {}).get("curve", {}).get("probe", [])
     if len(curve) >= 2:
         ratio = curve[-1]["linear"] / max(curve[0]["linear"], 1e-12)
         out["amortised"] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+    for name, r in results.items():
+        if name.startswith("transfer-train-") and "ratio" in r:
+            out[f"transfer-{r['source']}"] = {"ratio": r["ratio"], "learned": r["learned"]}
+        models = r.get("models") if isinstance(r, dict) else None
+        for key, m in (models or {}).items():
+            if isinstance(m, dict) and "ratio" in m:  # a training stage's model (a probe stage names its models)
+                out[key] = {"ratio": m["ratio"], "learned": m["learned"]}
     return out
 
 
@@ -93,7 +122,9 @@ def _content(view: ReportView) -> dict[str, Any]:
 
 
 def _figures(view: ReportView) -> dict[str, str]:
-    if not any((run.get("curve") or {}).get("probe") for run in view.doc["pretraining"].values()):
+    if not view.doc["pretraining"] or not any(
+        (run.get("curve") or {}).get("probe") for run in view.doc["pretraining"].values()
+    ):
         return {}
     os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     plot_learning(view.doc["pretraining"], os.path.join(view.out, "figures", "learning.png"))
@@ -126,36 +157,46 @@ def _markdown(view: ReportView) -> list[str]:
                 f"{pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} |"
             )
         L.extend(["", *curve_table(curves)])
+    L += _ratio_lines(view)
+    return L
+
+
+def _ratio_lines(view: ReportView) -> list[str]:
     seeds = [str(r.seed) for r in view.runs]
-    learned = doc["learned"]
-    models = list(learned[seeds[0]])
-    L.append(
-        f"\nIdentity accuracy over Random's (5-fold probe; the amortised model: its held-out linear accuracy "
-        f"at the end over its initialisation's), per seed; below {LEARNED_RATIO}× a model counts as "
-        "under-trained:\n"
-    )
-    L.append("| model | " + " | ".join(f"seed {s}" for s in seeds) + " |\n|---|" + "---:|" * len(seeds))
-    for m in models:
+    learned = view.doc["learned"]
+    models = list(dict.fromkeys(m for s in seeds for m in learned[s]))
+    pretrained = [m for m in models if m in (*POLICIES, "amortised")]
+    supervised = [m for m in models if m not in pretrained]
+    L = []
+    if pretrained:
         L.append(
-            f"| {m} | "
-            + " | ".join(f"{learned[s][m]['ratio']:.2f}" + ("" if learned[s][m]["learned"] else " ✗") for s in seeds)
-            + " |"
+            f"\nIdentity accuracy over Random's (5-fold probe; the amortised model: its held-out linear accuracy "
+            f"at the end over its initialisation's), per seed; below {LEARNED_RATIO}× a model counts as "
+            "under-trained:\n"
         )
-    weak = {m for s in seeds for m, v in learned[s].items() if not v["learned"]}
-    rests = [f"finding {fid} ({', '.join(sorted(set(ms) & weak))})" for fid, ms in DEPENDS_ON.items() if set(ms) & weak]
-    L.append(
-        "\n"
-        + (
-            "Every pretrained model learned on every seed."
-            if not weak
-            else "**Under-trained on some seed: "
-            + ", ".join(sorted(weak))
-            + ".** Findings that rest on them: "
-            + "; ".join(rests)
-            + "."
+        L.append("| model | " + " | ".join(f"seed {s}" for s in seeds) + " |\n|---|" + "---:|" * len(seeds))
+        for m in pretrained:
+            cells = [
+                f"{learned[s][m]['ratio']:.2f}" + ("" if learned[s][m]["learned"] else " ✗") if m in learned[s] else "–"
+                for s in seeds
+            ]
+            L.append(f"| {m} | " + " | ".join(cells) + " |")
+    if supervised:
+        worst = {
+            s: min((learned[s][m]["ratio"] for m in supervised if m in learned[s]), default=float("nan")) for s in seeds
+        }
+        L.append(
+            f"\n{len(supervised)} supervised models (Speicher's experiments): nearest-class-mean accuracy of their "
+            f"features on held-out images of their own task over their initialisation's, lowest per seed: "
+            + ", ".join(f"seed {s} {worst[s]:.2f}" for s in seeds)
+            + " (every model's ratio is in `results.json`, `learned`).\n"
         )
-        + "\n"
-    )
+    weak = sorted({m for s in seeds for m, v in learned[s].items() if not v["learned"]})
+    if not weak:
+        L.append("\nEvery model learned on every seed.\n")
+        return L
+    rests = sorted({f for m in weak for f in resting_on(m)})
+    L.append(f"\n**Under-trained on some seed: {', '.join(weak)}.** Findings that rest on them: {', '.join(rests)}.\n")
     return L
 
 

@@ -1,5 +1,5 @@
 """The report's probe section (Table 2): every task x model, mean ± std over folds, the probe figure
-and the consistency table behind finding 3."""
+and the consistency table behind E3."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def _markdown(view: ReportView) -> list[str]:
     doc = view.doc
     probes = doc["probes"]
     L = [
-        "## 2. Probes (Table 2): mean ± std over folds\n",
+        "## Probes (Table 2) — E2, E3: mean ± std over folds\n",
         "| model | "
         + " | ".join(f"{t} ({'acc' if v['kind'] == 'classification' else 'R²'})" for t, v in probes.items())
         + " |",
@@ -58,7 +58,7 @@ def _markdown(view: ReportView) -> list[str]:
         L.append(f"| {m} | " + " | ".join(cells) + " |")
     L.append("\nTargets: " + "; ".join(f"{t}: {TASKS[t][1]}" for t in probes) + ". Bold: best mean.\n")
     L.append(f"![probe scores per task]({doc['figures']['probes']})\n")
-    f3 = next(f for f in doc["findings"] if f["id"] == 3)
+    f3: dict[str, Any] = next((f for f in doc["findings"] if f["id"] == "E3"), {})
     if "mean_rank" in f3:
         L.append(
             "Consistency across tasks (rank 1 = best of the five pretrained models and fusions; normalised "
@@ -71,4 +71,4 @@ def _markdown(view: ReportView) -> list[str]:
     return L
 
 
-SECTION = Section("probes", _markdown, content=_content, figures=_figures)
+SECTION = Section("probes", _markdown, content=_content, figures=_figures, needs=("probes",))

@@ -16,8 +16,8 @@ def verdict(findings: Sequence[dict[str, Any]]) -> str:
     tested = [f for f in findings if f["status"] != NOT_RUN]
     by = {s: [f["id"] for f in tested if f["status"] == s] for s in (REPRODUCED, PARTLY, NOT)}
 
-    def ids(xs: list[int]) -> str:
-        return ", ".join(f"finding {i}" for i in xs) if xs else "none"
+    def ids(xs: list[str]) -> str:
+        return ", ".join(xs) if xs else "none"
 
     parts = [
         f"Of the {len(tested)} findings of the papers tested in this run, {len(by[REPRODUCED])} reproduced "
@@ -25,7 +25,7 @@ def verdict(findings: Sequence[dict[str, Any]]) -> str:
         f"({ids(by[NOT])})."
     ]
     for f in findings:
-        parts.append(f"finding {f['id']} ({f['status']}): {f['summary']}.")
+        parts.append(f"{f['id']} ({f['status']}): {f['summary']}.")
     return " ".join(parts)
 
 
@@ -39,10 +39,12 @@ def _header(view: ReportView) -> list[str]:
         f"{doc['total_elapsed_s'] / 60:.1f} min, see *Time*). Every number below is in `results.json`.\n",
         "## Verdict\n",
         doc["verdict"] + "\n",
-        "| finding (source) | status |\n|---|---|",
+        f"Findings tested: {', '.join(f['id'] for f in doc['findings'])} (`--findings` / `--paper` choose; "
+        "`invfast reproduce --list-findings` lists every one).\n",
+        "| id | finding (source) | verdict rule | status |\n|---|---|---|---|",
     ]
     for f in doc["findings"]:
-        L.append(f"| {f['id']}. {f['claim']} ({f['source']}) | **{f['status']}** |")
+        L.append(f"| {f['id']} | {f['claim']} ({f['source']}) | {f['rule']} | **{f['status']}** |")
     L.append(
         "\nA probe comparison counts as *reproduced* when the paired difference over the CV folds is positive "
         "with a one-sided paired t at the 95% level, *direction only* when it is positive but not significant.\n"
@@ -56,7 +58,7 @@ def _header(view: ReportView) -> list[str]:
 def under_trained_note(doc: dict[str, Any]) -> str:
     """One sentence naming the pretrained models that did not learn on some seed and the findings that
     rest on them ('' when every model learned)."""
-    from invfast.reproduce.sections.learning import DEPENDS_ON, LEARNED_RATIO
+    from invfast.reproduce.sections.learning import LEARNED_RATIO, resting_on
 
     learned = doc.get("learned") or {}
     weak: dict[str, list[str]] = {}
@@ -66,45 +68,61 @@ def under_trained_note(doc: dict[str, Any]) -> str:
                 weak.setdefault(m, []).append(seed)
     if not weak:
         return ""
-    ids = [str(fid) for fid, ms in DEPENDS_ON.items() if set(ms) & set(weak)]
-    return (
-        "Under-trained (identity below "
-        + f"{LEARNED_RATIO}× Random's): "
-        + "; ".join(f"{m} on seed{'s' if len(s) > 1 else ''} {', '.join(s)}" for m, s in weak.items())
-        + f". Findings {', '.join(ids)} rest on {'these models' if len(weak) > 1 else 'this model'}."
+    ids = sorted({f for m in weak for f in resting_on(m)})
+    rest = f". Findings {', '.join(ids)} rest on {'these models' if len(weak) > 1 else 'this model'}."
+    head = (
+        f"Under-trained (below {LEARNED_RATIO}× Random's identity accuracy, or their initialisation's on their "
+        "own task): "
     )
+    if len(weak) > 6:
+        return head + f"{len(weak)} models on some seed (listed in *Do the models learn?*)" + rest
+    return head + "; ".join(f"{m} on seed{'s' if len(s) > 1 else ''} {', '.join(s)}" for m, s in weak.items()) + rest
 
 
 def _setup(view: ReportView) -> list[str]:
     cfg, doc = view.cfg, view.doc
     grid = "the published 45-value" if cfg.n_penalties == 45 else f"a {cfg.n_penalties}-value subset of the published"
-    return [
-        "## Setup\n",
-        f"- Data: Transforms-2D, {cfg.objects} built-in objects under {', '.join(cfg.data_transforms)}, "
-        f"{cfg.size}×{cfg.size} px, backgrounds `{cfg.backgrounds}`; {cfg.n_pretrain} pretraining, {cfg.n_probe} "
-        f"probe and {cfg.n_measure} measurement images (train / val / test splits), and {cfg.n_probe} rotation-probe "
-        "images in which only the rotation varies.",
-        f"- Models: `{cfg.arch}` width {cfg.width} ({doc['features']['dims']['Default']}-d features); MoCo-v2 with the "
-        f"Default / Spatial / Appearance policies, {cfg.pretrain_epochs} epochs, batch {cfg.batch_size}, lr {cfg.lr}, "
-        f"key momentum {cfg.key_momentum}; Random = the same architecture at its seeded initialisation.",
-        f"- Invariance: the {len(doc['invariance']['families'])} test transforms, grid size {cfg.grid_size}, "
-        "standardised cosine and Mahalanobis distance, identity parameters excluded.",
+    L = ["## Setup\n"]
+    if "features" in doc:
+        L += [
+            f"- Data: Transforms-2D, {cfg.objects} built-in objects under {', '.join(cfg.data_transforms)}, "
+            f"{cfg.size}×{cfg.size} px, backgrounds `{cfg.backgrounds}`; {cfg.n_pretrain} pretraining, {cfg.n_probe} "
+            f"probe and {cfg.n_measure} measurement images (train / val / test splits), and {cfg.n_probe} "
+            "rotation-probe images in which only the rotation varies.",
+            f"- Models: `{cfg.arch}` width {cfg.width} ({doc['features']['dims']['Default']}-d features); MoCo-v2 with "
+            f"the Default / Spatial / Appearance policies, {cfg.pretrain_epochs} epochs, batch {cfg.batch_size}, lr "
+            f"{cfg.lr}, key momentum {cfg.key_momentum}; Random = the same architecture at its seeded initialisation.",
+        ]
+    if "invariance" in doc:
+        L.append(
+            f"- Invariance: the {len(doc['invariance']['families'])} test transforms, grid size {cfg.grid_size}, "
+            "standardised cosine and Mahalanobis distance, identity parameters excluded."
+        )
+    if any(f["paper"] == "speicher" for f in doc["findings"]):
+        L.append(
+            f"- Supervised models (Speicher et al.): `{cfg.arch}` width {cfg.width} unless the architecture is the "
+            f"factor, cross-entropy, SGD lr 0.05, weight decay 5e-4, cosine decay, {cfg.transfer_epochs} epoch(s) on "
+            f"{cfg.transfer_n_source} images ({cfg.irrelevant_n} for S3/S4, {cfg.category_n} for S6/S7), each "
+            f"architecture from one seeded initialisation; probed on {cfg.transfer_n_target} held-out images."
+        )
+    L += [
         f"- Probes: {cfg.folds}-fold CV over {grid} penalty range (shifted for fusions; at most "
-        f"{cfg.logistic_max_iter} L-BFGS iterations per value); logistic regression for identity, ridge for the "
-        "regressions.",
+        f"{cfg.logistic_max_iter} L-BFGS iterations per value); logistic regression for classification, ridge for "
+        "the regressions.",
         f"- Seeds: master seed {cfg.seed}; stage seeds in `results.json` (`seeds`).\n",
     ]
+    return L
 
 
 def _setup_content(view: ReportView) -> dict[str, Any]:
     r = view.first.results
-    return {"data": r["data"], "features": r["features"]}
+    return {k: r[k] for k in ("data", "features") if k in r}
 
 
 def _details(view: ReportView) -> list[str]:
     L = ["## Findings in detail\n"]
     for f in view.doc["findings"]:
-        L.append(f"- **finding {f['id']} ({f['source']}) — {f['status']}.** {f['claim']}. {f['summary']}.")
+        L.append(f"- **{f['id']} ({f['source']}) — {f['status']}.** {f['claim']}. Rule: {f['rule']}. {f['summary']}.")
     L.append("")
     return L
 

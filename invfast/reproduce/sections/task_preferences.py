@@ -1,4 +1,4 @@
-"""Finding 2 (Ericsson et al. 2021): tasks needing object identity prefer Default/Spatial features,
+"""E2 (Ericsson et al. 2021, §4): tasks needing object identity prefer Default/Spatial features,
 pose and position (regression) Appearance features, colour Spatial features; each preference tested
 by a paired t over the probes' shared CV folds."""
 
@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from invfast.reproduce.sections.base import DIRECTION, NOT, PARTLY, REPRODUCED, Finding, best_of, paired
+from invfast.reproduce.finding import Finding
+from invfast.reproduce.sections.base import DIRECTION, NOT, PARTLY, REPRODUCED, best_of, paired
 from invfast.reproduce.stages.data import TASKS
 
-__all__ = ["R2_FLOOR", "EXPECTED", "finding_2", "FINDING"]
+__all__ = ["R2_FLOOR", "EXPECTED", "check_e2", "FINDING"]
 
 CLAIM = (
     "tasks needing object identity prefer Default/Spatial features, pose/position (regression) Appearance "
@@ -26,7 +27,7 @@ EXPECTED = {
 }
 
 
-def finding_2(probes: dict[str, Any]) -> dict[str, Any]:
+def check_e2(probes: dict[str, Any]) -> dict[str, Any]:
     """Identity prefers Default/Spatial; pose (position, rotation) Appearance; colour Spatial."""
     sub = {}
     for task, (winners, losers) in EXPECTED.items():
@@ -56,16 +57,12 @@ def finding_2(probes: dict[str, Any]) -> dict[str, Any]:
         + ")"
         for t, v in sub.items()
     )
-    return {"id": 2, "claim": CLAIM, "status": status, "tasks": sub, "summary": summary}
+    return {"status": status, "tasks": sub, "summary": summary}
 
 
 def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
     probes = results["probes"]
-    out = {
-        f"finding 2: {task} probe: {model}": sc["mean"]
-        for task in TASKS
-        for model, sc in probes[task]["scores"].items()
-    }
+    out = {f"E2: {task} probe: {model}": sc["mean"] for task in TASKS for model, sc in probes[task]["scores"].items()}
     idn = probes["identity"]["scores"]
     best = best_of(idn, ["Default", "Spatial", "Appearance"])
     out["identity probe: best of Default/Spatial/Appearance − Random"] = idn[best]["mean"] - idn["Random"]["mean"]
@@ -78,4 +75,14 @@ def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, f
     return out
 
 
-FINDING = Finding(2, "Ericsson et al. 2021", CLAIM, ("probes",), lambda r: finding_2(r["probes"]), _statistics)
+FINDING = Finding(
+    "E2",
+    "ericsson",
+    "§4",
+    CLAIM,
+    "best model per task as stated, paired test over folds",
+    ("probes",),
+    lambda r: check_e2(r["probes"]),
+    "probes",
+    _statistics,
+)

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import functools
 
-from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stage import Stage
 from invfast.reproduce.stages.amortised import amortised_interpolation, amortised_learned_i, interpolation_points
+from invfast.reproduce.stages.categories import categories_train, s6_probe, s7_sensitivity
+from invfast.reproduce.stages.class_transfer import s5_probe, s5_train
 from invfast.reproduce.stages.context import (
     FUSIONS,
     LABELS,
@@ -31,7 +32,11 @@ from invfast.reproduce.stages.context import (
     stage_seed,
 )
 from invfast.reproduce.stages.data import TASKS, colour_targets, main_objects, make_data, rotation_objects, task_set
+from invfast.reproduce.stages.equivariance import s2_probe
+from invfast.reproduce.stages.factors import FACTORS, s1_probe, s1_train
+from invfast.reproduce.stages.irrelevant import s3_evaluate, s3_train, s4_probe, s4_train
 from invfast.reproduce.stages.measurement import measure
+from invfast.reproduce.stages.nested import s8_probe, s8_train
 from invfast.reproduce.stages.pretraining import pretrain_amortised, pretrain_policy
 from invfast.reproduce.stages.probing import feature_file, features, probe_scores, probes
 from invfast.reproduce.stages.transfer import TRANSFER_SOURCES, transfer_data, transfer_probe, transfer_train
@@ -56,10 +61,6 @@ __all__ = [
     "probe_scores",
     "interpolation_points",
 ]
-
-
-def _amortised(cfg: ReproduceConfig) -> bool:
-    return cfg.amortised
 
 
 _PRETRAINED = tuple(f"pretrain-{p}" for p in POLICIES)
@@ -87,13 +88,31 @@ STAGES: tuple[Stage, ...] = (
         for s in TRANSFER_SOURCES
     ),
     Stage("transfer-probe", transfer_probe, needs=tuple(f"transfer-train-{s}" for s in TRANSFER_SOURCES)),
-    Stage("pretrain-amortised", pretrain_amortised, needs=("data",), writes=("pretrain/amortised/",), when=_amortised),
+    Stage("pretrain-amortised", pretrain_amortised, needs=("data",), writes=("pretrain/amortised/",)),
     Stage(
-        "amortised-interpolation",
-        amortised_interpolation,
-        needs=("data", "pretrain-amortised"),
-        writes=("measure/",),
-        when=_amortised,
+        "amortised-interpolation", amortised_interpolation, needs=("data", "pretrain-amortised"), writes=("measure/",)
     ),
-    Stage("amortised-learned-i", amortised_learned_i, needs=("data", "pretrain-amortised"), when=_amortised),
+    Stage("amortised-learned-i", amortised_learned_i, needs=("data", "pretrain-amortised")),
+    # Speicher et al.'s supervised experiments (S1-S8); trained models go under supervised/<key>/
+    *(Stage(f"s1-train-{f}", functools.partial(s1_train, factor=f), writes=("supervised/",)) for f in FACTORS),
+    Stage(
+        "s1-probe",
+        s1_probe,
+        needs=(*(f"s1-train-{f}" for f in FACTORS), "transfer-train-same", "transfer-train-different"),
+    ),
+    Stage("s2-probe", s2_probe, needs=("transfer-train-same",)),
+    Stage("s3-train", s3_train, writes=("supervised/",)),
+    Stage("s3-evaluate", s3_evaluate, needs=("s3-train",)),
+    *(Stage(f"s4-train-{k}", functools.partial(s4_train, kind=k), writes=("supervised/",)) for k in ("alpha", "beta")),
+    Stage("s4-probe", s4_probe, needs=("s4-train-alpha", "s4-train-beta")),
+    Stage("s5-train", s5_train, writes=("supervised/",)),
+    Stage("s5-probe", s5_probe, needs=("s5-train",)),
+    *(
+        Stage(f"categories-train-{k}", functools.partial(categories_train, kind=k), writes=("supervised/",))
+        for k in ("image", "random")
+    ),
+    Stage("s6-probe", s6_probe, needs=("categories-train-image",)),
+    Stage("s7-sensitivity", s7_sensitivity, needs=("categories-train-image", "categories-train-random")),
+    Stage("s8-train", s8_train, writes=("supervised/",)),
+    Stage("s8-probe", s8_probe, needs=("s8-train", "transfer-train-same", "transfer-train-superset")),
 )

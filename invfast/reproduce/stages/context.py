@@ -13,7 +13,35 @@ import torch
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
 from invfast.reproduce.config import ReproduceConfig
 
-__all__ = ["LABELS", "FUSIONS", "POLICIES", "Context", "stage_seed", "normalise", "extract", "encoder", "load_model"]
+__all__ = [
+    "LABELS",
+    "FUSIONS",
+    "POLICIES",
+    "Context",
+    "DamagedCacheError",
+    "stage_seed",
+    "normalise",
+    "extract",
+    "encoder",
+    "load_model",
+]
+
+
+class DamagedCacheError(ValueError):
+    """A file of the reproduce cache that a finished stage wrote cannot be read back as it was written:
+    ``path`` (under ``cache``), why, and (filled in by the pipeline, which knows the stages) the stage
+    result that must go with it for the file to be written again."""
+
+    def __init__(self, path: str, why: str, cache: str, owner: str | None = None) -> None:
+        super().__init__(path, why, cache, owner)
+        self.path, self.why, self.cache, self.owner = path, why, cache, owner
+
+    def __str__(self) -> str:
+        redo = f" and {os.path.join(self.cache, 'stages', self.owner + '.json')}" if self.owner else ""
+        return (
+            f"damaged cache file {self.path} ({self.why}); delete it{redo}, then rerun the same command to recompute it"
+        )
+
 
 #: model keys (cache names) -> labels in the report, in report order
 LABELS = {"random": "Random", "default": "Default", "spatial": "Spatial", "appearance": "Appearance"}
@@ -46,7 +74,19 @@ class Context:
         return p
 
     def array(self, *parts: str) -> np.ndarray:
-        return np.load(os.path.join(self.cache, *parts))
+        """A numeric array a stage saved under the cache; :class:`DamagedCacheError` (one line naming the file
+        and the fix) when it no longer reads as one (truncated, replaced, an object array)."""
+        path = os.path.join(self.cache, *parts)
+        try:
+            a = np.load(path, allow_pickle=False)
+        except FileNotFoundError:
+            raise
+        except (ValueError, OSError, EOFError) as exc:
+            why = " ".join(str(exc).split()) or type(exc).__name__
+            raise DamagedCacheError(path, why, self.cache) from None
+        if a.dtype.kind not in "biuf":
+            raise DamagedCacheError(path, f"holds {a.dtype} values, not numbers", self.cache)
+        return a
 
     def images(self, split: str) -> torch.Tensor:
         """uint8 [N, 3, size, size] of a main-data split ('pretrain', 'probe', 'rotation', 'measure')."""

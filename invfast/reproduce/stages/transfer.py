@@ -1,24 +1,94 @@
 """Speicher et al.'s same-vs-different transformation experiment: the ``transfer-data`` stage (disjoint
 source and target objects and transformation sets), one ``transfer-train-<source>`` stage per source
 (supervised pretraining on the source task with :class:`invfast.pretrain.Supervised` through the
-:class:`~invfast.pretrain.Trainer`), and ``transfer-probe`` (a linear probe on the target)."""
+:class:`~invfast.pretrain.Trainer`), and ``transfer-probe`` (a linear probe on the target).
+
+:func:`transfer_dataset` builds any dataset of that family by name (source / target objects, target /
+other transformations, or the first k of both in order), for the experiments that reuse its sets:
+S1 (factors), S2 (invariance vs equivariance), S5 (invariance across classes), S8 (nested sets)."""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from typing import Any
 
 import torch
 
 from invfast.io import atomic_save_npy
+from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import Context, encoder, extract, load_model
 from invfast.reproduce.stages.pretraining import read_metrics, train_config
 from invfast.reproduce.stages.probing import probe_scores
 
-__all__ = ["TRANSFER_SOURCES", "transfer_data", "transfer_train", "transfer_probe"]
+__all__ = [
+    "TRANSFER_SOURCES",
+    "transfer_data",
+    "transfer_train",
+    "transfer_probe",
+    "split_of",
+    "object_set",
+    "transform_set",
+    "transfer_dataset",
+]
 
 TRANSFER_SOURCES = ("same", "different", "superset")
+
+
+@functools.lru_cache(maxsize=16)
+def _split(seed: int, n_objects: int, n_transforms: int, size: int) -> Any:
+    from invfast.synthetic.families import same_vs_different
+
+    return same_vs_different(n_objects=n_objects, n_transforms=n_transforms, seed=seed, size=size)
+
+
+def split_of(cfg: ReproduceConfig) -> Any:
+    """The run's :class:`~invfast.synthetic.families.SameVsDifferent` sets (disjoint objects and types)."""
+    return _split(cfg.seed, cfg.transfer_objects, cfg.transfer_transforms, cfg.size)
+
+
+def object_set(cfg: ReproduceConfig, name: str) -> list[int]:
+    """Built-in object indices: 'source', 'target', 'target-half' (its first half, at least two objects: a
+    classifier needs two classes), 'source+target'."""
+    sv = split_of(cfg)
+    sets = {
+        "source": sv.source_objects,
+        "target": sv.target_objects,
+        "target-half": sv.target_objects[: max(2, len(sv.target_objects) // 2)],
+        "source+target": sv.source_objects + sv.target_objects,
+    }
+    if name not in sets:
+        raise ValueError(f"object set must be one of {sorted(sets)}, got {name!r}")
+    return list(sets[name])
+
+
+def transform_set(cfg: ReproduceConfig, name: str) -> tuple[str, ...]:
+    """Transformation types: 'target', 'other' (the disjoint set), 'target+other', or 'first:k', the first
+    k of the target's types followed by the other set's (so first:|T| is the target's, first:2|T| both)."""
+    sv = split_of(cfg)
+    chain = tuple(sv.target_transforms) + tuple(sv.other_transforms)
+    if name.startswith("first:"):
+        k = int(name[len("first:") :])
+        if not 0 <= k <= len(chain):
+            raise ValueError(f"transform set {name!r}: k must be in 0..{len(chain)}")
+        return chain[:k]
+    sets = {"target": tuple(sv.target_transforms), "other": tuple(sv.other_transforms), "target+other": chain}
+    if name not in sets:
+        raise ValueError(f"transform set must be one of {sorted(sets)} or 'first:k', got {name!r}")
+    return sets[name]
+
+
+def transfer_dataset(
+    cfg: ReproduceConfig, split: str, n: int, objects: str = "target", transforms: str = "target"
+) -> Any:
+    """A Transforms-2D set of the transfer family: ``objects`` under ``transforms`` (names as
+    :func:`object_set` / :func:`transform_set`), the run's seed and size."""
+    from invfast.synthetic import Transforms2D
+
+    sv = split_of(cfg)
+    bank = sv.bank.subset(object_set(cfg, objects))
+    return Transforms2D(bank, transform_set(cfg, transforms), size=cfg.size, n=n, seed=cfg.seed, split=split)
 
 
 def transfer_data(ctx: Context) -> dict[str, Any]:
@@ -79,6 +149,10 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
     )
     trainer.fit(resume=True)
     losses = [r["loss"] for r in read_metrics(out) if "loss" in r]  # one record per epoch: its mean loss
+    from invfast.reproduce.stages.supervised import learned_check
+
+    types = {"same": "target", "different": "other", "superset": "target+other"}[source]
+    builder = functools.partial(transfer_dataset, objects="source", transforms=types)
     return {
         "source": source,
         "epochs": cfg.transfer_epochs,
@@ -86,6 +160,7 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
         "seed": tc.seed,
         "losses": losses,
         "train_accuracy": method.accuracy(data),
+        **learned_check(ctx, method.encoder, encoder(cfg, "transfer"), builder, len(data)),
     }
 
 

@@ -1,0 +1,168 @@
+"""The named configurations of ``invfast reproduce`` (:data:`PRESETS`, :func:`preset`) and the
+``--set KEY=VALUE`` overrides; what each field means is :class:`~invfast.reproduce.config.ReproduceConfig`."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from invfast.reproduce.config import ReproduceConfig
+
+__all__ = ["PRESETS", "REMOVED_FIELDS", "preset", "parse_override"]
+
+
+#: the named configurations; ``quick`` (3 seeds): about 14 minutes on 2 idle CPU cores (docs/reproduce.md)
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(
+        seeds=2,
+        threads=1,
+        objects=4,
+        n_pretrain=96,
+        n_probe=60,
+        n_measure=12,
+        width=4,
+        pretrain_epochs=1,
+        batch_size=32,
+        proj_dim=16,
+        grid_size=3,
+        folds=3,
+        n_penalties=9,
+        logistic_max_iter=100,
+        transfer_objects=3,
+        transfer_n_source=64,
+        transfer_n_target=30,
+        transfer_epochs=1,
+        amortised_epochs=1,
+        interp_points=3,
+        ip_epochs=1,
+        ip_n=24,
+        nested_sizes=(1, 3, 6),
+        s1_sizes=(0.5, 1.0),
+        s1_archs=("resnet18-cifar", "vgg11-cifar", "vit"),
+        s5_objects=2,
+        irrelevant_n=64,
+        alphas=(0.0, 0.5, 1.0),
+        betas=(0.0, 0.5, 1.0),
+        categories=("translate", "rotate", "hue+brightness+contrast"),
+        category_objects=3,
+        category_n=64,
+        sensitivity_n=16,
+    ),
+    # 3 seeds in about 14 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
+    # (finding 5) included: stages in 2 processes of 1 thread each (on a width-8 network a second process
+    # adds more than a second thread), a width-8 ResNet for 35 epochs (fewer left Default below 1.2x
+    # Random on some seed; at lr 0.06 it stayed at chance on one seed in three), the amortised one for 8,
+    # learning curves every 3 epochs
+    "quick": dict(
+        threads=1,
+        workers=2,
+        width=8,
+        pretrain_epochs=35,
+        curve_every=3,
+        amortised_epochs=8,
+        interp_points=3,
+        ip_epochs=4,
+        ip_n=400,
+    ),
+    # one H100, about 30 minutes (untested: see docs/reproduce.md): full-width ResNet-18 at 64 px,
+    # all five findings including the amortised model
+    "gpu": dict(
+        device="cuda",
+        threads=8,
+        size=64,
+        objects=18,
+        n_pretrain=12000,
+        n_probe=3000,
+        n_measure=256,
+        width=64,
+        pretrain_epochs=30,
+        batch_size=256,
+        lr=0.06,
+        proj_dim=128,
+        grid_size=16,
+        n_penalties=45,
+        logistic_max_iter=300,
+        transfer_objects=20,
+        transfer_n_source=6000,
+        transfer_n_target=2000,
+        transfer_epochs=15,
+        amortised_epochs=30,
+        interp_points=9,
+        ip_epochs=20,
+        ip_n=1500,
+    ),
+    "full": dict(
+        objects=18,
+        n_pretrain=10000,
+        n_probe=3000,
+        n_measure=256,
+        width=32,
+        pretrain_epochs=30,
+        batch_size=256,
+        lr=0.06,
+        grid_size=16,
+        n_penalties=45,
+        logistic_max_iter=500,
+        transfer_objects=30,
+        transfer_n_source=5000,
+        transfer_n_target=2000,
+        transfer_epochs=15,
+        amortised_epochs=30,
+        interp_points=9,
+        ip_epochs=20,
+        ip_n=1500,
+    ),
+}
+
+
+def preset(name: str, **overrides: Any) -> ReproduceConfig:
+    """The configuration called ``name`` ('tiny', 'quick', 'full') with ``overrides`` applied."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
+    values = {**PRESETS[name], **overrides, "preset": name}
+    fields = {f.name for f in dataclasses.fields(ReproduceConfig)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ValueError(f"unknown config field(s) {unknown}; fields are {', '.join(sorted(fields))}")
+    cfg = ReproduceConfig(**values)
+    cfg.validate()
+    return cfg
+
+
+#: removed fields -> what replaces them (an override of one gets this hint instead of the field list)
+REMOVED_FIELDS = {
+    "amortised": "the amortised model runs when a C finding is selected: --findings C1,C3 or --paper chavhan",
+}
+
+
+def parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tuple[str, Any]:
+    if "=" not in text:
+        raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
+    key, raw = (s.strip() for s in text.split("=", 1))
+    if key in REMOVED_FIELDS:
+        raise ValueError(f"--set: config field {key!r} was removed; {REMOVED_FIELDS[key]}")
+    if key not in cfg_fields or key in ("preset", "findings"):
+        hint = " (select findings with --findings or --paper)" if key == "findings" else ""
+        raise ValueError(
+            f"--set: unknown config field {key!r}{hint}; fields are "
+            f"{', '.join(sorted(k for k in cfg_fields if k not in ('preset', 'findings')))}"
+        )
+    default = getattr(ReproduceConfig(), key)
+    try:
+        if isinstance(default, bool):
+            if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(raw)
+            return key, raw.lower() in ("true", "1", "yes")
+        if isinstance(default, int):
+            return key, int(raw)
+        if isinstance(default, float):
+            return key, float(raw)
+        if isinstance(default, tuple):
+            items = [s.strip() for s in raw.replace("+", ",").split(",") if s.strip()]
+            if key == "categories":  # a category joins types with '+': categories are split on ',' only
+                items = [s.strip() for s in raw.split(",") if s.strip()]
+            kind = type(default[0]) if default else str
+            return key, tuple(kind(v) for v in items)
+        return key, raw
+    except ValueError:
+        raise ValueError(f"--set {key}: cannot read {raw!r} as {type(default).__name__}") from None
