@@ -695,8 +695,8 @@ def test_selection_by_id_and_by_paper(capsys, tmp_path):
     assert FR.select("s3, S2") == ("S2", "S3")  # SPEC order, case-insensitive
     assert FR.select(paper="speicher") == tuple(f"S{k}" for k in range(1, 9))
     assert FR.select(paper="all") == tuple(f.id for f in FR.FINDINGS)
-    with pytest.raises(ValueError, match=r"E4 \(invariances specialise during pretraining\) is not tested"):
-        FR.select("E4")
+    with pytest.raises(ValueError, match=r"C4 \(amortised with learned i ≥ fixed policies downstream\) is not tested"):
+        FR.select("C4")
     with pytest.raises(ValueError, match="unknown finding 'X9'"):
         FR.select("X9")
     with pytest.raises(ValueError, match="lists an id twice"):

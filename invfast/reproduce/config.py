@@ -111,8 +111,9 @@ class ReproduceConfig:
     transfer_n_source: int = 1200
     transfer_n_target: int = 500
     transfer_epochs: int = 5
-    # amortised model (C1, C3)
+    # amortised model (C1, C2, C3, C6); C6 times cost_steps training steps of each model
     amortised_epochs: int = 10
+    cost_steps: int = 10
     interp_points: int = 5
     ip_epochs: int = 10
     ip_n: int = 600
@@ -138,6 +139,9 @@ class ReproduceConfig:
     category_n: int = 1000
     # S3 / S7: pairs of views per sensitivity
     sensitivity_n: int = 200
+    # E4 / E5: each pretraining snapshot measured on this many measurement images at grid min(grid_size, this)
+    snapshot_images: int = 48
+    snapshot_grid: int = 4
 
     def validate(self) -> None:
         """Raise ValueError naming a field whose value cannot work."""
@@ -172,6 +176,9 @@ class ReproduceConfig:
             "category_objects",
             "category_n",
             "sensitivity_n",
+            "snapshot_images",
+            "snapshot_grid",
+            "cost_steps",
         ]
         for name in positive:
             v = getattr(self, name)
@@ -209,9 +216,10 @@ class ReproduceConfig:
             raise ValueError(f"size must be >= 16 pixels, got {self.size}")
         if self.folds < 2:
             raise ValueError(f"folds must be >= 2, got {self.folds}")
-        if self.grid_size < 2:
+        if min(self.grid_size, self.snapshot_grid) < 2:
             raise ValueError(
-                f"grid_size must be >= 2 (a grid of 1 holds only the identity parameter), got {self.grid_size}"
+                f"grid_size and snapshot_grid must be >= 2 (a grid of 1 holds only the identity parameter), got "
+                f"{self.grid_size}, {self.snapshot_grid}"
             )
         if self.n_probe < self.folds * self.objects:
             raise ValueError(
@@ -298,7 +306,9 @@ class ReproduceConfig:
         if self.arch not in ARCHITECTURES or self.arch.startswith(("hyper-", "prompt")):
             raise ValueError(f"arch must be a plain ResNet name from {ARCHITECTURES}, got {self.arch!r}")
         self._validate_findings()
-        self._validate_speicher(ARCHITECTURES)
+        from invfast.reproduce.validation import validate_speicher
+
+        validate_speicher(self, ARCHITECTURES)
 
     def _validate_findings(self) -> None:
         """The selection's shape (its ids are checked by :mod:`invfast.reproduce.findings` when a run starts)."""
@@ -306,86 +316,13 @@ class ReproduceConfig:
             raise ValueError(
                 f"findings must be a non-empty tuple of finding ids such as ('S2', 'S3'), got {self.findings!r}"
             )
-        self._validate_test_transforms()
         from invfast.models import ARCHITECTURES
+        from invfast.reproduce.validation import validate_test_transforms
+
+        validate_test_transforms(self)
 
         if any(f.startswith("C") for f in self.findings) and f"hyper-{self.arch}" not in ARCHITECTURES:
             raise ValueError(f"the amortised model (C findings) needs 'hyper-{self.arch}', which invfast.models lacks")
-
-    def _validate_test_transforms(self) -> None:
-        """E1 and C1 compare the spatial and the appearance families: both need transforms of each."""
-        from invfast.measure.selection import FAMILIES, resolve_transforms
-
-        chosen = resolve_transforms(self.test_transforms)  # unknown names: one ValueError naming them
-        have = {t.family for t in chosen}
-        users = [f for f in self.findings if f in ("E1", "C1")]
-        if users and not set(FAMILIES) <= have:
-            missing = ", ".join(sorted(set(FAMILIES) - have))
-            raise ValueError(
-                f"test_transforms={self.test_transforms!r} has no {missing} transform; {' and '.join(users)} compare "
-                "the spatial and appearance families: add one of each, or select other findings (--findings)"
-            )
-
-    def _validate_speicher(self, architectures: tuple[str, ...]) -> None:
-        """The fields of Speicher et al.'s experiments (S1-S8)."""
-        k = self.transfer_transforms
-        if not self.nested_sizes or list(self.nested_sizes) != sorted(set(self.nested_sizes)):
-            raise ValueError(f"nested_sizes must be strictly increasing, got {self.nested_sizes}")
-        if self.nested_sizes[0] < 1 or self.nested_sizes[-1] > 2 * k:
-            raise ValueError(
-                f"nested_sizes must lie in 1..{2 * k} (2 x transfer_transforms types in all), got {self.nested_sizes}"
-            )
-        if len(self.nested_sizes) < 2:
-            raise ValueError(f"nested_sizes needs at least two nested sets, got {self.nested_sizes}")
-        if (
-            len(self.s1_sizes) < 2
-            or not all(0 < v <= 1 for v in self.s1_sizes)
-            or len(set(self.s1_sizes)) < len(self.s1_sizes)
-        ):
-            raise ValueError(
-                f"s1_sizes must be two or more distinct fractions of transfer_n_source in (0, 1], got {self.s1_sizes}"
-            )
-        if min(self.s1_sizes) * self.transfer_n_source < self.batch_size:
-            raise ValueError(
-                f"s1_sizes: the smallest ({min(self.s1_sizes)} x {self.transfer_n_source} images) is under a batch "
-                f"({self.batch_size})"
-            )
-        bad = [a for a in self.s1_archs if a not in architectures or a.startswith(("hyper-", "prompt"))]
-        if bad or len(self.s1_archs) < 2 or len(set(self.s1_archs)) < len(self.s1_archs):
-            raise ValueError(
-                f"s1_archs must be two or more distinct plain architectures of invfast.models, got {self.s1_archs}"
-            )
-        if not 1 <= self.s5_objects <= self.transfer_objects:
-            raise ValueError(
-                f"s5_objects must be in 1..transfer_objects ({self.transfer_objects}), got {self.s5_objects}"
-            )
-        for name in ("alphas", "betas"):
-            v = getattr(self, name)
-            if len(v) < 2 or not all(0.0 <= x <= 1.0 for x in v) or list(v) != sorted(set(v)):
-                raise ValueError(f"{name} must be two or more increasing values in [0, 1], got {v}")
-        if self.betas[0] != 0.0:
-            raise ValueError(
-                f"betas must start at 0 (S4 compares availability 0 with the first value above), got {self.betas}"
-            )
-        base_images_source(self.base_images)
-        from invfast.synthetic import TRANSFORMATION_TYPES
-
-        for c in self.categories:
-            bad = [t for t in c.split("+") if t not in TRANSFORMATION_TYPES]
-            if bad or not c:
-                raise ValueError(
-                    f"categories: {c!r} is not '+'-joined Transforms-2D types ({', '.join(TRANSFORMATION_TYPES)})"
-                )
-        if len(self.categories) < 2 or len(set(self.categories)) < len(self.categories):
-            raise ValueError(f"categories must be two or more distinct categories, got {self.categories}")
-        if 2 * self.category_objects > 61:
-            raise ValueError(
-                f"category_objects must be <= 30 (and as many others for mild OOD), got {self.category_objects}"
-            )
-        if self.category_n < self.batch_size or self.irrelevant_n < self.batch_size:
-            raise ValueError(f"category_n and irrelevant_n must hold at least one batch ({self.batch_size})")
-        if self.sensitivity_n < 2:
-            raise ValueError(f"sensitivity_n must be >= 2, got {self.sensitivity_n}")
 
     def moco_queue_size(self) -> int:
         """The MoCo key queue of the pretraining runs: ``queue_size``, or the library default for the data."""
@@ -409,18 +346,6 @@ class ReproduceConfig:
     def claim_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` without :data:`RUN_ONLY_FIELDS`: what a folder's ``config.json`` must match to resume."""
         return {k: v for k, v in self.to_dict().items() if k not in RUN_ONLY_FIELDS}
-
-
-def base_images_source(spec: str) -> str | None:
-    """The folder of a ``base_images`` value ('folder:PATH' -> PATH; 'builtin' -> None); ValueError otherwise."""
-    if spec == "builtin":
-        return None
-    head, _, path = str(spec).partition(":")
-    if head == "folder" and path:
-        return path
-    raise ValueError(
-        f"base_images must be 'builtin' or 'folder:PATH' (an ImageFolder: PATH/<class>/<image>), got {spec!r}"
-    )
 
 
 def background_count(spec: str) -> int | None:

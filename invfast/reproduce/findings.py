@@ -52,6 +52,7 @@ def _registry() -> tuple[Finding, ...]:
         invariances,
         irrelevant,
         nested,
+        specialisation,
         task_preferences,
     )
 
@@ -59,6 +60,7 @@ def _registry() -> tuple[Finding, ...]:
         invariances.FINDING,
         task_preferences.FINDING,
         fusion.FINDING,
+        *specialisation.FINDINGS,
         factors.FINDING,
         equivariance.FINDING,
         *irrelevant.FINDINGS,

@@ -47,6 +47,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         category_objects=3,
         category_n=64,
         sensitivity_n=16,
+        snapshot_images=6,
+        snapshot_grid=3,
+        cost_steps=1,
     ),
     # 3 seeds in about 14 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
     # (finding 5) included: stages in 2 processes of 1 thread each (on a width-8 network a second process

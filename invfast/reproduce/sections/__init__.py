@@ -24,6 +24,7 @@ from invfast.reproduce.sections import (
     nested,
     over_seeds,
     probes_table,
+    specialisation,
     summary,
 )
 from invfast.reproduce.sections.base import (
@@ -63,6 +64,7 @@ SECTIONS: tuple[Section, ...] = (
     learning.SECTION,
     invariances.SECTION,
     probes_table.SECTION,
+    *specialisation.SECTIONS,
     factors.SECTION,
     equivariance.SECTION,
     *irrelevant.SECTIONS,

@@ -1,6 +1,7 @@
-"""C1 and C3 (Chavhan et al. 2023, Fig. 1-2): an amortised model moves its invariances smoothly with its
-descriptor i, and the i learned per task puts more weight on spatial invariance for recognition than
-for regression; the amortised section."""
+"""C1, C2, C3 and C6 (Chavhan et al. 2023, Fig. 1-2, App. E): an amortised model moves its invariances
+smoothly with its descriptor i, matches the separately trained specialists at their descriptors, learns
+an i per task that puts more weight on spatial invariance for recognition than for regression, and costs
+less to train than the specialists it replaces; the amortised section."""
 
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ import numpy as np
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.sections.base import DIRECTION, NOT, REPRODUCED, ReportView, Section, combine_statuses, figure
 
-__all__ = ["MONOTONE", "check_c1", "check_c3", "plot_interpolation", "FINDINGS", "SECTION"]
+__all__ = [
+    "MONOTONE",
+    "MATCH",
+    "check_c1",
+    "check_c2",
+    "check_c3",
+    "check_c6",
+    "plot_interpolation",
+    "FINDINGS",
+    "SECTION",
+]
 
 #: |Spearman ρ| along i at which a family's invariance counts as monotone in i
 MONOTONE = 0.8
@@ -59,6 +70,47 @@ def check_c3(learned_i: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: C2: the rank correlation over the test transforms a profile must exceed to "match" (SPEC §5)
+MATCH = 0.5
+
+
+def check_c2(measure: dict[str, Any], interpolation: dict[str, Any]) -> dict[str, Any]:
+    """The amortised model's invariance profile at i = spatial [1, 0] / appearance [0, 1] against the Spatial /
+    Appearance model's: Spearman over the test transforms > :data:`MATCH` (*direction only*: > 0)."""
+    from scipy import stats as st
+
+    at = {tuple(p["i"]): p["cosine"] for p in interpolation["points"]}
+    checks, rhos = {}, {}
+    for label, i in (("Spatial", (1.0, 0.0)), ("Appearance", (0.0, 1.0))):
+        ours, theirs = at[i], measure["cosine"][label]
+        ts = [t for t in theirs if ours.get(t) is not None and theirs[t] is not None]
+        rho = float(st.spearmanr([ours[t] for t in ts], [theirs[t] for t in ts]).statistic)
+        rhos[label] = rho
+        checks[f"i = {list(i)} matches {label}"] = REPRODUCED if rho > MATCH else DIRECTION if rho > 0 else NOT
+    summary = ", ".join(f"ρ with {k} {v:+.2f}" for k, v in rhos.items()) + f" over {len(ts)} transforms"
+    return {"status": combine_statuses(list(checks.values())), "checks": checks, "rho": rhos, "summary": summary}
+
+
+def check_c6(cost: dict[str, Any]) -> dict[str, Any]:
+    """One amortised model's training time below the sum of the specialists' (each per-step time measured in
+    the run, times the steps it is configured for)."""
+    m = cost["models"]
+    specialists = [k for k in m if k != "amortised"]
+    ai, sum_spec = m["amortised"]["training_seconds"], sum(m[k]["training_seconds"] for k in specialists)
+    checks = {"training time below the specialists' together": REPRODUCED if ai < sum_spec else NOT}
+    summary = (
+        f"amortised {ai / 60:.1f} min ({m['amortised']['seconds_per_step'] * 1e3:.0f} ms/step × "
+        f"{m['amortised']['steps']}), {len(specialists)} specialists {sum_spec / 60:.1f} min together; parameters "
+        f"{m['amortised']['parameters']:,} against {sum(m[k]['parameters'] for k in specialists):,}"
+    )
+    return {
+        "status": combine_statuses(list(checks.values())),
+        "checks": checks,
+        "minutes": {"amortised": ai / 60, "specialists": sum_spec / 60},
+        "summary": summary,
+    }
+
+
 def _statistics_c1(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
     return {f"C1: Spearman along i, {fam}": v["spearman"] for fam, v in finding["families"].items()}
 
@@ -90,6 +142,29 @@ FINDINGS = (
         "amortised",
         _statistics_c3,
     ),
+    Finding(
+        "C2",
+        "chavhan",
+        "Fig. 1",
+        "one amortised model matches separately trained specialists",
+        f"rank correlation over the test transforms > {MATCH} for i = spatial vs Spatial and i = appearance vs "
+        "Appearance",
+        ("measure", "amortised-interpolation"),
+        lambda r: check_c2(r["measure"], r["amortised-interpolation"]),
+        "amortised",
+        lambda r, f: {f"C2: ρ with {k}": v for k, v in f["rho"].items()},
+    ),
+    Finding(
+        "C6",
+        "chavhan",
+        "App. E",
+        "one amortised model costs less than the specialists it replaces",
+        "time(AI) < sum of the specialists' training times",
+        ("amortised-cost",),
+        lambda r: check_c6(r["amortised-cost"]),
+        "amortised",
+        lambda r, f: {f"C6: training minutes, {k}": v for k, v in f["minutes"].items()},
+    ),
 )
 
 
@@ -111,7 +186,7 @@ def plot_interpolation(interp: dict[str, Any], path: str) -> None:
 
 def _content(view: ReportView) -> dict[str, Any]:
     r = view.first.results
-    parts = {"interpolation": "amortised-interpolation", "learned_i": "amortised-learned-i"}
+    parts = {"interpolation": "amortised-interpolation", "learned_i": "amortised-learned-i", "cost": "amortised-cost"}
     return {"amortised": {k: r[stage] for k, stage in parts.items() if stage in r}}
 
 
@@ -126,7 +201,10 @@ def _figures(view: ReportView) -> dict[str, str]:
 
 def _markdown(view: ReportView) -> list[str]:
     am = view.doc["amortised"]
-    L = ["## Amortised invariance — C1, C3\n"]
+    if not am:
+        return []
+    ids = ", ".join(f["id"] for f in view.doc["findings"] if f["paper"] == "chavhan")
+    L = [f"## Amortised invariance — {ids}\n"]
     if "interpolation" in am:
         L.append("Invariance along i = (1 − t, t) (mean standardised cosine per family):\n")
         L.append("| i | spatial | appearance |\n|---|---:|---:|")
@@ -136,6 +214,15 @@ def _markdown(view: ReportView) -> list[str]:
                 f"{p['family_cosine'].get('appearance', float('nan')):.3f} |"
             )
         L.append(f"\n![invariance vs i]({view.doc['figures']['interpolation']})\n")
+    if "cost" in am:
+        L.append("Training cost (C6): time per step timed in this run, times the configured steps:\n")
+        L.append("| model | ms / step | steps | training (min) | parameters |\n|---|---:|---:|---:|---:|")
+        for k, v in am["cost"]["models"].items():
+            L.append(
+                f"| {k} | {v['seconds_per_step'] * 1e3:.0f} | {v['steps']} | {v['training_seconds'] / 60:.2f} | "
+                f"{v['parameters']:,} |"
+            )
+        L.append("")
     if "learned_i" in am:
         L.append("Learned i per task (InvarianceProbe: linear head and i from 0.5, held-out score):\n")
         L.append("| task | learned i (spatial, appearance) | held-out score |\n|---|---|---:|")
@@ -145,4 +232,4 @@ def _markdown(view: ReportView) -> list[str]:
     return L
 
 
-SECTION = Section("amortised", _markdown, content=_content, figures=_figures, needs=("pretrain-amortised",))
+SECTION = Section("amortised", _markdown, content=_content, figures=_figures)

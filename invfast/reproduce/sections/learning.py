@@ -22,10 +22,10 @@ __all__ = ["LEARNED_RATIO", "DEPENDS_ON", "resting_on", "under_trained", "plot_l
 LEARNED_RATIO = 1.2
 #: model key (or key prefix, ending in '-') -> the findings whose numbers come from it
 DEPENDS_ON = {
-    "default": ("E1", "E2", "E3"),
-    "spatial": ("E1", "E2", "E3"),
-    "appearance": ("E1", "E2", "E3"),
-    "amortised": ("C1", "C3"),
+    "default": ("E1", "E2", "E3", "E4", "E5"),
+    "spatial": ("E1", "E2", "E3", "E4", "E5", "C2"),
+    "appearance": ("E1", "E2", "E3", "E4", "E5", "C2"),
+    "amortised": ("C1", "C2", "C3"),
     "transfer-same": ("S1", "S2", "S8"),
     "transfer-different": ("S1",),
     "transfer-superset": ("S8",),
@@ -66,7 +66,7 @@ def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if name.startswith("transfer-train-") and "ratio" in r:
             out[f"transfer-{r['source']}"] = {"ratio": r["ratio"], "learned": r["learned"]}
         models = r.get("models") if isinstance(r, dict) else None
-        for key, m in (models or {}).items():
+        for key, m in (models.items() if isinstance(models, dict) else ()):
             if isinstance(m, dict) and "ratio" in m:  # a training stage's model (a probe stage names its models)
                 out[key] = {"ratio": m["ratio"], "learned": m["learned"]}
     return out

@@ -18,7 +18,12 @@ from __future__ import annotations
 import functools
 
 from invfast.reproduce.stage import Stage
-from invfast.reproduce.stages.amortised import amortised_interpolation, amortised_learned_i, interpolation_points
+from invfast.reproduce.stages.amortised import (
+    amortised_cost,
+    amortised_interpolation,
+    amortised_learned_i,
+    interpolation_points,
+)
 from invfast.reproduce.stages.categories import categories_train, s6_probe, s7_sensitivity
 from invfast.reproduce.stages.class_transfer import s5_probe, s5_train
 from invfast.reproduce.stages.context import (
@@ -39,6 +44,7 @@ from invfast.reproduce.stages.measurement import measure
 from invfast.reproduce.stages.nested import s8_probe, s8_train
 from invfast.reproduce.stages.pretraining import pretrain_amortised, pretrain_policy
 from invfast.reproduce.stages.probing import feature_file, features, probe_scores, probes
+from invfast.reproduce.stages.specialisation import invariance_curves, invariance_transfer
 from invfast.reproduce.stages.transfer import TRANSFER_SOURCES, transfer_data, transfer_probe, transfer_train
 
 __all__ = [
@@ -93,6 +99,10 @@ STAGES: tuple[Stage, ...] = (
         "amortised-interpolation", amortised_interpolation, needs=("data", "pretrain-amortised"), writes=("measure/",)
     ),
     Stage("amortised-learned-i", amortised_learned_i, needs=("data", "pretrain-amortised")),
+    Stage("amortised-cost", amortised_cost, needs=("data",)),
+    # Ericsson et al.'s E4 / E5 from the pretraining runs' snapshots
+    Stage("invariance-curves", invariance_curves, needs=("data", *_PRETRAINED), writes=("snapshots/",)),
+    Stage("invariance-transfer", invariance_transfer, needs=("data", "invariance-curves")),
     # Speicher et al.'s supervised experiments (S1-S8); trained models go under supervised/<key>/
     *(Stage(f"s1-train-{f}", functools.partial(s1_train, factor=f), writes=("supervised/",)) for f in FACTORS),
     Stage(

@@ -15,7 +15,7 @@ from invfast.reproduce.stages.context import Context, extract, normalise, stage_
 from invfast.reproduce.stages.data import TASKS, task_set
 from invfast.reproduce.stages.measurement import measure_one, reference_stats
 
-__all__ = ["interpolation_points", "amortised_interpolation", "amortised_learned_i"]
+__all__ = ["interpolation_points", "amortised_interpolation", "amortised_learned_i", "amortised_cost"]
 
 
 def interpolation_points(n: int) -> list[list[float]]:
@@ -84,3 +84,52 @@ def amortised_learned_i(ctx: Context) -> dict[str, Any]:
             "n_test": n - cut,
         }
     return out
+
+
+def amortised_cost(ctx: Context) -> dict[str, Any]:
+    """C6: wall time per training step and parameters of the amortised model (AI-MoCo on the Hyper-ResNet)
+    and of each specialist (MoCo-v2 with one policy), timed back to back in this stage on the run's data and
+    batch (``cost_steps`` steps each after one warm-up step), and the whole training each is configured for
+    (time per step × its steps: ``amortised_epochs`` for the amortised model, ``pretrain_epochs`` each)."""
+    import time
+
+    from invfast.pretrain import ArraySource, TrainConfig, Trainer
+    from invfast.reproduce.stages.context import POLICIES
+    from invfast.reproduce.stages.pretraining import amortised_method, policy_method
+
+    cfg = ctx.cfg
+    images = ctx.images("pretrain")
+    data = ArraySource(images, spec=f"reproduce:cost:{cfg.seed}")
+    steps_per_epoch = images.shape[0] // cfg.batch_size
+    warm, timed = 1, cfg.cost_steps
+
+    def per_step(method: Any) -> float:
+        tc = TrainConfig(
+            batch_size=cfg.batch_size,
+            steps=warm + timed,
+            lr=cfg.lr,
+            seed=stage_seed(cfg.seed, "cost"),
+            size=cfg.size,
+            checkpoint_every=0,
+            log_every=0,
+            progress=False,
+            device=cfg.device,
+        )
+        trainer = Trainer(method, data, tc)
+        trainer.fit(until_step=warm)
+        t0 = time.perf_counter()
+        trainer.fit(until_step=warm + timed)
+        return (time.perf_counter() - t0) / timed
+
+    def params(method: Any) -> int:
+        return int(sum(p.numel() for p in method.encoder.parameters()))
+
+    models = {p: policy_method(cfg, p) for p in POLICIES}
+    models["amortised"] = amortised_method(cfg)
+    epochs = {**{p: cfg.pretrain_epochs for p in POLICIES}, "amortised": cfg.amortised_epochs}
+    out = {}
+    for key, method in models.items():
+        s = per_step(method)
+        out[key] = {"seconds_per_step": s, "steps": epochs[key] * steps_per_epoch, "parameters": params(method)}
+        out[key]["training_seconds"] = s * out[key]["steps"]
+    return {"models": out, "timed_steps": timed, "threads": cfg.threads}

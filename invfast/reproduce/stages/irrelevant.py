@@ -16,9 +16,10 @@ from typing import Any
 
 import torch
 
-from invfast.reproduce.config import ReproduceConfig, base_images_source
+from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import Context, stage_seed
 from invfast.reproduce.stages.supervised import Evaluator, ModelSpec, load_trained, sensitivity, train_models
+from invfast.reproduce.validation import base_images_source
 
 __all__ = [
     "TASKS_XY",

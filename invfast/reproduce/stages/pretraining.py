@@ -6,11 +6,26 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from typing import Any
 
+import torch
+
+from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import Context, encoder, stage_seed
 
-__all__ = ["pretrain_policy", "pretrain_amortised", "train_config", "read_metrics", "heldout_probe", "learning_curve"]
+__all__ = [
+    "Snapshots",
+    "snapshot_steps",
+    "policy_method",
+    "amortised_method",
+    "pretrain_policy",
+    "pretrain_amortised",
+    "train_config",
+    "read_metrics",
+    "heldout_probe",
+    "learning_curve",
+]
 
 
 def train_config(
@@ -70,6 +85,32 @@ def learning_curve(records: list[dict[str, Any]], steps_per_epoch: int) -> dict[
     return {"loss": loss, "probe": probe}
 
 
+class Snapshots:
+    """The held-out probe of a pretraining run that also keeps the encoder's weights each time it runs
+    (``<folder>/step-<N>.pt``, contiguous): the checkpoints E4 and E5 measure. Saving reads the weights and
+    draws no random number, so the run's numbers do not change."""
+
+    def __init__(self, probe: Any, encoder: torch.nn.Module, folder: str) -> None:
+        self.probe, self.encoder, self.folder = probe, encoder, folder
+        self.step: Callable[[], int] = lambda: 0
+
+    def __call__(self, *args: Any, **kw: Any) -> dict[str, float]:
+        from invfast.io import atomic_torch_save
+        from invfast.pretrain.memory_layout import contiguous_state
+
+        os.makedirs(self.folder, exist_ok=True)
+        state = contiguous_state(self.encoder.state_dict())
+        atomic_torch_save(state, os.path.join(self.folder, f"step-{self.step()}.pt"))
+        return self.probe(*args, **kw)
+
+
+def snapshot_steps(ctx: Context, key: str) -> list[int]:
+    """The steps at which pretraining run ``key`` kept its encoder (:class:`Snapshots`), in order."""
+    folder = os.path.join(ctx.cache, "pretrain", key, "snapshots")
+    names = os.listdir(folder) if os.path.isdir(folder) else []
+    return sorted(int(n[len("step-") : -len(".pt")]) for n in names if n.startswith("step-") and n.endswith(".pt"))
+
+
 def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     import dataclasses
 
@@ -83,7 +124,7 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     probe = None
     if cfg.curve_every:
         tc = dataclasses.replace(tc, probe_every=cfg.curve_every * steps_per_epoch)
-        probe = heldout_probe(ctx)
+        probe = Snapshots(heldout_probe(ctx), method.encoder, os.path.join(out, "snapshots"))
     trainer = Trainer(
         method,
         ArraySource(images, spec=f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"),
@@ -92,6 +133,8 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
         meta={"arch": cfg.arch, "width": cfg.width, "model": key},
         probe=probe,
     )
+    if probe is not None:
+        probe.step = lambda: trainer.step
     trainer.fit(resume=True)
     curve = learning_curve(read_metrics(out), steps_per_epoch)
     losses = [r["loss"] for r in curve["loss"]]
@@ -107,13 +150,13 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     }
 
 
-def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
-    """MoCo-v2 with the Default / Spatial / Appearance policy (Ericsson et al. 2021, App. A, scaled to ``size``)."""
+def policy_method(cfg: ReproduceConfig, policy: str) -> Any:
+    """MoCo-v2 with the Default / Spatial / Appearance policy (Ericsson et al. 2021, App. A, scaled to ``size``),
+    at its seeded initialisation."""
     from invfast import transforms as T
     from invfast.pretrain import MoCoV2
 
-    cfg = ctx.cfg
-    method = MoCoV2(
+    return MoCoV2(
         encoder(cfg, policy),
         T.policy(policy, size=cfg.size),
         queue_size=cfg.moco_queue_size(),
@@ -121,15 +164,14 @@ def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
         proj_dim=cfg.proj_dim,
         queue_seed=stage_seed(cfg.seed, f"queue/{policy}"),
     )
-    return _fit(ctx, policy, method, cfg.pretrain_epochs)
 
 
-def pretrain_amortised(ctx: Context) -> dict[str, Any]:
-    """AI-MoCo on a Hyper-ResNet with the K = 2 group descriptors ([1,1] default, [1,0] spatial, [0,1] appearance)."""
+def amortised_method(cfg: ReproduceConfig) -> Any:
+    """AI-MoCo on a Hyper-ResNet with the K = 2 group descriptors ([1,1] default, [1,0] spatial, [0,1]
+    appearance), at its seeded initialisation."""
     from invfast.pretrain import AmortisedMoCo
 
-    cfg = ctx.cfg
-    method = AmortisedMoCo(
+    return AmortisedMoCo(
         encoder(cfg, "amortised"),
         descriptors="groups",
         size=cfg.size,
@@ -138,4 +180,13 @@ def pretrain_amortised(ctx: Context) -> dict[str, Any]:
         proj_dim=cfg.proj_dim,
         queue_seed=stage_seed(cfg.seed, "queue/amortised"),
     )
-    return _fit(ctx, "amortised", method, cfg.amortised_epochs)
+
+
+def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
+    """MoCo-v2 with one policy (:func:`policy_method`), ``pretrain_epochs`` epochs."""
+    return _fit(ctx, policy, policy_method(ctx.cfg, policy), ctx.cfg.pretrain_epochs)
+
+
+def pretrain_amortised(ctx: Context) -> dict[str, Any]:
+    """AI-MoCo (:func:`amortised_method`), ``amortised_epochs`` epochs."""
+    return _fit(ctx, "amortised", amortised_method(ctx.cfg), ctx.cfg.amortised_epochs)

@@ -1,0 +1,123 @@
+"""Ericsson's E4-E5 and Chavhan's C2, C6 in ``invfast reproduce``: the tiny preset end to end, the snapshots
+they rest on, and each verdict against numbers built to pass and to fail."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from invfast.cli import main
+from invfast.reproduce.sections import amortised as C
+from invfast.reproduce.sections import base as B
+from invfast.reproduce.sections import specialisation as E
+
+
+@pytest.fixture(scope="module")
+def part2_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("part2") / "report"
+    threads = torch.get_num_threads()
+    try:
+        args = ["reproduce", "--preset", "tiny", "--findings", "E4,E5,C2,C6", "--out", str(out), "--no-progress"]
+        assert main([*args, "--threads", "1", "--set", "seeds=1"]) == 0
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def test_e4_e5_c2_c6_run_on_the_tiny_preset(part2_run):
+    doc = json.loads((part2_run / "results.json").read_text())
+    assert [f["id"] for f in doc["findings"]] == ["E4", "E5", "C2", "C6"]
+    assert all(f["status"] != B.NOT_RUN for f in doc["findings"])
+    report = (part2_run / "report.md").read_text()
+    for title in ("— E4", "— E5", "Amortised invariance — C2, C6", "Training cost (C6)"):
+        assert title in report
+    for fig in ("specialisation", "block_structure"):
+        assert (part2_run / doc["figures"][fig]).stat().st_size > 1000
+    # E5 correlates every model E4 measured: Random and each snapshot of each policy
+    curves, e5 = doc["specialisation"], doc["block_structure"]
+    assert e5["models"] == [r["model"] for r in curves["models"]] and e5["models"][0] == "Random"
+    assert all(v is None or -1.0 <= v <= 1.0 for row in e5["rho"].values() for v in row.values())
+    cost = doc["amortised"]["cost"]["models"]
+    assert set(cost) == {"default", "spatial", "appearance", "amortised"}
+    assert all(v["training_seconds"] == pytest.approx(v["seconds_per_step"] * v["steps"]) for v in cost.values())
+
+
+def test_the_last_snapshot_is_the_trained_model(part2_run):
+    """Snapshots are the encoder as it was when the probe ran: the one at the last step is model.pt's."""
+    from invfast.io import load_verified
+
+    for policy in ("default", "spatial", "appearance"):
+        folder = part2_run / "cache" / "pretrain" / policy
+        steps = sorted(int(p.stem[len("step-") :]) for p in (folder / "snapshots").glob("step-*.pt"))
+        assert steps[0] == 0 and len(steps) >= 2
+        last = load_verified(folder / "snapshots" / f"step-{steps[-1]}.pt")
+        final = load_verified(folder / "model.pt")["encoder"]
+        assert last.keys() == final.keys() and all(torch.equal(last[k], final[k]) for k in last)
+        first = load_verified(folder / "snapshots" / "step-0.pt")
+        assert any(not torch.equal(first[k], final[k]) for k in first if first[k].is_floating_point())
+
+
+# ---------------------------------------------------------------------------------------------- verdicts
+def _curves(spatial_rises=True):
+    fams = {"rotation": "spatial", "crop": "spatial", "hue": "appearance", "blur": "appearance"}
+    rows = []
+    for policy, (sp, ap) in {"default": (0.3, 0.3), "spatial": (0.6, 0.2), "appearance": (0.2, 0.7)}.items():
+        for k, epoch in enumerate((0, 2, 4, 6)):
+            grow = k / 3 if (policy != "spatial" or spatial_rises) else 1 - k / 3
+            s = 0.1 + (sp - 0.1) * (grow if policy == "spatial" else 1.0)
+            a = 0.1 + (ap - 0.1) * (grow if policy == "appearance" else 1.0)
+            cos = {"rotation": s, "crop": s + 0.01, "hue": a, "blur": a - 0.01}
+            rows.append({"model": f"{policy}@{epoch}", "policy": policy, "epoch": epoch, "cosine": cos})
+    return {"models": rows, "families": fams}
+
+
+def test_e4_follows_the_numbers():
+    assert E.check_e4(_curves())["status"] == B.REPRODUCED
+    r = E.check_e4(_curves(spatial_rises=False))
+    assert r["status"] == B.PARTLY and r["checks"]["spatial: spatial invariance rises with epochs"] == B.NOT
+
+
+def test_e5_block_structure_against_scipy(rng):
+    from scipy import stats as st
+
+    fams = {"rotation": "spatial", "crop": "spatial", "hue": "appearance", "blur": "appearance"}
+    rho = {
+        "rotation": {"identity": 0.8, "position": -0.2, "rotation": 0.1, "colour": 0.0},
+        "crop": {"identity": 0.6, "position": 0.0, "rotation": -0.1, "colour": 0.2},
+        "hue": {"identity": -0.3, "position": 0.5, "rotation": 0.7, "colour": -0.5},
+        "blur": {"identity": 0.1, "position": 0.4, "rotation": None, "colour": 0.1},
+    }
+    e5 = {"models": list("abcdefg"), "rho": rho, "families": fams}
+    b = E.block_means(e5)
+    assert b["spatial"]["identity"] == pytest.approx(0.7) and b["appearance"]["pose"] == pytest.approx(1.6 / 3)
+    assert E.check_e5(e5)["status"] == B.REPRODUCED
+    swapped = {t: {**v, "identity": -v["identity"]} for t, v in rho.items()}
+    assert E.check_e5({**e5, "rho": swapped})["status"] == B.PARTLY
+    # the stage's correlations are scipy's Spearman across the models
+    from invfast.comparison.transfer import spearman_rows
+
+    x, y = rng.random((3, 9)), rng.random(9)
+    got = spearman_rows(x, np.broadcast_to(y, x.shape))
+    assert np.allclose(got, [st.spearmanr(row, y).statistic for row in x])
+
+
+def test_c2_c6_follow_the_numbers():
+    ts = [f"t{k}" for k in range(8)]
+    spatial = {t: k / 8 for k, t in enumerate(ts)}
+    appearance = {t: 1 - k / 8 for k, t in enumerate(ts)}
+    measure = {"cosine": {"Spatial": spatial, "Appearance": appearance}}
+    good = {"points": [{"i": [1.0, 0.0], "cosine": spatial}, {"i": [0.0, 1.0], "cosine": appearance}]}
+    assert C.check_c2(measure, good)["status"] == B.REPRODUCED
+    crossed = {"points": [{"i": [1.0, 0.0], "cosine": appearance}, {"i": [0.0, 1.0], "cosine": spatial}]}
+    assert C.check_c2(measure, crossed)["status"] == B.NOT
+
+    def cost(ai, spec):
+        m = {p: {"training_seconds": spec, "seconds_per_step": 1.0, "steps": 1, "parameters": 10} for p in "abc"}
+        m["amortised"] = {"training_seconds": ai, "seconds_per_step": 1.0, "steps": 1, "parameters": 100}
+        return {"models": m}
+
+    assert C.check_c6(cost(2.0, 1.0))["status"] == B.REPRODUCED  # 2 s against 3 x 1 s
+    assert C.check_c6(cost(4.0, 1.0))["status"] == B.NOT
+    assert math.isclose(C.check_c6(cost(2.0, 1.0))["minutes"]["specialists"], 3 / 60)
