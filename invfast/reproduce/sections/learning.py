@@ -66,7 +66,7 @@ def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         if name.startswith("transfer-train-") and "ratio" in r:
             out[f"transfer-{r['source']}"] = {"ratio": r["ratio"], "learned": r["learned"]}
         models = r.get("models") if isinstance(r, dict) else None
-        for key, m in (models.items() if isinstance(models, dict) else ()):
+        for key, m in models.items() if isinstance(models, dict) else ():
             if isinstance(m, dict) and "ratio" in m:  # a training stage's model (a probe stage names its models)
                 out[key] = {"ratio": m["ratio"], "learned": m["learned"]}
     return out
