@@ -767,14 +767,14 @@ def test_under_trained_models_are_named_with_the_findings_that_rest_on_them():
         scores = {"Random": random, "Default": default, "Spatial": spatial, "Appearance": appearance}
         return {"identity": {"scores": {k: {"mean": v} for k, v in scores.items()}}}
 
-    curve = {"curve": {"probe": [{"linear": 0.2}, {"linear": 0.3}]}}
-    r0 = LR.under_trained({"probes": probes(0.2, 0.3, 0.25), "pretrain-amortised": curve})
+    ai = {"identity": {"trained": {"mean": 0.3}, "init": {"mean": 0.2}}}  # its 5-fold probe, trained and at init
+    r0 = LR.under_trained({"probes": probes(0.2, 0.3, 0.25), "pretrain-amortised": ai})
     assert [m for m, v in r0.items() if not v["learned"]] == ["default"]
     assert r0["spatial"]["ratio"] == pytest.approx(1.5) and r0["amortised"]["ratio"] == pytest.approx(1.5)
     r1 = LR.under_trained({"probes": probes(0.3, 0.3, 0.3)})
     assert all(v["learned"] for v in r1.values()) and "amortised" not in r1
     note = SUM.under_trained_note({"learned": {"0": r0, "1": r1}})
-    assert "default on seed 0" in note and "Findings E1, E2, E3 rest on this model" in note
+    assert "default on seed 0" in note and "Findings E1, E2, E3, E4, E5 rest on this model" in note
     assert SUM.under_trained_note({"learned": {"1": r1}}) == ""
 
 
