@@ -1,4 +1,4 @@
-"""Ericsson's E4-E5 and Chavhan's C2, C6 in ``invfast reproduce``: the tiny preset end to end, the snapshots
+"""Ericsson's E4-E5 and Chavhan's C2, C4, C5, C6 in ``invfast reproduce``: the tiny preset end to end, the snapshots
 they rest on, and each verdict against numbers built to pass and to fail."""
 
 import json
@@ -19,19 +19,19 @@ def part2_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("part2") / "report"
     threads = torch.get_num_threads()
     try:
-        args = ["reproduce", "--preset", "tiny", "--findings", "E4,E5,C2,C6", "--out", str(out), "--no-progress"]
+        args = ["reproduce", "--preset", "tiny", "--findings", "E4,E5,C2,C4,C5,C6", "--out", str(out), "--no-progress"]
         assert main([*args, "--threads", "1", "--set", "seeds=1"]) == 0
     finally:
         torch.set_num_threads(threads)
     return out
 
 
-def test_e4_e5_c2_c6_run_on_the_tiny_preset(part2_run):
+def test_e4_e5_c2_c4_c5_c6_run_on_the_tiny_preset(part2_run):
     doc = json.loads((part2_run / "results.json").read_text())
-    assert [f["id"] for f in doc["findings"]] == ["E4", "E5", "C2", "C6"]
+    assert [f["id"] for f in doc["findings"]] == ["E4", "E5", "C2", "C4", "C5", "C6"]
     assert all(f["status"] != B.NOT_RUN for f in doc["findings"])
     report = (part2_run / "report.md").read_text()
-    for title in ("— E4", "— E5", "Amortised invariance — C2, C6", "Training cost (C6)"):
+    for title in ("— E4", "— E5", "Amortised invariance — C2, C4, C5, C6", "Training cost (C6)", "Downstream (C4)"):
         assert title in report
     for fig in ("specialisation", "block_structure"):
         assert (part2_run / doc["figures"][fig]).stat().st_size > 1000
@@ -39,6 +39,14 @@ def test_e4_e5_c2_c6_run_on_the_tiny_preset(part2_run):
     curves, e5 = doc["specialisation"], doc["block_structure"]
     assert e5["models"] == [r["model"] for r in curves["models"]] and e5["models"][0] == "Random"
     assert all(v is None or -1.0 <= v <= 1.0 for row in e5["rho"].values() for v in row.values())
+    # C4 / C5: every model ranked on every (task, setting); the K = 5 model beside the K = 2 one
+    d5 = doc["amortised"]["downstream_k5"]
+    models = {"Default", "Spatial", "Appearance", "AI (learned i)", "AI K=5 (learned i)"}
+    assert set(d5["mean_rank"]) == models and len({len(r) for r in d5["ranks"].values()}) == 1
+    for j in range(len(d5["ranks"]["Default"])):  # competition ranks per setting: 1 for the best, ties share
+        col = sorted(r[j] for r in d5["ranks"].values())
+        assert col[0] == 1.0 and all(col[k] <= k + 1 for k in range(len(col)))
+    assert doc["learned"]["0"].keys() >= {"amortised", "amortised-k5"}
     cost = doc["amortised"]["cost"]["models"]
     assert set(cost) == {"default", "spatial", "appearance", "amortised"}
     assert all(v["training_seconds"] == pytest.approx(v["seconds_per_step"] * v["steps"]) for v in cost.values())
@@ -121,3 +129,14 @@ def test_c2_c6_follow_the_numbers():
     assert C.check_c6(cost(2.0, 1.0))["status"] == B.REPRODUCED  # 2 s against 3 x 1 s
     assert C.check_c6(cost(4.0, 1.0))["status"] == B.NOT
     assert math.isclose(C.check_c6(cost(2.0, 1.0))["minutes"]["specialists"], 3 / 60)
+
+
+def test_c4_c5_rank_the_amortised_models():
+    def down(ranks):
+        return {"mean_rank": ranks}
+
+    assert C.check_c4(down({"Default": 2.0, "Spatial": 3.0, "AI (learned i)": 2.0}))["status"] == B.REPRODUCED
+    assert C.check_c4(down({"Default": 1.5, "Spatial": 3.0, "AI (learned i)": 2.0}))["status"] == B.NOT
+    both = {"Default": 2.0, "AI (learned i)": 2.5, "AI K=5 (learned i)": 2.5}
+    assert C.check_c5(down(both))["status"] == B.REPRODUCED
+    assert C.check_c5(down({**both, "AI K=5 (learned i)": 3.0}))["status"] == B.NOT

@@ -114,6 +114,9 @@ class ReproduceConfig:
     # amortised model (C1, C2, C3, C6); C6 times cost_steps training steps of each model
     amortised_epochs: int = 10
     cost_steps: int = 10
+    # C4: few-shot identity episodes and few-shot regression splits per model
+    fewshot_episodes: int = 300
+    fewshot_splits: int = 30
     interp_points: int = 5
     ip_epochs: int = 10
     ip_n: int = 600
@@ -179,6 +182,8 @@ class ReproduceConfig:
             "snapshot_images",
             "snapshot_grid",
             "cost_steps",
+            "fewshot_episodes",
+            "fewshot_splits",
         ]
         for name in positive:
             v = getattr(self, name)

@@ -50,6 +50,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         snapshot_images=6,
         snapshot_grid=3,
         cost_steps=1,
+        fewshot_episodes=10,
+        fewshot_splits=3,
     ),
     # 3 seeds in about 14 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
     # (finding 5) included: stages in 2 processes of 1 thread each (on a width-8 network a second process

@@ -111,6 +111,31 @@ def check_c6(cost: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def check_c4(downstream: dict[str, Any]) -> dict[str, Any]:
+    """The amortised model at its learned i has the best (or a tied best) mean rank over every task and
+    setting (many-shot probe, few-shot episodes, few-shot regression) among it and the three policy models."""
+    mr = downstream["mean_rank"]
+    ai = "AI (learned i)"
+    best = min(mr.values())
+    checks = {"AI's mean rank best or tied": REPRODUCED if mr[ai] <= best else NOT}
+    summary = "mean rank over tasks and settings: " + ", ".join(
+        f"{m} {r:.2f}" for m, r in sorted(mr.items(), key=lambda kv: kv[1])
+    )
+    return {"status": combine_statuses(list(checks.values())), "checks": checks, "mean_rank": mr, "summary": summary}
+
+
+def check_c5(downstream: dict[str, Any]) -> dict[str, Any]:
+    """The K = 5 amortised model's mean rank (among the policies and both amortised models, every task and
+    setting) is no worse than the K = 2 model's."""
+    mr = downstream["mean_rank"]
+    k5, k2 = mr["AI K=5 (learned i)"], mr["AI (learned i)"]
+    checks = {"mean rank K = 5 ≤ K = 2": REPRODUCED if k5 <= k2 else NOT}
+    summary = f"mean rank K = 5 {k5:.2f}, K = 2 {k2:.2f}; " + ", ".join(
+        f"{m} {r:.2f}" for m, r in mr.items() if not m.startswith("AI")
+    )
+    return {"status": combine_statuses(list(checks.values())), "checks": checks, "mean_rank": mr, "summary": summary}
+
+
 def _statistics_c1(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
     return {f"C1: Spearman along i, {fam}": v["spearman"] for fam, v in finding["families"].items()}
 
@@ -155,6 +180,28 @@ FINDINGS = (
         lambda r, f: {f"C2: ρ with {k}": v for k, v in f["rho"].items()},
     ),
     Finding(
+        "C4",
+        "chavhan",
+        "Tab. 1-2",
+        "the amortised model with a learned i is at least as good downstream as the fixed-policy models",
+        "AI's mean rank (many-shot and few-shot, every task) best or tied",
+        ("amortised-downstream",),
+        lambda r: check_c4(r["amortised-downstream"]),
+        "amortised",
+        lambda r, f: {f"C4: mean rank, {m}": v for m, v in f["mean_rank"].items()},
+    ),
+    Finding(
+        "C5",
+        "chavhan",
+        "Tab. 1 (AI-SimCLR(5))",
+        "an amortised model over five invariances is at least as good downstream as one over two",
+        "mean rank of K = 5 ≤ K = 2",
+        ("amortised-k5-downstream",),
+        lambda r: check_c5(r["amortised-k5-downstream"]),
+        "amortised",
+        lambda r, f: {f"C5: mean rank, {m}": v for m, v in f["mean_rank"].items()},
+    ),
+    Finding(
         "C6",
         "chavhan",
         "App. E",
@@ -186,7 +233,13 @@ def plot_interpolation(interp: dict[str, Any], path: str) -> None:
 
 def _content(view: ReportView) -> dict[str, Any]:
     r = view.first.results
-    parts = {"interpolation": "amortised-interpolation", "learned_i": "amortised-learned-i", "cost": "amortised-cost"}
+    parts = {
+        "interpolation": "amortised-interpolation",
+        "learned_i": "amortised-learned-i",
+        "cost": "amortised-cost",
+        "downstream": "amortised-downstream",
+        "downstream_k5": "amortised-k5-downstream",
+    }
     return {"amortised": {k: r[stage] for k, stage in parts.items() if stage in r}}
 
 
@@ -223,12 +276,31 @@ def _markdown(view: ReportView) -> list[str]:
                 f"{v['parameters']:,} |"
             )
         L.append("")
+    if "downstream" in am:
+        L += _downstream_lines(am["downstream"], "Downstream (C4)")
+    if "downstream_k5" in am:
+        L += _downstream_lines(am["downstream_k5"], "Five invariances against two (C5)")
     if "learned_i" in am:
         L.append("Learned i per task (InvarianceProbe: linear head and i from 0.5, held-out score):\n")
         L.append("| task | learned i (spatial, appearance) | held-out score |\n|---|---|---:|")
         for t, v in am["learned_i"].items():
             L.append(f"| {t} | ({v['i'][0]:.3f}, {v['i'][1]:.3f}) | {v['score']:.3f} |")
     L.append("")
+    return L
+
+
+def _downstream_lines(d: dict[str, Any], title: str) -> list[str]:
+    models = list(d["mean_rank"])
+    L = [
+        f"{title}: the amortised model(s) at the i learned per task against the policy models; many-shot "
+        "probe, few-shot identity episodes, few-shot regression (score; rank 1 = best):\n",
+        "| task | setting | " + " | ".join(models) + " |",
+        "|---|---|" + "---:|" * len(models),
+    ]
+    for task, per_model in d["scores"].items():
+        for setting in per_model[models[0]]:
+            L.append(f"| {task} | {setting} | " + " | ".join(f"{per_model[m][setting]:.3f}" for m in models) + " |")
+    L.append("| **mean rank** | | " + " | ".join(f"**{d['mean_rank'][m]:.2f}**" for m in models) + " |\n")
     return L
 
 

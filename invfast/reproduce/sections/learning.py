@@ -22,10 +22,11 @@ __all__ = ["LEARNED_RATIO", "DEPENDS_ON", "resting_on", "under_trained", "plot_l
 LEARNED_RATIO = 1.2
 #: model key (or key prefix, ending in '-') -> the findings whose numbers come from it
 DEPENDS_ON = {
-    "default": ("E1", "E2", "E3", "E4", "E5"),
-    "spatial": ("E1", "E2", "E3", "E4", "E5", "C2"),
-    "appearance": ("E1", "E2", "E3", "E4", "E5", "C2"),
-    "amortised": ("C1", "C2", "C3"),
+    "default": ("E1", "E2", "E3", "E4", "E5", "C4"),
+    "spatial": ("E1", "E2", "E3", "E4", "E5", "C2", "C4"),
+    "appearance": ("E1", "E2", "E3", "E4", "E5", "C2", "C4"),
+    "amortised": ("C1", "C2", "C3", "C4", "C5"),
+    "amortised-k5": ("C5",),
     "transfer-same": ("S1", "S2", "S8"),
     "transfer-different": ("S1",),
     "transfer-superset": ("S8",),
@@ -58,10 +59,11 @@ def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for p in POLICIES:
             ratio = idn[LABELS[p]]["mean"] / max(idn["Random"]["mean"], 1e-12)
             out[p] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
-    idn_ai = results.get("pretrain-amortised", {}).get("identity")
-    if idn_ai:
-        ratio = idn_ai["trained"]["mean"] / max(idn_ai["init"]["mean"], 1e-12)
-        out["amortised"] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+    for key in ("amortised", "amortised-k5"):
+        idn_ai = results.get(f"pretrain-{key}", {}).get("identity")
+        if idn_ai:
+            ratio = idn_ai["trained"]["mean"] / max(idn_ai["init"]["mean"], 1e-12)
+            out[key] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
     for name, r in results.items():
         if name.startswith("transfer-train-") and "ratio" in r:
             out[f"transfer-{r['source']}"] = {"ratio": r["ratio"], "learned": r["learned"]}
@@ -165,7 +167,7 @@ def _ratio_lines(view: ReportView) -> list[str]:
     seeds = [str(r.seed) for r in view.runs]
     learned = view.doc["learned"]
     models = list(dict.fromkeys(m for s in seeds for m in learned[s]))
-    pretrained = [m for m in models if m in (*POLICIES, "amortised")]
+    pretrained = [m for m in models if m in (*POLICIES, "amortised", "amortised-k5")]
     supervised = [m for m in models if m not in pretrained]
     L = []
     if pretrained:

@@ -20,6 +20,7 @@ import functools
 from invfast.reproduce.stage import Stage
 from invfast.reproduce.stages.amortised import (
     amortised_cost,
+    amortised_downstream,
     amortised_interpolation,
     amortised_learned_i,
     interpolation_points,
@@ -96,10 +97,28 @@ STAGES: tuple[Stage, ...] = (
     Stage("transfer-probe", transfer_probe, needs=tuple(f"transfer-train-{s}" for s in TRANSFER_SOURCES)),
     Stage("pretrain-amortised", pretrain_amortised, needs=("data",), writes=("pretrain/amortised/",)),
     Stage(
+        "pretrain-amortised-k5",
+        functools.partial(pretrain_amortised, key="amortised-k5"),
+        needs=("data",),
+        writes=("pretrain/amortised-k5/",),
+    ),
+    Stage(
         "amortised-interpolation", amortised_interpolation, needs=("data", "pretrain-amortised"), writes=("measure/",)
     ),
-    Stage("amortised-learned-i", amortised_learned_i, needs=("data", "pretrain-amortised")),
+    Stage("amortised-learned-i", amortised_learned_i, needs=("data", "pretrain-amortised"), writes=("amortised/",)),
     Stage("amortised-cost", amortised_cost, needs=("data",)),
+    Stage("amortised-downstream", amortised_downstream, needs=("features", "amortised-learned-i")),
+    Stage(
+        "amortised-k5-learned-i",
+        functools.partial(amortised_learned_i, key="amortised-k5"),
+        needs=("data", "pretrain-amortised-k5"),
+        writes=("amortised/",),
+    ),
+    Stage(
+        "amortised-k5-downstream",
+        functools.partial(amortised_downstream, keys=("amortised", "amortised-k5")),
+        needs=("features", "amortised-learned-i", "amortised-k5-learned-i"),
+    ),
     # Ericsson et al.'s E4 / E5 from the pretraining runs' snapshots
     Stage("invariance-curves", invariance_curves, needs=("data", *_PRETRAINED), writes=("snapshots/",)),
     Stage("invariance-transfer", invariance_transfer, needs=("data", "invariance-curves")),

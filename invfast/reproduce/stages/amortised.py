@@ -5,17 +5,25 @@ by :func:`invfast.reproduce.stages.pretraining.pretrain_amortised`."""
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
 import numpy as np
 import torch
 
+from invfast.io import atomic_write_text
 from invfast.reproduce.stages.context import Context, extract, normalise, stage_seed
 from invfast.reproduce.stages.data import TASKS, task_set
 from invfast.reproduce.stages.measurement import measure_one, reference_stats
 
-__all__ = ["interpolation_points", "amortised_interpolation", "amortised_learned_i", "amortised_cost"]
+__all__ = [
+    "interpolation_points",
+    "amortised_interpolation",
+    "amortised_learned_i",
+    "amortised_cost",
+    "amortised_downstream",
+]
 
 
 def interpolation_points(n: int) -> list[list[float]]:
@@ -53,13 +61,13 @@ def amortised_interpolation(ctx: Context) -> dict[str, Any]:
     return {"points": rows}
 
 
-def amortised_learned_i(ctx: Context) -> dict[str, Any]:
-    """Learn a linear head and i per task on the frozen amortised model (InvarianceProbe), i from 0.5;
+def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:
+    """Learn a linear head and i per task on the frozen amortised model ``key`` (InvarianceProbe), i from 0.5;
     fit on the first 80% of ``ip_n`` probe images, score on the rest."""
     from invfast.probes import InvarianceProbe
 
     cfg = ctx.cfg
-    model = ctx.model("amortised")
+    model = ctx.model(key)
     n = min(cfg.ip_n, cfg.n_probe)
     cut = int(round(0.8 * n))
     out = {}
@@ -83,6 +91,7 @@ def amortised_learned_i(ctx: Context) -> dict[str, Any]:
             "n_fit": cut,
             "n_test": n - cut,
         }
+    atomic_write_text(ctx.path("amortised", f"{key}-learned_i.json"), json.dumps(out))
     return out
 
 
@@ -133,3 +142,66 @@ def amortised_cost(ctx: Context) -> dict[str, Any]:
         out[key] = {"seconds_per_step": s, "steps": epochs[key] * steps_per_epoch, "parameters": params(method)}
         out[key]["training_seconds"] = s * out[key]["steps"]
     return {"models": out, "timed_steps": timed, "threads": cfg.threads}
+
+
+#: amortised model key -> its row in the downstream tables
+AI_LABELS = {"amortised": "AI (learned i)", "amortised-k5": "AI K=5 (learned i)"}
+
+
+def amortised_downstream(ctx: Context, keys: tuple[str, ...] = ("amortised",)) -> dict[str, Any]:
+    """C4 (and C5 with ``keys`` both models): each amortised model at the i learned per task
+    (``amortised-learned-i``) against the Default, Spatial and Appearance models on every task — the run's
+    many-shot probe, few-shot identity episodes (5-way 1- and 5-shot, ``fewshot_episodes`` episodes, ridge on
+    the support set, Chavhan et al. App. A.2) and few-shot regression (train fractions 0.05 and 0.2,
+    ``fewshot_splits`` splits) — and each model's rank per (task, setting), 1 = best."""
+    from invfast.measure import WithDescriptor
+    from invfast.probes import few_shot_classification, few_shot_regression
+    from invfast.reproduce.stages.context import LABELS, POLICIES
+    from invfast.reproduce.stages.probing import feature_file, probe_scores
+
+    cfg = ctx.cfg
+    learned = {}
+    for key in keys:
+        with open(os.path.join(ctx.cache, "amortised", f"{key}-learned_i.json"), encoding="utf-8") as f:
+            learned[key] = json.load(f)  # written by amortised-learned-i (for key)
+    scores: dict[str, dict[str, dict[str, float]]] = {}
+    for task, (kind, _) in TASKS.items():
+        split = task_set(task)
+        y = ctx.array("data", f"probe_target_{task}.npy")
+        feats = {LABELS[p]: ctx.array(*feature_file(p, split)) for p in POLICIES}
+        for key in keys:
+            at_i = WithDescriptor(ctx.model(key), learned[key][task]["i"]).eval()
+            feats[AI_LABELS[key]] = extract(at_i, ctx.images(split))
+        seed = stage_seed(cfg.seed, f"few-shot/{task}")
+        for model, x in feats.items():
+            row = {"many-shot": probe_scores(x, y, kind, 1, cfg)["mean"]}
+            if kind == "classification":
+                smallest = int(np.bincount(y).min())
+                for k in (1, 5):
+                    row[f"5-way {k}-shot"] = few_shot_classification(
+                        x,
+                        y,
+                        n_way=min(5, cfg.objects),
+                        k_shot=k,
+                        n_query=max(1, min(15, smallest - k)),
+                        episodes=cfg.fewshot_episodes,
+                        seed=seed,
+                    ).mean
+            else:
+                for s, r in few_shot_regression(
+                    x, y, fractions=(0.05, 0.2), splits=cfg.fewshot_splits, seed=seed
+                ).items():
+                    row[f"few-shot s={s:g}"] = r.mean
+            scores.setdefault(task, {})[model] = row
+    ranks: dict[str, list[float]] = {}
+    for per_model in scores.values():
+        for setting in next(iter(per_model.values())):
+            vals = {m: per_model[m][setting] for m in per_model}
+            for m, v in vals.items():
+                ranks.setdefault(m, []).append(1.0 + sum(1 for o in vals.values() if o > v))
+    return {
+        "scores": scores,
+        "ranks": ranks,
+        "mean_rank": {m: float(np.mean(r)) for m, r in ranks.items()},
+        "learned_i": {AI_LABELS[k]: {t: learned[k][t]["i"] for t in TASKS} for k in keys},
+    }

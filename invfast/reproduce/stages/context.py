@@ -15,6 +15,7 @@ from invfast.reproduce.config import ReproduceConfig
 
 __all__ = [
     "LABELS",
+    "AMORTISED",
     "FUSIONS",
     "POLICIES",
     "Context",
@@ -45,6 +46,9 @@ class DamagedCacheError(ValueError):
 
 #: model keys (cache names) -> labels in the report, in report order
 LABELS = {"random": "Random", "default": "Default", "spatial": "Spatial", "appearance": "Appearance"}
+#: amortised model key -> K, the length of its invariance descriptor (Chavhan et al.: 2 groups, or 5 single
+#: augmentations)
+AMORTISED = {"amortised": 2, "amortised-k5": 5}
 #: the pretraining policies every run compares (ReproduceConfig.validate insists on exactly these)
 POLICIES = ("default", "spatial", "appearance")
 FUSIONS = {
@@ -117,12 +121,12 @@ def extract(model: torch.nn.Module, images: torch.Tensor, batch: int = 256) -> n
 
 def encoder(cfg: ReproduceConfig, key: str) -> torch.nn.Module:
     """A freshly initialised encoder for ``key`` (its initialisation seeded by the master seed and key):
-    the Hyper-ResNet for 'amortised', the plain ResNet otherwise."""
+    the Hyper-ResNet for 'amortised' (K = 2) and 'amortised-k5' (K = 5), the plain ResNet otherwise."""
     from invfast.models import create
 
     torch.manual_seed(stage_seed(cfg.seed, f"init/{key}"))
-    if key == "amortised":
-        return create(f"hyper-{cfg.arch}", width=cfg.width, inv_dim=2)
+    if key in AMORTISED:
+        return create(f"hyper-{cfg.arch}", width=cfg.width, inv_dim=AMORTISED[key])
     return create(cfg.arch, width=cfg.width)
 
 

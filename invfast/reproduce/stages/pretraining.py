@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import Context, encoder, stage_seed
+from invfast.reproduce.stages.context import AMORTISED, Context, encoder, stage_seed
 
 __all__ = [
     "Snapshots",
@@ -166,19 +166,20 @@ def policy_method(cfg: ReproduceConfig, policy: str) -> Any:
     )
 
 
-def amortised_method(cfg: ReproduceConfig) -> Any:
-    """AI-MoCo on a Hyper-ResNet with the K = 2 group descriptors ([1,1] default, [1,0] spatial, [0,1]
-    appearance), at its seeded initialisation."""
+def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
+    """AI-MoCo on a Hyper-ResNet at its seeded initialisation: 'amortised' with the K = 2 group descriptors
+    ([1,1] default, [1,0] spatial, [0,1] appearance), 'amortised-k5' with the K = 5 individual switches
+    (crop, flip, colour jitter, grayscale, blur; the 26 descriptors with at least two on)."""
     from invfast.pretrain import AmortisedMoCo
 
     return AmortisedMoCo(
-        encoder(cfg, "amortised"),
-        descriptors="groups",
+        encoder(cfg, key),
+        descriptors="groups" if AMORTISED[key] == 2 else "individual",
         size=cfg.size,
         queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
         proj_dim=cfg.proj_dim,
-        queue_seed=stage_seed(cfg.seed, "queue/amortised"),
+        queue_seed=stage_seed(cfg.seed, f"queue/{key}"),
     )
 
 
@@ -187,27 +188,27 @@ def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
     return _fit(ctx, policy, policy_method(ctx.cfg, policy), ctx.cfg.pretrain_epochs)
 
 
-def pretrain_amortised(ctx: Context) -> dict[str, Any]:
+def pretrain_amortised(ctx: Context, key: str = "amortised") -> dict[str, Any]:
     """AI-MoCo (:func:`amortised_method`), ``amortised_epochs`` epochs; then the identity probe of the run
     (5-fold, the probe set) at the default descriptor [1, 1] for the trained model and for its initialisation:
     whether it learned, measured as the policies' learning is (their identity over Random's), where the
     held-out curve's 200 scored images leave its first and last points ±0.03 apart by chance."""
-    method = amortised_method(ctx.cfg)
-    out = _fit(ctx, "amortised", method, ctx.cfg.amortised_epochs)
+    method = amortised_method(ctx.cfg, key)
+    out = _fit(ctx, key, method, ctx.cfg.amortised_epochs)
     out["identity"] = {
-        "trained": _identity_probe(ctx, method.encoder),
-        "init": _identity_probe(ctx, amortised_method(ctx.cfg).encoder),
+        "trained": _identity_probe(ctx, method.encoder, AMORTISED[key]),
+        "init": _identity_probe(ctx, amortised_method(ctx.cfg, key).encoder, AMORTISED[key]),
     }
     return out
 
 
-def _identity_probe(ctx: Context, encoder_: torch.nn.Module) -> dict[str, Any]:
+def _identity_probe(ctx: Context, encoder_: torch.nn.Module, k: int) -> dict[str, Any]:
     """The identity task's probe (:func:`~invfast.reproduce.stages.probing.probe_scores`) on an amortised
-    encoder's features at the default descriptor [1, 1]."""
+    encoder's features at the descriptor with every augmentation on ([1, 1]; [1, 1, 1, 1, 1])."""
     from invfast.measure import WithDescriptor
     from invfast.reproduce.stages.context import extract
     from invfast.reproduce.stages.probing import probe_scores
 
-    model = WithDescriptor(encoder_, [1.0, 1.0]).to(ctx.cfg.device).eval()
+    model = WithDescriptor(encoder_, [1.0] * k).to(ctx.cfg.device).eval()
     y = ctx.array("data", "probe_target_identity.npy")
     return probe_scores(extract(model, ctx.images("probe")), y, "classification", 1, ctx.cfg)
