@@ -1,0 +1,94 @@
+"""Do the `--quick` models learn on seeds nobody looked at? (issue 41)
+
+Runs the pretraining of the Default, Spatial and Appearance MoCo-v2 models and of the amortised model at the
+`--quick` budget for each master seed of `--seeds` (default 100-109: never used to choose a setting), probes
+object identity (5-fold, the run's probe) and prints, per model, the ratio to Random's identity accuracy on
+every seed with its standard error, the minimum and the median, and how many seeds reach 1.2x.
+
+    python scripts/learning_check.py --out /tmp/learning --seeds 100-109 > docs/learning-check.md
+    python scripts/learning_check.py --out /tmp/learning --set pretrain_epochs=40      # another budget
+
+The ratio's standard error combines the two probes' fold-to-fold spread (std over the 5 folds / sqrt(5) for
+each, propagated to the ratio): a ratio within about two of them of 1.2 is not told apart from the line.
+The run resumes (it is an ordinary `invfast reproduce` folder, findings E2 and C3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+
+MODELS = ("default", "spatial", "appearance", "amortised")
+
+
+def seed_range(text: str) -> tuple[int, int]:
+    """'100-109' -> (100, 10): the first seed and how many."""
+    lo, _, hi = text.partition("-")
+    first, last = int(lo), int(hi or lo)
+    if last < first:
+        raise argparse.ArgumentTypeError(f"--seeds {text!r}: the last seed is before the first")
+    return first, last - first + 1
+
+
+def ratio_and_se(model: dict, random: dict) -> tuple[float, float]:
+    """model / random identity accuracy and its standard error (each mean's SE from its fold scores)."""
+
+    def mean_se(s: dict) -> tuple[float, float]:
+        f = s["fold_scores"]
+        return s["mean"], statistics.stdev(f) / math.sqrt(len(f))
+
+    (a, sa), (b, sb) = mean_se(model), mean_se(random)
+    r = a / b
+    return r, r * math.sqrt((sa / a) ** 2 + (sb / b) ** 2)
+
+
+def table(doc: dict) -> list[str]:
+    """Markdown: per model, the ratio ± SE per seed, then min, median and seeds >= 1.2."""
+    seeds = sorted(doc["per_seed"], key=int)
+    rows = {m: [] for m in MODELS}
+    for s in seeds:
+        st = doc["per_seed"][s]["stages"]
+        idn = st["probes"]["identity"]["scores"]
+        for m in MODELS[:3]:
+            rows[m].append(ratio_and_se(idn[m.capitalize()], idn["Random"]))
+        ai = st["pretrain-amortised"]["identity"]
+        rows["amortised"].append(ratio_and_se(ai["trained"], ai["init"]))
+    L = [
+        "| model | " + " | ".join(f"seed {s}" for s in seeds) + " | min | median | seeds ≥ 1.2× |",
+        "|---|" + "---:|" * (len(seeds) + 3),
+    ]
+    for m, vals in rows.items():
+        r = [v[0] for v in vals]
+        cells = [f"{v:.2f} ± {e:.2f}" for v, e in vals]
+        ok = sum(v >= 1.2 for v in r)
+        L.append(f"| {m} | " + " | ".join(cells) + f" | {min(r):.2f} | {statistics.median(r):.2f} | {ok}/{len(r)} |")
+    return L
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="the reproduce folder (resumable)")
+    ap.add_argument("--seeds", type=seed_range, default=(100, 10), help="first-last master seed, e.g. 100-109")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    args = ap.parse_args(argv)
+    from invfast.cli import main as invfast
+
+    first, n = args.seeds
+    cmd = ["reproduce", "--quick", "--findings", "E2,C3", "--seed", str(first), "--set", f"seeds={n}"]
+    cmd += [x for o in args.overrides for x in ("--set", o)]
+    rc = invfast([*cmd, "--out", args.out, "--no-progress"])
+    if rc:
+        return rc
+    with open(os.path.join(args.out, "results.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    print(f"`invfast reproduce {' '.join(cmd[1:])}` (config as in `{args.out}/config.json`)\n")
+    print("\n".join(table(doc)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
