@@ -695,8 +695,8 @@ def test_selection_by_id_and_by_paper(capsys, tmp_path):
     assert FR.select("s3, S2") == ("S2", "S3")  # SPEC order, case-insensitive
     assert FR.select(paper="speicher") == tuple(f"S{k}" for k in range(1, 9))
     assert FR.select(paper="all") == tuple(f.id for f in FR.FINDINGS)
-    with pytest.raises(ValueError, match=r"C4 \(amortised with learned i ≥ fixed policies downstream\) is not tested"):
-        FR.select("C4")
+    with pytest.raises(ValueError, match=r"C7 \(the same holds for transformers\) is not tested"):
+        FR.select("C7")
     with pytest.raises(ValueError, match="unknown finding 'X9'"):
         FR.select("X9")
     with pytest.raises(ValueError, match="lists an id twice"):
@@ -774,7 +774,7 @@ def test_under_trained_models_are_named_with_the_findings_that_rest_on_them():
     r1 = LR.under_trained({"probes": probes(0.3, 0.3, 0.3)})
     assert all(v["learned"] for v in r1.values()) and "amortised" not in r1
     note = SUM.under_trained_note({"learned": {"0": r0, "1": r1}})
-    assert "default on seed 0" in note and "Findings E1, E2, E3, E4, E5 rest on this model" in note
+    assert "default on seed 0" in note and "Findings C4, E1, E2, E3, E4, E5 rest on this model" in note
     assert SUM.under_trained_note({"learned": {"1": r1}}) == ""
 
 
