@@ -1,5 +1,6 @@
 """Images are read by what they hold (issue 25): float and 16-bit files by their range, EXIF orientation
-applied, NaN refused; in-memory float arrays by their range (0..1 or 0..255) or refused in one line."""
+applied (not for images as the published code loads them, ``native``), NaN refused; in-memory float arrays
+by their range (0..1 or 0..255) or refused in one line, and float files by the same rule (issue 44)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,34 @@ def test_float_tiff_in_0_1_and_0_255(tmp_path, rng):
     Image.fromarray(a, mode="F").save(tmp_path / "unit.tif")
     np.testing.assert_array_equal(decode_native(tmp_path / "unit.tif").numpy(), _grey(a.astype(np.float64) * 255))
     b = (rng.random((20, 30)) * 255).astype(np.float32)
+    b[0, 0] = 200.0
     Image.fromarray(b, mode="F").save(tmp_path / "bytes.tif")
-    np.testing.assert_array_equal(decode_native(tmp_path / "bytes.tif").numpy(), _grey(b.astype(np.float64)))
+    with pytest.warns(UserWarning, match="read as 0..255"):  # as the .npy path warns
+        np.testing.assert_array_equal(decode_native(tmp_path / "bytes.tif").numpy(), _grey(b.astype(np.float64)))
+
+
+def test_float_tiff_slightly_above_one_is_refused_as_arrays_are(tmp_path, rng):
+    """Issue 44 (case 9): a 0..1 float TIFF with one pixel at 1.02 was read as 0..255 (nearly black), silently.
+    A float image whose maximum is above 1 but at most 2 is 0..1 with overshoot or a black 0..255 one: the file,
+    and the same values as an .npy array, are refused in one line naming the range and the fix."""
+    a = rng.random((20, 30)).astype(np.float32)
+    a[3, 4] = 1.02
+    Image.fromarray(a, mode="F").save(tmp_path / "over.tif")
+    msg = r"values in \[.*, 1\.02\]: slightly above 1, so neither 0..1 nor 0..255 can be told; clip them to 0..1"
+    with pytest.raises(ValueError, match=msg):
+        decode_native(tmp_path / "over.tif")
+    src = FolderSource(tmp_path, resize=8)
+    _, ok = src.load([0])
+    assert not ok.any() and "slightly above 1" in src.errors.examples[0][1]
+    np.save(tmp_path / "over.npy", np.stack([a, a, a], -1)[None])
+    with pytest.raises(ValueError, match=msg):
+        open_source(f"npy:{tmp_path / 'over.npy'}")
+    with pytest.raises(ValueError, match=msg):
+        TensorSource(torch.from_numpy(a).expand(1, 3, 20, 30))
+    Image.fromarray(np.clip(a, 0, 1), mode="F").save(tmp_path / "clipped.tif")  # the fix the message names
+    np.testing.assert_array_equal(
+        decode_native(tmp_path / "clipped.tif").numpy(), _grey(np.clip(a, 0, 1).astype(np.float64) * 255)
+    )
 
 
 def test_float_tiff_with_nan_or_unknown_range_is_refused_in_one_line(tmp_path, rng):
@@ -62,6 +89,16 @@ def test_exif_orientation_is_applied(tmp_path, rng):
     assert got.shape == (36, 20, 3)  # upright: the stored 20x36 turned a quarter
     np.testing.assert_array_equal(got, want)
     assert decode_image(tmp_path / "sideways.jpg", 16).shape == (3, 16, 16)
+    # images as the published code loads them (native; torchvision's pil_loader): as stored, unless asked
+    with Image.open(tmp_path / "sideways.jpg") as f:
+        stored = np.asarray(f.convert("RGB"))
+    assert FolderSource(tmp_path).describe()["exif_transpose"] is True
+    native = FolderSource(tmp_path, native=True)
+    np.testing.assert_array_equal(native.load([0])[0][0].permute(1, 2, 0).numpy(), stored)
+    assert native.describe()["exif_transpose"] is False
+    upright = FolderSource(tmp_path, native=True, exif=True)
+    np.testing.assert_array_equal(upright.load([0])[0][0].permute(1, 2, 0).numpy(), want)
+    assert native.identity() != upright.identity()
 
 
 def test_native_folder_keeps_each_size(tmp_path, rng):
@@ -86,7 +123,7 @@ def test_npy_arrays_by_range(tmp_path, rng):
     with pytest.raises(ValueError, match=r"hold 1 NaN/Inf value"):
         open_source(f"npy:{tmp_path / 'nan.npy'}")
     np.save(tmp_path / "wide.npy", rng.random((2, 4, 4, 3)) * 1000 - 10)
-    with pytest.raises(ValueError, match=r"values in \[.*\]: expected 0..1 \(or 0..255\)"):
+    with pytest.raises(ValueError, match=r"values in \[.*\]: the scale cannot be told \(expected 0..1 or 0..255\)"):
         open_source(f"npy:{tmp_path / 'wide.npy'}")
 
 

@@ -1,6 +1,7 @@
 """protocol='ericsson' against the published evaluation code's own operations (invfast issue 26, items 1, 2, 4,
-6), each with an independent reference: Pillow (torchvision 0.10 calls Pillow for PIL images), torchvision's
-published formulas written out here, and numpy for albumentations' elastic field.
+6; issue 39: the colour transforms, blur, the image draw, real-world input, EXIF, end to end), each with an
+independent reference: Pillow (torchvision 0.10 calls Pillow for PIL images), torchvision's published formulas
+written out here, numpy for the draw and for albumentations' elastic field; on real photographs (skimage's).
 
 The original: github.com/linusericsson/ssl-invariances, eval_synthetic_invariance.py (ManualTransform);
 torchvision 0.10 ``transforms/functional.py`` (``affine``, ``rotate``, ``resized_crop``,
@@ -16,7 +17,7 @@ import math
 import numpy as np
 import pytest
 import torch
-from PIL import Image, ImageOps
+from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 
 from invfast.measure.core import transform_grids
 from invfast.measure.protocol import PROTOCOLS, get_protocol
@@ -387,3 +388,361 @@ def test_elastic_fields_kept_between_calls_are_bounded_in_bytes(monkeypatch):
     torch.testing.assert_close(d2, d1[:2], rtol=0, atol=0)
     torch.testing.assert_close(m2, m1[:2], rtol=0, atol=0)
     assert EE._FIELDS.nbytes <= 3 * one
+
+
+# ---------------------------------------------------------------------------------------------- issue 39: photographs
+@pytest.fixture(scope="module")
+def photographs() -> dict[str, np.ndarray]:
+    """Real photographs (skimage's): non-square 300 x 451, square 512 x 512 cut to 256 x 256 (time), and a
+    97 x 131 crop, below the 224 px the model sees."""
+    data = pytest.importorskip("skimage.data")
+    return {
+        "chelsea 300x451": np.ascontiguousarray(data.chelsea()),
+        "astronaut 256x256": np.ascontiguousarray(data.astronaut()[40:296, 128:384]),
+        "coffee 97x131": np.ascontiguousarray(data.coffee()[100:197, 200:331]),
+    }
+
+
+def tv_colour(name: str, img: Image.Image, p) -> np.ndarray:
+    """torchvision 0.10 ``F.<name>`` on a PIL image (``functional_pil``), as the original calls it."""
+    if name == "grayscale":  # rgb_to_grayscale(num_output_channels=3) when the view's flag is set
+        if not p:
+            return np.asarray(img)
+        g = np.array(img.convert("L"), dtype=np.uint8)
+        return np.dstack([g, g, g])
+    if name == "hue":  # adjust_hue: np_h += np.uint8(hue_factor * 255); numpy 1.x wraps the truncated negatives
+        h, s, v = img.convert("HSV").split()
+        np_h = np.array(h, dtype=np.uint8)
+        np_h += np.uint8(int(p * 255) % 256)
+        return np.asarray(Image.merge("HSV", (Image.fromarray(np_h, "L"), s, v)).convert("RGB"))
+    enhancer = {
+        "brightness": ImageEnhance.Brightness,
+        "contrast": ImageEnhance.Contrast,
+        "saturation": ImageEnhance.Color,
+        "sharpness": ImageEnhance.Sharpness,
+    }[name]
+    return np.asarray(enhancer(img).enhance(p))
+
+
+def tv_gaussian_blur(a: np.ndarray, sigma: float, kernel_size: int = 23, taps=None) -> np.ndarray:
+    """torchvision 0.10 ``F.gaussian_blur`` of a PIL image: ``pil_to_tensor``, float32, the 2-D kernel
+    ``mm(k[:, None], k[None, :])`` of ``_get_gaussian_kernel1d`` (float32; ``taps`` replaces it), reflect padding,
+    ``conv2d``, ``torch.round``, uint8."""
+    half = (kernel_size - 1) * 0.5
+    if taps is None:
+        x = torch.linspace(-half, half, steps=kernel_size)
+        pdf = torch.exp(-0.5 * (x / sigma).pow(2))
+        taps = pdf / pdf.sum()
+    k2 = torch.mm(taps[:, None], taps[None, :]).expand(3, 1, kernel_size, kernel_size)
+    img = torch.from_numpy(a).permute(2, 0, 1).unsqueeze(0).to(torch.float32)
+    img = torch.nn.functional.pad(img, [kernel_size // 2] * 4, mode="reflect")
+    out = torch.nn.functional.conv2d(img, k2, groups=3)
+    return torch.round(out).to(torch.uint8)[0].permute(1, 2, 0).numpy()
+
+
+def _every_colour() -> np.ndarray:
+    """uint8 [4096, 4096, 3]: all 2^24 byte triples, in the order ``a << 16 | b << 8 | c``."""
+    v = np.arange(1 << 24, dtype=np.uint32)
+    return np.stack([v >> 16, (v >> 8) & 255, v & 255], -1).astype(np.uint8).reshape(4096, 4096, 3)
+
+
+def test_pillow_hsv_to_rgb_on_every_colour():
+    """Pillow's HSV -> RGB (Convert.c hsv2rgb) for all 2^24 (h, s, v): the table invfast builds is Pillow's."""
+    from invfast.ops.color import _pillow_hsv_table
+
+    every = _every_colour()
+    want = np.asarray(Image.frombytes("HSV", (4096, 4096), every.tobytes()).convert("RGB"))
+    got = _pillow_hsv_table(torch.device("cpu")).view(3, 4096, 4096).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(got, want)
+
+
+def _hsv_probe_colours(rng) -> np.ndarray:
+    """uint8 [N, 3]: every colour with two equal channels (the ties of rgb2hsv's branches, greys included) and
+    random others."""
+    a, b = np.meshgrid(np.arange(256), np.arange(256), indexing="ij")
+    a, b = a.ravel(), b.ravel()
+    ties = [np.stack(c, -1) for c in ((a, a, b), (a, b, a), (b, a, a))]
+    return np.concatenate(ties + [rng.integers(0, 256, (1 << 18, 3))]).astype(np.uint8)
+
+
+def test_pillow_rgb_to_hsv_luma_and_blend(rng):
+    """convert("HSV") on every tie colour and 2^18 random ones, convert("L") on all 2^24 colours, and
+    Image.blend (both of Blend.c's loops: 0 <= alpha <= 1 and extrapolation) on random images: Pillow's bytes."""
+    from invfast.ops.color import pillow_blend, pillow_luma, pillow_rgb_to_hsv
+
+    c = _hsv_probe_colours(rng)
+    img = c[None]  # [1, N, 3]
+    got = pillow_rgb_to_hsv(torch.from_numpy(img).permute(2, 0, 1))
+    np.testing.assert_array_equal(got.permute(1, 2, 0).numpy(), np.asarray(Image.fromarray(img).convert("HSV")))
+    every = _every_colour()
+    luma = pillow_luma(torch.from_numpy(every).permute(2, 0, 1))[0].numpy()
+    np.testing.assert_array_equal(luma, np.asarray(Image.fromarray(every).convert("L")))
+    for alpha in [0.0, 1.0, -1.5, 0.37, 0.9999, 1.0001, 4.99, 30.0] + rng.uniform(-2, 31, 8).tolist():
+        alpha = float(np.float32(alpha))  # a C float, as Image.blend passes it
+        a = rng.integers(0, 256, (29, 37, 3), dtype=np.uint8)
+        b = rng.integers(0, 256, (29, 37, 3), dtype=np.uint8)
+        out = pillow_blend(to_tensor(a)[0], to_tensor(b)[0], torch.tensor(alpha)).permute(1, 2, 0).numpy()
+        np.testing.assert_array_equal(out, np.asarray(Image.blend(Image.fromarray(a), Image.fromarray(b), alpha)))
+
+
+@pytest.mark.slow
+def test_pillow_rgb_to_hsv_on_every_colour():
+    from invfast.ops.color import pillow_rgb_to_hsv
+
+    every = _every_colour()
+    got = pillow_rgb_to_hsv(torch.from_numpy(every).permute(2, 0, 1)).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(got, np.asarray(Image.fromarray(every).convert("HSV")))
+
+
+def test_pillow_smooth_filter(rng):
+    """ImageFilter.SMOOTH (Sharpness' degenerate image): float32 sums from 0.5, truncated, border copied, and
+    images under 3 px copied whole."""
+    from invfast.ops.pillow import pillow_smooth
+
+    for h, w in [(1, 7), (2, 9), (3, 3), (17, 23), (40, 31)] + [tuple(rng.integers(3, 60, 2)) for _ in range(6)]:
+        a = rng.integers(0, 256, (int(h), int(w), 3), dtype=np.uint8)
+        a[: h // 2] = a[: h // 2] // 51 * 51  # flat areas: sums that land on exact levels
+        got = pillow_smooth(to_tensor(a)[0]).permute(1, 2, 0).numpy()
+        np.testing.assert_array_equal(
+            got, np.asarray(Image.fromarray(a).filter(ImageFilter.SMOOTH)), err_msg=f"{h}x{w}"
+        )
+
+
+@pytest.mark.parametrize("name", ["grayscale", "brightness", "contrast", "saturation", "hue", "sharpness"])
+def test_colour_views_are_torchvision_on_pil_bit_for_bit(photographs, name):
+    """Every colour transform under the protocol, at the published grid's values (k = 256, every 15th and the
+    ends; k = 16), on photographs as loaded: the bytes of torchvision 0.10 on the PIL image."""
+    t = get_protocol("ericsson").transform(name)
+    grid = t.grid(256)
+    params = torch.cat([grid[::15], grid[-1:], t.grid(16)])
+    want_grid = {"hue": (-0.5, 0.5), "sharpness": (1.0, 30.0)}.get(name, (0.25, 5.0))
+    if name != "grayscale":  # the published torch.linspace(lo, hi, k), float32
+        np.testing.assert_array_equal(grid.numpy(), torch.linspace(*want_grid, 256).numpy())
+    for label, a in photographs.items():
+        out = t.apply(to_tensor(a), params)[0]
+        pil = Image.fromarray(a)
+        for j, p in enumerate(params.tolist()):
+            want = tv_colour(name, pil, bool(p) if name == "grayscale" else p)
+            np.testing.assert_array_equal(to_hwc(out[j]), want, err_msg=f"{name} {p} on {label}")
+
+
+def test_hue_steps_truncate_toward_zero_and_wrap():
+    """np.uint8(255 shift): 0.5 -> 127, -0.5 -> -127 -> 129, a shift under 1/255 turn -> 0 (the identity)."""
+    from invfast.ops.color import pillow_hue_steps
+
+    shifts = torch.tensor([0.5, -0.5, 0.003, -0.003, 0.0, 0.25, -0.25], dtype=torch.float32)
+    assert pillow_hue_steps(shifts).tolist() == [127, 129, 0, 0, 0, 63, 193]
+
+
+def test_blur_is_torchvisions_gaussian_blur_on_pil(photographs):
+    """torchvision's F.gaussian_blur of a PIL image: with the same float32 taps, bit for bit; with torchvision's
+    own float32 evaluation of the taps (they differ from invfast's float64 ones rounded by <= 1 ulp), a few
+    pixels in 10^5 sit on a rounding tie and move by one level."""
+    from invfast.ops.kernels import gaussian_taps
+
+    t = get_protocol("ericsson").transform("blur")
+    grid = t.grid(256)
+    np.testing.assert_array_equal(grid.numpy(), torch.linspace(1e-5, 20.0, 256).numpy())
+    params = torch.cat([grid[:1], grid[40::90]])
+    moved = total = 0
+    for label, a in photographs.items():
+        if min(a.shape[:2]) <= 11:
+            continue
+        out = t.apply(to_tensor(a), params)[0]
+        for j, s in enumerate(params.tolist()):
+            taps = gaussian_taps(torch.tensor([s]), size=23)[0].float()
+            np.testing.assert_array_equal(to_hwc(out[j]), tv_gaussian_blur(a, s, taps=taps), err_msg=f"{s} {label}")
+            d = to_hwc(out[j]).astype(int) - tv_gaussian_blur(a, s)
+            assert np.abs(d).max() <= 1
+            moved, total = moved + int((d != 0).sum()), total + d.size
+    assert moved <= 1e-4 * total, (moved, total)
+
+
+# ---------------------------------------------------------------------------------------------- issue 39: the draw
+def test_images_are_drawn_as_the_original_draws_them():
+    """np.random.seed(seed); np.random.choice(np.arange(N), n) -- the original's call -- for ImageNet's
+    validation size and others; measure_invariance under the protocol scores exactly those images."""
+    from invfast.measure import measure_invariance
+    from invfast.measure.protocol import resample_indices
+
+    state = np.random.get_state()
+    try:
+        for n, k, seed in ((50_000, 1000, 0), (10, 25, 1), (7, 3, 12345)):
+            np.random.seed(seed)
+            want = np.random.choice(np.arange(n), k)
+            np.testing.assert_array_equal(resample_indices(n, k, seed).numpy(), want)
+        np.random.seed(3)
+        want = np.random.choice(np.arange(20), 9)
+    finally:
+        np.random.set_state(state)
+    x = torch.rand(20, 3, 24, 24, generator=torch.Generator().manual_seed(0))
+    small = dataclasses.replace(PROTOCOLS["ericsson"], resize=24, crop=24)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 2, 3), torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten())
+    r = measure_invariance(
+        net, x, "hflip", protocol=small, n_images=9, protocol_seed=3, device="cpu", shrinkage=1e-3, progress=False
+    )
+    drawn = r.meta["data"]
+    assert drawn["indices_head"] == want[:8].tolist() and drawn["indices_sum"] == int(want.sum())
+
+
+# ---------------------------------------------------------------------------------------------- issue 39: real world
+class _Seen(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+        self.net = torch.nn.Sequential(torch.nn.Conv2d(3, 3, 8, stride=8), torch.nn.AdaptiveAvgPool2d(1))
+
+    def forward(self, x):
+        self.seen.append(x.detach().clone())
+        return self.net(x).flatten(1)
+
+
+def test_real_world_views_are_resize_224_center_crop_224_of_the_photo_as_loaded(tmp_path, photographs):
+    """The original's real-world input: each view as loaded (pil_loader: no EXIF turn), Resize(224) (the longer
+    side int(224 * long / short): 336 for 300 x 451, not 337) + CenterCrop(224), bit for bit; invfast's default
+    keeps its square loading. The reference statistics default to the views, with a warning and in meta."""
+    from invfast.measure import measure_real_world
+
+    arrays = []
+    for g in range(2):
+        (tmp_path / f"obj{g}").mkdir()
+        for i, a in enumerate(photographs.values()):
+            a = a if g == 0 else np.ascontiguousarray(a[:, ::-1])
+            Image.fromarray(a).save(tmp_path / f"obj{g}" / f"{i}.png")
+            arrays.append(a)
+    model = _Seen()
+    with pytest.warns(UserWarning, match="reference statistics from the views"):
+        r = measure_real_world(
+            model, f"folder:{tmp_path}", protocol="ericsson", device="cpu", normalize=False, shrinkage=1e-3, workers=0
+        )
+    assert r.meta["reference_stats"] == "the views" and r.meta["exif_transpose"] is False
+    seen = (torch.cat(model.seen) * 255).round().to(torch.uint8).permute(0, 2, 3, 1).numpy()
+    want = [tv_resize_center_crop(Image.fromarray(a), 224, 224) for a in arrays]
+    assert tv_resize_center_crop(Image.fromarray(arrays[0]), 224, 224).shape == (224, 224, 3)
+    for w in want:  # every view, as the original's transform makes it, reaches the model (stats pass and scores)
+        assert any(np.array_equal(s, w) for s in seen)
+    default = _Seen()
+    measure_real_world(default, f"folder:{tmp_path}", device="cpu", normalize=False, resize=64, workers=0)
+    assert {tuple(x.shape[-2:]) for x in default.seen} == {(64, 64)}
+
+
+# ---------------------------------------------------------------------------------------------- issue 39: EXIF
+def test_exif_orientation_is_not_applied_under_the_protocol(tmp_path, photographs):
+    """A 300 x 451 photo stored with EXIF Orientation = 6: the original's loader (Image.open(f).convert("RGB"))
+    measures it as stored; invfast's default turns it upright. Each run's meta records which."""
+    from invfast.measure import measure_invariance
+
+    a = photographs["chelsea 300x451"]
+    im = Image.fromarray(a)
+    exif = im.getexif()
+    exif[0x0112] = 6
+    im.save(tmp_path / "sideways.jpg", exif=exif, quality=95)
+    with Image.open(tmp_path / "sideways.jpg") as f:
+        stored = np.asarray(f.convert("RGB"))
+    net = _Seen()
+    every = dataclasses.replace(PROTOCOLS["ericsson"], with_replacement=False)
+    kw = dict(device="cpu", normalize=False, shrinkage=1e-3, workers=0, progress=False)
+    r = measure_invariance(net, f"folder:{tmp_path}", "hflip", protocol=every, stats=_one_stats(), **kw)
+    assert r.meta["data"]["exif_transpose"] is False
+    want = tv_resize_center_crop(Image.fromarray(stored))
+    seen = (net.seen[0][0] * 255).round().to(torch.uint8).permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(seen, want)  # 451 wide, 300 high: as stored
+    default = measure_invariance(_Seen(), f"folder:{tmp_path}", "hflip", stats=_one_stats(), **kw)
+    assert default.meta["data"]["exif_transpose"] is True
+
+
+def _one_stats():
+    from invfast.stats import FeatureStats
+
+    return FeatureStats().update(torch.randn(40, 3, generator=torch.Generator().manual_seed(0)).double())
+
+
+# ---------------------------------------------------------------------------------------------- issue 39: end to end
+def _original_view(name: str, a: np.ndarray, p) -> np.ndarray:
+    """The original's final view of photo ``a`` (uint8 HWC): ``FT.<fn>(img, **params)`` on the PIL image as
+    loaded, then Resize(256) + CenterCrop(224) -- except resized_crop, resized straight to 224 x 224."""
+    pil = Image.fromarray(a)
+    if name == "crop":
+        top, left, h, w = p
+        return pil81_resize(tv_resized_crop(pil, top, left, h, w, (224, 224)), (224, 224))
+    if name in ("hflip", "vflip", "invert", "equalize", "grayscale") and not p:  # 'aug': False
+        out = pil
+    elif name in ("hflip", "vflip"):
+        out = pil.transpose(Image.FLIP_LEFT_RIGHT if name == "hflip" else Image.FLIP_TOP_BOTTOM)
+    elif name in ("invert", "equalize"):
+        out = getattr(ImageOps, name)(pil)
+    elif name == "posterize":
+        out = ImageOps.posterize(pil, int(p))
+    elif name == "rotation":
+        out = Image.fromarray(tv_rotate(pil, p))
+    elif name in ("translation", "scale", "shear"):
+        kw = {"translation": dict(translate=p, shear=(1.0, 0.0)), "scale": dict(scale=p, shear=(1.0, 0.0))}
+        out = Image.fromarray(tv_affine(pil, **kw.get(name, dict(shear=p))))
+    elif name == "blur":
+        out = Image.fromarray(tv_gaussian_blur(a, p))
+    else:
+        out = Image.fromarray(tv_colour(name, pil, p))
+    return tv_resize_center_crop(out)
+
+
+@pytest.mark.slow
+def test_end_to_end_means_equal_the_original_pipelines(tmp_path, photographs):
+    """Same fixed network, same photographs (non-square, square, below 224 px), k = 16: every transform's mean
+    distance and cosine under protocol='ericsson' against the original pipeline's views (Pillow, above) scored
+    with the same statistics agree within 0.05 % (they agree to float32 summation: every view but a few blur
+    pixels is bit-exact). Deform is left out: its random field cannot be the original's draws."""
+    from invfast.measure import measure_invariance
+    from invfast.metrics import invariance_scores
+    from invfast.stats import FeatureStats
+    from invfast.transforms import TEST_TRANSFORMS
+
+    arrays = list(photographs.values())
+    for i, a in enumerate(arrays):
+        Image.fromarray(a).save(tmp_path / f"{i}.png")
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 7, stride=4),
+        torch.nn.ReLU(),
+        torch.nn.Conv2d(8, 5, 5, stride=4),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+    ).eval()
+    mean, std = (
+        torch.tensor([0.485, 0.456, 0.406]).view(1, 3, 1, 1),
+        torch.tensor([0.229, 0.224, 0.225]).view(1, 3, 1, 1),
+    )
+
+    def features(views):
+        x = torch.from_numpy(np.stack(views)).permute(0, 3, 1, 2).float() / 255.0
+        with torch.no_grad():
+            return net((x - mean) / std).double()
+
+    f_ref = features([tv_resize_center_crop(Image.fromarray(a)) for a in arrays])
+    crops = E.get("crop").grid(256)[::5].tolist()
+    stats = FeatureStats().update(
+        torch.cat([f_ref, features([_original_view("crop", a, p) for a in arrays for p in crops])])
+    )
+    stats.finalize(shrinkage=0.0)
+    every = dataclasses.replace(PROTOCOLS["ericsson"], with_replacement=False)
+    names = [n for n in TEST_TRANSFORMS if n != "deform"]
+    got = measure_invariance(
+        net,
+        f"folder:{tmp_path}",
+        names,
+        grid_size=16,
+        protocol=every,
+        stats=stats,
+        device="cpu",
+        workers=0,
+        progress=False,
+    )
+    for name in names:
+        params = every.transform(name).grid(16).tolist()
+        if name in ("hflip", "vflip", "invert", "equalize", "grayscale"):
+            params = [bool(p) for p in params]
+        f_t = torch.stack([features([_original_view(name, a, p) for p in params]) for a in arrays])
+        want = invariance_scores(f_ref, f_t, stats)
+        tr = got.transforms[name]
+        for have, ref in ((tr.mean_distance, want["distance"].mean()), (tr.mean_cosine, want["cosine"].mean())):
+            assert have == pytest.approx(float(ref), rel=5e-4), name

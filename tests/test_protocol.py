@@ -248,13 +248,14 @@ def test_with_replacement_scores_a_draw_with_stats_from_all_images():
 
 def test_real_world_self_pairs():
     g = torch.Generator().manual_seed(3)
-    x = torch.rand(12, 3, 40, 40, generator=g, dtype=torch.float64)
+    x = torch.rand(12, 3, 224, 224, generator=g, dtype=torch.float64)  # Resize(224) + CenterCrop(224): unchanged
     groups = [0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2]
     model = _model()
     a = measure_real_world(model, x, groups=groups, device="cpu").transforms["real-world"]
-    b = measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson", shrinkage="trace").transforms[
-        "real-world"
-    ]
+    with pytest.warns(UserWarning, match="reference statistics from the views"):
+        b = measure_real_world(
+            model, x, groups=groups, device="cpu", protocol="ericsson", shrinkage="trace"
+        ).transforms["real-world"]
     V = torch.tensor([3.0, 4.0, 5.0], dtype=torch.float64)
     torch.testing.assert_close(b.per_image_cosine, 1 / V + (V - 1) / V * a.per_image_cosine, rtol=0, atol=1e-9)
     # the distance is over distinct pairs in both (the original's torch.pdist), so it is the same
@@ -270,9 +271,17 @@ def test_real_world_distance_is_the_mean_of_pdist_over_whitened_views():
     x = torch.rand(14, 3, 24, 24, generator=g, dtype=torch.float64)
     groups = [0] * 4 + [1] * 5 + [2] * 5
     model = _model()
+    stats = FeatureStats().update(torch.randn(50, 6, generator=g, dtype=torch.float64))  # given: no warning
+    as_loaded = dataclasses.replace(PROTOCOLS["ericsson"], real_world_resize=None)  # 24 px, not Resize(224)
     r = measure_real_world(
-        model, x, groups=groups, device="cpu", protocol="ericsson", shrinkage=1e-3, normalize=False
+        model, x, groups=groups, device="cpu", protocol=as_loaded, shrinkage=1e-3, normalize=False
     ).transforms["real-world"]
+    assert (
+        measure_real_world(model, x, groups=groups, device="cpu", protocol="ericsson", stats=stats).meta[
+            "reference_stats"
+        ]
+        == "given"
+    )
     with torch.no_grad():
         f = model(x.float()).double().numpy()
     mu = f.mean(0)

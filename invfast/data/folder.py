@@ -5,12 +5,14 @@ Every image becomes ``uint8 [3, size, size]`` the way torchvision's evaluation t
 bilinear, antialiased when shrinking), then the centre ``size x size`` square is cut out. The same
 rule serves measurement and pretraining, so an image means the same pixels to both.
 
-Decoding turns the image upright by its EXIF orientation (as Pillow's ``ImageOps.exif_transpose``) and
-reads it by what its mode holds: 16-bit images (PNG/TIFF ``I;16``) are scaled 0..65535 -> 0..255 (PIL's
-own conversion clips them to 255, nearly white); float (``F``) and 32-bit integer (``I``) images by their
-range (0..1 floats scaled by 255, values in 0..255 kept); NaN/Inf or a range that tells no scale is
-refused (the file counts as unreadable, with the reason). ``native=True`` keeps every image as loaded
-(its own size and aspect): the published evaluation code transforms images so.
+Decoding turns the image upright by its EXIF orientation (as Pillow's ``ImageOps.exif_transpose``; not with
+``exif=False``, the default of ``native``) and reads it by what its mode holds: 16-bit images (PNG/TIFF
+``I;16``) are scaled 0..65535 -> 0..255 (PIL's own conversion clips them to 255, nearly white); float (``F``)
+and 32-bit integer (``I``) images by their range, with the rule of in-memory arrays
+(:func:`invfast.data.protocol.float_range_scale`: 0..1 floats scaled by 255, values in 0..255 kept with a
+warning, a maximum slightly above 1 refused); NaN/Inf or a range that tells no scale is refused (the file
+counts as unreadable, with the reason). ``native=True`` keeps every image as the published evaluation code
+loads it (``torchvision``'s ``pil_loader``: its own size and aspect, not turned by EXIF) and transforms it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from invfast.data.protocol import ImageDecodeError, Source, integer_scale, pin
+from invfast.data.protocol import ImageDecodeError, Source, float_range_scale, integer_scale, pin
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".jpe")
 
@@ -34,9 +36,10 @@ def image_to_rgb(im: Any) -> Any:
     """A PIL image as 8-bit RGB, scaled by what its mode holds: 16-bit modes 0..65535 -> 0..255 (PIL's own
     conversion clips them to 255, nearly white); 32-bit integer images by their range
     (:func:`invfast.data.protocol.integer_scale`: 0..255 as is, up to 65535 as 16-bit); float images by
-    their range (0..1 floats, or values already in 0..255), refusing NaN/Inf or a range that says nothing
-    of the scale. Every reader of user images (folders, ``invfast transforms --image``, background
-    folders) decodes through it."""
+    their range as in-memory float arrays are (:func:`invfast.data.protocol.float_range_scale`: 0..1 floats,
+    or values already in 0..255 with a warning), refusing NaN/Inf or a range that says nothing of the scale
+    (below 0, above 255, or slightly above 1). Every reader of user images (folders, ``invfast transforms
+    --image``, background folders) decodes through it."""
     from PIL import Image
 
     if im.mode in ("I;16", "I;16L", "I;16B", "I;16N"):
@@ -49,32 +52,31 @@ def image_to_rgb(im: Any) -> Any:
         lo, hi = (float(a.min()), float(a.max())) if a.size else (0.0, 0.0)
         if im.mode == "I":
             a = a / integer_scale(int(lo), int(hi), "32-bit integer image pixels")
-        elif lo >= 0 and hi <= 1:
+        elif float_range_scale(lo, hi, "float image") == 1.0:
             a = a * 255.0
-        elif lo < 0 or hi > 255:
-            raise ValueError(
-                f"float image with values in [{lo:.4g}, {hi:.4g}]: the scale cannot be told (expected 0..1 "
-                "or 0..255); convert it to 8-bit"
-            )
+        else:
+            warnings.warn(f"float image with values up to {hi:.4g} read as 0..255", stacklevel=2)
         return Image.fromarray(np.clip(np.round(a), 0, 255).astype(np.uint8), mode="L").convert("RGB")
     return im.convert("RGB")
 
 
-def open_rgb(path: str | os.PathLike) -> Any:
+def open_rgb(path: str | os.PathLike, exif: bool = True) -> Any:
     """The image at ``path`` as 8-bit RGB, turned upright by its EXIF orientation (as Pillow's
-    ``ImageOps.exif_transpose``: cameras store photos sideways and record the rotation in EXIF)."""
+    ``ImageOps.exif_transpose``: cameras store photos sideways and record the rotation in EXIF); with
+    ``exif=False`` as stored (what torchvision's ``pil_loader`` gives: ``Image.open(path).convert("RGB")``)."""
     from PIL import Image, ImageOps
 
     with Image.open(path) as im:
-        im = ImageOps.exif_transpose(im)
+        if exif:
+            im = ImageOps.exif_transpose(im)
         return image_to_rgb(im)
 
 
-def decode_image(path: str | os.PathLike, size: int) -> torch.Tensor:
+def decode_image(path: str | os.PathLike, size: int, exif: bool = True) -> torch.Tensor:
     """The image at ``path`` as uint8 [3, size, size]: shorter side resized to ``size``, centre-cropped."""
     from PIL import Image
 
-    im = open_rgb(path)
+    im = open_rgb(path, exif)
     w, h = im.size
     s = size / min(w, h)
     nw, nh = max(size, round(w * s)), max(size, round(h * s))
@@ -85,9 +87,10 @@ def decode_image(path: str | os.PathLike, size: int) -> torch.Tensor:
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)
 
 
-def decode_native(path: str | os.PathLike) -> torch.Tensor:
-    """The image at ``path`` as loaded, uint8 [3, H, W] (upright by its EXIF orientation; no resizing)."""
-    arr = np.asarray(open_rgb(path), dtype=np.uint8)
+def decode_native(path: str | os.PathLike, exif: bool = True) -> torch.Tensor:
+    """The image at ``path`` as loaded, uint8 [3, H, W] (upright by its EXIF orientation unless ``exif=False``;
+    no resizing)."""
+    arr = np.asarray(open_rgb(path, exif), dtype=np.uint8)
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)
 
 
@@ -112,15 +115,16 @@ class _Decoded(torch.utils.data.Dataset):
     """index -> (index, image uint8 [3, S, S] (or [3, H, W] as loaded when ``native``) or zeros,
     error text or '')."""
 
-    def __init__(self, files: list[str], size: int, native: bool = False) -> None:
-        self.files, self.size, self.native = files, size, native
+    def __init__(self, files: list[str], size: int, native: bool = False, exif: bool = True) -> None:
+        self.files, self.size, self.native, self.exif = files, size, native, exif
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor, str]:
         try:
-            img = decode_native(self.files[i]) if self.native else decode_image(self.files[i], self.size)
+            f = self.files[i]
+            img = decode_native(f, self.exif) if self.native else decode_image(f, self.size, self.exif)
             return i, img, ""
         except Exception as e:  # PIL raises many types for bad files
             side = 1 if self.native else self.size
@@ -166,6 +170,8 @@ class FolderSource(Source):
         cache: keep decoded images in memory (pretraining reads every image once per epoch).
         native: images as loaded, each at its own size and aspect (no resize or crop): ``load`` then
             gives a list of ``uint8 [3, H_i, W_i]`` (the published evaluation code transforms images so).
+        exif: turn each image upright by its EXIF orientation; default: yes, except with ``native`` (the
+            published code's loader, ``pil_loader``, does not: a photo stored sideways is measured sideways).
         load_size: deprecated name of ``resize``.
     """
 
@@ -181,6 +187,7 @@ class FolderSource(Source):
         cache: bool = False,
         load_size: int | None = None,
         native: bool = False,
+        exif: bool | None = None,
     ) -> None:
         if load_size is not None:
             warnings.warn(
@@ -202,6 +209,7 @@ class FolderSource(Source):
             raise ValueError(f"workers must be an int >= 0, got {workers!r}")
         self.root, self.resize, self.strict, self.workers = root, int(resize), strict, int(workers)
         self.native = bool(native)
+        self.exif = not self.native if exif is None else bool(exif)
         exts = None if extensions is None else tuple(e.lower() for e in extensions)
         files: list[str] = []
         for dirpath, dirnames, filenames in os.walk(root):
@@ -228,7 +236,7 @@ class FolderSource(Source):
         self.errors = DecodeErrors()
         self._seen_bad: set[int] = set()
         self._cache: dict[int, torch.Tensor] | None = {} if cache else None
-        self._dataset = _Decoded(files, self.resize, self.native)
+        self._dataset = _Decoded(files, self.resize, self.native, self.exif)
         self._requests = _Requests()
         self._loader: torch.utils.data.DataLoader | None = None
         self._lock = threading.Lock()
@@ -352,6 +360,8 @@ class FolderSource(Source):
         import hashlib
 
         h = hashlib.sha256(f"resize={'native' if self.native else self.resize}\n".encode())
+        if not self.exif:  # the pixels of EXIF-tagged photos differ (the default's identity is unchanged)
+            h.update(b"exif=off\n")
         for f in self.files:
             try:
                 size = os.path.getsize(f)
@@ -366,6 +376,7 @@ class FolderSource(Source):
             "root": os.path.abspath(self.root),
             "n": len(self),
             "resize": "native" if self.native else self.resize,
+            "exif_transpose": self.exif,
             "first": os.path.relpath(self.files[0], self.root),
             "last": os.path.relpath(self.files[-1], self.root),
         }

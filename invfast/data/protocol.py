@@ -45,22 +45,45 @@ class ImageSource(Protocol):
     def describe(self) -> dict[str, Any]: ...
 
 
+#: a float image whose maximum is above 1 by more than this is not 0..1 (rounding noise of 0..1 images passes)
+FLOAT_UNIT_TOLERANCE = 1e-3
+#: below this maximum a float image that is not 0..1 is not told apart from a 0..1 one with overshoot either:
+#: read as 0..255 it would be black (its brightest pixel under 2 of 255 levels)
+FLOAT_AMBIGUOUS_MAX = 2.0
+
+
+def float_range_scale(lo: float, hi: float, what: str = "images") -> float:
+    """255 or 1: the scale of float pixels with values in ``[lo, hi]`` -- 1 for 0..1 (within
+    :data:`FLOAT_UNIT_TOLERANCE`), 255 for 0..255 with a maximum above :data:`FLOAT_AMBIGUOUS_MAX` -- or one
+    ValueError naming the range: below 0, above 255, or slightly above 1 (a 0..1 image with overshoot, or a
+    0..255 one that would be black: which, the values cannot tell). The one rule of float images, in memory
+    (:func:`float_scale`) and in files (:func:`invfast.data.folder.image_to_rgb`)."""
+    tol = FLOAT_UNIT_TOLERANCE
+    if lo >= -tol and hi <= 1 + tol:
+        return 1.0
+    if lo >= -tol and FLOAT_AMBIGUOUS_MAX < hi <= 255 + tol:
+        return 255.0
+    if lo >= -tol and hi <= FLOAT_AMBIGUOUS_MAX:
+        raise ValueError(
+            f"{what}: float values in [{lo:.4g}, {hi:.4g}]: slightly above 1, so neither 0..1 nor 0..255 can be "
+            "told; clip them to 0..1 (np.clip(a, 0, 1)) if they are 0..1 with overshoot, or pass uint8"
+        )
+    raise ValueError(
+        f"{what}: float values in [{lo:.4g}, {hi:.4g}]: the scale cannot be told (expected 0..1 or 0..255); "
+        "rescale them or pass uint8"
+    )
+
+
 def float_scale(images: torch.Tensor, what: str = "images") -> float:
-    """255 or 1: the scale float ``images`` are on (0..1, or already 0..255); one ValueError saying what was
-    found for NaN/Inf or a range that is neither (checked once where images enter invfast)."""
+    """255 or 1: the scale float ``images`` are on (0..1, or already 0..255; :func:`float_range_scale`); one
+    ValueError saying what was found for NaN/Inf or a range that is neither (checked once where images enter
+    invfast)."""
     bad = int((~torch.isfinite(images)).sum())
     if bad:
         raise ValueError(f"{what} hold {bad} NaN/Inf value(s); replace them (they cannot be turned into pixels)")
     if images.numel() == 0:
         return 1.0
-    lo, hi = float(images.min()), float(images.max())
-    if lo >= -1e-3 and hi <= 1 + 1e-3:
-        return 1.0
-    if lo >= -1e-3 and hi <= 255 + 1e-3:
-        return 255.0
-    raise ValueError(
-        f"{what} are float with values in [{lo:.4g}, {hi:.4g}]: expected 0..1 (or 0..255); rescale them or pass uint8"
-    )
+    return float_range_scale(float(images.min()), float(images.max()), what)
 
 
 def integer_scale(lo: int, hi: int, what: str = "images") -> float:
@@ -142,4 +165,15 @@ def pin(images: torch.Tensor) -> torch.Tensor:
     return images.pin_memory()
 
 
-__all__ = ["ImageDecodeError", "ImageSource", "Source", "float_scale", "integer_scale", "pin", "to_uint8"]
+__all__ = [
+    "FLOAT_AMBIGUOUS_MAX",
+    "FLOAT_UNIT_TOLERANCE",
+    "ImageDecodeError",
+    "ImageSource",
+    "Source",
+    "float_range_scale",
+    "float_scale",
+    "integer_scale",
+    "pin",
+    "to_uint8",
+]

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 
 __all__ = ["PROTOCOLS", "Protocol", "get_protocol", "resample_indices", "resize_center_crop"]
@@ -38,6 +39,9 @@ class Protocol:
         resize, crop: the sizes of the post-transform preprocessing (pixels); under ``transforms='ericsson'``
             they also set the translation range ((resize - crop) / 2), the crop boxes (fractions of
             ``resize``) and the side of the crop views (``crop``), as in the original.
+        real_world_resize, real_world_crop: real-world views are read as loaded and given
+            ``Resize(real_world_resize)`` + ``CenterCrop(real_world_crop)`` (the original's 224, 224); None: the
+            measurement's own loading (``resize`` px squares, then ``crop``).
     """
 
     name: str
@@ -50,6 +54,8 @@ class Protocol:
     real_world_self_pairs: bool = False
     resize: int = 256
     crop: int = 224
+    real_world_resize: int | None = None
+    real_world_crop: int | None = None
 
     def transform(self, t: Any, seed: int = 0) -> Any:
         """The protocol's version of test transform ``t`` (a name or a transform object)."""
@@ -74,6 +80,8 @@ PROTOCOLS: dict[str, Protocol] = {
         with_replacement=True,
         transforms="ericsson",
         real_world_self_pairs=True,
+        real_world_resize=224,
+        real_world_crop=224,
     ),
 }
 
@@ -109,11 +117,13 @@ def resize_center_crop(x: torch.Tensor, resize: int, crop: int) -> torch.Tensor:
 
 
 def resample_indices(n: int, k: int | None, seed: int) -> torch.Tensor:
-    """int64 [k]: ``k`` (default ``n``) image indices drawn uniformly with replacement from 0..n-1, seeded."""
+    """int64 [k]: ``k`` (default ``n``) image indices drawn uniformly with replacement from 0..n-1, as the
+    original draws them: ``np.random.seed(seed)`` then ``np.random.choice(np.arange(n), k)`` (numpy's legacy
+    ``RandomState``, whose stream every numpy version keeps: the same indices for the same ``n``, ``k``, seed)."""
     if n < 1:
         raise ValueError("no images to draw from")
-    g = torch.Generator().manual_seed(int(seed))
-    return torch.randint(0, n, (n if k is None else int(k),), generator=g)
+    size = n if k is None else int(k)
+    return torch.from_numpy(np.random.RandomState(int(seed)).choice(np.arange(n), size).astype(np.int64))
 
 
 class ResampledSource:

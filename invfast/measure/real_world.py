@@ -3,7 +3,9 @@ scored over all pairs of views within each group; no transform, no reference ima
 
 from __future__ import annotations
 
+import functools
 import time
+import warnings
 from typing import Any
 
 import numpy as np
@@ -12,7 +14,7 @@ import torch
 from invfast.data.sources import as_source
 from invfast.measure.config import MeasureConfig, fingerprint
 from invfast.measure.engine import Run, check_stats, stats_fingerprint, stats_info
-from invfast.measure.protocol import get_protocol
+from invfast.measure.protocol import get_protocol, resize_center_crop
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.state import Shard, files_fingerprint, gather_objects, sum_in_rank_order
 from invfast.metrics import invariance_scores
@@ -37,8 +39,12 @@ def measure_real_world(
     """Real-world invariance (Ericsson et al. 2021 BMVC, §4.2): no reference image; for every group
     (object / scene folder, or ``groups`` ids for tensors) the scores of all pairs of distinct views
     are averaged, then the group means are averaged. Reference statistics come from all views
-    unless ``stats`` is given. Per-group means are the result's per-image values (for significance);
-    groups with fewer than two readable views are skipped and counted in ``meta['skipped_groups']``.
+    unless ``stats`` is given (the original uses the ImageNet statistics of its synthetic evaluation: under
+    ``protocol='ericsson'`` pass them, or a warning says the views' are used). Under ``protocol='ericsson'``
+    the views are read as loaded (no EXIF turn) and given the original's ``Resize(224)`` +
+    ``CenterCrop(224)``; otherwise ``resize`` px squares (then ``crop``). Per-group means are the result's
+    per-image values (for significance); groups with fewer than two readable views are skipped and counted
+    in ``meta['skipped_groups']``.
 
     ``config``/``overrides`` as in :func:`invfast.measure_invariance` (``grid_size`` and the transform
     options do not apply); ``name``/``family``: the label of the group set in tables; ``model_name``:
@@ -58,7 +64,17 @@ def measure_real_world(
         if groups is not None
         else None
     )
-    run = Run(model, data, cfg, shard=shard, n_images=cfg.n_images, source=src)
+    post, native = None, False
+    if proto.real_world_resize is not None:  # the original: every view as loaded, Resize + CenterCrop
+        crop = proto.real_world_crop if proto.real_world_crop is not None else proto.real_world_resize
+        post, native = functools.partial(resize_center_crop, resize=proto.real_world_resize, crop=crop), True
+        if stats is None:
+            warnings.warn(
+                f"real-world invariance under protocol {proto.name!r}: reference statistics from the views; the "
+                "original whitens with the statistics of its ImageNet evaluation (pass them as stats=...)",
+                stacklevel=2,
+            )
+    run = Run(model, data, cfg, shard=shard, n_images=cfg.n_images, source=src, post=post, native=native)
     layers = run.extract.layer_names
     if len(layers) != 1:
         raise ValueError(f"real-world mode measures one layer at a time; got layers {layers}")
@@ -113,7 +129,8 @@ def measure_real_world(
                     for i in sub[~ok].tolist():
                         run.bad.add(int(i))
                     if bool(ok.any()):
-                        feats.append(run.extract(x[ok]))
+                        kept = [v for v, k in zip(x, ok.tolist()) if k] if isinstance(x, list) else x[ok]
+                        feats.append(run.extract(run.model_input(kept)))
                 f = torch.cat(feats) if feats else torch.zeros(0, 1)
                 v = f.shape[0]
                 if v >= 2:
@@ -176,6 +193,14 @@ def measure_real_world(
     meta = {
         "data": run.source.describe(),
         "mode": "real-world",
+        "protocol": proto.name,
+        "preprocessing": (
+            f"Resize({proto.real_world_resize}) + CenterCrop of each view as loaded"
+            if native
+            else "the source's images (folders: resize px squares), then crop"
+        ),
+        "reference_stats": "given" if stats is not None else "the views",
+        "exif_transpose": getattr(run.source, "exif", None),  # folders: were photos turned upright (None: no files)
         "device": str(run.device),
         "groups": n_groups,
         "skipped_groups": int((~valid).sum()),

@@ -24,6 +24,14 @@ each pass rounding to uint8. Per output pixel, the triangle filter scaled by the
 (support ``max(1, in/out)`` px, centre ``(i + 0.5) in/out``) is normalised and quantised to 22-bit fixed
 point (``int(0.5 + w * 2^22)``); the output is ``clip((2^21 + sum(p w)) >> 22, 0, 255)``, in int32 like
 Pillow's, so every device gives Pillow's bits.
+
+**Colour** (torchvision 0.10's ``adjust_*`` / ``rgb_to_grayscale`` on PIL images, :func:`pillow_colour`):
+``ImageEnhance`` is ``Image.blend(degenerate, image, factor)`` (:func:`invfast.ops.color.pillow_blend`) with
+a black image (brightness), the grey ``int(mean(L) + 0.5)`` (contrast; ``L`` = ``convert("L")``), ``L`` as RGB
+(saturation, ``ImageEnhance.Color``) or the ``SMOOTH`` filter's image (sharpness: 3x3 weights 1, centre 5,
+/13, summed in float32 row by row from 0.5 and truncated, Filter.c; the border rows and columns copied);
+grayscale is ``L`` in every channel; hue adds ``np.uint8(255 shift)`` to the hue of ``convert("HSV")``
+(uint8 wrap-around) and converts back (:mod:`invfast.ops.color`).
 """
 
 from __future__ import annotations
@@ -34,8 +42,18 @@ from collections.abc import Sequence
 import torch
 
 from invfast.ops.augment import _fill_vector, _gather_nearest
+from invfast.ops.color import pillow_adjust_hue, pillow_blend, pillow_luma
 
-__all__ = ["pillow_affine_indices", "pillow_affine_nearest", "pillow_resize", "pillow_resize_weights"]
+__all__ = [
+    "PILLOW_COLOUR",
+    "SMOOTH_KERNEL",
+    "pillow_affine_indices",
+    "pillow_affine_nearest",
+    "pillow_colour",
+    "pillow_resize",
+    "pillow_resize_weights",
+    "pillow_smooth",
+]
 
 _FIXED_LIMIT = 32768.0  # Geometry.c check_fixed: |coordinate| < 32768 at the four corners
 _MAX_INDEX_ELEMENTS = 1 << 24  # output pixels x views per chunk of index tables
@@ -214,3 +232,75 @@ def pillow_resize(
     if h != H:
         x = _resample(x, -2, H, h, rows, offset=r0)  # rows outside r0..r1 are never read
     return x.to(torch.uint8)
+
+
+# ---------------------------------------------------------------------------------------------- colour
+#: ``ImageFilter.SMOOTH``'s 3x3 weights (row-major); Pillow divides them by their sum, 13
+SMOOTH_KERNEL = (1.0, 1.0, 1.0, 1.0, 5.0, 1.0, 1.0, 1.0, 1.0)
+#: the colour transforms :func:`pillow_colour` makes (torchvision 0.10 function on PIL images)
+PILLOW_COLOUR = ("grayscale", "brightness", "contrast", "saturation", "hue", "sharpness")
+_CHUNK_ELEMENTS = 1 << 22  # float32 elements per intermediate chunk
+
+
+def pillow_smooth(images: torch.Tensor) -> torch.Tensor:
+    """``image.filter(ImageFilter.SMOOTH)`` of uint8 images [..., H, W], bit for bit (Filter.c
+    ``ImagingFilter3x3``): per inner pixel ``ss = 0.5`` plus, row y+1, y, y-1 in turn, ``(a k0 + b k1) + c k2``,
+    all in float32 with the weights ``float(w) / 13``; truncated and clipped; the first and last row and column
+    are copied, and an image under 3 x 3 px is copied whole."""
+    H, W = images.shape[-2:]
+    if H < 3 or W < 3:
+        return images.clone()
+    f = images.to(torch.float32)
+    k = torch.tensor(SMOOTH_KERNEL, dtype=torch.float32, device=images.device) / torch.tensor(
+        13.0, dtype=torch.float32, device=images.device
+    )
+    ss = torch.full(f[..., 1:-1, 1:-1].shape, 0.5, dtype=torch.float32, device=images.device)
+    for row, r0 in ((2, 0), (1, 3), (0, 6)):  # in1 (y + 1) with kernel[0:3], in0 with [3:6], in_1 with [6:9]
+        line = f[..., row : row + H - 2, :]
+        ss = ss + ((line[..., :-2] * k[r0] + line[..., 1:-1] * k[r0 + 1]) + line[..., 2:] * k[r0 + 2])
+    out = images.clone()
+    out[..., 1:-1, 1:-1] = ss.trunc_().clamp_(0.0, 255.0).to(torch.uint8)
+    return out
+
+
+def _level_tables(degenerate: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
+    """uint8 [Bt, P, 1, 256]: ``pillow_blend(d, level, f)`` for every constant degenerate ``d`` [Bt] and factor."""
+    lv = torch.arange(256, dtype=torch.uint8, device=factors.device).view(1, 1, 1, 256)
+    return pillow_blend(degenerate.view(-1, 1, 1, 1), lv, factors.view(1, -1, 1, 1))
+
+
+def pillow_colour(name: str, images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """The colour test transform ``name`` (:data:`PILLOW_COLOUR`) as torchvision 0.10 applies it to PIL images:
+    uint8 RGB [B, 3, H, W], params [P] (factors; hue shifts in turns; grayscale 0/1) -> uint8 [B, P, 3, H, W].
+
+    Brightness and contrast blend with a constant, so they are 256-entry tables per view (applied by the
+    ``lut_u8`` op, a plain lookup); saturation, sharpness and hue are computed per pixel."""
+    from invfast.ops import transforms_u8
+
+    if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
+        raise ValueError(
+            f"pillow_colour: images must be uint8 RGB [B, 3, H, W], got {images.dtype} {tuple(images.shape)}"
+        )
+    if name not in PILLOW_COLOUR:
+        raise ValueError(f"pillow_colour: unknown transform {name!r}; choose one of {', '.join(PILLOW_COLOUR)}")
+    B, C, H, W = images.shape
+    p = params.to(images.device).reshape(-1)
+    P = p.shape[0]
+    if name == "brightness":  # blend(black, image, f)
+        return transforms_u8.lut(images, _level_tables(torch.zeros(1, device=p.device), p))
+    luma = pillow_luma(images)  # [B, 1, H, W]
+    if name == "contrast":  # blend(grey int(mean(L) + 0.5), image, f); ImageStat's mean is sum / count in double
+        mean = luma.to(torch.int64).sum(dim=(1, 2, 3)).double() / float(H * W)
+        return transforms_u8.lut(images, _level_tables(torch.floor(mean + 0.5), p))
+    if name == "hue":
+        return pillow_adjust_hue(images, p, _CHUNK_ELEMENTS)
+    if name == "grayscale":
+        on = (p > 0.5).view(1, P, 1, 1, 1)
+        return torch.where(on, luma.unsqueeze(1).expand(B, P, C, H, W), images.unsqueeze(1))
+    out = torch.empty((B, P, C, H, W), dtype=torch.uint8, device=images.device)
+    step = max(1, _CHUNK_ELEMENTS // max(1, images.numel()))
+    deg = luma.expand(B, C, H, W) if name == "saturation" else pillow_smooth(images)
+    for s0 in range(0, P, step):
+        f = p[s0 : s0 + step].view(1, -1, 1, 1, 1)
+        out[:, s0 : s0 + step] = pillow_blend(deg.unsqueeze(1), images.unsqueeze(1), f)
+    return out

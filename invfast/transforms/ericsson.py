@@ -5,7 +5,7 @@ Used by ``protocol="ericsson"`` (:mod:`invfast.measure.protocol`); invfast's own
 github.com/linusericsson/ssl-invariances, ``eval_synthetic_invariance.py`` (``ManualTransform``): each
 transform is a ``torchvision.transforms.functional`` call (torchvision 0.10, Pillow 8.1) on the PIL image
 as loaded, then ``Resize(resize)`` + ``CenterCrop(crop)`` (256, 224) -- except ``resized_crop``, which
-is resized straight to ``crop x crop``. Eight transforms differ from the registry:
+is resized straight to ``crop x crop``. Fourteen transforms differ from the registry:
 
 =========== ========== ===========================================================================
 name        params     what the original code does
@@ -27,6 +27,11 @@ posterize   [P]        bits 1..7 (7 views; no identity view in the grid)
 deform      [P, 2]     (sigma, draw): albumentations 1.0.3 ``ElasticTransform(sigma=σ, approximate=True)``
                        (:mod:`invfast.transforms.ericsson_elastic`); sigma in ``int(linspace(10, 50, 8))``
                        tiled over the grid; ``draw`` seeds the randomness
+grayscale,  [P]        Pillow's uint8 arithmetic (:func:`invfast.ops.pillow.pillow_colour`): ``ImageEnhance``
+brightness,            blends truncated to uint8, contrast's grey the integer ``int(mean(L) + 0.5)``,
+contrast,              ``convert("L")``'s fixed-point luma, hue shifted by ``int(255 shift)`` steps of the
+saturation,            uint8 hue of ``convert("HSV")``; grids ``linspace`` in float32 (hue ``(-0.5, 0.5)``,
+hue, sharpness         factors ``(0.25, 5)``, sharpness ``(1, 30)``); float images: the registry's float ops
 =========== ========== ===========================================================================
 
 Resampling of scale, shear, rotation and translation is **nearest**, torchvision's default for PIL
@@ -51,7 +56,7 @@ import torch.nn.functional as F
 
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.ops.kernels import gaussian_taps
-from invfast.ops.pillow import pillow_affine_nearest, pillow_resize
+from invfast.ops.pillow import PILLOW_COLOUR, pillow_affine_nearest, pillow_colour, pillow_resize
 from invfast.transforms import functional as Fn
 from invfast.transforms import registry
 from invfast.transforms._checks import as_images
@@ -92,7 +97,7 @@ __all__ = [
 SHEAR_DEG = 1.0  #: x-shear passed with every scale and translation view
 BLUR_TAPS = 23  #: fixed Gaussian kernel length of the blur transform
 POSTERIZE_BITS = tuple(range(1, 8))  #: the published posterize grid (``torch.arange(1, 8)``)
-ERICSSON_CHANGED = ("crop", "scale", "shear", "rotation", "translation", "deform", "blur", "posterize")
+ERICSSON_CHANGED = ("crop", "scale", "shear", "rotation", "translation", "deform", "blur", "posterize") + PILLOW_COLOUR
 _AFFINE = ("scale", "shear", "rotation", "translation")
 _DIMS = {"crop": 4, "shear": 2, "translation": 2, "deform": 2}
 
@@ -159,6 +164,16 @@ def deform_grid(k: int) -> torch.Tensor:
     tiled = sig.repeat(math.ceil(k / 8))[:k]
     return torch.stack([tiled, torch.arange(k, dtype=torch.float64, device="cpu")], 1).to(torch.float32)
 
+
+#: the published ``torch.linspace(lo, hi, k)`` (float32) of the other transforms with k views
+_LINEAR = {
+    "brightness": (0.25, 5.0),
+    "contrast": (0.25, 5.0),
+    "saturation": (0.25, 5.0),
+    "hue": (-0.5, 0.5),
+    "blur": (1e-5, 20.0),
+    "sharpness": (1.0, 30.0),
+}
 
 _GRIDS = {
     "translation": translation_grid,
@@ -271,8 +286,12 @@ def blur_kernels(sigma: torch.Tensor, taps: int = BLUR_TAPS) -> torch.Tensor:
     return gaussian_taps(sigma, size=taps)
 
 
-def _blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    B, C, H, W = x.shape
+def _blur(images: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+    """torchvision 0.10 ``gaussian_blur(img, 23, sigma)`` of every image, every sigma, as it runs on a PIL image:
+    the 23 x 23 kernel ``outer(k, k)`` in float32 (float for float images), reflect padding, a depthwise
+    ``conv2d`` (one image at a time; views side by side as groups, each channel's sums as in torchvision's
+    call), uint8 results rounded half to even (``_cast_squeeze_out``). [B, C, H, W] -> [B, P, C, H, W]."""
+    B, C, H, W = images.shape
     R = (BLUR_TAPS - 1) // 2
     if min(H, W) <= R:
         raise ValueError(
@@ -280,11 +299,18 @@ def _blur(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
             f"kernel's reflect padding, got {H}x{W}"
         )
     P = sigma.shape[0]
-    k = blur_kernels(sigma).to(device=x.device, dtype=x.dtype)
-    flat = x.reshape(B * C, 1, H, W)
-    h = F.conv2d(F.pad(flat, (R, R, 0, 0), mode="reflect"), k.view(P, 1, 1, -1))
-    v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), k.view(P, 1, -1, 1), groups=P)
-    return v.reshape(B, C, P, H, W).transpose(1, 2)
+    dtype = images.dtype if images.is_floating_point() else torch.float32
+    k = blur_kernels(sigma).to(dtype).to(images.device)  # the 1-D taps, rounded to the working dtype
+    k2 = (k.view(P, -1, 1) * k.view(P, 1, -1)).repeat_interleave(C, 0).unsqueeze(1)  # torch.mm(k[:, None], k[None])
+    out = torch.empty((B, P, C, H, W), dtype=images.dtype, device=images.device)
+    padded = F.pad(images.to(dtype), (R, R, R, R), mode="reflect")
+    step = max(1, (1 << 24) // padded[0].numel())  # views per call: about 64 MiB of input
+    for b in range(B):
+        for s in range(0, P, step):
+            n = min(step, P - s)
+            y = F.conv2d(padded[b : b + 1].repeat(1, n, 1, 1), k2[s * C : (s + n) * C], groups=n * C)
+            out[b, s : s + n] = (torch.round(y) if images.dtype == torch.uint8 else y).view(n, C, H, W)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- transforms
@@ -320,9 +346,13 @@ class EricssonTransform:
             return crop_grid(k, self.resize)
         if self.name in _GRIDS:
             return _GRIDS[self.name](k)
+        if self.name in _LINEAR:
+            return _linspace32(*_LINEAR[self.name], check_k(k))
         return registry.get(self.name).grid(k)
 
     def _params(self, params: Any) -> torch.Tensor:
+        if self.name in PILLOW_COLOUR:  # the registry's units and checks
+            return registry.get(self.name)._params(params).to("cpu")
         p = torch.as_tensor(params, dtype=torch.float32, device="cpu")
         m = self.param_dim
         if m > 1 and p.dim() == 1 and p.shape[0] == m:
@@ -354,6 +384,8 @@ class EricssonTransform:
         no scale/translation view an identity, no crop view is one (every box is resized); blur is one when the
         kernel's off-centre weights vanish (sigma < 0.135 px); deform never is."""
         p = self._params(params)
+        if self.name in PILLOW_COLOUR:
+            return registry.get(self.name).is_identity(p)
         if self.name == "blur":
             return torch.exp(-0.5 / p.double().clamp_min(1e-12) ** 2) < 1e-12
         if self.name == "rotation":
@@ -373,16 +405,18 @@ class EricssonTransform:
             return _apply_nearest(self.name, images, p, fill)
         if self.name == "crop":
             return _apply_crop(images, p, self.crop)
-        if self.name == "posterize":
-            return registry.get("posterize").apply(images, p)
+        if self.name == "posterize" or (self.name in PILLOW_COLOUR and images.dtype != torch.uint8):
+            return registry.get(self.name).apply(images, p)
+        if self.name in PILLOW_COLOUR:
+            return pillow_colour(self.name, images, p)
+        if self.name == "blur" and images.dtype == torch.uint8:
+            return _blur(images, p)
         x = Fn.to_float(images)
         if self.name == "blur":
-            y = _blur(x, p.to(x.device))
-        else:
-            H, W = x.shape[-2:]
-            m, d = elastic_params(p[:, 0].double(), p[:, 1].double(), (H, W), self.seed, device=x.device)
-            y = elastic_apply(x, m, d)
-        return Fn.from_float(y, images.dtype)
+            return Fn.from_float(_blur(x, p), images.dtype)
+        H, W = x.shape[-2:]
+        m, d = elastic_params(p[:, 0].double(), p[:, 1].double(), (H, W), self.seed, device=x.device)
+        return Fn.from_float(elastic_apply(x, m, d), images.dtype)
 
     def __call__(self, images: torch.Tensor, params: Any, fill: Any = 0.0) -> torch.Tensor:
         return self.apply(images, params, fill)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from invfast.ops.augment import _fill_vector, warp  # noqa: F401  (re-exported: part of this module's API)
 from invfast.ops.color import adjust_hue, blend, hsv_to_rgb, luma, rgb_to_hsv  # noqa: F401  (the colour maths' home)
 from invfast.ops.kernels import gaussian_taps
+from invfast.ops.pillow import SMOOTH_KERNEL
 
 # ----------------------------------------------------------------------------------------------
 # dtype handling
@@ -183,8 +184,7 @@ def sharpness_degenerate(x: torch.Tensor, quantise: bool) -> torch.Tensor:
     """torchvision/PIL SMOOTH filter (3x3, centre 5, /13) on the interior; the border is kept."""
     lead = x.shape[:-2]
     H, W = x.shape[-2:]
-    k = torch.ones(3, 3, dtype=x.dtype, device=x.device)
-    k[1, 1] = 5.0
+    k = torch.tensor(SMOOTH_KERNEL, dtype=x.dtype, device=x.device).view(3, 3)
     k /= k.sum()
     flat = x.reshape(-1, 1, H, W)
     smooth = F.conv2d(flat, k.view(1, 1, 3, 3))
