@@ -14,16 +14,14 @@ invfast's own checks) keeps its traceback and exits 1. ``--debug`` (anywhere on 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import errno
 import importlib
 import importlib.util
 import os
 import sys
 import traceback
-import warnings
-from collections.abc import Iterator
-from typing import Any
+
+from invfast._messages import one_line_warnings
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -162,13 +160,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     args.debug = debug
-    from invfast import backend
+    from invfast import backend, dispatch
 
-    if backend.env_problem() is not None:  # a mistyped INVFAST_BACKEND is a usage error of every command
-        print(f"invfast {args.command}: error: {backend.env_problem()}", file=sys.stderr)
-        return USAGE_ERROR
+    # a mistyped INVFAST_BACKEND or INVFAST_CUDA_KERNELS is a usage error of every command
+    for problem in (backend.env_problem(), dispatch.cuda_env_problem()):
+        if problem is not None:
+            print(f"invfast {args.command}: error: {problem}", file=sys.stderr)
+            return USAGE_ERROR
     try:
-        with _one_line_warnings():
+        with one_line_warnings():
             return int(chosen.run(args) or 0)
     except KeyboardInterrupt:
         print(f"invfast {args.command}: interrupted", file=sys.stderr)
@@ -186,28 +186,6 @@ def main(argv: list[str] | None = None) -> int:
             hint = " (--debug shows the traceback)" if exit_code(exc) == RUNTIME_ERROR else ""
             print(f"invfast {args.command}: error: {error_line(exc)}{hint}", file=sys.stderr)
         return exit_code(exc)
-
-
-@contextlib.contextmanager
-def _one_line_warnings() -> Iterator[None]:
-    """Warnings as ``invfast: warning: <message>`` (no source line), each distinct message once."""
-    seen: set[str] = set()
-    old_show = warnings.showwarning
-
-    def show(message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
-        text = " ".join(str(message).split())
-        if text in seen:
-            return
-        seen.add(text)
-        print(f"invfast: warning: {text}", file=sys.stderr if file is None else file)
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("default")
-        warnings.showwarning = show
-        try:
-            yield
-        finally:
-            warnings.showwarning = old_show
 
 
 if __name__ == "__main__":

@@ -8,11 +8,18 @@ file ends with a trailer ``INVFAST-SHA256:<hex>`` over the bytes before it (``to
 it), and :func:`load_verified` refuses a file whose bytes no longer match, then loads it with
 ``weights_only=True`` (no code from the file ever runs). :func:`output_lock` gives a command
 exclusive use of its output folder.
+
+No write follows a symbolic link (:mod:`invfast.write_paths`, re-exported here): temporaries are created
+with ``O_EXCL | O_NOFOLLOW`` under a random name, the lock file is opened with ``O_NOFOLLOW``, figures
+go through :func:`save_figure`, and below a folder registered with :func:`write_root` (a command's output
+or cache folder) a link at any component of a path is refused and every temporary is journaled, so that
+:func:`clean_temporaries` deletes only what a dead invfast writer left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -20,11 +27,34 @@ import pickle
 from collections.abc import Iterator
 from typing import IO, Any
 
+from invfast.write_paths import (
+    JOURNAL,
+    PLAIN,
+    SymlinkError,
+    check_path,
+    clean_temporaries,
+    is_link,
+    link_error,
+    new_temporary,
+    open_append,
+    plain_fd,
+    refuse_links,
+    write_root,
+)
+
 __all__ = [
     "atomic_write",
     "atomic_write_text",
     "atomic_torch_save",
     "atomic_save_npy",
+    "save_figure",
+    "open_append",
+    "write_root",
+    "check_path",
+    "refuse_links",
+    "clean_temporaries",
+    "SymlinkError",
+    "JOURNAL",
     "config_difference",
     "load_verified",
     "DamagedFileError",
@@ -58,22 +88,26 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO[Any]]
     """Open a temporary sibling of ``path`` for writing; on success it replaces ``path`` atomically.
 
     On an exception the temporary file is removed and ``path`` is left as it was. ``mode`` is
-    ``"wb"`` or ``"w"`` (text, UTF-8).
+    ``"wb"`` or ``"w"`` (text, UTF-8). The temporary is a new file (``O_EXCL | O_NOFOLLOW``, a random
+    name); a link at ``path`` is replaced, never written through, and below a :func:`write_root` folder a
+    link at any component of ``path`` is refused.
     """
     if mode not in ("wb", "w"):
         raise ValueError(f"mode must be 'wb' or 'w', got {mode!r}")
     path = os.fspath(path)
-    if os.path.isdir(path):
+    if os.path.isdir(path) and not is_link(path):
         raise ValueError(f"cannot write {path!r}: it is a folder; give a file name")
-    folder = os.path.dirname(os.path.abspath(path))
+    full = check_path(path)
+    folder = os.path.dirname(full)
     os.makedirs(folder, exist_ok=True)
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.tmp-{os.getpid()}")
+    fd, tmp = new_temporary(full)
     try:
-        with open(tmp, mode, encoding="utf-8" if mode == "w" else None) as f:
+        with open(fd, mode, encoding="utf-8" if mode == "w" else None) as f:
             yield f
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        check_path(full)  # again: a link planted while the file was written is refused too
+        os.replace(tmp, full)
     except BaseException:
         with contextlib.suppress(OSError):
             os.remove(tmp)
@@ -157,6 +191,15 @@ def atomic_save_npy(path: str | os.PathLike, arr: Any) -> None:
         np.save(f, arr)
 
 
+def save_figure(fig: Any, path: str | os.PathLike, **kwargs: Any) -> None:
+    """``fig.savefig`` (a matplotlib figure) to ``path`` through :func:`atomic_write`: a kill leaves the
+    old picture or the new one, never a cut one, and no link is followed. The format comes from the
+    extension (``png`` without one) unless ``format=`` is given."""
+    fmt = kwargs.pop("format", None) or os.path.splitext(os.fspath(path))[1][1:].lower() or "png"
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format=fmt, **kwargs)
+
+
 def _norm(v: Any) -> Any:
     return [_norm(x) for x in v] if isinstance(v, (tuple, list)) else v
 
@@ -177,24 +220,28 @@ LOCK_NAME = ".invfast.lock"
 
 def _holder(lock_path: str) -> str:
     with contextlib.suppress(OSError, ValueError):
-        with open(lock_path) as f:
-            text = f.read().strip()
+        fd = os.open(lock_path, os.O_RDONLY | PLAIN)
+        with open(fd, encoding="utf-8", errors="replace") as f:
+            text = f.read(200).strip()
         if text:
             return text
     return "unknown pid"
 
 
 @contextlib.contextmanager
-def output_lock(folder: str | os.PathLike, command: str) -> Iterator[str]:
+def output_lock(folder: str | os.PathLike, command: str, option: str = "--out") -> Iterator[str]:
     """Exclusive use of ``folder`` (created if needed) while the block runs.
 
     Takes ``fcntl.flock`` on ``<folder>/.invfast.lock`` and writes ``pid <n> (<command>)`` into it;
     a second run gets :class:`OutputLockedError` naming the holder. The kernel drops the lock when
     its process dies, so a lock file left by a killed run never blocks; a run that ends normally
-    removes it. Yields the lock file path.
-    On systems without ``fcntl`` the block runs unlocked.
+    removes it. The lock file is opened without following a link (:class:`SymlinkError`) and must be a
+    plain file with one name. ``option`` names the folder in messages (``--out``, ``--cache-dir``).
+    Yields the lock file path. On systems without ``fcntl`` the block runs unlocked.
     """
     folder = os.fspath(folder)
+    if os.path.lexists(folder) and not os.path.isdir(folder):
+        raise ValueError(f"{option} {folder!r} exists and is not a folder; give a folder (it is created when absent)")
     os.makedirs(folder, exist_ok=True)
     lock_path = os.path.join(folder, LOCK_NAME)
     try:
@@ -203,17 +250,25 @@ def output_lock(folder: str | os.PathLike, command: str) -> Iterator[str]:
         yield lock_path
         return
     while True:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | PLAIN, 0o644)
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise link_error(lock_path, "output folder" if option == "--out" else "cache folder", option) from None
+            if e.errno in (errno.EISDIR, errno.ENXIO):
+                raise ValueError(f"{lock_path!r} is not invfast's lock file (not a regular file); remove it") from None
+            raise
+        plain_fd(fd, lock_path, "its lock")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             raise OutputLockedError(
                 f"{folder!r} is in use by another invfast run ({_holder(lock_path)}); wait for it to finish, "
-                f"stop it, or choose another --out folder"
+                f"stop it, or choose another {option} folder"
             ) from None
         try:  # the holder before us may have removed the file between our open and flock: lock the new one
-            same = os.stat(lock_path).st_ino == os.fstat(fd).st_ino
+            same = os.lstat(lock_path).st_ino == os.fstat(fd).st_ino
         except FileNotFoundError:
             same = False
         if same:
@@ -225,5 +280,6 @@ def output_lock(folder: str | os.PathLike, command: str) -> Iterator[str]:
         yield lock_path
     finally:
         with contextlib.suppress(OSError):
-            os.remove(lock_path)  # still holding the lock, so no one else holds this file
+            if os.lstat(lock_path).st_ino == os.fstat(fd).st_ino:
+                os.remove(lock_path)  # still holding the lock, so no one else holds this file
         os.close(fd)  # releases the lock

@@ -39,8 +39,12 @@ def die_with_parent(parent_pid: int) -> None:
 
 
 def _child(rank: int, worker: Callable[..., None], parent_pid: int, nprocs: int, port: int, args: Any) -> None:
+    from invfast._messages import one_line_warnings
+
     die_with_parent(parent_pid)
-    worker(rank, nprocs, port, args)
+    # every rank runs the same command on the same configuration: rank 0 says each warning once, in one line
+    with one_line_warnings(show=rank == 0):
+        worker(rank, nprocs, port, args)
 
 
 class _Stop(Exception):

@@ -14,8 +14,9 @@ Rules (docs/guarantees.md):
   write, read its state or delete is refused with one line naming the link;
 - only files the marker lists are ever deleted or replaced; a new report is written beside the old one
   and swapped in only when complete;
-- temporary files left by a killed writer (``.NAME.tmp-PID``, :func:`invfast.io.atomic_write`) are
-  removed by the next run.
+- temporary files left by a killed writer (``.NAME.tmp-PID-RANDOM``, :func:`invfast.io.atomic_write`) are
+  removed by the next run when the folder's journal records them (name and inode); a staging folder only
+  when the marker records it (``staging``): a file that merely looks like one of them is never deleted.
 """
 
 from __future__ import annotations
@@ -23,31 +24,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import shutil
+import secrets
 import stat
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from invfast.io import atomic_write_text, output_lock
+from invfast.io import atomic_write_text, clean_temporaries, output_lock, write_root
+from invfast.write_paths import SymlinkError, link_error, refuse_links
+from invfast.write_paths import is_link as _is_link
 
 __all__ = ["MARKER", "RunFolder", "SymlinkError", "refuse_inside"]
 
 MARKER = ".invfast-run.json"
 MARKER_FORMAT = "invfast.run/1"
+#: the prefix of a staging folder (``.invfast-staging-PID-RANDOM``, recorded in the marker before use)
 STAGING = ".invfast-staging"
-_TMP = re.compile(r"^\..+\.tmp-(\d+)$")
-
-
-class SymlinkError(ValueError):
-    """A symbolic link where invfast would write, read its own state, or delete."""
-
-
-def _is_link(p: str) -> bool:
-    try:
-        return stat.S_ISLNK(os.lstat(p).st_mode)
-    except FileNotFoundError:
-        return False
 
 
 def refuse_inside(out: str | os.PathLike, data: str | os.PathLike, what: str = "--out", of: str = "--data") -> None:
@@ -60,14 +51,8 @@ def refuse_inside(out: str | os.PathLike, data: str | os.PathLike, what: str = "
         )
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+def _mine(st: os.stat_result) -> bool:
+    return st.st_uid == os.getuid()
 
 
 class RunFolder:
@@ -96,10 +81,7 @@ class RunFolder:
                 raise ValueError(f"{os.path.join(*parts)!r} leaves the output folder {self.path!r}")
             p = os.path.join(p, part)
             if _is_link(p):
-                raise SymlinkError(
-                    f"{p!r} is a symbolic link inside the output folder; invfast never writes, reads "
-                    "its state or deletes through a link: remove the link or choose another --out"
-                )
+                raise link_error(p)
         return p
 
     def _state(self) -> str:
@@ -124,6 +106,12 @@ class RunFolder:
         files = (self.marker() or {}).get("files")
         return [f for f in files if isinstance(f, str)] if isinstance(files, list) else []
 
+    def staged(self) -> list[str]:
+        """The staging folders (names inside the folder) the marker records as invfast's."""
+        names = (self.marker() or {}).get("staging")
+        ok = [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
+        return [n for n in ok if n.startswith(STAGING + "-") and os.sep not in n and n not in (".", "..")]
+
     def finished(self) -> bool:
         """Whether the folder holds a finished run of this command."""
         m = self.marker()
@@ -138,7 +126,7 @@ class RunFolder:
             raise ValueError(f"--out {self.path!r} exists and is not a folder")
         if not os.path.isdir(self.path):
             return
-        self.inside(MARKER)
+        refuse_links(self.path)  # anywhere inside, named
         m = self.marker()
         visible = sorted(f for f in os.listdir(self.path) if not f.startswith("."))
         if m is None:
@@ -168,48 +156,65 @@ class RunFolder:
     @contextlib.contextmanager
     def lock(self) -> Iterator[RunFolder]:
         """Exclusive use of the folder (:func:`invfast.io.output_lock`); inside it the folder is marked as
-        this command's run and stale temporary files of killed writers are removed."""
+        this command's run, every write below it refuses links (:func:`invfast.io.write_root`), and what a
+        killed run of invfast left (journaled temporaries, recorded staging folders) is removed."""
         self.check()
         os.makedirs(self.path, exist_ok=True)
-        with output_lock(self.path, f"invfast {self.command}"):
+        with output_lock(self.path, f"invfast {self.command}"), write_root(self.path):
             self.check()  # again under the lock: another run may have changed it meanwhile
             m = self.marker()
             self._write_marker("running" if m is None or m.get("state") != "done" else "done", self.owned())
             self.clean_temporaries()
-            yield self
+            try:
+                yield self
+            finally:
+                with contextlib.suppress(OSError, ValueError):
+                    self.clean_temporaries()  # a failed run's staging folder; the journal once it is empty
 
-    def _write_marker(self, state: str, files: Iterable[str]) -> None:
+    def _write_marker(self, state: str, files: Iterable[str], staging: Iterable[str] | None = None) -> None:
         from invfast import __version__
 
-        atomic_write_text(
-            self.inside(MARKER),
-            json.dumps(
-                {
-                    "format": MARKER_FORMAT,
-                    "command": self.command,
-                    "invfast": __version__,
-                    "state": state,
-                    "files": sorted(set(files)),
-                },
-                indent=1,
-            ),
-        )
+        staging = self.staged() if staging is None else staging
+        doc: dict[str, Any] = {
+            "format": MARKER_FORMAT,
+            "command": self.command,
+            "invfast": __version__,
+            "state": state,
+            "files": sorted(set(files)),
+        }
+        if staging:
+            doc["staging"] = sorted(set(staging))
+        atomic_write_text(self.inside(MARKER), json.dumps(doc, indent=1))
 
     def clean_temporaries(self) -> list[str]:
-        """Remove ``.NAME.tmp-PID`` files (of :func:`invfast.io.atomic_write`) whose writer is gone, in the
-        folder and in the folders the marker lists; returns what was removed."""
-        dirs = {""} | {os.path.dirname(f) for f in self.owned()}
-        removed = []
-        for d in sorted(dirs):
-            folder = self.inside(d) if d else self.path
-            if not os.path.isdir(folder) or _is_link(folder):
-                continue
-            for f in os.listdir(folder):
-                m = _TMP.match(f)
-                p = os.path.join(folder, f)
-                if m and not _pid_alive(int(m.group(1))) and os.path.isfile(p) and not _is_link(p):
+        """Remove what killed invfast writers left here: the temporary files the folder's journal records
+        (:func:`invfast.io.clean_temporaries`: name, inode, owner, writer gone) and the staging folders the
+        marker records; a file that only looks like one of them stays. Returns what was removed."""
+        removed = clean_temporaries(self.path)
+        for name in self.staged():
+            removed += self._discard(name)
+        return removed
+
+    def _discard(self, name: str) -> list[str]:
+        """Delete staging folder ``name`` (recorded in the marker): the regular files this user owns in it,
+        then its folders once empty; a link is never followed (nor deleted). The marker forgets it when it
+        is gone."""
+        stage = self.inside(name)
+        removed: list[str] = []
+        for dirpath, dirs, files in os.walk(stage, topdown=False):
+            for f in files:
+                p = os.path.join(dirpath, f)
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode) and _mine(st):
                     os.remove(p)
                     removed.append(p)
+            for d in dirs:
+                with contextlib.suppress(OSError):
+                    os.rmdir(os.path.join(dirpath, d))
+        with contextlib.suppress(OSError):
+            os.rmdir(stage)
+        if not os.path.lexists(stage):
+            self._write_marker(self._state(), self.owned(), [s for s in self.staged() if s != name])
         return removed
 
     def own(self, *files: str) -> None:
@@ -222,12 +227,23 @@ class RunFolder:
         self._write_marker("done", self.owned())
 
     def staging(self) -> str:
-        """A fresh, empty staging folder inside the run for a new report (owned by invfast)."""
-        stage = self.inside(STAGING)
-        if os.path.isdir(stage):
-            shutil.rmtree(stage)
-        os.makedirs(stage)
-        return stage
+        """A new, empty staging folder inside the run for a new report: ``.invfast-staging-PID-RANDOM``,
+        created (never an existing one) and recorded in the marker as invfast's."""
+        for _ in range(64):
+            name = f"{STAGING}-{os.getpid()}-{secrets.token_hex(4)}"
+            try:
+                os.mkdir(self.inside(name), 0o700)
+            except FileExistsError:
+                continue
+            self._write_marker(self._state(), self.owned(), [*self.staged(), name])
+            return os.path.join(self.path, name)
+        raise FileExistsError(f"cannot create a staging folder in {self.path!r}: every name tried exists")
+
+    def discard(self, stage: str) -> None:
+        """Delete the staging folder ``stage`` (from :meth:`staging`) and what invfast wrote in it."""
+        name = os.path.basename(os.path.normpath(stage))
+        if name in self.staged():
+            self._discard(name)
 
     def commit(self, stage: str, keep: Iterable[str] = ()) -> list[str]:
         """Move every file of ``stage`` into the folder (same relative paths, each replace atomic), then
@@ -242,15 +258,23 @@ class RunFolder:
         for rel in sorted(new):
             dst = self.inside(rel)
             os.makedirs(os.path.dirname(dst), exist_ok=True)
+            self.inside(rel)  # no link planted on the way meanwhile
             os.replace(os.path.join(stage, rel), dst)
-        for rel in old:
-            p = self.inside(rel)
-            if os.path.isfile(p):
-                os.remove(p)
+        self._delete(old)
         self._prune_folders(old)
-        shutil.rmtree(stage, ignore_errors=True)
+        self.discard(stage)
         self._write_marker("done", [*new, *keep])
         return new
+
+    def _delete(self, files: Iterable[str]) -> None:
+        """Delete ``files`` (relative paths the marker lists): only regular files this user owns, never
+        through a link."""
+        for rel in files:
+            p = self.inside(rel)
+            with contextlib.suppress(FileNotFoundError):
+                st = os.lstat(p)
+                if stat.S_ISREG(st.st_mode) and _mine(st):
+                    os.remove(p)
 
     def _prune_folders(self, files: Iterable[str]) -> None:
         """Remove the folders of ``files`` (and their parents inside the run) that are now empty; a folder
@@ -265,9 +289,6 @@ class RunFolder:
         """Delete ``files`` (relative paths) that the marker lists as invfast's, then their folders if empty."""
         mine = set(self.owned())
         gone = [f for f in files if f in mine]
-        for rel in gone:
-            p = self.inside(rel)
-            if os.path.isfile(p):
-                os.remove(p)
+        self._delete(gone)
         self._prune_folders(gone)
         self._write_marker(self._state(), [f for f in self.owned() if f not in set(gone)])

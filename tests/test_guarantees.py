@@ -143,15 +143,22 @@ def test_random_init_is_seeded_recorded_and_warned(folder, tmp_path, capsys):
     assert rc["meta"]["init_seed"] == 3 and rc["transforms"][0]["mean_cosine"] != ra["transforms"][0]["mean_cosine"]
 
 
-def test_stale_temporary_files_are_cleaned(folder, tmp_path):
+def test_stale_temporary_files_are_cleaned(folder, tmp_path, monkeypatch):
+    from invfast import write_paths
+
     out = tmp_path / "out"
     assert main(MEASURE + ["--data", f"folder:{folder}", "--out", str(out)]) == 0
     dead = 2**22 + 12345  # above pid_max on Linux by default: no live process has it
-    (out / f".result.json.tmp-{dead}").write_text("half")
+    with monkeypatch.context() as m:  # what a writer killed while writing result.json leaves (journaled)
+        m.setattr(os, "getpid", lambda: dead)
+        with write_paths.write_root(out):
+            fd, killed = write_paths.new_temporary(str(out / "result.json"))
+    os.close(fd)
+    (out / f".result.json.tmp-{dead}").write_text("a user's file of the old pattern")  # not invfast's: kept
     (out / f".user.tmp-{os.getpid()}").write_text("a live writer's")  # not stale: kept
     assert main(MEASURE + ["--data", f"folder:{folder}", "--out", str(out), "--overwrite"]) == 0
-    assert not (out / f".result.json.tmp-{dead}").exists()
-    assert (out / f".user.tmp-{os.getpid()}").exists()
+    assert not os.path.exists(killed)
+    assert (out / f".result.json.tmp-{dead}").exists() and (out / f".user.tmp-{os.getpid()}").exists()
 
 
 def test_out_inside_data_is_refused(folder, capsys):

@@ -191,20 +191,40 @@ def test_links_inside_the_folder_are_refused_and_their_targets_untouched(tmp_pat
         assert victim.read_bytes() == before and os.path.islink(d / "images_00001.npy")
 
 
-def test_stale_temporaries_are_cleaned_on_the_next_run(tmp_path):
+def _killed_writers_temporary(folder, target, monkeypatch):
+    """What a writer killed in the middle of writing ``target`` leaves: its temporary, in the journal."""
+    from invfast import write_paths
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "getpid", lambda: DEAD)
+        with write_paths.write_root(folder):
+            fd, tmp = write_paths.new_temporary(str(folder / target))
+    os.write(fd, b"half written")
+    os.close(fd)
+    return os.path.basename(tmp)
+
+
+def test_stale_temporaries_are_cleaned_on_the_next_run(tmp_path, monkeypatch):
     d = tmp_path / "ds"
     assert gen(d) == 0
     original = files(d)
-    for name in (f".images_00001.npy.tmp-{DEAD}", f".manifest.json.tmp-{DEAD}"):
-        (d / name).write_bytes(b"half written")
+    killed = [_killed_writers_temporary(d, name, monkeypatch) for name in ("images_00001.npy", "manifest.json")]
+    stage = f".invfast-staging-{DEAD}-0badcafe"  # a killed run's staging folder, recorded in the marker
+    (d / stage).mkdir()
+    (d / stage / "images_00000.npy").write_bytes(b"a killed run's")
+    edit_json(d / MARKER, lambda m: m.update(staging=[stage]))
+    lookalikes = [f".images_00001.npy.tmp-{DEAD}", ".invfast-staging"]  # the user's, not recorded: kept
+    (d / lookalikes[0]).write_bytes(b"mine")
     (d / ".invfast-staging").mkdir()
-    (d / ".invfast-staging" / "images_00000.npy").write_bytes(b"a killed run's")
+    (d / ".invfast-staging" / "keep.txt").write_text("mine")
     live = d / f".notes.tmp-{os.getpid()}"
     live.write_text("a live writer's")
+    assert all((d / k).exists() for k in killed)
     assert gen(d) == 0
     left = sorted(os.listdir(d))
-    assert left == sorted([MARKER, live.name, *DATA_FILES]), left
-    assert files(d) == original
+    assert left == sorted([MARKER, live.name, *lookalikes, *DATA_FILES]), left
+    assert files(d) == original and (d / ".invfast-staging" / "keep.txt").read_text() == "mine"
+    assert "staging" not in json.loads((d / MARKER).read_text())
 
 
 def test_an_interrupted_generation_keeps_the_old_dataset(tmp_path, monkeypatch):
@@ -221,7 +241,7 @@ def test_an_interrupted_generation_keeps_the_old_dataset(tmp_path, monkeypatch):
     assert files(d) == original and storage.load(d).config["transforms"] == ["rotate", "hue"]
     assert sorted(os.listdir(tmp_path)) == ["ds"] and not (d / ".invfast.lock").exists()
     assert gen(d, "blur", "--overwrite") == 0 and storage.load(d).config["transforms"] == ["blur"]
-    assert not (d / ".invfast-staging").exists()
+    assert not [n for n in os.listdir(d) if n.startswith(".invfast-staging")]
 
 
 def test_a_crash_while_moving_files_in_is_refused_by_the_loader_and_finished_by_a_rerun(tmp_path, monkeypatch):

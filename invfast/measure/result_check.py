@@ -1,7 +1,9 @@
 """The check of a saved measurement result before it is read (:meth:`InvarianceResult.from_dict`, and so
 ``invfast compare`` and every reader of ``result.json``): every field the reader uses, its JSON type and its
-length. A file edited by hand, cut short or written by something else is one ``ValueError`` naming the first
-bad field, instead of an error deep inside a comparison or a plot.
+length, every value in its valid range (a standardised cosine in [-1, 1], a distance or a spread >= 0), and
+each transform's mean against its own per-image values (``mean_cosine`` is their mean). A file edited by
+hand, cut short or written by something else is one ``ValueError`` naming the first bad field, instead of
+an error deep inside a comparison or a plot, or a number shown that its own data contradict.
 
 Numbers may be ``null`` (or NaN) where a value is missing — invfast writes NaN as ``null`` — but never
 ±Infinity, which invfast does not write.
@@ -18,6 +20,16 @@ _VECTORS = ("distance", "cosine", "distance_std", "cosine_std")
 _OPTIONAL_VECTORS = ("per_image_distance", "per_image_cosine", "unit_transform_variance", "unit_sample_variance")
 _WANT: dict[type, str] = {str: "a string", dict: "an object", list: "a list"}
 _OPTIONAL_NUMBERS = ("mean_distance", "mean_cosine", "identity_distance", "identity_cosine")
+
+
+#: how far a stored cosine may lie outside [-1, 1] (float rounding of the whitened cosine)
+_COSINE_SLACK = 1e-3
+#: the valid range of every number field: (fields, low, high, what it must be)
+_RANGES = (
+    (("mean_cosine", "identity_cosine", "cosine", "per_image_cosine"), -1.0, 1.0, "a cosine in [-1, 1]"),
+    (("mean_distance", "identity_distance", "distance", "per_image_distance"), 0.0, math.inf, "a distance >= 0"),
+    (("distance_std", "cosine_std"), 0.0, math.inf, "a standard deviation >= 0"),
+)
 
 
 def _shown(v: Any) -> str:
@@ -88,9 +100,34 @@ def _transform(t: Any, where: str) -> None:
     for key in _OPTIONAL_VECTORS:
         if t.get(key) is not None:
             _vector(t[key], f"{w}{key}", None)
+    _ranges(t, w)
+    _means(t, w)
     scores = t.get("pair_scores")
     if scores is not None and (not isinstance(scores, dict) or not all(isinstance(x, str) for x in scores.values())):
         raise _bad(f"{w}pair_scores", "an object of file paths or null", scores)
+
+
+def _ranges(t: dict[str, Any], w: str) -> None:
+    """Every number of the transform's fields in its valid range (null and NaN stand for missing)."""
+    for keys, lo, hi, want in _RANGES:
+        slack = _COSINE_SLACK if hi == 1.0 else 0.0
+        for key in keys:
+            v = t.get(key)
+            for i, x in enumerate(v if isinstance(v, list) else [v]):
+                if x is not None and not math.isnan(x) and not lo - slack <= x <= hi + slack:
+                    raise _bad(f"{w}{key}" + (f"[{i}]" if isinstance(v, list) else ""), want, x)
+
+
+def _means(t: dict[str, Any], w: str) -> None:
+    """``mean_<metric>`` is the mean of the readable ``per_image_<metric>`` values (how measure computes it)."""
+    for metric in ("cosine", "distance"):
+        mean, per = t.get(f"mean_{metric}"), t.get(f"per_image_{metric}")
+        vals = [x for x in per if x is not None and not math.isnan(x)] if isinstance(per, list) else []
+        if mean is None or math.isnan(mean) or not vals:
+            continue
+        want = math.fsum(vals) / len(vals)
+        if abs(mean - want) > 1e-4 * max(abs(x) for x in vals) + 1e-9:
+            raise _bad(f"{w}mean_{metric}", f"the mean of its per_image_{metric} values ({want:.6g})", mean)
 
 
 def _part(part: dict[str, Any], where: str) -> None:

@@ -21,6 +21,7 @@ from invfast.measure.layers import OUTPUT
 from invfast.measure.state import Shard, barrier
 from invfast.metrics import scores_of_whitened
 from invfast.stats import FeatureStats
+from invfast.write_paths import check_in_place
 
 __all__ = ["score_transform"]
 
@@ -37,6 +38,9 @@ def _pair_files(
     os.makedirs(dir_, exist_ok=True)
     layered = layers != [OUTPUT]
     paths = {ly: {m: pair_file(dir_, name, ly, m, layered) for m in ("distance", "cosine")} for ly in layers}
+    for per in paths.values():
+        for path in per.values():
+            check_in_place(path, "per-pair scores")  # memory-mapped in place: never through a link
     if shard.rank == 0:
         for per in paths.values():
             for path in per.values():

@@ -9,11 +9,8 @@ RNG states of every rank are saved as well, for anything else that draws from th
 
 from __future__ import annotations
 
-import csv
 import dataclasses
 import functools
-import io
-import json
 import math
 import os
 import time
@@ -25,9 +22,10 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from invfast.devices import resolve_device
-from invfast.io import atomic_torch_save, atomic_write_text, config_difference, load_verified
+from invfast.io import atomic_torch_save, config_difference, load_verified
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
+from invfast.pretrain import run_log
 from invfast.pretrain.config import RESUMABLE_FIELDS, TrainConfig
 from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_channels_last
 from invfast.pretrain.methods import PretrainMethod
@@ -131,6 +129,7 @@ class Trainer:
                 find_unused_parameters=method.n_descriptors > 1,
             )
         self.step = 0
+        self._window = run_log.Window()  # the loss (and timings) the next log record averages
         self._perm_epoch: int | None = None
         self._perm: torch.Tensor | None = None
         self.history: list[dict] = []
@@ -176,7 +175,7 @@ class Trainer:
         return os.path.join(self.out, name)
 
     def _rng_states(self) -> list[dict]:
-        mine = {"cpu": torch.get_rng_state()}
+        mine = {"cpu": torch.get_rng_state(), "loss_window": self._window.state()}
         if self.device.type == "cuda":
             mine["cuda"] = torch.cuda.get_rng_state(self.device)
         if self.dist.world_size == 1:
@@ -190,6 +189,7 @@ class Trainer:
         if self.out is None:
             return
         rng = self._rng_states()
+        window = [r.pop("loss_window") for r in rng]
         if self.dist.is_main:
             epoch, pos = divmod(self.step, self.steps_per_epoch)
             atomic_torch_save(
@@ -206,6 +206,7 @@ class Trainer:
                     "optimizer": self.optimizer.state_dict(),
                     "scheduler": self.scheduler.state_dict(),
                     "rng": rng,
+                    "loss_window": window,  # per rank: the next logged loss averages over these steps too
                 },
                 self._out_file(CHECKPOINT_NAME),
             )
@@ -234,6 +235,8 @@ class Trainer:
         if "cuda" in rng and self.device.type == "cuda":
             torch.cuda.set_rng_state(rng["cuda"], self.device)
         self.step = int(ck["step"])
+        windows = ck.get("loss_window")
+        self._window = run_log.Window(windows[self.dist.rank] if isinstance(windows, list) else None)
         self._truncate_log()
 
     # ------------------------------------------------------------------ metrics log
@@ -242,31 +245,16 @@ class Trainer:
         self.history = []
         if self.out is None or not self.dist.is_main or not os.path.exists(self._out_file("metrics.jsonl")):
             return
-        recs = []
-        with open(self._out_file("metrics.jsonl")) as f:
-            for line in f:
-                try:
-                    recs.append(json.loads(line))
-                except json.JSONDecodeError:  # a line cut short by the kill
-                    continue
-        self.history = [r for r in recs if r["step"] <= self.step]
-        atomic_write_text(self._out_file("metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in self.history))
+        self.history = run_log.truncate(self._out_file("metrics.jsonl"), self.step)
 
     def _log(self, rec: dict) -> None:
         self.history.append(rec)
         if self.out is not None and self.dist.is_main:
-            with open(self._out_file("metrics.jsonl"), "a") as f:
-                f.write(json.dumps(rec) + "\n")
+            run_log.append(self._out_file("metrics.jsonl"), rec)
 
     def _write_csv(self) -> None:
-        if self.out is None or not self.history:
-            return
-        keys = list(dict.fromkeys(k for r in self.history for k in r))
-        buf = io.StringIO(newline="")
-        w = csv.DictWriter(buf, fieldnames=keys)
-        w.writeheader()
-        w.writerows(self.history)
-        atomic_write_text(self._out_file("metrics.csv"), buf.getvalue())
+        if self.out is not None and self.history:
+            run_log.write_csv(self._out_file("metrics.csv"), self.history)
 
     # ------------------------------------------------------------------ invariance
     def measure_invariance(self) -> dict[str, float]:
@@ -361,7 +349,7 @@ class Trainer:
             )
         if self.step == 0 and self._probe_due(0) and self.dist.is_main:
             self._log({"step": 0, "epoch": 0.0, **self.run_probe()})  # the initialisation's scores
-        loss_sum, n_loss, t_aug, t_win, t_start = 0.0, 0, 0.0, 0.0, time.perf_counter()
+        w, t_start = self._window, time.perf_counter()
         loader = ThreadPoolExecutor(1)  # loads the next batch while this one trains
         pending = None
         try:
@@ -391,10 +379,10 @@ class Trainer:
                 lv = float(loss.detach())  # the one read from the device per step
                 if not math.isfinite(lv):
                     raise FloatingPointError(f"the loss became {lv} at step {s}; lower the learning rate")
-                loss_sum += lv
-                n_loss += 1
-                t_aug += t1 - t0
-                t_win += time.perf_counter() - t0
+                w.loss_sum += lv
+                w.n += 1
+                w.t_aug += t1 - t0
+                w.t_total += time.perf_counter() - t0
                 if bar is not None:
                     bar.update(1)
                 log_now = cfg.log_every and (self.step % cfg.log_every == 0 or self.step == end)
@@ -404,7 +392,7 @@ class Trainer:
                 probe_now = self._probe_due(self.step)
                 if log_now or inv_now or probe_now:
                     # on the training device: NCCL all-reduces CUDA tensors only
-                    stat = torch.tensor([loss_sum, n_loss], dtype=torch.float64, device=self.device)
+                    stat = torch.tensor([w.loss_sum, w.n], dtype=torch.float64, device=self.device)
                     if self.dist.world_size > 1:
                         dist.all_reduce(stat)
                     rec = {
@@ -412,8 +400,8 @@ class Trainer:
                         "epoch": self.step / self.steps_per_epoch,
                         "loss": float(stat[0] / stat[1]),
                         "lr": self.optimizer.param_groups[0]["lr"],
-                        "images_per_s": n_loss * cfg.batch_size / max(t_win, 1e-9),
-                        "augment_share": t_aug / max(t_win, 1e-9),
+                        "images_per_s": w.n * cfg.batch_size / max(w.t_total, 1e-9),
+                        "augment_share": w.t_aug / max(w.t_total, 1e-9),
                         "descriptor": self.method.descriptor_names[d],
                     }
                     if inv_now and self.dist.is_main:
@@ -423,7 +411,7 @@ class Trainer:
                     self._log(rec)
                     if bar is not None:
                         bar.set_postfix(loss=f"{rec['loss']:.4f}", img_s=f"{rec['images_per_s']:.0f}")
-                    loss_sum, n_loss, t_aug, t_win = 0.0, 0, 0.0, 0.0
+                    w = self._window = run_log.Window()
                 if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
                     self.save_checkpoint()
         finally:

@@ -24,9 +24,9 @@ def _figure(w: float, h: float) -> Any:
 
 def _save(fig: Any, path: str | os.PathLike | None) -> Any:
     if path is not None:
-        d = os.path.dirname(os.path.abspath(os.fspath(path)))
-        os.makedirs(d, exist_ok=True)
-        fig.savefig(os.fspath(path), dpi=110)
+        from invfast.io import save_figure
+
+        save_figure(fig, path, dpi=110)  # through a temporary and a rename, never through a link
     return fig
 
 

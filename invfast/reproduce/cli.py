@@ -134,11 +134,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         raise ValueError("--out is required: the folder for report.md, results.json and figures/")
-    from invfast.io import output_lock
-
-    try:
-        with output_lock(args.out, "invfast reproduce"):  # one run at a time per folder (a second one is refused)
-            reproduce(cfg, args.out, cache_dir=args.cache_dir, progress=not args.no_progress, log=print)
+    try:  # one run at a time per output and cache folder (a second one is refused): reproduce() holds them
+        reproduce(cfg, args.out, cache_dir=args.cache_dir, progress=not args.no_progress, log=print)
     except KeyboardInterrupt:
         print(
             "invfast reproduce: interrupted; rerun the same command to continue (finished stages are kept)",

@@ -1,14 +1,17 @@
-"""The folders of a reproduce run: claimed with ``config.json`` (a folder of another configuration or of other
-files is refused), and whether the disk holds what a configuration needs."""
+"""The folders of a reproduce run: held by one run at a time (:func:`hold`: locked, no link inside, every
+write below them never through a link), claimed with ``config.json`` (a folder of another configuration or
+of other files is refused), and whether the disk holds what a configuration needs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from typing import Any
 
-from invfast.io import atomic_write_text, config_difference
+from invfast.io import atomic_write_text, clean_temporaries, config_difference, output_lock, refuse_links, write_root
 
 CONFIG_FILE = "config.json"
 #: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs)
@@ -17,6 +20,23 @@ FORMAT = "invfast.reproduce/2"
 
 class ConfigMismatchError(ValueError):
     """An output or cache folder holds a run made with another configuration."""
+
+
+@contextlib.contextmanager
+def hold(folder: str, option: str, what: str) -> Iterator[None]:
+    """``folder`` (the output folder, ``option`` '--out', or the cache, '--cache-dir') for one run: locked
+    (a second run on it, from any output folder, is refused naming the holder), refused when a symbolic link
+    lies anywhere inside it (named), every write below it refusing links and journaling its temporaries,
+    and the temporaries a killed run left removed."""
+    with output_lock(folder, "invfast reproduce", option):
+        refuse_links(folder, what, option)
+        with write_root(folder, what, option):
+            clean_temporaries(folder)
+            try:
+                yield
+            finally:
+                with contextlib.suppress(OSError, ValueError):
+                    clean_temporaries(folder)
 
 
 def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:

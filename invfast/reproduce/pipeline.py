@@ -339,10 +339,8 @@ def reproduce(
     :class:`ConfigMismatchError` when ``out`` or the cache holds another configuration and OSError
     when the disk is too small.
     """
-    from invfast.progress import bar as progress_bar
-    from invfast.reproduce import document
-    from invfast.reproduce import stages as S
     from invfast.reproduce.findings import check_ids
+    from invfast.reproduce.folders import hold
 
     cfg.validate()
     check_ids(cfg.findings)
@@ -357,9 +355,23 @@ def reproduce(
     out = os.path.abspath(out)
     cache = os.path.abspath(cache_dir) if cache_dir is not None else os.path.join(out, "cache")
     conf = cfg.claim_dict()
-    claim_folder(out, conf, "output folder")
-    if cache != out:
-        claim_folder(cache, conf, "cache folder")
+    with contextlib.ExitStack() as held:  # each folder locked, free of links, then claimed
+        held.enter_context(hold(out, "--out", "output folder"))
+        claim_folder(out, conf, "output folder")
+        if cache != out:
+            held.enter_context(hold(cache, "--cache-dir", "cache folder"))
+            claim_folder(cache, conf, "cache folder")
+        return _reproduce(cfg, out, cache, progress, log)
+
+
+def _reproduce(
+    cfg: ReproduceConfig, out: str, cache: str, progress: bool, log: Callable[[str], None] | None
+) -> dict[str, Any]:
+    """:func:`reproduce` in its held and claimed folders."""
+    from invfast.progress import bar as progress_bar
+    from invfast.reproduce import document
+    from invfast.reproduce import stages as S
+
     check_disk(cache, disk_estimate_mb(cfg))
     t_start = time.perf_counter()
     names = stage_names(cfg, S.STAGES)

@@ -6,12 +6,14 @@ The folder follows the rules of every invfast output folder (:mod:`invfast.run_f
   (command ``generate``); a folder holding other files and no marker is refused. The dataset's own
   ``manifest.json`` describes the data; it is the user's to read and never decides what is deleted;
 - one run at a time holds the folder (``.invfast.lock``; a second run is refused naming the holder);
-- everything is written inside the folder, under ``.invfast-staging/``, and moved into place (one
+- everything is written inside the folder, under a new ``.invfast-staging-PID-RANDOM/`` that the marker
+  records, and moved into place (one
   atomic rename per file) only when complete; the marker says ``swapping`` while files move and the
   loader refuses the folder until it says ``done``; a link inside the folder is refused, never followed;
 - only files the marker lists *and* whose names the generator writes (``images_NNNNN.npy``,
   ``labels.npy``, ``params.npy``, ``manifest.json``, ``*.png`` previews) are ever replaced or deleted;
-- temporary files of killed writers and a killed run's staging folder are removed by the next run;
+- temporary files of killed writers (those the folder's journal records) and a killed run's staging folder
+  (the one the marker records) are removed by the next run; a user's lookalike is never touched;
 - a folder holding the same dataset is verified against the manifest's checksums: a missing or altered
   file is regenerated (every sample is a pure function of (seed, split, index)), checked to match its
   recorded checksum byte for byte, and moved in; damage that cannot be repaired that way is refused.
@@ -31,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from invfast.io import atomic_write_text
-from invfast.run_folder import MARKER, STAGING, RunFolder
+from invfast.io import atomic_write_text, refuse_links
+from invfast.run_folder import MARKER, RunFolder
 from invfast.synthetic.manifest import (
     COMMAND,
     FORMAT,
@@ -308,6 +310,8 @@ def write_dataset(
             )
     folder = RunFolder(path, COMMAND, overwrite=True)
     fp = dataset.fingerprint()
+    if os.path.isdir(path):
+        refuse_links(path)  # a link anywhere inside is named before anything is read or written
     if _unmarked(folder, fp, extra):
         return Written(Path(path), "kept")
     folder.check()
@@ -319,9 +323,6 @@ def write_dataset(
     _check_space(folder.path, n * (3 * S * S + 8 * (1 + len(PARAM_NAMES))) if plan.kind == "new" else 0)
     with folder.lock():
         plan = _plan(folder, dataset, fp, overwrite)  # again under the lock: another run may have written meanwhile
-        stale = folder.inside(STAGING)
-        if os.path.isdir(stale):
-            shutil.rmtree(stale)  # a killed run's
         if plan.kind == "keep" and not extra:
             return Written(Path(path), "kept")
         if plan.kind == "new":
@@ -338,6 +339,7 @@ def write_dataset(
                 except _NotExact:
                     if not overwrite:
                         raise
+                    folder.discard(str(stage))
                     plan, stage = _Plan("new", replacing=True), Path(folder.staging())  # regenerate it all
                     names = [f for f, _, _ in shards] + ["labels.npy", "params.npy", MANIFEST] + list(extra)
                     _refuse_clashes(folder, names)
@@ -362,7 +364,7 @@ def write_dataset(
                 keep = [f for f in owned if f not in names]
             folder.commit(str(stage), keep=keep)
         finally:
-            shutil.rmtree(stage, ignore_errors=True)
+            folder.discard(str(stage))
     if plan.kind == "repair":
         return Written(Path(path), "repaired", tuple(f"{name} ({how})" for name, how in plan.bad))
     return Written(Path(path), "replaced" if plan.replacing else "created" if plan.kind == "new" else "kept")

@@ -140,9 +140,13 @@ class TestTransform:
         return self.apply(images, params, fill)
 
 
+#: how far a registered transform's output may stray outside [0, 1] (float rounding)
+_SLACK = 1e-4
+
+
 def check_output(name: str, y: Any, shape: tuple[int, ...], device: torch.device) -> None:
     """ValueError/TypeError unless a registered transform's output ``y`` is a floating tensor of ``shape``
-    ([B, P, C, H, W]) on ``device``."""
+    ([B, P, C, H, W]) on ``device`` holding finite values in [0, 1]."""
     if not isinstance(y, torch.Tensor):
         raise TypeError(f"transform {name!r}: apply must return a torch.Tensor [B, P, C, H, W], got {type(y).__name__}")
     if tuple(y.shape) != tuple(shape):
@@ -155,4 +159,15 @@ def check_output(name: str, y: Any, shape: tuple[int, ...], device: torch.device
     if y.device != device:
         raise ValueError(
             f"transform {name!r}: apply returned a tensor on {y.device}, expected the images' device {device}"
+        )
+    # the views must be images: NaN would become black and values outside [0, 1] would be clamped to black or
+    # white without a word (one reduction per call; a little slack for float rounding)
+    if not y.numel():
+        return
+    lo, hi = (float(v) for v in torch.aminmax(y.detach().float().nan_to_num(nan=-1e9)))
+    if lo < -_SLACK or hi > 1 + _SLACK:
+        bad = "NaN" if lo == -1e9 else f"values from {lo:.4g} to {hi:.4g}"
+        raise ValueError(
+            f"transform {name!r}: apply returned {bad}; it must return images in [0, 1] "
+            "(clamp them, e.g. y.clamp(0, 1), and keep them finite)"
         )

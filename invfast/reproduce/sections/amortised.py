@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.sections.base import DIRECTION, NOT, REPRODUCED, ReportView, Section, combine_statuses, figure
 
@@ -228,7 +229,7 @@ def plot_interpolation(interp: dict[str, Any], path: str) -> None:
     ax.set_ylabel("mean standardised cosine", fontsize=8)
     ax.legend(fontsize=7)
     ax.tick_params(labelsize=7)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def _content(view: ReportView) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.sections.base import ReportView, Section, at_least, combine_statuses, figure, pm, unpaired
 
@@ -72,7 +73,7 @@ def _figures(view: ReportView) -> dict[str, str]:
     ax.set_ylim(0, 1)
     ax.tick_params(labelsize=7)
     os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
-    fig.savefig(os.path.join(view.out, "figures", "equivariance.png"), dpi=90)
+    save_figure(fig, os.path.join(view.out, "figures", "equivariance.png"), dpi=90)
     return {"equivariance": "figures/equivariance.png"}
 
 

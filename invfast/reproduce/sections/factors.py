@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.sections.base import ReportView, Section, at_least, combine_statuses, figure, pm
 
@@ -82,7 +83,7 @@ def plot_gaps(gaps: dict[str, dict[str, float]], path: str) -> None:
     ax.axhline(0, color="0.3", lw=0.5)
     ax.legend(fontsize=7)
     ax.tick_params(labelsize=7)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def _content(view: ReportView) -> dict[str, Any]:

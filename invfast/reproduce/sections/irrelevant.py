@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.sections.base import (
     ReportView,
@@ -155,7 +156,7 @@ def _s4_figures(view: ReportView) -> dict[str, str]:
         ax.legend(fontsize=7)
         ax.tick_params(labelsize=7)
     os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
-    fig.savefig(os.path.join(view.out, "figures", "relevance.png"), dpi=90)
+    save_figure(fig, os.path.join(view.out, "figures", "relevance.png"), dpi=90)
     return {"relevance": "figures/relevance.png"}
 
 

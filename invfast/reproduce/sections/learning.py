@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from invfast.io import save_figure
 from invfast.reproduce.sections.base import ReportView, Section, figure
 from invfast.reproduce.stages.context import LABELS, POLICIES
 
@@ -104,7 +105,7 @@ def plot_learning(pretraining: dict[str, Any], path: str) -> None:
     for ax in (ax_acc, ax_loss):
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def curve_table(curves: dict[str, dict[str, Any]]) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.sections.base import (
     REPRODUCED,
@@ -85,7 +86,7 @@ def plot_nested(s8: dict[str, Any], path: str) -> None:
     ax.set_ylim(0, 1)
     ax.legend(fontsize=7)
     ax.tick_params(labelsize=7)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def plot_transfer(transfer: dict[str, Any], path: str) -> None:
@@ -101,7 +102,7 @@ def plot_transfer(transfer: dict[str, Any], path: str) -> None:
     ax.set_ylabel("target accuracy (linear probe)", fontsize=8)
     ax.set_ylim(0, 1)
     ax.tick_params(labelsize=7)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def _content(view: ReportView) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from invfast.io import save_figure
 from invfast.reproduce.sections.base import MODEL_ORDER, PRETRAINED, ReportView, Section, figure, pm
 from invfast.reproduce.stages.data import TASKS
 
@@ -26,7 +27,7 @@ def plot_probes(probes: dict[str, Any], path: str) -> None:
         ax.set_title(f"{task} ({'accuracy' if res['kind'] == 'classification' else 'R²'})", fontsize=9)
         ax.tick_params(axis="y", labelsize=7)
         ax.set_ylim(min(0.0, min(m) - max(s)), 1.0)
-    fig.savefig(path, dpi=90)
+    save_figure(fig, path, dpi=90)
 
 
 def _content(view: ReportView) -> dict[str, Any]:

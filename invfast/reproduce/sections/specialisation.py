@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.sections.base import ReportView, Section, at_least, combine_statuses, figure, trend
 
@@ -118,7 +119,7 @@ def _e4_figures(view: ReportView) -> dict[str, str]:
         ax.legend(fontsize=7)
         ax.tick_params(labelsize=7)
     os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
-    fig.savefig(os.path.join(view.out, "figures", "specialisation.png"), dpi=90)
+    save_figure(fig, os.path.join(view.out, "figures", "specialisation.png"), dpi=90)
     return {"specialisation": "figures/specialisation.png"}
 
 
