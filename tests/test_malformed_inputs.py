@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -697,7 +698,8 @@ def test_option_values_are_refused_in_one_line(argv: list[str], expect: str, tmp
 def test_an_output_path_that_is_a_folder_is_refused(shared: Shared, tmp_path: Path, capsys) -> None:
     code, err = _run(_probe(shared("X.npy"), shared("yc.npy"), "classification") + ["--json", str(tmp_path)], capsys)
     assert code == 2 and err.strip().splitlines()[-1] == (
-        f"invfast probe: error: cannot write {str(tmp_path)!r}: it is a folder; give a file name"
+        f"invfast probe: error: --json {str(tmp_path)!r} is a folder; give a file name "
+        f"(e.g. {os.path.join(str(tmp_path), 'probe.json')})"
     )
 
 
