@@ -92,7 +92,9 @@ def test_layers_from_one_pass_equal_each_layer_alone(rng):
 
 def test_per_unit_variances_against_numpy(rng):
     """Transformational variance (over an image's views, averaged over images), sample variance (over
-    images, averaged over views) and their ratio, identity view included once, vs float64 numpy."""
+    images, averaged over views), their ratio and tmeasures's normalized variance (a ratio of standard
+    deviations, ddof 1), identity view included once, vs float64 numpy (activations recomputed here, so
+    float32 rounding of another batching: rtol 1e-4; tests/test_measure_units.py checks 1e-12)."""
     model = _net(2)
     x = torch.from_numpy(rng.integers(0, 256, (30, 3, 16, 16), dtype=np.uint8))
     t = Rot90()
@@ -114,7 +116,12 @@ def test_per_unit_variances_against_numpy(rng):
         tr = r.layers[name]["rot90"]
         np.testing.assert_allclose(tr.unit_transform_variance.numpy(), tv, rtol=1e-4, atol=1e-10)
         np.testing.assert_allclose(tr.unit_sample_variance.numpy(), sv, rtol=1e-4, atol=1e-10)
-        nv = np.where(sv > 0, tv / np.where(sv > 0, sv, 1), np.nan)
+        vr = np.where(sv > 0, tv / np.where(sv > 0, sv, 1), np.nan)
+        assert tr.variance_ratio == pytest.approx(float(np.nanmean(vr)), rel=1e-4)
+        num, den = a.std(axis=1, ddof=1).mean(axis=0), a.std(axis=0, ddof=1).mean(axis=0)
+        nv = np.where(den > 0, num / np.where(den > 0, den, 1), np.nan)
+        assert tr.n_views == 4
+        np.testing.assert_allclose(tr.unit_normalized_variance.numpy(), nv, rtol=1e-4, atol=1e-10)
         assert tr.normalized_variance == pytest.approx(float(np.nanmean(nv)), rel=1e-4)
 
 
@@ -287,3 +294,8 @@ def test_two_ranks_equal_one_process_at_every_layer(tmp_path, capsys, rng):
             assert b.mean_distance == pytest.approx(a.mean_distance, rel=1e-5), (layer, name)
             assert b.mean_cosine == pytest.approx(a.mean_cosine, rel=1e-4, abs=1e-6), (layer, name)
             np.testing.assert_allclose(b.per_image_cosine.numpy(), a.per_image_cosine.numpy(), rtol=1e-4, atol=1e-6)
+            # the per-view moments over images, merged across ranks (Chan's update in rank order)
+            np.testing.assert_allclose(
+                b.unit_normalized_variance.numpy(), a.unit_normalized_variance.numpy(), rtol=1e-4, atol=1e-8
+            )
+            assert b.n_views == a.n_views

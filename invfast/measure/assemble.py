@@ -13,6 +13,7 @@ from invfast.measure.layers import OUTPUT
 from invfast.measure.result import TransformResult
 from invfast.measure.scoring import pair_file
 from invfast.measure.state import gather_objects, sum_in_rank_order
+from invfast.measure.units import merge_moments, sample_std
 
 __all__ = ["finish_transform"]
 
@@ -41,12 +42,25 @@ def finish_transform(
                 m: os.path.abspath(pair_file(os.fspath(pair_dir), t.name, ly, m, layered))
                 for m in ("distance", "cosine")
             }
-        out[ly] = _layer_result(acc["layers"][ly], count, t, params, ident, include_identity, pair, sh)
+        out[ly] = _layer_result(
+            acc["layers"][ly], int(acc["count"]), count, t, params, ident, include_identity, pair, sh
+        )
     return out
+
+
+def _unit_moments(la: dict[str, Any], local: int, sh: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each view's per-unit mean and M2 over all ranks' images ([V, U] float64, host), merged in rank order."""
+    parts = gather_objects((local, la["u_mean"].cpu(), la["u_m2"].cpu()), sh)
+    n, mean, m2 = parts[0][0], parts[0][1].clone(), parts[0][2].clone()
+    for k, m, q in parts[1:]:
+        merge_moments(n, mean, m2, k, m, q)
+        n += k
+    return mean, m2
 
 
 def _layer_result(
     la: dict[str, Any],
+    local: int,
     count: int,
     t: Any,
     params: torch.Tensor,
@@ -56,18 +70,17 @@ def _layer_result(
     sh: Any,
 ) -> TransformResult:
     # float64 sums combined on the device (NCCL all-gathers CUDA tensors), then read once
-    sums = {k: sum_in_rank_order(la[k], sh).cpu() for k in ("sum_d", "sum_c", "sq_d", "sq_c", "u_s1", "u_s2", "tv")}
+    sums = {k: sum_in_rank_order(la[k], sh).cpu() for k in ("sum_d", "sum_c", "sq_d", "sq_c", "tv", "ts")}
     img_d = torch.cat(gather_objects(la["img_d"].cpu(), sh))
     img_c = torch.cat(gather_objects(la["img_c"].cpu(), sh))
     keep = torch.ones_like(ident) if include_identity else ~ident
     mean_d, mean_c = sums["sum_d"] / count, sums["sum_c"] / count
     std_d = (sums["sq_d"] / count - mean_d**2).clamp_min(0).sqrt()
     std_c = (sums["sq_c"] / count - mean_c**2).clamp_min(0).sqrt()
-    # per unit: transformational variance (over the views of an image, averaged over images) and sample
-    # variance (over images, averaged over the views), identity view included once
-    unit_mean = sums["u_s1"] / count
-    sample_var = (sums["u_s2"] / count - unit_mean**2).clamp_min(0).mean(0)
-    trans_var = sums["tv"] / count
+    # per unit (invfast.measure.units), the views being the grid with the identity once: over each view, the
+    # moments over images; over each image, the view variance and standard deviation summed over images
+    _, view_m2 = _unit_moments(la, local, sh)
+    n_views = int(view_m2.shape[0])
 
     def over(mask: torch.Tensor, key: str) -> float | None:
         return float(sums[key][mask].sum() / (count * int(mask.sum()))) if bool(mask.any()) else None
@@ -90,6 +103,9 @@ def _layer_result(
         per_image_cosine=img_c if bool(keep.any()) else None,
         pair_scores=pair,
         n_pairs=count * int(params.shape[0]),
-        unit_transform_variance=trans_var,
-        unit_sample_variance=sample_var,
+        unit_transform_variance=sums["tv"] / count,
+        unit_sample_variance=(view_m2 / count).mean(0),
+        unit_view_std_sum=sums["ts"],
+        unit_image_std_sum=sample_std(view_m2, count).sum(0),
+        n_views=n_views,
     )

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from invfast.io import atomic_write_text
+from invfast.measure.units import ratio_of_means
 
 RESULT_FORMAT = "invfast.invariance-result/1"
 
@@ -24,6 +25,14 @@ class TransformResult:
     ``per_image_cosine`` ``[N]`` (mean over the non-identity parameters of each image, NaN where the
     image could not be read). In real-world mode ``P = 0`` and the per-image values are per group
     (mean over all pairs of distinct views).
+
+    Per-unit measures (:mod:`invfast.measure.units`; ``U`` units: the layer's channels, or its C x H x W
+    activations with ``units='elements'``), over ``n_views`` views (the grid with the identity once) of
+    ``n_images`` images, float64 ``[U]``: ``unit_view_std_sum`` (each image's standard deviation over its
+    views, ddof 1, summed over images), ``unit_image_std_sum`` (each view's standard deviation over images,
+    ddof 1, summed over views), ``unit_transform_variance`` (the variance over an image's views, ddof 0,
+    averaged over images) and ``unit_sample_variance`` (the variance over images, ddof 0, averaged over
+    views). None where not measured (results saved before issue 42 lack the standard deviations).
     """
 
     name: str
@@ -45,27 +54,42 @@ class TransformResult:
     n_pairs: int = 0
     unit_transform_variance: torch.Tensor | None = None
     unit_sample_variance: torch.Tensor | None = None
+    unit_view_std_sum: torch.Tensor | None = None
+    unit_image_std_sum: torch.Tensor | None = None
+    n_views: int | None = None
 
     @property
     def unit_normalized_variance(self) -> torch.Tensor | None:
-        """float64 [D]: each unit's transformational variance over its sample variance (NaN where the
-        sample variance is 0): low = the unit is invariant to this transform (Goodfellow et al. 2009's
-        invariance measure as the per-layer literature uses it; identity view included once)."""
-        if self.unit_transform_variance is None or self.unit_sample_variance is None:
+        """float64 [U]: tmeasures's normalized variance of each unit (``NormalizedVarianceInvariance``,
+        tmeasures 1.2.11): the mean over images of the standard deviation over the views over the mean over
+        views of the standard deviation over images, both ddof 1. 0 = the unit is invariant to this
+        transform. NaN where the denominator is 0 (tmeasures gives 1 there, or +inf when the numerator is
+        > 0). None for results saved without the standard deviations."""
+        if self.unit_view_std_sum is None or self.unit_image_std_sum is None or not self.n_views:
             return None
-        sv = self.unit_sample_variance
-        return torch.where(
-            sv > 0, self.unit_transform_variance / sv.clamp_min(1e-300), torch.full_like(sv, float("nan"))
-        )
+        num = self.unit_view_std_sum / max(self.n_images, 1)
+        return ratio_of_means(num, self.unit_image_std_sum / self.n_views)
 
     @property
     def normalized_variance(self) -> float | None:
-        """The layer's normalized variance: mean over units (those with sample variance > 0) of
-        :attr:`unit_normalized_variance`."""
-        nv = self.unit_normalized_variance
-        if nv is None or not bool((~torch.isnan(nv)).any()):
+        """The layer's normalized variance: the mean of :attr:`unit_normalized_variance` over the units where
+        it is defined (tmeasures's ``per_layer_average`` also averages its 1 of the dead units in)."""
+        return _nanmean(self.unit_normalized_variance)
+
+    @property
+    def unit_variance_ratio(self) -> torch.Tensor | None:
+        """float64 [U]: each unit's transformational variance over its sample variance
+        (:attr:`unit_transform_variance` / :attr:`unit_sample_variance`, ddof 0; NaN where the latter is 0):
+        invfast's per-unit measure before issue 42, a ratio of variances where tmeasures's normalized
+        variance is a ratio of standard deviations."""
+        if self.unit_transform_variance is None or self.unit_sample_variance is None:
             return None
-        return float(nv[~torch.isnan(nv)].mean())
+        return ratio_of_means(self.unit_transform_variance, self.unit_sample_variance)
+
+    @property
+    def variance_ratio(self) -> float | None:
+        """The layer's variance ratio: the mean of :attr:`unit_variance_ratio` where it is defined."""
+        return _nanmean(self.unit_variance_ratio)
 
     def to_dict(self, per_image: bool = True) -> dict[str, Any]:
         def lst(t: torch.Tensor | None) -> Any:
@@ -88,10 +112,14 @@ class TransformResult:
             "cosine_std": lst(self.cosine_std),
             "pair_scores": self.pair_scores,
             "normalized_variance": self.normalized_variance,
+            "variance_ratio": self.variance_ratio,
+            "n_views": self.n_views,
         }
         if per_image:
             d["unit_transform_variance"] = lst(self.unit_transform_variance)
             d["unit_sample_variance"] = lst(self.unit_sample_variance)
+            d["unit_view_std_sum"] = lst(self.unit_view_std_sum)
+            d["unit_image_std_sum"] = lst(self.unit_image_std_sum)
             d["per_image_distance"] = lst(self.per_image_distance)
             d["per_image_cosine"] = lst(self.per_image_cosine)
         return d
@@ -129,6 +157,9 @@ class TransformResult:
             n_pairs=d.get("n_pairs", 0),
             unit_transform_variance=ten(d.get("unit_transform_variance")),
             unit_sample_variance=ten(d.get("unit_sample_variance")),
+            unit_view_std_sum=ten(d.get("unit_view_std_sum")),
+            unit_image_std_sum=ten(d.get("unit_image_std_sum")),
+            n_views=d.get("n_views"),
         )
 
 
@@ -267,6 +298,13 @@ class InvarianceResult:
         return (
             f"InvarianceResult(model={self.model!r}, n_images={self.n_images}, transforms={list(self.transforms)}{lay})"
         )
+
+
+def _nanmean(v: torch.Tensor | None) -> float | None:
+    """The mean of the non-NaN values of ``v``; None when there are none (or no ``v``)."""
+    if v is None or not bool((~torch.isnan(v)).any()):
+        return None
+    return float(v[~torch.isnan(v)].mean())
 
 
 def _nan_to_none(v: Any) -> Any:

@@ -17,7 +17,8 @@ from typing import Any
 __all__ = ["check_result_dict"]
 
 _VECTORS = ("distance", "cosine", "distance_std", "cosine_std")
-_OPTIONAL_VECTORS = ("per_image_distance", "per_image_cosine", "unit_transform_variance", "unit_sample_variance")
+_UNIT_VECTORS = ("unit_transform_variance", "unit_sample_variance", "unit_view_std_sum", "unit_image_std_sum")
+_OPTIONAL_VECTORS = ("per_image_distance", "per_image_cosine", *_UNIT_VECTORS)
 _WANT: dict[type, str] = {str: "a string", dict: "an object", list: "a list"}
 _OPTIONAL_NUMBERS = ("mean_distance", "mean_cosine", "identity_distance", "identity_cosine")
 
@@ -29,6 +30,7 @@ _RANGES = (
     (("mean_cosine", "identity_cosine", "cosine", "per_image_cosine"), -1.0, 1.0, "a cosine in [-1, 1]"),
     (("mean_distance", "identity_distance", "distance", "per_image_distance"), 0.0, math.inf, "a distance >= 0"),
     (("distance_std", "cosine_std"), 0.0, math.inf, "a standard deviation >= 0"),
+    (_UNIT_VECTORS, 0.0, math.inf, "a variance or a sum of standard deviations >= 0"),
 )
 
 
@@ -88,6 +90,7 @@ def _transform(t: Any, where: str) -> None:
         raise _bad(f"{w}name", "a transform name", t["name"])
     _count(t, "n_images", w)
     _count(t, "n_pairs", w, required=False)
+    _count(t, "n_views", w, required=False)
     for key in _OPTIONAL_NUMBERS:
         if not _number(t.get(key)):
             raise _bad(f"{w}{key}", "a number or null", t.get(key))

@@ -19,6 +19,7 @@ import torch
 from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
 from invfast.measure.state import Shard, barrier
+from invfast.measure.units import merge_moments, moments, sample_std
 from invfast.metrics import scores_of_whitened
 from invfast.stats import FeatureStats
 from invfast.write_paths import check_in_place
@@ -65,12 +66,14 @@ def _stats_dim(stats: FeatureStats, layer: str) -> int:
     return stats.dim
 
 
-_DEVICE_KEYS = ("sum_d", "sum_c", "sq_d", "sq_c", "img_d", "img_c", "u_s1", "u_s2", "tv")
+_DEVICE_KEYS = ("sum_d", "sum_c", "sq_d", "sq_c", "img_d", "img_c", "u_mean", "u_m2", "tv", "ts")
 
 
 def _fresh_layer(run: Run, p: int, views: int, dim: int) -> dict[str, torch.Tensor]:
     """Zeroed device accumulators of one layer: per-parameter sums [P], per-image means [n_rank] (NaN until
-    scored), per-unit sums over images for each view [V, D] and the summed per-image view variance [D]."""
+    scored) and, per unit (:mod:`invfast.measure.units`), each view's moments over this rank's images
+    (mean and M2, [V, U]), the per-image view variance (ddof 0) and view standard deviation (ddof 1) summed
+    over images ([U] each)."""
     dev, n = run.device, run.stop - run.start
 
     def z(*shape: int) -> torch.Tensor:
@@ -83,9 +86,10 @@ def _fresh_layer(run: Run, p: int, views: int, dim: int) -> dict[str, torch.Tens
         "sq_c": z(p),
         "img_d": torch.full((n,), float("nan"), dtype=torch.float64, device=dev),
         "img_c": torch.full((n,), float("nan"), dtype=torch.float64, device=dev),
-        "u_s1": z(views, dim),
-        "u_s2": z(views, dim),
+        "u_mean": z(views, dim),
+        "u_m2": z(views, dim),
         "tv": z(dim),
+        "ts": z(dim),
     }
 
 
@@ -99,8 +103,8 @@ def score_transform(
     include_identity: bool = False,
 ) -> tuple[dict[str, Any], int]:
     """Score every image of this rank under every parameter of ``t``, at every measured layer; the
-    accumulators stay on ``run.device`` (float64 sums [P], per-image means [n_rank], per-unit sums
-    [V, D]) until a save or the end.
+    accumulators stay on ``run.device`` (float64 sums [P], per-image means [n_rank], per-unit moments
+    [V, U]) until a save or the end.
 
     Returns ``(accumulators, pairs)``: ``pairs`` is the number of image-parameter pairs this call
     computed (a resumed transform counts only what was left)."""
@@ -273,13 +277,16 @@ class _Group:
         dev, b = run.device, self.b
         self.img_d = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
         self.img_c = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
-        # per-image sums over the views of each unit (the transformational variance of each image)
+        # per image, the moments of each unit over the image's views so far ([b, U]: mean, M2), the
+        # reference view first when the grid has no identity
         add_ref = ctx.acc["add_ref"]
-        self.v1 = {
-            ly: self.f_ref[ly].double() if add_ref else torch.zeros_like(self.f_ref[ly], dtype=torch.float64)
+        self.u_ref = {ly: self.f_ref[ly].double() for ly in self.layers} if add_ref else {}
+        self.n_views = int(add_ref)
+        self.v_mean = {
+            ly: self.u_ref[ly].clone() if add_ref else torch.zeros_like(self.f_ref[ly], dtype=torch.float64)
             for ly in self.layers
         }
-        self.v2 = {ly: self.v1[ly] * self.v1[ly] for ly in self.layers}
+        self.v_m2 = {ly: torch.zeros_like(self.v_mean[ly]) for ly in self.layers}
         self.pairs = (
             None
             if ctx.mm is None
@@ -305,34 +312,30 @@ class _Group:
             la["sq_c"][ps:pe] += (c * c).sum(0)
             self.img_d[ly] += d.masked_fill(~k, 0).sum(1)
             self.img_c[ly] += c.masked_fill(~k, 0).sum(1)
-            f64 = f_t.double()
-            sq = f64 * f64
-            la["u_s1"][ps:pe] += f64.sum(0)
-            la["u_s2"][ps:pe] += sq.sum(0)
-            self.v1[ly] += f64.sum(1)
-            self.v2[ly] += sq.sum(1)
+            u = f_t.double()  # [b, c, U]: the chunk's views of every image, per unit
+            merge_moments(ctx.acc["count"], la["u_mean"][ps:pe], la["u_m2"][ps:pe], b, *moments(u, 0))
+            merge_moments(self.n_views, self.v_mean[ly], self.v_m2[ly], pe - ps, *moments(u, 1))
             if self.pairs is not None:
                 self.pairs[ly][0, :, ps:pe] = d
                 self.pairs[ly][1, :, ps:pe] = c
+        self.n_views += pe - ps
 
     def finish(self) -> None:
         """Fold the group's per-image values into the accumulators (and the per-pair files)."""
         ctx, p, run = self.ctx, self.ctx.p, self.ctx.run
         acc = ctx.acc
-        acc["count"] += self.b
-        views = p + acc["add_ref"]
+        views = p + acc["add_ref"]  # == self.n_views: every chunk of parameters has been scored
         rows = (self.idx - run.start).to(run.device, non_blocking=True)
         for ly in self.layers:
             la = acc["layers"][ly]
-            if acc["add_ref"]:
-                r = self.f_ref[ly].double()
-                la["u_s1"][p] += r.sum(0)
-                la["u_s2"][p] += (r * r).sum(0)
-            mean = self.v1[ly] / views
-            la["tv"] += (self.v2[ly] / views - mean * mean).clamp_min_(0).sum(0)
+            if acc["add_ref"]:  # the reference view's moments over images
+                merge_moments(acc["count"], la["u_mean"][p], la["u_m2"][p], self.b, *moments(self.u_ref[ly], 0))
+            la["tv"] += (self.v_m2[ly] / views).sum(0)
+            la["ts"] += sample_std(self.v_m2[ly], views).sum(0)
             if ctx.n_keep:
                 la["img_d"][rows] = self.img_d[ly] / ctx.n_keep
                 la["img_c"][rows] = self.img_c[ly] / ctx.n_keep
+        acc["count"] += self.b  # after the merges above, which weigh the images counted before this group
         if ctx.mm is not None and self.pairs is not None:  # both or neither
             rows_h = self.idx.numpy()
             for ly, per in ctx.mm.items():

@@ -172,7 +172,7 @@ def plot_heatmap(
 
 def plot_depth(result: InvarianceResult, *, path: str | os.PathLike | None = None) -> Any:
     """Invariance versus depth: for each transform, the mean standardised cosine, the mean Mahalanobis
-    distance and the normalized variance (per-unit transformational / sample variance) at every measured
+    distance and tmeasures's normalized variance (:mod:`invfast.measure.units`) at every measured
     layer of one model, shallow to deep. ``result`` is a per-layer result (``result.layers``)."""
     by_layer = getattr(result, "layers", None) or {}
     layers = list(by_layer)
