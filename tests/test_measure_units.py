@@ -174,3 +174,90 @@ def test_against_tmeasures_itself(rng):
     live = den.numpy() > 0
     assert np.abs(ours[live] - theirs[live]).max() < 1e-12
     assert np.isnan(ours[~live]).all() and (theirs[~live] == 1).all()  # the dead unit: NaN here, 1 there
+
+
+def _element_activations(x: torch.Tensor, t: Any, k: int) -> np.ndarray:
+    """Every activation of the pointwise body ``[N, V, C*H*W]`` over the views of ``t``, float64."""
+    params = t.grid(k)
+    views = t.apply(x, params)
+    if not bool(t.is_identity(params).any()):
+        views = torch.cat([x[:, None], views], 1)
+    with torch.no_grad():
+        a = torch.stack([Body()(views[:, v].float() / 255.0).flatten(1) for v in range(views.shape[1])], 1)
+    return a.double().numpy()
+
+
+@pytest.mark.parametrize("t", [Rot90(), Brightness()], ids=["rot90", "brightness-reference-view-added"])
+def test_elements_units_equal_tmeasures_formula(rng, t):
+    """units='elements': every C x H x W activation its own unit, streamed; per unit within 1e-12 of numpy;
+    the model's pooled output has the same units either way; the whitened scores do not change."""
+    x = torch.from_numpy(rng.integers(0, 256, (17, 3, 5, 5), dtype=np.uint8))
+    kw = dict(
+        grid_size=4, batch_size=3, forward_batch=5, normalize=False, shrinkage="ledoit-wolf", layers="body,output"
+    )
+    r = measure_invariance(Pointwise(), x, [t], units="elements", **kw)
+    tr = r.layers["body"][t.name]
+    a = _element_activations(x, t, 4)
+    assert tr.unit_normalized_variance.shape == (10 * 5 * 5,) and tr.n_views == a.shape[1]
+    want = tmeasures_nv_numpy(a)
+    got = tr.unit_normalized_variance.numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(got[9 * 25 :]).all()  # the constant channel's elements
+    delta = float(np.nanmax(np.abs(got - want)))
+    assert delta < 1e-12, delta
+    np.testing.assert_allclose(tr.unit_transform_variance.numpy(), a.var(axis=1).mean(0), rtol=1e-12, atol=1e-15)
+    channels = measure_invariance(Pointwise(), x, [t], units="channels", **kw)
+    assert channels.layers["body"][t.name].unit_normalized_variance.shape == (10,)
+    torch.testing.assert_close(
+        r.layers["output"][t.name].unit_normalized_variance,
+        channels.layers["output"][t.name].unit_normalized_variance,
+        equal_nan=True,
+    )
+    assert tr.mean_cosine == channels.layers["body"][t.name].mean_cosine
+    assert r.meta["config"]["units"] == "elements"
+
+
+def test_units_is_validated_once_and_reaches_the_cli():
+    import argparse
+
+    from invfast.measure import MeasureConfig
+    from invfast.measure.cli import add_arguments
+    from invfast.measure.options import config_from_args
+
+    with pytest.raises(ValueError, match="units must be 'channels'.*or 'elements'.*got 'pixels'"):
+        MeasureConfig(units="pixels")
+    with pytest.raises(ValueError, match="units must be"):
+        MeasureConfig().replace(units=None)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--model", "m", "--data", "d", "--out", "o", "--units", "elements"])
+    assert config_from_args(args, torch.device("cpu"), "state").units == "elements"
+    assert parser.parse_args(["--model", "m", "--data", "d", "--out", "o"]).units == "channels"
+    with pytest.raises(SystemExit) as e:
+        parser.parse_args(["--model", "m", "--data", "d", "--out", "o", "--units", "pixels"])
+    assert e.value.code == 2
+
+
+def test_elements_units_on_a_resnet_stage(rng):
+    """A ResNet stage (channels_last on, hooks): every C x H x W activation against numpy on recomputed
+    activations (float32 rounding of another batching: rtol 1e-4)."""
+    from invfast.models import create
+
+    torch.manual_seed(0)
+    model = create("resnet18-cifar", width=4).eval()
+    x = torch.from_numpy(rng.integers(0, 256, (14, 3, 8, 8), dtype=np.uint8))
+    t = Rot90()
+    r = measure_invariance(
+        model, x, [t], grid_size=4, batch_size=5, normalize=False, layers="layer2", units="elements", channels_last=True
+    )
+    caught = []
+    handle = model.blocks[3].register_forward_hook(lambda m, i, o: caught.append(o.flatten(1)))  # layer2's end
+    with torch.no_grad():
+        views = t.apply(x, t.grid(4))
+        for v in range(4):
+            model(views[:, v].float() / 255.0)
+    handle.remove()
+    a = torch.stack(caught, 1).double().numpy()  # [N, V, C*H*W]
+    tr = r["rot90"]
+    assert tr.unit_normalized_variance.shape == (a.shape[2],) == (8 * 4 * 4,)
+    np.testing.assert_allclose(tr.unit_normalized_variance.numpy(), tmeasures_nv_numpy(a), rtol=1e-4, atol=1e-7)

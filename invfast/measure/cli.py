@@ -129,6 +129,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model.named_modules() path, 'output'); default: what the model returns",
     )
     parser.add_argument(
+        "--units",
+        choices=("channels", "elements"),
+        default="channels",
+        help="the units of the per-unit measures (normalized variance, variance ratio): channels (default: "
+        "each channel after global average pooling) or elements (every C x H x W activation, as tmeasures)",
+    )
+    parser.add_argument(
         "--protocol",
         choices=("invfast", "ericsson"),
         default="invfast",

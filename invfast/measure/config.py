@@ -66,6 +66,10 @@ class MeasureConfig:
         layers: the layers measured, all from one forward pass per view: None (what the model returns),
             'all' (every stage: ResNet ``layer1..layer4``), or module paths ('layer2,layer4', 'output');
             see :mod:`invfast.measure.layers`.
+        units: what a unit of a layer is for the per-unit measures (normalized variance, variance ratio;
+            :mod:`invfast.measure.units`): 'channels' (each channel after global average pooling, the
+            features the whitened scores use) or 'elements' (every C x H x W activation, as tmeasures
+            measures by default; streamed: memory O((views + images per batch) x C x H x W), not O(N)).
         overlap: make the next chunk's transformed views on a background thread while the model runs on
             the current one (None: on the CPU where a core is left over by torch's threads; CUDA launches
             are asynchronous already).
@@ -97,6 +101,7 @@ class MeasureConfig:
     workers: int | None = _free("decoding processes: the images they decode are the same", None)
     pair_block: int = _free("real-world mode: rows scored at once, a memory bound", 64)
     layers: tuple[str, ...] | None = None
+    units: str = "channels"
     overlap: bool | None = _free("how work is scheduled: the views and scores are the same", None)
 
     def __post_init__(self) -> None:
@@ -166,6 +171,9 @@ class MeasureConfig:
             if not items:
                 raise ValueError("layers is empty; give 'all', module paths like 'layer1,layer4', or None")
             object.__setattr__(self, "layers", tuple(items))
+        from invfast.measure.units import check_units
+
+        check_units(self.units)
         if self.name is not None and not isinstance(self.name, str):
             raise TypeError(f"name must be a string or None, got {type(self.name).__name__}")
 

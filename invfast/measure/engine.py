@@ -133,7 +133,15 @@ class Run:
         self.n = len(self.source)
         crop = None if post is not None else cfg.crop  # with post, the crop is post's
         self.extract = FeatureExtractor(
-            model, self.device, cfg.torch_dtype, bool(channels_last), crop, cfg.normalize, cfg.forward_batch, cfg.layers
+            model,
+            self.device,
+            cfg.torch_dtype,
+            bool(channels_last),
+            crop,
+            cfg.normalize,
+            cfg.forward_batch,
+            cfg.layers,
+            cfg.units,
         )
         self.batch_size = cfg.batch_size
         self.shard = shard or current_shard()

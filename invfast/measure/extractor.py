@@ -13,6 +13,7 @@ import torch
 
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
 from invfast.measure.layers import OUTPUT, LayerTap, resolve_layers
+from invfast.measure.units import check_units
 from invfast.models.registry import load_checkpoint
 
 __all__ = ["WithDescriptor", "load_model", "load_checkpoint", "FeatureExtractor", "model_checksum", "setup_model"]
@@ -70,7 +71,9 @@ class FeatureExtractor:
     """Images -> pooled features ``[B, D]`` float32: scaling to [0, 1], optional centre crop,
     ImageNet normalisation, ``channels_last`` and autocast (bf16/fp16) where asked, in chunks of
     ``forward_batch`` images. ``layers``: module paths whose pooled activations :meth:`features` also
-    returns, caught with forward hooks in the same pass (:mod:`invfast.measure.layers`)."""
+    returns, caught with forward hooks in the same pass (:mod:`invfast.measure.layers`). ``units``: what
+    :meth:`features_and_units` gives as each layer's units, its pooled channels ('channels') or every
+    activation flattened ('elements', :mod:`invfast.measure.units`)."""
 
     model: Callable[[torch.Tensor], torch.Tensor]
     device: torch.device
@@ -80,6 +83,7 @@ class FeatureExtractor:
     normalize: bool = True
     forward_batch: int = 256
     layers: Sequence[str] | None = None
+    units: str = "channels"
 
     def __post_init__(self) -> None:
         self._mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
@@ -87,7 +91,8 @@ class FeatureExtractor:
         self.calls = 0
         paths = resolve_layers(self.model, self.layers)
         self.layer_names = list(paths)
-        self._tap = LayerTap(self.model, paths) if self.layer_names != [OUTPUT] else None
+        self.elements = check_units(self.units) == "elements"
+        self._tap = LayerTap(self.model, paths, self.elements) if self.layer_names != [OUTPUT] else None
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.device, non_blocking=True)
@@ -111,7 +116,14 @@ class FeatureExtractor:
     def features(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         """Pooled features float32 ``[B, D_layer]`` of every measured layer, by name, from one forward
         pass per chunk of ``forward_batch`` images."""
+        return self.features_and_units(images)[0]
+
+    def features_and_units(self, images: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """:meth:`features` and, from the same forward passes, every layer's units float32 ``[B, U_layer]``:
+        the pooled features themselves (``units='channels'``, the same tensors) or every activation flattened
+        (``'elements'``: ``U = C*H*W``; what the model returns is its own elements)."""
         outs: dict[str, list[torch.Tensor]] = {n: [] for n in self.layer_names}
+        units: dict[str, list[torch.Tensor]] = {n: [] for n in self.layer_names}
         for s in range(0, images.shape[0], self.forward_batch):
             x = self.prepare(images[s : s + self.forward_batch])
             ctx = (
@@ -122,7 +134,7 @@ class FeatureExtractor:
             with ctx:
                 f = self.model(x)
             self.calls += 1
-            got = self._tap.take(f) if self._tap is not None else {OUTPUT: f}
+            got, elements = self._tap.take(f) if self._tap is not None else ({OUTPUT: f}, {})
             for name, v in got.items():
                 if not isinstance(v, torch.Tensor) or v.dim() != 2 or v.shape[0] != x.shape[0]:
                     shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
@@ -132,7 +144,8 @@ class FeatureExtractor:
                         "its head), or measure named layers (layers=...)"
                     )
                 outs[name].append(v.float())
-        return {n: v[0] if len(v) == 1 else torch.cat(v) for n, v in outs.items()}
+                units[name].append(elements.get(name, outs[name][-1]))
+        return _joined(outs), _joined(units)
 
     def close(self) -> None:
         """Remove the forward hooks from the model (it is the user's: left as it was given)."""
@@ -144,6 +157,10 @@ class FeatureExtractor:
         if len(self.layer_names) != 1:
             raise ValueError(f"this extractor measures {len(self.layer_names)} layers; call .features(images)")
         return self.features(images)[self.layer_names[0]]
+
+
+def _joined(parts: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
+    return {n: v[0] if len(v) == 1 else torch.cat(v) for n, v in parts.items()}
 
 
 def model_checksum(model: Any) -> Any:

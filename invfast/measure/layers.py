@@ -5,7 +5,9 @@
 
 A layer is a path of ``model.named_modules()`` (torchvision-style for the ResNets: ``layer1`` ..
 ``layer4``, ``avgpool``, ``fc``) or ``output`` (what the model returns). Activations are pooled to
-``[B, D]``: global average over space for ``[B, C, H, W]``, over tokens for ``[B, T, D]``.
+``[B, D]``: global average over space for ``[B, C, H, W]``, over tokens for ``[B, T, D]``; with
+``units='elements'`` every activation is also kept flattened, ``[B, C*H*W]`` (:func:`flatten`), for the
+per-unit measures (:mod:`invfast.measure.units`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["OUTPUT", "resolve_layers", "pool", "LayerTap"]
+__all__ = ["OUTPUT", "resolve_layers", "pool", "flatten", "LayerTap"]
 
 OUTPUT = "output"  #: the name of what the model itself returns
 
@@ -112,12 +114,27 @@ def resolve_layers(model: Any, layers: str | Sequence[str] | None) -> dict[str, 
     return dict(out)
 
 
-def pool(a: Any, name: str) -> torch.Tensor:
-    """An activation pooled to float32 ``[B, D]``: mean over space ([B, C, H, W]) or tokens ([B, T, D])."""
+def _tensor(a: Any, name: str) -> torch.Tensor:
+    """The activation tensor of a layer's output (the first item of a tuple or list)."""
     if isinstance(a, (tuple, list)) and a and isinstance(a[0], torch.Tensor):
         a = a[0]
     if not isinstance(a, torch.Tensor):
         raise ValueError(f"layer {name!r} returned {type(a).__name__}, not a tensor; choose another layer")
+    return a
+
+
+def flatten(a: Any, name: str) -> torch.Tensor:
+    """Every activation of a layer as its own unit: float32 ``[B, C*H*W]`` (``[B, T*D]`` for tokens), in the
+    logical C, H, W order whatever the memory format."""
+    a = _tensor(a, name)
+    if a.dim() < 2:
+        raise ValueError(f"layer {name!r} gave activations of shape {tuple(a.shape)}; expected [B, ...]")
+    return a.float().reshape(a.shape[0], -1)
+
+
+def pool(a: Any, name: str) -> torch.Tensor:
+    """An activation pooled to float32 ``[B, D]``: mean over space ([B, C, H, W]) or tokens ([B, T, D])."""
+    a = _tensor(a, name)
     if a.dim() == 4:
         return a.float().mean(dim=(2, 3))
     if a.dim() == 3:
@@ -131,11 +148,14 @@ def pool(a: Any, name: str) -> torch.Tensor:
 
 class LayerTap:
     """Forward hooks on the named layers of ``model`` (name -> module path, as :func:`resolve_layers` gives)
-    that keep each one's pooled activations of the latest forward pass; ``OUTPUT`` is the model's return value."""
+    that keep each one's pooled activations of the latest forward pass; ``OUTPUT`` is the model's return value.
+    With ``elements``, each layer's flattened activations too (:attr:`elements`, taken by :meth:`take`)."""
 
-    def __init__(self, model: Any, layers: dict[str, str | None]) -> None:
+    def __init__(self, model: Any, layers: dict[str, str | None], elements: bool = False) -> None:
         self.layers = list(layers)
+        self.keep_elements = elements
         self.caught: dict[str, torch.Tensor] = {}
+        self.elements: dict[str, torch.Tensor] = {}
         self._handles = []
         modules = dict(model.named_modules()) if isinstance(model, torch.nn.Module) else {}
         for name, path in layers.items():
@@ -145,19 +165,25 @@ class LayerTap:
     def _hook(self, name: str) -> Any:
         def hook(module: Any, inputs: Any, output: Any) -> None:
             self.caught[name] = pool(output, name)
+            if self.keep_elements:
+                self.elements[name] = flatten(output, name)
 
         return hook
 
-    def take(self, output: Any) -> dict[str, torch.Tensor]:
-        """The pooled activations of the forward pass that returned ``output``, by layer (in order)."""
+    def take(self, output: Any) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """The pooled activations of the forward pass that returned ``output``, by layer (in order), and the
+        flattened ones (empty unless ``elements``)."""
         if OUTPUT in self.layers:
             self.caught[OUTPUT] = output.float() if isinstance(output, torch.Tensor) else output
+            if self.keep_elements and isinstance(output, torch.Tensor):
+                self.elements[OUTPUT] = flatten(output, OUTPUT)
         missing = [n for n in self.layers if n not in self.caught]
         if missing:
             raise ValueError(f"layers {missing} did not run in the model's forward pass; choose layers it uses")
         out = {n: self.caught[n] for n in self.layers}
-        self.caught = {}
-        return out
+        elements = {n: self.elements[n] for n in self.layers if n in self.elements}
+        self.caught, self.elements = {}, {}
+        return out, elements
 
     def close(self) -> None:
         for h in self._handles:

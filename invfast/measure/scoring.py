@@ -73,7 +73,8 @@ def _fresh_layer(run: Run, p: int, views: int, dim: int) -> dict[str, torch.Tens
     """Zeroed device accumulators of one layer: per-parameter sums [P], per-image means [n_rank] (NaN until
     scored) and, per unit (:mod:`invfast.measure.units`), each view's moments over this rank's images
     (mean and M2, [V, U]), the per-image view variance (ddof 0) and view standard deviation (ddof 1) summed
-    over images ([U] each)."""
+    over images ([U] each). ``dim``: the number of units, 0 when not known yet (``units='elements'``: the
+    unit accumulators are made at the first chunk, :func:`_unit_accumulators`)."""
     dev, n = run.device, run.stop - run.start
 
     def z(*shape: int) -> torch.Tensor:
@@ -91,6 +92,18 @@ def _fresh_layer(run: Run, p: int, views: int, dim: int) -> dict[str, torch.Tens
         "tv": z(dim),
         "ts": z(dim),
     }
+
+
+def _unit_accumulators(la: dict[str, torch.Tensor], units: int, layer: str) -> None:
+    """Make the unit accumulators of ``la`` for ``units`` units where they are still empty (zero units)."""
+    have = la["u_mean"].shape[1]
+    if have == units:
+        return
+    if have:
+        raise ValueError(f"layer {layer!r} gave {units} units where it gave {have} before; its output size changed")
+    views = la["u_mean"].shape[0]
+    for k, shape in (("u_mean", (views, units)), ("u_m2", (views, units)), ("tv", (units,)), ("ts", (units,))):
+        la[k] = torch.zeros(shape, dtype=torch.float64, device=la[k].device)
 
 
 def score_transform(
@@ -122,7 +135,10 @@ def score_transform(
             "count": 0,
             "next": run.start,
             "add_ref": add_ref,
-            "layers": {ly: _fresh_layer(run, p, p + add_ref, _stats_dim(stats[ly], ly)) for ly in layers},
+            "layers": {
+                ly: _fresh_layer(run, p, p + add_ref, 0 if run.extract.elements else _stats_dim(stats[ly], ly))
+                for ly in layers
+            },
         }
         run.state["transforms"][t.name] = acc
     else:  # resumed: the saved host copies go back to the device
@@ -277,16 +293,18 @@ class _Group:
         dev, b = run.device, self.b
         self.img_d = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
         self.img_c = {ly: torch.zeros(b, dtype=torch.float64, device=dev) for ly in self.layers}
-        # per image, the moments of each unit over the image's views so far ([b, U]: mean, M2), the
-        # reference view first when the grid has no identity
+        # per image, the moments of each unit over the image's views so far ([b, U]: mean, M2; made at the
+        # first chunk), the reference view first when the grid has no identity
         add_ref = ctx.acc["add_ref"]
-        self.u_ref = {ly: self.f_ref[ly].double() for ly in self.layers} if add_ref else {}
+        self.u_ref: dict[str, torch.Tensor] = {}
+        if add_ref:
+            ref_units = (
+                [run.extract.features_and_units(run.model_input(xb))[1] for xb in xs] if run.extract.elements else refs
+            )
+            self.u_ref = {ly: concat([u[ly] for u in ref_units]).double() for ly in self.layers}
         self.n_views = int(add_ref)
-        self.v_mean = {
-            ly: self.u_ref[ly].clone() if add_ref else torch.zeros_like(self.f_ref[ly], dtype=torch.float64)
-            for ly in self.layers
-        }
-        self.v_m2 = {ly: torch.zeros_like(self.v_mean[ly]) for ly in self.layers}
+        self.v_mean: dict[str, torch.Tensor] = {ly: u.clone() for ly, u in self.u_ref.items()}
+        self.v_m2: dict[str, torch.Tensor] = {ly: torch.zeros_like(u) for ly, u in self.u_ref.items()}
         self.pairs = (
             None
             if ctx.mm is None
@@ -297,7 +315,7 @@ class _Group:
         """The model on the views of parameters ``ps..pe`` (``[b, pe - ps, C, H, W]``); adds into the
         accumulators on the device without reading back."""
         ctx, b = self.ctx, self.b
-        feats = ctx.run.extract.features(views.flatten(0, 1))
+        feats, units = ctx.run.extract.features_and_units(views.flatten(0, 1))
         del views
         k = ctx.keep[ps:pe]
         for ly in self.layers:
@@ -312,7 +330,11 @@ class _Group:
             la["sq_c"][ps:pe] += (c * c).sum(0)
             self.img_d[ly] += d.masked_fill(~k, 0).sum(1)
             self.img_c[ly] += c.masked_fill(~k, 0).sum(1)
-            u = f_t.double()  # [b, c, U]: the chunk's views of every image, per unit
+            u = units[ly].view(b, pe - ps, -1).double()  # [b, c, U]: the chunk's views of every image, per unit
+            _unit_accumulators(la, u.shape[2], ly)
+            if ly not in self.v_mean:
+                self.v_mean[ly] = torch.zeros_like(u[:, 0])
+                self.v_m2[ly] = torch.zeros_like(u[:, 0])
             merge_moments(ctx.acc["count"], la["u_mean"][ps:pe], la["u_m2"][ps:pe], b, *moments(u, 0))
             merge_moments(self.n_views, self.v_mean[ly], self.v_m2[ly], pe - ps, *moments(u, 1))
             if self.pairs is not None:
