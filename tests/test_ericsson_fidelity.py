@@ -22,6 +22,7 @@ from PIL import Image, ImageEnhance, ImageFilter, ImageOps
 from invfast.measure.core import transform_grids
 from invfast.measure.protocol import PROTOCOLS, get_protocol
 from invfast.transforms import ericsson as E
+from invfast.transforms import ericsson_elastic as EE
 from invfast.transforms import registry
 
 
@@ -297,7 +298,7 @@ def test_elastic_smoothing_is_albumentations_fixed_17_tap_blur(rng):
     for h, w in ((40, 33), (9, 12), (64, 64)):
         noise = rng.uniform(-1, 1, (2, h, w))
         for sigma in (10.0, 27.0, 50.0, 3.0):
-            got = E.gaussian_blur_reflect101(torch.from_numpy(noise), sigma).numpy()
+            got = EE.gaussian_blur_reflect101(torch.from_numpy(noise), sigma).numpy()
             for c in range(2):
                 np.testing.assert_allclose(got[c], cv2_gaussian_blur(noise[c], sigma), rtol=0, atol=1e-12)
 
@@ -306,7 +307,7 @@ def test_elastic_field_matches_the_documented_draw():
     """The displacement of (sigma, draw) is the 17x17 blur of the U(-1, 1) field the documented generator draws."""
     H, W = 30, 47
     for sigma, draw in ((10.0, 0), (44.0, 5)):
-        _, d = E.elastic_params(torch.tensor([sigma]), torch.tensor([float(draw)]), (H, W), seed=2)
+        _, d = EE.elastic_params(torch.tensor([sigma]), torch.tensor([float(draw)]), (H, W), seed=2)
         g = torch.Generator().manual_seed(2 * 1_000_003 + draw)
         torch.rand(3, 2, generator=g, dtype=torch.float64)  # the affine part's draw comes first
         noise = (torch.rand(2, H, W, generator=g, dtype=torch.float64) * 2 - 1).numpy()
@@ -342,7 +343,7 @@ def test_elastic_displacement_rms_is_the_originals(size):
     H, W = size
     rms = []
     for s in E.deform_grid(8)[:, 0].tolist():
-        _, d = E.elastic_params(
+        _, d = EE.elastic_params(
             torch.full((8,), s, dtype=torch.float64), torch.arange(8, dtype=torch.float64), (H, W), seed=0
         )
         rms.append(float(d.double().pow(2).sum(-1).mean().sqrt()))
@@ -375,7 +376,6 @@ def test_protocol_hands_out_every_changed_transform():
 def test_elastic_fields_kept_between_calls_are_bounded_in_bytes(monkeypatch):
     """Photos measured at their own sizes each get their own fields: the cache holds at most CACHE_BYTES (least
     recently used dropped first), and a field computed again after eviction is the same."""
-    from invfast.transforms import ericsson_elastic as EE
 
     H, W = 21, 34
     one = 2 * H * W * 4 + 6 * 8  # a field (float32 [H, W, 2]) and its matrix (float64 [2, 3])

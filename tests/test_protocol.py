@@ -13,6 +13,7 @@ from invfast.measure.protocol import PROTOCOLS, get_protocol, resample_indices, 
 from invfast.stats import FeatureStats
 from invfast.transforms import ericsson as E
 from invfast.transforms import registry
+from invfast.transforms.ericsson_elastic import elastic_params
 
 
 # ---------------------------------------------------------------------------------------------- references
@@ -138,7 +139,7 @@ def test_blur_uses_a_fixed_23_tap_kernel(images):
 # ---------------------------------------------------------------------------------------------- elastic
 def test_elastic_affine_part_moves_three_points_by_at_most_alpha_affine():
     H, W = 60, 60
-    m, d = E.elastic_params(torch.tensor([10.0, 32.0]), torch.tensor([0.0, 1.0]), (H, W), seed=3)
+    m, d = elastic_params(torch.tensor([10.0, 32.0]), torch.tensor([0.0, 1.0]), (H, W), seed=3)
     c, sq = np.array([H // 2, W // 2], float), W // 3
     pts1 = np.array([c + sq, [c[0] + sq, c[1] - sq], c - sq])
     for j in range(2):
@@ -149,7 +150,7 @@ def test_elastic_affine_part_moves_three_points_by_at_most_alpha_affine():
         assert np.abs(move).max() <= 50 + 1e-6 and np.abs(move).max() > 1
     assert d.shape == (2, H, W, 2)
     # the same seed and draw give the same field; another draw another one
-    m2, d2 = E.elastic_params(torch.tensor([10.0]), torch.tensor([0.0]), (H, W), seed=3)
+    m2, d2 = elastic_params(torch.tensor([10.0]), torch.tensor([0.0]), (H, W), seed=3)
     assert torch.equal(m2[0], m[0]) and torch.equal(d2[0], d[0])
     assert not torch.equal(m[0], m[1])
 
@@ -158,7 +159,7 @@ def test_elastic_apply_matches_numpy_composition(images):
     H, W = images.shape[-2:]
     params = torch.tensor([[10.0, 0.0], [21.0, 5.0]])
     out = E.get("deform").apply(images, params).numpy()
-    m, d = E.elastic_params(params[:, 0].double(), params[:, 1].double(), (H, W), seed=0)
+    m, d = elastic_params(params[:, 0].double(), params[:, 1].double(), (H, W), seed=0)
     ys, xs = np.mgrid[0:H, 0:W].astype(float)
     for j in range(2):
         M = m[j].numpy()

@@ -16,6 +16,7 @@ import pytest
 from invfast.cli import main
 from invfast.run_folder import MARKER
 from invfast.synthetic import Transforms2D, storage
+from invfast.synthetic.manifest import sha256
 
 pytestmark = pytest.mark.usefixtures("cli_env")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -161,7 +162,7 @@ def test_loader_refuses_an_unfinished_or_malformed_dataset_in_one_line(tmp_path)
         storage.load(d, verify=False)
     (d / "manifest.json").write_text(good)
     np.save(d / "images_00000.npy", np.zeros((16, 3, 8, 8), np.uint8))  # the wrong shape, checksum updated
-    edit_json(d / "manifest.json", lambda m: m["shards"][0].update(sha256=storage.sha256(d / "images_00000.npy")))
+    edit_json(d / "manifest.json", lambda m: m["shards"][0].update(sha256=sha256(d / "images_00000.npy")))
     with pytest.raises(ValueError, match=r"images_00000.npy.*not the array its manifest.json describes"):
         storage.load(d)
     with pytest.raises(ValueError, match=r"images_00000.npy.*holds uint8 \[16, 3, 8, 8\]"):

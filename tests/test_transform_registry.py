@@ -1,15 +1,12 @@
 """The open test-transform registry: a user's transform registered with ``invfast.transforms.register`` is
 found by name everywhere a built-in is (``get``, ``measure_invariance``, ``invfast measure``), its scores
-equal a direct float64 computation, the contract is checked with clear errors, and the old names
-(``transforms.SYNTHETIC``, ``synthetic.TRANSFORMATIONS``) still work with one DeprecationWarning."""
+equal a direct float64 computation, the contract is checked with clear errors, and the names removed in 0.4
+(``transforms.SYNTHETIC``, ``synthetic.TRANSFORMATIONS``) are gone."""
 
 from __future__ import annotations
 
-import importlib
 import json
-import subprocess
 import sys
-import warnings
 
 import numpy as np
 import pytest
@@ -266,25 +263,10 @@ def test_measure_cli_measures_a_transform_registered_by_the_model_module(tmp_pat
     assert "unknown transform 'gamma-cli'" in capsys.readouterr().err
 
 
-def test_old_names_warn_once_and_still_work():
-    code = (
-        "import warnings; warnings.simplefilter('always')\n"
-        "import invfast.transforms as T, invfast.synthetic as S\n"
-        "from invfast.transforms.registry import SYNTHETIC\n"
-        "assert T.SYNTHETIC == SYNTHETIC == T.TEST_TRANSFORMS\n"
-        "from invfast.synthetic.recipe import TRANSFORMATIONS\n"
-        "assert S.TRANSFORMATIONS == TRANSFORMATIONS == S.TRANSFORMATION_TYPES\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stderr.count("DeprecationWarning") == 2, out.stderr
-    assert "invfast.transforms.SYNTHETIC is now invfast.transforms.TEST_TRANSFORMS" in out.stderr
-    assert "invfast.synthetic.TRANSFORMATIONS is now invfast.synthetic.TRANSFORMATION_TYPES" in out.stderr
-    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
-        T.NOPE  # noqa: B018
+def test_removed_names_are_gone():
+    """0.4 removed the old names (``TEST_TRANSFORMS`` and ``TRANSFORMATION_TYPES`` replace them)."""
     import invfast.synthetic as S
 
-    with pytest.raises(AttributeError, match="no attribute 'NOPE'"):
-        S.NOPE  # noqa: B018
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        assert len(importlib.import_module("invfast.transforms").SYNTHETIC) == 18
+    for module, name in ((T, "SYNTHETIC"), (S, "TRANSFORMATIONS"), (T, "NOPE"), (S, "NOPE")):
+        with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
+            getattr(module, name)

@@ -6,7 +6,7 @@
 >>> images, labels, params = ds.generate(range(256))   # uint8 [256, 3, 32, 32]
 >>> Transforms2D(objects=30, transforms="rotate,hue", order="random").orders([0])  # per-sample order
 
-``TRANSFORMATION_TYPES`` (formerly ``TRANSFORMATIONS``) names the 18 transformation types of the data;
+``TRANSFORMATION_TYPES`` names the 18 transformation types of the data;
 the test transforms that measure invariance are ``invfast.transforms.TEST_TRANSFORMS``.
 """
 
@@ -49,5 +49,3 @@ __all__ = [
     "load_objects",
     "random_pattern_objects",
 ]
-
-from invfast.synthetic.recipe import old_name as __getattr__  # noqa: E402, F401  (old names warn once)

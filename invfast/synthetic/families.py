@@ -22,7 +22,8 @@ import numpy as np
 import torch
 
 from invfast.ops.synth import composite
-from invfast.synthetic import ops2d, rng
+from invfast.ops.synth_reference import affine_warp
+from invfast.synthetic import rng
 from invfast.synthetic.banks import _IMAGE_EXTS, ObjectBank, builtin_objects, random_pattern_objects
 from invfast.synthetic.inputs import RANDOM_BACKGROUNDS, as_indices, as_objects, check_int
 from invfast.synthetic.placement import alpha_box
@@ -417,7 +418,7 @@ class IrrelevantFeatureDataset(torch.utils.data.Dataset):
         # integer shifts: exact, object fully inside
         offset = np.stack([left * 2.0 / S, top * 2.0 / S], 1)
         inv = np.broadcast_to(np.eye(2), (B, 2, 2)).copy()
-        pm = ops2d.affine_warp(pm, torch.from_numpy(inv), torch.from_numpy(offset))
+        pm = affine_warp(pm, torch.from_numpy(inv), torch.from_numpy(offset))
         images = composite(pm.contiguous(), self.images_base, torch.from_numpy(on_base))
         obj_label = np.where(present, obj, -1)
         params = {

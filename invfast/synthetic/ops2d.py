@@ -15,23 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from invfast.ops.kernels import gaussian_taps
-from invfast.ops.synth_reference import (  # noqa: F401
-    _col,
-    _shift_sum,
-    affine_warp,
-    brightness,
-    contrast,
-    gray,
-    grayscale,
-    hue_shift,
-    invert,
-    pixel_centres,
-    posterize,
-    premultiply,
-    sample_grid,
-    separable_blur,
-    unpremultiply,
-)
+from invfast.ops.synth_reference import pixel_centres, sample_grid, separable_blur
 
 # ----------------------------------------------------------------------------- colour (straight rgb)
 

@@ -13,7 +13,6 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from invfast._renamed import renamed_names
 from invfast.synthetic import rng
 
 GEOMETRIC = ("translate", "rotate", "scale", "shear", "vflip", "hflip")
@@ -150,10 +149,3 @@ def sample(keys: np.ndarray, transforms: tuple[str, ...], recipe: Recipe) -> dic
         if b in on:
             out[b] = (rng.uniform(keys, b) < recipe.p).astype(np.float64)
     return out
-
-
-_OLD_NAMES = {"TRANSFORMATIONS": "TRANSFORMATION_TYPES"}
-_WHAT = "the 18 Transforms-2D transformation types; invfast.transforms.TEST_TRANSFORMS holds the test transforms"
-#: the ``__getattr__`` of invfast.synthetic (and of this module): an old name warns once and gives the new name's value
-old_name = renamed_names("invfast.synthetic", _OLD_NAMES, lambda new: globals()[new], _WHAT)
-__getattr__ = old_name

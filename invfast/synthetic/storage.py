@@ -21,20 +21,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from invfast.synthetic.manifest import (  # noqa: F401
-    COMMAND,
+from invfast.synthetic.manifest import (
     DAMAGED_FIX,
-    FORMAT,
-    FORMAT_VERSION,
-    GENERATED,
     MANIFEST,
-    Layout,
     _inside,
-    _plain_name,
     check_manifest,
     damaged,
     read_manifest,
-    sha256,
     unfinished,
 )
 
@@ -145,24 +138,16 @@ def materialize(
     shard_size: int = 10_000,
     overwrite: bool = False,
     progress: bool = True,
-    own_files: Iterable[str] = (),
 ) -> Path:
     """Generate every sample of ``dataset`` (a Transforms2D) into folder ``path``; returns ``path``.
 
     :func:`invfast.synthetic.writer.write_dataset` does the work (its docstring gives the rules): a folder
     holding the same dataset is verified and any damaged file regenerated exactly (with a warning saying
     which); another dataset is replaced only with ``overwrite``; files invfast did not write are never
-    deleted. ``own_files`` is no longer needed (the run marker records what invfast wrote) and has no effect.
+    deleted.
     """
     from invfast.synthetic.writer import write_dataset
 
-    if list(own_files):
-        warnings.warn(
-            "materialize(own_files=...) has no effect any more: invfast records the files it writes in "
-            "the folder's .invfast-run.json and never touches the others",
-            DeprecationWarning,
-            stacklevel=2,
-        )
     written = write_dataset(
         dataset, path, batch_size=batch_size, shard_size=shard_size, overwrite=overwrite, progress=progress
     )

@@ -19,21 +19,19 @@ import torch
 from invfast.ops import synth as synth_ops
 from invfast.ops.kernels import gaussian_taps
 from invfast.ops.synth import COLOR_FLAGS, composite
+from invfast.ops.synth_reference import premultiply, unpremultiply
 from invfast.synthetic import ops2d, rng
 from invfast.synthetic.banks import bank_checksum
-from invfast.synthetic.inputs import (  # noqa: F401
+from invfast.synthetic.inputs import (
     DEFAULT_SIZES,
-    ORDERS,
     RANDOM_BACKGROUNDS,
-    SPLITS,
     as_backgrounds,
     as_indices,
     as_objects,
     as_order,
     check_int,
-    check_split,
 )
-from invfast.synthetic.placement import (  # noqa: F401
+from invfast.synthetic.placement import (
     LINEAR_GEOMETRIC,
     alpha_box,
     box_corners,
@@ -312,8 +310,8 @@ class Transforms2D(torch.utils.data.Dataset):
             return pm
         m = torch.from_numpy(on)
         if t == "sharpen":
-            rgb, a = ops2d.unpremultiply(pm[m])
-            pm[m] = ops2d.premultiply(ops2d.sharpen(rgb, rec.sharpen_factor), a)
+            rgb, a = unpremultiply(pm[m])
+            pm[m] = premultiply(ops2d.sharpen(rgb, rec.sharpen_factor), a)
         elif t == "pixelate":
             pm[m] = ops2d.pixelate(pm[m], rec.pixelate_ratio)
         elif t == "elastic":
@@ -333,10 +331,10 @@ class Transforms2D(torch.utils.data.Dataset):
             p["erase_y"][on] = (top + side / 2.0) / S
             p["erase_x"][on] = (left + side / 2.0) / S
         elif t == "noise":  # two-sided, clamped, alpha kept
-            rgb, a = ops2d.unpremultiply(pm[m])
+            rgb, a = unpremultiply(pm[m])
             z = rng.normal(keys[on], "noise-pixels", 3 * S * S).reshape(-1, 3, S, S)
             rgb = (rgb + torch.from_numpy(z).to(torch.float32) * rec.noise_std).clamp_(0.0, 1.0)
-            pm[m] = ops2d.premultiply(rgb, a)
+            pm[m] = premultiply(rgb, a)
         else:
             raise AssertionError(f"not a local type: {t}")
         return pm
@@ -416,7 +414,6 @@ class Transforms2D(torch.utils.data.Dataset):
         shard_size: int = 10_000,
         overwrite: bool = False,
         progress: bool = True,
-        own_files: Iterable[str] = (),
     ) -> Path:
         """Write all samples to folder ``path`` (sharded .npy + manifest.json) and return it; a folder that holds
         this dataset already is verified and any damaged file regenerated exactly. Rules:
@@ -430,7 +427,6 @@ class Transforms2D(torch.utils.data.Dataset):
             shard_size=shard_size,
             overwrite=overwrite,
             progress=progress,
-            own_files=own_files,
         )
 
     def __repr__(self) -> str:

@@ -3,7 +3,7 @@
 amortised 5-way switches), the paper's preprocessing, a contact sheet, and optional DALI pipelines.
 
 >>> import invfast.transforms as T
->>> T.TEST_TRANSFORMS                 # the 18 names (formerly T.SYNTHETIC)
+>>> T.TEST_TRANSFORMS                 # the 18 names
 >>> T.get("rotation").apply(x, T.get("rotation").grid(256))   # [B, 256, 3, H, W]
 >>> T.register("gamma", grid=lambda k: torch.linspace(0.5, 2, k), family="appearance", identity=1.0,
 ...            apply=lambda x, g: x.unsqueeze(1) ** g.view(1, -1, 1, 1, 1))
@@ -13,15 +13,8 @@ amortised 5-way switches), the paper's preprocessing, a contact sheet, and optio
 from __future__ import annotations
 
 from invfast.transforms.contact_sheet import contact_sheet
-from invfast.transforms.policies import (
-    AUGMENTATIONS,
-    POLICIES,
-    VALID_DESCRIPTORS,
-    Policy,
-    PolicyConfig,
-    policy,
-    policy_from_descriptor,
-)
+from invfast.transforms.policies import Policy, policy, policy_from_descriptor
+from invfast.transforms.policy_config import AUGMENTATIONS, POLICIES, VALID_DESCRIPTORS, PolicyConfig
 from invfast.transforms.preprocess import center_crop, preprocess, resize
 from invfast.transforms.registry import (
     APPEARANCE,
@@ -57,5 +50,3 @@ __all__ = [
     "resize",
     "unregister",
 ]
-
-from invfast.transforms.registry import old_name as __getattr__  # noqa: E402, F401  (old names warn once)

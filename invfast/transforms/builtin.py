@@ -37,7 +37,8 @@ from typing import Any
 import torch
 
 from invfast.ops import transforms_u8
-from invfast.ops.color import adjust_hue, luma, rgb_to_hsv
+from invfast.ops.augment import _fill_vector, warp
+from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import require
@@ -189,7 +190,7 @@ def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill:
             raise ValueError(f"fill must be in [0, 1] (image units), got {[float(fill)] * C}")
         fillv = torch.full((C,), float(fill), dtype=torch.float64, device=_CPU)
     else:
-        fillv = Fn._fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
+        fillv = _fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
         require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)", lambda: f", got {fillv.tolist()}")
     matrix = _affine_matrix(t, p, H, W).to(images.device)
     if images.dtype == torch.uint8:
@@ -207,7 +208,7 @@ def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fil
     if name == "deform":
         disp = Fn.elastic_displacement(p, (H, W), t.alpha * min(H, W), t.seed)
         coords = (Fn.identity_coords(H, W, device=x.device).unsqueeze(0) + disp).to(torch.float32)
-        return Fn.warp(x, coords, fill)
+        return warp(x, coords, fill)
     if name == "grayscale":
         g = ctx["gray"].expand(B, C, H, W).unsqueeze(1)
         if was_u8:  # the uint8 grayscale image holds rounded levels
@@ -216,9 +217,9 @@ def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fil
     if name == "brightness":
         return Fn.adjust_brightness(xb, col)
     if name == "contrast":
-        return Fn.blend(xb, ctx["mean"].unsqueeze(1), col)
+        return blend(xb, ctx["mean"].unsqueeze(1), col)
     if name == "saturation":
-        return Fn.blend(xb, ctx["gray"].unsqueeze(1), col)
+        return blend(xb, ctx["gray"].unsqueeze(1), col)
     if name == "hue":
         hsv = ctx["hsv"].unsqueeze(1)
         return adjust_hue(None, p.view(1, n, 1, 1), hsv=hsv.expand(B, n, C, H, W))
@@ -226,7 +227,7 @@ def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fil
         return Fn.blur_grid(x, p)
     if name == "sharpness":
         deg = Fn.sharpness_degenerate(x, quantise=was_u8).unsqueeze(1)
-        return Fn.blend(xb, deg, col)
+        return blend(xb, deg, col)
     raise KeyError(name)
 
 

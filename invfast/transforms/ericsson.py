@@ -54,24 +54,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from invfast.ops.augment import _fill_vector
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.ops.kernels import gaussian_taps
 from invfast.ops.pillow import PILLOW_COLOUR, pillow_affine_nearest, pillow_colour, pillow_resize
 from invfast.transforms import functional as Fn
 from invfast.transforms import registry
 from invfast.transforms._checks import as_images
-from invfast.transforms.ericsson_elastic import (  # noqa: F401
-    ALPHA_AFFINE,
-    ELASTIC_ALPHA,
-    elastic_apply,
-    elastic_params,
-    gaussian_blur_reflect101,
-    remap_reflect101,
-)
+from invfast.transforms.ericsson_elastic import elastic_apply, elastic_params
 from invfast.transforms.transform import check_k
 
 __all__ = [
-    "ALPHA_AFFINE",
     "BLUR_TAPS",
     "ERICSSON_CHANGED",
     "POSTERIZE_BITS",
@@ -82,8 +75,6 @@ __all__ = [
     "crop_boxes",
     "crop_grid",
     "deform_grid",
-    "elastic_apply",
-    "elastic_params",
     "get",
     "posterize_grid",
     "resize_bilinear",
@@ -221,7 +212,7 @@ def _with_offsets(A: torch.Tensor, t: torch.Tensor, H: int, W: int) -> torch.Ten
 
 
 def _fill_units(fill: Any, C: int, dtype: torch.dtype) -> torch.Tensor:
-    f = Fn._fill_vector(fill, C).to(torch.float64)
+    f = _fill_vector(fill, C).to(torch.float64)
     if bool(((f < 0) | (f > 1)).any()):
         raise ValueError(f"fill must be in [0, 1] (image units), got {f.tolist()}")
     return torch.floor(f * 255.0 + 0.5) if dtype == torch.uint8 else f

@@ -16,8 +16,8 @@ import math
 import torch
 import torch.nn.functional as F
 
-from invfast.ops.augment import _fill_vector, warp  # noqa: F401  (re-exported: part of this module's API)
-from invfast.ops.color import adjust_hue, blend, hsv_to_rgb, luma, rgb_to_hsv  # noqa: F401  (the colour maths' home)
+# adjust_hue and rgb_to_hsv are kept here only while invfast/reproduce/stages/data.py imports them from this module
+from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv  # noqa: F401
 from invfast.ops.kernels import gaussian_taps
 from invfast.ops.pillow import SMOOTH_KERNEL
 

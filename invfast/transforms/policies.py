@@ -27,15 +27,12 @@ from typing import Any
 import torch
 
 from invfast import backend as _backend
-from invfast.ops.color import luma
+from invfast.ops.augment import warp
+from invfast.ops.color import adjust_hue, luma
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
 from invfast.transforms.fused import fused_apply
-from invfast.transforms.policy_config import (  # noqa: F401
-    AUGMENTATIONS,
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    POLICIES,
+from invfast.transforms.policy_config import (
     SWITCHES_5,
     VALID_DESCRIPTORS,
     PolicyConfig,
@@ -162,7 +159,7 @@ class Policy:
             box = params["crop"]
             A, b = Fn.crop_box_affine(box[:, 0], box[:, 1], box[:, 2], box[:, 3], (S, S))
             A[:, 0, 0] = torch.where(flip, -A[:, 0, 0], A[:, 0, 0])
-            x = Fn.warp(x, Fn.affine_coords(A, b, (S, S)).unsqueeze(1)).squeeze(1)
+            x = warp(x, Fn.affine_coords(A, b, (S, S)).unsqueeze(1)).squeeze(1)
         else:
             x = center_crop(resize(x, max(S, int(round(S * c.resize_ratio)))), S)
             x = torch.where(flip.view(B, 1, 1, 1), x.flip(-1), x)  # a fresh tensor: safe to edit in place
@@ -216,7 +213,7 @@ def _jitter(x: torch.Tensor, on: torch.Tensor, f: torch.Tensor, order: torch.Ten
             elif op == 2:
                 sub = Fn.adjust_saturation(sub, fac)
             else:
-                sub = Fn.adjust_hue(sub, fac.view(-1, 1, 1))
+                sub = adjust_hue(sub, fac.view(-1, 1, 1))
             x.index_copy_(0, idx, sub)
     return x
 

@@ -19,8 +19,7 @@ from typing import Any
 
 import torch
 
-from invfast._renamed import renamed_names
-from invfast.transforms.builtin import APPEARANCE, SPATIAL, TEST_TRANSFORMS, _affine_params, _side, build_builtins  # noqa: F401
+from invfast.transforms.builtin import APPEARANCE, SPATIAL, TEST_TRANSFORMS, build_builtins
 from invfast.transforms.transform import FAMILIES, TestTransform, check_k, check_output
 
 __all__ = [
@@ -255,14 +254,3 @@ def _probe(t: TestTransform, grid: torch.Tensor) -> None:
         raise ValueError(f"register({t.name!r}): the probe call {call} failed: {type(e).__name__}: {e}") from e
     B, C, H, W = _PROBE_SHAPE
     check_output(t.name, y, (B, params.shape[0], C, H, W), images.device)
-
-
-# ----------------------------------------------------------------------------------------------
-# names kept for a release
-
-
-_OLD_NAMES = {"SYNTHETIC": "TEST_TRANSFORMS"}
-_WHAT = "the 18 test transforms of Ericsson et al.; invfast.synthetic holds the Transforms-2D data"
-#: the ``__getattr__`` of invfast.transforms (and of this module): an old name warns once and gives the new name's value
-old_name = renamed_names("invfast.transforms", _OLD_NAMES, lambda new: globals()[new], _WHAT)
-__getattr__ = old_name
