@@ -15,6 +15,7 @@ from invfast.data import (
     TensorSource,
     as_source,
     decode_image,
+    heldout_source,
     parse_synthetic_spec,
 )
 
@@ -91,8 +92,7 @@ def test_worker_processes_read_the_same_images(tmp_path):
     torch.testing.assert_close(cached.get([1, 2]), cached.get([1, 2]), atol=0, rtol=0)
     with pytest.raises(ValueError, match="workers"):
         FolderSource(tmp_path, 10, workers=-1)
-    with pytest.warns(DeprecationWarning, match="resize"):
-        assert FolderSource(tmp_path, load_size=9).resize == 9
+    assert FolderSource(tmp_path, resize=9).resize == 9
 
 
 def test_one_synthetic_spec_for_measure_and_pretrain():
@@ -121,7 +121,7 @@ def test_one_synthetic_spec_for_measure_and_pretrain():
         parse_synthetic_spec("objects=many")
     with pytest.raises(ValueError, match="transforms"):
         parse_synthetic_spec("transforms=twirl")
-    held = P.data.heldout_source(spec, trained)
+    held = heldout_source(spec, trained)
     assert held.dataset.split == "val" and not torch.equal(held.get(torch.arange(4)), trained.get(torch.arange(4)))
 
 

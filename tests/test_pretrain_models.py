@@ -6,13 +6,12 @@ import json
 import pytest
 import torch
 
-models = pytest.importorskip("invfast.models")
-T = pytest.importorskip("invfast.transforms")
-pytest.importorskip("invfast.synthetic")
-
-from invfast.cli import main  # noqa: E402
-from invfast.pretrain import AmortisedMoCo, MoCoV2, TrainConfig, Trainer  # noqa: E402
-from invfast.pretrain.data import heldout_source, open_source  # noqa: E402
+from invfast import models
+from invfast import transforms as T
+from invfast.cli import main
+from invfast.data import heldout_source
+from invfast.pretrain import AmortisedMoCo, MoCoV2, TrainConfig, Trainer
+from invfast.pretrain.data import open_source
 
 SYN = "synthetic:objects=6,transforms=rotate+hue,n=48,size=16"
 

@@ -172,7 +172,6 @@ class FolderSource(Source):
             gives a list of ``uint8 [3, H_i, W_i]`` (the published evaluation code transforms images so).
         exif: turn each image upright by its EXIF orientation; default: yes, except with ``native`` (the
             published code's loader, ``pil_loader``, does not: a photo stored sideways is measured sideways).
-        load_size: deprecated name of ``resize``.
     """
 
     def __init__(
@@ -185,20 +184,9 @@ class FolderSource(Source):
         extensions: Sequence[str] | None = None,
         workers: int = 0,
         cache: bool = False,
-        load_size: int | None = None,
         native: bool = False,
         exif: bool | None = None,
     ) -> None:
-        if load_size is not None:
-            warnings.warn(
-                "FolderSource(load_size=...) is now resize=... (invfast 0.2); load_size will be removed "
-                "in the next release",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            if resize is not None and resize != load_size:
-                raise ValueError(f"give resize or load_size, not both (got {resize} and {load_size})")
-            resize = load_size
         resize = 256 if resize is None else resize
         root = os.fspath(root)
         if not os.path.isdir(root):
@@ -240,15 +228,6 @@ class FolderSource(Source):
         self._requests = _Requests()
         self._loader: torch.utils.data.DataLoader | None = None
         self._lock = threading.Lock()
-
-    # pretraining's old attribute names
-    @property
-    def paths(self) -> list[str]:
-        return self.files
-
-    @property
-    def load_size(self) -> int:
-        return self.resize
 
     def __len__(self) -> int:
         return len(self.files)

@@ -82,16 +82,16 @@ class SyntheticSpec:
     order: str = SYNTHETIC_DEFAULTS["order"]
 
     def __post_init__(self) -> None:
-        from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
+        from invfast.synthetic import TRANSFORMATION_TYPES
         from invfast.synthetic.recipe import canonical
 
         for k in _INT_KEYS:
             object.__setattr__(self, k, _spec_int(k, getattr(self, k)))
-        names = tuple(TRANSFORMATIONS) if self.transforms is None else self.transforms
+        names = tuple(TRANSFORMATION_TYPES) if self.transforms is None else self.transforms
         try:
             names = canonical(names)
         except (KeyError, ValueError, TypeError) as e:
-            raise ValueError(f"synthetic spec transforms: {e}; known: {', '.join(TRANSFORMATIONS)}") from None
+            raise ValueError(f"synthetic spec transforms: {e}; known: {', '.join(TRANSFORMATION_TYPES)}") from None
         object.__setattr__(self, "transforms", names)
         from invfast.synthetic import ORDERS, SPLITS
 
@@ -105,11 +105,11 @@ class SyntheticSpec:
 
     def to_string(self) -> str:
         """The canonical spec string (every key), ``synthetic:...``."""
-        from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
+        from invfast.synthetic import TRANSFORMATION_TYPES
 
         names = self.transforms
         assert names is not None  # resolved to names in __post_init__
-        t = "all" if set(names) == set(TRANSFORMATIONS) else ("+".join(names) or "none")
+        t = "all" if set(names) == set(TRANSFORMATION_TYPES) else ("+".join(names) or "none")
         return (
             f"synthetic:objects={self.objects},transforms={t},n={self.n},size={self.size},seed={self.seed},"
             f"split={self.split}" + ("" if self.order == "canonical" else f",order={self.order}")

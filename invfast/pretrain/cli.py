@@ -180,6 +180,7 @@ def check_args(args: argparse.Namespace) -> None:
 
 def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tuple[Any, Any]:
     """(method, trainer) from parsed arguments; raises ValueError/FileNotFoundError on bad input."""
+    from invfast.data import heldout_source
     from invfast.pretrain import data as D
     from invfast.pretrain.descriptors import descriptor_set
     from invfast.pretrain.key_queue import default_queue_size
@@ -204,7 +205,7 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     source = probe if probe is not None else D.open_source(args.data, load_size=load_size, workers=args.workers)
     if args.batch_size > len(source):
         raise ValueError(f"--batch-size {args.batch_size} is larger than the data set ({len(source)} images)")
-    heldout = D.heldout_source(args.data, source)
+    heldout = heldout_source(args.data, source)
 
     aug_backend = args.aug_backend
     if aug_backend == "auto":

@@ -8,18 +8,9 @@ a folder needs the size its images are resized to.
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
-from invfast.data import (
-    IMAGE_EXTENSIONS,
-    SYNTHETIC_DEFAULTS,
-    ArraySource,
-    FolderSource,
-    SyntheticSource,
-    heldout_source,
-    parse_synthetic_spec,
-)
+from invfast.data import IMAGE_EXTENSIONS
 from invfast.data import open_source as _open
 
 
@@ -43,28 +34,4 @@ def open_source(spec: str, load_size: int | None = None, workers: int = 0) -> An
     return _open(spec, resize=load_size, strict=True, workers=workers, extensions=IMAGE_EXTENSIONS)
 
 
-def synthetic_dataset(options: dict[str, str], split: str | None = None) -> Any:
-    """Deprecated: ``invfast.data.parse_synthetic_spec(options).dataset()``."""
-    warnings.warn(
-        "invfast.pretrain.data.synthetic_dataset moved to invfast.data.parse_synthetic_spec(...).dataset() "
-        "in invfast 0.2; the old name will be removed in the next release",
-        DeprecationWarning,
-        stacklevel=2,
-    )
-    spec = parse_synthetic_spec(options)
-    return (spec if split is None else spec.replace(split=split)).dataset()
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SYNTHETIC_KEYS":
-        warnings.warn(
-            "invfast.pretrain.data.SYNTHETIC_KEYS is now invfast.data.SYNTHETIC_DEFAULTS (invfast 0.2); "
-            "the old name will be removed in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return dict(SYNTHETIC_DEFAULTS)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-__all__ = ["ArraySource", "FolderSource", "SyntheticSource", "heldout_source", "open_source", "synthetic_dataset"]
+__all__ = ["open_source"]

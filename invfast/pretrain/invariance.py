@@ -49,24 +49,6 @@ def views(name: str) -> tuple[Any, torch.Tensor]:
     return t, grid[~t.is_identity(grid)]
 
 
-def __getattr__(name: str) -> Any:
-    if name == "BUILTIN_TRANSFORMS":  # the old table of callables, now drawn from the registry
-        import warnings
-
-        warnings.warn(
-            "invfast.pretrain.invariance.BUILTIN_TRANSFORMS is replaced by views(name) on the "
-            "invfast.transforms registry (invfast 0.2); it will be removed in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        out = {}
-        for n in DEFAULT_TRANSFORMS:
-            t, p = views(n)
-            out[n] = [lambda x, t=t, q=p[j : j + 1]: t.apply(x, q)[:, 0] for j in range(p.shape[0])]
-        return out
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def to_input(images: torch.Tensor, size: int) -> torch.Tensor:
     """uint8 or 0..1 float images [B, 3, H, W] -> float32 [B, 3, size, size], ImageNet-normalised."""
     x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()

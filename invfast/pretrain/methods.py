@@ -337,13 +337,8 @@ class SimCLR(ContrastiveMethod):
 
 def _policies_for(set_name: str, size: int) -> tuple[list[Augment], torch.Tensor, list[str]]:
     desc = descriptor_set(set_name)
-    try:
-        from invfast import transforms as T
-    except ImportError as e:  # the transforms package is part of invfast; absent only in partial checkouts
-        raise ImportError(
-            "amortised methods without explicit `augments` need invfast.transforms "
-            f"(policy / policy_from_descriptor): {e}"
-        ) from e
+    from invfast import transforms as T
+
     names = [describe(set_name, row) for row in desc]
     return [T.policy_from_descriptor(row, size=size) for row in desc], desc, names
 
