@@ -153,8 +153,6 @@ def test_alpha_grid_and_fuse():
         P.fuse(a)
     with pytest.raises(ValueError, match="n_models"):
         P.alpha_grid(0)
-    with pytest.warns(FutureWarning, match="alpha_grid"):
-        np.testing.assert_array_equal(P.penalty_grid(2), P.alpha_grid(2))
 
 
 def test_folds_are_sklearn_splitters(rng):

@@ -16,7 +16,7 @@ splitters; ``check_estimator`` passes) with ``alphas`` /
 GridSearchCV's layout (``params``, ``param_*``, ``mean_test_score``, ``std_test_score``,
 ``split{k}_test_score``, ``rank_test_score``), loadable with ``pandas.DataFrame(cv_results_)``.
 The 0.1 names (``penalties=``, ``penalty_``, ``warm_start=``, ``penalty_grid``, the old
-``cv_results_`` keys) still work for one release with a FutureWarning.
+``cv_results_`` keys) were removed in 0.4 (docs/probes.md lists their replacements).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from typing import Any
 
 from invfast.probes._base import ConvergenceWarning, DataConversionWarning, NotFittedError
 from invfast.probes.few_shot import FewShotResult, few_shot, few_shot_classification, few_shot_regression
-from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS, alpha_grid, fuse, penalty_grid
+from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS, alpha_grid, fuse
 from invfast.probes.kernel_ridge import KernelRidgeCV
 from invfast.probes.logistic import LogisticCV
 from invfast.probes.ridge import RidgeCV
@@ -41,7 +41,6 @@ __all__ = [
     "FewShotResult",
     "fuse",
     "alpha_grid",
-    "penalty_grid",
     "KERNEL_ALPHAS",
     "KERNEL_GAMMAS",
     "ConvergenceWarning",

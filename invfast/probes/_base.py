@@ -1,6 +1,6 @@
 """Shared pieces of the probe estimators, built on scikit-learn: input validation (scikit-learn's own
 ``check_array`` / ``validate_data`` for array-likes, the same checks on device for torch tensors),
-the estimator tags, the exception types, and the helpers behind deprecated parameter names.
+the estimator tags and the exception types.
 
 Fitted attributes and predictions come back in the type the estimator was given: numpy in,
 numpy out; torch in, torch out on the input's device.
@@ -8,8 +8,6 @@ numpy out; torch in, torch out on the input's device.
 
 from __future__ import annotations
 
-import inspect
-import warnings
 from typing import Any
 
 import numpy as np
@@ -46,10 +44,6 @@ __all__ = [
 class NotFittedError(_SkNotFittedError, RuntimeError):
     """A fitted-only method was called before ``fit``: scikit-learn's ``NotFittedError`` (a ValueError
     and AttributeError), and also the RuntimeError that invfast 0.1 raised."""
-
-
-DEPRECATED = "deprecated"
-"""Default of a renamed constructor parameter: any other value means the caller used the old name."""
 
 
 class ProbeTagsMixin:
@@ -224,38 +218,3 @@ def check_positive(values: Any, name: str) -> np.ndarray:
     if not np.isfinite(p).all() or (p <= 0).any():
         raise ValueError(f"{name} must be finite and > 0, got {p.tolist()}")
     return p
-
-
-def renamed_param(est: Any, new: str, old: str) -> Any:
-    """Value of constructor parameter ``new``, honouring the deprecated spelling ``old``.
-
-    Warns (FutureWarning, as scikit-learn does for API changes) when ``old`` was set; refuses both.
-    """
-    old_value, new_value = getattr(est, old), getattr(est, new)
-    if isinstance(old_value, str) and old_value == DEPRECATED:
-        return new_value
-    cls = type(est).__name__
-    warnings.warn(
-        f"{cls}({old}=...) is deprecated and will be removed in the next release; use {cls}({new}=...)",
-        FutureWarning,
-        stacklevel=3,
-    )
-    default = inspect.signature(type(est).__init__).parameters[new].default
-    if new_value is not default and not (isinstance(default, str) and new_value == default):
-        raise ValueError(f"{cls}: give {new}= only ({old}= is its deprecated spelling), not both")
-    return old_value
-
-
-def deprecated_attribute(old: str, new: str) -> property:
-    """A read-only property ``old`` that returns attribute ``new`` with a FutureWarning."""
-
-    def getter(self: Any) -> Any:
-        value = getattr(self, new)  # AttributeError when unfitted, so hasattr() stays False
-        warnings.warn(
-            f"{type(self).__name__}.{old} is deprecated and will be removed in the next release; use {new}",
-            FutureWarning,
-            stacklevel=2,
-        )
-        return value
-
-    return property(getter, doc=f"Deprecated alias of ``{new}``.")

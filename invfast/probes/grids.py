@@ -18,7 +18,6 @@ classification and regression.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -42,17 +41,6 @@ def alpha_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
         raise ValueError(f"n must be a positive integer, got {n!r}")
     shift = int(n_models) - 1
     return np.logspace(-6 + shift, 5 + shift, int(n))
-
-
-def penalty_grid(n_models: int = 1, n: int = N_VALUES) -> np.ndarray:
-    """Deprecated name of :func:`alpha_grid` (removed in the next release)."""
-    warnings.warn(
-        "invfast.probes.penalty_grid is deprecated and will be removed in the next release; use "
-        "invfast.probes.alpha_grid",
-        FutureWarning,
-        stacklevel=2,
-    )
-    return alpha_grid(n_models, n)
 
 
 def fuse(features: Sequence[Any]) -> Any:

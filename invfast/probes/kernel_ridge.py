@@ -153,8 +153,6 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         self.cv_results_, best = search_results(
             [{"alpha": float(a_), "gamma": float(g_)} for a_, g_ in pairs],
             per_target.mean(-1),
-            pairs,
-            legacy={"fold_scores_per_target": per_target, "mean_score_per_target": per_target.mean(1)},
         )
         self.cv_scores_per_target_ = per_target
         self.best_index_ = best

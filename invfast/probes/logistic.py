@@ -29,17 +29,14 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.metrics import accuracy_score
 
 from invfast.probes._base import (
-    DEPRECATED,
     ConvergenceWarning,
     ProbeTagsMixin,
     as_class_labels,
     check_features,
     check_is_fitted,
     check_positive,
-    deprecated_attribute,
     label_array,
     output_like,
-    renamed_param,
     require_y,
 )
 from invfast.probes.cv_results import score_columns, search_results
@@ -164,8 +161,6 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         LogisticCV does not offer.
     fit_intercept, n_models, shuffle, random_state, verbose : as in ``RidgeCV``.
     stratify : stratified folds for an int ``cv`` (default True).
-    penalties, warm_start : deprecated spellings of ``alphas`` and ``path_continuation``
-        (FutureWarning; removed in the next release).
 
     Fitted attributes: classes_, coef_ [K, d] ([1, d] for two classes), intercept_, alpha_ (λ), C_ (= 1/alpha_,
     a float), best_index_, best_score_, best_params_ ({'C': 1/λ}: the ``LogisticRegression`` keyword),
@@ -175,7 +170,7 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
     cv_converged_ (numpy [n_alphas, n_splits]: iterations and convergence of every CV fit),
     n_iter_ and converged_ (the refit on all data), n_loss_evaluations_ (batched loss and gradient
     evaluations of the whole fit: the solver's work), n_features_in_, feature_names_in_ (DataFrame
-    input only). ``penalty_`` is a deprecated alias of ``alpha_``.
+    input only).
     """
 
     def __init__(
@@ -193,8 +188,6 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         shuffle: bool = False,
         random_state: int | None = None,
         verbose: bool = False,
-        penalties: Any = DEPRECATED,
-        warm_start: Any = DEPRECATED,
     ):
         self.alphas = alphas
         self.cv = cv
@@ -209,10 +202,6 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         self.shuffle = shuffle
         self.random_state = random_state
         self.verbose = verbose
-        self.penalties = penalties
-        self.warm_start = warm_start
-
-    penalty_ = deprecated_attribute("penalty_", "alpha_")
 
     def _check_params(self) -> None:
         if self.scoring not in ("accuracy", "mean_per_class_accuracy"):
@@ -266,8 +255,7 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
     def fit(self, X: Any, y: Any) -> LogisticCV:
         """Cross-validate every penalty on X [n, d] with labels y [n], then refit on all data at the best."""
         self._check_params()
-        alphas = renamed_param(self, "alphas", "penalties")
-        continuation = renamed_param(self, "path_continuation", "warm_start")
+        alphas, continuation = self.alphas, self.path_continuation
         require_y(self, y)
         self._numpy_in = not isinstance(X, torch.Tensor)
         x = check_features(self, X, reset=True)
@@ -331,19 +319,8 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         self.cv_results_, best = search_results(
             [{"C": float(1.0 / lam)} for lam in grid],
             sel,
-            grid,
             extra=extra,
             param_columns={"alpha": grid.copy()},
-            legacy={
-                "mean_accuracy": acc.mean(1),
-                "std_accuracy": acc.std(1),
-                "fold_accuracy": acc,
-                "mean_class_accuracy": bacc.mean(1),
-                "std_class_accuracy": bacc.std(1),
-                "fold_class_accuracy": bacc,
-                "n_iter": n_iter,
-                "converged": conv,
-            },
         )
         self.cv_n_iter_, self.cv_converged_ = n_iter, conv
         self.best_index_ = best

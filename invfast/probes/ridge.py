@@ -22,15 +22,12 @@ import torch
 from sklearn.base import BaseEstimator, RegressorMixin
 
 from invfast.probes._base import (
-    DEPRECATED,
     ProbeTagsMixin,
     as_targets,
     check_features,
     check_is_fitted,
     check_positive,
-    deprecated_attribute,
     output_like,
-    renamed_param,
     require_y,
 )
 from invfast.probes.cv_results import search_results
@@ -240,7 +237,6 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
     shuffle, random_state : shuffle samples before K-fold splitting.
     verbose : bool
         Progress bar over folds.
-    penalties : deprecated spelling of ``alphas`` (FutureWarning; removed in the next release).
 
     Fitted attributes
     -----------------
@@ -251,7 +247,6 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
     r2_per_target_ : [t], CV R² per target at ``alpha_``.
     coef_ [t, d] (or [d] for 1-D y), intercept_ [t] (or float), n_features_in_, feature_names_in_
     (DataFrame input only). Arrays are numpy when fit got numpy, tensors otherwise.
-    ``penalty_`` is a deprecated alias of ``alpha_``.
     """
 
     _multi_output = True
@@ -265,7 +260,6 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         shuffle: bool = False,
         random_state: int | None = None,
         verbose: bool = False,
-        penalties: Any = DEPRECATED,
     ):
         self.alphas = alphas
         self.cv = cv
@@ -274,13 +268,10 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         self.shuffle = shuffle
         self.random_state = random_state
         self.verbose = verbose
-        self.penalties = penalties
-
-    penalty_ = deprecated_attribute("penalty_", "alpha_")
 
     def fit(self, X: Any, y: Any) -> RidgeCV:
         """Cross-validate every α, then refit on all of X [n, d], y [n] or [n, t] at the best one."""
-        alphas = renamed_param(self, "alphas", "penalties")
+        alphas = self.alphas
         require_y(self, y)
         self._numpy_in = not isinstance(X, torch.Tensor)
         x = check_features(self, X, reset=True)
@@ -312,8 +303,6 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         self.cv_results_, best = search_results(
             [{"alpha": float(a)} for a in grid],
             per_target_np.mean(-1),
-            grid,
-            legacy={"fold_scores_per_target": per_target_np, "mean_score_per_target": per_target_np.mean(1)},
         )
         self.cv_scores_per_target_ = per_target_np
         self.best_index_ = best
