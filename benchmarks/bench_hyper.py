@@ -280,7 +280,7 @@ class TestHyperResNet50GPU:
         desc = i[0] if case == "one-descriptor" else i
 
         def run_hyper():
-            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16), backend.using("compiled"):
+            with torch.no_grad(), torch.autocast("cuda", dtype=torch.bfloat16), backend.use("compiled"):
                 hyper_m(x, desc)
 
         def run_plain():
@@ -315,7 +315,7 @@ class TestHyperResNet50GPU:
 
         def step(model, opt, *args):
             opt.zero_grad(set_to_none=True)
-            with torch.autocast("cuda", dtype=torch.bfloat16), backend.using("compiled"):
+            with torch.autocast("cuda", dtype=torch.bfloat16), backend.use("compiled"):
                 loss = model(x, *args).float().pow(2).mean()
             loss.backward()
             opt.step()

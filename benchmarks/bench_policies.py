@@ -232,7 +232,7 @@ def _cuda_time(fn, repeats: int = 5) -> float:
 @contextlib.contextmanager
 def _cuda_kernels(on: bool):
     """The unmeasured CUDA augment kernels opted in (or not) through INVFAST_CUDA_KERNELS."""
-    from invfast.ops.augment import CUDA_KERNELS_ENV
+    from invfast.dispatch import CUDA_KERNELS_ENV
 
     old = os.environ.get(CUDA_KERNELS_ENV)
     os.environ[CUDA_KERNELS_ENV] = "1" if on else "0"

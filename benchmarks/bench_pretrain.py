@@ -24,10 +24,9 @@ import time
 import pytest
 import torch
 
+from invfast import models
+from invfast import transforms as T
 from invfast.pretrain import MoCoV2
-
-models = pytest.importorskip("invfast.models")
-T = pytest.importorskip("invfast.transforms")
 
 BATCH = int(os.environ.get("INVFAST_BENCH_BATCH", "256"))
 SIZE = int(os.environ.get("INVFAST_BENCH_SIZE", "32"))
@@ -184,7 +183,7 @@ def test_pretrain_fused_views_cpu(benchmark):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_pretrain_augment_share_cuda(benchmark):
     """Augmentation share of a ResNet-50 MoCo-v2 step (bf16 autocast, channels_last) at 224 px on one GPU."""
-    from invfast.ops.augment import CUDA_KERNELS_ENV
+    from invfast.dispatch import CUDA_KERNELS_ENV
     from invfast.transforms.fused import FusedPolicy
 
     batch = int(os.environ.get("INVFAST_BENCH_GPU_BATCH", "256"))

@@ -102,7 +102,7 @@ def test_invfast_generate(benchmark, pil_rate):
 def test_invfast_generate_reference_backend(benchmark):
     ds = Transforms2D(30, TRANSFORMS, size=SIZE, n=N, seed=0)
     n = max(256, N // 10)
-    with backend.using("reference"):
+    with backend.use("reference"):
         benchmark.pedantic(ds.generate, args=(range(n),), rounds=2, iterations=1, warmup_rounds=1)
     benchmark.extra_info["samples_per_s"] = n / benchmark.stats.stats.mean
     print(f"\ninvfast torch-reference path: {n / benchmark.stats.stats.mean:,.0f} samples/s")

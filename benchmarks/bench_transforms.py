@@ -251,7 +251,7 @@ def test_compiled_warp_vs_torch_path(benchmark, name):
     t = T.get(name)
     benchmark.pedantic(lambda: t.apply(images, grid), rounds=2, iterations=1, warmup_rounds=1)
     ours = benchmark.stats.stats.min
-    with backend.using("reference"):
+    with backend.use("reference"):
         ref = _time(lambda: t.apply(images, grid))
     benchmark.extra_info.update({"compiled_s": ours, "torch_path_s": ref, "speedup_vs_torch_path": ref / ours})
     print(
@@ -308,7 +308,7 @@ def _cuda_kernels(on: bool):
     """Context: the unmeasured CUDA augment kernels opted in (or not) through INVFAST_CUDA_KERNELS."""
     import contextlib
 
-    from invfast.ops.augment import CUDA_KERNELS_ENV
+    from invfast.dispatch import CUDA_KERNELS_ENV
 
     @contextlib.contextmanager
     def ctx():

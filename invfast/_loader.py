@@ -38,17 +38,3 @@ def load() -> ModuleType | None:
 def load_error() -> str | None:
     load()
     return _error
-
-
-def has_op(name: str) -> bool:
-    """Whether the loaded compiled core defines the op ``torch.ops.invfast.<name>`` (a core built before an
-    op existed lacks it)."""
-    if load() is None:
-        return False
-    import torch
-
-    try:
-        getattr(torch.ops.invfast, name)
-    except (AttributeError, RuntimeError):
-        return False
-    return True

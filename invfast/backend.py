@@ -31,8 +31,6 @@ from invfast import _loader, dispatch
 
 _MODES = dispatch.MODES
 BACKEND_ENV = "INVFAST_BACKEND"
-#: environment switch for CUDA kernels not yet measured faster (see :mod:`invfast.dispatch`)
-CUDA_KERNELS_ENV = dispatch.CUDA_KERNELS_ENV
 
 
 def _mode_from_env() -> tuple[str, str | None]:
@@ -90,24 +88,10 @@ def use(mode: str) -> _ModeScope:
     return scope
 
 
-#: the name earlier versions used for the context-manager form of :func:`use`
-using = use
-
-
 def mode() -> str:
     """The current backend mode: 'auto', 'compiled' or 'reference'."""
     _warn_env_once()
     return _mode
-
-
-def cuda_kernels_enabled(family: str) -> bool:
-    """Whether op family ``family``'s CUDA kernels serve CUDA inputs under the current mode: 'compiled'
-    always, 'reference' never, 'auto' where ``INVFAST_CUDA_KERNELS`` opts the family in (no CUDA kernel
-    is measured faster yet). Kept for callers of earlier versions; :func:`invfast.dispatch.entry` is the
-    per-op answer."""
-    if _mode != "auto":
-        return _mode == "compiled"
-    return bool(dispatch.cuda_opt_in() & {"*", family})
 
 
 def register_reference(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
@@ -182,7 +166,7 @@ def backend_info() -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "openmp_threads": mod.openmp_threads() if mod is not None else 0,
         "mode": mode(),
-        "cuda_kernels_env": os.environ.get(CUDA_KERNELS_ENV, ""),
+        "cuda_kernels_env": os.environ.get(dispatch.CUDA_KERNELS_ENV, ""),
         "compiled_ops": compiled_ops(),
         "core_error": _loader.load_error(),
         "dispatch": [e.as_dict() for e in dispatch.table()],

@@ -40,7 +40,7 @@ def run_bench(n: int = 200, p: int = 64, d: int = 512, n_uniform: int = 4000, re
     rows = []
     for name, (fn, items) in cases.items():
         t_ref = None
-        with backend.using("reference"):
+        with backend.use("reference"):
             t_ref = best_time(fn, repeat)
         t_auto = best_time(fn, repeat)
         rows.append(

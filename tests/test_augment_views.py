@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import invfast.backend as backend
+from invfast import dispatch
 from invfast.constants import LUMA_WEIGHTS
 from invfast.ops import augment as aug
 from invfast.transforms import functional as Fn
@@ -125,7 +126,7 @@ def test_compiled_views_match_reference_in_every_layout(out_dtype, channels_last
     kw = dict(mean=(0.485, 0.456, 0.406), std=(0.229, 0.224, 0.225), dtype=out_dtype, channels_last=channels_last)
     with backend.use("compiled"):
         y = aug.augment_views(img, m, (S, S), **p, **kw)
-    with backend.using("reference"):
+    with backend.use("reference"):
         r = aug.augment_views(img, m, (S, S), **p, **kw)
     assert y.dtype == out_dtype and y.shape == (B, 3, S, S)
     assert y.is_contiguous(memory_format=torch.channels_last) == channels_last
@@ -204,12 +205,12 @@ def test_fused_policy_matches_torch_policy(name, in_dtype, rng):
     fp = FusedPolicy(tp)
     g = torch.Generator().manual_seed(int(rng.integers(1 << 30)))
     params = tp.sample(B, (H, W), g)
-    with backend.using("reference"):  # the torch ops (under auto the Policy itself runs the fused kernel on CPU)
+    with backend.use("reference"):  # the torch ops (under auto the Policy itself runs the fused kernel on CPU)
         want = tp.apply(Fn.to_float(img), params)
     got = fp.apply(img, params)
     assert got.shape == want.shape == (B, 3, S, S)
     assert (got - want).abs().max() <= GREY
-    with backend.using("reference"):
+    with backend.use("reference"):
         ref = fp.apply(img, params)
     assert (ref - want).abs().max() <= GREY
 
@@ -221,7 +222,7 @@ def test_fused_policy_normalised_views_and_sampling_match(rng):
     tp = policy("default", size=16)
     fp = FusedPolicy(policy("default", size=16), dtype=torch.bfloat16, channels_last=True)
     seed = int(rng.integers(1 << 30))
-    with backend.using("reference"):
+    with backend.use("reference"):
         t1, t2 = tp(img, torch.Generator().manual_seed(seed))
     f1, f2 = fp(img, torch.Generator().manual_seed(seed))
     assert f1.dtype == torch.bfloat16 and f1.is_contiguous(memory_format=torch.channels_last)
@@ -249,20 +250,14 @@ def test_view_matrix_is_the_policy_crop_map():
 
 def test_cuda_kernels_are_opt_in(monkeypatch):
     """The augment family's CUDA entries are off under auto until measured; INVFAST_CUDA_KERNELS opts them in."""
-    from invfast import dispatch
-
-    monkeypatch.delenv(aug.CUDA_KERNELS_ENV, raising=False)
-    with backend.using("auto"):
-        assert not aug.cuda_kernels_enabled()
-        assert not any(dispatch.entry(op, "cuda").auto for op in ("warp_affine", "warp_coords", "augment_views"))
-        monkeypatch.setenv(aug.CUDA_KERNELS_ENV, "1")
-        assert aug.cuda_kernels_enabled()
-        assert all(dispatch.entry(op, "cuda").opted_in for op in ("warp_affine", "warp_coords", "augment_views"))
-    with backend.using("reference"):
-        assert not aug.cuda_kernels_enabled()
-    monkeypatch.delenv(aug.CUDA_KERNELS_ENV)
-    with backend.using("compiled"):
-        assert aug.cuda_kernels_enabled()
+    ops = ("warp_affine", "warp_coords", "augment_views")
+    monkeypatch.delenv(dispatch.CUDA_KERNELS_ENV, raising=False)
+    with backend.use("auto"):
+        assert not any(dispatch.entry(op, "cuda").auto for op in ops)
+        monkeypatch.setenv(dispatch.CUDA_KERNELS_ENV, "1")
+        assert all(dispatch.entry(op, "cuda").opted_in for op in ops)
+    with backend.use("reference"):
+        assert not any(dispatch.use_kernel(op, "cuda", backend.mode()) for op in ops)
 
 
 def test_fused_policy_rejects_other_dtypes():
@@ -283,14 +278,14 @@ def test_cuda_views_match_reference(cuda_device, rng, monkeypatch):
         or not torch.ops.invfast.augment_views.default.has_kernel_for_dispatch_key("CUDA")
     ):
         pytest.skip("core built without the CUDA augment kernels")
-    monkeypatch.setenv(aug.CUDA_KERNELS_ENV, "1")
+    monkeypatch.setenv(dispatch.CUDA_KERNELS_ENV, "1")
     B, H, W, S = 16, 70, 90, 56
     img = torch.from_numpy(rng.integers(0, 256, (B, 3, H, W)).astype(np.uint8)).to(cuda_device)
     p = {k: v.to(cuda_device) for k, v in _random_params(rng, B).items()}
     m = _random_matrix(rng, B, H, W, S).to(cuda_device)
     for out_dtype, cl in ((torch.float32, False), (torch.bfloat16, True)):
         y = aug.augment_views(img, m, (S, S), **p, dtype=out_dtype, channels_last=cl)
-        with backend.using("reference"):
+        with backend.use("reference"):
             r = aug.augment_views(img, m, (S, S), **p, dtype=out_dtype, channels_last=cl)
         tol = 1e-4 if out_dtype == torch.float32 else 2.0**-8 * 2
         assert y.device == img.device and (y.float() - r.float()).abs().max() <= tol
@@ -298,7 +293,7 @@ def test_cuda_views_match_reference(cuda_device, rng, monkeypatch):
     mats = torch.tensor([[[-1.0, 0, 23], [0, 1, 0]], [[0.9, 0.2, 1.3], [-0.1, 1.1, -0.7]]], dtype=torch.float64)
     fill = torch.tensor([10.0, 20.0, 30.0])
     y = aug.warp_affine(x, mats.to(cuda_device), 20, 24, fill)
-    with backend.using("reference"):
+    with backend.use("reference"):
         r = aug.warp_affine(x, mats.to(cuda_device), 20, 24, fill)
     assert torch.equal(y[:, 0], x.flip(-1)) and (y.int() - r.int()).abs().max() <= 1
 
@@ -317,7 +312,7 @@ def test_fused_policy_runs_on_the_images_device(name, mode, device):
     device guard, cuda)."""
     img = (torch.rand(4, 3, 40, 36, generator=torch.Generator().manual_seed(0)) * 255).to(torch.uint8).to(device.device)
     fp = FusedPolicy(policy(name, size=16))
-    with device.run(), backend.using(mode):
+    with device.run(), backend.use(mode):
         v1, v2 = fp(img, generator=device.generator(0))
     device.check(v1, v2)
     assert v1.shape == (4, 3, 16, 16) and torch.isfinite(v1).all()

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch import nn
 
-from invfast import _loader, backend
+from invfast import _loader, backend, dispatch
 from invfast.ops import hyper
 
 
@@ -46,7 +46,7 @@ SIZES = [9, 64 * 3 * 9, 5000, 1, 64 * 64, 0, 700]
 @pytest.mark.parametrize("b,h", [(1, 32), (4, 32), (1, 7), (2, 7)])
 def test_forward_matches_per_kernel_linear(mode, b, h, rng):
     hidden, weight, bias, offs, linears = _problem(SIZES, b, h=h, seed=int(rng.integers(2**31)))
-    with backend.using(mode):
+    with backend.use(mode):
         out = hyper.generate(hidden, weight, bias, offs)
     assert out.shape == (b, offs[-1])
     torch.testing.assert_close(out, _naive(hidden, linears).detach(), atol=1e-5, rtol=1e-5)
@@ -61,7 +61,7 @@ def test_gradients_match_per_kernel_linear(mode, b, rng):
     weight = weight.requires_grad_(True)
     bias = bias.requires_grad_(True)
     g = torch.randn(b, offs[-1], dtype=torch.float64, generator=torch.Generator().manual_seed(int(rng.integers(2**31))))
-    with backend.using(mode):
+    with backend.use(mode):
         (hyper.generate(hidden_a, weight, bias, offs) * g).sum().backward()
     (_naive(hidden_b, linears) * g).sum().backward()
     torch.testing.assert_close(hidden_a.grad, hidden_b.grad, atol=1e-9, rtol=1e-9)
@@ -83,7 +83,7 @@ def test_compiled_backward_op_matches_reference():
 def test_gradcheck_float64(mode):
     hidden, weight, bias, offs, _ = _problem([2, 7, 0, 3], 2, h=3, dtype=torch.float64, seed=5)
     args = tuple(t.requires_grad_(True) for t in (hidden, weight, bias))
-    with backend.using(mode):
+    with backend.use(mode):
         assert torch.autograd.gradcheck(lambda h, w, b: hyper.generate(h, w, b, offs), args)
 
 
@@ -143,11 +143,11 @@ def _close_to_float64(out, hidden, weight, bias, offs, dtype):
 def test_random_shapes_op_and_reference_vs_float64(dtype, b, h):
     """Compiled op (row tiles or the BLAS fallback) and torch reference both match float64."""
     hidden, weight, bias, offs = _random_problem(b, h, dtype, seed=1000 * b + h)
-    with backend.using("auto"):
+    with backend.use("auto"):
         out = hyper.generate(hidden, weight, bias, offs)
     assert out.dtype == dtype and out.shape == (b, offs[-1])
     _close_to_float64(out, hidden, weight, bias, offs, dtype)
-    with backend.using("reference"):
+    with backend.use("reference"):
         _close_to_float64(hyper.generate(hidden, weight, bias, offs), hidden, weight, bias, offs, dtype)
 
 
@@ -178,17 +178,17 @@ def test_dispatch_rules(monkeypatch):
     """implementation() is the dispatch table's answer: CPU auto runs the compiled op when built; CUDA auto
     keeps the torch reference until the CUDA kernels are measured, unless INVFAST_CUDA_KERNELS=hyper opts in;
     'reference' is always honoured; 'compiled' on a device without the kernel raises."""
-    monkeypatch.delenv(hyper.CUDA_ENV, raising=False)
+    monkeypatch.delenv(dispatch.CUDA_KERNELS_ENV, raising=False)
     built = "hyper_generate" in backend.compiled_ops()
-    with backend.using("auto"):
+    with backend.use("auto"):
         assert hyper.implementation("cpu") == ("compiled" if built else "reference")
         assert hyper.implementation("cuda") == "reference"
         assert hyper.implementation("mps") == "reference"
-        monkeypatch.setenv(hyper.CUDA_ENV, "hyper")
+        monkeypatch.setenv(dispatch.CUDA_KERNELS_ENV, "hyper")
         assert hyper.implementation("cuda") == ("compiled" if built and _cuda_built() else "reference")
-    with backend.using("reference"):
+    with backend.use("reference"):
         assert hyper.implementation("cpu") == "reference"
-    with backend.using("compiled"):
+    with backend.use("compiled"):
         if not (built and _cuda_built()):
             with pytest.raises(RuntimeError, match="'hyper_generate' has no compiled kernel for device 'cuda'"):
                 hyper.implementation("cuda")
@@ -238,7 +238,7 @@ def test_cuda_opcheck_and_gradcheck(b):
     torch.library.opcheck(
         torch.ops.invfast.hyper_generate_backward.default, (g, hidden.detach(), weight.detach(), offs)
     )
-    with backend.using("compiled"):
+    with backend.use("compiled"):
         assert torch.autograd.gradcheck(lambda h, w, bb: hyper.generate(h, w, bb, offs), (hidden, weight, bias))
 
 

@@ -53,7 +53,7 @@ def test_generated_kernel_gradients_match_naive(mode, rng):
     i_a = torch.from_numpy(rng.random((3, 2))).requires_grad_(True)
     i_b = i_a.detach().clone().requires_grad_(True)
     probes = [torch.randn(w.shape, dtype=torch.float64) for w in _naive_weights(model, i_b.detach())]
-    with backend.using(mode):
+    with backend.use(mode):
         loss_a = sum((w * p).sum() for w, p in zip(model.generate_weights(i_a), probes))
     params = [model.embed, model.hid_weight, model.hid_bias, model.out_weight, model.out_bias]
     grads_a = torch.autograd.grad(loss_a, params + [i_a])
@@ -273,6 +273,6 @@ def test_cuda_model_matches_cpu(per_sample, rng):
         ref = model(x, i)
         cuda = model.cuda()
         for mode in ("auto", "compiled"):
-            with backend.using(mode):
+            with backend.use(mode):
                 got = cuda(x.cuda(), i.cuda()).cpu()
             torch.testing.assert_close(got, ref, atol=1e-3, rtol=1e-3)

@@ -38,7 +38,7 @@ def test_scores_match_scipy(rng, n, p, d, mode):
     f_ref, f_t = f_ref.astype(np.float32).astype(np.float64), f_t.astype(np.float32).astype(np.float64)
     stats = ivf.FeatureStats().update(torch.from_numpy(f_ref)).finalize()
     dist_np, cos_np = _numpy_scores(stats, f_ref, f_t)
-    with backend.using(mode):
+    with backend.use(mode):
         out = ivf.invariance_scores(
             torch.from_numpy(f_ref).float(), torch.from_numpy(f_t).float(), stats, precision="float64"
         )
@@ -122,7 +122,7 @@ def test_gradcheck_invariance_scores(rng, mode):
         out = ivf.invariance_scores(a, b, stats)
         return out["distance"], out["cosine"]
 
-    with backend.using(mode):
+    with backend.use(mode):
         assert torch.autograd.gradcheck(fn, (f_ref, f_t))
 
 
@@ -181,7 +181,7 @@ def _uniformity_np(x, t):
 @pytest.mark.parametrize("block", [None, 7])
 def test_uniformity_matches_pdist(rng, mode, block):
     x = rng.normal(size=(150, 9))
-    with backend.using(mode):
+    with backend.use(mode):
         u = ivf.uniformity(torch.from_numpy(x), t=2.0, block_rows=block)
         u32 = ivf.uniformity(torch.from_numpy(x).float(), t=2.0, block_rows=block)
     ref = _uniformity_np(x, 2.0)
@@ -238,7 +238,7 @@ def test_uniformity_near_duplicates_is_exact(rng, mode):
     t = 1e4
     v = -t * d2
     ref = v.max() + np.log(np.exp(v - v.max()).sum() * 2 / (n * (n - 1)))
-    with backend.using(mode):
+    with backend.use(mode):
         u = float(ivf.uniformity(torch.from_numpy(x), t=t, block_rows=17))
     assert u == pytest.approx(ref, abs=1e-9)
 
@@ -281,7 +281,7 @@ def test_knn_is_exact_on_near_duplicates(rng, mode):
     d2 = _float64_sqdist(x)
     np.fill_diagonal(d2, np.inf)
     want = np.argsort(d2, axis=1, kind="stable")[:, :5]
-    with backend.using(mode):
+    with backend.use(mode):
         dist, idx = knn_sqdist(torch.from_numpy(x), 5, True, 13)
     assert np.array_equal(idx.numpy(), want)
     np.testing.assert_allclose(dist.numpy(), np.take_along_axis(d2, want, 1), rtol=1e-9, atol=1e-15)
@@ -324,7 +324,7 @@ def test_all_pairs_kernel_equals_float64_reference(rng, normalize):
 
     x = torch.from_numpy(rng.normal(size=(int(rng.integers(40, 90)), int(rng.integers(2, 40)))))
     t = float(rng.uniform(0.5, 5.0)) / (1.0 if normalize else x.shape[1])
-    with backend.using("reference"):
+    with backend.use("reference"):
         want = pairwise_logsumexp(x, t, normalize, 11)
         wd, wi = knn_sqdist(x, 4, normalize, 11)
     for block in (1, 16, 1000):

@@ -388,7 +388,7 @@ def test_propagate_gives_nan_cosine_for_nonfinite_features(backend_name, dtype, 
     f_t = torch.randn(5, 3, 8, generator=g, dtype=torch.float64).to(dtype)
     f_t[1, 2, 4] = bad
     f_ref[3, 0] = bad
-    with backend.using(backend_name):
+    with backend.use(backend_name):
         out = ivf.invariance_scores(f_ref, f_t, stats, nan_policy="propagate")
     cos = out["cosine"]
     bad_mask = torch.zeros(5, 3, dtype=torch.bool)

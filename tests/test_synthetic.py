@@ -526,7 +526,7 @@ def test_compiled_matches_reference():
     bgs = torch.randint(0, 256, (5, 3, H, H), dtype=torch.uint8, generator=g)
     bi = torch.randint(0, 5, (B,), generator=g)
     c = (S.color(pm, hue, br, co, fl), S.blur(pm, taps), S.warp(pm, inv, off), S.composite(pm, bgs, bi))
-    with backend.using("reference"):
+    with backend.use("reference"):
         r = (S.color(pm, hue, br, co, fl), S.blur(pm, taps), S.warp(pm, inv, off), S.composite(pm, bgs, bi))
     assert torch.equal(c[0], r[0]) and torch.equal(c[1], r[1]) and torch.equal(c[3], r[3])
     torch.testing.assert_close(c[2], r[2], atol=1e-5, rtol=0)
@@ -543,7 +543,7 @@ def test_compiled_matches_reference():
     # whole generator: compiled and reference paths agree to 8-bit rounding
     ds = make(ALL, n=40)
     x1 = ds.generate(range(40))[0]
-    with backend.using("reference"):
+    with backend.use("reference"):
         x2 = ds.generate(range(40))[0]
     assert (x1.int() - x2.int()).abs().max() <= 2
 

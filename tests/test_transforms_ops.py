@@ -45,7 +45,7 @@ def test_compiled_warp_matches_reference_and_numpy(dtype, rng):
     fill = torch.from_numpy(rng.uniform(0, 1, C)) * scale
     with backend.use("compiled"):
         y = warp_affine(x, m, oh, ow, fill)
-    with backend.using("reference"):
+    with backend.use("reference"):
         yr = warp_affine(x, m, oh, ow, fill)
     assert y.dtype == dtype and y.shape == (B, P, C, oh, ow)
     tol = 1 if dtype == torch.uint8 else 1e-5
@@ -68,7 +68,7 @@ def test_opcheck_and_transforms_agree_across_backends():
         t = T.get(name)
         g = t.grid(16)
         y = t.apply(x, g, fill=0.3)
-        with backend.using("reference"):
+        with backend.use("reference"):
             yr = t.apply(x, g, fill=0.3)
         assert (y.int() - yr.int()).abs().max() <= 1, name
 
@@ -89,7 +89,7 @@ def test_compiled_warp_coords_matches_reference_and_numpy(dtype, rng):
     fill = torch.from_numpy(rng.uniform(0, 1, C)) * scale
     with backend.use("compiled"):
         y = warp_coords(x, coords, fill)
-    with backend.using("reference"):
+    with backend.use("reference"):
         yr = warp_coords(x, coords, fill)
     tol = 1 if dtype == torch.uint8 else 1e-5
     assert y.shape == (B, P, C, oh, ow) and y.dtype == dtype

@@ -33,16 +33,6 @@ from invfast._validate import compiling
 from invfast.ops.color import adjust_hue, blend, luma
 from invfast.ops.kernels import gaussian_taps
 
-#: environment switch that lets the unmeasured CUDA kernels of this family serve under backend 'auto'
-CUDA_KERNELS_ENV = backend.CUDA_KERNELS_ENV
-
-
-def cuda_kernels_enabled() -> bool:
-    """Whether the (unmeasured) CUDA augment kernels serve CUDA inputs: ``INVFAST_CUDA_KERNELS=1`` (or
-    a list naming ``augment``) or backend mode 'compiled'. Backend 'reference' always wins. Kept for
-    callers of earlier versions: the dispatch table (:func:`invfast.dispatch.entry`) answers per op."""
-    return backend.cuda_kernels_enabled("augment")
-
 
 def _fill_vector(
     fill: float | Sequence[float] | torch.Tensor, channels: int, device: torch.device | str = "cpu"
@@ -362,15 +352,10 @@ def augment_views(
 def _register_compiled() -> None:
     if _loader.load() is None:
         return
-    if not _loader.has_op("warp_affine"):
-        return  # a core built before this op existed
 
     @torch.library.register_fake("invfast::warp_affine")
     def _(images, matrix, out_h, out_w, fill):
         return images.new_empty((images.shape[0], matrix.shape[0], images.shape[1], out_h, out_w))
-
-    if not _loader.has_op("augment_views"):
-        return  # a core built before the fused views existed
 
     @torch.library.register_fake("invfast::warp_coords")
     def _(images, coords, fill):

@@ -85,10 +85,6 @@ def hyper_generate_backward_reference(
     return gh, gw, grad.sum(0)
 
 
-CUDA_ENV = backend.CUDA_KERNELS_ENV
-"""Environment variable: ``hyper`` (or ``1``) makes ``auto`` use the (unmeasured) CUDA kernels."""
-
-
 def implementation(device: torch.device | str) -> str:
     """'compiled' or 'reference': what :func:`generate` runs on ``device`` under the current mode (the
     dispatch table's answer; 'compiled' mode on a device without a kernel raises, as :func:`generate` would)."""

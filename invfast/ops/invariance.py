@@ -126,15 +126,13 @@ def _register_compiled() -> None:
     def _(rows, x, row_offset, scale):
         return rows.new_empty((rows.shape[0],), dtype=torch.float64)
 
-    if "pairwise_logsumexp" in backend.compiled_ops():  # a core built before the all-pairs ops has neither
+    @torch.library.register_fake("invfast::pairwise_logsumexp")
+    def _(x, scale, normalize, block_rows):
+        return x.new_empty((), dtype=torch.float64)
 
-        @torch.library.register_fake("invfast::pairwise_logsumexp")
-        def _(x, scale, normalize, block_rows):
-            return x.new_empty((), dtype=torch.float64)
-
-        @torch.library.register_fake("invfast::knn_sqdist")
-        def _(x, k, normalize, block_rows):
-            return x.new_empty((x.shape[0], k), dtype=torch.float64), x.new_empty((x.shape[0], k), dtype=torch.int64)
+    @torch.library.register_fake("invfast::knn_sqdist")
+    def _(x, k, normalize, block_rows):
+        return x.new_empty((x.shape[0], k), dtype=torch.float64), x.new_empty((x.shape[0], k), dtype=torch.int64)
 
     def setup_context(ctx, inputs, output):
         z_ref, z_t, shift = inputs

@@ -150,15 +150,10 @@ def composite(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tens
 def _register_compiled() -> None:
     if _loader.load() is None:
         return
-    if not _loader.has_op("synth_composite"):
-        return
 
     @torch.library.register_fake("invfast::synth_composite")
     def _(obj, backgrounds, bg_index):
         return obj.new_empty((obj.shape[0], 3, obj.shape[2], obj.shape[3]), dtype=torch.uint8)
-
-    if not _loader.has_op("synth_color"):
-        return
 
     @torch.library.register_fake("invfast::synth_color")
     def _(obj, hue, brightness, contrast, flags, posterize_bits):

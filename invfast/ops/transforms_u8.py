@@ -324,8 +324,6 @@ APPEARANCE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 def _register_compiled() -> None:
     if _loader.load() is None:
         return
-    if not _loader.has_op("lut_u8"):
-        return  # a core built before these ops existed
 
     def block(images: torch.Tensor, P: int) -> torch.Tensor:
         return images.new_empty((images.shape[0], P, *images.shape[1:]))
