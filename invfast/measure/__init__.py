@@ -8,6 +8,10 @@
 - :mod:`~invfast.measure.selection`: transform names/families -> transform objects;
 - :mod:`~invfast.measure.extractor`: models by name, fixed descriptors, images -> pooled features;
 - :mod:`~invfast.measure.result`: the result and its JSON format;
+- :mod:`~invfast.measure.units`: what a layer's unit is (channels or elements) and the per-unit measures
+  (tmeasures's normalized variance, the variance ratio), streamed;
+- :mod:`~invfast.measure.equivariance`: equivariance measures on features (cross-validated linear fit,
+  tmeasures's same-equivariance);
 - :mod:`~invfast.measure.state`: shards, resumable partial state;
 - :mod:`~invfast.measure.cli`: ``invfast measure``.
 """
