@@ -13,11 +13,12 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import SMALL, best_time
+from conftest import SMALL
 from scipy.spatial.distance import cosine as scipy_cosine
 from scipy.spatial.distance import mahalanobis as scipy_mahalanobis
 
 import invfast as ivf
+from invfast.bench import best_time
 
 N, P, D = (100, 32, 256) if SMALL else (1000, 256, 2048)
 

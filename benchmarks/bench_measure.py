@@ -10,8 +10,7 @@
 
 Sizes: N = 64 images, grid k = 16, 11 transforms with a PIL equivalent (INVFAST_BENCH_SMALL=1:
 N = 16, k = 4; INVFAST_BENCH_MEASURE_N / _K / _BASELINE_N override). The model is
-``invfast.models.create('resnet18-cifar')`` when the models package is present, else the same
-architecture defined here (recorded in extra_info['model']).
+``invfast.models.create('resnet18-cifar')`` (recorded in extra_info['model']).
 """
 
 from __future__ import annotations
@@ -22,10 +21,12 @@ import time
 import numpy as np
 import pytest
 import torch
-from conftest import SMALL, best_time
+from conftest import SMALL
 from scipy.spatial.distance import cosine as scipy_cosine
 from scipy.spatial.distance import mahalanobis as scipy_mahalanobis
 
+from invfast import models
+from invfast.bench import best_time
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
 from invfast.measure import measure_invariance
 
@@ -48,57 +49,15 @@ TRANSFORMS = (
 )
 
 
-class _Block(torch.nn.Module):
-    def __init__(self, cin: int, cout: int, stride: int) -> None:
-        super().__init__()
-        self.c1 = torch.nn.Conv2d(cin, cout, 3, stride, 1, bias=False)
-        self.b1 = torch.nn.BatchNorm2d(cout)
-        self.c2 = torch.nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
-        self.b2 = torch.nn.BatchNorm2d(cout)
-        self.short = torch.nn.Sequential()
-        if stride != 1 or cin != cout:
-            self.short = torch.nn.Sequential(
-                torch.nn.Conv2d(cin, cout, 1, stride, bias=False), torch.nn.BatchNorm2d(cout)
-            )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.b1(self.c1(x)))
-        return torch.relu(self.b2(self.c2(h)) + self.short(x))
-
-
-class ResNet18Cifar(torch.nn.Module):
-    """ResNet-18 with the CIFAR stem (3x3 conv, stride 1, no max-pool); returns pooled 512-d features."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.stem = torch.nn.Sequential(
-            torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False), torch.nn.BatchNorm2d(64), torch.nn.ReLU()
-        )
-        layers, cin = [], 64
-        for cout, stride in ((64, 1), (128, 2), (256, 2), (512, 2)):
-            layers += [_Block(cin, cout, stride), _Block(cout, cout, 1)]
-            cin = cout
-        self.layers = torch.nn.Sequential(*layers)
-        self.feature_dim = 512
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.layers(self.stem(x)).mean((2, 3))
-
-
 def _model() -> tuple[torch.nn.Module, str]:
     torch.manual_seed(0)
-    try:
-        from invfast import models
-
-        return models.create("resnet18-cifar").eval(), "invfast.models resnet18-cifar"
-    except (ImportError, AttributeError, KeyError, ValueError):
-        return ResNet18Cifar().eval(), "ResNet-18-CIFAR defined in bench_measure.py (invfast.models absent)"
+    return models.create("resnet18-cifar").eval(), "invfast.models resnet18-cifar"
 
 
 @pytest.fixture(scope="module")
 def setup():
-    T = pytest.importorskip("invfast.transforms")
     from invfast import synthetic
+    from invfast import transforms as T
 
     ds = synthetic.Transforms2D(synthetic.builtin_objects(n=10), (), size=32, n=N, seed=0, split="test")
     images = ds.generate(list(range(N)))[0]

@@ -8,8 +8,6 @@ import os
 
 import pytest
 
-from invfast.bench import best_time  # noqa: F401  (re-exported for the suites)
-
 
 def env_flag(name: str) -> bool:
     """An on/off environment variable: unset, empty, 0, false, no and off are off; anything else is on."""

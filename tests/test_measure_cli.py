@@ -29,7 +29,6 @@ BASE = [
 
 @pytest.fixture
 def folder(tmp_path):
-    pytest.importorskip("invfast.transforms")
     x = random_images(12, size=30, seed=3).permute(0, 2, 3, 1).numpy()
     d = tmp_path / "imgs"
     d.mkdir()
@@ -140,7 +139,7 @@ def test_cli_world_size_two_equals_one(folder, tmp_path):
 
 def test_quick_preset_and_help_defaults_from_the_code(folder, tmp_path, capsys):
     from invfast.data.synthetic import SYNTHETIC_DEFAULTS
-    from invfast.measure.cli import QUICK_GRID
+    from invfast.measure.options import QUICK_GRID
 
     out = tmp_path / "q"
     assert (

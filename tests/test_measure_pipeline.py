@@ -229,7 +229,6 @@ def _same_result(a, b):
 
 
 def test_torchrun_one_process_joins_a_group_and_equals_plain_run(tmp_path):
-    pytest.importorskip("invfast.transforms")
     from invfast.cli import main
 
     d = _folder(tmp_path / "imgs", n=30)  # N > D = 24: well conditioned, so thread counts cannot matter
@@ -243,7 +242,6 @@ def test_torchrun_one_process_joins_a_group_and_equals_plain_run(tmp_path):
 
 @pytest.mark.slow
 def test_torchrun_two_gloo_processes_equal_one(tmp_path):
-    pytest.importorskip("invfast.transforms")
     d = _folder(tmp_path / "imgs", n=36)  # N > D = 24: the merged statistics are well conditioned
     one = _torchrun(1, CLI + ["--data", f"folder:{d}"], tmp_path / "tr1")
     two = _torchrun(2, CLI + ["--data", f"folder:{d}"], tmp_path / "tr2")

@@ -85,7 +85,6 @@ def test_cli_missing_data(tmp_path, capsys):
 
 
 def test_cli_amortised_with_real_policies(npy, tmp_path):
-    pytest.importorskip("invfast.transforms")
     out = tmp_path / "ai"
     assert main(args(npy, out, "--method", "ai-moco", "--descriptors", "individual")) == 0
     ck = torch.load(out / "checkpoint.pt", weights_only=False)
@@ -96,7 +95,6 @@ def test_cli_amortised_with_real_policies(npy, tmp_path):
 
 
 def test_cli_synthetic_data_and_folder(tmp_path):
-    pytest.importorskip("invfast.synthetic")
     out = tmp_path / "syn"
     assert (
         main(

@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from invfast.measure.options import (  # noqa: F401  (re-exported for the tests and scripts)
+from invfast.measure.options import (
     DEFAULT_GRID,
     DEFAULT_IMAGES,
     PAIRS_DIR,

@@ -46,12 +46,8 @@ def resolve_transforms(transforms: Any) -> list[Any]:
 
 
 def _named_transforms(name: str) -> list[Any]:
-    try:
-        from invfast import transforms as T
-    except ImportError as e:  # the registry is part of the package; this only guards partial checkouts
-        raise ValueError(
-            f"transform names need invfast.transforms, which cannot be imported ({e}); pass transform objects instead"
-        ) from e
+    from invfast import transforms as T
+
     names = list(T.TEST_TRANSFORMS)  # 'all' and the families select the 18 built-ins; others by name
     if name == "all":
         return [T.get(n) for n in names]
