@@ -1,0 +1,81 @@
+"""0.4 removed every compatibility shim (issue 38); these scans keep them from coming back: no text promising
+a later removal, no ``_compat`` / ``_renamed`` helper modules, and no module that re-exports, with a
+``noqa: F401``, a private name defined in another invfast module (import private names from their home)."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PKG = ROOT / "invfast"
+#: the texts a deprecation shim leaves behind
+PROMISES = re.compile(r"removed in (the next|a later) release|will be removed", re.IGNORECASE)
+#: helper modules that existed only to keep old names working
+SHIM_MODULES = ("_compat.py", "_renamed.py")
+
+
+def _sources() -> list[pathlib.Path]:
+    return sorted(PKG.rglob("*.py"))
+
+
+def _is_module(dotted: str, root: pathlib.Path) -> bool:
+    """Whether ``dotted`` (``invfast.x.y``) names a module or package under ``root`` (a compiled one included)."""
+    path = root.joinpath(*dotted.split("."))
+    return (
+        path.with_suffix(".py").is_file()
+        or (path / "__init__.py").is_file()
+        or any(path.parent.glob(path.name + ".*.so"))
+    )
+
+
+def _private_reexports(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+    """``from invfast.a import _b  # noqa: F401`` in ``path``: a private name of another module kept importable
+    through this one (the noqa says this module does not use it)."""
+    text = path.read_text()
+    lines = text.splitlines()
+    found = []
+    for node in ast.walk(ast.parse(text, str(path))):
+        if not isinstance(node, ast.ImportFrom) or node.level or not (node.module or "").startswith("invfast"):
+            continue
+        statement = "\n".join(lines[node.lineno - 1 : (node.end_lineno or node.lineno)])
+        if not re.search(r"noqa:[^\n]*F401", statement):
+            continue
+        for alias in node.names:
+            if alias.name.startswith("_") and not _is_module(f"{node.module}.{alias.name}", root):
+                found.append(f"{path.relative_to(root)}:{node.lineno}: {alias.name} from {node.module}")
+    return found
+
+
+def test_no_removal_promises():
+    """An alias "removed in the next release" is removed in this one: none may survive."""
+    hits = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in _sources()
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if PROMISES.search(line)
+    ]
+    assert not hits, "deprecation shims left:\n" + "\n".join(hits)
+
+
+def test_no_shim_modules():
+    left = [name for name in SHIM_MODULES if (PKG / name).exists()]
+    assert not left, f"compatibility modules left in invfast/: {left}"
+
+
+def test_no_private_reexports():
+    """Private names are imported from the module that defines them, never through an old path."""
+    hits = [hit for p in _sources() for hit in _private_reexports(p)]
+    assert not hits, "private names re-exported through another module:\n" + "\n".join(hits)
+
+
+def test_scan_finds_a_private_reexport(tmp_path):
+    """The scan itself: a planted re-export of a private name is found, a side-effect module import is not."""
+    pkg = tmp_path / "invfast"
+    pkg.mkdir()
+    (pkg / "stats.py").write_text("_x = 1\n")
+    (pkg / "_C.cpython-311-x86_64-linux-gnu.so").write_bytes(b"")
+    planted = pkg / "planted.py"
+    planted.write_text("from invfast.stats import (  # noqa: F401\n    _x,\n)\nfrom invfast import _C  # noqa: F401\n")
+    assert _private_reexports(planted, tmp_path) == ["invfast/planted.py:1: _x from invfast.stats"]
