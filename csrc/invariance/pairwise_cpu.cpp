@@ -1,7 +1,8 @@
 // CPU kernels of the all-pairs ops behind uniformity and ACR (schemas in invariance_ops.cpp).
 //
 // Both stream the N x N inner products block by block: G = X_b X^T by one GEMM (at::mm, BLAS) in the dtype
-// of x, then, per pair, the squared distance in float64
+// of x, then, per pair, the squared distance in float64 (for_row_blocks: one parallel region per call, row
+// blocks taken from a shared counter by each thread, each with its own tile and a one-thread GEMM)
 //     d~2_ij = q_i + q_j - 2 G_ij / (n_i n_j),   n_i = ||x_i|| (normalize) or 1,  q_i = ||x_i / n_i||^2.
 //
 // Error bound. A dot product of length D accumulated in unit roundoff u (any order, with or without FMA)
@@ -21,6 +22,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -125,7 +127,9 @@ Rows row_data(const T* x, int64_t N, int64_t D, bool normalize) {
   p.n.assign(N, 1.0);
   p.r.assign(N, 1.0);
   p.q.assign(N, 0.0);
-  at::parallel_for(0, N, 256, [&](int64_t b, int64_t e) {
+  // a few hundred thousand multiply-adds: one thread unless the rows are many
+  const int64_t grain = std::max<int64_t>(256, (int64_t(1) << 20) / std::max<int64_t>(D, 1));
+  at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const T* xi = x + i * D;
       double s = 0.0;
@@ -176,6 +180,42 @@ double row_chunk(const T* x, const Rows& p, const T* g, int64_t i, int64_t c, in
   return mn;
 }
 
+// f(s, rows, g, cols) for every block of rows [s, s + rows) of x, g = X[s : s + rows] X[c0 : N]^T ([rows, cols],
+// c0 = s when `upper` (the block's upper triangle and beyond), else 0). One parallel region per call: each
+// thread takes the next block from a shared counter and computes its GEMM alone (BLAS runs one thread inside
+// a parallel region), so a thread the OS deschedules (another process on the cores) delays the call by at
+// most the block it holds, and no thread team forks and joins per block. The blocks of all threads together
+// hold at most block_rows x N entries; a call under kMinParallelFlops runs on the calling thread.
+constexpr double kMinParallelFlops = 1 << 22;
+
+template <typename T, typename F>
+void for_row_blocks(const at::Tensor& x, int64_t block_rows, bool upper, int64_t last, const F& f) {
+  const int64_t N = x.size(0), D = x.size(1);
+  const double flops = static_cast<double>(N) * static_cast<double>(N) * static_cast<double>(D);
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), std::max<int64_t>(last, 1));
+  const bool serial = threads <= 1 || flops < kMinParallelFlops || at::in_parallel_region();
+  // several blocks per thread, so a late thread's share is taken by the others
+  const int64_t per_thread = serial ? block_rows : std::max<int64_t>(1, block_rows / threads);
+  const int64_t quarter = serial ? last : (last + 4 * threads - 1) / (4 * threads);
+  const int64_t block = std::max<int64_t>(1, std::min({per_thread, last, quarter}));
+  const int64_t nblocks = (last + block - 1) / block;
+  std::atomic<int64_t> next{0};
+  auto run = [&]() {
+    auto tile = at::empty({block * N}, x.options());
+    for (int64_t b = next.fetch_add(1); b < nblocks; b = next.fetch_add(1)) {
+      const int64_t s = b * block, rows = std::min(block, last - s), c0 = upper ? s : 0, cols = N - c0;
+      auto g = tile.narrow(0, 0, rows * cols).view({rows, cols});
+      at::mm_out(g, x.narrow(0, s, rows), x.narrow(0, c0, cols).t());
+      f(s, rows, static_cast<const T*>(g.data_ptr<T>()), cols);
+    }
+  };
+  if (serial) {
+    run();
+    return;
+  }
+  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) { run(); });
+}
+
 void check_pairwise_input(const at::Tensor& x, const char* op, int64_t block_rows) {
   TORCH_CHECK(x.dim() == 2, op, ": x must be [N, D], got shape ", x.sizes());
   TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kDouble, op,
@@ -191,33 +231,25 @@ double pairwise_lse_impl(const at::Tensor& x, double scale, bool normalize, int6
   const T* xp = x.data_ptr<T>();
   const Rows p = row_data(xp, N, D, normalize);
   std::vector<double> row_m(N, -kInf), row_s(N, 0.0);
-  const int64_t block = std::min(block_rows, N);
-  auto tile = at::empty({block * N}, x.options());
-  for (int64_t s = 0; s < N - 1; s += block) {
-    const int64_t rows = std::min(block, N - s), cols = N - s;
-    auto g = tile.narrow(0, 0, rows * cols).view({rows, cols});
-    at::mm_out(g, x.narrow(0, s, rows), x.narrow(0, s, cols).t());  // upper triangle of the block and beyond
-    const T* gp = g.data_ptr<T>();
-    at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
-      double buf[kChunk];
-      for (int64_t ii = b; ii < e; ++ii) {
-        const int64_t i = s + ii;
-        const T* grow = gp + ii * cols;  // grow[j - s] = G_ij for j in [s, N)
-        double m = -kInf, sum = 0.0;
-        for (int64_t c = i + 1; c < N; c += kChunk) {
-          const int64_t len = std::min(kChunk, N - c);
-          const double cm = -scale * row_chunk(xp, p, grow + (c - s), i, c, len, buf);
-          if (cm > m) {
-            sum *= std::exp(m - cm);
-            m = cm;
-          }
-          sum += sum_exp(buf, len, scale, m);
+  for_row_blocks<T>(x, block_rows, true, N - 1, [&](int64_t s, int64_t rows, const T* gp, int64_t cols) {
+    double buf[kChunk];
+    for (int64_t ii = 0; ii < rows; ++ii) {
+      const int64_t i = s + ii;
+      const T* grow = gp + ii * cols;  // grow[j - s] = G_ij for j in [s, N)
+      double m = -kInf, sum = 0.0;
+      for (int64_t c = i + 1; c < N; c += kChunk) {
+        const int64_t len = std::min(kChunk, N - c);
+        const double cm = -scale * row_chunk(xp, p, grow + (c - s), i, c, len, buf);
+        if (cm > m) {
+          sum *= std::exp(m - cm);
+          m = cm;
         }
-        row_m[i] = m;
-        row_s[i] = sum;
+        sum += sum_exp(buf, len, scale, m);
       }
-    });
-  }
+      row_m[i] = m;
+      row_s[i] = sum;
+    }
+  });
   double mx = -kInf;
   for (int64_t i = 0; i < N; ++i) mx = std::max(mx, row_m[i]);
   double total = 0.0;
@@ -262,34 +294,26 @@ void knn_impl(const at::Tensor& x, int64_t k, bool normalize, int64_t block_rows
   const int64_t N = x.size(0), D = x.size(1);
   const T* xp = x.data_ptr<T>();
   const Rows p = row_data(xp, N, D, normalize);
-  const int64_t block = std::min(block_rows, N);
-  auto tile = at::empty({block * N}, x.options());
-  for (int64_t s = 0; s < N; s += block) {
-    const int64_t rows = std::min(block, N - s);
-    auto g = tile.narrow(0, 0, rows * N).view({rows, N});
-    at::mm_out(g, x.narrow(0, s, rows), x.t());
-    const T* gp = g.data_ptr<T>();
-    at::parallel_for(0, rows, 1, [&](int64_t b, int64_t e) {
-      std::vector<double> d2(N), sel(N);
-      std::vector<std::pair<double, int64_t>> cand;
-      for (int64_t ii = b; ii < e; ++ii) {
-        const int64_t i = s + ii;
-        double mn;
-        sqdist(gp + ii * N, p.q.data(), p.r.data(), p.q[i], p.r[i], 0.0, N, d2.data(), &mn);
-        d2[i] = kInf;
-        // every true k-nearest j has d~2_ij <= tau + 2 max_j E_ij (each distance moves by at most E)
-        const double lim = kth_smallest(d2.data(), N, k, sel.data()) + 2.0 * p.c * (p.q[i] + p.qmax);
-        cand.clear();
-        for (int64_t j = 0; j < N; ++j)
-          if (j != i && d2[j] <= lim) cand.emplace_back(exact_sqdist(xp, p, i, j), j);
-        std::partial_sort(cand.begin(), cand.begin() + k, cand.end());  // by distance, then index
-        for (int64_t t = 0; t < k; ++t) {
-          od[i * k + t] = cand[t].first;
-          oi[i * k + t] = cand[t].second;
-        }
+  for_row_blocks<T>(x, block_rows, false, N, [&](int64_t s, int64_t rows, const T* gp, int64_t) {
+    std::vector<double> d2(N), sel(N);
+    std::vector<std::pair<double, int64_t>> cand;
+    for (int64_t ii = 0; ii < rows; ++ii) {
+      const int64_t i = s + ii;
+      double mn;
+      sqdist(gp + ii * N, p.q.data(), p.r.data(), p.q[i], p.r[i], 0.0, N, d2.data(), &mn);
+      d2[i] = kInf;
+      // every true k-nearest j has d~2_ij <= tau + 2 max_j E_ij (each distance moves by at most E)
+      const double lim = kth_smallest(d2.data(), N, k, sel.data()) + 2.0 * p.c * (p.q[i] + p.qmax);
+      cand.clear();
+      for (int64_t j = 0; j < N; ++j)
+        if (j != i && d2[j] <= lim) cand.emplace_back(exact_sqdist(xp, p, i, j), j);
+      std::partial_sort(cand.begin(), cand.begin() + k, cand.end());  // by distance, then index
+      for (int64_t t = 0; t < k; ++t) {
+        od[i * k + t] = cand[t].first;
+        oi[i * k + t] = cand[t].second;
       }
-    });
-  }
+    }
+  });
 }
 
 std::tuple<at::Tensor, at::Tensor> knn_sqdist_cpu(const at::Tensor& x_in, int64_t k, bool normalize,
