@@ -16,8 +16,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-# adjust_hue and rgb_to_hsv are kept here only while invfast/reproduce/stages/data.py imports them from this module
-from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv  # noqa: F401
+from invfast.ops.color import blend, luma
 from invfast.ops.kernels import gaussian_taps
 from invfast.ops.pillow import SMOOTH_KERNEL
 

@@ -164,6 +164,7 @@ def rotation_objects(cfg: ReproduceConfig) -> Any:
 def colour_targets(objects: Any, labels: np.ndarray, params: dict[str, np.ndarray]) -> np.ndarray:
     """Object colour of every sample: the alpha-weighted mean RGB (0..1) of the object's prototype
     after the sample's hue shift and brightness factor (the colour ops of invfast.transforms). [N, 3]"""
+    from invfast.ops.color import adjust_hue, rgb_to_hsv
     from invfast.transforms import functional as F
 
     out = np.zeros((labels.shape[0], 3), np.float64)
@@ -173,8 +174,8 @@ def colour_targets(objects: Any, labels: np.ndarray, params: dict[str, np.ndarra
         rgba = torch.from_numpy(np.ascontiguousarray(objects.images[int(c)])).float() / 255.0  # [H, W, 4]
         rgb, alpha = rgba[..., :3].permute(2, 0, 1), rgba[..., 3]
         idx = np.nonzero(labels == c)[0]
-        hsv = F.rgb_to_hsv(rgb)[None].expand(len(idx), -1, -1, -1)
-        shifted = F.adjust_hue(rgb[None].expand(len(idx), -1, -1, -1), hue[idx].view(-1, 1, 1), hsv=hsv)
+        hsv = rgb_to_hsv(rgb)[None].expand(len(idx), -1, -1, -1)
+        shifted = adjust_hue(rgb[None].expand(len(idx), -1, -1, -1), hue[idx].view(-1, 1, 1), hsv=hsv)
         shifted = F.adjust_brightness(shifted, bright[idx].view(-1, 1, 1, 1))
         w = alpha / alpha.sum()
         out[idx] = (shifted * w).sum((2, 3)).double().numpy()
