@@ -280,7 +280,7 @@ def test_preconditioned_batched_lbfgs_matches_scipy_on_ill_conditioned_problems(
     plain = lbfgs(fun, torch.zeros(nf, d, dtype=torch.float64), tol=1e-8, max_iter=500)
     assert res.converged.all()
     # the preconditioner pays off where conditioning is bad (without it, 500 iterations may not even suffice)
-    assert res.n_iter[2] < plain.n_iter[2] or not plain.converged[2]
+    assert res.n_iter[2] < plain.n_iter[2]  # (a run that did not converge stopped at max_iter, above res's)
     for i in range(nf):  # reference: damped Newton in float64 numpy, to machine precision
 
         def f_g_h(w, ai=a[i], bi=b[i]):
