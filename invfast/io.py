@@ -9,7 +9,7 @@ it), and :func:`load_verified` refuses a file whose bytes no longer match, then 
 ``weights_only=True`` (no code from the file ever runs). :func:`output_lock` gives a command
 exclusive use of its output folder.
 
-No write follows a symbolic link (:mod:`invfast.write_paths`, re-exported here): temporaries are created
+No write follows a symbolic link (:mod:`invfast.write_paths`, which this module builds on): temporaries are created
 with ``O_EXCL | O_NOFOLLOW`` under a random name, the lock file is opened with ``O_NOFOLLOW``, figures
 go through :func:`save_figure`, and below a folder registered with :func:`write_root` (a command's output
 or cache folder) a link at any component of a path is refused and every temporary is journaled, so that
@@ -28,18 +28,12 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from invfast.write_paths import (
-    JOURNAL,
     PLAIN,
-    SymlinkError,
     check_path,
-    clean_temporaries,
     is_link,
     link_error,
     new_temporary,
-    open_append,
     plain_fd,
-    refuse_links,
-    write_root,
 )
 
 __all__ = [
@@ -48,13 +42,6 @@ __all__ = [
     "atomic_torch_save",
     "atomic_save_npy",
     "save_figure",
-    "open_append",
-    "write_root",
-    "check_path",
-    "refuse_links",
-    "clean_temporaries",
-    "SymlinkError",
-    "JOURNAL",
     "config_difference",
     "load_verified",
     "DamagedFileError",

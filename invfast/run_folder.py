@@ -29,11 +29,11 @@ import stat
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from invfast.io import atomic_write_text, clean_temporaries, output_lock, write_root
-from invfast.write_paths import SymlinkError, link_error, refuse_links
+from invfast.io import atomic_write_text, output_lock
+from invfast.write_paths import SymlinkError, clean_temporaries, link_error, refuse_links, write_root
 from invfast.write_paths import is_link as _is_link
 
-__all__ = ["MARKER", "RunFolder", "SymlinkError", "refuse_inside"]
+__all__ = ["MARKER", "RunFolder", "refuse_inside"]
 
 MARKER = ".invfast-run.json"
 MARKER_FORMAT = "invfast.run/1"
@@ -156,7 +156,7 @@ class RunFolder:
     @contextlib.contextmanager
     def lock(self) -> Iterator[RunFolder]:
         """Exclusive use of the folder (:func:`invfast.io.output_lock`); inside it the folder is marked as
-        this command's run, every write below it refuses links (:func:`invfast.io.write_root`), and what a
+        this command's run, every write below it refuses links (:func:`invfast.write_paths.write_root`), and what a
         killed run of invfast left (journaled temporaries, recorded staging folders) is removed."""
         self.check()
         os.makedirs(self.path, exist_ok=True)
@@ -188,7 +188,7 @@ class RunFolder:
 
     def clean_temporaries(self) -> list[str]:
         """Remove what killed invfast writers left here: the temporary files the folder's journal records
-        (:func:`invfast.io.clean_temporaries`: name, inode, owner, writer gone) and the staging folders the
+        (:func:`invfast.write_paths.clean_temporaries`: name, inode, owner, writer gone) and the staging folders the
         marker records; a file that only looks like one of them stays. Returns what was removed."""
         removed = clean_temporaries(self.path)
         for name in self.staged():

@@ -154,7 +154,7 @@ def timing(
     import invfast as ivf
     import invfast.transforms as T
     from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
-    from invfast.data.sources import FolderSource
+    from invfast.data import FolderSource
     from invfast.models import create
     from invfast.transforms import functional as Fn
 

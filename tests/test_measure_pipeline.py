@@ -18,7 +18,7 @@ from PIL import Image
 
 from invfast.data.folder import FolderSource
 from invfast.measure import measure_invariance
-from invfast.measure.core import default_workers
+from invfast.measure.engine import default_workers
 
 TESTS = os.path.dirname(os.path.abspath(__file__))
 

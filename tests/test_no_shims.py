@@ -79,3 +79,25 @@ def test_scan_finds_a_private_reexport(tmp_path):
     planted = pkg / "planted.py"
     planted.write_text("from invfast.stats import (  # noqa: F401\n    _x,\n)\nfrom invfast import _C  # noqa: F401\n")
     assert _private_reexports(planted, tmp_path) == ["invfast/planted.py:1: _x from invfast.stats"]
+
+
+def _all_reexports(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+    """Names a plain module (not a package's ``__init__``) lists in ``__all__`` without defining them, imported
+    from another invfast module: a name that moved, still offered at its old address."""
+    tree = ast.parse(path.read_text(), str(path))
+    imported: dict[str, str] = {}
+    listed: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("invfast"):
+            imported.update({a.asname or a.name: node.module or "" for a in node.names})
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and node.value is not None:
+                listed = [e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)]
+    return [f"{path.relative_to(root)}: {name} from {imported[name]}" for name in listed if name in imported]
+
+
+def test_no_module_offers_a_moved_name_in_its_all():
+    """A package's ``__init__`` is its front door and gathers names; any other module lists only its own."""
+    hits = [hit for p in _sources() if p.name != "__init__.py" for hit in _all_reexports(p)]
+    assert not hits, "modules re-exporting names defined elsewhere:\n" + "\n".join(hits)

@@ -20,6 +20,7 @@ from invfast.reproduce import pipeline as R
 from invfast.reproduce import presets as RP
 from invfast.reproduce import sections as RS
 from invfast.reproduce import stages as S
+from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.sections import amortised as C13
 from invfast.reproduce.sections import fusion as F3
 from invfast.reproduce.sections import invariances as F1
@@ -27,7 +28,7 @@ from invfast.reproduce.sections import nested as S8
 from invfast.reproduce.sections import over_seeds as OS
 from invfast.reproduce.sections import summary as SUM
 from invfast.reproduce.sections import task_preferences as F2
-from invfast.reproduce.sections.base import DIRECTION, NOT, NOT_RUN, PARTLY, REPRODUCED, paired
+from invfast.reproduce.sections.base import DIRECTION, NOT, PARTLY, REPRODUCED, paired
 
 STATUSES = {REPRODUCED, PARTLY, NOT, NOT_RUN}
 

@@ -302,7 +302,8 @@ def test_planted_temporary_names_are_never_written_through(runs, inputs, tmp_pat
 
 def test_atomic_write_never_opens_an_existing_temporary_name(tmp_path):
     """The temporary is created with O_EXCL | O_NOFOLLOW: a link (or file) at the name it draws is skipped."""
-    from invfast.io import atomic_write_text, write_root
+    from invfast.io import atomic_write_text
+    from invfast.write_paths import write_root
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")

@@ -10,7 +10,7 @@ from typing import Any
 
 from invfast.comparison.inputs import Row, as_rows, check_comparable, setting_notes
 from invfast.comparison.paired import Paired, check_test, paired_tests
-from invfast.comparison.table import METRICS, Table, check_metric
+from invfast.comparison.table import Table, check_metric
 from invfast.comparison.transfer import (
     Transfer,
     as_transfer_scores,
@@ -254,4 +254,4 @@ def compare(
     )
 
 
-__all__ = ["Comparison", "compare", "METRICS"]
+__all__ = ["Comparison", "compare"]

@@ -8,27 +8,18 @@
 See docs/data.md.
 """
 
-from invfast.data.sources import (
-    IMAGE_EXTENSIONS,
+from invfast.data.folder import IMAGE_EXTENSIONS, DecodeErrors, FolderSource, decode_image
+from invfast.data.protocol import ImageDecodeError, ImageSource, Source
+from invfast.data.sources import as_source, heldout_source, open_source
+from invfast.data.synthetic import (
     SYNTHETIC_DEFAULTS,
-    ArraySource,
-    DatasetSource,
-    DecodeErrors,
-    FolderSource,
-    ImageDecodeError,
-    ImageSource,
-    Source,
     SyntheticSource,
     SyntheticSpec,
-    TensorSource,
-    as_source,
-    decode_image,
-    heldout_source,
     heldout_split,
-    open_source,
     parse_synthetic_spec,
     synthetic_source,
 )
+from invfast.data.tensors import ArraySource, DatasetSource, TensorSource
 
 __all__ = [
     "IMAGE_EXTENSIONS",

@@ -12,14 +12,10 @@ import numpy as np
 import torch
 
 from invfast.data.arrays import read_image_array
-from invfast.data.folder import IMAGE_EXTENSIONS, DecodeErrors, FolderSource, decode_image
-from invfast.data.protocol import ImageDecodeError, ImageSource, Source
+from invfast.data.folder import FolderSource
+from invfast.data.protocol import Source
 from invfast.data.synthetic import (
-    SYNTHETIC_DEFAULTS,
-    SyntheticSource,
-    SyntheticSpec,
     heldout_split,
-    parse_synthetic_spec,
     synthetic_source,
 )
 from invfast.data.tensors import ArraySource, DatasetSource, TensorSource
@@ -105,24 +101,4 @@ def heldout_source(spec: str, train: Any) -> Any:
     return train
 
 
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "SYNTHETIC_DEFAULTS",
-    "ArraySource",
-    "DatasetSource",
-    "DecodeErrors",
-    "FolderSource",
-    "ImageDecodeError",
-    "ImageSource",
-    "Source",
-    "SyntheticSource",
-    "SyntheticSpec",
-    "TensorSource",
-    "as_source",
-    "decode_image",
-    "heldout_source",
-    "heldout_split",
-    "open_source",
-    "parse_synthetic_spec",
-    "synthetic_source",
-]
+__all__ = ["as_source", "heldout_source", "open_source"]

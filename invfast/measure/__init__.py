@@ -18,10 +18,12 @@
 
 from invfast.measure.config import MeasureConfig
 from invfast.measure.core import measure_invariance
-from invfast.measure.extractor import FeatureExtractor, WithDescriptor, load_checkpoint, load_model
+from invfast.measure.extractor import FeatureExtractor, WithDescriptor, load_model
 from invfast.measure.real_world import measure_real_world
 from invfast.measure.result import InvarianceResult, TransformResult
-from invfast.measure.selection import FAMILIES, resolve_transforms
+from invfast.measure.selection import resolve_transforms
+from invfast.models.registry import load_checkpoint
+from invfast.transforms.transform import FAMILIES
 
 __all__ = [
     "MeasureConfig",

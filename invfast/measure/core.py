@@ -18,15 +18,16 @@ import torch
 
 from invfast.measure.assemble import finish_transform
 from invfast.measure.config import MeasureConfig, fingerprint
-from invfast.measure.engine import Run, check_stats, default_workers, open_progress, stats_fingerprint, stats_info
+from invfast.measure.engine import Run, check_stats, open_progress, stats_fingerprint, stats_info
 from invfast.measure.protocol import get_protocol, resample_indices, resize_center_crop
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.scoring import score_transform
-from invfast.measure.selection import FAMILIES, resolve_transforms
+from invfast.measure.selection import resolve_transforms
 from invfast.measure.state import Shard, files_fingerprint, sum_in_rank_order
 from invfast.stats import FeatureStats
+from invfast.transforms.transform import FAMILIES
 
-__all__ = ["default_workers", "measure_invariance", "transform_grids"]
+__all__ = ["measure_invariance", "transform_grids"]
 
 
 def transform_grids(

@@ -16,7 +16,7 @@ from invfast.measure.layers import OUTPUT, LayerTap, resolve_layers
 from invfast.measure.units import check_units
 from invfast.models.registry import load_checkpoint
 
-__all__ = ["WithDescriptor", "load_model", "load_checkpoint", "FeatureExtractor", "model_checksum", "setup_model"]
+__all__ = ["WithDescriptor", "load_model", "FeatureExtractor", "model_checksum", "setup_model"]
 
 
 class WithDescriptor(torch.nn.Module):

@@ -7,7 +7,7 @@ from typing import Any
 
 from invfast.transforms.transform import FAMILIES
 
-__all__ = ["FAMILIES", "resolve_transforms"]
+__all__ = ["resolve_transforms"]
 
 
 def resolve_transforms(transforms: Any) -> list[Any]:

@@ -46,7 +46,7 @@ from invfast.probes.lbfgs import LBFGSResult, lbfgs
 from invfast.probes.softmax import KroneckerPreconditioner, SoftmaxLoss
 from invfast.progress import track
 
-__all__ = ["ConvergenceWarning", "LogisticCV", "class_scores"]
+__all__ = ["LogisticCV", "class_scores"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 _F64 = torch.float64

@@ -11,8 +11,10 @@
 - :mod:`~invfast.reproduce.cli`: the command line.
 """
 
-from invfast.reproduce.config import ConfigMismatchError, ReproduceConfig
-from invfast.reproduce.pipeline import Stage, reproduce
+from invfast.reproduce.config import ReproduceConfig
+from invfast.reproduce.folders import ConfigMismatchError
+from invfast.reproduce.pipeline import reproduce
 from invfast.reproduce.presets import PRESETS, preset
+from invfast.reproduce.stage import Stage
 
 __all__ = ["ReproduceConfig", "PRESETS", "preset", "reproduce", "ConfigMismatchError", "Stage"]

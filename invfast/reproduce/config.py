@@ -19,11 +19,6 @@ __all__ = [
     "ReproduceConfig",
     "RUN_ONLY_FIELDS",
     "DEFAULT_FINDINGS",
-    "FORMAT",
-    "CONFIG_FILE",
-    "ConfigMismatchError",
-    "claim_folder",
-    "check_disk",
     "disk_estimate_mb",
 ]
 

@@ -20,16 +20,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from invfast.io import atomic_write_text
-from invfast.reproduce.config import FORMAT, ReproduceConfig
+from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.findings import by_id
+from invfast.reproduce.folders import FORMAT
 from invfast.reproduce.sections import SECTIONS, ReportView, SeedRun
 from invfast.reproduce.sections.environment import environment
 from invfast.reproduce.sections.over_seeds import aggregate_statistics, combine_over_seeds
 from invfast.reproduce.sections.summary import verdict
 from invfast.reproduce.stages.context import LABELS, stage_seed
 
-__all__ = ["SeedRun", "findings_of", "seed_statistics", "write_report"]
+__all__ = ["findings_of", "seed_statistics", "write_report"]
 
 
 def findings_of(results: dict[str, Any], findings: Sequence[Finding]) -> list[dict[str, Any]]:

@@ -11,7 +11,8 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from invfast.io import atomic_write_text, clean_temporaries, config_difference, output_lock, refuse_links, write_root
+from invfast.io import atomic_write_text, config_difference, output_lock
+from invfast.write_paths import clean_temporaries, refuse_links, write_root
 
 CONFIG_FILE = "config.json"
 #: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs)

@@ -14,11 +14,11 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from invfast.io import atomic_write_text
-from invfast.reproduce.config import ReproduceConfig, check_disk, claim_folder, disk_estimate_mb
+from invfast.reproduce.config import ReproduceConfig, disk_estimate_mb
+from invfast.reproduce.folders import check_disk, claim_folder
 from invfast.reproduce.stage import Stage
 
 __all__ = [
-    "Stage",
     "StageCache",
     "plan",
     "selected_plan",
@@ -371,6 +371,7 @@ def _reproduce(
     from invfast.progress import bar as progress_bar
     from invfast.reproduce import document
     from invfast.reproduce import stages as S
+    from invfast.reproduce.sections import SeedRun
 
     check_disk(cache, disk_estimate_mb(cfg))
     t_start = time.perf_counter()
@@ -393,7 +394,7 @@ def _reproduce(
                     ctx = S.Context(cfg=c, cache=sc, progress=progress)
                     per_seed.append(run_seed(ctx, stage_cache, selected[c.seed]))
                     per_timings.append(stage_cache.timings)
-            runs = [document.SeedRun(seed=c.seed, cache=sc, results=r) for c, sc, r in zip(configs, caches, per_seed)]
+            runs = [SeedRun(seed=c.seed, cache=sc, results=r) for c, sc, r in zip(configs, caches, per_seed)]
             for p, t in zip(prefixes, per_timings):
                 timings.update({p + k: v for k, v in t.items()})
             bar.set_description("reproduce [report]")

@@ -22,7 +22,8 @@ def base_images_source(spec: str) -> str | None:
 
 def validate_test_transforms(cfg: Any) -> None:
     """E1 and C1 compare the spatial and the appearance families: both need transforms of each."""
-    from invfast.measure.selection import FAMILIES, resolve_transforms
+    from invfast.measure.selection import resolve_transforms
+    from invfast.transforms.transform import FAMILIES
 
     chosen = resolve_transforms(cfg.test_transforms)  # unknown names: one ValueError naming them
     have = {t.family for t in chosen}

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from invfast.io import atomic_write_text, refuse_links
+from invfast.io import atomic_write_text
 from invfast.run_folder import MARKER, RunFolder
 from invfast.synthetic.manifest import (
     COMMAND,
@@ -49,6 +49,7 @@ from invfast.synthetic.manifest import (
     sha256,
 )
 from invfast.synthetic.recipe import PARAM_NAMES
+from invfast.write_paths import refuse_links
 
 __all__ = ["Written", "transforms_text", "write_dataset"]
 _OVERWRITE = "pass --overwrite (Python: overwrite=True)"

@@ -12,21 +12,13 @@ amortised 5-way switches), the paper's preprocessing, a contact sheet, and optio
 
 from __future__ import annotations
 
+from invfast.transforms.builtin import APPEARANCE, SPATIAL, TEST_TRANSFORMS
 from invfast.transforms.contact_sheet import contact_sheet
 from invfast.transforms.policies import Policy, policy, policy_from_descriptor
 from invfast.transforms.policy_config import AUGMENTATIONS, POLICIES, VALID_DESCRIPTORS, PolicyConfig
 from invfast.transforms.preprocess import center_crop, preprocess, resize
-from invfast.transforms.registry import (
-    APPEARANCE,
-    FAMILIES,
-    SPATIAL,
-    TEST_TRANSFORMS,
-    TestTransform,
-    get,
-    names,
-    register,
-    unregister,
-)
+from invfast.transforms.registry import get, names, register, unregister
+from invfast.transforms.transform import FAMILIES, TestTransform
 
 __all__ = [
     "APPEARANCE",

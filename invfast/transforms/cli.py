@@ -10,7 +10,8 @@ import os
 
 import torch
 
-from invfast.transforms.registry import TEST_TRANSFORMS, get, names
+from invfast.transforms.builtin import TEST_TRANSFORMS
+from invfast.transforms.registry import get, names
 
 _SKIMAGE = ("astronaut", "chelsea", "coffee", "rocket")
 

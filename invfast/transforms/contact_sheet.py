@@ -10,7 +10,8 @@ import numpy as np
 import torch
 
 from invfast.transforms._checks import as_images
-from invfast.transforms.registry import TEST_TRANSFORMS, get
+from invfast.transforms.builtin import TEST_TRANSFORMS
+from invfast.transforms.registry import get
 
 
 def _pick(grid: torch.Tensor, k: int) -> torch.Tensor:

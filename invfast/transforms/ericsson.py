@@ -308,7 +308,7 @@ def _blur(images: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class EricssonTransform:
     """A test transform as the original evaluation code applies it (same interface as
-    :class:`invfast.transforms.registry.TestTransform`: ``grid``, ``is_identity``, ``apply``).
+    :class:`invfast.transforms.transform.TestTransform`: ``grid``, ``is_identity``, ``apply``).
 
     Attributes:
         resize, crop: the original's Resize + CenterCrop sizes: they set the translation range and the crop

@@ -19,15 +19,10 @@ from typing import Any
 
 import torch
 
-from invfast.transforms.builtin import APPEARANCE, SPATIAL, TEST_TRANSFORMS, build_builtins
+from invfast.transforms.builtin import build_builtins
 from invfast.transforms.transform import FAMILIES, TestTransform, check_k, check_output
 
 __all__ = [
-    "APPEARANCE",
-    "FAMILIES",
-    "SPATIAL",
-    "TEST_TRANSFORMS",
-    "TestTransform",
     "family",
     "get",
     "names",

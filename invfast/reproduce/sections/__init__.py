@@ -11,6 +11,7 @@ Finding and Section, and one entry in :data:`SECTIONS` and in the registry.
 
 from __future__ import annotations
 
+from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.sections import (
     amortised,
     categories,
@@ -31,7 +32,6 @@ from invfast.reproduce.sections.base import (
     DIRECTION,
     MODEL_ORDER,
     NOT,
-    NOT_RUN,
     PARTLY,
     PRETRAINED,
     REPRODUCED,

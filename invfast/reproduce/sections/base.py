@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.stages.context import FUSIONS, LABELS
 
 __all__ = [
@@ -29,7 +28,6 @@ __all__ = [
     "PARTLY",
     "DIRECTION",
     "NOT",
-    "NOT_RUN",
     "MODEL_ORDER",
     "PRETRAINED",
     "SeedRun",

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from invfast.reproduce.sections.base import NOT, NOT_RUN, PARTLY, REPRODUCED, ReportView, Section
+from invfast.reproduce.finding import NOT_RUN
+from invfast.reproduce.sections.base import NOT, PARTLY, REPRODUCED, ReportView, Section
 
 __all__ = ["combine_over_seeds", "aggregate_statistics", "SECTION"]
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from invfast.reproduce.sections.base import NOT, NOT_RUN, PARTLY, REPRODUCED, ReportView, Section
+from invfast.reproduce.finding import NOT_RUN
+from invfast.reproduce.sections.base import NOT, PARTLY, REPRODUCED, ReportView, Section
 
 __all__ = ["verdict", "under_trained_note", "HEADER", "SETUP", "DETAILS"]
 

@@ -1,5 +1,5 @@
 """The stages of ``invfast reproduce``, as data: :data:`STAGES` lists every stage as a
-:class:`~invfast.reproduce.pipeline.Stage` record (name, the stages it needs, what it writes under
+:class:`~invfast.reproduce.stage.Stage` record (name, the stages it needs, what it writes under
 the cache, the function that makes it, and when it runs). The pipeline derives their order, caching,
 progress and resume from this list and runs it once per seed; adding a stage is adding a record.
 
