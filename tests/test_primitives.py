@@ -378,3 +378,19 @@ def test_no_private_copy_of_the_maths_is_left():
                 if pat.search(line.split("#")[0]):
                     found.append(f"{rel}:{i}: {what}: {line.strip()}")
     assert not found, "maths written outside its home:\n" + "\n".join(found)
+
+
+def test_compiled_luma_weights_are_the_constants_in_one_place():
+    """csrc/common/color.h holds the compiled kernels' luma weights: invfast.constants.LUMA_WEIGHTS in float32;
+    no other source under csrc/ writes them out again."""
+    import pathlib
+    import re
+
+    csrc = pathlib.Path(__file__).resolve().parents[1] / "csrc"
+    header = (csrc / "common" / "color.h").read_text()
+    found = dict(re.findall(r"kLuma([RGB]) = ([0-9.]+)f", header))
+    assert [np.float32(float(found[c])) for c in "RGB"] == [np.float32(w) for w in LUMA_WEIGHTS]
+    sources = [p for p in csrc.rglob("*") if p.suffix in (".cpp", ".h", ".cu", ".cuh") and p.name != "color.h"]
+    code = {p: re.sub(r"//[^\n]*", "", p.read_text()) for p in sources}  # comments may name the weights
+    copies = [str(p.relative_to(csrc)) for p, text in code.items() if re.search(r"0\.2989|0\.587f?\b", text)]
+    assert not copies, f"luma weights written out again in {copies}; include common/color.h"

@@ -8,6 +8,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "common/color.h"
+
 #ifdef __CUDACC__
 #define IVF_HD __host__ __device__ __forceinline__
 #else
@@ -23,7 +25,7 @@ enum JitterOp : int64_t { kBrightness = 0, kContrast = 1, kSaturation = 2, kHue 
 IVF_HD float clamp01(float v) { return v < 0.f ? 0.f : (v > 1.f ? 1.f : v); }
 
 // ITU-R 601-2 luma (invfast.constants.LUMA_WEIGHTS), in the torch path's float32 order of operations
-IVF_HD float luma(float r, float g, float b) { return 0.2989f * r + 0.587f * g + 0.114f * b; }
+IVF_HD float luma(float r, float g, float b) { return color::kLumaR * r + color::kLumaG * g + color::kLumaB * b; }
 
 IVF_HD float to_unit(uint8_t v) { return static_cast<float>(v) / 255.0f; }
 IVF_HD float to_unit(float v) { return v; }

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/color.h"
+
 // Bit-compatibility with the torch references: no fused multiply-add contraction in this file.
 #if defined(__clang__)
 #pragma clang fp contract(off)
@@ -87,7 +89,7 @@ inline float floor_small(float x) {
   return t > x ? t - 1.0f : t;
 }
 
-inline float luma(float r, float g, float b) { return r * 0.2989f + g * 0.587f + b * 0.114f; }
+inline float luma(float r, float g, float b) { return r * color::kLumaR + g * color::kLumaG + b * color::kLumaB; }
 
 // Hue rotation in HSV (torchvision adjust_hue semantics), branch-free so the loop vectorises.
 void hue_rows(float* R, float* G, float* Bc, const float* alpha, int64_t n, float shift) {

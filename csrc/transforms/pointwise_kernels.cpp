@@ -1,6 +1,7 @@
 // Point-wise kernels of the uint8 test transforms: 256-entry tables, histograms, blends with a degenerate
 // image (saturation, grayscale, sharpness) and hue rotation. The float kernels repeat the torch reference's
 // float32 operations in the same order (x = v / 255, no fused multiply-add), so their bytes equal it.
+#include "common/color.h"
 #include "transforms/kernels.h"
 #include "transforms/simd.h"
 
@@ -29,9 +30,7 @@ bool cpu_has_avx2() {
 
 namespace {
 
-// invfast.constants.LUMA_WEIGHTS rounded to float32 as torch rounds a Python float multiplying a float32 plane
-constexpr float kLuma0 = static_cast<float>(0.2989), kLuma1 = static_cast<float>(0.587),
-                kLuma2 = static_cast<float>(0.114);
+constexpr float kLuma0 = color::kLumaR, kLuma1 = color::kLumaG, kLuma2 = color::kLumaB;
 
 // v / 255 in float32: torch's uint8 -> float (`to(float32).div_(255.0)`), a true division (a product with
 // 1 / 255 differs in the last bit for half of the levels)
