@@ -20,7 +20,6 @@ Small: INVFAST_BENCH_SMALL=1 (8 images, 16 grid points); or set INVFAST_BENCH_B 
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import random
 import time
@@ -45,6 +44,7 @@ if os.environ.get("INVFAST_BENCH_MALLOC", "1") == "1":
 # PIL runs on one core; so does invfast unless INVFAST_BENCH_THREADS says otherwise.
 torch.set_num_threads(int(os.environ.get("INVFAST_BENCH_THREADS", "1")))
 
+from bench_policies import _cuda_kernels, _cuda_time  # noqa: E402  (the policy benchmarks' CUDA timing helpers)
 from conftest import SMALL  # noqa: E402
 
 B = int(os.environ.get("INVFAST_BENCH_B", 8 if SMALL else 64))
@@ -182,58 +182,9 @@ def test_grid_vs_pil(benchmark, name):
     )
 
 
-# ------------------------------------------------------------------------------------------
-# Default policy, two views
-
-
-def _kornia_default(size: int):
-    import kornia.augmentation as K
-
-    k = 2 * int(round(3 * 2.0 * size / 224)) + 1  # covers 3 sigma of the largest blur, like ours
-    return K.AugmentationSequential(
-        K.RandomResizedCrop((size, size), scale=(0.2, 1.0)),
-        K.ColorJitter(0.4, 0.4, 0.4, 0.1, p=0.8),
-        K.RandomGrayscale(p=0.2),
-        K.RandomGaussianBlur((k, k), (0.1 * size / 224, 2.0 * size / 224), p=0.5),
-        K.RandomHorizontalFlip(),
-        K.Normalize(torch.tensor([0.485, 0.456, 0.406]), torch.tensor([0.229, 0.224, 0.225])),
-    )
-
-
 def _time(fn, repeats: int = 2) -> float:
     fn()  # warm-up
     return best_time(fn, repeats)
-
-
-@pytest.mark.parametrize("size", [224, 32])
-def test_default_policy_two_views(benchmark, size):
-    src = 256 if size == 224 else 32
-    images = _photos(POLICY_B, src)
-    pol = T.policy("default", size=size)
-    gen = torch.Generator().manual_seed(0)
-    benchmark.pedantic(lambda: pol(images, generator=gen), rounds=3, iterations=1, warmup_rounds=1)
-    ours = benchmark.stats.stats.min
-    info = {"images": POLICY_B, "size": size, "invfast_s": ours}
-    msg = f"\nDefault policy, 2 views, B={POLICY_B}, {size}px: invfast {ours * 1e3:.1f} ms"
-    if importlib.util.find_spec("kornia") is not None:
-        aug = _kornia_default(size)
-        xf = images.float() / 255
-        kt = _time(lambda: (aug(xf), aug(xf)))
-        info.update({"kornia_s": kt, "speedup_vs_kornia": kt / ours})
-        msg += f", kornia {kt * 1e3:.1f} ms ({kt / ours:.1f}x)"
-    else:
-        msg += ", kornia not installed"
-    if importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None:
-        from invfast.transforms import dali
-
-        dp = dali.DaliPolicy(pol.config, name="default", batch_size=POLICY_B, num_threads=2)
-        dt = _time(lambda: dp(images))
-        info.update({"dali_cpu_s": dt, "speedup_vs_dali_cpu": dt / ours})
-        msg += f", DALI CPU {dt * 1e3:.1f} ms ({dt / ours:.1f}x)"
-    else:
-        msg += ", DALI not installed"
-    benchmark.extra_info.update(info)
-    print(msg)
 
 
 # ------------------------------------------------------------------------------------------
@@ -261,106 +212,11 @@ def test_compiled_warp_vs_torch_path(benchmark, name):
 
 
 # ------------------------------------------------------------------------------------------
-# the fused policy-view op against the torch policy path (CPU)
-
-
-@pytest.mark.parametrize("name", ["default", "spatial"])
-def test_fused_policy_vs_torch_path_cpu(benchmark, name):
-    import invfast.backend as backend
-    from invfast.transforms.fused import FusedPolicy
-
-    if "augment_views" not in backend.compiled_ops():
-        pytest.skip("compiled core without augment_views")
-    images = _photos(POLICY_B, 256)
-    fused, torch_pol = FusedPolicy(T.policy(name, size=224)), T.policy(name, size=224)
-    gen = torch.Generator().manual_seed(0)
-    benchmark.pedantic(lambda: fused(images, generator=gen), rounds=3, iterations=1, warmup_rounds=1)
-    ours = benchmark.stats.stats.min
-    ref = _time(lambda: torch_pol(images, generator=gen), 3)
-    benchmark.extra_info.update({"fused_s": ours, "torch_path_s": ref, "speedup_vs_torch_path": ref / ours})
-    print(
-        f"\n{name} policy, 2 views, B={POLICY_B}, 224px, CPU: fused {ours * 1e3:.1f} ms, torch path "
-        f"{ref * 1e3:.1f} ms -> {ref / ours:.1f}x"
-    )
-
-
-# ------------------------------------------------------------------------------------------
 # GPU sections (skipped without CUDA)
 
 GPU_B = int(os.environ.get("INVFAST_BENCH_GPU_B", 256))
 GPU_P = int(os.environ.get("INVFAST_BENCH_GPU_P", 32))
 cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def _cuda_time(fn, repeats: int = 5) -> float:
-    fn()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
-def _cuda_kernels(on: bool):
-    """Context: the unmeasured CUDA augment kernels opted in (or not) through INVFAST_CUDA_KERNELS."""
-    import contextlib
-
-    from invfast.dispatch import CUDA_KERNELS_ENV
-
-    @contextlib.contextmanager
-    def ctx():
-        old = os.environ.get(CUDA_KERNELS_ENV)
-        os.environ[CUDA_KERNELS_ENV] = "1" if on else "0"
-        try:
-            yield
-        finally:
-            if old is None:
-                os.environ.pop(CUDA_KERNELS_ENV, None)
-            else:
-                os.environ[CUDA_KERNELS_ENV] = old
-
-    return ctx()
-
-
-@cuda
-def test_cuda_default_policy_two_views(benchmark):
-    from invfast.transforms.fused import FusedPolicy
-
-    dev = torch.device("cuda")
-    images = _photos(GPU_B, 256).to(dev)
-    fused = FusedPolicy(T.policy("default", size=224), dtype=torch.bfloat16, channels_last=True)
-    torch_pol = T.policy("default", size=224)
-    gen = torch.Generator().manual_seed(0)
-    with _cuda_kernels(True):
-        benchmark.pedantic(
-            lambda: (fused(images, generator=gen), torch.cuda.synchronize()), rounds=5, iterations=1, warmup_rounds=1
-        )
-    ours = benchmark.stats.stats.min
-    with _cuda_kernels(False):
-        torch_s = _cuda_time(lambda: torch_pol(images, generator=gen))
-    info = {
-        "images": GPU_B,
-        "fused_images_per_s": GPU_B / ours,
-        "torch_path_images_per_s": GPU_B / torch_s,
-        "speedup_vs_torch_path": torch_s / ours,
-    }
-    msg = (
-        f"\nCUDA Default policy, 2 views, B={GPU_B}, 224px: fused {GPU_B / ours:.0f} img/s, torch path "
-        f"{GPU_B / torch_s:.0f} img/s ({torch_s / ours:.1f}x)"
-    )
-    if importlib.util.find_spec("kornia") is not None:
-        aug = _kornia_default(224).to(dev)
-        xf = images.float() / 255
-        kt = _cuda_time(lambda: (aug(xf), aug(xf)))
-        info.update({"kornia_images_per_s": GPU_B / kt, "speedup_vs_kornia": kt / ours})
-        msg += f", kornia {GPU_B / kt:.0f} img/s ({kt / ours:.1f}x; goal >= 5x and >= 20000 img/s)"
-    else:
-        msg += ", kornia not installed"
-    benchmark.extra_info.update(info)
-    print(msg)
 
 
 @cuda
