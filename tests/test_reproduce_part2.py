@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from invfast.cli import main
+from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.sections import amortised as C
 from invfast.reproduce.sections import base as B
 from invfast.reproduce.sections import specialisation as E
@@ -29,7 +30,7 @@ def part2_run(tmp_path_factory):
 def test_e4_e5_c2_c4_c5_c6_run_on_the_tiny_preset(part2_run):
     doc = json.loads((part2_run / "results.json").read_text())
     assert [f["id"] for f in doc["findings"]] == ["E4", "E5", "C2", "C4", "C5", "C6"]
-    assert all(f["status"] != B.NOT_RUN for f in doc["findings"])
+    assert all(f["status"] != NOT_RUN for f in doc["findings"])
     report = (part2_run / "report.md").read_text()
     for title in ("— E4", "— E5", "Amortised invariance — C2, C4, C5, C6", "Training cost (C6)", "Downstream (C4)"):
         assert title in report

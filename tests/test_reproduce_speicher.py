@@ -11,6 +11,7 @@ from scipy import stats as st
 from invfast.cli import main
 from invfast.reproduce import findings as FR
 from invfast.reproduce import presets as RP
+from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.sections import base as B
 from invfast.reproduce.sections import categories as S67
 from invfast.reproduce.sections import class_transfer as S5
@@ -21,7 +22,7 @@ from invfast.reproduce.stages import categories as CAT
 from invfast.reproduce.stages import irrelevant as IRR
 from invfast.reproduce.stages import transfer as TR
 
-STATUSES = {B.REPRODUCED, B.PARTLY, B.NOT, B.NOT_RUN}
+STATUSES = {B.REPRODUCED, B.PARTLY, B.NOT, NOT_RUN}
 
 
 def _scores(mean, jitter=0.02, offset=0):
@@ -60,7 +61,7 @@ def _numbers(obj):
 def test_every_speicher_finding_runs_on_the_tiny_preset(speicher_run):
     doc = json.loads((speicher_run / "results.json").read_text())
     assert [f["id"] for f in doc["findings"]] == [f"S{k}" for k in range(1, 9)]
-    assert all(f["status"] in STATUSES - {B.NOT_RUN} for f in doc["findings"])
+    assert all(f["status"] in STATUSES - {NOT_RUN} for f in doc["findings"])
     assert all(math.isfinite(v) for v in _numbers(doc))
     # only the stages the selection needs: no MoCo pretraining, no invariance measurement
     assert not any(k.startswith(("pretrain-", "measure", "probes")) for k in doc["timings"])
