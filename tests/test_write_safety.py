@@ -283,7 +283,7 @@ def test_a_hard_linked_lock_file_is_refused(tmp_path):
     os.link(canary, tmp_path / "o" / ".invfast.lock")
     with pytest.raises(ValueError, match="hard link"):
         with output_lock(tmp_path / "o", "test"):
-            pass
+            pytest.fail("a hard-linked lock file was taken as the lock")
     assert canary.read_text() == "precious"
 
 

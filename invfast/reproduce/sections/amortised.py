@@ -248,7 +248,6 @@ def _figures(view: ReportView) -> dict[str, str]:
     am = view.doc["amortised"]
     if "interpolation" not in am:
         return {}
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     plot_interpolation(am["interpolation"], os.path.join(view.out, "figures", "interpolation.png"))
     return {"interpolation": "figures/interpolation.png"}
 

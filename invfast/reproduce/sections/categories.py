@@ -163,7 +163,6 @@ def _s6_figures(view: ReportView) -> dict[str, str]:
     r = view.first.results["s6-probe"]
     cats = r["categories"]
     models = [*cats, NONE]
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     acc = [[r["accuracy"][m][c]["mean"] for c in cats] for m in models]
     ratio_models = [*models, "untrained"]
     ratio = [[r["distance_ratio"][m][c] for c in cats] for m in ratio_models]

@@ -75,7 +75,6 @@ def _figures(view: ReportView) -> dict[str, str]:
     acc = view.first.results["s5-probe"]["accuracy"]
     names = [DATASETS[k] for k in DATASETS]
     values = [[acc[m][d]["mean"] for d in DATASETS] for m in DATASETS]
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     path = os.path.join(view.out, "figures", "class_transfer.png")
     plot_matrix(values, names, names, xlabel="probed on", ylabel="trained on", label="accuracy", path=path)
     return {"class_transfer": "figures/class_transfer.png"}

@@ -72,7 +72,6 @@ def _figures(view: ReportView) -> dict[str, str]:
     ax.set_ylabel("accuracy (linear probe)", fontsize=8)
     ax.set_ylim(0, 1)
     ax.tick_params(labelsize=7)
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     save_figure(fig, os.path.join(view.out, "figures", "equivariance.png"), dpi=90)
     return {"equivariance": "figures/equivariance.png"}
 

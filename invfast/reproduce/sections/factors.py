@@ -96,7 +96,6 @@ def _content(view: ReportView) -> dict[str, Any]:
 
 
 def _figures(view: ReportView) -> dict[str, str]:
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     plot_gaps(view.doc["factors"]["gaps"], os.path.join(view.out, "figures", "factors.png"))
     return {"factors": "figures/factors.png"}
 

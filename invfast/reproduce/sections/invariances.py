@@ -113,7 +113,6 @@ def _content(view: ReportView) -> dict[str, Any]:
 def _figures(view: ReportView) -> dict[str, str]:
     from invfast import report
 
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     figs = {"radar": "figures/radar.png", "heatmap": "figures/heatmap.png"}
     results = _results(view)
     report.plot_radar(results, path=os.path.join(view.out, figs["radar"]))

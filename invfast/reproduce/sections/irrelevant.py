@@ -155,7 +155,6 @@ def _s4_figures(view: ReportView) -> dict[str, str]:
         ax.set_ylim(0, 1)
         ax.legend(fontsize=7)
         ax.tick_params(labelsize=7)
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     save_figure(fig, os.path.join(view.out, "figures", "relevance.png"), dpi=90)
     return {"relevance": "figures/relevance.png"}
 

@@ -129,7 +129,6 @@ def _figures(view: ReportView) -> dict[str, str]:
         (run.get("curve") or {}).get("probe") for run in view.doc["pretraining"].values()
     ):
         return {}
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     plot_learning(view.doc["pretraining"], os.path.join(view.out, "figures", "learning.png"))
     return {"learning": "figures/learning.png"}
 

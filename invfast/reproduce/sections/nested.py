@@ -122,7 +122,6 @@ def _content(view: ReportView) -> dict[str, Any]:
 
 
 def _figures(view: ReportView) -> dict[str, str]:
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     figs = {}
     if "transfer" in view.doc:
         plot_transfer(view.doc["transfer"], os.path.join(view.out, "figures", "transfer.png"))

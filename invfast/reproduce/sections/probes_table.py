@@ -35,7 +35,6 @@ def _content(view: ReportView) -> dict[str, Any]:
 
 
 def _figures(view: ReportView) -> dict[str, str]:
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     plot_probes(view.first.results["probes"], os.path.join(view.out, "figures", "probes.png"))
     return {"probes": "figures/probes.png"}
 

@@ -118,7 +118,6 @@ def _e4_figures(view: ReportView) -> dict[str, str]:
         ax.set_ylabel(f"{fam} transforms: mean cosine", fontsize=8)
         ax.legend(fontsize=7)
         ax.tick_params(labelsize=7)
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     save_figure(fig, os.path.join(view.out, "figures", "specialisation.png"), dpi=90)
     return {"specialisation": "figures/specialisation.png"}
 
@@ -147,7 +146,6 @@ def _e5_figures(view: ReportView) -> dict[str, str]:
     ts = list(e5["rho"])
     tasks = list(next(iter(e5["rho"].values())))
     vals = np.array([[np.nan if e5["rho"][t][k] is None else e5["rho"][t][k] for k in tasks] for t in ts])
-    os.makedirs(os.path.join(view.out, "figures"), exist_ok=True)
     rows = [f"{t} ({e5['families'][t][:3]})" for t in ts]
     title = f"Spearman ρ over {len(e5['models'])} models"
     plot_correlation(vals, rows, tasks, title=title, path=os.path.join(view.out, "figures", "block_structure.png"))
