@@ -147,6 +147,32 @@ def test_resume_refuses_another_configuration(tmp_path):
     Trainer(make(), data, cfg(log_every=5, checkpoint_every=4), out=tmp_path).fit(resume=True, until_step=4)
 
 
+@pytest.mark.parametrize("schedule", ["cosine", "constant"])
+def test_warmup_ramps_the_learning_rate_then_follows_the_schedule(tmp_path, schedule):
+    """The lr each step ran with, against the formula written out: (s + 1) / W · base for s < W, then
+    base · ½(1 + cos(π (s - W) / (S - W))) (or base); and a run with a warm-up resumes bit-identically."""
+    import math
+
+    base, total, warm = 0.05, 12, 4
+    t = Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=warm, schedule=schedule, log_every=1))
+    lrs = [r["lr"] for r in t.fit()]  # the lr after each step: that of the next step
+
+    def expected(s):
+        if s < warm:
+            return base * (s + 1) / warm
+        return base * (0.5 * (1 + math.cos(math.pi * (s - warm) / (total - warm))) if schedule == "cosine" else 1)
+
+    assert lrs == pytest.approx([expected(s) for s in range(1, total + 1)], rel=1e-12, abs=1e-15)
+    ref = make()
+    Trainer(ref, ArraySource(blob_images(64)), cfg(warmup_steps=warm), out=tmp_path / "ref").fit()
+    Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=warm), out=tmp_path / "run").fit(until_step=7)
+    resumed = make(seed=5)
+    Trainer(resumed, ArraySource(blob_images(64)), cfg(warmup_steps=warm), out=tmp_path / "run").fit(resume=True)
+    assert_bit_identical(state(ref), state(resumed))
+    with pytest.raises(ValueError, match=r"warmup_steps: checkpoint has 4, this run has 2"):
+        Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=2), out=tmp_path / "run").fit(resume=True)
+
+
 def test_trainer_bad_input(tmp_path):
     data = ArraySource(blob_images(20))
     with pytest.raises(ValueError, match="larger than the data set"):
@@ -155,6 +181,10 @@ def test_trainer_bad_input(tmp_path):
         Trainer(make(), data, cfg(batch_size=12))
     with pytest.raises(ValueError, match="schedule"):
         Trainer(make(), data, cfg(schedule="step"))
+    with pytest.raises(ValueError, match="warmup_steps must be >= 0, got -1"):
+        Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=-1))
+    with pytest.raises(ValueError, match=r"the warm-up \(12 steps\) must be shorter than the run \(12 steps\)"):
+        Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=12))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         FolderSource(tmp_path / "nope", 32)
     with pytest.raises(ValueError, match="holds no images"):

@@ -811,6 +811,31 @@ def test_moco_queue_size_is_the_library_default_or_a_multiple_of_the_batch():
             RP.preset("quick", queue_size=bad)
 
 
+def test_warmup_is_a_fraction_of_each_pretraining_run_and_old_folders_resume_without_it(tmp_path):
+    from invfast.reproduce import ConfigMismatchError
+    from invfast.reproduce.config import claim_folder
+    from invfast.reproduce.stages.context import Context
+    from invfast.reproduce.stages.pretraining import train_config
+
+    cfg = RP.preset("quick", warmup=0.1)
+    ctx = Context(cfg, str(tmp_path), progress=False)
+    steps = cfg.pretrain_epochs * (cfg.n_pretrain // cfg.batch_size)
+    assert train_config(ctx, "default", cfg.pretrain_epochs, cfg.n_pretrain, warmup=cfg.warmup).warmup_steps == (
+        steps // 10
+    )
+    assert train_config(ctx, "transfer/x", 5, 1200).warmup_steps == 0  # supervised runs: no warm-up
+    for bad in (-0.1, 1.0, True, "0.1"):
+        with pytest.raises(ValueError, match="warmup must be a fraction"):
+            RP.preset("quick", warmup=bad)
+    # a folder made before the field existed holds no 'warmup': it resumes at 0 and only at 0
+    old = RP.preset("quick").claim_dict()
+    assert "warmup" not in old and cfg.claim_dict()["warmup"] == 0.1
+    claim_folder(str(tmp_path / "old"), old, "folder")
+    claim_folder(str(tmp_path / "old"), RP.preset("quick").claim_dict(), "folder")
+    with pytest.raises(ConfigMismatchError, match=r"warmup: folder has '<absent>', this run has 0.1"):
+        claim_folder(str(tmp_path / "old"), cfg.claim_dict(), "folder")
+
+
 def _stage_sleeps(ctx):
     with open(os.path.join(os.path.dirname(ctx.cache), "worker.pid"), "w") as f:
         f.write(str(os.getpid()))

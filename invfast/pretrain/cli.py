@@ -70,6 +70,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight-decay", type=float, default=1e-4)
     p.add_argument("--sgd-momentum", type=float, default=0.9)
     p.add_argument("--schedule", default="cosine", choices=("cosine", "constant"))
+    p.add_argument(
+        "--warmup-steps",
+        type=int,
+        default=0,
+        help="linear learning-rate warm-up over the first N steps, then the schedule (default 0: none)",
+    )
     p.add_argument("--tau", type=float, default=0.2, help="temperature")
     p.add_argument(
         "--queue-size",
@@ -245,6 +251,7 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
         weight_decay=args.weight_decay,
         sgd_momentum=args.sgd_momentum,
         schedule=args.schedule,
+        warmup_steps=args.warmup_steps,
         seed=args.seed,
         size=size,
         checkpoint_every=args.checkpoint_every,

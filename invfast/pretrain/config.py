@@ -26,8 +26,9 @@ class TrainConfig:
     """Optimisation and bookkeeping of a pretraining run (MoCo-v2 defaults).
 
     batch_size is the GLOBAL batch (split evenly over processes). lr None means 0.03·batch_size/256
-    (MoCo-v2's linear scaling). schedule 'cosine' decays the LR per step to 0 over the run
-    (no warm-up, as MoCo-v2), 'constant' keeps it; optimizer 'sgd' (with ``sgd_momentum``) or 'adam'.
+    (MoCo-v2's linear scaling). schedule 'cosine' decays the LR per step to 0 over the run, 'constant'
+    keeps it; both after ``warmup_steps`` steps of linear ramp from ``lr / warmup_steps`` (0: none, as
+    MoCo-v2); optimizer 'sgd' (with ``sgd_momentum``) or 'adam'.
     steps overrides epochs when set. size is the
     side of the views the policies produce (used to preprocess the held-out batch). amp runs the
     forward passes under bfloat16 autocast (for GPUs; parameters and optimiser stay float32).
@@ -48,6 +49,7 @@ class TrainConfig:
     sgd_momentum: float = 0.9
     optimizer: str = "sgd"
     schedule: str = "cosine"
+    warmup_steps: int = 0
     seed: int = 0
     size: int = 224
     checkpoint_every: int = 500
@@ -75,7 +77,7 @@ class TrainConfig:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
-        for name in ("checkpoint_every", "log_every", "invariance_every", "probe_every"):
+        for name in ("warmup_steps", "checkpoint_every", "log_every", "invariance_every", "probe_every"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
         if self.channels_last not in (None, True, False):

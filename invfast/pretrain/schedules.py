@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["OPTIMIZERS", "build_optimizer", "CosineSchedule", "ConstantSchedule"]
+__all__ = ["OPTIMIZERS", "build_optimizer", "CosineSchedule", "ConstantSchedule", "lr_multiplier"]
 
 #: TrainConfig.optimizer values: SGD with momentum (MoCo-v2's), Adam (Speicher et al.'s for every model)
 OPTIMIZERS = ("sgd", "adam")
@@ -24,15 +24,37 @@ def build_optimizer(params: Iterable[torch.nn.Parameter], cfg: Any) -> torch.opt
 
 
 class CosineSchedule:
-    """LR multiplier ``½(1 + cos(π·step/total))`` (picklable, for LambdaLR)."""
+    """LR multiplier ``½(1 + cos(π·s/S))`` after a linear warm-up (picklable, for LambdaLR).
 
-    def __init__(self, total: int) -> None:
-        self.total = total
+    The first ``warmup`` steps ramp linearly, ``(step + 1) / warmup``, to the base rate; the cosine then decays
+    over the remaining ``S = total - warmup`` steps, ``s = step - warmup`` (MoCo v3's and SimCLR's schedule;
+    ``warmup = 0`` is MoCo-v2's plain cosine)."""
+
+    def __init__(self, total: int, warmup: int = 0) -> None:
+        if not 0 <= warmup < total:
+            raise ValueError(f"the warm-up ({warmup} steps) must be shorter than the run ({total} steps)")
+        self.total, self.warmup = total, warmup
 
     def __call__(self, step: int) -> float:
-        return 0.5 * (1.0 + math.cos(math.pi * min(step, self.total) / self.total))
+        if step < self.warmup:
+            return (step + 1) / self.warmup
+        span = self.total - self.warmup
+        return 0.5 * (1.0 + math.cos(math.pi * min(step - self.warmup, span) / span))
 
 
 class ConstantSchedule:
+    """LR multiplier 1 after a linear warm-up of ``warmup`` steps (picklable, for LambdaLR)."""
+
+    def __init__(self, warmup: int = 0) -> None:
+        if warmup < 0:
+            raise ValueError(f"the warm-up must be >= 0 steps, got {warmup}")
+        self.warmup = warmup
+
     def __call__(self, step: int) -> float:
-        return 1.0
+        return (step + 1) / self.warmup if step < self.warmup else 1.0
+
+
+def lr_multiplier(schedule: str, total: int, warmup: int = 0) -> CosineSchedule | ConstantSchedule:
+    """The LR multiplier of a :class:`~invfast.pretrain.TrainConfig` ``schedule`` ('cosine' or 'constant')
+    over ``total`` steps with a ``warmup``-step linear ramp."""
+    return CosineSchedule(total, warmup) if schedule == "cosine" else ConstantSchedule(warmup)

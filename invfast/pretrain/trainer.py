@@ -30,7 +30,7 @@ from invfast.pretrain.config import RESUMABLE_FIELDS, TrainConfig
 from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_channels_last
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
-from invfast.pretrain.schedules import ConstantSchedule, CosineSchedule, build_optimizer
+from invfast.pretrain.schedules import build_optimizer, lr_multiplier
 
 CHECKPOINT_FORMAT = "invfast.pretrain/1"
 CHECKPOINT_NAME = "checkpoint.pt"
@@ -119,7 +119,7 @@ class Trainer:
             method.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack it
         params = [p for p in method.online.parameters() if p.requires_grad]
         self.optimizer = build_optimizer(params, cfg)
-        sched = CosineSchedule(self.total_steps) if cfg.schedule == "cosine" else ConstantSchedule()
+        sched = lr_multiplier(cfg.schedule, self.total_steps, cfg.warmup_steps)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, sched)
         self.online: torch.nn.Module = method.online
         if self.dist.world_size > 1:
@@ -139,6 +139,8 @@ class Trainer:
         """Everything that determines the result; a checkpoint resumes only under the same values."""
         cfg = {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_FIELDS}
         cfg["lr"] = self.config.base_lr()
+        if not cfg["warmup_steps"]:  # the field came in 0.4: checkpoints of before it resume without one
+            del cfg["warmup_steps"]
         cfg.update({f"method.{k}": v for k, v in self.method.config().items()})
         cfg.update(
             {

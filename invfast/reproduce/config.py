@@ -26,6 +26,9 @@ __all__ = [
 #: fields that change how a run is scheduled but none of its numbers: a folder resumes under other values
 #: (``findings`` picks which stages run; a stage's numbers do not depend on which others run)
 RUN_ONLY_FIELDS = ("workers", "findings")
+#: fields added after folders were made, at the value that gives the numbers of before they existed: a folder
+#: whose config.json lacks one resumes under that value (and only under it)
+ADDED_FIELDS: dict[str, Any] = {"warmup": 0.0}
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
 DEFAULT_FINDINGS = ("E1", "E2", "E3", "S8", "C1", "C3")
@@ -87,6 +90,9 @@ class ReproduceConfig:
     lr: float = 0.03
     key_momentum: float = 0.99
     proj_dim: int = 64
+    # linear learning-rate warm-up of every pretraining run (policies and amortised), as a fraction of the
+    # run's steps, before the cosine decay; 0: none (MoCo-v2's schedule)
+    warmup: float = 0.0
     # MoCo key queue; 0: invfast.pretrain.default_queue_size (an eighth of n_pretrain, at least a batch)
     queue_size: int = 0
     # learning curves: every curve_every epochs (and before the first step) each pretraining run probes
@@ -278,6 +284,10 @@ class ReproduceConfig:
                 f"config field queue_size must be 0 (the default size) or a positive multiple of batch_size "
                 f"({self.batch_size}), got {self.queue_size!r}"
             )
+        if not isinstance(self.warmup, (int, float)) or isinstance(self.warmup, bool) or not 0 <= self.warmup < 1:
+            raise ValueError(
+                f"config field warmup must be a fraction of each pretraining run's steps in [0, 1), got {self.warmup!r}"
+            )
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
         background_count(self.backgrounds)
@@ -345,7 +355,11 @@ class ReproduceConfig:
 
     def claim_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` without :data:`RUN_ONLY_FIELDS`: what a folder's ``config.json`` must match to resume."""
-        return {k: v for k, v in self.to_dict().items() if k not in RUN_ONLY_FIELDS}
+        return {
+            k: v
+            for k, v in self.to_dict().items()
+            if k not in RUN_ONLY_FIELDS and not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])
+        }
 
 
 def background_count(spec: str) -> int | None:

@@ -29,10 +29,17 @@ __all__ = [
 
 
 def train_config(
-    ctx: Context, key: str, epochs: int, n: int, lr: float | None = None, weight_decay: float = 1e-4
+    ctx: Context,
+    key: str,
+    epochs: int,
+    n: int,
+    lr: float | None = None,
+    weight_decay: float = 1e-4,
+    warmup: float = 0.0,
 ) -> Any:
     """The :class:`invfast.pretrain.TrainConfig` of model ``key``: ``epochs`` over ``n`` images in
-    batches of ``cfg.batch_size``, checkpoints five times per run, its seed derived from the master seed."""
+    batches of ``cfg.batch_size``, the first ``warmup`` (a fraction) of its steps a linear LR warm-up, checkpoints
+    five times per run, its seed derived from the master seed."""
     from invfast.pretrain import TrainConfig
 
     cfg = ctx.cfg
@@ -42,6 +49,7 @@ def train_config(
         epochs=epochs,
         lr=cfg.lr if lr is None else lr,
         weight_decay=weight_decay,
+        warmup_steps=int(warmup * steps),
         seed=stage_seed(cfg.seed, f"train/{key}"),
         size=cfg.size,
         checkpoint_every=max(10, steps // 5),
@@ -119,7 +127,7 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     cfg = ctx.cfg
     images = ctx.images("pretrain")
     out = os.path.dirname(ctx.path("pretrain", key, "model.pt"))
-    tc = train_config(ctx, key, epochs, images.shape[0])
+    tc = train_config(ctx, key, epochs, images.shape[0], warmup=cfg.warmup)
     steps_per_epoch = images.shape[0] // cfg.batch_size
     probe = None
     if cfg.curve_every:
