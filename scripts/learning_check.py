@@ -7,6 +7,9 @@ every seed with its standard error, the minimum and the median, and how many see
 
     python scripts/learning_check.py --out /tmp/learning --seeds 100-109 > docs/learning-check.md
     python scripts/learning_check.py --out /tmp/learning --set pretrain_epochs=40      # another budget
+    python scripts/learning_check.py --out /tmp/ai --models amortised --set amortised_epochs=16
+
+``--models amortised`` runs only the amortised model's stages (finding C3: about a tenth of the time).
 
 The ratio's standard error combines the two probes' fold-to-fold spread (std over the 5 folds / sqrt(5) for
 each, propagated to the ratio): a ratio within about two of them of 1.2 is not told apart from the line.
@@ -46,17 +49,19 @@ def ratio_and_se(model: dict, random: dict) -> tuple[float, float]:
     return r, r * math.sqrt((sa / a) ** 2 + (sb / b) ** 2)
 
 
-def table(doc: dict) -> list[str]:
+def table(doc: dict, models: tuple[str, ...] = MODELS) -> list[str]:
     """Markdown: per model, the ratio ± SE per seed, then min, median and seeds >= 1.2."""
     seeds = sorted(doc["per_seed"], key=int)
-    rows = {m: [] for m in MODELS}
+    rows: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
     for s in seeds:
         st = doc["per_seed"][s]["stages"]
-        idn = st["probes"]["identity"]["scores"]
-        for m in MODELS[:3]:
-            rows[m].append(ratio_and_se(idn[m.capitalize()], idn["Random"]))
-        ai = st["pretrain-amortised"]["identity"]
-        rows["amortised"].append(ratio_and_se(ai["trained"], ai["init"]))
+        for m in rows:
+            if m == "amortised":
+                ai = st["pretrain-amortised"]["identity"]
+                rows[m].append(ratio_and_se(ai["trained"], ai["init"]))
+            else:
+                idn = st["probes"]["identity"]["scores"]
+                rows[m].append(ratio_and_se(idn[m.capitalize()], idn["Random"]))
     L = [
         "| model | " + " | ".join(f"seed {s}" for s in seeds) + " | min | median | seeds ≥ 1.2× |",
         "|---|" + "---:|" * (len(seeds) + 3),
@@ -74,11 +79,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="the reproduce folder (resumable)")
     ap.add_argument("--seeds", type=seed_range, default=(100, 10), help="first-last master seed, e.g. 100-109")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument(
+        "--models",
+        choices=("all", "amortised"),
+        default="all",
+        help="all four models (findings E2, C3) or the amortised model alone (C3)",
+    )
     args = ap.parse_args(argv)
     from invfast.cli import main as invfast
 
     first, n = args.seeds
-    cmd = ["reproduce", "--quick", "--findings", "E2,C3", "--seed", str(first), "--set", f"seeds={n}"]
+    findings = "E2,C3" if args.models == "all" else "C3"
+    cmd = ["reproduce", "--quick", "--findings", findings, "--seed", str(first), "--set", f"seeds={n}"]
     cmd += [x for o in args.overrides for x in ("--set", o)]
     rc = invfast([*cmd, "--out", args.out, "--no-progress"])
     if rc:
@@ -86,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(args.out, "results.json"), encoding="utf-8") as f:
         doc = json.load(f)
     print(f"`invfast reproduce {' '.join(cmd[1:])}` (config as in `{args.out}/config.json`)\n")
-    print("\n".join(table(doc)))
+    print("\n".join(table(doc, MODELS if args.models == "all" else ("amortised",))))
     return 0
 
 
