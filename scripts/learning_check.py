@@ -50,7 +50,8 @@ def ratio_and_se(model: dict, random: dict) -> tuple[float, float]:
 
 
 def table(doc: dict, models: tuple[str, ...] = MODELS) -> list[str]:
-    """Markdown: per model, the ratio ± SE per seed, then min, median and seeds >= 1.2."""
+    """Markdown: per model, the ratio ± SE per seed, then min, median, seeds >= 1.2 and seeds clearly below the
+    line (ratio + 2 SE < 1.2: the probe's noise cannot explain the miss)."""
     seeds = sorted(doc["per_seed"], key=int)
     rows: dict[str, list[tuple[float, float]]] = {m: [] for m in models}
     for s in seeds:
@@ -63,14 +64,19 @@ def table(doc: dict, models: tuple[str, ...] = MODELS) -> list[str]:
                 idn = st["probes"]["identity"]["scores"]
                 rows[m].append(ratio_and_se(idn[m.capitalize()], idn["Random"]))
     L = [
-        "| model | " + " | ".join(f"seed {s}" for s in seeds) + " | min | median | seeds ≥ 1.2× |",
-        "|---|" + "---:|" * (len(seeds) + 3),
+        "| model | " + " | ".join(f"seed {s}" for s in seeds) + " | min | median | seeds ≥ 1.2× | clearly below |",
+        "|---|" + "---:|" * (len(seeds) + 4),
     ]
     for m, vals in rows.items():
         r = [v[0] for v in vals]
         cells = [f"{v:.2f} ± {e:.2f}" for v, e in vals]
         ok = sum(v >= 1.2 for v in r)
-        L.append(f"| {m} | " + " | ".join(cells) + f" | {min(r):.2f} | {statistics.median(r):.2f} | {ok}/{len(r)} |")
+        below = sum(v + 2 * e < 1.2 for v, e in vals)
+        L.append(
+            f"| {m} | "
+            + " | ".join(cells)
+            + f" | {min(r):.2f} | {statistics.median(r):.2f} | {ok}/{len(r)} | {below}/{len(r)} |"
+        )
     return L
 
 
