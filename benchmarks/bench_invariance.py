@@ -9,8 +9,6 @@ INVFAST_BENCH_THREADS sets the torch threads of the uniformity/ACR comparisons (
 import math
 import os
 import statistics
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -198,19 +196,6 @@ def test_whitening_product_vs_dense_mm(benchmark, record_ratio, rows):
     benchmark.pedantic(lambda: upper_mm(x, w), setup=other, rounds=30, iterations=1, warmup_rounds=0)
     torch.testing.assert_close(upper_mm(x, w), torch.mm(x, w), rtol=1e-5, atol=1e-4)
     record_ratio(f"whitening x @ W: dense torch.mm / upper_mm ({rows} x {d})", min(dense_s), ">= 1 (5/8 the products)")
-
-
-@pytest.fixture
-def competing_process():
-    """A CPU-bound process beside the benchmark for its whole duration (a shared node, a laptop with other
-    work): the compiled ops must not collapse when one core is taken (issue 43)."""
-    proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    time.sleep(0.3)
-    try:
-        yield proc
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_uniformity_and_acr_beside_a_competing_process(benchmark, competing_process):

@@ -5,6 +5,9 @@ Set INVFAST_BENCH_SMALL=1 for reduced sizes (a quick smoke run, not the publishe
 """
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -17,6 +20,40 @@ def env_flag(name: str) -> bool:
 #: reduced sizes for a quick smoke run (INVFAST_BENCH_SMALL); the one place every suite reads it
 SMALL = env_flag("INVFAST_BENCH_SMALL")
 _RATIOS: list[tuple[str, float, str]] = []
+
+
+class Competitor:
+    """One CPU-bound process (``while True: pass``) beside a benchmark while started: a shared node, a laptop
+    with other work (issue 43). Started and stopped by the benchmark; stopped at the latest by its fixture."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if self.proc is None:
+            self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            time.sleep(0.3)  # let it reach the run queue
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+            self.proc = None
+
+
+@pytest.fixture
+def competitor():
+    """A :class:`Competitor`, not started."""
+    c = Competitor()
+    yield c
+    c.stop()
+
+
+@pytest.fixture
+def competing_process(competitor):
+    """A :class:`Competitor` running for the whole benchmark."""
+    competitor.start()
+    yield competitor
 
 
 @pytest.fixture

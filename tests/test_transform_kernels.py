@@ -269,14 +269,20 @@ def test_uint8_route_equals_the_float_path(name, rng):
 
 
 @compiled
-def test_results_do_not_depend_on_the_thread_count(rng):
-    x = _images(rng, 4, 64, 64)
+@pytest.mark.parametrize("size", [64, 160])
+def test_results_do_not_depend_on_the_thread_count(rng, size):
+    """At 64 px every call runs on one thread (under 2 ms of estimated work); at 160 px (8 images, 16 values:
+    9.8 MB of output, 3.4 ms of table look-ups and more for the rest) and for the 512-px level counts the
+    calls fork at two threads, so both paths are checked against one thread."""
+    x = _images(rng, 8, size, size)
     calls = [
-        (U.hue, (x, torch.linspace(-0.5, 0.5, 8))),
-        (U.blend_degenerate, (x, torch.linspace(0, 3, 8), "luma")),
-        (U.blur, (x, torch.linspace(0, 4, 8, dtype=torch.float64))),
-        (U.warp, (x, _maps(rng, 64, 64), torch.zeros(3))),
-        (U.brightness, (x, torch.linspace(0, 3, 8))),
+        (U.hue, (x, torch.linspace(-0.5, 0.5, 16))),
+        (U.blend_degenerate, (x, torch.linspace(0, 3, 16), "luma")),
+        (U.blur, (x, torch.linspace(0, 4, 16, dtype=torch.float64))),
+        (U.warp, (x, _maps(rng, size, size), torch.zeros(3))),
+        (U.brightness, (x, torch.linspace(0, 3, 16))),
+        (U.contrast, (x, torch.linspace(0, 3, 16))),
+        (U.histogram, (_images(rng, 8, 512, 512),) if size > 64 else (x,)),
     ]
     old = torch.get_num_threads()
     try:
@@ -289,6 +295,22 @@ def test_results_do_not_depend_on_the_thread_count(rng):
         torch.set_num_threads(old)
     for a, b in zip(one, two):
         assert torch.equal(a, b)
+
+
+def test_per_image_tables_are_made_in_unforked_pieces_with_the_values_of_one_call(rng):
+    mean = torch.from_numpy(rng.uniform(0, 1, (37, 1, 1, 1)).astype(np.float32))
+    f = torch.from_numpy(rng.uniform(0, 3, (1, 40, 1, 1)).astype(np.float32))
+    x = torch.arange(256, dtype=torch.float32).div(255.0).view(1, 1, 1, 256)
+    whole = U._levels(U.blend(x, mean, f))
+    pieces = []
+
+    def fn(s, e):
+        pieces.append(e - s)
+        return U._levels(U.blend(x, mean[s:e], f))
+
+    assert torch.equal(U._unforked(fn, 37, f.numel() * 256), whole)
+    assert sum(pieces) == 37 and max(pieces) * 40 * 256 <= U._TORCH_GRAIN  # no op above torch's grain
+    assert torch.equal(U._unforked(lambda s, e: whole[s:e], 37, 1), whole)  # one piece when it fits
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,21 +22,33 @@ namespace invfast {
 namespace tt {
 namespace {
 
-// below this many output bytes one thread finishes before a second one would have started
-constexpr int64_t kMinParallelBytes = 1 << 17;
+// Forking a team only pays where one thread would work for longer than a descheduled peer can delay the join:
+// with another process on the cores a parallel region waits a scheduler slice (5-8 ms measured: the flips'
+// 0.2 ms became 6 ms, issue 43) for a thread that is not running, while on idle cores it saves at most half the
+// work. So a call forks only when its estimated one-thread time is at least kMinParallelNs.
+constexpr double kMinParallelNs = 2e6;
+// one-thread cost per output byte (per input byte for the histogram) of each kind of work, measured on
+// 16 photographs of 224 px, 16 values (benchmarks/bench_shared_machine.py sizes), AMD EPYC, 2026-11-28
+constexpr double kCopyNs = 0.05;      // integral warps (flips, whole-pixel shifts) and padding: memory copies
+constexpr double kTableNs = 0.35;     // table look-ups (brightness, contrast, posterize, ...) and level counts
+constexpr double kBlendNs = 0.5;      // saturation / sharpness blends
+constexpr double kHueNs = 0.9;        // the HSV round trip
+constexpr double kBilinearNs = 1.4;   // fractional warps (rotation, scale, shear, crop)
+constexpr double kBlurTapNs = 0.1;    // the separable blur, per byte and tap radius
 // pixels per work item of the point-wise ops (their per-pixel features stay in L2)
 constexpr int64_t kChunk = 2048;
 // images per work item of the warp (a general map's coordinates are computed once per group)
 constexpr int64_t kWarpGroup = 8;
 
-// f(i, scratch) for every i in [0, n) on torch's intra-op threads. Each thread takes the next item from a
-// shared counter, so a thread that the OS deschedules (another process on the cores) delays the call by at
-// most the item it holds, never by a fixed share of the work; one thread runs it all when the work is small.
+// f(i, scratch) for every i in [0, n) on torch's intra-op threads, ``total_ns`` the estimated one-thread
+// time of all n items. Each thread takes the next item from a shared counter, so a thread that the OS
+// deschedules delays the call by at most the item it holds, never by a fixed share of the work; one thread
+// runs it all below kMinParallelNs.
 template <typename F>
-void run_items(int64_t n, int64_t bytes_per_item, int64_t scratch_floats, const F& f) {
+void run_items(int64_t n, double total_ns, int64_t scratch_floats, const F& f) {
   if (n <= 0) return;
   const int64_t threads = std::min<int64_t>(at::get_num_threads(), n);
-  if (threads <= 1 || n * bytes_per_item < kMinParallelBytes || at::in_parallel_region()) {
+  if (threads <= 1 || total_ns < kMinParallelNs || at::in_parallel_region()) {
     std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(scratch_floats, 1)));
     for (int64_t i = 0; i < n; ++i) f(i, scratch.data());
     return;
@@ -46,6 +58,11 @@ void run_items(int64_t n, int64_t bytes_per_item, int64_t scratch_floats, const 
     std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(scratch_floats, 1)));
     for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) f(i, scratch.data());
   });
+}
+
+// the estimated one-thread time of ``items`` items of ``bytes`` bytes each at ``ns_per_byte``
+double cost(int64_t items, int64_t bytes, double ns_per_byte) {
+  return static_cast<double>(items) * static_cast<double>(bytes) * ns_per_byte;
 }
 
 at::Tensor checked_images(const at::Tensor& images, const char* op, bool rgb) {
@@ -81,7 +98,7 @@ at::Tensor lut_u8_cpu(const at::Tensor& images_in, const at::Tensor& tables_in) 
   uint8_t* dst = out.data_ptr<uint8_t>();
   std::vector<LutKind> kinds(static_cast<size_t>(Bt * P * Ct));
   for (int64_t t = 0; t < Bt * P * Ct; ++t) kinds[t] = classify_lut(tab + t * 256);
-  run_items(B * P, C * HW, 0, [&](int64_t i, float*) {
+  run_items(B * P, cost(B * P, C * HW, kTableNs), 0, [&](int64_t i, float*) {
     const int64_t b = i / P, p = i % P;
     for (int64_t c = 0; c < C; ++c) {
       const int64_t t = ((Bt == 1 ? 0 : b) * P + p) * Ct + (Ct == 1 ? 0 : c);
@@ -97,7 +114,7 @@ at::Tensor histogram_u8_cpu(const at::Tensor& images_in) {
   auto out = at::zeros({B, C, 256}, images.options().dtype(at::kLong));
   const uint8_t* src = images.data_ptr<uint8_t>();
   int64_t* hist = out.data_ptr<int64_t>();
-  run_items(B * C, HW, 0, [&](int64_t i, float*) { histogram_plane(src + i * HW, HW, hist + i * 256); });
+  run_items(B * C, cost(B * C, HW, kTableNs), 0, [&](int64_t i, float*) { histogram_plane(src + i * HW, HW, hist + i * 256); });
   return out;
 }
 
@@ -120,7 +137,7 @@ at::Tensor blend_u8_cpu(const at::Tensor& images_in, const at::Tensor& factors_i
   const uint8_t* src = images.data_ptr<uint8_t>();
   const float* f = factors.data_ptr<float>();
   uint8_t* dst = out.data_ptr<uint8_t>();
-  run_items(B * chunks, P * 3 * std::min(HW, kChunk), 6 * kChunk, [&](int64_t i, float* scratch) {
+  run_items(B * chunks, cost(B, P * 3 * HW, kBlendNs), 6 * kChunk, [&](int64_t i, float* scratch) {
     const int64_t b = i / chunks, i0 = (i % chunks) * kChunk;
     blend_chunk(src + b * 3 * HW, H, W, i0, std::min(HW, i0 + kChunk), mode, f, P, dst + b * P * 3 * HW, scratch);
   });
@@ -138,7 +155,7 @@ at::Tensor hue_u8_cpu(const at::Tensor& images_in, const at::Tensor& shifts_in) 
   const int64_t chunks = (HW + kChunk - 1) / kChunk;
   const uint8_t* src = images.data_ptr<uint8_t>();
   uint8_t* dst = out.data_ptr<uint8_t>();
-  run_items(B * chunks, P * 3 * std::min(HW, kChunk), 3 * kChunk, [&](int64_t i, float* scratch) {
+  run_items(B * chunks, cost(B, P * 3 * HW, kHueNs), 3 * kChunk, [&](int64_t i, float* scratch) {
     const int64_t b = i / chunks, i0 = (i % chunks) * kChunk;
     hue_chunk(src + b * 3 * HW, HW, i0, std::min(HW, i0 + kChunk), s, P, dst + b * P * 3 * HW, scratch);
   });
@@ -173,7 +190,7 @@ at::Tensor blur_u8_cpu(const at::Tensor& images_in, const at::Tensor& taps_in) {
   const uint8_t* src = images.data_ptr<uint8_t>();
   uint8_t* dst = out.data_ptr<uint8_t>();
   const int64_t rmax = P ? *std::max_element(radius.begin(), radius.end()) : 0;
-  run_items(B * P, C * HW * (1 + rmax), blur_scratch_floats(H, W, rmax), [&](int64_t i, float* scratch) {
+  run_items(B * P, cost(B * P, C * HW * (1 + rmax), kBlurTapNs), blur_scratch_floats(H, W, rmax), [&](int64_t i, float* scratch) {
     const int64_t b = i / P, p = i % P;
     for (int64_t c = 0; c < C; ++c)
       blur_plane(src + (b * C + c) * HW, H, W, half.data() + p * (R + 1), radius[p], dst + ((b * P + p) * C + c) * HW,
@@ -212,9 +229,12 @@ at::Tensor warp_affine_u8_cpu(const at::Tensor& images_in, const at::Tensor& mat
   }
   std::vector<int> kinds(P);
   bool bilinear = false;
+  double warp_ns = 0.0;
   for (int64_t p = 0; p < P; ++p) {
     kinds[p] = classify_map(m + 6 * p);
-    bilinear = bilinear || kinds[p] == kGeneral || kinds[p] == kSeparable;
+    const bool interpolates = kinds[p] == kGeneral || kinds[p] == kSeparable;
+    bilinear = bilinear || interpolates;
+    warp_ns += cost(B, C * HW, interpolates ? kBilinearNs : kCopyNs);
   }
   auto out = at::empty({B, P, C, H, W}, images.options());
   const uint8_t* src = images.data_ptr<uint8_t>();
@@ -222,12 +242,12 @@ at::Tensor warp_affine_u8_cpu(const at::Tensor& images_in, const at::Tensor& mat
   const int64_t npad = bilinear ? padded_elems(C, H, W) : 0;
   auto run = [&](auto* padded) {
     if (bilinear)
-      run_items(B, C * HW, 0, [&](int64_t b, float*) {
+      run_items(B, cost(B, C * HW, kCopyNs), 0, [&](int64_t b, float*) {
         pad_image(src + b * C * HW, C, H, W, level.data(), fv, padded + b * npad);
       });
     // an item is one map over a group of G images (general maps compute their coordinates once per group)
     const int64_t groups = (B + kWarpGroup - 1) / kWarpGroup;
-    run_items(groups * P, std::min(B, kWarpGroup) * C * HW, warp_scratch_floats(W), [&](int64_t i, float* scratch) {
+    run_items(groups * P, warp_ns, warp_scratch_floats(W), [&](int64_t i, float* scratch) {
       const int64_t g = i / P, p = i % P, b0 = g * kWarpGroup, n = std::min(kWarpGroup, B - b0);
       warp_images(src + b0 * C * HW, padded + b0 * npad, n, npad, C, H, W, m + 6 * p, kinds[p], level.data(),
                   dst + (b0 * P + p) * C * HW, P * C * HW, scratch);

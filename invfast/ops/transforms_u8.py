@@ -49,6 +49,21 @@ def _levels(x: torch.Tensor) -> torch.Tensor:
     return x.mul(255.0).add_(0.5).clamp_(0, 255).to(torch.uint8)
 
 
+#: torch forks a thread team for an element-wise op on more elements than this (ATen's GRAIN_SIZE)
+_TORCH_GRAIN = 32768
+
+
+def _unforked(fn: Callable[[int, int], torch.Tensor], n: int, row_elements: int) -> torch.Tensor:
+    """``fn(start, end)`` over row ranges of ``[0, n)`` small enough that torch runs each op on one thread,
+    concatenated along dim 0. For the per-image tables: a few microseconds of work, where a thread team costs
+    more and, with another process on the cores, waits milliseconds for a descheduled thread (issue 43).
+    Element-wise, so the values are those of one call over all rows."""
+    step = max(1, _TORCH_GRAIN // max(1, row_elements))
+    if step >= n:
+        return fn(0, n)
+    return torch.cat([fn(s, min(n, s + step)) for s in range(0, n, step)])
+
+
 def _check_images(op: str, images: torch.Tensor, rgb: bool = False) -> None:
     if not isinstance(images, torch.Tensor) or images.dtype != torch.uint8 or images.dim() != 4:
         got = f"{images.dtype} of shape {tuple(images.shape)}" if isinstance(images, torch.Tensor) else type(images)
@@ -260,7 +275,9 @@ def contrast(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     w = torch.tensor(LUMA_WEIGHTS, dtype=torch.float64, device=images.device)
     mean = ((sums * w).sum(dim=1) / (255.0 * H * W)).to(torch.float32).view(B, 1, 1, 1)
     x = _unit_levels(images.device).view(1, 1, 1, 256)
-    return lut(images, _levels(blend(x, mean, factors.view(1, -1, 1, 1))))
+    f = factors.view(1, -1, 1, 1)
+    tables = _unforked(lambda s, e: _levels(blend(x, mean[s:e], f)), B, f.numel() * 256)
+    return lut(images, tables)
 
 
 def posterize(images: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
