@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
+
+from invfast.reproduce.sections.learning import ratio_and_se
 
 MODELS = ("default", "spatial", "appearance", "amortised")
 
@@ -35,18 +36,6 @@ def seed_range(text: str) -> tuple[int, int]:
     if last < first:
         raise argparse.ArgumentTypeError(f"--seeds {text!r}: the last seed is before the first")
     return first, last - first + 1
-
-
-def ratio_and_se(model: dict, random: dict) -> tuple[float, float]:
-    """model / random identity accuracy and its standard error (each mean's SE from its fold scores)."""
-
-    def mean_se(s: dict) -> tuple[float, float]:
-        f = s["fold_scores"]
-        return s["mean"], statistics.stdev(f) / math.sqrt(len(f))
-
-    (a, sa), (b, sb) = mean_se(model), mean_se(random)
-    r = a / b
-    return r, r * math.sqrt((sa / a) ** 2 + (sb / b) ** 2)
 
 
 def table(doc: dict, models: tuple[str, ...] = MODELS) -> list[str]:

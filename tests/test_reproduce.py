@@ -779,6 +779,27 @@ def test_under_trained_models_are_named_with_the_findings_that_rest_on_them():
     assert SUM.under_trained_note({"learned": {"1": r1}}) == ""
 
 
+def test_learning_ratio_carries_its_standard_error_and_marks_a_clear_miss(rng):
+    """The report's learning table: ratio ± SE from the probes' fold scores (numpy, ddof 1, first-order error
+    propagation); ✗ below the line, ✗✗ where ratio + 2 SE is still below it; the verdict rule itself unchanged."""
+    from invfast.reproduce.sections import learning as LR
+
+    def folds(centre, spread):
+        f = list(centre + spread * rng.standard_normal(5))
+        return {"mean": float(np.mean(f)), "fold_scores": f}
+
+    ai = {"identity": {"trained": folds(0.16, 0.01), "init": folds(0.13, 0.01)}}
+    r = LR.under_trained({"pretrain-amortised": ai})["amortised"]
+    a, b = (np.array(ai["identity"][k]["fold_scores"]) for k in ("trained", "init"))
+    want = a.mean() / b.mean() * np.hypot(a.std(ddof=1) / 5**0.5 / a.mean(), b.std(ddof=1) / 5**0.5 / b.mean())
+    assert r["ratio"] == pytest.approx(a.mean() / b.mean(), rel=1e-12) and r["se"] == pytest.approx(want, rel=1e-9)
+    assert r["learned"] == (r["ratio"] >= LR.LEARNED_RATIO)
+    assert LR._ratio_cell({"ratio": 1.36, "se": 0.14, "learned": True}) == "1.36 ± 0.14"
+    assert LR._ratio_cell({"ratio": 1.16, "se": 0.06, "learned": False}) == "1.16 ± 0.06 ✗"  # 1.28 > 1.2
+    assert LR._ratio_cell({"ratio": 0.97, "se": 0.05, "learned": False}) == "0.97 ± 0.05 ✗✗"  # 1.07 < 1.2
+    assert LR._ratio_cell({"ratio": 1.1, "learned": False}) == "1.10 ✗"  # a results.json from before 'se'
+
+
 def test_learning_curve_table_lists_every_probed_epoch_per_model(rng):
     from invfast.reproduce.sections import learning as LR
 

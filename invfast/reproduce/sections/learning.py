@@ -10,7 +10,9 @@ A contrastive loss can fall while the features get no better for the tasks; the 
 
 from __future__ import annotations
 
+import math
 import os
+import statistics
 from typing import Any
 
 from invfast.io import save_figure
@@ -49,8 +51,23 @@ def resting_on(model: str) -> tuple[str, ...]:
     return ()
 
 
+def ratio_and_se(model: dict[str, Any], base: dict[str, Any]) -> tuple[float, float]:
+    """``model["mean"] / base["mean"]`` of two k-fold probe scores and its standard error: each mean's SE is
+    its fold scores' standard deviation (ddof 1) over sqrt(k), propagated to the ratio to first order."""
+
+    def mean_se(d: dict[str, Any]) -> tuple[float, float]:
+        f = d.get("fold_scores") or []
+        se = statistics.stdev(f) / math.sqrt(len(f)) if len(f) > 1 else float("nan")
+        return d["mean"], se
+
+    (a, sa), (b, sb) = mean_se(model), mean_se(base)
+    r = a / max(b, 1e-12)
+    return r, r * math.hypot(sa / max(a, 1e-12), sb / max(b, 1e-12))
+
+
 def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """Per model of one seed: ``{ratio, learned}``. A policy model's ratio is its identity probe accuracy
+    """Per model of one seed: ``{ratio, learned}`` (pretrained models also ``se``, :func:`ratio_and_se`).
+    A policy model's ratio is its identity probe accuracy
     over Random's; the amortised model's its identity probe accuracy (at i = [1, 1]) over its
     initialisation's; a supervised model's its nearest-class-mean accuracy on held-out
     images of its own task over its initialisation's (:func:`invfast.reproduce.stages.supervised.learned_check`)."""
@@ -58,13 +75,13 @@ def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if "probes" in results:
         idn = results["probes"]["identity"]["scores"]
         for p in POLICIES:
-            ratio = idn[LABELS[p]]["mean"] / max(idn["Random"]["mean"], 1e-12)
-            out[p] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+            ratio, se = ratio_and_se(idn[LABELS[p]], idn["Random"])
+            out[p] = {"ratio": ratio, "se": se, "learned": ratio >= LEARNED_RATIO}
     for key in ("amortised", "amortised-k5"):
         idn_ai = results.get(f"pretrain-{key}", {}).get("identity")
         if idn_ai:
-            ratio = idn_ai["trained"]["mean"] / max(idn_ai["init"]["mean"], 1e-12)
-            out[key] = {"ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+            ratio, se = ratio_and_se(idn_ai["trained"], idn_ai["init"])
+            out[key] = {"ratio": ratio, "se": se, "learned": ratio >= LEARNED_RATIO}
     for name, r in results.items():
         if name.startswith("transfer-train-") and "ratio" in r:
             out[f"transfer-{r['source']}"] = {"ratio": r["ratio"], "learned": r["learned"]}
@@ -163,6 +180,16 @@ def _markdown(view: ReportView) -> list[str]:
     return L
 
 
+def _ratio_cell(v: dict[str, Any]) -> str:
+    """'1.36 ± 0.14', '1.16 ± 0.06 ✗' (below the line), '0.97 ± 0.05 ✗✗' (below it by more than 2 SE)."""
+    se = v.get("se")
+    text = f"{v['ratio']:.2f}" + (f" ± {se:.2f}" if se is not None and math.isfinite(se) else "")
+    if v["learned"]:
+        return text
+    clearly = se is not None and math.isfinite(se) and v["ratio"] + 2 * se < LEARNED_RATIO
+    return text + (" ✗✗" if clearly else " ✗")
+
+
 def _ratio_lines(view: ReportView) -> list[str]:
     seeds = [str(r.seed) for r in view.runs]
     learned = view.doc["learned"]
@@ -173,14 +200,14 @@ def _ratio_lines(view: ReportView) -> list[str]:
     if pretrained:
         L.append(
             f"\nIdentity accuracy over Random's (5-fold probe; the amortised model: at i = [1, 1], over its "
-            f"initialisation's), per seed; below {LEARNED_RATIO}× a model counts as under-trained:\n"
+            f"initialisation's) ± its standard error (the two probes' fold-to-fold spreads), per seed; below "
+            f"{LEARNED_RATIO}× a model counts as under-trained (✗), and as clearly under-trained (✗✗) where even "
+            f"two standard errors above its ratio stay below {LEARNED_RATIO}× (the probe's noise cannot explain the "
+            "miss; how often each model clears the line on seeds nobody chose: docs/learning-check.md):\n"
         )
         L.append("| model | " + " | ".join(f"seed {s}" for s in seeds) + " |\n|---|" + "---:|" * len(seeds))
         for m in pretrained:
-            cells = [
-                f"{learned[s][m]['ratio']:.2f}" + ("" if learned[s][m]["learned"] else " ✗") if m in learned[s] else "–"
-                for s in seeds
-            ]
+            cells = [_ratio_cell(learned[s][m]) if m in learned[s] else "–" for s in seeds]
             L.append(f"| {m} | " + " | ".join(cells) + " |")
     if supervised:
         worst = {
