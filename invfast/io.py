@@ -191,6 +191,13 @@ def _norm(v: Any) -> Any:
     return [_norm(x) for x in v] if isinstance(v, (tuple, list)) else v
 
 
+def without_added_defaults(config: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    """``config`` without the fields of ``added`` (fields that came after runs were saved, each with the value
+    that gives the numbers of before it existed) that hold exactly that value: a run saved before a field
+    existed resumes under that value, and only under it."""
+    return {k: v for k, v in config.items() if not (k in added and v == added[k])}
+
+
 def config_difference(saved: dict[str, Any], current: dict[str, Any], where: str = "folder") -> list[str]:
     """One human-readable line per field that differs between two config dicts (tuples equal lists);
     ``where`` names what holds ``saved`` ("folder", "checkpoint", ...)."""

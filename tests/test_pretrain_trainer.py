@@ -185,6 +185,8 @@ def test_trainer_bad_input(tmp_path):
         Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=-1))
     with pytest.raises(ValueError, match=r"the warm-up \(12 steps\) must be shorter than the run \(12 steps\)"):
         Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=12))
+    with pytest.raises(ValueError, match=r"the warm-up \(13 steps\) must be shorter than the run \(12 steps\)"):
+        Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=13, schedule="constant"))
     with pytest.raises(FileNotFoundError, match="does not exist"):
         FolderSource(tmp_path / "nope", 32)
     with pytest.raises(ValueError, match="holds no images"):

@@ -441,14 +441,18 @@ def _one_line(capsys, code, got, *words):
         (["--steps", "3"], ["--steps", "--epochs"]),
         (["--descriptors", "individual"], ["--descriptors", "amortised"]),
         (["--device", "tpu"], ["tpu"]),
+        (["--warmup-steps", "-1"], ["--warmup-steps", ">= 0"]),
+        (["--warmup-steps", "3", "--steps", "3"], ["--warmup-steps 3", "shorter than the run"]),
     ],
 )
 def test_pretrain_bad_settings_are_refused(npy, tmp_path, capsys, extra, words):
     args = pretrain(npy, tmp_path / "o", *extra)
-    if "--steps" in extra:
+    if extra == ["--steps", "3"]:
         args += ["--epochs", "2"]
     _one_line(capsys, 2, main(args), *words)
     assert not (tmp_path / "o" / "metrics.jsonl").exists()
+    if "--warmup-steps" in extra:  # refused before the output folder is claimed
+        assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

@@ -308,9 +308,12 @@ def test_per_image_tables_are_made_in_unforked_pieces_with_the_values_of_one_cal
         pieces.append(e - s)
         return U._levels(U.blend(x, mean[s:e], f))
 
-    assert torch.equal(U._unforked(fn, 37, f.numel() * 256), whole)
+    assert torch.equal(U._unforked(fn, 37, f.numel() * 256, torch.device("cpu")), whole)
     assert sum(pieces) == 37 and max(pieces) * 40 * 256 <= U._TORCH_GRAIN  # no op above torch's grain
-    assert torch.equal(U._unforked(lambda s, e: whole[s:e], 37, 1), whole)  # one piece when it fits
+    cpu = torch.device("cpu")
+    assert torch.equal(U._unforked(lambda s, e: whole[s:e], 37, 1, cpu), whole)  # one piece when it fits
+    pieces.clear()
+    assert torch.equal(U._unforked(fn, 37, f.numel() * 256, torch.device("meta")), whole) and pieces == [37]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -53,13 +53,13 @@ def _levels(x: torch.Tensor) -> torch.Tensor:
 _TORCH_GRAIN = 32768
 
 
-def _unforked(fn: Callable[[int, int], torch.Tensor], n: int, row_elements: int) -> torch.Tensor:
-    """``fn(start, end)`` over row ranges of ``[0, n)`` small enough that torch runs each op on one thread,
-    concatenated along dim 0. For the per-image tables: a few microseconds of work, where a thread team costs
-    more and, with another process on the cores, waits milliseconds for a descheduled thread (issue 43).
-    Element-wise, so the values are those of one call over all rows."""
+def _unforked(fn: Callable[[int, int], torch.Tensor], n: int, row_elements: int, device: torch.device) -> torch.Tensor:
+    """``fn(start, end)`` over row ranges of ``[0, n)`` small enough that torch runs each op on one CPU thread,
+    concatenated along dim 0 (one call on other devices). For the per-image tables: a few microseconds of work,
+    where a thread team costs more and, with another process on the cores, waits milliseconds for a
+    descheduled thread (issue 43). Element-wise, so the values are those of one call over all rows."""
     step = max(1, _TORCH_GRAIN // max(1, row_elements))
-    if step >= n:
+    if step >= n or device.type != "cpu":
         return fn(0, n)
     return torch.cat([fn(s, min(n, s + step)) for s in range(0, n, step)])
 
@@ -276,7 +276,7 @@ def contrast(images: torch.Tensor, factors: torch.Tensor) -> torch.Tensor:
     mean = ((sums * w).sum(dim=1) / (255.0 * H * W)).to(torch.float32).view(B, 1, 1, 1)
     x = _unit_levels(images.device).view(1, 1, 1, 256)
     f = factors.view(1, -1, 1, 1)
-    tables = _unforked(lambda s, e: _levels(blend(x, mean[s:e], f)), B, f.numel() * 256)
+    tables = _unforked(lambda s, e: _levels(blend(x, mean[s:e], f)), B, f.numel() * 256, images.device)
     return lut(images, tables)
 
 

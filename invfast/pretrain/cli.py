@@ -153,7 +153,7 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
     if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
         raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
-    for k in ("checkpoint_every", "log_every", "invariance_every"):
+    for k in ("warmup_steps", "checkpoint_every", "log_every", "invariance_every"):
         if getattr(args, k) < 0:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 0, got {getattr(args, k)}")
     for k, low in (
@@ -168,6 +168,8 @@ def check_args(args: argparse.Namespace) -> None:
         v = getattr(args, k, None)
         if v is not None and v < low:
             raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
+    if args.steps is not None and args.warmup_steps >= args.steps:
+        raise ValueError(f"--warmup-steps {args.warmup_steps} must be shorter than the run (--steps {args.steps})")
     if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
         raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
     for k, lo, hi in (("weight_decay", 0.0, math.inf), ("sgd_momentum", 0.0, 1.0), ("key_momentum", 0.0, 1.0)):

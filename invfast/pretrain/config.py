@@ -19,6 +19,9 @@ RESUMABLE_FIELDS = (
     "device",
     "channels_last",
 )
+#: TrainConfig fields added after checkpoints were saved, at the value that gives the numbers of before they
+#: existed: a checkpoint without one resumes under that value (and only under it)
+ADDED_FIELDS = {"warmup_steps": 0}
 
 
 @dataclass

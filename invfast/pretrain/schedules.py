@@ -56,5 +56,7 @@ class ConstantSchedule:
 
 def lr_multiplier(schedule: str, total: int, warmup: int = 0) -> CosineSchedule | ConstantSchedule:
     """The LR multiplier of a :class:`~invfast.pretrain.TrainConfig` ``schedule`` ('cosine' or 'constant')
-    over ``total`` steps with a ``warmup``-step linear ramp."""
+    over ``total`` steps with a ``warmup``-step linear ramp (shorter than the run, for either schedule)."""
+    if not 0 <= warmup < total:
+        raise ValueError(f"the warm-up ({warmup} steps) must be shorter than the run ({total} steps)")
     return CosineSchedule(total, warmup) if schedule == "cosine" else ConstantSchedule(warmup)

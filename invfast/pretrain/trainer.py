@@ -22,11 +22,11 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 from invfast.devices import resolve_device
-from invfast.io import atomic_torch_save, config_difference, load_verified
+from invfast.io import atomic_torch_save, config_difference, load_verified, without_added_defaults
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
 from invfast.pretrain import run_log
-from invfast.pretrain.config import RESUMABLE_FIELDS, TrainConfig
+from invfast.pretrain.config import ADDED_FIELDS, RESUMABLE_FIELDS, TrainConfig
 from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_channels_last
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
@@ -137,10 +137,9 @@ class Trainer:
     # ------------------------------------------------------------------ identity
     def run_config(self) -> dict:
         """Everything that determines the result; a checkpoint resumes only under the same values."""
-        cfg = {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_FIELDS}
+        fields = {k: v for k, v in dataclasses.asdict(self.config).items() if k not in RESUMABLE_FIELDS}
+        cfg = without_added_defaults(fields, ADDED_FIELDS)
         cfg["lr"] = self.config.base_lr()
-        if not cfg["warmup_steps"]:  # the field came in 0.4: checkpoints of before it resume without one
-            del cfg["warmup_steps"]
         cfg.update({f"method.{k}": v for k, v in self.method.config().items()})
         cfg.update(
             {

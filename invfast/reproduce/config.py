@@ -355,11 +355,11 @@ class ReproduceConfig:
 
     def claim_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` without :data:`RUN_ONLY_FIELDS`: what a folder's ``config.json`` must match to resume."""
-        return {
-            k: v
-            for k, v in self.to_dict().items()
-            if k not in RUN_ONLY_FIELDS and not (k in ADDED_FIELDS and v == ADDED_FIELDS[k])
-        }
+        from invfast.io import without_added_defaults
+
+        return without_added_defaults(
+            {k: v for k, v in self.to_dict().items() if k not in RUN_ONLY_FIELDS}, ADDED_FIELDS
+        )
 
 
 def background_count(spec: str) -> int | None:

@@ -180,14 +180,18 @@ def _markdown(view: ReportView) -> list[str]:
     return L
 
 
+def clearly_below(ratio: float, se: float | None) -> bool:
+    """Below the learning line by more than two standard errors: the probe's noise cannot explain the miss."""
+    return se is not None and math.isfinite(se) and ratio + 2 * se < LEARNED_RATIO
+
+
 def _ratio_cell(v: dict[str, Any]) -> str:
     """'1.36 ± 0.14', '1.16 ± 0.06 ✗' (below the line), '0.97 ± 0.05 ✗✗' (below it by more than 2 SE)."""
     se = v.get("se")
     text = f"{v['ratio']:.2f}" + (f" ± {se:.2f}" if se is not None and math.isfinite(se) else "")
     if v["learned"]:
         return text
-    clearly = se is not None and math.isfinite(se) and v["ratio"] + 2 * se < LEARNED_RATIO
-    return text + (" ✗✗" if clearly else " ✗")
+    return text + (" ✗✗" if clearly_below(v["ratio"], se) else " ✗")
 
 
 def _ratio_lines(view: ReportView) -> list[str]:
