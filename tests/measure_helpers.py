@@ -128,6 +128,7 @@ def dist_worker(rank: int, world: int, port: int, images_path: str, out_dir: str
             pair_scores_dir=os.path.join(out_dir, "pairs"),
             state_path=os.path.join(out_dir, "state.pt"),
             save_every=0,
+            equivariance=True,
         )
         if rank == 0:
             r.to_json(os.path.join(out_dir, "result.json"))

@@ -398,7 +398,9 @@ def measured():
         ]
         torch.manual_seed(0)
         res = ivf.models.create("resnet18-cifar", width=4).eval()
-        layered = measure_invariance(res, x, [Rot90(), HFlip(), Brightness()], name="rn", layers="layer2,layer4", **kw)
+        layered = measure_invariance(
+            res, x, [Rot90(), HFlip(), Brightness()], name="rn", layers="layer2,layer4", equivariance=True, **kw
+        )
     finally:
         torch.set_num_threads(n_threads)
     return runs, layered
@@ -411,6 +413,15 @@ def test_per_layer_rows(measured):
     assert [(r.model, r.layer) for r in c.rows] == [("net0", None), ("rn", "layer2"), ("rn", "layer4")]
     j = [n for n, _ in c.table.columns].index("rot90")
     assert c.table.values["cosine"][1, j] == layered.layers["layer2"]["rot90"].mean_cosine
+    # the measures without per-image values: shown, not tested; a row that did not measure one has none
+    eq = c.table.measures["equivariance"]
+    assert eq[1, j] == layered.layers["layer2"]["rot90"].mean_linear_equivariance and np.isnan(eq[0]).all()
+    nv = c.table.measures["normalized_variance"]
+    assert nv[0, j] == runs[0]["rot90"].normalized_variance
+    text = c.to_markdown()
+    assert "## Linear equivariance" in text and "## Normalized variance" in text
+    assert {r["metric"] for r in c.to_rows()} == {"cosine", "distance", "normalized_variance", "equivariance"}
+    assert "equivariance" not in ivf.compare(runs).table.measures
     t = next(t for t in c.paired.of("cosine", "rot90") if (t.a, t.b) == ("rn [layer2]", "rn [layer4]"))
     ref = sps.ttest_rel(
         layered.layers["layer2"]["rot90"].per_image_cosine.numpy(),
@@ -435,8 +446,9 @@ def test_json_round_trip_and_frames(measured, tmp_path):
     with pytest.raises(ValueError, match="not an invfast comparison"):
         Comparison.from_dict({"format": "x"})
     frame = c.to_frame()
-    assert len(frame) == 2 * 3 * (3 + 2)  # metrics x rows x (transforms + families)
-    assert set(frame["metric"]) == {"cosine", "distance"}
+    # metrics x rows x (transforms + families), then the normalized variance: rows x transforms
+    assert len(frame) == 2 * 3 * (3 + 2) + 3 * 3
+    assert set(frame["metric"]) == {"cosine", "distance", "normalized_variance"}
     assert len(c.to_frame("tests")) == 2 * 3 * 3 and len(c.to_frame("transfer")) == 2 * 5
     assert c.to_csv().splitlines()[0].startswith("label,model,layer,column,kind")
     for kind in ("radar", "heatmap", "significance", "correlation"):

@@ -121,13 +121,15 @@ def _same(a: InvarianceResult, b: InvarianceResult) -> None:
             torch.testing.assert_close(
                 getattr(ta, f"per_image_{m}"), getattr(tb, f"per_image_{m}"), rtol=1e-12, atol=1e-12, equal_nan=True
             )
+        if ta.linear_equivariance is not None or tb.linear_equivariance is not None:
+            torch.testing.assert_close(ta.linear_equivariance, tb.linear_equivariance, rtol=1e-10, atol=1e-10)
 
 
 @pytest.mark.parametrize("kill_after", [3, 11])  # during the statistics pass / during the second transform
 def test_kill_and_resume_equals_uninterrupted(tmp_path, kill_after):
     x = random_images(26, seed=5)
     tfs = [Rot90(), Brightness()]
-    kw = dict(grid_size=5, batch_size=5, forward_batch=12)
+    kw = dict(grid_size=5, batch_size=5, forward_batch=12, equivariance=True)
     counting = _Killer(small_net(seed=5, dim=6), None)
     full = measure_invariance(counting, x, tfs, **kw)
     state = tmp_path / "state.pt"
@@ -176,11 +178,13 @@ def test_two_gloo_processes_equal_single_process(tmp_path):
         batch_size=4,
         forward_batch=64,
         pair_scores_dir=tmp_path / "pairs1",
+        equivariance=True,
     )
     assert sharded.meta["world_size"] == 2 and sharded.stats["n"] == 22
     for name in ("rot90", "brightness"):
         a, b = sharded[name], single[name]
         assert a.n_images == b.n_images == 22
+        torch.testing.assert_close(a.linear_equivariance, b.linear_equivariance, rtol=1e-5, atol=1e-6)
         for m in ("distance", "cosine"):
             assert getattr(a, f"mean_{m}") == pytest.approx(getattr(b, f"mean_{m}"), rel=1e-5)
             torch.testing.assert_close(getattr(a, m), getattr(b, m), rtol=1e-5, atol=1e-6)

@@ -93,6 +93,7 @@ def test_fingerprint_takes_every_field_not_declared_free():
             "protocol_seed": 4,
             "layers": "layer1",
             "units": "elements",
+            "equivariance": True,
         }[f.name]
         assert fingerprint(cfg.replace(**{f.name: other}), torch.device("cpu")) != fp, f.name
 

@@ -3,12 +3,26 @@ cross-validated R² of the best affine map, and tmeasures's same-equivariance.""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 import torch
-from test_measure_units import Body, tmeasures_nv_numpy
+from measure_helpers import Brightness, Rot90
+from test_measure_units import Body, Pointwise, _activations, tmeasures_nv_numpy
 
-from invfast.measure.equivariance import kfold, linear_equivariance, same_equivariance
+from invfast.measure import InvarianceResult, measure_invariance
+from invfast.measure.equivariance import (
+    add_reference,
+    add_views,
+    fit_from_sums,
+    fold_of,
+    fold_sums,
+    kfold,
+    linear_equivariance,
+    same_equivariance,
+    sums_bytes,
+)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -80,3 +94,88 @@ def test_same_equivariance_against_numpy_and_an_equivariant_layer(rng):
     assert np.abs(got - want).max() < 1e-12
     with pytest.raises(ValueError, match="feature maps"):
         same_equivariance(acts.flatten(2))
+
+
+def test_fold_of_is_kfold():
+    for n, folds in ((11, 3), (10, 5), (7, 7), (23, 5), (5, 2)):
+        want = torch.cat([torch.full((len(f),), i) for i, f in enumerate(kfold(n, folds))])
+        assert torch.equal(fold_of(torch.arange(n), n, folds), want)
+
+
+def test_sums_in_any_order_and_chunks_equal_the_whole(rng):
+    """The fit from per-fold sums added image group by group and parameter chunk by parameter chunk, in a
+    shuffled order, equals the fit of all images at once; features far from 0 (a shift of 1e3) keep
+    their accuracy."""
+    n, d, p = 29, 5, 4
+    x = rng.normal(size=(n, d)) + 1e3
+    y = np.einsum("nd,pde->npe", x - 1e3, rng.normal(size=(p, d, d))) + 0.2 * rng.normal(size=(n, p, d)) + 1e3
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    want = linear_equivariance(xt, yt, folds=5)
+    sums = fold_sums(5, p, d, d, torch.full((d,), 1e3, dtype=torch.float64))
+    order = rng.permutation(n)
+    for s in range(0, n, 4):
+        rows = torch.from_numpy(order[s : s + 4])
+        fold = fold_of(rows, n, 5)
+        add_reference(sums, fold, xt[rows])
+        for ps in range(0, p, 3):
+            add_views(sums, fold, xt[rows], yt[rows, ps : ps + 3], ps)
+    got = fit_from_sums(sums)
+    assert torch.allclose(got, want, rtol=0, atol=1e-10), (got, want)
+    assert (got > 0.5).all() and (got < 1).all()
+    assert sums_bytes(5, p, d, d) == sum(v.numel() * 8 for v in sums.values())
+
+
+@pytest.mark.parametrize("t", [Rot90(), Brightness()], ids=["rot90", "brightness"])
+def test_streamed_measurement_equals_the_fit_of_its_features(rng, t):
+    """measure_invariance(equivariance=True) on a pointwise network (activations independent of batching)
+    equals linear_equivariance of the features the measurement saw, to 1e-9; groups of 3 images cross the
+    fold boundaries."""
+    x = torch.from_numpy(rng.integers(0, 256, (23, 3, 6, 6), dtype=np.uint8))
+    r = measure_invariance(
+        Pointwise(), x, [t], grid_size=6, batch_size=3, forward_batch=8, normalize=False, equivariance=True
+    )
+    a = torch.from_numpy(_activations(x, t, 6))  # [N, V, C]: the image first when the grid has no identity
+    p = len(t.grid(6))
+    a = a[:, a.shape[1] - p :]
+    with torch.no_grad():
+        ref = Body()(x.float() / 255.0).mean((2, 3)).double()
+    want = linear_equivariance(ref, a)
+    got = r[t.name].linear_equivariance
+    assert got.shape == (p,) and torch.allclose(got, want, rtol=0, atol=1e-9), (got, want)
+    ident = r[t.name].identity
+    if ident.any():
+        assert got[ident].min() > 0.99  # the identity view is the image itself
+    keep = got[~ident]
+    assert r[t.name].mean_linear_equivariance == pytest.approx(float(keep[~torch.isnan(keep)].mean()))
+    back = InvarianceResult.from_json(r.to_json())[t.name]
+    torch.testing.assert_close(back.linear_equivariance, got, equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore:FeatureStats")
+def test_equivariance_errors_are_one_line_and_early(rng):
+    x = torch.from_numpy(rng.integers(0, 256, (4, 3, 6, 6), dtype=np.uint8))
+    with pytest.raises(ValueError, match="at least 5 images"):
+        measure_invariance(Pointwise(), x, [Rot90()], grid_size=4, equivariance=True, normalize=False)
+    x = torch.from_numpy(rng.integers(0, 256, (8, 3, 6, 6), dtype=np.uint8))
+    with pytest.raises(ValueError, match="raise equivariance_mb"):
+        measure_invariance(Pointwise(), x, [Rot90()], grid_size=4, equivariance=True, equivariance_mb=0.001)
+    with pytest.raises(TypeError, match="equivariance must be True or False"):
+        measure_invariance(Pointwise(), x, [Rot90()], equivariance="yes")
+    r = measure_invariance(Pointwise(), x, [Rot90()], grid_size=4, normalize=False)
+    assert r["rot90"].linear_equivariance is None and r["rot90"].mean_linear_equivariance is None
+
+
+@pytest.mark.filterwarnings("ignore:FeatureStats")
+def test_saved_equivariance_is_checked_and_real_world_refuses_it(rng):
+    from invfast.measure import measure_real_world
+
+    x = torch.from_numpy(rng.integers(0, 256, (10, 3, 6, 6), dtype=np.uint8))
+    d = json.loads(measure_invariance(Pointwise(), x, [Rot90()], grid_size=4, equivariance=True).to_json())
+    d["transforms"][0]["linear_equivariance"] = [0.5, 1.5, 0.2, 0.1]
+    with pytest.raises(ValueError, match=r"linear_equivariance\[1\].*R² <= 1"):
+        InvarianceResult.from_dict(d)
+    d["transforms"][0]["linear_equivariance"] = [0.5, 0.2]
+    with pytest.raises(ValueError, match="linear_equivariance.*4 numbers"):
+        InvarianceResult.from_dict(d)
+    with pytest.raises(ValueError, match="real-world groups have none"):
+        measure_real_world(Pointwise(), x, groups=[0, 0, 1, 1, 2, 2, 3, 3, 4, 4], equivariance=True)

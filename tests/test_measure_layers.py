@@ -74,7 +74,7 @@ class _Stage(torch.nn.Module):
 def test_layers_from_one_pass_equal_each_layer_alone(rng):
     model = _net(1)
     x = torch.from_numpy(rng.integers(0, 256, (40, 3, 16, 16), dtype=np.uint8))
-    cfg = MeasureConfig(grid_size=4, batch_size=16, normalize=False, shrinkage="ledoit-wolf")
+    cfg = MeasureConfig(grid_size=4, batch_size=16, normalize=False, shrinkage="ledoit-wolf", equivariance=True)
     together = measure_invariance(model, x, [Rot90(), HFlip()], cfg, layers="layer1,layer2,layer4")
     assert list(together.layers) == ["layer1", "layer2", "layer4"] and together.layer == "layer4"
     assert together.meta["layers"] == ["layer1", "layer2", "layer4"]
@@ -88,6 +88,7 @@ def test_layers_from_one_pass_equal_each_layer_alone(rng):
             torch.testing.assert_close(
                 r[t].unit_transform_variance, alone[t].unit_transform_variance, rtol=1e-5, atol=1e-9
             )
+            torch.testing.assert_close(r[t].linear_equivariance, alone[t].linear_equivariance, rtol=1e-4, atol=1e-5)
 
 
 def test_per_unit_variances_against_numpy(rng):
@@ -245,6 +246,7 @@ def test_cli_layers_end_to_end(tmp_path, monkeypatch, capsys, rng):
             "--out",
             str(out),
             "--pair-scores",
+            "--equivariance",
         ]
     )
     assert code == 0, capsys.readouterr().err
@@ -255,6 +257,17 @@ def test_cli_layers_end_to_end(tmp_path, monkeypatch, capsys, rng):
     assert sorted(os.listdir(out / "pairs"))[:2] == ["hflip.layer1.cosine.npy", "hflip.layer1.distance.npy"]
     r = InvarianceResult.from_json(out / "result.json")
     assert r.layers["layer2"]["rotation"].normalized_variance is not None
+    assert "linear equivariance" in (out / "table.md").read_text()
+    for lay in r.layers.values():
+        eq = lay["rotation"].linear_equivariance
+        assert eq.shape == (4,) and bool((eq <= 1).all()) and lay["rotation"].mean_linear_equivariance is not None
+    from invfast import report
+
+    assert len(report.plot_depth(r).axes) == 4  # cosine, distance, normalized variance, equivariance
+    for lay in r.layers.values():
+        for t in lay.transforms.values():
+            t.linear_equivariance = None
+    assert len(report.plot_depth(r).axes) == 3
 
 
 @pytest.mark.slow

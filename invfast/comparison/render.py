@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from invfast.comparison.table import HEADINGS, METRICS
+from invfast.comparison.table import HEADINGS, MEASURES, METRICS
 from invfast.comparison.transfer import MIN_MODELS_MARK, Transfer
 
 #: ``c`` below is an :class:`invfast.comparison.Comparison` (not imported: core imports this module)
@@ -126,6 +126,21 @@ def _metric_block(c: Any, metric: str, digits: int) -> list[str]:
             + " |"
         )
     out.append("")
+    return out
+
+
+def _measures_block(c: Any, digits: int) -> list[str]:
+    """A rows x transforms table of each measure of :data:`MEASURES` that some row has (no tests)."""
+    t = c.table
+    out: list[str] = []
+    for name, vals in t.measures.items():
+        heading = MEASURES[name][1]
+        out += [f"## {heading[0].upper() + heading[1:]}", ""]
+        out.append("| | model | " + " | ".join(n for n, _ in t.columns) + " |")
+        out.append("|---|---|" + "---:|" * len(t.columns))
+        for i, lab in enumerate(c.labels):
+            out.append(f"| {letter(i)} | {lab} | " + " | ".join(_fmt(v, digits) for v in vals[i]) + " |")
+        out += ["", "Not tested for significance (these measures have no per-image values); – = not measured.", ""]
     return out
 
 
@@ -247,6 +262,7 @@ def markdown(c: Any, *, digits: int = 3, pictures: dict[str, str] | None = None)
     out = _header(c)
     for metric in METRICS:
         out += _metric_block(c, metric, digits)
+    out += _measures_block(c, digits)
     out += _paired_block(c)
     out += _transfer_block(c, digits)
     if pictures:
@@ -297,6 +313,25 @@ def long_rows(c: Any, kind: str = "table") -> list[dict[str, Any]]:
                         "rank": float(rk) if np.isfinite(rk) else None,
                         "best": i in best[j],
                         "more_invariant_than": ";".join(beats.get(r.label, [])),
+                    }
+                )
+    for name, vals in t.measures.items():
+        for j, (col, fam) in enumerate(t.columns):
+            for i, r in enumerate(c.rows):
+                v = vals[i, j]
+                rows.append(
+                    {
+                        "label": r.label,
+                        "model": r.model,
+                        "layer": r.layer,
+                        "column": col,
+                        "kind": "transform",
+                        "family": fam,
+                        "metric": name,
+                        "value": float(v) if np.isfinite(v) else None,
+                        "rank": None,
+                        "best": False,
+                        "more_invariant_than": "",
                     }
                 )
     return rows

@@ -10,7 +10,7 @@ without a value in a column gets no rank there.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -23,6 +23,21 @@ HIGHER_IS_MORE_INVARIANT = {"cosine": True, "distance": False}
 HEADINGS = {
     "cosine": "standardised cosine similarity (1 = invariant, higher = more invariant)",
     "distance": "Mahalanobis distance (0 = invariant, lower = more invariant)",
+}
+
+
+#: measures shown beside Table 1 without significance tests (no per-image values): name -> (TransformResult
+#: attribute, heading); a comparison has the ones some row measured
+MEASURES = {
+    "normalized_variance": (
+        "normalized_variance",
+        "normalized variance (tmeasures's, per unit, averaged over the layer's units; 0 = invariant)",
+    ),
+    "equivariance": (
+        "mean_linear_equivariance",
+        "linear equivariance (cross-validated R² of the best linear map from an image's features to its view's; "
+        "1 = the transform acts linearly on the features)",
+    ),
 }
 
 
@@ -57,26 +72,33 @@ class Table:
 
     ``values[metric]`` is float64 ``[R, T]`` (NaN where a row lacks the transform), rows in ``labels``
     order, columns in ``columns`` order (``(name, family)``, spatial first, then appearance, then the rest).
+    ``measures[name]`` the same for each of :data:`MEASURES` that some row has (mean over the transform's
+    non-identity parameters where the measure has one value per parameter).
     """
 
     labels: list[str]
     columns: list[tuple[str, str]]
     values: dict[str, np.ndarray]
+    measures: dict[str, np.ndarray] = field(default_factory=dict)
 
     @classmethod
     def from_results(cls, labels: Sequence[str], results: Sequence[Any]) -> Table:
         """The table of ``results`` (InvarianceResult objects, one per label)."""
         cols = ordered_transforms(results)
-        vals = {}
-        for m in METRICS:
+
+        def grid(attr: str) -> np.ndarray:
             a = np.full((len(results), len(cols)), np.nan)
             for i, r in enumerate(results):
                 for j, (name, _) in enumerate(cols):
                     t = r.transforms.get(name)
-                    v = None if t is None else getattr(t, f"mean_{m}")
+                    v = None if t is None else getattr(t, attr, None)
                     a[i, j] = np.nan if v is None else float(v)
-            vals[m] = a
-        return cls(list(labels), [(n, f) for n, f in cols], vals)
+            return a
+
+        vals = {m: grid(f"mean_{m}") for m in METRICS}
+        measures = {k: grid(attr) for k, (attr, _) in MEASURES.items()}
+        measures = {k: a for k, a in measures.items() if np.isfinite(a).any()}
+        return cls(list(labels), [(n, f) for n, f in cols], vals, measures)
 
     @property
     def families(self) -> list[str]:
@@ -142,6 +164,7 @@ class Table:
             "columns": [list(c) for c in self.columns],
             "families": self.families,
             "values": {m: lst(self.values[m]) for m in METRICS},
+            "measures": {k: lst(a) for k, a in self.measures.items()},
             "family_values": {m: lst(self.family_values(m)) for m in METRICS},
             "family_members": {f: [self.columns[j][0] for j in self.family_members(f)] for f in self.families},
             "ranks": {m: lst(self.ranks(m)) for m in METRICS},
@@ -153,10 +176,11 @@ class Table:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Table:
-        vals = {
-            m: np.array(
-                [[np.nan if x is None else x for x in row] for row in d["values"][m]], dtype=np.float64
-            ).reshape(len(d["labels"]), len(d["columns"]))
-            for m in METRICS
-        }
-        return cls(list(d["labels"]), [(c[0], c[1]) for c in d["columns"]], vals)
+        def arr(rows: list[list[float | None]]) -> np.ndarray:
+            return np.array([[np.nan if x is None else x for x in row] for row in rows], dtype=np.float64).reshape(
+                len(d["labels"]), len(d["columns"])
+            )
+
+        vals = {m: arr(d["values"][m]) for m in METRICS}
+        measures = {k: arr(v) for k, v in (d.get("measures") or {}).items() if k in MEASURES}
+        return cls(list(d["labels"]), [(c[0], c[1]) for c in d["columns"]], vals, measures)

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from invfast.measure.engine import Run
+from invfast.measure.equivariance import fit_from_sums
 from invfast.measure.layers import OUTPUT
 from invfast.measure.result import TransformResult
 from invfast.measure.scoring import pair_file
@@ -82,6 +83,11 @@ def _layer_result(
     _, view_m2 = _unit_moments(la, local, sh)
     n_views = int(view_m2.shape[0])
 
+    eq = None
+    if "eq" in la:  # the per-fold sums of every rank added up (the fold of an image does not depend on its rank)
+        fold_sums = {k: v if k == "shift" else sum_in_rank_order(v, sh) for k, v in la["eq"].items()}
+        eq = fit_from_sums(fold_sums).cpu()
+
     def over(mask: torch.Tensor, key: str) -> float | None:
         return float(sums[key][mask].sum() / (count * int(mask.sum()))) if bool(mask.any()) else None
 
@@ -108,4 +114,5 @@ def _layer_result(
         unit_view_std_sum=sums["ts"],
         unit_image_std_sum=sample_std(view_m2, count).sum(0),
         n_views=n_views,
+        linear_equivariance=eq,
     )

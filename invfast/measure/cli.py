@@ -136,6 +136,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "each channel after global average pooling) or elements (every C x H x W activation, as tmeasures)",
     )
     parser.add_argument(
+        "--equivariance",
+        action="store_true",
+        help="also fit the cross-validated linear map from each image's features to its view's, per grid "
+        "parameter and layer (R², 1 = the transform acts linearly on the features; docs/measure.md)",
+    )
+    parser.add_argument(
+        "--equivariance-mb",
+        type=float,
+        default=2048.0,
+        help="the most memory (MiB) the equivariance fit's per-fold sums may take per transform (default 2048)",
+    )
+    parser.add_argument(
         "--protocol",
         choices=("invfast", "ericsson"),
         default="invfast",
@@ -306,7 +318,7 @@ def _write(result: Any, args: argparse.Namespace, folder: Any) -> None:
                     m: os.path.abspath(os.path.join(args.out, PAIRS_DIR, os.path.basename(p)))
                     for m, p in tr.pair_scores.items()
                 }
-    table = report.to_markdown(rows)
+    table = report.to_markdown(rows, metrics=("distance", "cosine") + (("equivariance",) if args.equivariance else ()))
     from invfast.io import atomic_write_text
 
     atomic_write_text(os.path.join(stage, "table.md"), table)

@@ -70,6 +70,12 @@ class MeasureConfig:
             :mod:`invfast.measure.units`): 'channels' (each channel after global average pooling, the
             features the whitened scores use) or 'elements' (every C x H x W activation, as tmeasures
             measures by default; streamed: memory O((views + images per batch) x C x H x W), not O(N)).
+        equivariance: also fit, per transform, parameter and layer, the cross-validated linear map from the
+            image's features to its view's (:func:`invfast.measure.equivariance.linear_equivariance`: R², 1 =
+            the transform acts on the features as a linear map); streamed from per-fold sums of
+            ``5 x P x D x D`` float64 per layer (P grid parameters, D channels).
+        equivariance_mb: the most memory those sums may take per transform (all layers together), in MiB;
+            a run that needs more stops before scoring with one error saying how much it needs.
         overlap: make the next chunk's transformed views on a background thread while the model runs on
             the current one (None: on the CPU where a core is left over by torch's threads; CUDA launches
             are asynchronous already).
@@ -102,6 +108,8 @@ class MeasureConfig:
     pair_block: int = _free("real-world mode: rows scored at once, a memory bound", 64)
     layers: tuple[str, ...] | None = None
     units: str = "channels"
+    equivariance: bool = False
+    equivariance_mb: float = _free("a memory limit: a run over it stops, the numbers never change", 2048.0)
     overlap: bool | None = _free("how work is scheduled: the views and scores are the same", None)
 
     def __post_init__(self) -> None:
@@ -119,7 +127,7 @@ class MeasureConfig:
         positive_int("workers", low=0, optional=True)
         if isinstance(self.protocol_seed, bool) or not isinstance(self.protocol_seed, int) or self.protocol_seed < 0:
             raise ValueError(f"protocol_seed must be an integer >= 0, got {self.protocol_seed!r}")
-        for k in ("save_every", "feature_cache_mb"):
+        for k in ("save_every", "feature_cache_mb", "equivariance_mb"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"{k} must be a number >= 0, got {v!r}")
@@ -127,7 +135,7 @@ class MeasureConfig:
             raise ValueError(f"eps must be a number >= 0, got {self.eps!r}")
         if self.overlap is not None and not isinstance(self.overlap, bool):
             raise TypeError(f"overlap must be True, False or None, got {self.overlap!r}")
-        for k in ("normalize", "strict", "progress", "fingerprint_content"):
+        for k in ("normalize", "strict", "progress", "fingerprint_content", "equivariance"):
             if not isinstance(getattr(self, k), bool):
                 raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")
         if self.channels_last is not None and not isinstance(self.channels_last, bool):

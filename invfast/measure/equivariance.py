@@ -24,19 +24,141 @@ import torch
 
 from invfast.measure.units import normalized_variance
 
-__all__ = ["linear_equivariance", "same_equivariance", "kfold"]
+FOLDS = 5  #: folds of the cross-validated fit (contiguous blocks of the image indices)
+RIDGE = 1e-3  #: the fit's penalty relative to the training features' scale (see :func:`linear_equivariance`)
+
+__all__ = [
+    "FOLDS",
+    "RIDGE",
+    "linear_equivariance",
+    "same_equivariance",
+    "kfold",
+    "fold_of",
+    "fold_sums",
+    "sums_bytes",
+    "add_reference",
+    "add_views",
+    "fit_from_sums",
+]
 
 
 def kfold(n: int, folds: int) -> list[torch.Tensor]:
     """The test indices of ``folds`` contiguous folds of ``range(n)``, the first ``n % folds`` one longer
     (scikit-learn's ``KFold(folds)`` without shuffling)."""
-    if isinstance(folds, bool) or not isinstance(folds, int) or not 2 <= folds <= n:
-        raise ValueError(f"folds must be an integer from 2 to the number of images ({n}), got {folds!r}")
+    check_folds(folds, n)
     return list(torch.tensor_split(torch.arange(n), folds))
 
 
+def check_folds(folds: object, n: int) -> int:
+    """``folds`` if it is an integer from 2 to ``n`` (the number of images), else one ValueError."""
+    if isinstance(folds, bool) or not isinstance(folds, int) or not 2 <= folds <= n:
+        raise ValueError(f"folds must be an integer from 2 to the number of images ({n}), got {folds!r}")
+    return folds
+
+
+def check_ridge(ridge: object) -> float:
+    """``ridge`` as a float if it is a number >= 0, else one ValueError."""
+    if isinstance(ridge, bool) or not isinstance(ridge, (int, float)) or not ridge >= 0:
+        raise ValueError(f"ridge must be a number >= 0, got {ridge!r}")
+    return float(ridge)
+
+
+def fold_of(index: torch.Tensor, n: int, folds: int) -> torch.Tensor:
+    """The fold of each image index (int64, same shape) in the contiguous split :func:`kfold` makes of
+    ``range(n)``."""
+    small, extra = divmod(n, folds)
+    big = extra * (small + 1)  # images in the first ``extra`` folds, one longer each
+    index = index.long()
+    return torch.where(index < big, index // (small + 1), extra + (index - big) // max(small, 1))
+
+
+def fold_sums(folds: int, p: int, d: int, e: int, shift: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Zeroed sufficient statistics of the fit, per fold, float64 on ``shift``'s device: ``n [F]`` images,
+    ``sx [F, D]``, ``sxx [F, D, D]`` of the reference features, ``sy [F, P, E]``, ``syy [F, P]`` (sums of
+    squares) and ``sxy [F, P, D, E]`` of the views' features, all taken after subtracting ``shift [D]``
+    (kept as ``shift``; any constant does, it only keeps the sums small)."""
+
+    def z(*shape: int) -> torch.Tensor:
+        return torch.zeros(*shape, dtype=torch.float64, device=shift.device)
+
+    return {
+        "shift": shift.double().clone(),
+        "n": z(folds),
+        "sx": z(folds, d),
+        "sxx": z(folds, d, d),
+        "sy": z(folds, p, e),
+        "syy": z(folds, p),
+        "sxy": z(folds, p, d, e),
+    }
+
+
+def sums_bytes(folds: int, p: int, d: int, e: int) -> int:
+    """Bytes :func:`fold_sums` keeps (float64), dominated by ``sxy``: ``F x P x D x E x 8``."""
+    return 8 * (folds * (1 + d + d * d + p * e + p + p * d * e) + d)
+
+
+def add_reference(sums: dict[str, torch.Tensor], fold: torch.Tensor, x: torch.Tensor) -> None:
+    """Add images' reference features ``x [B, D]`` (their folds ``fold [B]``) into ``sums``, in place."""
+    x = x.double() - sums["shift"]
+    for f in torch.unique(fold).tolist():
+        xf = x[fold.to(x.device) == f]
+        sums["n"][f] += xf.shape[0]
+        sums["sx"][f] += xf.sum(0)
+        sums["sxx"][f] += xf.T @ xf
+
+
+def add_views(
+    sums: dict[str, torch.Tensor], fold: torch.Tensor, x: torch.Tensor, y: torch.Tensor, first: int = 0
+) -> None:
+    """Add the features ``y [B, c, E]`` of views ``first .. first + c`` of images with reference features
+    ``x [B, D]`` (folds ``fold [B]``) into ``sums``, in place."""
+    shift = sums["shift"]
+    x = x.double() - shift
+    y = y.double() - (shift if y.shape[-1] == shift.shape[0] else 0)
+    b, c, e = y.shape
+    for f in torch.unique(fold).tolist():
+        rows = fold.to(x.device) == f
+        xf, yf = x[rows], y[rows]
+        sums["sy"][f, first : first + c] += yf.sum(0)
+        sums["syy"][f, first : first + c] += yf.square().sum((0, 2))
+        sums["sxy"][f, first : first + c] += (xf.T @ yf.reshape(-1, c * e)).view(-1, c, e).transpose(0, 1)
+
+
+def fit_from_sums(sums: dict[str, torch.Tensor], ridge: float = RIDGE) -> torch.Tensor:
+    """The cross-validated R² of :func:`linear_equivariance` from the fold sums (:func:`fold_sums`): for each
+    fold, the ridge map fitted on the other folds' sums; its held-out squared error expanded in the fold's
+    own sums. float64 ``[P]``, NaN where the views do not vary."""
+    ridge = check_ridge(ridge)
+    n_f, sx, sxx, sy, syy, sxy = (sums[k] for k in ("n", "sx", "sxx", "sy", "syy", "sxy"))
+    n_all = n_f.sum()
+    d = sx.shape[1]
+    res = torch.zeros_like(syy[0])
+    for f in range(n_f.shape[0]):
+        if not n_f[f] > 0:
+            continue
+        nt = n_all - n_f[f]
+        mx = (sx.sum(0) - sx[f]) / nt  # [D]
+        my = (sy.sum(0) - sy[f]) / nt  # [P, E]
+        gram = sxx.sum(0) - sxx[f] - nt * torch.outer(mx, mx)
+        cxy = sxy.sum(0) - sxy[f] - nt * mx[None, :, None] * my[:, None, :]  # [P, D, E]
+        if ridge > 0:
+            alpha = ridge * float(torch.trace(gram)) / d
+            w = torch.linalg.solve(gram + alpha * torch.eye(d, dtype=gram.dtype, device=gram.device), cxy)
+        else:
+            w = torch.linalg.pinv(gram, hermitian=True) @ cxy
+        b = my - torch.einsum("d,pde->pe", mx, w)  # [P, E]: the intercept
+        # sum over the fold's images of ||y - x W - b||², from its sums alone
+        cross = torch.einsum("pde,pde->p", w, sxy[f]) + torch.einsum("pe,pe->p", b, sy[f])
+        quad = torch.einsum("pde,dk,pke->p", w, sxx[f], w) + 2 * torch.einsum("pe,d,pde->p", b, sx[f], w)
+        res += syy[f] - 2 * cross + quad + n_f[f] * b.square().sum(1)
+    raw = syy.sum(0)
+    tot = raw - sy.sum(0).square().sum(1) / n_all
+    varies = tot > 1e-12 * raw  # not rounding noise of views that do not vary
+    return torch.where(varies, 1 - res / tot.clamp_min(1e-300), torch.full_like(tot, float("nan")))
+
+
 def linear_equivariance(
-    reference: torch.Tensor, transformed: torch.Tensor, *, folds: int = 5, ridge: float = 1e-3
+    reference: torch.Tensor, transformed: torch.Tensor, *, folds: int = FOLDS, ridge: float = RIDGE
 ) -> torch.Tensor:
     """Cross-validated R² of the best affine map from ``reference`` to each view's features.
 
@@ -52,37 +174,26 @@ def linear_equivariance(
         float64 ``[P]``: for each parameter, ``1 - sum ||y - u(x)||² / sum ||y - mean y||²`` over every held-out
         image (each predicted by the map fitted on the other folds, intercept included), the mean taken over
         all N images (scikit-learn's ``r2_score(..., multioutput='variance_weighted')`` of
-        ``cross_val_predict``); NaN where the views do not vary.
+        ``cross_val_predict``); NaN where the views do not vary. Computed from per-fold sums
+        (:func:`fold_sums`, :func:`fit_from_sums`), as the streamed measurement computes it.
     """
     if reference.dim() != 2 or transformed.dim() != 3 or transformed.shape[0] != reference.shape[0]:
         raise ValueError(
             f"reference must be [N, D] and transformed [N, P, D'] with the same N, got {tuple(reference.shape)} "
             f"and {tuple(transformed.shape)}"
         )
-    if isinstance(ridge, bool) or not isinstance(ridge, (int, float)) or not ridge >= 0:
-        raise ValueError(f"ridge must be a number >= 0, got {ridge!r}")
-    n, p, d_out = transformed.shape
+    check_ridge(ridge)
+    n, p, e = transformed.shape
+    check_folds(folds, n)
     x = reference.double()
-    y = transformed.double().reshape(n, p * d_out)
-    pred = torch.empty_like(y)
-    for test in kfold(n, folds):
-        train = torch.ones(n, dtype=torch.bool, device=x.device)
-        train[test.to(x.device)] = False
-        xt, yt = x[train], y[train]
-        mx, my = xt.mean(0), yt.mean(0)
-        xc, yc = xt - mx, yt - my
-        gram = xc.T @ xc
-        if ridge > 0:
-            alpha = ridge * float(torch.trace(gram)) / x.shape[1]
-            eye = torch.eye(gram.shape[0], dtype=gram.dtype, device=gram.device)
-            w = torch.linalg.solve(gram + alpha * eye, xc.T @ yc)
-        else:
-            w = torch.linalg.pinv(xc) @ yc
-        idx = test.to(x.device)
-        pred[idx] = (x[idx] - mx) @ w + my
-    res = (y - pred).square().reshape(n, p, d_out).sum((0, 2))
-    tot = (y - y.mean(0)).square().reshape(n, p, d_out).sum((0, 2))
-    return torch.where(tot > 0, 1 - res / tot.clamp_min(1e-300), torch.full_like(tot, float("nan")))
+    sums = fold_sums(folds, p, x.shape[1], e, x.mean(0))
+    fold = fold_of(torch.arange(n), n, folds)
+    y = transformed.double()
+    if e != x.shape[1]:  # the shift is for y too when it has x's size; otherwise centre y on its own
+        y = y - y.mean((0, 1))
+    add_reference(sums, fold, x)
+    add_views(sums, fold, x, y)
+    return fit_from_sums(sums, ridge)
 
 
 def same_equivariance(

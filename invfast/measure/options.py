@@ -40,6 +40,8 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
         name=args.name or args.model,
         layers=args.layers,
         units=args.units,
+        equivariance=args.equivariance,
+        equivariance_mb=args.equivariance_mb,
         shrinkage=_shrinkage(args.shrinkage, quick=args.quick and args.protocol == "invfast"),
         eps=args.eps,
         channels_last={"auto": None, "on": True, "off": False}[args.channels_last],

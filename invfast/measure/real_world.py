@@ -54,6 +54,8 @@ def measure_real_world(
     if model_name is not None:
         overrides["name"] = model_name
     cfg = MeasureConfig.build(config, **overrides)
+    if cfg.equivariance:
+        raise ValueError("equivariance needs a transform with a grid of parameters; real-world groups have none")
     proto = get_protocol(cfg.protocol)
     shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
     self_pairs = proto.real_world_self_pairs  # the original's cosine: each view with itself too

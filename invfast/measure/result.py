@@ -33,6 +33,11 @@ class TransformResult:
     ddof 1, summed over views), ``unit_transform_variance`` (the variance over an image's views, ddof 0,
     averaged over images) and ``unit_sample_variance`` (the variance over images, ddof 0, averaged over
     views). None where not measured (results saved before issue 42 lack the standard deviations).
+
+    ``linear_equivariance`` float64 ``[P]`` (measured with ``equivariance=True``, else None): per parameter, the
+    cross-validated R² of the best affine map from an image's features to its view's
+    (:func:`invfast.measure.equivariance.linear_equivariance`): 1 = the transform acts on the features as a
+    linear map, 0 = no better than the views' mean.
     """
 
     name: str
@@ -57,6 +62,17 @@ class TransformResult:
     unit_view_std_sum: torch.Tensor | None = None
     unit_image_std_sum: torch.Tensor | None = None
     n_views: int | None = None
+    linear_equivariance: torch.Tensor | None = None
+
+    @property
+    def mean_linear_equivariance(self) -> float | None:
+        """The mean of :attr:`linear_equivariance` over the non-identity parameters where it is defined (all
+        of them when every parameter is the identity); None when not measured."""
+        eq = self.linear_equivariance
+        if eq is None:
+            return None
+        keep = ~self.identity if bool((~self.identity).any()) else torch.ones_like(self.identity)
+        return _nanmean(eq[keep])
 
     @property
     def unit_normalized_variance(self) -> torch.Tensor | None:
@@ -114,6 +130,8 @@ class TransformResult:
             "normalized_variance": self.normalized_variance,
             "variance_ratio": self.variance_ratio,
             "n_views": self.n_views,
+            "linear_equivariance": lst(self.linear_equivariance),
+            "mean_linear_equivariance": self.mean_linear_equivariance,
         }
         if per_image:
             d["unit_transform_variance"] = lst(self.unit_transform_variance)
@@ -160,6 +178,7 @@ class TransformResult:
             unit_view_std_sum=ten(d.get("unit_view_std_sum")),
             unit_image_std_sum=ten(d.get("unit_image_std_sum")),
             n_views=d.get("n_views"),
+            linear_equivariance=ten(d.get("linear_equivariance")),
         )
 
 

@@ -31,6 +31,7 @@ _RANGES = (
     (("mean_distance", "identity_distance", "distance", "per_image_distance"), 0.0, math.inf, "a distance >= 0"),
     (("distance_std", "cosine_std"), 0.0, math.inf, "a standard deviation >= 0"),
     (_UNIT_VECTORS, 0.0, math.inf, "a variance or a sum of standard deviations >= 0"),
+    (("linear_equivariance", "mean_linear_equivariance"), -math.inf, 1.0 + 1e-9, "an R² <= 1"),
 )
 
 
@@ -103,6 +104,8 @@ def _transform(t: Any, where: str) -> None:
     for key in _OPTIONAL_VECTORS:
         if t.get(key) is not None:
             _vector(t[key], f"{w}{key}", None)
+    if t.get("linear_equivariance") is not None:
+        _vector(t["linear_equivariance"], f"{w}linear_equivariance", p)
     _ranges(t, w)
     _means(t, w)
     scores = t.get("pair_scores")

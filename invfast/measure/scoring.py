@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from invfast.measure import equivariance as eqv
 from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
 from invfast.measure.state import Shard, barrier
@@ -94,6 +95,31 @@ def _fresh_layer(run: Run, p: int, views: int, dim: int) -> dict[str, torch.Tens
     }
 
 
+def _equivariance_sums(run: Run, t: Any, p: int, stats: dict[str, FeatureStats]) -> dict[str, dict[str, torch.Tensor]]:
+    """Zeroed per-fold sums of the linear-equivariance fit of every layer (:func:`invfast.measure.equivariance.
+    fold_sums`), shifted by the layer's reference mean; one ValueError first if they would not fit in
+    ``equivariance_mb`` or there are fewer images than folds."""
+    if run.n < eqv.FOLDS:
+        raise ValueError(
+            f"equivariance needs at least {eqv.FOLDS} images (its fit is {eqv.FOLDS}-fold cross-validated), got {run.n}"
+        )
+    dims = {ly: _stats_dim(s, ly) for ly, s in stats.items() if ly in run.extract.layer_names}
+    need = sum(eqv.sums_bytes(eqv.FOLDS, p, d, d) for d in dims.values())
+    if need > run.cfg.equivariance_mb * 2**20:
+        raise ValueError(
+            f"equivariance of transform {t.name!r} needs {need / 2**20:.0f} MiB of per-fold sums ({eqv.FOLDS} folds x "
+            f"{p} parameters x D x D float64 for D = {sorted(set(dims.values()))}), more than equivariance_mb="
+            f"{run.cfg.equivariance_mb:g}; raise equivariance_mb, measure fewer parameters (grid_size) or layers "
+            "with fewer channels"
+        )
+    out = {}
+    for ly, d in dims.items():
+        shift = stats[ly].mean
+        shift = torch.zeros(d, dtype=torch.float64) if shift is None else shift
+        out[ly] = eqv.fold_sums(eqv.FOLDS, p, d, d, shift.to(run.device))
+    return out
+
+
 def _unit_accumulators(la: dict[str, torch.Tensor], units: int, layer: str) -> None:
     """Make the unit accumulators of ``la`` for ``units`` units where they are still empty (zero units)."""
     have = la["u_mean"].shape[1]
@@ -140,11 +166,16 @@ def score_transform(
                 for ly in layers
             },
         }
+        if run.cfg.equivariance:
+            for ly, sums in _equivariance_sums(run, t, p, stats).items():
+                acc["layers"][ly]["eq"] = sums
         run.state["transforms"][t.name] = acc
     else:  # resumed: the saved host copies go back to the device
         for la in acc["layers"].values():
             for k in _DEVICE_KEYS:
                 la[k] = la[k].to(dev)
+            if "eq" in la:
+                la["eq"] = {k: v.to(dev) for k, v in la["eq"].items()}
     mm = (
         _pair_files(os.fspath(pair_dir), t.name, layers, run.n, p, run.shard, fresh and acc["next"] == run.start)
         if pair_dir is not None
@@ -285,6 +316,8 @@ class _Group:
         refs = [run.reference_features(bs, xb) for bs, xb in zip(starts, xs)]
         self.x, self.idx = concat(xs), (idxs[0] if len(idxs) == 1 else torch.cat(idxs))
         self.layers = run.extract.layer_names
+        # each image's fold of the equivariance fit: contiguous blocks of the indices of all ranks' images
+        self.fold = eqv.fold_of(self.idx.cpu(), run.n, eqv.FOLDS) if run.cfg.equivariance else None
         self.f_ref = {ly: refs[0][ly] if len(refs) == 1 else torch.cat([r[ly] for r in refs]) for ly in self.layers}
         self.z_ref = {
             ly: concat([run.whitened_reference(bs, r[ly], ly, ctx.stats[ly]) for bs, r in zip(starts, refs)])
@@ -331,6 +364,8 @@ class _Group:
             self.img_d[ly] += d.masked_fill(~k, 0).sum(1)
             self.img_c[ly] += c.masked_fill(~k, 0).sum(1)
             u = units[ly].view(b, pe - ps, -1).double()  # [b, c, U]: the chunk's views of every image, per unit
+            if self.fold is not None:
+                eqv.add_views(la["eq"], self.fold, self.f_ref[ly], f_t, ps)
             _unit_accumulators(la, u.shape[2], ly)
             if ly not in self.v_mean:
                 self.v_mean[ly] = torch.zeros_like(u[:, 0])
@@ -352,6 +387,8 @@ class _Group:
             la = acc["layers"][ly]
             if acc["add_ref"]:  # the reference view's moments over images
                 merge_moments(acc["count"], la["u_mean"][p], la["u_m2"][p], self.b, *moments(self.u_ref[ly], 0))
+            if self.fold is not None:
+                eqv.add_reference(la["eq"], self.fold, self.f_ref[ly])
             la["tv"] += (self.v_m2[ly] / views).sum(0)
             la["ts"] += sample_std(self.v_m2[ly], views).sum(0)
             if ctx.n_keep:

@@ -172,22 +172,25 @@ def plot_heatmap(
 
 def plot_depth(result: InvarianceResult, *, path: str | os.PathLike | None = None) -> Any:
     """Invariance versus depth: for each transform, the mean standardised cosine, the mean Mahalanobis
-    distance and tmeasures's normalized variance (:mod:`invfast.measure.units`) at every measured
-    layer of one model, shallow to deep. ``result`` is a per-layer result (``result.layers``)."""
+    distance, tmeasures's normalized variance (:mod:`invfast.measure.units`) and, where measured, the linear
+    equivariance (:mod:`invfast.measure.equivariance`) at every measured layer of one model, shallow to
+    deep. ``result`` is a per-layer result (``result.layers``)."""
     by_layer = getattr(result, "layers", None) or {}
     layers = list(by_layer)
     if len(layers) < 2:
         raise ValueError("invariance versus depth needs a result measured at two or more layers (layers=...)")
     per = [by_layer[n] for n in layers]
     names = [n for n, _ in ordered_transforms(per)]
-    fig = _figure(11.5, 3.4)
-    axes = fig.subplots(1, 3)
-    x = np.arange(len(layers))
-    panels = (
+    panels = [
         ("mean_cosine", "standardised cosine (1 = invariant)"),
         ("mean_distance", "Mahalanobis distance (0 = invariant)"),
         ("normalized_variance", "normalized variance (0 = invariant)"),
-    )
+    ]
+    if any(t.linear_equivariance is not None for r in per for t in r.transforms.values()):
+        panels.append(("mean_linear_equivariance", "linear equivariance R² (1 = acts linearly)"))
+    fig = _figure(3.85 * len(panels), 3.4)
+    axes = fig.subplots(1, len(panels))
+    x = np.arange(len(layers))
     for ax, (attr, label) in zip(axes, panels):
         for name in names:
             vals = [getattr(r.transforms[name], attr) if name in r.transforms else None for r in per]

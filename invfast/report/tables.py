@@ -17,7 +17,10 @@ FAMILY_ORDER = ("spatial", "appearance")
 _HEADINGS = {
     "distance": "Mahalanobis distance (lower = more invariant)",
     "cosine": "standardised cosine similarity (1 = invariant)",
+    "equivariance": "linear equivariance: cross-validated R² of the best linear map (1 = the transform acts linearly)",
 }
+#: the TransformResult attribute each table metric reads
+_ATTRS = {"distance": "mean_distance", "cosine": "mean_cosine", "equivariance": "mean_linear_equivariance"}
 
 
 class InvarianceResult(Protocol):
@@ -141,7 +144,7 @@ def to_markdown(
     results = as_results(results)
     for m in metrics:
         if m not in _HEADINGS:
-            raise ValueError(f"metrics must be 'distance' and/or 'cosine', got {m!r}")
+            raise ValueError(f"metrics must be among 'distance', 'cosine' and 'equivariance', got {m!r}")
     cols = ordered_transforms(results)
     best = significance(results, delta=delta) if marks else {}
     out = []
@@ -158,7 +161,7 @@ def to_markdown(
             cells = []
             for name, _ in cols:
                 t = r.transforms.get(name)
-                v = None if t is None else getattr(t, f"mean_{m}")
+                v = None if t is None else getattr(t, _ATTRS[m], None)
                 cell = _fmt(v, digits)
                 if m == "cosine" and best.get(name) == r.model:
                     cell += " •"
