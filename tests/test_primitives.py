@@ -255,7 +255,7 @@ def test_both_rotation_call_sites_give_exactly_their_old_matrices(rng):
     old_registry = torch.stack(
         [torch.stack([torch.cos(t), -torch.sin(t)], -1), torch.stack([torch.sin(t), torch.cos(t)], -1)], -2
     )
-    A, _ = builtin._affine_params(get("rotation"), deg.float(), 30, 40)
+    A, _ = builtin.affine_params(get("rotation"), deg.float(), 30, 40)
     tf = torch.deg2rad(deg.float().double())
     assert torch.equal(
         A,
@@ -266,7 +266,7 @@ def test_both_rotation_call_sites_give_exactly_their_old_matrices(rng):
     assert torch.equal(rotation_matrix(deg, inverse=True), old_registry)
     sh = torch.from_numpy(rng.uniform(-85, 85, (64, 2))).float()
     tx, ty = torch.tan(torch.deg2rad(sh[:, 0].double())), torch.tan(torch.deg2rad(sh[:, 1].double()))
-    A, _ = builtin._affine_params(get("shear"), sh, 30, 40)
+    A, _ = builtin.affine_params(get("shear"), sh, 30, 40)
     assert torch.equal(
         A, torch.stack([torch.stack([1 + tx * ty, tx], -1), torch.stack([ty, torch.ones_like(tx)], -1)], -2)
     )

@@ -368,7 +368,7 @@ def test_kernels_reject_what_the_reference_cannot_mean():
 def test_affine_maps_are_kept_per_transform_size_and_grid(rng):
     """The kept [P, 2, 3] maps of a grid are those a fresh computation gives, for every transform, image size
     and grid (a key missing any of them would hand one transform's maps to another)."""
-    from invfast.transforms import builtin
+    from invfast.transforms import affine, builtin
 
     cases = [
         (name, H, W)
@@ -379,9 +379,10 @@ def test_affine_maps_are_kept_per_transform_size_and_grid(rng):
         t = T.get(name)
         g = t.grid(16)
         for grid in (g, g[1:]):
-            kept = builtin._affine_matrix(t, grid, H, W)
-            builtin._MATRICES.clear()
-            fresh = builtin._affine_matrix(t, grid, H, W)
+            rec = builtin.RECORDS[name]
+            kept = affine.affine_matrix(name, rec.affine, grid, H, W)
+            affine._MATRICES.clear()
+            fresh = affine.affine_matrix(name, rec.affine, grid, H, W)
             assert torch.equal(kept, fresh), (name, H, W)
     x = _images(rng, 2, 20, 31)
     y1 = T.get("rotation").apply(x, torch.tensor([30.0]))

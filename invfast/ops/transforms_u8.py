@@ -18,8 +18,9 @@ Ops (``torch.ops.invfast.<name>``; images uint8 [B, C, H, W], output uint8 [B, P
   copies, bilinear maps within one level of :func:`invfast.ops.augment.warp_affine_reference`.
 
 Dispatch: the table (:mod:`invfast.dispatch`) decides per op and device; there are no CUDA kernels, so the
-references run on GPUs. The functions at the bottom (:data:`APPEARANCE`, :func:`warp`) are what the test
-transforms call for uint8 images.
+references run on GPUs. The per-transform functions (``brightness`` ... ``invert``, :func:`warp`) are what
+the test transforms' records (:data:`invfast.transforms.builtin.RECORDS`) call for uint8 images; this layer
+knows no transform names.
 """
 
 from __future__ import annotations
@@ -321,21 +322,6 @@ def blur(images: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Gaussian blur, radius int(3 sigma + 0.5) cut at min(H, W) - 1 (``functional.blur_grid``)."""
     taps = gaussian_taps(sigma, max_radius=min(images.shape[2:]) - 1).to(torch.float32)
     return blur_taps(images, taps)
-
-
-#: the appearance test transforms with a uint8 op: name -> f(images uint8 [B, 3, H, W], params [P] float32)
-APPEARANCE: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    "grayscale": grayscale,
-    "brightness": brightness,
-    "contrast": contrast,
-    "saturation": saturation,
-    "hue": hue,
-    "blur": blur,
-    "sharpness": sharpness,
-    "equalize": equalize,
-    "posterize": posterize,
-    "invert": invert,
-}
 
 
 def _register_compiled() -> None:

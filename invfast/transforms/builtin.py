@@ -30,352 +30,352 @@ Geometric transforms fill uncovered pixels with ``fill`` (default 0 = black).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from invfast.ops import transforms_u8
-from invfast.ops.augment import _fill_vector, warp
+from invfast.ops.augment import warp
 from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv
-from invfast.ops.geometry import rotation_matrix, shear_matrix
+from invfast.transforms import affine as Af
 from invfast.transforms import functional as Fn
-from invfast.transforms._checks import require
+from invfast.transforms import grids as G
 from invfast.transforms.transform import TestTransform, _no_check
-
-SPATIAL: tuple[str, ...] = ("crop", "hflip", "vflip", "scale", "shear", "rotation", "translation", "deform")
-APPEARANCE: tuple[str, ...] = (
-    "grayscale",
-    "brightness",
-    "contrast",
-    "saturation",
-    "hue",
-    "blur",
-    "sharpness",
-    "equalize",
-    "posterize",
-    "invert",
-)
-#: the names of the 18 test transforms of Ericsson et al. (2021, App. B), spatial then appearance
-TEST_TRANSFORMS: tuple[str, ...] = SPATIAL + APPEARANCE
 
 _CHUNK_ELEMENTS = 1 << 22  # float elements per intermediate chunk (16 MiB: stays cache-friendly)
 
 
-# grids are small host tensors (on the CPU whatever torch's default device); apply() moves them once
+@dataclass(frozen=True)
+class Builtin:
+    """Everything about one built-in test transform, in one place: its grid, which parameters are the
+    identity, the parameter check, and how it is applied — at most one of
 
-_CPU = torch.device("cpu")
+    - ``affine``: ``(params float64 [P] or [P, m], H, W) -> (A [P, 2, 2], c [P, 2])``, the warp's map from an
+      output pixel to the source pixel it samples, ``A @ (out - centre) + c`` (every affine spatial transform);
+    - ``integer``: ``(images uint8 [B, C, H, W], params [P]) -> uint8 [B, P, C, H, W]``, an op on 8-bit levels
+      (float input is quantised to them first);
+    - ``float_op``: ``(t, x float [B, C, H, W], params [p], ctx, fill, was_u8) -> [B, p, C, H, W]``, run on
+      chunks of parameters; ``prepare(x) -> ctx`` computes what every chunk shares once per batch;
 
+    and ``u8``, the uint8 op that replaces ``integer`` / ``float_op`` on uint8 input (compiled on the CPU).
+    """
 
-def _lin(lo: float, hi: float, k: int) -> torch.Tensor:
-    return torch.linspace(lo, hi, k, dtype=torch.float64, device=_CPU).to(torch.float32)
+    name: str
+    family: str
+    param_dim: int
+    grid: Callable[[int], torch.Tensor]
+    identity: Callable[[torch.Tensor], torch.Tensor]
+    check: Callable[[torch.Tensor], None] = _no_check
+    affine: Af.Affine | None = None
+    integer: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    float_op: Callable[..., torch.Tensor] | None = None
+    prepare: Callable[[torch.Tensor], dict[str, torch.Tensor]] | None = None
+    u8: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
-
-def _side(k: int, dims: int) -> int:
-    return max(1, int(round(k ** (1.0 / dims))))
-
-
-def apply_builtin(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
-    """A built-in transform on checked ``images`` [B, C, H, W] and params ``p``: [B, P, C, H, W] in their dtype."""
-    B, C, H, W = images.shape
-    P = p.shape[0]
-    if t.family == "spatial" and t.name != "deform":
-        return _affine_apply(t, images, p, fill)
-    p = p.to(images.device)  # the small parameter tensor moves once; everything below is on the data's device
-    if images.dtype == torch.uint8 and t.name in transforms_u8.APPEARANCE:  # one uint8 op (compiled on CPU)
-        return transforms_u8.APPEARANCE[t.name](images, p)
-    out = torch.empty((B, P, C, H, W), dtype=images.dtype, device=images.device)
-    if t.name in ("posterize", "equalize", "invert"):
-        u8 = images if images.dtype == torch.uint8 else Fn.quantize(images.float())
-        res = _integer_op(t.name, u8, p)
-        out.copy_(res if images.dtype == torch.uint8 else res.to(images.dtype).div_(255.0))
+    def apply(self, t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
+        """The transform on checked ``images`` [B, C, H, W] and params ``p``: [B, P, C, H, W] in their dtype."""
+        if self.affine is not None:
+            return Af.affine_apply(self.name, self.affine, images, p, fill)
+        B, C, H, W = images.shape
+        p = p.to(images.device)  # the small parameter tensor moves once; everything below is on the data's device
+        if images.dtype == torch.uint8 and self.u8 is not None:  # one uint8 op (compiled on CPU)
+            return self.u8(images, p)
+        out = torch.empty((B, p.shape[0], C, H, W), dtype=images.dtype, device=images.device)
+        if self.integer is not None:
+            u8 = images if images.dtype == torch.uint8 else Fn.quantize(images.float())
+            res = self.integer(u8, p)
+            out.copy_(res if images.dtype == torch.uint8 else res.to(images.dtype).div_(255.0))
+            return out
+        assert self.float_op is not None, self.name
+        x = Fn.to_float(images)
+        ctx = self.prepare(x) if self.prepare is not None else {}
+        step = max(1, _CHUNK_ELEMENTS // max(1, B * C * H * W))
+        for s in range(0, p.shape[0], step):
+            y = self.float_op(t, x, p[s : s + step], ctx, fill, images.dtype == torch.uint8)
+            out[:, s : s + step] = Fn.from_float(y, images.dtype)
         return out
-    x = Fn.to_float(images)
-    ctx = _prepare(t, x)
-    step = max(1, _CHUNK_ELEMENTS // max(1, B * C * H * W))
-    for s in range(0, P, step):
-        y = _float_op(t, x, p[s : s + step], ctx, fill, images.dtype == torch.uint8)
-        out[:, s : s + step] = Fn.from_float(y, images.dtype)
-    return out
 
 
 # ----------------------------------------------------------------------------------------------
-# per-transform implementations
+# the pieces the records are made of
 
 
-def _integer_op(name: str, u8: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-    if name == "posterize":
-        return Fn.posterize_u8(u8, p.round())
-    on = (p > 0.5).view(1, -1, 1, 1, 1)
-    base = u8.unsqueeze(1)
-    other = (255 - u8) if name == "invert" else Fn.equalize_u8(u8)
-    return torch.where(on, other.unsqueeze(1), base)
+def _views(x: torch.Tensor, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``x [B, C, H, W]`` as ``[B, 1, C, H, W]`` and ``p [n]`` as one value per view ``[1, n, 1, 1, 1]``."""
+    return x.unsqueeze(1), p.view(1, p.shape[0], 1, 1, 1)
 
 
-def _prepare(t: TestTransform, x: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-batch quantities shared by every parameter (grayscale, HSV, means)."""
-    if t.name in ("saturation", "grayscale"):
-        return {"gray": luma(x)}
-    if t.name == "contrast":
-        return {"mean": luma(x).mean(dim=(-3, -2, -1), keepdim=True)}
-    if t.name == "hue":
-        return {"hsv": rgb_to_hsv(x)}
-    return {}
+def _switch(other: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """A binary integer op: ``other(u8)`` where the parameter is 1, the image where it is 0."""
+
+    def op(u8: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+        on = (p > 0.5).view(1, -1, 1, 1, 1)
+        return torch.where(on, other(u8).unsqueeze(1), u8.unsqueeze(1))
+
+    return op
 
 
-def _affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
-    c = Fn.centre(H, W, device=p.device).expand(p.shape[0], 2)
-    n = p.shape[0]
-    eye = torch.eye(2, dtype=torch.float64, device=p.device).expand(n, 2, 2)
-    pd = p.to(torch.float64)
-    if t.name == "crop":
-        return Fn.crop_box_affine(pd[:, 0] * H, pd[:, 1] * W, pd[:, 2] * H, pd[:, 3] * W, (H, W))
-    if t.name in ("hflip", "vflip"):
-        axis = 0 if t.name == "hflip" else 1
-        A = eye.clone()
-        A[:, axis, axis] = torch.where(pd > 0.5, -1.0, 1.0)
-        return A, c
-    if t.name == "scale":
-        return eye / pd.view(-1, 1, 1), c
-    if t.name == "rotation":  # the warp samples the source of each output pixel: the inverse map
-        return rotation_matrix(pd, inverse=True), c
-    if t.name == "shear":
-        return shear_matrix(pd[:, 0], pd[:, 1], inverse=True), c
-    if t.name == "translation":
-        return eye, c - pd
-    raise KeyError(t.name)
+def _posterize(u8: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    return Fn.posterize_u8(u8, p.round())
 
 
-_MATRICES: dict[tuple, torch.Tensor] = {}  # (name, H, W, dtype, shape, parameter bytes) -> [P, 2, 3] float64
-_MATRICES_MAX = 64
-_MATRICES_LOCK = threading.Lock()
+def _gray(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"gray": luma(x)}
 
 
-def _affine_matrix(t: TestTransform, p: torch.Tensor, H: int, W: int) -> torch.Tensor:
-    """The [P, 2, 3] sampling maps of an affine transform's parameters, computed in float64 on the CPU
-    (bit-identical for every data device). A measurement applies one grid to batch after batch, so the maps
-    of the last few (transform, size, grid) are kept: the dozen small torch ops that build them cost more
-    than a flip of a 224-px batch."""
-    pc = p.detach().to("cpu").contiguous()
-    if torch.compiler.is_compiling():  # a traced graph computes the maps (the kept ones are keyed by bytes)
-        return _affine_maps(t, pc, H, W)
-    key = (t.name, H, W, pc.dtype, tuple(pc.shape), pc.numpy().tobytes())
-    with _MATRICES_LOCK:  # the measure loop makes views on a producer thread
-        matrix = _MATRICES.get(key)
-    if matrix is None:
-        matrix = _affine_maps(t, pc, H, W)
-        with _MATRICES_LOCK:
-            if len(_MATRICES) >= _MATRICES_MAX:
-                _MATRICES.pop(next(iter(_MATRICES)))
-            _MATRICES[key] = matrix
-    return matrix
+def _mean_luma(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"mean": luma(x).mean(dim=(-3, -2, -1), keepdim=True)}
 
 
-def _affine_maps(t: TestTransform, pc: torch.Tensor, H: int, W: int) -> torch.Tensor:
-    """[P, 2, 3] float64 sampling maps of the CPU parameters ``pc`` at size H x W."""
-    A, b = _affine_params(t, pc, H, W)
-    A = Fn._snap(A.to(torch.float64))
-    offset = Fn._snap(b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1))
-    return torch.cat([A, offset.unsqueeze(-1)], dim=-1).contiguous()
+def _hsv(x: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {"hsv": rgb_to_hsv(x)}
 
 
-def _affine_apply(t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
-    """All affine test transforms: one call of the batched warp (compiled on CPU when built)."""
-    from invfast.ops.augment import warp_affine
-
-    B, C, H, W = images.shape
-    if isinstance(fill, (int, float)) and not isinstance(fill, bool):  # one number: checked without torch ops
-        if not 0.0 <= fill <= 1.0:
-            raise ValueError(f"fill must be in [0, 1] (image units), got {[float(fill)] * C}")
-        fillv = torch.full((C,), float(fill), dtype=torch.float64, device=_CPU)
-    else:
-        fillv = _fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
-        require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)", lambda: f", got {fillv.tolist()}")
-    matrix = _affine_matrix(t, p, H, W).to(images.device)
-    if images.dtype == torch.uint8:
-        return transforms_u8.warp(images, matrix, fillv * 255.0)
-    x = images if images.dtype in (torch.float32, torch.float64) else images.to(torch.float32)
-    return warp_affine(x.contiguous(), matrix, H, W, fillv).to(images.dtype)
+def _deform(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
+    H, W = x.shape[-2:]
+    disp = Fn.elastic_displacement(p, (H, W), t.alpha * min(H, W), t.seed)
+    coords = (Fn.identity_coords(H, W, device=x.device).unsqueeze(0) + disp).to(torch.float32)
+    return warp(x, coords, fill)
 
 
-def _float_op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
+def _grayscale(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
+    xb, col = _views(x, p)
+    g = ctx["gray"].expand(*x.shape).unsqueeze(1)
+    if was_u8:  # the uint8 grayscale image holds rounded levels
+        g = g.mul(255.0).round_().div_(255.0)
+    return torch.where(col > 0.5, g, xb)
+
+
+def _brightness(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
+    return Fn.adjust_brightness(*_views(x, p))
+
+
+def _blend_with(key: str) -> Callable[..., torch.Tensor]:
+    """``blend(image, ctx[key], factor)`` per view: contrast (the mean luma), saturation (the gray image)."""
+
+    def op(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
+        xb, col = _views(x, p)
+        return blend(xb, ctx[key].unsqueeze(1), col)
+
+    return op
+
+
+def _hue(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
     B, C, H, W = x.shape
     n = p.shape[0]
-    xb = x.unsqueeze(1)  # [B, 1, C, H, W]
-    col = p.view(1, n, 1, 1, 1) if p.dim() == 1 else p  # one value per view for the point-wise transforms
-    name = t.name
-    if name == "deform":
-        disp = Fn.elastic_displacement(p, (H, W), t.alpha * min(H, W), t.seed)
-        coords = (Fn.identity_coords(H, W, device=x.device).unsqueeze(0) + disp).to(torch.float32)
-        return warp(x, coords, fill)
-    if name == "grayscale":
-        g = ctx["gray"].expand(B, C, H, W).unsqueeze(1)
-        if was_u8:  # the uint8 grayscale image holds rounded levels
-            g = g.mul(255.0).round_().div_(255.0)
-        return torch.where(col > 0.5, g, xb)
-    if name == "brightness":
-        return Fn.adjust_brightness(xb, col)
-    if name == "contrast":
-        return blend(xb, ctx["mean"].unsqueeze(1), col)
-    if name == "saturation":
-        return blend(xb, ctx["gray"].unsqueeze(1), col)
-    if name == "hue":
-        hsv = ctx["hsv"].unsqueeze(1)
-        return adjust_hue(None, p.view(1, n, 1, 1), hsv=hsv.expand(B, n, C, H, W))
-    if name == "blur":
-        return Fn.blur_grid(x, p)
-    if name == "sharpness":
-        deg = Fn.sharpness_degenerate(x, quantise=was_u8).unsqueeze(1)
-        return blend(xb, deg, col)
-    raise KeyError(name)
+    return adjust_hue(None, p.view(1, n, 1, 1), hsv=ctx["hsv"].unsqueeze(1).expand(B, n, C, H, W))
 
 
-# ----------------------------------------------------------------------------------------------
-# grids, identities and parameter checks
+def _blur(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
+    return Fn.blur_grid(x, p)
 
 
-def _binary_grid(k: int) -> torch.Tensor:
-    return torch.tensor([0.0, 1.0], device=_CPU)
+def _sharpness(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fill: Any, was_u8: bool) -> torch.Tensor:
+    xb, col = _views(x, p)
+    return blend(xb, Fn.sharpness_degenerate(x, quantise=was_u8).unsqueeze(1), col)
 
 
-def _crop_grid(k: int) -> torch.Tensor:
-    n = _side(k, 4)
-    anchors = _lin(0.0, 0.25, n) if n > 1 else torch.zeros(1, device=_CPU)
-    sizes = _lin(0.75, 0.25, n) if n > 1 else torch.full((1,), 0.75, device=_CPU)
-    g = torch.cartesian_prod(anchors, anchors, sizes, sizes)
-    return g.reshape(-1, 4)
+def affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A [P, 2, 2], c [P, 2])`` float64 of an affine built-in's parameters ``p`` at size H x W: the output
+    pixel ``o`` samples the source at ``A @ (o - centre) + c`` (pixel centres, :func:`invfast.transforms.
+    functional.centre`). KeyError for a transform that is not an affine built-in."""
+    rec = RECORDS.get(t.name)
+    if rec is None or rec.affine is None:
+        raise KeyError(t.name)
+    return rec.affine(p.to(torch.float64), H, W)
 
 
-def _shear_grid(k: int) -> torch.Tensor:
-    n = _side(k, 2)
-    a = torch.tensor([-160.0 + 320.0 * i / n for i in range(n)], dtype=torch.float32, device=_CPU)
-    return torch.cartesian_prod(a, a).reshape(-1, 2)
-
-
-def _translation_grid(k: int) -> torch.Tensor:
-    n = _side(k, 2)
-    a = _lin(-16.0, 16.0, n) if n > 1 else torch.zeros(1, device=_CPU)
-    return torch.cartesian_prod(a, a).reshape(-1, 2)
-
-
-def _rotation_grid(k: int) -> torch.Tensor:
-    return (torch.arange(k, dtype=torch.float64, device=_CPU) * (360.0 / k)).to(torch.float32)
-
-
-def _range_check(name: str, lo: float | None, hi: float | None, what: str, strict_lo: bool = False):
-    def check(p: torch.Tensor) -> None:
-        if lo is not None:
-            ok = (p > lo) if strict_lo else (p >= lo)
-            require(
-                ok, f"{name}: {what} must be {'>' if strict_lo else '>='} {lo}", lambda: f", got {float(p[~ok][0]):g}"
-            )
-        if hi is not None:
-            require(p <= hi, f"{name}: {what} must be <= {hi}", lambda: f", got {float(p[p > hi][0]):g}")
-
-    return check
-
-
-def _binary_check(name: str):
-    def check(p: torch.Tensor) -> None:
-        require(
-            (p == 0) | (p == 1),
-            f"{name}: params must be 0 (identity) or 1 (transformed)",
-            lambda: f", got {p.unique().tolist()}",
-        )
-
-    return check
-
-
-def _posterize_check(p: torch.Tensor) -> None:
-    ok = (p == p.round()) & (p >= 1) & (p <= 8)
-    require(ok, "posterize: bits must be an integer in 1..8 (8 = identity)", lambda: f", got {float(p[~ok][0]):g}")
-
-
-def _crop_check(p: torch.Tensor) -> None:
-    top, left, h, w = p.unbind(1)
-    require((h > 0) & (w > 0), "crop: height and width fractions must be > 0")
-    require(
-        (top >= 0) & (left >= 0) & (top + h <= 1 + 1e-6) & (left + w <= 1 + 1e-6),
-        "crop: the box (top, left, height, width) must lie inside the image: "
-        "top, left >= 0 and top + height, left + width <= 1",
-    )
-
-
-def _shear_check(p: torch.Tensor) -> None:
-    c = torch.cos(torch.deg2rad(p.double())).abs()
-    require(c >= 1e-6, "shear: angles of +-90 degrees (mod 180) are degenerate (infinite shear)")
-
-
-def _close(p: torch.Tensor, v: float) -> torch.Tensor:
-    return (p - v).abs() <= 1e-6 * max(1.0, abs(v))
-
-
-def build_builtins() -> dict[str, TestTransform]:
-    """The 18 built-in transforms by name, in :data:`TEST_TRANSFORMS` order."""
-    lin = lambda lo, hi: lambda k: _lin(lo, hi, k)  # noqa: E731
-    ones = lambda p: _close(p, 1.0)  # noqa: E731
+def _records() -> dict[str, Builtin]:
+    lin = lambda lo, hi: lambda k: G.lin(lo, hi, k)  # noqa: E731
+    ones = lambda p: G.near(p, 1.0)  # noqa: E731
     on = lambda p: p < 0.5  # noqa: E731  (binary: 0 = identity)
-    specs: list[tuple[str, int, Callable, Callable, Callable]] = [
-        (
+    u8 = transforms_u8
+    records = [
+        Builtin(
             "crop",
+            "spatial",
             4,
-            _crop_grid,
-            lambda p: _close(p[:, 0], 0) & _close(p[:, 1], 0) & _close(p[:, 2], 1) & _close(p[:, 3], 1),
-            _crop_check,
+            G.crop_grid,
+            lambda p: G.near(p[:, 0], 0) & G.near(p[:, 1], 0) & G.near(p[:, 2], 1) & G.near(p[:, 3], 1),
+            G.crop_check,
+            affine=Af.crop,
         ),
-        ("hflip", 1, _binary_grid, on, _binary_check("hflip")),
-        ("vflip", 1, _binary_grid, on, _binary_check("vflip")),
-        ("scale", 1, lin(0.25, 2.0), ones, _range_check("scale", 0.0, None, "the factor", strict_lo=True)),
-        ("shear", 2, _shear_grid, lambda p: (torch.remainder(p, 180.0) == 0).all(dim=1), _shear_check),
-        (
-            "rotation",
+        Builtin("hflip", "spatial", 1, G.binary_grid, on, G.binary_check("hflip"), affine=Af.flip(0)),
+        Builtin("vflip", "spatial", 1, G.binary_grid, on, G.binary_check("vflip"), affine=Af.flip(1)),
+        Builtin(
+            "scale",
+            "spatial",
             1,
-            _rotation_grid,
-            lambda p: _close(torch.remainder(p, 360.0), 0) | _close(torch.remainder(p, 360.0), 360),
-            _no_check,
+            lin(0.25, 2.0),
+            ones,
+            G.range_check("scale", 0.0, None, "the factor", strict_lo=True),
+            affine=Af.scale,
         ),
-        ("translation", 2, _translation_grid, lambda p: (p == 0).all(dim=1), _no_check),
-        (
+        Builtin(
+            "shear",
+            "spatial",
+            2,
+            G.shear_grid,
+            lambda p: (torch.remainder(p, 180.0) == 0).all(dim=1),
+            G.shear_check,
+            affine=Af.shear,
+        ),
+        Builtin(
+            "rotation",
+            "spatial",
+            1,
+            G.rotation_grid,
+            lambda p: G.near(torch.remainder(p, 360.0), 0) | G.near(torch.remainder(p, 360.0), 360),
+            affine=Af.rotation,
+        ),
+        Builtin(
+            "translation",
+            "spatial",
+            2,
+            G.translation_grid,
+            lambda p: (p == 0).all(dim=1),
+            affine=Af.translation,
+        ),
+        Builtin(
             "deform",
+            "spatial",
             1,
             lin(10.0, 50.0),
             lambda p: torch.zeros_like(p, dtype=torch.bool),
-            _range_check("deform", 0.0, None, "sigma", strict_lo=True),
+            G.range_check("deform", 0.0, None, "sigma", strict_lo=True),
+            float_op=_deform,
         ),
-        ("grayscale", 1, _binary_grid, on, _binary_check("grayscale")),
-        ("brightness", 1, lin(0.25, 5.0), ones, _range_check("brightness", 0.0, None, "the factor")),
-        ("contrast", 1, lin(0.25, 5.0), ones, _range_check("contrast", 0.0, None, "the factor")),
-        ("saturation", 1, lin(0.25, 5.0), ones, _range_check("saturation", 0.0, None, "the factor")),
-        ("hue", 1, lin(-0.5, 0.5), lambda p: p == 0, _range_check("hue", -0.5, 0.5, "the shift")),
-        (
+        Builtin(
+            "grayscale",
+            "appearance",
+            1,
+            G.binary_grid,
+            on,
+            G.binary_check("grayscale"),
+            float_op=_grayscale,
+            prepare=_gray,
+            u8=u8.grayscale,
+        ),
+        Builtin(
+            "brightness",
+            "appearance",
+            1,
+            lin(0.25, 5.0),
+            ones,
+            G.range_check("brightness", 0.0, None, "the factor"),
+            float_op=_brightness,
+            u8=u8.brightness,
+        ),
+        Builtin(
+            "contrast",
+            "appearance",
+            1,
+            lin(0.25, 5.0),
+            ones,
+            G.range_check("contrast", 0.0, None, "the factor"),
+            float_op=_blend_with("mean"),
+            prepare=_mean_luma,
+            u8=u8.contrast,
+        ),
+        Builtin(
+            "saturation",
+            "appearance",
+            1,
+            lin(0.25, 5.0),
+            ones,
+            G.range_check("saturation", 0.0, None, "the factor"),
+            float_op=_blend_with("gray"),
+            prepare=_gray,
+            u8=u8.saturation,
+        ),
+        Builtin(
+            "hue",
+            "appearance",
+            1,
+            lin(-0.5, 0.5),
+            lambda p: p == 0,
+            G.range_check("hue", -0.5, 0.5, "the shift"),
+            float_op=_hue,
+            prepare=_hsv,
+            u8=u8.hue,
+        ),
+        Builtin(
             "blur",
+            "appearance",
             1,
             lin(1e-5, 20.0),
             lambda p: (3.0 * p.double() + 0.5).floor() == 0,
-            _range_check("blur", 0.0, None, "sigma"),
+            G.range_check("blur", 0.0, None, "sigma"),
+            float_op=_blur,
+            u8=u8.blur,
         ),
-        ("sharpness", 1, lin(1.0, 30.0), ones, _range_check("sharpness", 0.0, None, "the factor")),
-        ("equalize", 1, _binary_grid, on, _binary_check("equalize")),
-        (
-            "posterize",
+        Builtin(
+            "sharpness",
+            "appearance",
             1,
-            lambda k: torch.arange(1, 9, dtype=torch.float32, device=_CPU),
-            lambda p: p == 8,
-            _posterize_check,
+            lin(1.0, 30.0),
+            ones,
+            G.range_check("sharpness", 0.0, None, "the factor"),
+            float_op=_sharpness,
+            u8=u8.sharpness,
         ),
-        ("invert", 1, _binary_grid, on, _binary_check("invert")),
+        Builtin(
+            "equalize",
+            "appearance",
+            1,
+            G.binary_grid,
+            on,
+            G.binary_check("equalize"),
+            integer=_switch(Fn.equalize_u8),
+            u8=u8.equalize,
+        ),
+        Builtin(
+            "posterize",
+            "appearance",
+            1,
+            lambda k: torch.arange(1, 9, dtype=torch.float32, device=G.CPU),
+            lambda p: p == 8,
+            G.posterize_check,
+            integer=_posterize,
+            u8=u8.posterize,
+        ),
+        Builtin(
+            "invert",
+            "appearance",
+            1,
+            G.binary_grid,
+            on,
+            G.binary_check("invert"),
+            integer=_switch(lambda u8: 255 - u8),
+            u8=u8.invert,
+        ),
     ]
-    out = {}
-    for name, dim, grid, ident, check in specs:
-        out[name] = TestTransform(
+    return {r.name: r for r in records}
+
+
+#: the record of each built-in test transform: the 18 of Ericsson et al. (2021, App. B), spatial then appearance
+RECORDS: dict[str, Builtin] = _records()
+SPATIAL: tuple[str, ...] = tuple(n for n, r in RECORDS.items() if r.family == "spatial")
+APPEARANCE: tuple[str, ...] = tuple(n for n, r in RECORDS.items() if r.family == "appearance")
+#: the names of the 18 test transforms, spatial then appearance
+TEST_TRANSFORMS: tuple[str, ...] = SPATIAL + APPEARANCE
+
+
+def build_builtins() -> dict[str, TestTransform]:
+    """The 18 built-in transforms by name, in :data:`TEST_TRANSFORMS` order, each applied by its record."""
+    out = {
+        name: TestTransform(
             name=name,
-            family="spatial" if name in SPATIAL else "appearance",
-            param_dim=dim,
-            _grid=grid,
-            _identity=ident,
-            _check=check,
-            _impl=apply_builtin,
+            family=rec.family,
+            param_dim=rec.param_dim,
+            _grid=rec.grid,
+            _identity=rec.identity,
+            _check=rec.check,
+            _impl=rec.apply,
         )
+        for name, rec in RECORDS.items()
+    }
     assert tuple(out) == TEST_TRANSFORMS
     return out

@@ -39,7 +39,7 @@ import torch
 
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
-from invfast.transforms.builtin import _affine_params
+from invfast.transforms.builtin import affine_params
 from invfast.transforms.policy_config import PolicyConfig, policy_config
 from invfast.transforms.registry import get
 
@@ -346,7 +346,7 @@ def _config(policy: Any) -> PolicyConfig:
 
 def _corner_matrix(name: str, p: torch.Tensor, H: int, W: int) -> np.ndarray:
     """DALI warp_affine matrices (output -> input, corner coordinates) equal to the torch path's."""
-    A, b = _affine_params(get(name), p, H, W)
+    A, b = affine_params(get(name), p, H, W)
     A = Fn._snap(A.to(torch.float64))
     t = b.to(torch.float64) - (A @ Fn.centre(H, W).view(2, 1)).squeeze(-1)  # pixel-centre offset
     t = t + 0.5 - (A @ torch.full((2, 1), 0.5, dtype=torch.float64)).squeeze(-1)
