@@ -261,3 +261,50 @@ def test_elements_units_on_a_resnet_stage(rng):
     tr = r["rot90"]
     assert tr.unit_normalized_variance.shape == (a.shape[2],) == (8 * 4 * 4,)
     np.testing.assert_allclose(tr.unit_normalized_variance.numpy(), tmeasures_nv_numpy(a), rtol=1e-4, atol=1e-7)
+
+
+# ---------------------------------------------------------------------------------------- the unit_moments op
+def _numpy_moments(a: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    a = a.astype(np.float64)
+    m = a.mean(axis=axis, keepdims=True)
+    return m.squeeze(axis), ((a - m) ** 2).sum(axis=axis)
+
+
+@pytest.mark.parametrize("shape", [(7, 5, 130), (1, 16, 64), (9, 1, 3), (3, 4, 1)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_unit_moments_against_numpy(rng, shape, dtype):
+    """Compiled kernel (where built) and torch reference against float64 numpy: means and M2 over views and over
+    images, also for units far from 0 (an offset of 1e4, where one-pass sums of squares cancel)."""
+    from invfast import backend
+    from invfast.ops.invariance import unit_moments, unit_moments_reference
+
+    a = (rng.normal(size=shape) * rng.uniform(0.01, 3, size=shape[2]) + 1e4).astype(
+        np.float32 if dtype == torch.float32 else np.float64
+    )
+    want = (*_numpy_moments(a, 1), *_numpy_moments(a, 0))
+    for fn in (unit_moments, unit_moments_reference):
+        got = fn(torch.from_numpy(a))
+        for g, w in zip(got, want):
+            assert g.dtype == torch.float64 and tuple(g.shape) == w.shape
+            np.testing.assert_allclose(g.numpy(), w, rtol=1e-12, atol=1e-9)
+    if "unit_moments" in backend.compiled_ops():
+        torch.library.opcheck(torch.ops.invfast.unit_moments.default, (torch.from_numpy(a),))
+
+
+def test_unit_moments_bad_inputs_and_half_precision(rng):
+    from invfast import backend
+    from invfast.ops.invariance import unit_moments, unit_moments_reference
+
+    x = torch.from_numpy(rng.normal(size=(4, 3, 10)).astype(np.float32))
+    got = unit_moments(x.half())  # read as float32
+    for g, w in zip(got, unit_moments_reference(x.half().float())):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+    if "unit_moments" not in backend.compiled_ops():
+        pytest.skip("no compiled core")
+    op = torch.ops.invfast.unit_moments
+    with pytest.raises(RuntimeError, match=r"unit_moments: u must be \[B, V, U\]"):
+        op(x[0])
+    with pytest.raises(RuntimeError, match="unit_moments: u must be float32 or float64"):
+        op(x.to(torch.int32))
+    with pytest.raises(RuntimeError, match="at least one image and one view"):
+        op(x[:0])

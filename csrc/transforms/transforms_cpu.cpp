@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/parallel.h"
 #include "transforms/kernels.h"
 
 #ifndef INVFAST_TT_NS
@@ -22,11 +23,6 @@ namespace invfast {
 namespace tt {
 namespace {
 
-// Forking a team only pays where one thread would work for longer than a descheduled peer can delay the join:
-// with another process on the cores a parallel region waits a scheduler slice (5-8 ms measured: the flips'
-// 0.2 ms became 6 ms, issue 43) for a thread that is not running, while on idle cores it saves at most half the
-// work. So a call forks only when its estimated one-thread time is at least kMinParallelNs.
-constexpr double kMinParallelNs = 2e6;
 // one-thread cost per output byte (per input byte for the histogram) of each kind of work, measured on
 // 16 photographs of 224 px, 16 values (benchmarks/bench_shared_machine.py sizes), AMD EPYC, 2026-11-28
 constexpr double kCopyNs = 0.05;      // integral warps (flips, whole-pixel shifts) and padding: memory copies
@@ -40,30 +36,8 @@ constexpr int64_t kChunk = 2048;
 // images per work item of the warp (a general map's coordinates are computed once per group)
 constexpr int64_t kWarpGroup = 8;
 
-// f(i, scratch) for every i in [0, n) on torch's intra-op threads, ``total_ns`` the estimated one-thread
-// time of all n items. Each thread takes the next item from a shared counter, so a thread that the OS
-// deschedules delays the call by at most the item it holds, never by a fixed share of the work; one thread
-// runs it all below kMinParallelNs.
-template <typename F>
-void run_items(int64_t n, double total_ns, int64_t scratch_floats, const F& f) {
-  if (n <= 0) return;
-  const int64_t threads = std::min<int64_t>(at::get_num_threads(), n);
-  if (threads <= 1 || total_ns < kMinParallelNs || at::in_parallel_region()) {
-    std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(scratch_floats, 1)));
-    for (int64_t i = 0; i < n; ++i) f(i, scratch.data());
-    return;
-  }
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(scratch_floats, 1)));
-    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) f(i, scratch.data());
-  });
-}
-
-// the estimated one-thread time of ``items`` items of ``bytes`` bytes each at ``ns_per_byte``
-double cost(int64_t items, int64_t bytes, double ns_per_byte) {
-  return static_cast<double>(items) * static_cast<double>(bytes) * ns_per_byte;
-}
+using parallel::cost;
+using parallel::run_items;
 
 at::Tensor checked_images(const at::Tensor& images, const char* op, bool rgb) {
   TORCH_CHECK(images.device().is_cpu(), op, ": images must be on the CPU, got ", images.device());

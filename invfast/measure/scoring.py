@@ -22,6 +22,7 @@ from invfast.measure.layers import OUTPUT
 from invfast.measure.state import Shard, barrier
 from invfast.measure.units import merge_moments, moments, sample_std
 from invfast.metrics import scores_of_whitened
+from invfast.ops.invariance import unit_moments
 from invfast.stats import FeatureStats
 from invfast.write_paths import check_in_place
 
@@ -363,15 +364,16 @@ class _Group:
             la["sq_c"][ps:pe] += (c * c).sum(0)
             self.img_d[ly] += d.masked_fill(~k, 0).sum(1)
             self.img_c[ly] += c.masked_fill(~k, 0).sum(1)
-            u = units[ly].view(b, pe - ps, -1).double()  # [b, c, U]: the chunk's views of every image, per unit
             if self.fold is not None:
                 eqv.add_views(la["eq"], self.fold, self.f_ref[ly], f_t, ps)
-            _unit_accumulators(la, u.shape[2], ly)
+            # [b, c, U]: the chunk's views of every image, per unit; their moments over views and over images
+            mean_v, m2_v, mean_b, m2_b = unit_moments(units[ly].view(b, pe - ps, -1))
+            _unit_accumulators(la, mean_v.shape[1], ly)
             if ly not in self.v_mean:
-                self.v_mean[ly] = torch.zeros_like(u[:, 0])
-                self.v_m2[ly] = torch.zeros_like(u[:, 0])
-            merge_moments(ctx.acc["count"], la["u_mean"][ps:pe], la["u_m2"][ps:pe], b, *moments(u, 0))
-            merge_moments(self.n_views, self.v_mean[ly], self.v_m2[ly], pe - ps, *moments(u, 1))
+                self.v_mean[ly] = torch.zeros_like(mean_v)
+                self.v_m2[ly] = torch.zeros_like(mean_v)
+            merge_moments(ctx.acc["count"], la["u_mean"][ps:pe], la["u_m2"][ps:pe], b, mean_b, m2_b)
+            merge_moments(self.n_views, self.v_mean[ly], self.v_m2[ly], pe - ps, mean_v, m2_v)
             if self.pairs is not None:
                 self.pairs[ly][0, :, ps:pe] = d
                 self.pairs[ly][1, :, ps:pe] = c

@@ -96,6 +96,28 @@ def sqdist_logsumexp(rows: torch.Tensor, x: torch.Tensor, row_offset: int, scale
     return fn(rows, x, int(row_offset), float(scale))
 
 
+@backend.register_reference("unit_moments")
+def unit_moments_reference(
+    u: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """u [B, V, U] (images, views, units) -> float64 ``(mean [B, U], M2 [B, U])`` of every unit over each image's
+    views and ``(mean [V, U], M2 [V, U])`` over each view's images; M2 the sum of squared deviations from the
+    mean, in two passes (no cancellation)."""
+    a = u.to(torch.float64)
+    m1 = a.mean(1, keepdim=True)
+    m0 = a.mean(0, keepdim=True)
+    return m1.squeeze(1), (a - m1).square().sum(1), m0.squeeze(0), (a - m0).square().sum(0)
+
+
+def unit_moments(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The per-unit moments of activations ``u [B, V, U]`` over views and over images (see
+    :func:`unit_moments_reference`), in one read where the dispatch table picks the compiled kernel; half
+    precision is read as float32."""
+    if u.dtype not in (torch.float32, torch.float64):
+        u = u.float()
+    return backend.call("unit_moments", u)
+
+
 def pairwise_logsumexp(x: torch.Tensor, scale: float, normalize: bool, block_rows: int) -> torch.Tensor:
     """``log sum_{i<j} exp(-scale ||x^_i - x^_j||^2)`` of x [N, D] (see :func:`pairwise_logsumexp_reference`):
     the compiled kernel where the dispatch table picks it (no backward: inputs that require grad take the
@@ -133,6 +155,17 @@ def _register_compiled() -> None:
     @torch.library.register_fake("invfast::knn_sqdist")
     def _(x, k, normalize, block_rows):
         return x.new_empty((x.shape[0], k), dtype=torch.float64), x.new_empty((x.shape[0], k), dtype=torch.int64)
+
+    @torch.library.register_fake("invfast::unit_moments")
+    def _(u):
+        b, v, n = u.shape
+        f64 = torch.float64
+        return (
+            u.new_empty((b, n), dtype=f64),
+            u.new_empty((b, n), dtype=f64),
+            u.new_empty((v, n), dtype=f64),
+            u.new_empty((v, n), dtype=f64),
+        )
 
     def setup_context(ctx, inputs, output):
         z_ref, z_t, shift = inputs
