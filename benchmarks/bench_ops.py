@@ -59,11 +59,13 @@ def _knn_sqdist(dev: str) -> tuple:
     return torch.randn(n, 128, generator=torch.Generator().manual_seed(0)).to(dev), 10, True, 256
 
 
-def _unit_moments(dev: str) -> tuple:
+def _merge_unit_moments(dev: str) -> tuple:
     """The per-unit moments of one chunk of the per-layer measurement with units='elements': 16 images x 16
-    views of a 16 x 32 x 32 activation map (16 384 units), float32."""
-    b = 4 if SMALL else 16
-    return (torch.randn(b, 16, 16 * 32 * 32, generator=torch.Generator().manual_seed(0)).add_(1.0).to(dev),)
+    views of a 16 x 32 x 32 activation map (16 384 units), float32, merged into running moments."""
+    b, v, n = (4 if SMALL else 16), 16, 16 * 32 * 32
+    u = torch.randn(b, v, n, generator=torch.Generator().manual_seed(0)).add_(1.0).to(dev)
+    z = {"dtype": torch.float64, "device": dev}
+    return u, torch.zeros(b, n, **z), torch.zeros(b, n, **z), 16, torch.zeros(v, n, **z), torch.zeros(v, n, **z), 64
 
 
 def _hyper_problem(dev: str, b: int) -> tuple:
@@ -252,7 +254,7 @@ FACTORIES: dict[str, Callable[[str], tuple]] = {
     "sqdist_logsumexp": _sqdist_logsumexp,
     "pairwise_logsumexp": _pairwise_logsumexp,
     "knn_sqdist": _knn_sqdist,
-    "unit_moments": _unit_moments,
+    "merge_unit_moments_": _merge_unit_moments,
     "hyper_generate": _hyper_generate,
     "hyper_generate_backward": _hyper_generate_backward,
     "synth_color": _synth_color,

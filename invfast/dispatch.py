@@ -94,10 +94,10 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
         "knn_sqdist", "19.1x", "4000 float32 rows, D=128, k=10, against the exact float64 reference; load 7",
         "; benchmarks/bench_invariance.py::test_acr_vs_cdist_topk: 0.85-1.07x the float32 cdist + topk ACR used "
         "before (which is not exact), load 3-5, 2026-11-25 (docs/performance.md)")),
-    ("unit_moments", "cpu"): Knowledge("invariance", True, (
-        "benchmarks/bench_ops.py::test_op_vs_reference[unit_moments-cpu]: reference/kernel 15.3x (16 images x 16 "
-        "views x 16384 float32 units; one run, AMD EPYC, 2 cores, load 0.6, 1 thread, torch 2.13 CPU, 2026-11-28); "
-        "the per-layer measurement with units='elements' (issue 42, docs/performance.md)")),
+    ("merge_unit_moments_", "cpu"): Knowledge("invariance", True, (
+        "benchmarks/bench_ops.py::test_op_vs_reference[merge_unit_moments_-cpu]: reference/kernel 17.8x (16 images "
+        "x 16 views x 16384 float32 units; one run, AMD EPYC, 2 cores, load 0.8, 1 thread, torch 2.13 CPU, "
+        "2026-11-28); the per-layer measurement with units='elements' (issue 42, docs/performance.md)")),
     ("hyper_generate", "cpu"): Knowledge("hyper", True, _cpu(
         "hyper_generate", "1.47-2.15x", "B=8, 20 kernels, 1.8M rows, H=32",
         "; benchmarks/bench_hyper.py::TestCPUGenerate: 1.25x (B=1) / 1.30x (B=8) the per-kernel loop, "
@@ -142,8 +142,9 @@ for _op, _ratio, _what in (("lut_u8", "2.17x", "brightness-like tables"), ("hist
 for _op in ("pairwise_logsumexp", "knn_sqdist"):
     KNOWN[(_op, "cuda")] = Knowledge("invariance", False, "off: no CUDA kernel (csrc/invariance/pairwise_cpu.cpp "
                                      "is CPU only); the torch reference runs on the GPU")
-KNOWN[("unit_moments", "cuda")] = Knowledge("invariance", False, "off: no CUDA kernel (csrc/invariance/units_cpu.cpp "
-                                            "is CPU only); the torch reference runs on the GPU")
+KNOWN[("merge_unit_moments_", "cuda")] = Knowledge(
+    "invariance", False, "off: no CUDA kernel (csrc/invariance/units_cpu.cpp is CPU only); the torch reference runs "
+    "on the GPU")
 for _op in ("pair_scores", "sqdist_logsumexp"):  # the CUDA default before this table, though never measured
     KNOWN[(_op, "cuda")] = Knowledge("invariance", False, _CUDA_UNMEASURED + "; was the CUDA default before the "
                                      "dispatch table without a measurement, turned off for that reason")

@@ -15,7 +15,8 @@ import torch
 from measure_helpers import Brightness, Rot90
 
 from invfast.measure import InvarianceResult, measure_invariance
-from invfast.measure.units import merge_moments, moments, normalized_variance, variance_ratio
+from invfast.measure.units import normalized_variance, variance_ratio
+from invfast.ops.invariance import merge_moments, moments
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -263,48 +264,72 @@ def test_elements_units_on_a_resnet_stage(rng):
     np.testing.assert_allclose(tr.unit_normalized_variance.numpy(), tmeasures_nv_numpy(a), rtol=1e-4, atol=1e-7)
 
 
-# ---------------------------------------------------------------------------------------- the unit_moments op
+# ---------------------------------------------------------------------------------- the merge_unit_moments_ op
 def _numpy_moments(a: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
     a = a.astype(np.float64)
     m = a.mean(axis=axis, keepdims=True)
     return m.squeeze(axis), ((a - m) ** 2).sum(axis=axis)
 
 
+def _running(b: int, v: int, n: int) -> list[torch.Tensor]:
+    return [torch.zeros(s, n, dtype=torch.float64) for s in (b, b, v, v)]
+
+
 @pytest.mark.parametrize("shape", [(7, 5, 130), (1, 16, 64), (9, 1, 3), (3, 4, 1)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-def test_unit_moments_against_numpy(rng, shape, dtype):
-    """Compiled kernel (where built) and torch reference against float64 numpy: means and M2 over views and over
-    images, also for units far from 0 (an offset of 1e4, where one-pass sums of squares cancel)."""
+def test_merged_unit_moments_against_numpy(rng, shape, dtype):
+    """Compiled kernel (where built) and torch reference against float64 numpy: the running moments over views and
+    over images after merging the views in two chunks and the images in two calls equal the moments of all of
+    them, also for units far from 0 (an offset of 1e4, where one-pass sums of squares cancel)."""
     from invfast import backend
-    from invfast.ops.invariance import unit_moments, unit_moments_reference
+    from invfast.ops.invariance import merge_unit_moments_, merge_unit_moments_reference
 
-    a = (rng.normal(size=shape) * rng.uniform(0.01, 3, size=shape[2]) + 1e4).astype(
-        np.float32 if dtype == torch.float32 else np.float64
-    )
-    want = (*_numpy_moments(a, 1), *_numpy_moments(a, 0))
-    for fn in (unit_moments, unit_moments_reference):
-        got = fn(torch.from_numpy(a))
-        for g, w in zip(got, want):
-            assert g.dtype == torch.float64 and tuple(g.shape) == w.shape
-            np.testing.assert_allclose(g.numpy(), w, rtol=1e-12, atol=1e-9)
-    if "unit_moments" in backend.compiled_ops():
-        torch.library.opcheck(torch.ops.invfast.unit_moments.default, (torch.from_numpy(a),))
+    b, v, n = shape
+    np_dtype = np.float32 if dtype == torch.float32 else np.float64
+    a = (rng.normal(size=(2 * b, v, n)) * rng.uniform(0.01, 3, size=n) + 1e4).astype(np_dtype)
+    x = torch.from_numpy(a)
+    cut = max(1, v // 2)
+    for fn in (merge_unit_moments_, merge_unit_moments_reference):
+        for half in (slice(0, b), slice(b, 2 * b)):  # two calls over images (views in two chunks in each)
+            mv, qv = torch.zeros(b, n, dtype=torch.float64), torch.zeros(b, n, dtype=torch.float64)
+            if half.start == 0:
+                running_b = [torch.zeros(v, n, dtype=torch.float64) for _ in range(2)]
+            for vs, ve in ((0, cut), (cut, v)):
+                if ve > vs:
+                    fn(x[half, vs:ve], mv, qv, vs, running_b[0][vs:ve], running_b[1][vs:ve], half.start)
+            want_m, want_q = _numpy_moments(a[half], 1)
+            np.testing.assert_allclose(mv.numpy(), want_m, rtol=1e-12)
+            np.testing.assert_allclose(qv.numpy(), want_q, rtol=1e-9, atol=1e-6)
+        want_m, want_q = _numpy_moments(a, 0)
+        np.testing.assert_allclose(running_b[0].numpy(), want_m, rtol=1e-12)
+        np.testing.assert_allclose(running_b[1].numpy(), want_q, rtol=1e-9, atol=1e-6)
+    if "merge_unit_moments_" in backend.compiled_ops():
+        torch.library.opcheck(
+            torch.ops.invfast.merge_unit_moments_.default, (x[:b], *_running(b, v, n)[:2], 3, *_running(b, v, n)[2:], 5)
+        )
 
 
-def test_unit_moments_bad_inputs_and_half_precision(rng):
+def test_merged_unit_moments_bad_inputs_and_half_precision(rng):
     from invfast import backend
-    from invfast.ops.invariance import unit_moments, unit_moments_reference
+    from invfast.ops.invariance import merge_unit_moments_, merge_unit_moments_reference
 
     x = torch.from_numpy(rng.normal(size=(4, 3, 10)).astype(np.float32))
-    got = unit_moments(x.half())  # read as float32
-    for g, w in zip(got, unit_moments_reference(x.half().float())):
+    got, want = _running(4, 3, 10), _running(4, 3, 10)
+    merge_unit_moments_(x.half(), got[0], got[1], 0, got[2], got[3], 0)  # read as float32
+    merge_unit_moments_reference(x.half().float(), want[0], want[1], 0, want[2], want[3], 0)
+    for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
-    if "unit_moments" not in backend.compiled_ops():
+    if "merge_unit_moments_" not in backend.compiled_ops():
         pytest.skip("no compiled core")
-    op = torch.ops.invfast.unit_moments
-    with pytest.raises(RuntimeError, match=r"unit_moments: u must be \[B, V, U\]"):
-        op(x[0])
-    with pytest.raises(RuntimeError, match="unit_moments: u must be float32 or float64"):
-        op(x.to(torch.int32))
+    op = torch.ops.invfast.merge_unit_moments_
+    r = _running(4, 3, 10)
+    with pytest.raises(RuntimeError, match=r"u must be \[B, V, U\]"):
+        op(x[0], r[0], r[1], 0, r[2], r[3], 0)
+    with pytest.raises(RuntimeError, match="u must be float32 or float64"):
+        op(x.to(torch.int32), r[0], r[1], 0, r[2], r[3], 0)
     with pytest.raises(RuntimeError, match="at least one image and one view"):
-        op(x[:0])
+        op(x[:0], r[0][:0], r[1][:0], 0, r[2], r[3], 0)
+    with pytest.raises(RuntimeError, match=r"mean_b must be a contiguous float64 CPU tensor of shape \[3, 10\]"):
+        op(x, r[0], r[1], 0, r[2].float(), r[3], 0)
+    with pytest.raises(RuntimeError, match="the counts must be >= 0"):
+        op(x, r[0], r[1], -1, r[2], r[3], 0)

@@ -12,12 +12,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/parallel.h"
+
 #ifndef INVFAST_AUGMENT_NS
 #define INVFAST_AUGMENT_NS invfast
 #endif
 
 namespace invfast {
 namespace augment {
+
+// output rows (of all P maps) per work item, and the one-thread cost of one output value (bilinear, float32)
+constexpr int64_t kRowsPerItem = 8;
+constexpr double kWarpNs = 1.5;
 
 template <typename T> struct Acc { using type = float; };
 template <> struct Acc<double> { using type = double; };
@@ -35,7 +41,9 @@ void warp_kernel(const T* src, Coord coord, const double* fill, T* dst, int64_t 
                  int64_t H, int64_t W, int64_t P, int64_t Ho, int64_t Wo) {
   using A = typename Acc<T>::type;
   const int64_t plane = H * W;
-  at::parallel_for(0, P * Ho, 1, [&](int64_t begin, int64_t end) {
+  const int64_t rows = P * Ho, items = (rows + kRowsPerItem - 1) / kRowsPerItem;
+  parallel::run_items(items, parallel::cost(rows * B * C, Wo, kWarpNs), 0, [&](int64_t item, float*) {
+    const int64_t begin = item * kRowsPerItem, end = std::min(rows, begin + kRowsPerItem);
     std::vector<int64_t> i00(Wo), i01(Wo), i10(Wo), i11(Wo);
     std::vector<A> fxs(Wo), fys(Wo);
     std::vector<A> fillc(C);

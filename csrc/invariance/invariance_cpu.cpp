@@ -9,8 +9,12 @@
 #include <cstring>
 #include <limits>
 
+#include "common/parallel.h"
+
 namespace invfast {
 namespace {
+
+constexpr double kPairNs = 1.0;  // one-thread cost of one (row, parameter, feature) of pair_scores: four products
 
 void check_pair_inputs(const at::Tensor& z_ref, const at::Tensor& z_t, const at::Tensor& shift) {
   TORCH_CHECK(z_ref.dim() == 2, "pair_scores: z_ref must be [N, D], got ", z_ref.dim(), " dims");
@@ -63,7 +67,10 @@ std::tuple<at::Tensor, at::Tensor> pair_scores_cpu(const at::Tensor& z_ref_in, c
     const scalar_t* sh = shift.data_ptr<scalar_t>();
     scalar_t* dp = dist.data_ptr<scalar_t>();
     scalar_t* cp = cosv.data_ptr<scalar_t>();
-    at::parallel_for(0, N * P, grain, [&](int64_t b, int64_t e) { pair_scores_rows<scalar_t>(zr, zt, sh, dp, cp, P, D, b, e); });
+    const int64_t items = (N * P + grain - 1) / grain;
+    parallel::run_items(items, parallel::cost(N * P, D, kPairNs), 0, [&](int64_t i, float*) {
+      pair_scores_rows<scalar_t>(zr, zt, sh, dp, cp, P, D, i * grain, std::min(N * P, (i + 1) * grain));
+    });
   });
   return {dist, cosv};
 }

@@ -13,8 +13,10 @@ TORCH_LIBRARY_FRAGMENT(invfast, m) {
   // squared Euclidean distance of x^ (as above), ascending, ties by the lower index; exact in float64
   // (candidates from one GEMM per block, their distances recomputed exactly). Memory O(block_rows * N).
   m.def("knn_sqdist(Tensor x, int k, bool normalize, int block_rows) -> (Tensor, Tensor)");
-  // u [B, V, U] (images, views, units; float32 or float64) -> float64 (mean [B, U], M2 [B, U]) over each
-  // image's views and (mean [V, U], M2 [V, U]) over each view's images, M2 the sum of squared deviations from
-  // the mean (two passes). The per-unit moments of invfast.measure.units in one read of the activations.
-  m.def("unit_moments(Tensor u) -> (Tensor, Tensor, Tensor, Tensor)");
+  // u [B, V, U] (images, views, units; float32 or float64): the float64 mean and M2 (sum of squared deviations
+  // from the mean, two passes) of every unit over each image's views, merged in place into the running
+  // mean_v, m2_v [B, U] of n_v views before, and over each view's images, merged into mean_b, m2_b [V, U] of
+  // n_b images before (a count of 0 overwrites). The per-unit moments of invfast.measure.units in one read.
+  m.def("merge_unit_moments_(Tensor u, Tensor(a!) mean_v, Tensor(b!) m2_v, int n_v, Tensor(c!) mean_b, "
+        "Tensor(d!) m2_b, int n_b) -> ()");
 }

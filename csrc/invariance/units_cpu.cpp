@@ -1,14 +1,15 @@
 // The per-unit moments of the per-layer measures (invfast.measure.units) in one read of the activations:
 // for u [B, V, U] (B images, V views, U units; float32 or float64), the float64 mean and sum of squared
-// deviations (M2) of every unit over each image's views ([B, U]) and over each view's images ([V, U]).
-// Two passes per block of units (mean, then M2 about it: no cancellation, as the torch reference), the
-// block's [B, V, w] values staying in cache between them; blocks spread over torch's threads as items.
+// deviations (M2) of every unit over each image's views ([B, U]) and over each view's images ([V, U]), merged
+// into running moments in place (Chan et al.'s pairwise update). Two passes per block of units (mean, then M2
+// about it: no cancellation, as the torch reference), the block's [B, V, w] values staying in cache between
+// them; blocks spread over torch's threads as items. No torch op runs per chunk: on a shared machine each one
+// would fork a thread team and wait for a descheduled thread.
 #include <ATen/ATen.h>
 #include <torch/library.h>
 
 #include <algorithm>
 #include <cstdint>
-#include <tuple>
 
 #include "common/parallel.h"
 
@@ -18,75 +19,96 @@ namespace {
 constexpr int64_t kBlock = 64;       // units per work item (a block of B x V x 64 values stays in L2)
 constexpr double kMomentNs = 1.5;    // one-thread cost per input value (four reads, two of them from cache)
 
-template <typename T>
-void moments_block(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_t w, double* mean_v,
-                   double* m2_v, double* mean_b, double* m2_b) {
-  double s[kBlock], q[kBlock];
-  for (int64_t b = 0; b < B; ++b) {  // over each image's views
-    std::fill(s, s + w, 0.0);
-    for (int64_t v = 0; v < V; ++v) {
-      const T* row = x + (b * V + v) * U + u0;
-      for (int64_t j = 0; j < w; ++j) s[j] += static_cast<double>(row[j]);
-    }
-    for (int64_t j = 0; j < w; ++j) s[j] /= static_cast<double>(V);
-    std::fill(q, q + w, 0.0);
-    for (int64_t v = 0; v < V; ++v) {
-      const T* row = x + (b * V + v) * U + u0;
-      for (int64_t j = 0; j < w; ++j) {
-        const double d = static_cast<double>(row[j]) - s[j];
-        q[j] += d * d;
-      }
-    }
-    std::copy(s, s + w, mean_v + b * U + u0);
-    std::copy(q, q + w, m2_v + b * U + u0);
+// Merge the moments (mean ``m``, M2 ``q``) of ``k`` more values into the running ``mean``, ``m2`` of ``n`` values.
+inline void merge(double* mean, double* m2, int64_t n, const double* m, const double* q, int64_t k, int64_t w) {
+  if (n == 0) {
+    std::copy(m, m + w, mean);
+    std::copy(q, q + w, m2);
+    return;
   }
-  for (int64_t v = 0; v < V; ++v) {  // over each view's images
-    std::fill(s, s + w, 0.0);
-    for (int64_t b = 0; b < B; ++b) {
-      const T* row = x + (b * V + v) * U + u0;
-      for (int64_t j = 0; j < w; ++j) s[j] += static_cast<double>(row[j]);
-    }
-    for (int64_t j = 0; j < w; ++j) s[j] /= static_cast<double>(B);
-    std::fill(q, q + w, 0.0);
-    for (int64_t b = 0; b < B; ++b) {
-      const T* row = x + (b * V + v) * U + u0;
-      for (int64_t j = 0; j < w; ++j) {
-        const double d = static_cast<double>(row[j]) - s[j];
-        q[j] += d * d;
-      }
-    }
-    std::copy(s, s + w, mean_b + v * U + u0);
-    std::copy(q, q + w, m2_b + v * U + u0);
+  const double total = static_cast<double>(n + k);
+  const double fk = static_cast<double>(k) / total, fnk = static_cast<double>(n) * static_cast<double>(k) / total;
+  for (int64_t j = 0; j < w; ++j) {
+    const double delta = m[j] - mean[j];
+    mean[j] += delta * fk;
+    m2[j] += q[j] + delta * delta * fnk;
   }
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> unit_moments_cpu(const at::Tensor& u_in) {
-  TORCH_CHECK(u_in.device().is_cpu(), "unit_moments: u must be on the CPU, got ", u_in.device());
-  TORCH_CHECK(u_in.dim() == 3, "unit_moments: u must be [B, V, U] (images, views, units), got shape ", u_in.sizes());
+// The mean and M2 over ``n`` rows ``row(i)`` (each ``w`` values) in two passes, into ``m`` and ``q``.
+template <typename T, typename Row>
+void two_pass(int64_t n, Row row, int64_t w, double* m, double* q) {
+  std::fill(m, m + w, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* r = row(i);
+    for (int64_t j = 0; j < w; ++j) m[j] += static_cast<double>(r[j]);
+  }
+  for (int64_t j = 0; j < w; ++j) m[j] /= static_cast<double>(n);
+  std::fill(q, q + w, 0.0);
+  for (int64_t i = 0; i < n; ++i) {
+    const T* r = row(i);
+    for (int64_t j = 0; j < w; ++j) {
+      const double d = static_cast<double>(r[j]) - m[j];
+      q[j] += d * d;
+    }
+  }
+}
+
+struct Running {  // running moments over views [B, U] (of n_v views) and over images [V, U] (of n_b images)
+  double *mean_v, *m2_v, *mean_b, *m2_b;
+  int64_t n_v, n_b;
+};
+
+template <typename T>
+void merge_block(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_t w, const Running& r) {
+  double m[kBlock], q[kBlock];
+  for (int64_t b = 0; b < B; ++b) {  // over each image's views
+    two_pass<T>(V, [&](int64_t v) { return x + (b * V + v) * U + u0; }, w, m, q);
+    merge(r.mean_v + b * U + u0, r.m2_v + b * U + u0, r.n_v, m, q, V, w);
+  }
+  for (int64_t v = 0; v < V; ++v) {  // over each view's images
+    two_pass<T>(B, [&](int64_t b) { return x + (b * V + v) * U + u0; }, w, m, q);
+    merge(r.mean_b + v * U + u0, r.m2_b + v * U + u0, r.n_b, m, q, B, w);
+  }
+}
+
+void check_running(const at::Tensor& t, int64_t rows, int64_t U, const char* name) {
+  TORCH_CHECK(t.device().is_cpu() && t.scalar_type() == at::kDouble && t.is_contiguous() && t.dim() == 2 &&
+                  t.size(0) == rows && t.size(1) == U,
+              "merge_unit_moments_: ", name, " must be a contiguous float64 CPU tensor of shape [", rows, ", ", U,
+              "], got ", t.scalar_type(), " of shape ", t.sizes());
+}
+
+void merge_unit_moments_cpu(const at::Tensor& u_in, const at::Tensor& mean_v, const at::Tensor& m2_v, int64_t n_v,
+                            const at::Tensor& mean_b, const at::Tensor& m2_b, int64_t n_b) {
+  TORCH_CHECK(u_in.device().is_cpu(), "merge_unit_moments_: u must be on the CPU, got ", u_in.device());
+  TORCH_CHECK(u_in.dim() == 3, "merge_unit_moments_: u must be [B, V, U] (images, views, units), got shape ",
+              u_in.sizes());
   TORCH_CHECK(u_in.scalar_type() == at::kFloat || u_in.scalar_type() == at::kDouble,
-              "unit_moments: u must be float32 or float64, got ", u_in.scalar_type());
-  TORCH_CHECK(u_in.size(0) >= 1 && u_in.size(1) >= 1, "unit_moments: u needs at least one image and one view, got "
-              "shape ", u_in.sizes());
+              "merge_unit_moments_: u must be float32 or float64, got ", u_in.scalar_type());
+  TORCH_CHECK(u_in.size(0) >= 1 && u_in.size(1) >= 1,
+              "merge_unit_moments_: u needs at least one image and one view, got shape ", u_in.sizes());
+  TORCH_CHECK(n_v >= 0 && n_b >= 0, "merge_unit_moments_: the counts must be >= 0, got ", n_v, " and ", n_b);
   const auto u = u_in.contiguous();
   const int64_t B = u.size(0), V = u.size(1), U = u.size(2);
-  const auto opts = u.options().dtype(at::kDouble);
-  auto mean_v = at::empty({B, U}, opts), m2_v = at::empty({B, U}, opts);
-  auto mean_b = at::empty({V, U}, opts), m2_b = at::empty({V, U}, opts);
-  double *mv = mean_v.data_ptr<double>(), *qv = m2_v.data_ptr<double>();
-  double *mb = mean_b.data_ptr<double>(), *qb = m2_b.data_ptr<double>();
+  check_running(mean_v, B, U, "mean_v");
+  check_running(m2_v, B, U, "m2_v");
+  check_running(mean_b, V, U, "mean_b");
+  check_running(m2_b, V, U, "m2_b");
+  const Running r{mean_v.data_ptr<double>(), m2_v.data_ptr<double>(), mean_b.data_ptr<double>(),
+                  m2_b.data_ptr<double>(), n_v, n_b};
   const int64_t blocks = (U + kBlock - 1) / kBlock;
-  AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "unit_moments", [&] {
+  AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "merge_unit_moments_", [&] {
     const scalar_t* x = u.data_ptr<scalar_t>();
     parallel::run_items(blocks, parallel::cost(B * V, U, kMomentNs), 0, [&](int64_t i, float*) {
       const int64_t u0 = i * kBlock;
-      moments_block<scalar_t>(x, B, V, U, u0, std::min(kBlock, U - u0), mv, qv, mb, qb);
+      merge_block<scalar_t>(x, B, V, U, u0, std::min(kBlock, U - u0), r);
     });
   });
-  return {mean_v, m2_v, mean_b, m2_b};
 }
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(invfast, CPU, m) { m.impl("unit_moments", &unit_moments_cpu); }
+TORCH_LIBRARY_IMPL(invfast, CPU, m) { m.impl("merge_unit_moments_", &merge_unit_moments_cpu); }
 
 }  // namespace invfast

@@ -14,7 +14,8 @@ from invfast.measure.layers import OUTPUT
 from invfast.measure.result import TransformResult
 from invfast.measure.scoring import pair_file
 from invfast.measure.state import gather_objects, sum_in_rank_order
-from invfast.measure.units import merge_moments, sample_std
+from invfast.measure.units import sample_std
+from invfast.ops.invariance import merge_moments
 
 __all__ = ["finish_transform"]
 

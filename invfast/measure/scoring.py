@@ -20,9 +20,9 @@ from invfast.measure import equivariance as eqv
 from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
 from invfast.measure.state import Shard, barrier
-from invfast.measure.units import merge_moments, moments, sample_std
+from invfast.measure.units import sample_std
 from invfast.metrics import scores_of_whitened
-from invfast.ops.invariance import unit_moments
+from invfast.ops.invariance import merge_moments, merge_unit_moments_, moments
 from invfast.stats import FeatureStats
 from invfast.write_paths import check_in_place
 
@@ -366,14 +366,21 @@ class _Group:
             self.img_c[ly] += c.masked_fill(~k, 0).sum(1)
             if self.fold is not None:
                 eqv.add_views(la["eq"], self.fold, self.f_ref[ly], f_t, ps)
-            # [b, c, U]: the chunk's views of every image, per unit; their moments over views and over images
-            mean_v, m2_v, mean_b, m2_b = unit_moments(units[ly].view(b, pe - ps, -1))
-            _unit_accumulators(la, mean_v.shape[1], ly)
+            u = units[ly].view(b, pe - ps, -1)  # [b, c, U]: the chunk's views of every image, per unit
+            _unit_accumulators(la, u.shape[2], ly)
             if ly not in self.v_mean:
-                self.v_mean[ly] = torch.zeros_like(mean_v)
-                self.v_m2[ly] = torch.zeros_like(mean_v)
-            merge_moments(ctx.acc["count"], la["u_mean"][ps:pe], la["u_m2"][ps:pe], b, mean_b, m2_b)
-            merge_moments(self.n_views, self.v_mean[ly], self.v_m2[ly], pe - ps, mean_v, m2_v)
+                self.v_mean[ly] = torch.zeros(b, u.shape[2], dtype=torch.float64, device=u.device)
+                self.v_m2[ly] = torch.zeros_like(self.v_mean[ly])
+            # their moments over each image's views and over each view's images, merged into the running ones
+            merge_unit_moments_(
+                u,
+                self.v_mean[ly],
+                self.v_m2[ly],
+                self.n_views,
+                la["u_mean"][ps:pe],
+                la["u_m2"][ps:pe],
+                ctx.acc["count"],
+            )
             if self.pairs is not None:
                 self.pairs[ly][0, :, ps:pe] = d
                 self.pairs[ly][1, :, ps:pe] = c

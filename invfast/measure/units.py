@@ -17,18 +17,19 @@ images, activations ``a [N, V, U]`` (float64):
   ``ddof = 0``: the same idea with variances.
 
 Nothing here needs ``N`` activations at once: the moments are merged batch by batch (Chan, Golub and LeVeque's
-pairwise update), so memory is ``O(V x U)`` per layer whatever ``N``.
+pairwise update: :func:`invfast.ops.invariance.merge_unit_moments_`), so memory is ``O(V x U)`` per layer
+whatever ``N``.
 """
 
 from __future__ import annotations
 
 import torch
 
+from invfast.ops.invariance import moments
+
 __all__ = [
     "UNITS",
     "check_units",
-    "moments",
-    "merge_moments",
     "sample_std",
     "ratio_of_means",
     "normalized_variance",
@@ -47,25 +48,6 @@ def check_units(units: object) -> str:
             f"activation of a layer as its own unit), got {units!r}"
         )
     return units
-
-
-def moments(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Mean and sum of squared deviations (M2) of float64 ``x`` along ``dim`` (two passes, no cancellation)."""
-    m = x.mean(dim, keepdim=True)
-    return m.squeeze(dim), (x - m).square().sum(dim)
-
-
-def merge_moments(
-    n_a: int, mean_a: torch.Tensor, m2_a: torch.Tensor, n_b: int, mean_b: torch.Tensor, m2_b: torch.Tensor
-) -> None:
-    """Merge the moments of ``n_b`` more values (``mean_b``, ``m2_b``) into ``mean_a``, ``m2_a`` (of ``n_a``
-    values) in place (Chan et al. 1979); shapes broadcast, ``n_a = 0`` takes ``b``'s."""
-    n = n_a + n_b
-    if n_b == 0:
-        return
-    delta = mean_b - mean_a
-    mean_a += delta * (n_b / n)
-    m2_a += m2_b + delta.square() * (n_a * n_b / n)
 
 
 def sample_std(m2: torch.Tensor, n: int) -> torch.Tensor:

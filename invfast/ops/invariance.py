@@ -96,26 +96,58 @@ def sqdist_logsumexp(rows: torch.Tensor, x: torch.Tensor, row_offset: int, scale
     return fn(rows, x, int(row_offset), float(scale))
 
 
-@backend.register_reference("unit_moments")
-def unit_moments_reference(
+def moments(x: torch.Tensor, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Mean and sum of squared deviations (M2) of float64 ``x`` along ``dim`` (two passes, no cancellation)."""
+    m = x.mean(dim, keepdim=True)
+    return m.squeeze(dim), (x - m).square().sum(dim)
+
+
+def merge_moments(
+    n_a: int, mean_a: torch.Tensor, m2_a: torch.Tensor, n_b: int, mean_b: torch.Tensor, m2_b: torch.Tensor
+) -> None:
+    """Merge the moments of ``n_b`` more values (``mean_b``, ``m2_b``) into ``mean_a``, ``m2_a`` (of ``n_a``
+    values) in place (Chan et al. 1979); shapes broadcast, ``n_a = 0`` takes ``b``'s."""
+    n = n_a + n_b
+    if n_b == 0:
+        return
+    delta = mean_b - mean_a
+    mean_a += delta * (n_b / n)
+    m2_a += m2_b + delta.square() * (n_a * n_b / n)
+
+
+@backend.register_reference("merge_unit_moments_")
+def merge_unit_moments_reference(
     u: torch.Tensor,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """u [B, V, U] (images, views, units) -> float64 ``(mean [B, U], M2 [B, U])`` of every unit over each image's
-    views and ``(mean [V, U], M2 [V, U])`` over each view's images; M2 the sum of squared deviations from the
-    mean, in two passes (no cancellation)."""
+    mean_v: torch.Tensor,
+    m2_v: torch.Tensor,
+    n_v: int,
+    mean_b: torch.Tensor,
+    m2_b: torch.Tensor,
+    n_b: int,
+) -> None:
+    """Merge the float64 moments of activations ``u [B, V, U]`` (images, views, units) over each image's views
+    into the running ``mean_v``, ``m2_v [B, U]`` (of ``n_v`` views before) and over each view's images into
+    ``mean_b``, ``m2_b [V, U]`` (of ``n_b`` images before), in place; M2 is the sum of squared deviations."""
     a = u.to(torch.float64)
-    m1 = a.mean(1, keepdim=True)
-    m0 = a.mean(0, keepdim=True)
-    return m1.squeeze(1), (a - m1).square().sum(1), m0.squeeze(0), (a - m0).square().sum(0)
+    merge_moments(n_v, mean_v, m2_v, a.shape[1], *moments(a, 1))
+    merge_moments(n_b, mean_b, m2_b, a.shape[0], *moments(a, 0))
 
 
-def unit_moments(u: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The per-unit moments of activations ``u [B, V, U]`` over views and over images (see
-    :func:`unit_moments_reference`), in one read where the dispatch table picks the compiled kernel; half
-    precision is read as float32."""
+def merge_unit_moments_(
+    u: torch.Tensor,
+    mean_v: torch.Tensor,
+    m2_v: torch.Tensor,
+    n_v: int,
+    mean_b: torch.Tensor,
+    m2_b: torch.Tensor,
+    n_b: int,
+) -> None:
+    """:func:`merge_unit_moments_reference`, in one read of ``u`` and no torch op per call where the dispatch
+    table picks the compiled kernel (the accumulators must then be contiguous); half precision is read as
+    float32."""
     if u.dtype not in (torch.float32, torch.float64):
         u = u.float()
-    return backend.call("unit_moments", u)
+    backend.call("merge_unit_moments_", u, mean_v, m2_v, int(n_v), mean_b, m2_b, int(n_b))
 
 
 def pairwise_logsumexp(x: torch.Tensor, scale: float, normalize: bool, block_rows: int) -> torch.Tensor:
@@ -156,16 +188,9 @@ def _register_compiled() -> None:
     def _(x, k, normalize, block_rows):
         return x.new_empty((x.shape[0], k), dtype=torch.float64), x.new_empty((x.shape[0], k), dtype=torch.int64)
 
-    @torch.library.register_fake("invfast::unit_moments")
-    def _(u):
-        b, v, n = u.shape
-        f64 = torch.float64
-        return (
-            u.new_empty((b, n), dtype=f64),
-            u.new_empty((b, n), dtype=f64),
-            u.new_empty((v, n), dtype=f64),
-            u.new_empty((v, n), dtype=f64),
-        )
+    @torch.library.register_fake("invfast::merge_unit_moments_")
+    def _(u, mean_v, m2_v, n_v, mean_b, m2_b, n_b):
+        return None
 
     def setup_context(ctx, inputs, output):
         z_ref, z_t, shift = inputs
