@@ -312,3 +312,32 @@ def test_two_ranks_equal_one_process_at_every_layer(tmp_path, capsys, rng):
                 b.unit_normalized_variance.numpy(), a.unit_normalized_variance.numpy(), rtol=1e-4, atol=1e-8
             )
             assert b.n_views == a.n_views
+
+
+@pytest.mark.filterwarnings("ignore:FeatureStats")
+def test_the_users_model_is_left_as_it_was_given(tmp_path, rng):
+    """Measuring a model in training mode with a checkpoint, channels-last and layer hooks leaves the user's
+    module as it was: its weights, their memory format, every module's training flag, no hooks; also when the
+    measurement fails before scoring (a state of another run)."""
+    model = _net(2).train()
+    model.blocks[0].eval()  # mixed flags come back as they were
+    flags = [m.training for m in model.modules()]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    other = _net(3)
+    torch.save(other.state_dict(), tmp_path / "other.pt")
+    x = torch.from_numpy(rng.integers(0, 256, (12, 3, 16, 16), dtype=np.uint8))
+    kw = dict(grid_size=4, batch_size=6, normalize=False, layers="layer1,layer4", shrinkage="ledoit-wolf")
+    r = measure_invariance(model, x, [Rot90()], checkpoint=str(tmp_path / "other.pt"), channels_last=True, **kw)
+    alone = measure_invariance(other.eval(), x, [Rot90()], **kw)  # the checkpoint's weights were measured
+    for ly in ("layer1", "layer4"):
+        assert r.layers[ly]["rot90"].mean_distance == pytest.approx(alone.layers[ly]["rot90"].mean_distance, rel=1e-4)
+    assert [m.training for m in model.modules()] == flags
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert all(p.is_contiguous() for p in model.parameters())  # not converted to channels-last
+    assert not any(m._forward_hooks for m in model.modules())
+    state = tmp_path / "state.pt"
+    measure_invariance(model, x, [HFlip()], state_path=state, **kw)
+    with pytest.raises(ValueError, match="another run"):
+        measure_invariance(model, x, [Rot90()], state_path=state, **kw)
+    assert [m.training for m in model.modules()] == flags
+    assert not any(m._forward_hooks for m in model.modules())

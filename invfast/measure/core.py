@@ -106,30 +106,30 @@ def measure_invariance(
         post=post,
         native=proto.preprocess_after_transform,
     )
-    layers = run.extract.layer_names
-    given = check_stats(stats, layers)
-    run.resume(
-        fingerprint(
-            cfg,
-            run.device,
-            data=run.source.describe(),
-            model=run.model_fp,
-            layers=layers,
-            transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids],
-            stats=stats_fingerprint(given),
-            world_size=run.shard.world_size,
-            files=files_fingerprint(run.source, cfg.fingerprint_content),
+    try:  # the user's model gets its hooks removed and its training flags back whatever happens
+        layers = run.extract.layer_names
+        given = check_stats(stats, layers)
+        run.resume(
+            fingerprint(
+                cfg,
+                run.device,
+                data=run.source.describe(),
+                model=run.model_fp,
+                layers=layers,
+                transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids],
+                stats=stats_fingerprint(given),
+                world_size=run.shard.world_size,
+                files=files_fingerprint(run.source, cfg.fingerprint_content),
+            )
         )
-    )
-    drawn = resample_indices(run.n, cfg.n_images, cfg.protocol_seed) if proto.with_replacement else None
-    run.progress_bar = open_progress(
-        run,
-        given is None,
-        {t.name: int(p.shape[0]) for t, p, _ in grids},
-        run.n if drawn is None else int(drawn.numel()),
-    )
-    n_new = 0
-    try:
+        drawn = resample_indices(run.n, cfg.n_images, cfg.protocol_seed) if proto.with_replacement else None
+        run.progress_bar = open_progress(
+            run,
+            given is None,
+            {t.name: int(p.shape[0]) for t, p, _ in grids},
+            run.n if drawn is None else int(drawn.numel()),
+        )
+        n_new = 0
         ref_stats = run.reference_stats(given, shrinkage, cfg.eps)
         if drawn is not None:  # statistics from every image, scores on a draw with replacement
             run.resample(drawn)
@@ -145,7 +145,8 @@ def measure_invariance(
                 ).items():
                     results[ly][t.name] = tr
     finally:
-        run.progress_bar.close()
+        if run.progress_bar is not None:
+            run.progress_bar.close()
         run.extract.close()
     n_new = int(sum_in_rank_order(torch.tensor([float(n_new)], dtype=torch.float64, device="cpu"), run.shard).item())
     elapsed = time.monotonic() - t0

@@ -4,7 +4,9 @@ and turning image batches into pooled features on the measurement device."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,6 +95,11 @@ class FeatureExtractor:
         self.layer_names = list(paths)
         self.elements = check_units(self.units) == "elements"
         self._tap = LayerTap(self.model, paths, self.elements) if self.layer_names != [OUTPUT] else None
+        # measured in eval mode; the user's training flags come back at close()
+        modules = list(self.model.modules()) if isinstance(self.model, torch.nn.Module) else []
+        self._modes = [(m, m.training) for m in modules]
+        for m in modules:
+            m.training = False
 
     def prepare(self, x: torch.Tensor) -> torch.Tensor:
         x = x.to(self.device, non_blocking=True)
@@ -148,9 +155,14 @@ class FeatureExtractor:
         return _joined(outs), _joined(units)
 
     def close(self) -> None:
-        """Remove the forward hooks from the model (it is the user's: left as it was given)."""
+        """Remove the forward hooks from the model and give its modules their training flags back (it is the
+        user's: left as it was given). Closing twice does nothing more."""
         if self._tap is not None:
             self._tap.close()
+            self._tap = None
+        for m, mode in self._modes:
+            m.training = mode
+        self._modes = []
 
     def __call__(self, images: torch.Tensor) -> torch.Tensor:
         """Pooled features ``[B, D]`` of the (single) measured layer."""
@@ -177,7 +189,10 @@ def setup_model(model: Any, checkpoint: Any, device: torch.device, dtype: Any, c
     elif checkpoint is not None:
         if not isinstance(model, torch.nn.Module):
             raise TypeError("checkpoint can only be loaded into an nn.Module")
+        model = _own_copy(model, checkpoint, device, channels_last)
         load_checkpoint(model, checkpoint)
+    else:
+        model = _own_copy(model, None, device, channels_last)
     if not callable(model):
         raise TypeError(
             f"model must be an nn.Module, a callable images -> features or a model name, got {type(model).__name__}"
@@ -187,7 +202,42 @@ def setup_model(model: Any, checkpoint: Any, device: torch.device, dtype: Any, c
     if channels_last is None:
         channels_last = device.type == "cuda"
     if isinstance(model, torch.nn.Module):
-        model = model.to(device).eval()
+        model = model.to(device)
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
     return model, channels_last
+
+
+def _on(t: torch.Tensor, device: torch.device) -> bool:
+    """Whether ``t`` is on ``device`` (a CUDA device without an index: the current one)."""
+    if t.device.type != device.type:
+        return False
+    if device.type != "cuda":
+        return True
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return t.device.index == index
+
+
+def _own_copy(model: Any, checkpoint: Any, device: torch.device, channels_last: bool | None) -> Any:
+    """The user's module itself where measuring it changes nothing of it, else a copy to change: loading a
+    checkpoint, moving it to another device or converting it to channels-last would otherwise be done to the
+    user's model (its training flags are set and restored by :class:`FeatureExtractor`)."""
+    if not isinstance(model, torch.nn.Module):
+        return model
+    tensors = [*model.parameters(), *model.buffers()]
+    moves = any(not _on(t, device) for t in tensors)
+    converts = (device.type == "cuda" if channels_last is None else channels_last) and any(
+        t.dim() == 4 for t in tensors
+    )
+    if checkpoint is None and not moves and not converts:
+        return model
+    try:
+        return copy.deepcopy(model)
+    except Exception as e:  # a module that cannot be copied (an unpicklable attribute): changed in place, said so
+        warnings.warn(
+            f"the model could not be copied ({type(e).__name__}: {e}); it is measured in place, so the checkpoint, "
+            "device or memory format the measurement needs is applied to your model itself",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return model

@@ -77,34 +77,34 @@ def measure_real_world(
                 stacklevel=2,
             )
     run = Run(model, data, cfg, shard=shard, n_images=cfg.n_images, source=src, post=post, native=native)
-    layers = run.extract.layer_names
-    if len(layers) != 1:
-        raise ValueError(f"real-world mode measures one layer at a time; got layers {layers}")
-    given = check_stats(stats, layers)
-    g = run.source.groups
-    if g is None:
-        raise ValueError(
-            "real-world mode needs groups of views: a folder with one subfolder per object/scene, "
-            "or groups=[group id per image] with in-memory images"
+    try:  # the user's model gets its hooks removed and its training flags back whatever happens
+        layers = run.extract.layer_names
+        if len(layers) != 1:
+            raise ValueError(f"real-world mode measures one layer at a time; got layers {layers}")
+        given = check_stats(stats, layers)
+        g = run.source.groups
+        if g is None:
+            raise ValueError(
+                "real-world mode needs groups of views: a folder with one subfolder per object/scene, "
+                "or groups=[group id per image] with in-memory images"
+            )
+        n_groups = int(g.max()) + 1
+        members = [torch.nonzero(g == i).flatten() for i in range(n_groups)]
+        run.resume(
+            fingerprint(
+                cfg,
+                run.device,
+                data=run.source.describe(),
+                model=run.model_fp,
+                mode="real-world",
+                name=name,
+                self_pairs=self_pairs,
+                groups=[int(m.numel()) for m in members],
+                stats=stats_fingerprint(given),
+                world_size=run.shard.world_size,
+                files=files_fingerprint(run.source, cfg.fingerprint_content),
+            )
         )
-    n_groups = int(g.max()) + 1
-    members = [torch.nonzero(g == i).flatten() for i in range(n_groups)]
-    run.resume(
-        fingerprint(
-            cfg,
-            run.device,
-            data=run.source.describe(),
-            model=run.model_fp,
-            mode="real-world",
-            name=name,
-            self_pairs=self_pairs,
-            groups=[int(m.numel()) for m in members],
-            stats=stats_fingerprint(given),
-            world_size=run.shard.world_size,
-            files=files_fingerprint(run.source, cfg.fingerprint_content),
-        )
-    )
-    try:
         ref_stats = run.reference_stats(given, shrinkage, cfg.eps)[layers[0]]
         g0, g1 = run.shard.bounds(n_groups)
         acc = run.state["transforms"].get(name)
