@@ -19,24 +19,32 @@ namespace parallel {
 
 constexpr double kMinParallelNs = 2e6;
 
-// f(i, scratch) for every i in [0, n) on torch's intra-op threads, ``total_ns`` the estimated one-thread
-// time of all n items, ``scratch`` a float buffer of ``scratch_floats`` per thread. Each thread takes the next
-// item from a shared counter, so a thread that the OS deschedules delays the call by at most the item it holds,
-// never by a fixed share of the work; one thread runs it all below kMinParallelNs (or inside a parallel region).
-template <typename F>
-void run_items(int64_t n, double total_ns, int64_t scratch_floats, const F& f) {
+// f(i, state) for every i in [0, n) on torch's intra-op threads, ``total_ns`` the estimated one-thread time of
+// all n items, ``state = make()`` made once per thread (buffers an item reuses). Each thread takes the next item
+// from a shared counter, so a thread that the OS deschedules delays the call by at most the item it holds, never
+// by a fixed share of the work; one thread runs it all below kMinParallelNs (or inside a parallel region).
+template <typename Make, typename F>
+void run_items_with(int64_t n, double total_ns, const Make& make, const F& f) {
   if (n <= 0) return;
   const int64_t threads = std::min<int64_t>(at::get_num_threads(), n);
   if (threads <= 1 || total_ns < kMinParallelNs || at::in_parallel_region()) {
-    std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(scratch_floats, 1)));
-    for (int64_t i = 0; i < n; ++i) f(i, scratch.data());
+    auto state = make();
+    for (int64_t i = 0; i < n; ++i) f(i, state);
     return;
   }
   std::atomic<int64_t> next{0};
   at::parallel_for(0, threads, 1, [&](int64_t, int64_t) {
-    std::vector<float> scratch(static_cast<size_t>(std::max<int64_t>(scratch_floats, 1)));
-    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) f(i, scratch.data());
+    auto state = make();
+    for (int64_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) f(i, state);
   });
+}
+
+// run_items_with whose per-thread state is a float buffer of ``scratch_floats``: f(i, float* scratch).
+template <typename F>
+void run_items(int64_t n, double total_ns, int64_t scratch_floats, const F& f) {
+  run_items_with(
+      n, total_ns, [&] { return std::vector<float>(static_cast<size_t>(std::max<int64_t>(scratch_floats, 1))); },
+      [&](int64_t i, std::vector<float>& scratch) { f(i, scratch.data()); });
 }
 
 // the estimated one-thread time of ``items`` items of ``units`` units of work each at ``ns_per_unit``

@@ -15,6 +15,7 @@ namespace invfast {
 namespace {
 
 constexpr double kPairNs = 1.0;  // one-thread cost of one (row, parameter, feature) of pair_scores: four products
+constexpr double kLogSumExpNs = 2.0;  // of one (row, column) of sqdist_logsumexp: a distance and an exp
 
 void check_pair_inputs(const at::Tensor& z_ref, const at::Tensor& z_t, const at::Tensor& shift) {
   TORCH_CHECK(z_ref.dim() == 2, "pair_scores: z_ref must be [N, D], got ", z_ref.dim(), " dims");
@@ -172,16 +173,17 @@ at::Tensor sqdist_logsumexp_cpu(const at::Tensor& rows_in, const at::Tensor& x_i
     const float* sr = sq_rows.data_ptr<float>();
     const float* sx = sq_x.data_ptr<float>();
     const float sc = static_cast<float>(scale);
-    at::parallel_for(0, B, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) {
-        const float* gi = g + i * N;
-        const int64_t self = std::min(std::max<int64_t>(row_offset + i, 0), N);  // [lo, self) and (self, N)
-        const int64_t skip = (row_offset + i >= 0 && row_offset + i < N) ? 1 : 0;
-        const float m = std::max(row_max_f32(gi, sx, sr[i], sc, 0, self), row_max_f32(gi, sx, sr[i], sc, self + skip, N));
-        if (!std::isfinite(m)) { op[i] = m; continue; }
-        const double s = row_sumexp_f32(gi, sx, sr[i], sc, m, 0, self) + row_sumexp_f32(gi, sx, sr[i], sc, m, self + skip, N);
-        op[i] = static_cast<double>(m) + std::log(s);
+    parallel::run_items(B, parallel::cost(B, N, kLogSumExpNs), 0, [&](int64_t i, float*) {
+      const float* gi = g + i * N;
+      const int64_t self = std::min(std::max<int64_t>(row_offset + i, 0), N);  // [lo, self) and (self, N)
+      const int64_t skip = (row_offset + i >= 0 && row_offset + i < N) ? 1 : 0;
+      const float m = std::max(row_max_f32(gi, sx, sr[i], sc, 0, self), row_max_f32(gi, sx, sr[i], sc, self + skip, N));
+      if (!std::isfinite(m)) {
+        op[i] = m;
+        return;
       }
+      const double s = row_sumexp_f32(gi, sx, sr[i], sc, m, 0, self) + row_sumexp_f32(gi, sx, sr[i], sc, m, self + skip, N);
+      op[i] = static_cast<double>(m) + std::log(s);
     });
     return out;
   }
@@ -191,8 +193,8 @@ at::Tensor sqdist_logsumexp_cpu(const at::Tensor& rows_in, const at::Tensor& x_i
   const double* sx = sq_x.data_ptr<double>();
   AT_DISPATCH_FLOATING_TYPES(gram.scalar_type(), "sqdist_logsumexp_cpu", [&] {
     const scalar_t* g = gram.data_ptr<scalar_t>();
-    at::parallel_for(0, B, 1, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) row_logsumexp_f64<scalar_t>(g + i * N, sx, sr[i], scale, row_offset + i, N, op + i);
+    parallel::run_items(B, parallel::cost(B, N, kLogSumExpNs), 0, [&](int64_t i, float*) {
+      row_logsumexp_f64<scalar_t>(g + i * N, sx, sr[i], scale, row_offset + i, N, op + i);
     });
   });
   return out;
