@@ -155,7 +155,7 @@ for _op in ("synth_color", "synth_blur", "synth_warp", "synth_composite"):
     KNOWN[(_op, "cuda")] = Knowledge("synth", False, _NO_CUDA_SYNTH)
 # fmt: on
 
-FAMILIES: dict[str, str] = {op: k.family for (op, _), k in KNOWN.items()}
+OP_FAMILIES: dict[str, str] = {op: k.family for (op, _), k in KNOWN.items()}
 
 _available_cache: dict[tuple[str, str], bool] = {}
 
@@ -198,21 +198,21 @@ def cuda_env_problem() -> str | None:
     """One line describing an ``INVFAST_CUDA_KERNELS`` that names no known family or op, or None when it is
     valid (empty, 0, none, 1, all, or a comma list of families and op names)."""
     names = cuda_opt_in() - {"*"}
-    known = set(FAMILIES) | set(FAMILIES.values())
+    known = set(OP_FAMILIES) | set(OP_FAMILIES.values())
     unknown = sorted(names - known)
     if not unknown:
         return None
     raw = os.environ.get(CUDA_KERNELS_ENV, "")
     return (
         f"{CUDA_KERNELS_ENV}={raw!r} names no kernel family or op ({', '.join(unknown)}); valid values: 1 or all, "
-        f"0 or none, or a comma list of families ({', '.join(sorted(set(FAMILIES.values())))}) and op names "
+        f"0 or none, or a comma list of families ({', '.join(sorted(set(OP_FAMILIES.values())))}) and op names "
         "(invfast info lists them)"
     )
 
 
 def entry(op: str, device_type: str) -> Entry:
     """The table row of ``op`` on ``device_type`` (any device type; unknown ones have no kernel)."""
-    family = FAMILIES.get(op, "-")
+    family = OP_FAMILIES.get(op, "-")
     if device_type not in DEVICES:
         return Entry(
             op,

@@ -15,7 +15,7 @@ def test_exactly_invariant_features_score_one():
     def pooled(x):  # per-channel mean and mean square: invariant to rot90 and flips, not to grayscale
         return torch.cat([x.mean((2, 3)), (x * x).mean((2, 3))], dim=1)
 
-    s = inv.measure(pooled, images, size=16, transforms=("rot90", "hflip", "grayscale", "brightness"))
+    s = inv.measure_while_training(pooled, images, size=16, transforms=("rot90", "hflip", "grayscale", "brightness"))
     assert s["rot90"] == pytest.approx(1.0, abs=1e-6)
     assert s["hflip"] == pytest.approx(1.0, abs=1e-6)
     assert s["grayscale"] < 0.9 and s["brightness"] < 0.99
@@ -27,7 +27,7 @@ def test_measure_matches_direct_computation():
     images = blob_images(30, size=16)
     torch.manual_seed(0)
     enc = TinyEncoder(dim=8).eval()
-    got = inv.measure(enc, images, size=16, transforms=("rot90",))["rot90"]
+    got = inv.measure_while_training(enc, images, size=16, transforms=("rot90",))["rot90"]
     x = images.float() / 255
     with torch.no_grad():
         f = enc(inv.to_input(x, 16)).double()
@@ -41,17 +41,17 @@ def test_measure_matches_direct_computation():
 
 def test_unknown_transform_is_named():
     with pytest.raises(ValueError, match="unknown invariance transform 'twirl'"):
-        inv.measure(lambda x: x.mean((2, 3)), blob_images(8, size=16), 16, transforms=("twirl",))
+        inv.measure_while_training(lambda x: x.mean((2, 3)), blob_images(8, size=16), 16, transforms=("twirl",))
 
 
 @pytest.mark.usefixtures("one_thread")
 def test_spatial_model_more_rotation_invariant_than_appearance():
     from invfast import transforms as T
     from invfast.data import heldout_source
-    from invfast.pretrain.data import open_source
+    from invfast.pretrain.data import open_training_source
 
     spec = "synthetic:objects=10,transforms=none,n=512,size=32"
-    src = open_source(spec)
+    src = open_training_source(spec)
     held = heldout_source(spec, src)
     scores = {}
     for pol in ("spatial", "appearance"):

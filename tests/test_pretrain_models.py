@@ -11,7 +11,7 @@ from invfast import transforms as T
 from invfast.cli import main
 from invfast.data import heldout_source
 from invfast.pretrain import AmortisedMoCo, MoCoV2, TrainConfig, Trainer
-from invfast.pretrain.data import open_source
+from invfast.pretrain.data import open_training_source
 
 SYN = "synthetic:objects=6,transforms=rotate+hue,n=48,size=16"
 
@@ -65,7 +65,7 @@ def test_amortised_moco_trains_a_hyper_resnet():
     torch.manual_seed(0)
     enc = models.create("hyper-resnet18-cifar", inv_dim=2, width=4)
     m = AmortisedMoCo(enc, descriptors="groups", size=16, queue_size=16, proj_dim=8)
-    src = open_source(SYN)
+    src = open_training_source(SYN)
     before = enc.out_weight.detach().clone()
     t = Trainer(
         m,
@@ -90,7 +90,7 @@ def test_amortised_moco_trains_a_hyper_resnet():
 @pytest.mark.slow
 def test_resnet18_spatial_more_rotation_invariant_than_appearance():
     spec = "synthetic:objects=10,transforms=none,n=512,size=32"
-    src = open_source(spec)
+    src = open_training_source(spec)
     held = heldout_source(spec, src)
     scores = {}
     for pol in ("spatial", "appearance"):

@@ -372,7 +372,7 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
         path = ctx.path("pretrain", "default", "model.pt")
         torch.save({"encoder": _Payload(str(marker))}, path)
         with pytest.raises(ValueError):
-            S.load_model(ctx, "default")
+            S.load_stage_model(ctx, "default")
     else:
         n = cfg.batch_size
         np.save(ctx.path("transfer", "same_images.npy"), np.zeros((n, 3, cfg.size, cfg.size), np.uint8))

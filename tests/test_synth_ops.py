@@ -51,14 +51,14 @@ def test_forced_kernels_match_references_and_float64(rng):
         got = (
             synth.color(pm, hue, br, co, fl, 3),
             synth.blur(pm, taps),
-            synth.warp(pm, inv, off, True),
+            synth.warp_rgba(pm, inv, off, True),
             synth.composite(pm, bgs, idx),
         )
     with backend.use("reference"):
         ref = (
             synth.color(pm, hue, br, co, fl, 3),
             synth.blur(pm, taps),
-            synth.warp(pm, inv, off, True),
+            synth.warp_rgba(pm, inv, off, True),
             synth.composite(pm, bgs, idx),
         )
     assert torch.equal(got[0], ref[0]) and torch.equal(got[1], ref[1]) and torch.equal(got[3], ref[3])

@@ -525,12 +525,12 @@ def test_compiled_matches_reference():
     inv, off = torch.randn(B, 2, 2, generator=g), torch.randn(B, 2, generator=g) * 0.3
     bgs = torch.randint(0, 256, (5, 3, H, H), dtype=torch.uint8, generator=g)
     bi = torch.randint(0, 5, (B,), generator=g)
-    c = (S.color(pm, hue, br, co, fl), S.blur(pm, taps), S.warp(pm, inv, off), S.composite(pm, bgs, bi))
+    c = (S.color(pm, hue, br, co, fl), S.blur(pm, taps), S.warp_rgba(pm, inv, off), S.composite(pm, bgs, bi))
     with backend.use("reference"):
-        r = (S.color(pm, hue, br, co, fl), S.blur(pm, taps), S.warp(pm, inv, off), S.composite(pm, bgs, bi))
+        r = (S.color(pm, hue, br, co, fl), S.blur(pm, taps), S.warp_rgba(pm, inv, off), S.composite(pm, bgs, bi))
     assert torch.equal(c[0], r[0]) and torch.equal(c[1], r[1]) and torch.equal(c[3], r[3])
     torch.testing.assert_close(c[2], r[2], atol=1e-5, rtol=0)
-    assert torch.equal(S.warp(pm, inv, off, True), c[2])  # skipping transparent pixels changes nothing
+    assert torch.equal(S.warp_rgba(pm, inv, off, True), c[2])  # skipping transparent pixels changes nothing
     # warp against torch's affine_grid + grid_sample in float64
     theta = torch.cat([inv.double(), (-inv.double() @ off.double().unsqueeze(-1))], 2)
     grid = torch.nn.functional.affine_grid(theta, (B, 4, H, H), align_corners=False)

@@ -204,7 +204,7 @@ def test_warp(fill01, B, H, W, rng):
     x = _images(rng, B, H, W)
     m = _maps(rng, H, W)
     fill = torch.tensor([fill01, 0.5 * fill01, 1.0]) * 255.0
-    y, yr = _both(U.warp, x, m, fill)
+    y, yr = _both(U.warp_u8, x, m, fill)
     _close(y, yr, 0.02)
     for p in range(m.shape[0]):
         if bool((m[p] == m[p].round()).all()):
@@ -226,7 +226,7 @@ def test_separable_and_general_strategies_agree(rng):
     m2 = m.clone()
     m2[0, 0, 1] = 1e-300
     with backend.use("compiled"):
-        assert torch.equal(U.warp(x, m, torch.zeros(3)), U.warp(x, m2, torch.zeros(3)))
+        assert torch.equal(U.warp_u8(x, m, torch.zeros(3)), U.warp_u8(x, m2, torch.zeros(3)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,7 +279,7 @@ def test_results_do_not_depend_on_the_thread_count(rng, size):
         (U.hue, (x, torch.linspace(-0.5, 0.5, 16))),
         (U.blend_degenerate, (x, torch.linspace(0, 3, 16), "luma")),
         (U.blur, (x, torch.linspace(0, 4, 16, dtype=torch.float64))),
-        (U.warp, (x, _maps(rng, size, size), torch.zeros(3))),
+        (U.warp_u8, (x, _maps(rng, size, size), torch.zeros(3))),
         (U.brightness, (x, torch.linspace(0, 3, 16))),
         (U.contrast, (x, torch.linspace(0, 3, 16))),
         (U.histogram, (_images(rng, 8, 512, 512),) if size > 64 else (x,)),
@@ -350,7 +350,7 @@ def test_bad_inputs_name_the_problem():
     with pytest.raises(ValueError, match="radius 8 must be smaller than the image"):
         U.blur_taps(x, torch.ones(1, 17))
     with pytest.raises(ValueError, match=r"matrix must be \[P, 2, 3\]"):
-        U.warp(x, torch.zeros(2, 3), torch.zeros(3))
+        U.warp_u8(x, torch.zeros(2, 3), torch.zeros(3))
 
 
 @compiled
@@ -362,7 +362,7 @@ def test_kernels_reject_what_the_reference_cannot_mean():
         with pytest.raises(RuntimeError, match=r"shifts must be in \[-0.5, 0.5\]"):
             U.hue(x, torch.tensor([0.75]))
         with pytest.raises(RuntimeError, match="fill must be in 0..255"):
-            U.warp(x, torch.zeros(1, 2, 3), torch.full((3,), 300.0))
+            U.warp_u8(x, torch.zeros(1, 2, 3), torch.full((3,), 300.0))
 
 
 def test_affine_maps_are_kept_per_transform_size_and_grid(rng):

@@ -125,7 +125,7 @@ def blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     return backend.call("synth_blur", x.contiguous(), taps.to(torch.float32).contiguous())
 
 
-def warp(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor, premultiplied: bool = False) -> torch.Tensor:
+def warp_rgba(x: torch.Tensor, inv: torch.Tensor, offset: torch.Tensor, premultiplied: bool = False) -> torch.Tensor:
     """See :func:`synth_warp_reference` (compiled where the dispatch table says so; on CPU the kernel measured
     slower than this reference, so `auto` runs the reference)."""
     return backend.call(

@@ -18,7 +18,7 @@ Ops (``torch.ops.invfast.<name>``; images uint8 [B, C, H, W], output uint8 [B, P
   copies, bilinear maps within one level of :func:`invfast.ops.augment.warp_affine_reference`.
 
 Dispatch: the table (:mod:`invfast.dispatch`) decides per op and device; there are no CUDA kernels, so the
-references run on GPUs. The per-transform functions (``brightness`` ... ``invert``, :func:`warp`) are what
+references run on GPUs. The per-transform functions (``brightness`` ... ``invert``, :func:`warp_u8`) are what
 the test transforms' records (:data:`invfast.transforms.builtin.RECORDS`) call for uint8 images; this layer
 knows no transform names.
 """
@@ -241,7 +241,7 @@ def blur_taps(images: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     return backend.call("blur_u8", images.contiguous(), taps.contiguous())
 
 
-def warp(images: torch.Tensor, matrix: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
+def warp_u8(images: torch.Tensor, matrix: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
     """Every image through every affine map ``matrix`` [P, 2, 3] (float64; output pixel (x, y) samples the
     source at ``matrix[p] @ (x, y, 1)``, pixel-centre units), bilinear with ``fill`` [C] (0..255) outside,
     rounded half up; integer maps copy exactly. uint8 [B, C, H, W] -> [B, P, C, H, W]."""

@@ -16,7 +16,7 @@ See docs/pretrain.md and ``invfast pretrain --help``.
 
 from invfast.data import ArraySource, FolderSource, SyntheticSource
 from invfast.pretrain.config import TrainConfig
-from invfast.pretrain.data import open_source
+from invfast.pretrain.data import open_training_source
 from invfast.pretrain.descriptors import descriptor_set
 from invfast.pretrain.heads import ProjectionHead
 from invfast.pretrain.heldout_probe import HeldoutProbe, knn_accuracy
@@ -59,5 +59,5 @@ __all__ = [
     "knn_accuracy",
     "momentum_update",
     "nt_xent",
-    "open_source",
+    "open_training_source",
 ]

@@ -205,12 +205,18 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
         raise ValueError(f"unknown policy {policy_name!r}; choose one of {', '.join(POLICY_NAMES)}")
     check_args(args)
 
-    probe = D.open_source(args.data, load_size=1, workers=args.workers) if not args.data.startswith("folder:") else None
+    probe = (
+        D.open_training_source(args.data, load_size=1, workers=args.workers)
+        if not args.data.startswith("folder:")
+        else None
+    )
     size = args.size
     if size is None:
         size = int(probe.get(torch.tensor([0])).shape[-1]) if probe is not None else 224
     load_size = args.load_size or round(size * 256 / 224)
-    source = probe if probe is not None else D.open_source(args.data, load_size=load_size, workers=args.workers)
+    source = (
+        probe if probe is not None else D.open_training_source(args.data, load_size=load_size, workers=args.workers)
+    )
     if args.batch_size > len(source):
         raise ValueError(f"--batch-size {args.batch_size} is larger than the data set ({len(source)} images)")
     heldout = heldout_source(args.data, source)

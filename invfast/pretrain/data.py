@@ -14,7 +14,7 @@ from invfast.data import IMAGE_EXTENSIONS
 from invfast.data import open_source as _open
 
 
-def open_source(spec: str, load_size: int | None = None, workers: int = 0) -> Any:
+def open_training_source(spec: str, load_size: int | None = None, workers: int = 0) -> Any:
     """A training source from a CLI data spec.
 
     - ``synthetic:objects=61,transforms=rotate+hue,n=5000,size=32,seed=0`` — Transforms-2D by index
@@ -34,4 +34,4 @@ def open_source(spec: str, load_size: int | None = None, workers: int = 0) -> An
     return _open(spec, resize=load_size, strict=True, workers=workers, extensions=IMAGE_EXTENSIONS)
 
 
-__all__ = ["open_source"]
+__all__ = ["open_training_source"]

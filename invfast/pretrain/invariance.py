@@ -66,7 +66,7 @@ def _variants(name: str, x: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def measure(
+def measure_while_training(
     features: Callable[[torch.Tensor], torch.Tensor],
     images: torch.Tensor,
     size: int,

@@ -269,7 +269,7 @@ class Trainer:
         out = {}
         try:
             for d in range(m.n_descriptors) if m.n_descriptors <= 3 else [m.n_descriptors - 1]:
-                scores = inv.measure(
+                scores = inv.measure_while_training(
                     functools.partial(m.features, d=d),
                     images,
                     self.config.size,

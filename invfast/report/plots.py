@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from invfast.report.tables import FAMILY_ORDER, InvarianceResult, as_results, ordered_transforms
+from invfast.report.tables import FAMILY_ORDER, ResultLike, as_results, ordered_transforms
 
 _LABELS = {"distance": "Mahalanobis distance", "cosine": "standardised cosine"}
 
@@ -36,7 +36,7 @@ def _check_metric(metric: str) -> None:
 
 
 def plot_curves(
-    results: InvarianceResult | Sequence[InvarianceResult],
+    results: ResultLike | Sequence[ResultLike],
     *,
     metric: str = "cosine",
     transforms: Sequence[str] | None = None,
@@ -82,7 +82,7 @@ def plot_curves(
 
 
 def plot_radar(
-    results: InvarianceResult | Sequence[InvarianceResult],
+    results: ResultLike | Sequence[ResultLike],
     *,
     metric: str = "cosine",
     path: str | os.PathLike | None = None,
@@ -127,7 +127,7 @@ def plot_radar(
 
 
 def plot_heatmap(
-    results: InvarianceResult | Sequence[InvarianceResult],
+    results: ResultLike | Sequence[ResultLike],
     *,
     metric: str = "cosine",
     path: str | os.PathLike | None = None,
@@ -170,7 +170,7 @@ def plot_heatmap(
     return _save(fig, path)
 
 
-def plot_depth(result: InvarianceResult, *, path: str | os.PathLike | None = None) -> Any:
+def plot_depth(result: ResultLike, *, path: str | os.PathLike | None = None) -> Any:
     """Invariance versus depth: for each transform, the mean standardised cosine, the mean Mahalanobis
     distance, tmeasures's normalized variance (:mod:`invfast.measure.units`) and, where measured, the linear
     equivariance (:mod:`invfast.measure.equivariance`) at every measured layer of one model, shallow to

@@ -23,7 +23,7 @@ _HEADINGS = {
 _ATTRS = {"distance": "mean_distance", "cosine": "mean_cosine", "equivariance": "mean_linear_equivariance"}
 
 
-class InvarianceResult(Protocol):
+class ResultLike(Protocol):
     """What the report needs of an :class:`invfast.measure.InvarianceResult` (the report does not
     import the measurement package, which depends on it)."""
 
@@ -35,13 +35,13 @@ class InvarianceResult(Protocol):
     def __getitem__(self, name: str) -> Any: ...
 
 
-def _is_result(r: Any) -> TypeGuard[InvarianceResult]:
+def _is_result(r: Any) -> TypeGuard[ResultLike]:
     return all(hasattr(r, a) for a in ("model", "transforms", "to_dict", "__getitem__")) and isinstance(
         r.transforms, dict
     )
 
 
-def as_results(results: InvarianceResult | Sequence[InvarianceResult]) -> list[InvarianceResult]:
+def as_results(results: ResultLike | Sequence[ResultLike]) -> list[ResultLike]:
     """A list of results with distinct model names, checked."""
     if _is_result(results):
         lst = [results]
@@ -63,7 +63,7 @@ def as_results(results: InvarianceResult | Sequence[InvarianceResult]) -> list[I
     return lst
 
 
-def ordered_transforms(results: Sequence[InvarianceResult]) -> list[tuple[str, str]]:
+def ordered_transforms(results: Sequence[ResultLike]) -> list[tuple[str, str]]:
     """(name, family) of every transform in any result: spatial first, then appearance, then the rest."""
     seen: dict[str, str] = {}
     for r in results:
@@ -73,7 +73,7 @@ def ordered_transforms(results: Sequence[InvarianceResult]) -> list[tuple[str, s
     return sorted(seen.items(), key=lambda kv: rank.get(kv[1], len(rank)))
 
 
-def significance(results: Sequence[InvarianceResult], *, delta: float = 0.05) -> dict[str, str | None]:
+def significance(results: Sequence[ResultLike], *, delta: float = 0.05) -> dict[str, str | None]:
     """Transform -> the model that is significantly most invariant by standardised cosine (Ericsson et al. 2021, App. F:
     Hoeffding with Bonferroni over the comparisons, on per-image scores of the same images), or None.
     Transforms that some model lacks or kept no per-image scores for are left out."""
@@ -91,7 +91,7 @@ def significance(results: Sequence[InvarianceResult], *, delta: float = 0.05) ->
     return out
 
 
-def to_rows(results: InvarianceResult | Sequence[InvarianceResult], *, delta: float = 0.05) -> list[dict[str, Any]]:
+def to_rows(results: ResultLike | Sequence[ResultLike], *, delta: float = 0.05) -> list[dict[str, Any]]:
     """One dict per (model, transform): mean distance / cosine (identity excluded), identity values,
     number of images and pairs, and ``best`` (significantly most invariant by cosine)."""
     results = as_results(results)
@@ -116,7 +116,7 @@ def to_rows(results: InvarianceResult | Sequence[InvarianceResult], *, delta: fl
     return rows
 
 
-def to_frame(results: InvarianceResult | Sequence[InvarianceResult], *, delta: float = 0.05) -> Any:
+def to_frame(results: ResultLike | Sequence[ResultLike], *, delta: float = 0.05) -> Any:
     """A pandas DataFrame of :func:`to_rows` when pandas is installed, else the list of row dicts."""
     rows = to_rows(results, delta=delta)
     try:
@@ -131,7 +131,7 @@ def _fmt(v: float | None, digits: int) -> str:
 
 
 def to_markdown(
-    results: InvarianceResult | Sequence[InvarianceResult],
+    results: ResultLike | Sequence[ResultLike],
     *,
     metrics: Sequence[str] = ("distance", "cosine"),
     digits: int = 2,
@@ -174,7 +174,7 @@ def to_markdown(
     return "\n".join(out).rstrip() + "\n"
 
 
-def _reference_lines(results: Sequence[InvarianceResult]) -> list[str]:
+def _reference_lines(results: Sequence[ResultLike]) -> list[str]:
     """One line per model with the size of its reference statistics, N/D, and a warning when N <= D."""
     lines = []
     for r in results:
@@ -198,7 +198,7 @@ def _reference_lines(results: Sequence[InvarianceResult]) -> list[str]:
 
 
 def to_json(
-    results: InvarianceResult | Sequence[InvarianceResult],
+    results: ResultLike | Sequence[ResultLike],
     path: str | os.PathLike | None = None,
     *,
     per_image: bool = False,
@@ -214,9 +214,7 @@ def to_json(
     return text
 
 
-def common_images(
-    results: Sequence[InvarianceResult], transform: str, metric: str = "cosine"
-) -> dict[str, torch.Tensor]:
+def common_images(results: Sequence[ResultLike], transform: str, metric: str = "cosine") -> dict[str, torch.Tensor]:
     """Per-image ``metric`` of each model on ``transform``, restricted to images every model scored."""
     vals = {}
     for r in results:

@@ -274,7 +274,7 @@ class Transforms2D(torch.utils.data.Dataset):
                 if flush.any():
                     m = torch.from_numpy(flush)
                     inv = np.linalg.inv(L[flush])
-                    pm[m] = synth_ops.warp(pm[m], torch.from_numpy(inv), torch.zeros(int(flush.sum()), 2), True)
+                    pm[m] = synth_ops.warp_rgba(pm[m], torch.from_numpy(inv), torch.zeros(int(flush.sum()), 2), True)
                     L[flush] = np.eye(2)
                     pending &= ~flush
                 if t in COLOR_FLAGS:
@@ -350,7 +350,7 @@ class Transforms2D(torch.utils.data.Dataset):
         p["y"] = (offset[:, 1] + 1.0) / 2.0
         det = m[:, 0, 0] * m[:, 1, 1] - m[:, 0, 1] * m[:, 1, 0]
         inv = np.stack([np.stack([m[:, 1, 1], -m[:, 0, 1]], -1), np.stack([-m[:, 1, 0], m[:, 0, 0]], -1)], -2)
-        return synth_ops.warp(pm, torch.from_numpy(inv / det[:, None, None]), torch.from_numpy(offset), True)
+        return synth_ops.warp_rgba(pm, torch.from_numpy(inv / det[:, None, None]), torch.from_numpy(offset), True)
 
     def _order_indices(self, keys: np.ndarray) -> np.ndarray:
         """Order per sample, int64 [B, K]: row b lists indices into ``self.transforms`` in application order."""

@@ -125,6 +125,6 @@ def affine_apply(name: str, affine: Affine, images: torch.Tensor, p: torch.Tenso
         require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)", lambda: f", got {fillv.tolist()}")
     matrix = affine_matrix(name, affine, p, H, W).to(images.device)
     if images.dtype == torch.uint8:
-        return transforms_u8.warp(images, matrix, fillv * 255.0)
+        return transforms_u8.warp_u8(images, matrix, fillv * 255.0)
     x = images if images.dtype in (torch.float32, torch.float64) else images.to(torch.float32)
     return warp_affine(x.contiguous(), matrix, H, W, fillv).to(images.dtype)

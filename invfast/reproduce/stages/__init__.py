@@ -33,7 +33,7 @@ from invfast.reproduce.stages.context import (
     POLICIES,
     Context,
     extract,
-    load_model,
+    load_stage_model,
     normalise,
     stage_seed,
 )
@@ -59,7 +59,7 @@ __all__ = [
     "stage_seed",
     "extract",
     "normalise",
-    "load_model",
+    "load_stage_model",
     "main_objects",
     "rotation_objects",
     "colour_targets",

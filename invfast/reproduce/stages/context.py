@@ -24,7 +24,7 @@ __all__ = [
     "normalise",
     "extract",
     "encoder",
-    "load_model",
+    "load_stage_model",
 ]
 
 
@@ -99,7 +99,7 @@ class Context:
     def model(self, key: str) -> torch.nn.Module:
         """A frozen feature extractor in eval mode: 'random', a policy name, or 'amortised'."""
         if key not in self._models:
-            self._models[key] = load_model(self, key).to(self.cfg.device)
+            self._models[key] = load_stage_model(self, key).to(self.cfg.device)
         return self._models[key]
 
 
@@ -130,7 +130,7 @@ def encoder(cfg: ReproduceConfig, key: str) -> torch.nn.Module:
     return create(cfg.arch, width=cfg.width)
 
 
-def load_model(ctx: Context, key: str) -> torch.nn.Module:
+def load_stage_model(ctx: Context, key: str) -> torch.nn.Module:
     """The encoder called ``key``: 'random' (seeded initialisation), a policy or 'amortised'
     (weights from the pretraining run), a transfer source 'transfer-<source>'."""
     from invfast.models import load_checkpoint

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from invfast.reproduce.stages.context import Context, load_model
+from invfast.reproduce.stages.context import Context, load_stage_model
 from invfast.reproduce.stages.supervised import Evaluator
 from invfast.reproduce.stages.transfer import transfer_dataset
 
@@ -28,5 +28,5 @@ def s2_probe(ctx: Context) -> dict[str, Any]:
     sets = {
         name: functools.partial(transfer_dataset, objects=o, transforms=t) for name, (o, t) in EVALUATION_SETS.items()
     }
-    ev = Evaluator(ctx, {"same": functools.partial(load_model, ctx, "transfer-same")}, sets)
+    ev = Evaluator(ctx, {"same": functools.partial(load_stage_model, ctx, "transfer-same")}, sets)
     return {"scores": {name: ev.probe("same", name) for name in EVALUATION_SETS}, "n": ctx.cfg.transfer_n_target}

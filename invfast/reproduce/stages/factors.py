@@ -13,7 +13,7 @@ import functools
 from typing import Any
 
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import Context, load_model
+from invfast.reproduce.stages.context import Context, load_stage_model
 from invfast.reproduce.stages.supervised import Evaluator, ModelSpec, load_trained, train_models
 from invfast.reproduce.stages.transfer import transfer_dataset
 
@@ -77,7 +77,7 @@ def s1_train(ctx: Context, factor: str) -> dict[str, Any]:
 def s1_probe(ctx: Context) -> dict[str, Any]:
     """Target accuracy (linear probe, mean ± std over folds) of every pair of every factor."""
     cfg = ctx.cfg
-    loaders: dict[str, Any] = {f"transfer-{k}": functools.partial(load_model, ctx, f"transfer-{k}") for k in PAIR}
+    loaders: dict[str, Any] = {f"transfer-{k}": functools.partial(load_stage_model, ctx, f"transfer-{k}") for k in PAIR}
     for factor in FACTORS:
         for spec in _specs(cfg, factor):
             loaders[spec.key] = functools.partial(load_trained, ctx, spec)

@@ -12,7 +12,7 @@ import functools
 from typing import Any
 
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import Context, load_model
+from invfast.reproduce.stages.context import Context, load_stage_model
 from invfast.reproduce.stages.supervised import Evaluator, ModelSpec, load_trained, train_models
 from invfast.reproduce.stages.transfer import transfer_dataset, transform_set
 
@@ -52,7 +52,7 @@ def s8_probe(ctx: Context) -> dict[str, Any]:
         src = reused_source(cfg, k)
         keys[k] = f"transfer-{src}" if src else f"s8-first-{k}"
         if src:
-            loaders[keys[k]] = functools.partial(load_model, ctx, keys[k])
+            loaders[keys[k]] = functools.partial(load_stage_model, ctx, keys[k])
     sets = {
         str(k): functools.partial(transfer_dataset, objects="target", transforms=f"first:{k}") for k in cfg.nested_sizes
     }

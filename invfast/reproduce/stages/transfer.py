@@ -18,7 +18,7 @@ import torch
 
 from invfast.io import atomic_save_npy
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import Context, encoder, extract, load_model
+from invfast.reproduce.stages.context import Context, encoder, extract, load_stage_model
 from invfast.reproduce.stages.pretraining import read_metrics, train_config
 from invfast.reproduce.stages.probing import probe_scores
 
@@ -170,6 +170,6 @@ def transfer_probe(ctx: Context) -> dict[str, Any]:
     labels = ctx.array("transfer", "target_labels.npy")
     out = {}
     for key in ("random", *TRANSFER_SOURCES):
-        model = ctx.model("random") if key == "random" else load_model(ctx, f"transfer-{key}")
+        model = ctx.model("random") if key == "random" else load_stage_model(ctx, f"transfer-{key}")
         out[key] = probe_scores(extract(model, images), labels, "classification", 1, ctx.cfg)
     return {"scores": out, "n_target": int(images.shape[0])}
