@@ -58,7 +58,7 @@ def test_resize_then_centre_crop_for_measurement_and_pretraining(tmp_path):
 
     arrays = _folder(tmp_path, [(30, 47), (50, 21), (16, 16)])
     measure_src = as_source(f"folder:{tmp_path}", resize=14)
-    pretrain_src = P.data.open_source(f"folder:{tmp_path}", load_size=14)
+    pretrain_src = P.data.open_training_source(f"folder:{tmp_path}", load_size=14)
     order = [os.path.basename(p) for p in measure_src.files]
     x, ok = measure_src.load([0, 1, 2])
     assert ok.all()
@@ -103,7 +103,7 @@ def test_one_synthetic_spec_for_measure_and_pretrain():
     assert SYNTHETIC_DEFAULTS["transforms"] == "all"
     spec = "synthetic:objects=5,n=12,size=16,seed=3"
     measured = as_source(spec)
-    trained = P.data.open_source(spec)
+    trained = P.data.open_training_source(spec)
     assert len(measured) == len(trained) == 12
     x, ok = measured.load(torch.arange(12))
     torch.testing.assert_close(x, trained.get(torch.arange(12)), atol=0, rtol=0)

@@ -179,3 +179,98 @@ def test_saved_equivariance_is_checked_and_real_world_refuses_it(rng):
         InvarianceResult.from_dict(d)
     with pytest.raises(ValueError, match="real-world groups have none"):
         measure_real_world(Pointwise(), x, groups=[0, 0, 1, 1, 2, 2, 3, 3, 4, 4], equivariance=True)
+
+
+# ------------------------------------------------------------------------------------ same-equivariance, streamed
+def test_back_maps_invert_the_transform_in_map_pixels(rng):
+    """back_maps gives the transform's forward map in feature-map pixels: a map pixel q, taken to image pixels,
+    moved by the forward map (numpy's inverse of the image-level sampling map), and taken back to map pixels."""
+    from invfast.measure.equivariance import back_maps
+
+    H, W, h, w = 32, 24, 8, 6
+    m = np.concatenate([rng.normal(size=(5, 2, 2)) + 2 * np.eye(2), rng.normal(size=(5, 2, 1)) * 3], axis=2)
+    got = back_maps(torch.from_numpy(m), (H, W), (h, w)).numpy()
+    s = np.array([W / w, H / h])
+    q = rng.uniform(0, 6, size=2)
+    x_img = (q + 0.5) * s - 0.5
+    for p in range(5):
+        fwd = np.linalg.solve(m[p, :, :2], x_img - m[p, :, 2])  # the image point the view shows at x_img
+        want = (fwd + 0.5) / s - 0.5
+        np.testing.assert_allclose(got[p] @ np.append(q, 1.0), want, rtol=1e-12, atol=1e-12)
+
+
+def _pointwise_same_equivariance(x: torch.Tensor, name: str, k: int) -> tuple[np.ndarray, InvarianceResult]:
+    """invfast's streamed same-equivariance of the pointwise body's feature maps under built-in ``name``, and
+    the numpy formula on maps brought back by numpy's inverse of each view's sampling map."""
+    from invfast import transforms as T
+    from invfast.ops.augment import warp_affine_reference
+    from invfast.transforms.affine import affine_maps
+    from invfast.transforms.builtin import RECORDS
+
+    t = T.get(name)
+    r = measure_invariance(
+        Pointwise(),
+        x,
+        [t],
+        grid_size=k,
+        batch_size=4,
+        forward_batch=8,
+        normalize=False,
+        units="elements",
+        equivariance=True,
+        layers="body",
+    )
+    params = t.grid(k)
+    views = t.apply(x, params).float() / 255.0  # [N, P, 3, H, W]
+    m = affine_maps(RECORDS[name].affine, params, x.shape[2], x.shape[3]).numpy()
+    inv_a = np.linalg.inv(m[:, :, :2])
+    back = torch.from_numpy(np.concatenate([inv_a, -np.einsum("pij,pj->pi", inv_a, m[:, :, 2])[..., None]], axis=2))
+    with torch.no_grad():
+        maps = [Body()(views[:, j]) for j in range(views.shape[1])]
+        mapped = [
+            warp_affine_reference(
+                f, back[j : j + 1], f.shape[2], f.shape[3], torch.zeros(f.shape[1], dtype=torch.float64)
+            )[:, 0]
+            for j, f in enumerate(maps)
+        ]
+    a = torch.stack(mapped, 1).flatten(2).double().numpy()
+    if not bool(t.is_identity(params).any()):
+        with torch.no_grad():
+            a = np.concatenate([Body()(x.float() / 255.0).flatten(1).double().numpy()[:, None], a], axis=1)
+    return tmeasures_nv_numpy(a), r
+
+
+@pytest.mark.filterwarnings("ignore:FeatureStats")
+@pytest.mark.parametrize("name,k", [("rotation", 4), ("hflip", 2), ("rotation", 8), ("scale", 5)])
+def test_streamed_same_equivariance_against_numpy(rng, name, k):
+    """A pointwise layer commutes with every transform: mapped back, its views equal the image's maps wherever
+    the view saw the image, so flips and 90° rotations give exactly 0; the others equal the numpy formula on the
+    maps brought back (zeros outside) to float32 resampling (the compiled warp and torch's sum in other orders)."""
+    x = torch.from_numpy(rng.integers(0, 256, (9, 3, 8, 8), dtype=np.uint8))
+    want, r = _pointwise_same_equivariance(x, name, k)
+    got = r[name].unit_same_equivariance.numpy()
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.nanmax(np.abs(got - want) / np.maximum(np.abs(want), 1e-3)) < 1e-5
+    if k <= 4:
+        assert np.nanmax(np.abs(got)) == 0.0
+    assert r[name].same_equivariance == pytest.approx(float(np.nanmean(want)), rel=1e-6)
+    back = InvarianceResult.from_json(r.to_json())[name]
+    torch.testing.assert_close(back.unit_same_equivariance, r[name].unit_same_equivariance, equal_nan=True)
+
+
+@pytest.mark.filterwarnings("ignore:FeatureStats")
+def test_same_equivariance_only_where_it_applies(rng):
+    from invfast import transforms as T
+
+    x = torch.from_numpy(rng.integers(0, 256, (6, 3, 8, 8), dtype=np.uint8))
+    kw = dict(grid_size=2, normalize=False, layers="body")
+    r = measure_invariance(
+        Pointwise(), x, [T.get("hflip"), T.get("brightness")], units="elements", equivariance=True, **kw
+    )
+    assert r["hflip"].same_equivariance is not None and r["brightness"].unit_same_equivariance is None  # not affine
+    assert (
+        measure_invariance(Pointwise(), x, [T.get("hflip")], equivariance=True, **kw)["hflip"].same_equivariance is None
+    )  # channels
+    assert (
+        measure_invariance(Pointwise(), x, [T.get("hflip")], units="elements", **kw)["hflip"].same_equivariance is None
+    )

@@ -23,7 +23,7 @@ namespace augment {
 
 // output rows (of all P maps) per work item, and the one-thread cost of one output value (bilinear, float32)
 constexpr int64_t kRowsPerItem = 8;
-constexpr double kWarpNs = 1.5;
+constexpr double kWarpNs = 3.5;
 
 template <typename T> struct Acc { using type = float; };
 template <> struct Acc<double> { using type = double; };

@@ -44,8 +44,8 @@ namespace {
 
 using namespace views;
 
-// one-thread cost of one output value of a view (warp, colour, blur), AMD EPYC estimate
-constexpr double kViewNs = 6.0;
+// one-thread cost of one output value of a view (warp, colour, blur): bench_ops.py size, AMD EPYC, 2026-11-28
+constexpr double kViewNs = 16.0;
 
 // Per-thread buffers, sized for one image and reused for every image the thread runs.
 struct Scratch {

@@ -15,7 +15,7 @@ namespace invfast {
 namespace {
 
 constexpr double kPairNs = 1.0;  // one-thread cost of one (row, parameter, feature) of pair_scores: four products
-constexpr double kLogSumExpNs = 2.0;  // of one (row, column) of sqdist_logsumexp: a distance and an exp
+constexpr double kLogSumExpNs = 4.0;  // of one (row, column) of sqdist_logsumexp: a distance and an exp
 
 void check_pair_inputs(const at::Tensor& z_ref, const at::Tensor& z_t, const at::Tensor& shift) {
   TORCH_CHECK(z_ref.dim() == 2, "pair_scores: z_ref must be [N, D], got ", z_ref.dim(), " dims");

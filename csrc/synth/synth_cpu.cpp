@@ -34,9 +34,9 @@ void check_vec(const at::Tensor& v, int64_t B, at::ScalarType t, const char* op,
 
 int64_t grain_for(int64_t HW) { return std::max<int64_t>(1, 8192 / std::max<int64_t>(HW, 1)); }
 
-// one-thread cost per value of a sample (estimates, AMD EPYC): compositing, the colour pipeline (HSV round trip
-// included), one blur tap, the bilinear warp
-constexpr double kCompositeNs = 1.0, kColorNs = 4.0, kBlurTapNs = 0.3, kWarpNs = 1.5;
+// one-thread cost per value of a sample (bench_ops.py sizes, 1 thread, AMD EPYC, 2026-11-28): compositing, the
+// colour pipeline (HSV round trip included), one blur tap of either pass, the bilinear warp
+constexpr double kCompositeNs = 4.4, kColorNs = 18.0, kBlurTapNs = 0.2, kWarpNs = 11.0;
 
 // f(b0, b1) over groups of whole samples [b0, b1), each group an item of parallel::run_items (no thread team
 // below 2 ms of estimated work; a descheduled thread delays the call by at most its group); ``values`` values

@@ -33,6 +33,11 @@ MEASURES = {
         "normalized_variance",
         "normalized variance (tmeasures's, per unit, averaged over the layer's units; 0 = invariant)",
     ),
+    "same_equivariance": (
+        "same_equivariance",
+        "same-equivariance (tmeasures's: the normalized variance of the feature maps brought back by the transform; "
+        "0 = they move exactly with the image)",
+    ),
     "equivariance": (
         "mean_linear_equivariance",
         "linear equivariance (cross-validated R² of the best linear map from an image's features to its view's; "

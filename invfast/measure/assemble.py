@@ -50,9 +50,11 @@ def finish_transform(
     return out
 
 
-def _unit_moments(la: dict[str, Any], local: int, sh: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _unit_moments(
+    la: dict[str, Any], local: int, sh: Any, keys: tuple[str, str] = ("u_mean", "u_m2")
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Each view's per-unit mean and M2 over all ranks' images ([V, U] float64, host), merged in rank order."""
-    parts = gather_objects((local, la["u_mean"].cpu(), la["u_m2"].cpu()), sh)
+    parts = gather_objects((local, la[keys[0]].cpu(), la[keys[1]].cpu()), sh)
     n, mean, m2 = parts[0][0], parts[0][1].clone(), parts[0][2].clone()
     for k, m, q in parts[1:]:
         merge_moments(n, mean, m2, k, m, q)
@@ -84,6 +86,10 @@ def _layer_result(
     _, view_m2 = _unit_moments(la, local, sh)
     n_views = int(view_m2.shape[0])
 
+    same_view, same_image = None, None
+    if "se_mean" in la:  # same-equivariance: the moments of the mapped-back maps (invfast.measure.mapped_back)
+        same_view = sum_in_rank_order(la["se_ts"], sh).cpu()
+        same_image = sample_std(_unit_moments(la, local, sh, ("se_mean", "se_m2"))[1], count).sum(0)
     eq = None
     if "eq" in la:  # the per-fold sums of every rank added up (the fold of an image does not depend on its rank)
         fold_sums = {k: v if k == "shift" else sum_in_rank_order(v, sh) for k, v in la["eq"].items()}
@@ -116,4 +122,6 @@ def _layer_result(
         unit_image_std_sum=sample_std(view_m2, count).sum(0),
         n_views=n_views,
         linear_equivariance=eq,
+        unit_same_view_std_sum=same_view,
+        unit_same_image_std_sum=same_image,
     )

@@ -28,6 +28,7 @@ FOLDS = 5  #: folds of the cross-validated fit (contiguous blocks of the image i
 RIDGE = 1e-3  #: the fit's penalty relative to the training features' scale (see :func:`linear_equivariance`)
 
 __all__ = [
+    "back_maps",
     "FOLDS",
     "RIDGE",
     "linear_equivariance",
@@ -194,6 +195,32 @@ def linear_equivariance(
     add_reference(sums, fold, x)
     add_views(sums, fold, x, y)
     return fit_from_sums(sums, ridge)
+
+
+def back_maps(matrix: torch.Tensor, image_hw: tuple[int, int], map_hw: tuple[int, int]) -> torch.Tensor:
+    """The sampling maps that bring a layer's feature maps of the transformed views back to the image's frame.
+
+    Args:
+        matrix: float64 ``[P, 2, 3]``, the transform's sampling maps at the image size: output pixel ``o = (x, y)``
+            of view ``p`` samples the image at ``matrix[p] @ (x, y, 1)`` (pixel-centre coordinates; as
+            :func:`invfast.transforms.affine.affine_maps` gives them).
+        image_hw: ``(H, W)`` of the model input; ``map_hw``: ``(h, w)`` of the layer's feature maps (pixel centres
+            aligned: ``x_image = (x_map + 0.5) W / w - 0.5``).
+
+    Returns:
+        float64 ``[P, 2, 3]``: position ``q`` of the mapped-back map samples the view's feature map at
+        ``back[p] @ (q, 1)``, the transform's forward map expressed in feature-map pixels (the inverse of
+        ``matrix[p]`` there), so a representation that moves with the image maps back onto the image's own.
+    """
+    (H, W), (h, w) = image_hw, map_hw
+    m = matrix.to(torch.float64)
+    s = torch.tensor([W / w, H / h], dtype=torch.float64, device=m.device)  # map pixel -> image pixel scale (x, y)
+    b = 0.5 * s - 0.5
+    a = m[:, :, :2]
+    a_map = a * s[None, None, :] / s[None, :, None]  # S^-1 A S
+    d_map = (torch.einsum("pij,j->pi", a, b) + m[:, :, 2] - b) / s  # S^-1 (A b + d - b)
+    inv = torch.linalg.inv(a_map)
+    return torch.cat([inv, -torch.einsum("pij,pj->pi", inv, d_map).unsqueeze(-1)], dim=-1)
 
 
 def same_equivariance(

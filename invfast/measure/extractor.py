@@ -154,6 +154,12 @@ class FeatureExtractor:
                 units[name].append(elements.get(name, outs[name][-1]))
         return _joined(outs), _joined(units)
 
+    @property
+    def map_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Each hooked layer's activation shape per image (``(C, H, W)`` for feature maps), by name, as seen
+        in the latest forward pass with ``units='elements'``; empty otherwise."""
+        return dict(self._tap.shapes) if self._tap is not None else {}
+
     def close(self) -> None:
         """Remove the forward hooks from the model and give its modules their training flags back (it is the
         user's: left as it was given). Closing twice does nothing more."""

@@ -156,6 +156,7 @@ class LayerTap:
         self.keep_elements = elements
         self.caught: dict[str, torch.Tensor] = {}
         self.elements: dict[str, torch.Tensor] = {}
+        self.shapes: dict[str, tuple[int, ...]] = {}  # each layer's activation shape per image, with elements
         self._handles = []
         modules = dict(model.named_modules()) if isinstance(model, torch.nn.Module) else {}
         for name, path in layers.items():
@@ -167,6 +168,7 @@ class LayerTap:
             self.caught[name] = pool(output, name)
             if self.keep_elements:
                 self.elements[name] = flatten(output, name)
+                self.shapes[name] = tuple(output.shape[1:])
 
         return hook
 

@@ -63,6 +63,24 @@ class TransformResult:
     unit_image_std_sum: torch.Tensor | None = None
     n_views: int | None = None
     linear_equivariance: torch.Tensor | None = None
+    unit_same_view_std_sum: torch.Tensor | None = None
+    unit_same_image_std_sum: torch.Tensor | None = None
+
+    @property
+    def unit_same_equivariance(self) -> torch.Tensor | None:
+        """float64 [U]: tmeasures's same-equivariance of every C x H x W element: the normalized variance of the
+        feature maps after each view's maps are brought back by the transform's forward map
+        (:mod:`invfast.measure.mapped_back`); 0 = the maps move exactly as the image does. None where not
+        measured (``equivariance=True`` with ``units='elements'``, affine built-ins, [C, H, W] layers)."""
+        if self.unit_same_view_std_sum is None or self.unit_same_image_std_sum is None or not self.n_views:
+            return None
+        num = self.unit_same_view_std_sum / max(self.n_images, 1)
+        return ratio_of_means(num, self.unit_same_image_std_sum / self.n_views)
+
+    @property
+    def same_equivariance(self) -> float | None:
+        """The layer's same-equivariance: the mean of :attr:`unit_same_equivariance` where it is defined."""
+        return _nanmean(self.unit_same_equivariance)
 
     @property
     def mean_linear_equivariance(self) -> float | None:
@@ -132,12 +150,15 @@ class TransformResult:
             "n_views": self.n_views,
             "linear_equivariance": lst(self.linear_equivariance),
             "mean_linear_equivariance": self.mean_linear_equivariance,
+            "same_equivariance": self.same_equivariance,
         }
         if per_image:
             d["unit_transform_variance"] = lst(self.unit_transform_variance)
             d["unit_sample_variance"] = lst(self.unit_sample_variance)
             d["unit_view_std_sum"] = lst(self.unit_view_std_sum)
             d["unit_image_std_sum"] = lst(self.unit_image_std_sum)
+            d["unit_same_view_std_sum"] = lst(self.unit_same_view_std_sum)
+            d["unit_same_image_std_sum"] = lst(self.unit_same_image_std_sum)
             d["per_image_distance"] = lst(self.per_image_distance)
             d["per_image_cosine"] = lst(self.per_image_cosine)
         return d
@@ -179,6 +200,8 @@ class TransformResult:
             unit_image_std_sum=ten(d.get("unit_image_std_sum")),
             n_views=d.get("n_views"),
             linear_equivariance=ten(d.get("linear_equivariance")),
+            unit_same_view_std_sum=ten(d.get("unit_same_view_std_sum")),
+            unit_same_image_std_sum=ten(d.get("unit_same_image_std_sum")),
         )
 
 

@@ -17,7 +17,14 @@ from typing import Any
 __all__ = ["check_result_dict"]
 
 _VECTORS = ("distance", "cosine", "distance_std", "cosine_std")
-_UNIT_VECTORS = ("unit_transform_variance", "unit_sample_variance", "unit_view_std_sum", "unit_image_std_sum")
+_UNIT_VECTORS = (
+    "unit_transform_variance",
+    "unit_sample_variance",
+    "unit_view_std_sum",
+    "unit_image_std_sum",
+    "unit_same_view_std_sum",
+    "unit_same_image_std_sum",
+)
 _OPTIONAL_VECTORS = ("per_image_distance", "per_image_cosine", *_UNIT_VECTORS)
 _WANT: dict[type, str] = {str: "a string", dict: "an object", list: "a list"}
 _OPTIONAL_NUMBERS = ("mean_distance", "mean_cosine", "identity_distance", "identity_cosine")

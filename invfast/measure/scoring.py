@@ -19,6 +19,8 @@ import torch
 from invfast.measure import equivariance as eqv
 from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
+from invfast.measure.mapped_back import KEYS as MAPPED_KEYS
+from invfast.measure.mapped_back import MappedBack
 from invfast.measure.state import Shard, barrier
 from invfast.measure.units import sample_std
 from invfast.metrics import scores_of_whitened
@@ -173,8 +175,9 @@ def score_transform(
         run.state["transforms"][t.name] = acc
     else:  # resumed: the saved host copies go back to the device
         for la in acc["layers"].values():
-            for k in _DEVICE_KEYS:
-                la[k] = la[k].to(dev)
+            for k in (*_DEVICE_KEYS, *MAPPED_KEYS):
+                if k in la:
+                    la[k] = la[k].to(dev)
             if "eq" in la:
                 la["eq"] = {k: v.to(dev) for k, v in la["eq"].items()}
     mm = (
@@ -224,6 +227,7 @@ class _Context:
         # transforms with few parameters take several image batches per model call, so every call
         # carries about forward_batch images (the reference features stay cached per image batch)
         self.group = max(1, run.extract.forward_batch // max(1, self.p * run.batch_size))
+        self.mapped = MappedBack(run, t, params)  # same-equivariance, where it applies
 
 
 def _work(run: Run, ctx: _Context) -> Generator[tuple[_Group, int | None, int | None], None, None]:
@@ -337,6 +341,11 @@ class _Group:
             )
             self.u_ref = {ly: concat([u[ly] for u in ref_units]).double() for ly in self.layers}
         self.n_views = int(add_ref)
+        # same-equivariance: per image, the moments of its mapped-back views (the view size is the model's input)
+        self.image_hw = tuple(self.x.shape[-2:]) if isinstance(self.x, torch.Tensor) else None
+        self.mapped = (
+            {ly: MappedBack.start_group(self.u_ref.get(ly)) for ly in self.layers} if ctx.mapped.active else {}
+        )
         self.v_mean: dict[str, torch.Tensor] = {ly: u.clone() for ly, u in self.u_ref.items()}
         self.v_m2: dict[str, torch.Tensor] = {ly: torch.zeros_like(u) for ly, u in self.u_ref.items()}
         self.pairs = (
@@ -381,6 +390,11 @@ class _Group:
                 la["u_m2"][ps:pe],
                 ctx.acc["count"],
             )
+            shape = ctx.run.extract.map_shapes.get(ly)
+            if self.mapped and self.image_hw is not None and ctx.mapped.applies(shape):
+                assert shape is not None
+                hw = (int(self.image_hw[0]), int(self.image_hw[1]))
+                ctx.mapped.chunk(la, self.mapped[ly], u, shape, hw, ps, self.n_views, ctx.acc["count"])
             if self.pairs is not None:
                 self.pairs[ly][0, :, ps:pe] = d
                 self.pairs[ly][1, :, ps:pe] = c
@@ -398,6 +412,8 @@ class _Group:
                 merge_moments(acc["count"], la["u_mean"][p], la["u_m2"][p], self.b, *moments(self.u_ref[ly], 0))
             if self.fold is not None:
                 eqv.add_reference(la["eq"], self.fold, self.f_ref[ly])
+            if self.mapped:
+                MappedBack.finish(la, self.mapped[ly], self.u_ref.get(ly), p, views, acc["count"])
             la["tv"] += (self.v_m2[ly] / views).sum(0)
             la["ts"] += sample_std(self.v_m2[ly], views).sum(0)
             if ctx.n_keep:

@@ -188,6 +188,8 @@ def plot_depth(result: ResultLike, *, path: str | os.PathLike | None = None) -> 
     ]
     if any(t.linear_equivariance is not None for r in per for t in r.transforms.values()):
         panels.append(("mean_linear_equivariance", "linear equivariance R² (1 = acts linearly)"))
+    if any(t.same_equivariance is not None for r in per for t in r.transforms.values()):
+        panels.append(("same_equivariance", "same-equivariance (0 = maps move with the image)"))
     fig = _figure(3.85 * len(panels), 3.4)
     axes = fig.subplots(1, len(panels))
     x = np.arange(len(layers))
