@@ -105,10 +105,70 @@ def test_the_checker_sees_cycles():
     assert _find_cycle({"a": {"b"}, "b": set()}) is None
 
 
-def test_no_module_is_over_450_lines():
-    """Small modules named for the concept they hold (issue 24): none of invfast's Python modules over 450 lines."""
+#: functions allowed over the 60-line budget, with why: (module, qualified name) -> (most lines, reason)
+LONG_BY_DESIGN = {
+    ("measure/cli.py", "add_arguments"): (143, "argparse declarations: the command's options as one flat list"),
+    ("pretrain/cli.py", "add_arguments"): (95, "argparse declarations: the command's options as one flat list"),
+    ("reproduce/cli.py", "add_arguments"): (71, "argparse declarations: the command's options as one flat list"),
+    ("synthetic/cli.py", "add_arguments"): (61, "argparse declarations: the command's options as one flat list"),
+    ("transforms/builtin.py", "_records"): (166, "data: the table of the 18 built-in records, one entry each"),
+}
+#: functions over the budget that are still to be split (issue 38); each may shrink, none may grow
+TO_SPLIT = {
+    ("comparison/core.py", "compare"): 63,
+    ("comparison/render.py", "long_rows"): 63,
+    ("measure/assemble.py", "_layer_result"): 63,
+    ("measure/config.py", "MeasureConfig.__post_init__"): 72,
+    ("measure/core.py", "measure_invariance"): 131,
+    ("measure/engine.py", "Run.__init__"): 64,
+    ("measure/scoring.py", "score_transform"): 70,
+    ("ops/augment.py", "augment_views"): 75,
+    ("pretrain/cli.py", "build"): 93,
+    ("pretrain/trainer.py", "Trainer.__init__"): 69,
+    ("pretrain/trainer.py", "Trainer.fit"): 129,
+    ("probes/invariance_probe.py", "InvarianceProbe.fit"): 67,
+    ("probes/lbfgs.py", "lbfgs"): 80,
+    ("reproduce/config.py", "ReproduceConfig.validate"): 172,
+    ("reproduce/pipeline.py", "run_parallel"): 78,
+    ("reproduce/sections/environment.py", "environment"): 61,
+    ("synthetic/manifest.py", "check_manifest"): 73,
+    ("synthetic/writer.py", "write_dataset"): 90,
+    ("transforms/policies.py", "Policy.sample"): 66,
+    ("transforms/registry.py", "register"): 72,
+}
+FUNCTION_BUDGET = 60
+
+
+def _function_lengths() -> dict[tuple[str, str], int]:
+    """(module under invfast/, qualified name) -> lines of every function and method (nested ones too)."""
+    import ast
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1] / "invfast"
-    long = {str(p.relative_to(root)): n for p in root.rglob("*.py") if (n := len(p.read_text().splitlines())) > 450}
-    assert long == {}
+    out: dict[tuple[str, str], int] = {}
+
+    def visit(node: ast.AST, module: str, prefix: str) -> None:
+        for n in ast.iter_child_nodes(node):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out[(module, prefix + n.name)] = n.end_lineno - n.lineno + 1
+                visit(n, module, prefix + n.name + ".")
+            elif isinstance(n, ast.ClassDef):
+                visit(n, module, prefix + n.name + ".")
+
+    for p in sorted(root.rglob("*.py")):
+        visit(ast.parse(p.read_text()), str(p.relative_to(root)), "")
+    return out
+
+
+def test_functions_keep_to_the_budget():
+    """Small functions (issue 38): none of invfast's functions over 60 lines, except those listed with a reason
+    (LONG_BY_DESIGN, at most their listed length) and those still to be split (TO_SPLIT), which may not grow."""
+    lengths = _function_lengths()
+    allowed = {k: v[0] for k, v in LONG_BY_DESIGN.items()} | TO_SPLIT
+    over = {k: n for k, n in lengths.items() if n > allowed.get(k, FUNCTION_BUDGET)}
+    assert over == {}, (
+        f"functions over the {FUNCTION_BUDGET}-line budget (split them, or list one with a reason): {over}"
+    )
+    stale = sorted(k for k in allowed if lengths.get(k, 0) <= FUNCTION_BUDGET)
+    assert stale == [], f"listed as long but no longer over the budget (take them off the lists): {stale}"
+    assert all(reason for _, reason in LONG_BY_DESIGN.values())
