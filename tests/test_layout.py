@@ -119,7 +119,6 @@ TO_SPLIT = {
     ("comparison/render.py", "long_rows"): 63,
     ("measure/assemble.py", "_layer_result"): 63,
     ("measure/config.py", "MeasureConfig.__post_init__"): 72,
-    ("measure/core.py", "measure_invariance"): 131,
     ("measure/engine.py", "Run.__init__"): 64,
     ("measure/scoring.py", "score_transform"): 70,
     ("ops/augment.py", "augment_views"): 75,

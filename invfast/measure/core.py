@@ -92,83 +92,34 @@ def measure_invariance(
     proto = get_protocol(cfg.protocol)
     if proto.preprocess_after_transform and cfg.crop:  # the CenterCrop asked for (the resized crop's size too)
         proto = dataclasses.replace(proto, crop=cfg.crop)
-    shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
     grids = transform_grids(transforms, cfg.grid_size, proto, cfg.protocol_seed)
     post = None
     if proto.preprocess_after_transform:  # the transform sees the image as loaded; Resize + CenterCrop follow
         post = functools.partial(resize_center_crop, resize=proto.resize, crop=proto.crop)
-    run = Run(
-        model,
-        data,
-        cfg,
-        shard=shard,
-        n_images=None if proto.with_replacement else cfg.n_images,
-        post=post,
-        native=proto.preprocess_after_transform,
-    )
+    n_images = None if proto.with_replacement else cfg.n_images
+    run = Run(model, data, cfg, shard=shard, n_images=n_images, post=post, native=proto.preprocess_after_transform)
     try:  # the user's model gets its hooks removed and its training flags back whatever happens
-        layers = run.extract.layer_names
-        given = check_stats(stats, layers)
-        run.resume(
-            fingerprint(
-                cfg,
-                run.device,
-                data=run.source.describe(),
-                model=run.model_fp,
-                layers=layers,
-                transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids],
-                stats=stats_fingerprint(given),
-                world_size=run.shard.world_size,
-                files=files_fingerprint(run.source, cfg.fingerprint_content),
-            )
-        )
-        drawn = resample_indices(run.n, cfg.n_images, cfg.protocol_seed) if proto.with_replacement else None
-        run.progress_bar = open_progress(
-            run,
-            given is None,
-            {t.name: int(p.shape[0]) for t, p, _ in grids},
-            run.n if drawn is None else int(drawn.numel()),
-        )
-        n_new = 0
-        ref_stats = run.reference_stats(given, shrinkage, cfg.eps)
-        if drawn is not None:  # statistics from every image, scores on a draw with replacement
-            run.resample(drawn)
-        results: dict[str, dict[str, TransformResult]] = {ly: {} for ly in layers}
-        with torch.inference_mode():
-            for t, params, ident in grids:
-                acc, new = score_transform(
-                    run, t, params, ident, ref_stats, cfg.pair_scores_dir, proto.include_identity
-                )
-                n_new += new
-                for ly, tr in finish_transform(
-                    run, t, params, ident, acc, cfg.pair_scores_dir, proto.include_identity
-                ).items():
-                    results[ly][t.name] = tr
+        given = check_stats(stats, run.extract.layer_names)
+        run.resume(_fingerprint(run, cfg, grids, given))
+        results, ref_stats, n_new = _measure(run, cfg, proto, grids, given)
     finally:
         if run.progress_bar is not None:
             run.progress_bar.close()
         run.extract.close()
     n_new = int(sum_in_rank_order(torch.tensor([float(n_new)], dtype=torch.float64, device="cpu"), run.shard).item())
-    elapsed = time.monotonic() - t0
-    meta = {
-        "data": run.source.describe(),
-        "images": {"n": run.n, "id": run.source_identity()},
-        "grid_size": cfg.grid_size,
-        "device": str(run.device),
-        "dtype": cfg.dtype,
-        "world_size": run.shard.world_size,
-        "crop": cfg.crop,
-        "elapsed_s": elapsed,
-        "pairs_computed": n_new,
-        "pairs_per_s": n_new / elapsed if elapsed > 0 and n_new else None,
-        "resumed": run.resumed,
-        "mode": "transforms",
-        "data_kind": run.source.describe().get("kind"),
-        "protocol": proto.name,
-        "layers": layers,
-        "config": cfg.to_dict(),
-    }
+    return _result(run, cfg, results, ref_stats, _meta(run, cfg, proto, n_new, time.monotonic() - t0))
+
+
+def _result(
+    run: Run,
+    cfg: MeasureConfig,
+    results: dict[str, dict[str, TransformResult]],
+    ref_stats: dict[str, FeatureStats],
+    meta: dict[str, Any],
+) -> InvarianceResult:
+    """The deepest layer's result, holding every layer's in ``.layers`` when several were measured."""
     errors = run.errors()
+    layers = run.extract.layer_names
     by_layer = {
         ly: InvarianceResult(
             model=cfg.name or run.model_name,
@@ -185,3 +136,68 @@ def measure_invariance(
     if len(layers) > 1:
         top.layers = by_layer
     return top
+
+
+def _fingerprint(run: Run, cfg: MeasureConfig, grids: list[Any], given: Any) -> dict[str, Any]:
+    """What a resumed measurement must share with the run that saved its state."""
+    return fingerprint(
+        cfg,
+        run.device,
+        data=run.source.describe(),
+        model=run.model_fp,
+        layers=run.extract.layer_names,
+        transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids],
+        stats=stats_fingerprint(given),
+        world_size=run.shard.world_size,
+        files=files_fingerprint(run.source, cfg.fingerprint_content),
+    )
+
+
+def _measure(
+    run: Run, cfg: MeasureConfig, proto: Any, grids: list[Any], given: Any
+) -> tuple[dict[str, dict[str, TransformResult]], dict[str, FeatureStats], int]:
+    """The reference statistics, then every transform's pass: ``(results by layer and transform, reference
+    statistics by layer, image-parameter pairs this call computed)``."""
+    drawn = resample_indices(run.n, cfg.n_images, cfg.protocol_seed) if proto.with_replacement else None
+    run.progress_bar = open_progress(
+        run,
+        given is None,
+        {t.name: int(p.shape[0]) for t, p, _ in grids},
+        run.n if drawn is None else int(drawn.numel()),
+    )
+    shrinkage = proto.shrinkage if cfg.shrinkage is None else cfg.shrinkage
+    ref_stats = run.reference_stats(given, shrinkage, cfg.eps)
+    if drawn is not None:  # statistics from every image, scores on a draw with replacement
+        run.resample(drawn)
+    results: dict[str, dict[str, TransformResult]] = {ly: {} for ly in run.extract.layer_names}
+    n_new = 0
+    with torch.inference_mode():
+        for t, params, ident in grids:
+            acc, new = score_transform(run, t, params, ident, ref_stats, cfg.pair_scores_dir, proto.include_identity)
+            n_new += new
+            done = finish_transform(run, t, params, ident, acc, cfg.pair_scores_dir, proto.include_identity)
+            for ly, tr in done.items():
+                results[ly][t.name] = tr
+    return results, ref_stats, n_new
+
+
+def _meta(run: Run, cfg: MeasureConfig, proto: Any, n_new: int, elapsed: float) -> dict[str, Any]:
+    """``result.meta`` of a measurement."""
+    return {
+        "data": run.source.describe(),
+        "images": {"n": run.n, "id": run.source_identity()},
+        "grid_size": cfg.grid_size,
+        "device": str(run.device),
+        "dtype": cfg.dtype,
+        "world_size": run.shard.world_size,
+        "crop": cfg.crop,
+        "elapsed_s": elapsed,
+        "pairs_computed": n_new,
+        "pairs_per_s": n_new / elapsed if elapsed > 0 and n_new else None,
+        "resumed": run.resumed,
+        "mode": "transforms",
+        "data_kind": run.source.describe().get("kind"),
+        "protocol": proto.name,
+        "layers": run.extract.layer_names,
+        "config": cfg.to_dict(),
+    }
