@@ -127,7 +127,6 @@ TO_SPLIT = {
     ("pretrain/trainer.py", "Trainer.fit"): 129,
     ("probes/invariance_probe.py", "InvarianceProbe.fit"): 67,
     ("probes/lbfgs.py", "lbfgs"): 80,
-    ("reproduce/config.py", "ReproduceConfig.validate"): 172,
     ("reproduce/pipeline.py", "run_parallel"): 78,
     ("reproduce/sections/environment.py", "environment"): 61,
     ("synthetic/manifest.py", "check_manifest"): 73,

@@ -37,6 +37,57 @@ DEFAULT_FINDINGS = ("E1", "E2", "E3", "S8", "C1", "C3")
 CATEGORIES = ("translate", "rotate", "scale", "hflip", "vflip", "hue+brightness+contrast", "blur", "sharpen")
 
 
+#: config fields that must be positive ints
+_POSITIVE = (
+    "seeds",
+    "threads",
+    "workers",
+    "size",
+    "objects",
+    "n_pretrain",
+    "n_probe",
+    "n_measure",
+    "width",
+    "pretrain_epochs",
+    "batch_size",
+    "grid_size",
+    "folds",
+    "n_penalties",
+    "logistic_max_iter",
+    "transfer_objects",
+    "transfer_transforms",
+    "transfer_n_source",
+    "transfer_n_target",
+    "transfer_epochs",
+    "amortised_epochs",
+    "interp_points",
+    "ip_epochs",
+    "ip_n",
+    "curve_images",
+    "s5_objects",
+    "irrelevant_n",
+    "category_objects",
+    "category_n",
+    "sensitivity_n",
+    "snapshot_images",
+    "snapshot_grid",
+    "cost_steps",
+    "fewshot_episodes",
+    "fewshot_splits",
+)
+#: the sizes a run can hold; beyond them the run would take years or overflow a 31-bit seed
+_MAXIMA = {
+    "seeds": 100,
+    "threads": 1024,
+    "workers": 256,
+    "size": 1024,
+    "objects": 100_000,
+    "n_pretrain": 10_000_000,
+    "n_probe": 10_000_000,
+    "n_measure": 10_000_000,
+}
+
+
 @dataclass
 class ReproduceConfig:
     """Everything that determines the numbers of a reproduce run (recorded in ``config.json``).
@@ -148,59 +199,25 @@ class ReproduceConfig:
     snapshot_grid: int = 4
 
     def validate(self) -> None:
-        """Raise ValueError naming a field whose value cannot work."""
-        positive = [
-            "seeds",
-            "threads",
-            "workers",
-            "size",
-            "objects",
-            "n_pretrain",
-            "n_probe",
-            "n_measure",
-            "width",
-            "pretrain_epochs",
-            "batch_size",
-            "grid_size",
-            "folds",
-            "n_penalties",
-            "logistic_max_iter",
-            "transfer_objects",
-            "transfer_transforms",
-            "transfer_n_source",
-            "transfer_n_target",
-            "transfer_epochs",
-            "amortised_epochs",
-            "interp_points",
-            "ip_epochs",
-            "ip_n",
-            "curve_images",
-            "s5_objects",
-            "irrelevant_n",
-            "category_objects",
-            "category_n",
-            "sensitivity_n",
-            "snapshot_images",
-            "snapshot_grid",
-            "cost_steps",
-            "fewshot_episodes",
-            "fewshot_splits",
-        ]
-        for name in positive:
+        """Raise ValueError naming a field whose value cannot work (the first one, in field groups)."""
+        self._validate_counts()
+        self._validate_device()
+        self._validate_sizes()
+        self._validate_training()
+        self._validate_data()
+        self._validate_findings()
+        from invfast.models import ARCHITECTURES
+        from invfast.reproduce.validation import validate_speicher
+
+        validate_speicher(self, ARCHITECTURES)
+
+    def _validate_counts(self) -> None:
+        """Every count a positive int within what a run can hold; the seed range."""
+        for name in _POSITIVE:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"config field {name} must be a positive int, got {v!r}")
-        # the sizes a run can hold; beyond them the run would take years or overflow a 31-bit seed
-        for name, hi in (
-            ("seeds", 100),
-            ("threads", 1024),
-            ("workers", 256),
-            ("size", 1024),
-            ("objects", 100_000),
-            ("n_pretrain", 10_000_000),
-            ("n_probe", 10_000_000),
-            ("n_measure", 10_000_000),
-        ):
+        for name, hi in _MAXIMA.items():
             if getattr(self, name) > hi:
                 raise ValueError(f"config field {name} must be at most {hi}, got {getattr(self, name)}")
         if (
@@ -212,12 +229,18 @@ class ReproduceConfig:
                 f"config field seed must be an int in [0, {2**31 - 1 - self.seeds}] (seeds seed..seed+"
                 f"{self.seeds - 1} are used), got {self.seed!r}"
             )
+
+    def _validate_device(self) -> None:
+        """The device, and workers (CPU processes) only on the CPU."""
         if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
         if self.workers > 1 and self.device != "cpu":
             raise ValueError(
                 f"workers > 1 runs stages in parallel CPU processes; device {self.device!r} needs workers=1"
             )
+
+    def _validate_sizes(self) -> None:
+        """Sizes that must fit each other: images per fold and class, batches, grids."""
         if self.size < 16:
             raise ValueError(f"size must be >= 16 pixels, got {self.size}")
         if self.folds < 2:
@@ -258,6 +281,9 @@ class ReproduceConfig:
             )
         if self.transfer_n_source < self.batch_size:
             raise ValueError(f"transfer_n_source ({self.transfer_n_source}) must be >= batch_size ({self.batch_size})")
+
+    def _validate_training(self) -> None:
+        """Learning curves, the policies, the MoCo queue, warm-up, lr and key momentum."""
         if not isinstance(self.curve_every, int) or isinstance(self.curve_every, bool) or self.curve_every < 0:
             raise ValueError(
                 f"config field curve_every must be an int >= 0 (epochs; 0: no learning curves), "
@@ -290,6 +316,9 @@ class ReproduceConfig:
             )
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
+
+    def _validate_data(self) -> None:
+        """Backgrounds, objects, Transforms-2D types and the architecture."""
         background_count(self.backgrounds)
         if self.object_style not in ("silhouettes", "shared-palette", "builtin"):
             raise ValueError(
@@ -315,10 +344,6 @@ class ReproduceConfig:
 
         if self.arch not in ARCHITECTURES or self.arch.startswith(("hyper-", "prompt")):
             raise ValueError(f"arch must be a plain ResNet name from {ARCHITECTURES}, got {self.arch!r}")
-        self._validate_findings()
-        from invfast.reproduce.validation import validate_speicher
-
-        validate_speicher(self, ARCHITECTURES)
 
     def _validate_findings(self) -> None:
         """The selection's shape (its ids are checked by :mod:`invfast.reproduce.findings` when a run starts)."""
