@@ -124,7 +124,6 @@ TO_SPLIT = {
     ("ops/augment.py", "augment_views"): 75,
     ("pretrain/cli.py", "build"): 93,
     ("pretrain/trainer.py", "Trainer.__init__"): 69,
-    ("pretrain/trainer.py", "Trainer.fit"): 129,
     ("probes/invariance_probe.py", "InvarianceProbe.fit"): 67,
     ("probes/lbfgs.py", "lbfgs"): 80,
     ("reproduce/pipeline.py", "run_parallel"): 78,

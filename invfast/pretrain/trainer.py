@@ -312,37 +312,11 @@ class Trainer:
         ``resume=True`` continues from ``out/checkpoint.pt`` when it exists (and starts fresh when
         it does not); without it an existing checkpoint in ``out`` is an error, never overwritten.
         """
-        cfg = self.config
-        folder = None
-        if self.out is not None:
-            from invfast.run_folder import RunFolder
-
-            # an invfast pretraining run only by its marker; a folder of the user's files is refused, and only
-            # the files listed below (written by invfast) are ever replaced or deleted
-            folder = RunFolder(self.out, "pretrain", overwrite=True)
-            if self.dist.is_main:
-                folder.check()
-                os.makedirs(self.out, exist_ok=True)
-                folder.own(*OWN_FILES)
-            if os.path.exists(self._out_file(CHECKPOINT_NAME)):
-                if not resume:
-                    raise FileExistsError(
-                        f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
-                        "(--resume) to continue it or choose another output folder"
-                    )
-                self.load_checkpoint(self._out_file(CHECKPOINT_NAME))
-            elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
-                raise FileExistsError(
-                    f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
-                    "to continue; it is never overwritten: choose another output folder"
-                )
-            elif self.dist.is_main and folder is not None:
-                folder.remove(["metrics.jsonl", "metrics.csv"])  # a fresh run's logs start empty
-                folder.own(*OWN_FILES)
+        folder = self._claim_out(resume)
         end = self.total_steps if until_step is None else min(until_step, self.total_steps)
         self.method.train()
         bar = None
-        if cfg.progress and self.dist.is_main:
+        if self.config.progress and self.dist.is_main:
             from invfast.progress import bar as progress_bar
 
             bar = progress_bar(
@@ -350,88 +324,135 @@ class Trainer:
             )
         if self.step == 0 and self._probe_due(0) and self.dist.is_main:
             self._log({"step": 0, "epoch": 0.0, **self.run_probe()})  # the initialisation's scores
-        w, t_start = self._window, time.perf_counter()
+        t_start = time.perf_counter()
         loader = ThreadPoolExecutor(1)  # loads the next batch while this one trains
         pending = None
         try:
             while self.step < end:
-                s = self.step
-                t0 = time.perf_counter()
-                if pending is None:
-                    pending = loader.submit(self.source.get, self.batch_indices(s))
-                batch = self._batch(pending.result())
-                pending = loader.submit(self.source.get, self.batch_indices(s + 1)) if s + 1 < end else None
-                d = self.method.sample_descriptor(generator(cfg.seed, _STREAM_DESC, s))
-                g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank)
-                inputs = self.method.make_views(batch, d, g)
-                inputs = tuple(map(channels_last, inputs)) if self.channels_last else inputs
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                t1 = time.perf_counter()
-                with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
-                    loss = self.method.training_loss(
-                        *inputs, d, online=self.online, generator=generator(cfg.seed, _STREAM_SHUFFLE, s)
-                    )
-                self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                self.optimizer.step()
-                self.scheduler.step()
-                self.step = s + 1
-                lv = float(loss.detach())  # the one read from the device per step
-                if not math.isfinite(lv):
-                    raise FloatingPointError(f"the loss became {lv} at step {s}; lower the learning rate")
-                w.loss_sum += lv
-                w.n += 1
-                w.t_aug += t1 - t0
-                w.t_total += time.perf_counter() - t0
+                pending, d = self._train_step(loader, pending, end)
                 if bar is not None:
                     bar.update(1)
-                log_now = cfg.log_every and (self.step % cfg.log_every == 0 or self.step == end)
-                inv_now = cfg.invariance_every and (
-                    self.step % cfg.invariance_every == 0 or self.step == self.total_steps
-                )
-                probe_now = self._probe_due(self.step)
-                if log_now or inv_now or probe_now:
-                    # on the training device: NCCL all-reduces CUDA tensors only
-                    stat = torch.tensor([w.loss_sum, w.n], dtype=torch.float64, device=self.device)
-                    if self.dist.world_size > 1:
-                        dist.all_reduce(stat)
-                    rec = {
-                        "step": self.step,
-                        "epoch": self.step / self.steps_per_epoch,
-                        "loss": float(stat[0] / stat[1]),
-                        "lr": self.optimizer.param_groups[0]["lr"],
-                        "images_per_s": w.n * cfg.batch_size / max(w.t_total, 1e-9),
-                        "augment_share": w.t_aug / max(w.t_total, 1e-9),
-                        "descriptor": self.method.descriptor_names[d],
-                    }
-                    if inv_now and self.dist.is_main:
-                        rec.update(self.measure_invariance())
-                    if probe_now and self.dist.is_main:
-                        rec.update(self.run_probe())
-                    self._log(rec)
-                    if bar is not None:
-                        bar.set_postfix(loss=f"{rec['loss']:.4f}", img_s=f"{rec['images_per_s']:.0f}")
-                    w = self._window = run_log.Window()
-                if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
-                    self.save_checkpoint()
+                self._after_step(d, end, bar)
         finally:
             loader.shutdown(wait=True, cancel_futures=True)
             if bar is not None:
                 bar.close()
         if self.step == self.total_steps and self.out is not None:
-            self.save_checkpoint()
-            if self.dist.is_main:
-                atomic_torch_save(
-                    {
-                        "format": "invfast.pretrained/1",
-                        "config": self.run_config(),
-                        "encoder": contiguous_state(self.method.encoder.state_dict()),
-                        "method": contiguous_state(self.method.state_dict()),
-                        "seconds": time.perf_counter() - t_start,
-                    },
-                    os.path.join(self.out, MODEL_NAME),
-                )
-                if folder is not None:
-                    folder.finish()
+            self._save_final(folder, t_start)
         return self.history
+
+    def _claim_out(self, resume: bool) -> Any:
+        """The output folder's run marker (None without ``out``): an invfast pretraining run only by its marker,
+        a folder of the user's files refused; the checkpoint loaded when resuming, else refused if present."""
+        if self.out is None:
+            return None
+        from invfast.run_folder import RunFolder
+
+        # only the files listed in OWN_FILES (written by invfast) are ever replaced or deleted
+        folder = RunFolder(self.out, "pretrain", overwrite=True)
+        if self.dist.is_main:
+            folder.check()
+            os.makedirs(self.out, exist_ok=True)
+            folder.own(*OWN_FILES)
+        if os.path.exists(self._out_file(CHECKPOINT_NAME)):
+            if not resume:
+                raise FileExistsError(
+                    f"{self.out!r} already holds a pretraining checkpoint; pass resume=True "
+                    "(--resume) to continue it or choose another output folder"
+                )
+            self.load_checkpoint(self._out_file(CHECKPOINT_NAME))
+        elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
+            raise FileExistsError(
+                f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
+                "to continue; it is never overwritten: choose another output folder"
+            )
+        elif self.dist.is_main:
+            folder.remove(["metrics.jsonl", "metrics.csv"])  # a fresh run's logs start empty
+            folder.own(*OWN_FILES)
+        return folder
+
+    def _train_step(self, loader: ThreadPoolExecutor, pending: Any, end: int) -> tuple[Any, int]:
+        """One optimisation step at ``self.step`` (the next batch loading meanwhile): returns the next batch's
+        pending load and the step's descriptor index; adds the step to the current log window."""
+        cfg, s = self.config, self.step
+        t0 = time.perf_counter()
+        if pending is None:
+            pending = loader.submit(self.source.get, self.batch_indices(s))
+        batch = self._batch(pending.result())
+        pending = loader.submit(self.source.get, self.batch_indices(s + 1)) if s + 1 < end else None
+        d = self.method.sample_descriptor(generator(cfg.seed, _STREAM_DESC, s))
+        g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank)
+        inputs = self.method.make_views(batch, d, g)
+        inputs = tuple(map(channels_last, inputs)) if self.channels_last else inputs
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        t1 = time.perf_counter()
+        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
+            loss = self.method.training_loss(
+                *inputs, d, online=self.online, generator=generator(cfg.seed, _STREAM_SHUFFLE, s)
+            )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step = s + 1
+        lv = float(loss.detach())  # the one read from the device per step
+        if not math.isfinite(lv):
+            raise FloatingPointError(f"the loss became {lv} at step {s}; lower the learning rate")
+        w = self._window
+        w.loss_sum += lv
+        w.n += 1
+        w.t_aug += t1 - t0
+        w.t_total += time.perf_counter() - t0
+        return pending, d
+
+    def _after_step(self, d: int, end: int, bar: Any) -> None:
+        """What falls due after a step: the log record (with invariance and probe scores when due) closing the
+        log window, and the checkpoint."""
+        cfg = self.config
+        log_now = cfg.log_every and (self.step % cfg.log_every == 0 or self.step == end)
+        inv_now = cfg.invariance_every and (self.step % cfg.invariance_every == 0 or self.step == self.total_steps)
+        probe_now = self._probe_due(self.step)
+        if log_now or inv_now or probe_now:
+            w = self._window
+            # on the training device: NCCL all-reduces CUDA tensors only
+            stat = torch.tensor([w.loss_sum, w.n], dtype=torch.float64, device=self.device)
+            if self.dist.world_size > 1:
+                dist.all_reduce(stat)
+            rec = {
+                "step": self.step,
+                "epoch": self.step / self.steps_per_epoch,
+                "loss": float(stat[0] / stat[1]),
+                "lr": self.optimizer.param_groups[0]["lr"],
+                "images_per_s": w.n * cfg.batch_size / max(w.t_total, 1e-9),
+                "augment_share": w.t_aug / max(w.t_total, 1e-9),
+                "descriptor": self.method.descriptor_names[d],
+            }
+            if inv_now and self.dist.is_main:
+                rec.update(self.measure_invariance())
+            if probe_now and self.dist.is_main:
+                rec.update(self.run_probe())
+            self._log(rec)
+            if bar is not None:
+                bar.set_postfix(loss=f"{rec['loss']:.4f}", img_s=f"{rec['images_per_s']:.0f}")
+            self._window = run_log.Window()
+        if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0:
+            self.save_checkpoint()
+
+    def _save_final(self, folder: Any, t_start: float) -> None:
+        """The last checkpoint and, on the main rank, the trained model file; the run folder marked finished."""
+        assert self.out is not None
+        self.save_checkpoint()
+        if self.dist.is_main:
+            atomic_torch_save(
+                {
+                    "format": "invfast.pretrained/1",
+                    "config": self.run_config(),
+                    "encoder": contiguous_state(self.method.encoder.state_dict()),
+                    "method": contiguous_state(self.method.state_dict()),
+                    "seconds": time.perf_counter() - t_start,
+                },
+                os.path.join(self.out, MODEL_NAME),
+            )
+            if folder is not None:
+                folder.finish()
