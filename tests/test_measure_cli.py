@@ -74,7 +74,7 @@ def test_cli_refuses_foreign_folder_and_bad_input(folder, tmp_path, capsys):
         main(["measure", "--model", "measure_helpers:nothing", "--data", str(folder), "--out", str(tmp_path / "z")])
         == 2
     )
-    assert "cannot import model factory" in capsys.readouterr().err
+    assert "cannot load model factory" in capsys.readouterr().err
 
 
 def _partial(folder, out, transforms, monkeypatch):

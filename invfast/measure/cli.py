@@ -19,7 +19,6 @@ Without ``--checkpoint`` the model is a random initialisation seeded with ``--se
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from typing import Any
@@ -203,12 +202,13 @@ def build_model(spec: str, checkpoint: str | None, invariance: str | None = None
             f"no --checkpoint: {spec} is measured with random weights (initialised with --seed {seed})", stacklevel=2
         )
     if ":" in spec:
-        mod_name, _, attr = spec.partition(":")
+        from invfast.models.registry import factory
+
         try:
-            obj = getattr(importlib.import_module(mod_name), attr)
-        except (ImportError, AttributeError) as e:
-            raise ValueError(f"cannot import model factory {spec!r} ({e})") from e
-        model = obj() if callable(obj) and not isinstance(obj, torch.nn.Module) else obj
+            obj: Any = factory(spec)  # 'module:attr', imported as every model spec is
+        except TypeError as e:  # not callable: the user's spec, not a bug
+            raise ValueError(f"{spec!r} did not give an nn.Module ({e})") from e
+        model = obj() if not isinstance(obj, torch.nn.Module) else obj
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"{spec!r} did not give an nn.Module (got {type(model).__name__})")
         if checkpoint:
