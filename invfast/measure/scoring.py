@@ -151,44 +151,17 @@ def score_transform(
     Returns ``(accumulators, pairs)``: ``pairs`` is the number of image-parameter pairs this call
     computed (a resumed transform counts only what was left)."""
     p = params.shape[0]
-    dev = run.device
     keep = torch.ones_like(ident) if include_identity else ~ident
-    n_keep = int(keep.sum())
-    keep_dev = keep.to(dev)
-    add_ref = not bool(ident.any())  # the per-unit views include the identity once: the reference view if need be
+    acc, fresh = _accumulators(run, t, p, not bool(ident.any()), stats)
+    new_files = fresh and acc["next"] == run.start
     layers = run.extract.layer_names
-    acc = run.state["transforms"].get(t.name)
-    fresh = acc is None
-    if fresh:
-        acc = {
-            "count": 0,
-            "next": run.start,
-            "add_ref": add_ref,
-            "layers": {
-                ly: _fresh_layer(run, p, p + add_ref, 0 if run.extract.elements else _stats_dim(stats[ly], ly))
-                for ly in layers
-            },
-        }
-        if run.cfg.equivariance:
-            for ly, sums in _equivariance_sums(run, t, p, stats).items():
-                acc["layers"][ly]["eq"] = sums
-        run.state["transforms"][t.name] = acc
-    else:  # resumed: the saved host copies go back to the device
-        for la in acc["layers"].values():
-            for k in (*_DEVICE_KEYS, *MAPPED_KEYS):
-                if k in la:
-                    la[k] = la[k].to(dev)
-            if "eq" in la:
-                la["eq"] = {k: v.to(dev) for k, v in la["eq"].items()}
-    mm = (
-        _pair_files(os.fspath(pair_dir), t.name, layers, run.n, p, run.shard, fresh and acc["next"] == run.start)
-        if pair_dir is not None
-        else None
-    )
+    mm = None
+    if pair_dir is not None:
+        mm = _pair_files(os.fspath(pair_dir), t.name, layers, run.n, p, run.shard, new_files)
     flush = functools.partial(_flush_pairs, mm) if mm is not None else None
     bar = run.pass_bar((run.stop - run.start) * p, t.name, initial=(acc["next"] - run.start) * p)
     count0 = acc["count"]
-    ctx = _Context(run, t, params, keep_dev, n_keep, stats, acc, mm)
+    ctx = _Context(run, t, params, keep.to(run.device), int(keep.sum()), stats, acc, mm)
     with contextlib.closing(_work(run, ctx)) as work, _ViewProducer(run) as producer:
         for group, ps, pe, views in producer.views(work):
             if views is not None:
@@ -205,6 +178,37 @@ def score_transform(
     run.checkpoint(force=True)
     run.check_finite()
     return acc, (acc["count"] - count0) * p
+
+
+def _accumulators(
+    run: Run, t: Any, p: int, add_ref: bool, stats: dict[str, FeatureStats]
+) -> tuple[dict[str, Any], bool]:
+    """``(accumulators, fresh)`` of transform ``t``: zeroed ones on the device for a new pass (``add_ref``: the
+    per-unit views include the identity once, the reference view when the grid has none), or the resumed
+    state's, moved back to the device."""
+    acc = run.state["transforms"].get(t.name)
+    if acc is None:
+        acc = {
+            "count": 0,
+            "next": run.start,
+            "add_ref": add_ref,
+            "layers": {
+                ly: _fresh_layer(run, p, p + add_ref, 0 if run.extract.elements else _stats_dim(stats[ly], ly))
+                for ly in run.extract.layer_names
+            },
+        }
+        if run.cfg.equivariance:
+            for ly, sums in _equivariance_sums(run, t, p, stats).items():
+                acc["layers"][ly]["eq"] = sums
+        run.state["transforms"][t.name] = acc
+        return acc, True
+    for la in acc["layers"].values():  # resumed: the saved host copies go back to the device
+        for k in (*_DEVICE_KEYS, *MAPPED_KEYS):
+            if k in la:
+                la[k] = la[k].to(run.device)
+        if "eq" in la:
+            la["eq"] = {k: v.to(run.device) for k, v in la["eq"].items()}
+    return acc, False
 
 
 class _Context:
