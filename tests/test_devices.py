@@ -269,6 +269,43 @@ def test_measure_invariance_on_device(device, names):
         assert a.mean_cosine == pytest.approx(b.mean_cosine, abs=tol)
 
 
+def test_measure_equivariance_on_device(device):
+    """The per-unit moments, the streamed linear-equivariance sums and the same-equivariance's mapped-back maps
+    (a [C, H, W] layer, every element a unit) on the data's device."""
+    from invfast import measure_invariance
+
+    x = _images(torch.uint8, seed=7, b=12, h=16, w=16)
+    kw = dict(
+        transforms=["rotation", "hflip"],
+        grid_size=4,
+        batch_size=4,
+        resize=16,
+        layers="0,output",
+        units="elements",
+        equivariance=True,
+    )
+    want = measure_invariance(_measure_net(), x, device="cpu", **kw)
+    net = _measure_net()
+    with device.run():
+        got = measure_invariance(net, x, device=device.device, **kw)
+    tol = 1e-4 if device.name == "cuda" else 1e-9
+    for ly in ("0", "output"):
+        for name in ("rotation", "hflip"):
+            a, b = got.layers[ly][name], want.layers[ly][name]
+            torch.testing.assert_close(a.linear_equivariance, b.linear_equivariance, rtol=tol, atol=tol, equal_nan=True)
+            torch.testing.assert_close(
+                a.unit_normalized_variance, b.unit_normalized_variance, rtol=tol, atol=tol, equal_nan=True
+            )
+    assert want.layers["0"]["rotation"].same_equivariance is not None  # conv maps: measured
+    torch.testing.assert_close(
+        got.layers["0"]["rotation"].unit_same_equivariance,
+        want.layers["0"]["rotation"].unit_same_equivariance,
+        rtol=tol,
+        atol=tol,
+        equal_nan=True,
+    )
+
+
 def test_measure_real_world_on_device(device):
     from invfast import measure_real_world
 

@@ -72,6 +72,8 @@ def test_linear_equivariance_edges():
         linear_equivariance(x, const[:5])
     with pytest.raises(ValueError, match="ridge must be"):
         linear_equivariance(x, const, ridge=-1)
+    with pytest.raises(ValueError, match="transformed holds NaN/Inf"):
+        linear_equivariance(x, const.index_fill(0, torch.tensor([3]), float("nan")))
 
 
 def test_same_equivariance_against_numpy_and_an_equivariant_layer(rng):

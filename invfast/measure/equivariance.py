@@ -47,7 +47,7 @@ def kfold(n: int, folds: int) -> list[torch.Tensor]:
     """The test indices of ``folds`` contiguous folds of ``range(n)``, the first ``n % folds`` one longer
     (scikit-learn's ``KFold(folds)`` without shuffling)."""
     check_folds(folds, n)
-    return list(torch.tensor_split(torch.arange(n), folds))
+    return list(torch.tensor_split(torch.arange(n, device="cpu"), folds))
 
 
 def check_folds(folds: object, n: int) -> int:
@@ -101,8 +101,9 @@ def sums_bytes(folds: int, p: int, d: int, e: int) -> int:
 def add_reference(sums: dict[str, torch.Tensor], fold: torch.Tensor, x: torch.Tensor) -> None:
     """Add images' reference features ``x [B, D]`` (their folds ``fold [B]``) into ``sums``, in place."""
     x = x.double() - sums["shift"]
-    for f in torch.unique(fold).tolist():
-        xf = x[fold.to(x.device) == f]
+    on_device = fold.to(x.device)
+    for f in torch.unique(fold).tolist():  # ``fold`` on the host: no device read
+        xf = x[on_device == f]
         sums["n"][f] += xf.shape[0]
         sums["sx"][f] += xf.sum(0)
         sums["sxx"][f] += xf.T @ xf
@@ -117,8 +118,9 @@ def add_views(
     x = x.double() - shift
     y = y.double() - (shift if y.shape[-1] == shift.shape[0] else 0)
     b, c, e = y.shape
-    for f in torch.unique(fold).tolist():
-        rows = fold.to(x.device) == f
+    on_device = fold.to(x.device)
+    for f in torch.unique(fold).tolist():  # ``fold`` on the host: no device read
+        rows = on_device == f
         xf, yf = x[rows], y[rows]
         sums["sy"][f, first : first + c] += yf.sum(0)
         sums["syy"][f, first : first + c] += yf.square().sum((0, 2))
@@ -184,11 +186,14 @@ def linear_equivariance(
             f"and {tuple(transformed.shape)}"
         )
     check_ridge(ridge)
+    for label, t in (("reference", reference), ("transformed", transformed)):
+        if not bool(torch.isfinite(t).all()):
+            raise ValueError(f"{label} holds NaN/Inf features; the fit needs finite ones (nothing is dropped silently)")
     n, p, e = transformed.shape
     check_folds(folds, n)
     x = reference.double()
     sums = fold_sums(folds, p, x.shape[1], e, x.mean(0))
-    fold = fold_of(torch.arange(n), n, folds)
+    fold = fold_of(torch.arange(n, device="cpu"), n, folds)  # on the host: the folds are read as numbers
     y = transformed.double()
     if e != x.shape[1]:  # the shift is for y too when it has x's size; otherwise centre y on its own
         y = y - y.mean((0, 1))

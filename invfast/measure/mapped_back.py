@@ -87,7 +87,7 @@ class MappedBack:
             group["mean"] = torch.zeros(b, n, dtype=torch.float64, device=units.device)
             group["m2"] = torch.zeros_like(group["mean"])
         back = self.maps(image_hw, (shape[1], shape[2]))
-        fill = torch.zeros(shape[0], dtype=torch.float64)
+        fill = torch.zeros(shape[0], dtype=torch.float64, device="cpu")  # numbers the warp reads on the host
         maps = units.view(b, c, *shape)
         mapped = torch.cat(
             [

@@ -72,10 +72,7 @@ class TransformResult:
         feature maps after each view's maps are brought back by the transform's forward map
         (:mod:`invfast.measure.mapped_back`); 0 = the maps move exactly as the image does. None where not
         measured (``equivariance=True`` with ``units='elements'``, affine built-ins, [C, H, W] layers)."""
-        if self.unit_same_view_std_sum is None or self.unit_same_image_std_sum is None or not self.n_views:
-            return None
-        num = self.unit_same_view_std_sum / max(self.n_images, 1)
-        return ratio_of_means(num, self.unit_same_image_std_sum / self.n_views)
+        return self._std_ratio(self.unit_same_view_std_sum, self.unit_same_image_std_sum)
 
     @property
     def same_equivariance(self) -> float | None:
@@ -99,10 +96,14 @@ class TransformResult:
         views of the standard deviation over images, both ddof 1. 0 = the unit is invariant to this
         transform. NaN where the denominator is 0 (tmeasures gives 1 there, or +inf when the numerator is
         > 0). None for results saved without the standard deviations."""
-        if self.unit_view_std_sum is None or self.unit_image_std_sum is None or not self.n_views:
+        return self._std_ratio(self.unit_view_std_sum, self.unit_image_std_sum)
+
+    def _std_ratio(self, view_std_sum: torch.Tensor | None, image_std_sum: torch.Tensor | None) -> torch.Tensor | None:
+        """The normalized variance from its two sums: mean over images of the standard deviation over the views
+        over the mean over views of the standard deviation over images (NaN where the latter is 0)."""
+        if view_std_sum is None or image_std_sum is None or not self.n_views:
             return None
-        num = self.unit_view_std_sum / max(self.n_images, 1)
-        return ratio_of_means(num, self.unit_image_std_sum / self.n_views)
+        return ratio_of_means(view_std_sum / max(self.n_images, 1), image_std_sum / self.n_views)
 
     @property
     def normalized_variance(self) -> float | None:

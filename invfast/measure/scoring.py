@@ -118,7 +118,7 @@ def _equivariance_sums(run: Run, t: Any, p: int, stats: dict[str, FeatureStats])
     out = {}
     for ly, d in dims.items():
         shift = stats[ly].mean
-        shift = torch.zeros(d, dtype=torch.float64) if shift is None else shift
+        shift = torch.zeros(d, dtype=torch.float64, device=run.device) if shift is None else shift
         out[ly] = eqv.fold_sums(eqv.FOLDS, p, d, d, shift.to(run.device))
     return out
 
