@@ -84,8 +84,10 @@ def _closure(by_name: dict[str, Stage], targets: Sequence[str]) -> set[str]:
 
 
 def owner_of(stages: Sequence[Stage], relpath: str) -> str | None:
-    """The stage whose ``writes`` cover ``relpath`` (a path under a seed's cache folder, '/'-separated)."""
-    return next((st.name for st in stages if any(relpath.startswith(w) for w in st.writes)), None)
+    """The stage whose ``writes`` cover ``relpath`` (a path under a seed's cache folder, '/'-separated): of
+    several, the one whose path is the longest ('features/vit-' before 'features/')."""
+    covering = [(len(w), -i, st.name) for i, st in enumerate(stages) for w in st.writes if relpath.startswith(w)]
+    return max(covering)[2] if covering else None
 
 
 def selected_plan(stages: Sequence[Stage], cfg: ReproduceConfig) -> list[Stage]:
