@@ -1,4 +1,4 @@
-"""Ericsson's E4-E5 and Chavhan's C2, C4, C5, C6 in ``invfast reproduce``: the tiny preset end to end, the snapshots
+"""Ericsson's E4-E5 and Chavhan's C2, C4-C7 in ``invfast reproduce``: the tiny preset end to end, the snapshots
 they rest on, and each verdict against numbers built to pass and to fail."""
 
 import json
@@ -13,6 +13,7 @@ from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.sections import amortised as C
 from invfast.reproduce.sections import base as B
 from invfast.reproduce.sections import specialisation as E
+from invfast.reproduce.sections import transformers as V
 
 
 @pytest.fixture(scope="module")
@@ -20,7 +21,8 @@ def part2_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("part2") / "report"
     threads = torch.get_num_threads()
     try:
-        args = ["reproduce", "--preset", "tiny", "--findings", "E4,E5,C2,C4,C5,C6", "--out", str(out), "--no-progress"]
+        findings = "E4,E5,C2,C4,C5,C6,C7"
+        args = ["reproduce", "--preset", "tiny", "--findings", findings, "--out", str(out), "--no-progress"]
         assert main([*args, "--threads", "1", "--set", "seeds=1"]) == 0
     finally:
         torch.set_num_threads(threads)
@@ -29,7 +31,7 @@ def part2_run(tmp_path_factory):
 
 def test_e4_e5_c2_c4_c5_c6_run_on_the_tiny_preset(part2_run):
     doc = json.loads((part2_run / "results.json").read_text())
-    assert [f["id"] for f in doc["findings"]] == ["E4", "E5", "C2", "C4", "C5", "C6"]
+    assert [f["id"] for f in doc["findings"]] == ["E4", "E5", "C2", "C4", "C5", "C6", "C7"]
     assert all(f["status"] != NOT_RUN for f in doc["findings"])
     report = (part2_run / "report.md").read_text()
     for title in ("— E4", "— E5", "Amortised invariance — C2, C4, C5, C6", "Training cost (C6)", "Downstream (C4)"):
@@ -51,6 +53,41 @@ def test_e4_e5_c2_c4_c5_c6_run_on_the_tiny_preset(part2_run):
     cost = doc["amortised"]["cost"]["models"]
     assert set(cost) == {"default", "spatial", "appearance", "amortised"}
     assert all(v["training_seconds"] == pytest.approx(v["seconds_per_step"] * v["steps"]) for v in cost.values())
+
+
+def test_c7_runs_the_transformers(part2_run):
+    """C7's models are transformers of the configured shape, its verdict is C1-C4's checks on their numbers,
+    and the report says whether each of them learned."""
+    from invfast.io import load_verified
+    from invfast.reproduce.presets import preset
+
+    doc = json.loads((part2_run / "results.json").read_text())
+    cfg = preset("tiny")
+    encoders = {
+        k: load_verified(part2_run / "cache" / "pretrain" / f"vit-{k}" / "model.pt")["encoder"]
+        for k in ("default", "spatial", "appearance", "amortised")
+    }
+    for k, state in encoders.items():
+        assert state["patch_embed.weight"].shape == (cfg.vit_dim, 3, cfg.vit_patch, cfg.vit_patch), k
+        assert sum(name.endswith("qkv.weight") for name in state) == cfg.vit_depth
+        assert ("prompt_w1" in state) == (k == "amortised")  # the Prompt-ViT only for the amortised model
+    tr = doc["transformers"]
+    c7 = next(f for f in doc["findings"] if f["id"] == "C7")
+    parts = tr["parts"]["0"]
+    assert list(parts) == ["C1", "C2", "C3", "C4"] and c7["parts"] == parts
+    assert parts["C4"] == C.check_c4(tr["downstream"]) and parts["C3"] == C.check_c3(tr["learned_i"])
+    assert set(tr["downstream"]["mean_rank"]) == {"Default", "Spatial", "Appearance", "AI (learned i)"}
+    assert doc["learned"]["0"].keys() >= {"vit-default", "vit-spatial", "vit-appearance", "vit-amortised"}
+    idn = tr["downstream"]["identity"]
+    ratio = idn["models"]["vit-spatial"]["mean"] / idn["random"]["mean"]
+    assert doc["learned"]["0"]["vit-spatial"]["ratio"] == pytest.approx(ratio)
+    report = (part2_run / "report.md").read_text()
+    assert "## Transformers — C7" in report and "Downstream (C4 with transformers)" in report
+    assert (part2_run / doc["figures"]["vit-interpolation"]).stat().st_size > 1000
+    # the ResNets' numbers are not the transformers': C2 of each family reads its own measurement
+    assert not (part2_run / "cache" / "measure" / "vit-spatial.json").samefile(
+        part2_run / "cache" / "measure" / "spatial.json"
+    )
 
 
 def test_the_last_snapshot_is_the_trained_model(part2_run):
@@ -132,6 +169,31 @@ def test_c2_c6_follow_the_numbers():
     assert math.isclose(C.check_c6(cost(2.0, 1.0))["minutes"]["specialists"], 3 / 60)
 
 
+def test_c7_combines_c1_to_c4_on_the_transformers():
+    ts = [f"t{k}" for k in range(8)]
+    spatial = {t: k / 8 for k, t in enumerate(ts)}
+    appearance = {t: 1 - k / 8 for k, t in enumerate(ts)}
+
+    def point(t, cos):
+        family = {"spatial": 0.6 - 0.4 * t, "appearance": 0.2 + 0.5 * t}
+        return {"i": [1 - t, t], "cosine": cos, "family_cosine": family}
+
+    results = {
+        "vit-measure": {"cosine": {"Spatial": spatial, "Appearance": appearance}},
+        "vit-interpolation": {"points": [point(0.0, spatial), point(0.5, spatial), point(1.0, appearance)]},
+        "vit-learned-i": {t: {"i": [v, 1 - v]} for t, v in {"identity": 0.7, "position": 0.4, "rotation": 0.3}.items()},
+        "vit-downstream": {"mean_rank": {"Default": 2.0, "Spatial": 3.0, "AI (learned i)": 1.5}},
+    }
+    r = V.check_c7(results)
+    assert r["status"] == B.REPRODUCED and all(p["status"] == B.REPRODUCED for p in r["parts"].values())
+    worse = {**results, "vit-downstream": {"mean_rank": {"Default": 1.0, "AI (learned i)": 2.0}}}
+    r = V.check_c7(worse)
+    assert r["status"] == B.PARTLY and r["parts"]["C4"]["status"] == B.NOT
+    assert "C4 not reproduced" in r["summary"]
+    # the checks read only the transformers' stages: the ResNets' results change nothing
+    assert V.check_c7({**worse, "amortised-downstream": results["vit-downstream"]}) == r
+
+
 def test_c4_c5_rank_the_amortised_models():
     def down(ranks):
         return {"mean_rank": ranks}
@@ -141,3 +203,33 @@ def test_c4_c5_rank_the_amortised_models():
     both = {"Default": 2.0, "AI (learned i)": 2.5, "AI K=5 (learned i)": 2.5}
     assert C.check_c5(down(both))["status"] == B.REPRODUCED
     assert C.check_c5(down({**both, "AI K=5 (learned i)": 3.0}))["status"] == B.NOT
+
+
+def test_vit_fields_are_checked_and_old_folders_resume_without_them(tmp_path):
+    from invfast.models import PromptViT, ViT
+    from invfast.reproduce import ConfigMismatchError
+    from invfast.reproduce.config import claim_folder
+    from invfast.reproduce.presets import preset
+    from invfast.reproduce.stages.context import encoder
+
+    for kw, msg in (
+        (dict(vit_patch=5), r"vit_patch \(5\) must divide size \(32\)"),
+        (dict(vit_heads=3), r"vit_heads \(3\) must divide vit_dim \(64\)"),
+        (dict(vit_lr=0.0), "vit_lr must be a number > 0"),
+        (dict(vit_epochs=0), "vit_epochs must be a positive int"),
+    ):
+        with pytest.raises(ValueError, match=msg):
+            preset("quick", **kw)
+    cfg = preset("quick")
+    vit, prompt = encoder(cfg, "vit-default"), encoder(cfg, "vit-amortised")
+    assert type(vit) is ViT and isinstance(prompt, PromptViT) and prompt.inv_dim == 2
+    assert vit.patch == prompt.patch == cfg.vit_patch and len(vit.blocks) == len(prompt.blocks) == cfg.vit_depth
+    same = encoder(cfg, "vit-default").state_dict()
+    assert all(torch.equal(same[k], v) for k, v in vit.state_dict().items())  # seeded by the master seed and key
+    assert not torch.equal(encoder(cfg, "vit-spatial").patch_embed.weight, vit.patch_embed.weight)
+    # a folder made before the transformers existed resumes at the quick values, and only at them
+    old = {k: v for k, v in cfg.claim_dict().items() if not k.startswith("vit_")}
+    assert old == cfg.claim_dict()
+    claim_folder(str(tmp_path / "old"), old, "folder")
+    with pytest.raises(ConfigMismatchError, match=r"vit_epochs: folder has '<absent>', this run has 10"):
+        claim_folder(str(tmp_path / "old"), preset("quick", vit_epochs=10).claim_dict(), "folder")

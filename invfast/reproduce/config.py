@@ -28,7 +28,16 @@ __all__ = [
 RUN_ONLY_FIELDS = ("workers", "findings")
 #: fields added after folders were made, at the value that gives the numbers of before they existed: a folder
 #: whose config.json lacks one resumes under that value (and only under it)
-ADDED_FIELDS: dict[str, Any] = {"warmup": 0.0}
+ADDED_FIELDS: dict[str, Any] = {
+    "warmup": 0.0,
+    # C7's transformers (no stage of before reads them)
+    "vit_patch": 8,
+    "vit_dim": 64,
+    "vit_depth": 4,
+    "vit_heads": 4,
+    "vit_epochs": 35,
+    "vit_lr": 3e-3,
+}
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
 DEFAULT_FINDINGS = ("E1", "E2", "E3", "S8", "C1", "C3")
@@ -74,6 +83,11 @@ _POSITIVE = (
     "cost_steps",
     "fewshot_episodes",
     "fewshot_splits",
+    "vit_patch",
+    "vit_dim",
+    "vit_depth",
+    "vit_heads",
+    "vit_epochs",
 )
 #: the sizes a run can hold; beyond them the run would take years or overflow a 31-bit seed
 _MAXIMA = {
@@ -172,6 +186,16 @@ class ReproduceConfig:
     interp_points: int = 5
     ip_epochs: int = 10
     ip_n: int = 600
+    # C7 (Chavhan et al. Tab. 3): the transformers, plain ViTs for the three policies and a Prompt-ViT for the
+    # amortised model, all of one shape (vit_patch-px patches, vit_dim wide, vit_depth pre-norm blocks of
+    # vit_heads heads, MLP ratio 2), each trained vit_epochs epochs with Adam at vit_lr (MoCo's SGD at lr 0.03
+    # left them at chance: docs/reproduce.md)
+    vit_patch: int = 8
+    vit_dim: int = 64
+    vit_depth: int = 4
+    vit_heads: int = 4
+    vit_epochs: int = 35
+    vit_lr: float = 3e-3
     # which findings (SPEC §5 ids) run: their stages and report sections (see invfast.reproduce.findings)
     findings: tuple[str, ...] = DEFAULT_FINDINGS
     # Speicher et al.'s supervised experiments: models trained on transfer_n_source images for
@@ -274,6 +298,11 @@ class ReproduceConfig:
             raise ValueError(
                 f"transfer_transforms must be <= 9 (two disjoint sets of the 18 types), got {self.transfer_transforms}"
             )
+        if self.size % self.vit_patch or self.vit_dim % self.vit_heads:
+            raise ValueError(
+                f"vit_patch ({self.vit_patch}) must divide size ({self.size}) and vit_heads ({self.vit_heads}) must "
+                f"divide vit_dim ({self.vit_dim})"
+            )
         if self.n_pretrain < 2 * self.batch_size:
             raise ValueError(
                 f"n_pretrain ({self.n_pretrain}) must be >= 2 x batch_size ({self.batch_size}) "
@@ -314,6 +343,8 @@ class ReproduceConfig:
             raise ValueError(
                 f"config field warmup must be a fraction of each pretraining run's steps in [0, 1), got {self.warmup!r}"
             )
+        if not isinstance(self.vit_lr, (int, float)) or isinstance(self.vit_lr, bool) or not self.vit_lr > 0:
+            raise ValueError(f"config field vit_lr must be a number > 0, got {self.vit_lr!r}")
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
 

@@ -2,7 +2,7 @@
 record per ``../shared/SPEC.md`` §5 id, and how a run selects them.
 
 :data:`FINDINGS` is the registry (SPEC order); :data:`SPEC_IDS` lists every id of SPEC §5 with its
-title, tested here or not yet; :func:`select` turns ``--findings`` / ``--paper`` into the ids a run
+title (every one has a record); :func:`select` turns ``--findings`` / ``--paper`` into the ids a run
 tests, :func:`stages_for` into the stages it needs. A finding's verdict rule and check live beside
 its report section (:mod:`invfast.reproduce.sections`).
 """
@@ -54,6 +54,7 @@ def _registry() -> tuple[Finding, ...]:
         nested,
         specialisation,
         task_preferences,
+        transformers,
     )
 
     found = (
@@ -68,6 +69,7 @@ def _registry() -> tuple[Finding, ...]:
         *categories.FINDINGS,
         nested.FINDING,
         *amortised.FINDINGS,
+        transformers.FINDING,
     )
     return tuple(sorted(found, key=lambda f: list(SPEC_IDS).index(f.id)))
 
@@ -83,11 +85,6 @@ def by_id(fid: str) -> Finding:
     for f in FINDINGS:
         if f.id == fid:
             return f
-    if fid in SPEC_IDS:
-        raise ValueError(
-            f"finding {fid} ({SPEC_IDS[fid]}) is not tested by this version of invfast reproduce; "
-            f"tested: {', '.join(f.id for f in FINDINGS)}"
-        )
     raise ValueError(f"unknown finding {fid!r}; SPEC §5 ids are {', '.join(SPEC_IDS)}")
 
 
@@ -124,11 +121,6 @@ def stages_for(ids: Iterable[str]) -> tuple[str, ...]:
 
 
 def listing() -> list[str]:
-    """One line per SPEC §5 finding: id, title, whether this version tests it (``--list-findings``)."""
-    tested = {f.id: f for f in FINDINGS}
-    lines = []
-    for fid, title in SPEC_IDS.items():
-        f = tested.get(fid)
-        where = f"{f.cite}; default" if f and fid in DEFAULT else (f.cite if f else "not tested yet")
-        lines.append(f"{fid:<3} {title} ({where})")
-    return lines
+    """One line per SPEC §5 finding: id, title, where the paper shows it, whether a run tests it by default
+    (``--list-findings``)."""
+    return [f"{f.id:<3} {SPEC_IDS[f.id]} ({f.cite}{'; default' if f.id in DEFAULT else ''})" for f in FINDINGS]

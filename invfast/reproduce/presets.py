@@ -52,6 +52,10 @@ PRESETS: dict[str, dict[str, Any]] = {
         cost_steps=1,
         fewshot_episodes=10,
         fewshot_splits=3,
+        vit_dim=16,
+        vit_depth=1,
+        vit_heads=2,
+        vit_epochs=1,
     ),
     # 3 seeds in about 14 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
     # (finding 5) included: stages in 2 processes of 1 thread each (on a width-8 network a second process

@@ -27,6 +27,7 @@ from invfast.reproduce.sections import (
     probes_table,
     specialisation,
     summary,
+    transformers,
 )
 from invfast.reproduce.sections.base import (
     DIRECTION,
@@ -72,6 +73,7 @@ SECTIONS: tuple[Section, ...] = (
     *categories.SECTIONS,
     nested.SECTION,
     amortised.SECTION,
+    transformers.SECTION,
     summary.DETAILS,
     environment.SECTION,
 )

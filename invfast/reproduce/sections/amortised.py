@@ -20,8 +20,13 @@ __all__ = [
     "check_c1",
     "check_c2",
     "check_c3",
+    "check_c4",
+    "check_c5",
     "check_c6",
     "plot_interpolation",
+    "interpolation_lines",
+    "learned_i_lines",
+    "downstream_lines",
     "FINDINGS",
     "SECTION",
 ]
@@ -259,14 +264,7 @@ def _markdown(view: ReportView) -> list[str]:
     ids = ", ".join(f["id"] for f in view.doc["findings"] if f["paper"] == "chavhan")
     L = [f"## Amortised invariance — {ids}\n"]
     if "interpolation" in am:
-        L.append("Invariance along i = (1 − t, t) (mean standardised cosine per family):\n")
-        L.append("| i | spatial | appearance |\n|---|---:|---:|")
-        for p in am["interpolation"]["points"]:
-            L.append(
-                f"| ({p['i'][0]:.2f}, {p['i'][1]:.2f}) | {p['family_cosine'].get('spatial', float('nan')):.3f} | "
-                f"{p['family_cosine'].get('appearance', float('nan')):.3f} |"
-            )
-        L.append(f"\n![invariance vs i]({view.doc['figures']['interpolation']})\n")
+        L += interpolation_lines(am["interpolation"], view.doc["figures"]["interpolation"])
     if "cost" in am:
         L.append("Training cost (C6): time per step timed in this run, times the configured steps:\n")
         L.append("| model | ms / step | steps | training (min) | parameters |\n|---|---:|---:|---:|---:|")
@@ -277,19 +275,38 @@ def _markdown(view: ReportView) -> list[str]:
             )
         L.append("")
     if "downstream" in am:
-        L += _downstream_lines(am["downstream"], "Downstream (C4)")
+        L += downstream_lines(am["downstream"], "Downstream (C4)")
     if "downstream_k5" in am:
-        L += _downstream_lines(am["downstream_k5"], "Five invariances against two (C5)")
+        L += downstream_lines(am["downstream_k5"], "Five invariances against two (C5)")
     if "learned_i" in am:
-        L.append("Learned i per task (InvarianceProbe: linear head and i from 0.5, held-out score):\n")
-        L.append("| task | learned i (spatial, appearance) | held-out score |\n|---|---|---:|")
-        for t, v in am["learned_i"].items():
-            L.append(f"| {t} | ({v['i'][0]:.3f}, {v['i'][1]:.3f}) | {v['score']:.3f} |")
+        L += learned_i_lines(am["learned_i"])
     L.append("")
     return L
 
 
-def _downstream_lines(d: dict[str, Any], title: str) -> list[str]:
+def interpolation_lines(interpolation: dict[str, Any], figure_path: str) -> list[str]:
+    """The table of family invariance along i and the figure's link."""
+    L = ["Invariance along i = (1 − t, t) (mean standardised cosine per family):\n"]
+    L.append("| i | spatial | appearance |\n|---|---:|---:|")
+    for p in interpolation["points"]:
+        L.append(
+            f"| ({p['i'][0]:.2f}, {p['i'][1]:.2f}) | {p['family_cosine'].get('spatial', float('nan')):.3f} | "
+            f"{p['family_cosine'].get('appearance', float('nan')):.3f} |"
+        )
+    L.append(f"\n![invariance vs i]({figure_path})\n")
+    return L
+
+
+def learned_i_lines(learned_i: dict[str, Any]) -> list[str]:
+    """The table of the i learned per task and its held-out score."""
+    L = ["Learned i per task (InvarianceProbe: linear head and i from 0.5, held-out score):\n"]
+    L.append("| task | learned i (spatial, appearance) | held-out score |\n|---|---|---:|")
+    for t, v in learned_i.items():
+        L.append(f"| {t} | ({v['i'][0]:.3f}, {v['i'][1]:.3f}) | {v['score']:.3f} |")
+    return L
+
+
+def downstream_lines(d: dict[str, Any], title: str) -> list[str]:
     models = list(d["mean_rank"])
     L = [
         f"{title}: the amortised model(s) at the i learned per task against the policy models; many-shot "

@@ -17,7 +17,7 @@ from typing import Any
 
 from invfast.io import save_figure
 from invfast.reproduce.sections.base import ReportView, Section, figure
-from invfast.reproduce.stages.context import LABELS, POLICIES
+from invfast.reproduce.stages.context import LABELS, POLICIES, VIT
 
 __all__ = ["LEARNED_RATIO", "DEPENDS_ON", "resting_on", "under_trained", "plot_learning", "curve_table", "SECTION"]
 
@@ -30,6 +30,7 @@ DEPENDS_ON = {
     "appearance": ("E1", "E2", "E3", "E4", "E5", "C2", "C4"),
     "amortised": ("C1", "C2", "C3", "C4", "C5"),
     "amortised-k5": ("C5",),
+    VIT: ("C7",),
     "transfer-same": ("S1", "S2", "S8"),
     "transfer-different": ("S1",),
     "transfer-superset": ("S8",),
@@ -67,17 +68,21 @@ def ratio_and_se(model: dict[str, Any], base: dict[str, Any]) -> tuple[float, fl
 
 def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Per model of one seed: ``{ratio, learned}`` (pretrained models also ``se``, :func:`ratio_and_se`).
-    A policy model's ratio is its identity probe accuracy
-    over Random's; the amortised model's its identity probe accuracy (at i = [1, 1]) over its
-    initialisation's; a supervised model's its nearest-class-mean accuracy on held-out
-    images of its own task over its initialisation's (:func:`invfast.reproduce.stages.supervised.learned_check`)."""
+    A policy model's ratio is its identity probe accuracy over Random's (a transformer's, C7: over the untrained
+    ViT's); an amortised model's its identity probe accuracy (at i = [1, 1]) over its initialisation's; a
+    supervised model's its nearest-class-mean accuracy on held-out images of its own task over its
+    initialisation's (:func:`invfast.reproduce.stages.supervised.learned_check`)."""
     out: dict[str, dict[str, Any]] = {}
     if "probes" in results:
         idn = results["probes"]["identity"]["scores"]
         for p in POLICIES:
             ratio, se = ratio_and_se(idn[LABELS[p]], idn["Random"])
             out[p] = {"ratio": ratio, "se": se, "learned": ratio >= LEARNED_RATIO}
-    for key in ("amortised", "amortised-k5"):
+    vit = results.get(f"{VIT}downstream", {}).get("identity")
+    for key, idn_vit in vit["models"].items() if vit else ():
+        ratio, se = ratio_and_se(idn_vit, vit["random"])
+        out[key] = {"ratio": ratio, "se": se, "learned": ratio >= LEARNED_RATIO}
+    for key in ("amortised", "amortised-k5", f"{VIT}amortised"):
         idn_ai = results.get(f"pretrain-{key}", {}).get("identity")
         if idn_ai:
             ratio, se = ratio_and_se(idn_ai["trained"], idn_ai["init"])
@@ -93,13 +98,23 @@ def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def plot_learning(pretraining: dict[str, Any], path: str) -> None:
-    """Held-out identity accuracy (linear solid, kNN dashed) and the training loss per epoch, per model."""
-    fig = figure(7.2, 2.8)
-    ax_acc, ax_loss = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
+    """Held-out identity accuracy (linear solid, kNN dashed) and the training loss per epoch, per model; the
+    transformers of C7 ('vit-' keys) in a row of their own."""
+    families = [f for f in ("", VIT) if any(k.startswith(VIT) == bool(f) for k in pretraining)]
+    fig = figure(7.2, 2.8 * len(families))
     colours = {"default": "C1", "spatial": "C2", "appearance": "C3", "amortised": "C4"}
-    for key, run in pretraining.items():
+    for row, family in enumerate(families):
+        runs = {k: v for k, v in pretraining.items() if k.startswith(VIT) == bool(family)}
+        ax_acc = fig.add_subplot(len(families), 2, 2 * row + 1)
+        ax_loss = fig.add_subplot(len(families), 2, 2 * row + 2)
+        _plot_runs(runs, ax_acc, ax_loss, colours, family)
+    save_figure(fig, path, dpi=90)
+
+
+def _plot_runs(runs: dict[str, Any], ax_acc: Any, ax_loss: Any, colours: dict[str, str], family: str) -> None:
+    for key, run in runs.items():
         curve = run.get("curve") or {}
-        c = colours.get(key, "0.5")
+        c = colours.get(key[len(family) :], "0.5")
         if curve.get("probe"):
             ep = [r["epoch"] for r in curve["probe"]]
             ax_acc.plot(ep, [r["linear"] for r in curve["probe"]], "-o", color=c, ms=3, label=key)
@@ -119,10 +134,11 @@ def plot_learning(pretraining: dict[str, Any], path: str) -> None:
     ax_acc.set_ylabel("held-out identity accuracy\n(linear solid, kNN dashed)", fontsize=8)
     ax_loss.set_xlabel("epoch", fontsize=8)
     ax_loss.set_ylabel("training loss", fontsize=8)
+    if family:
+        ax_acc.set_title("transformers (C7)", fontsize=8)
     for ax in (ax_acc, ax_loss):
         ax.tick_params(labelsize=7)
         ax.legend(fontsize=7)
-    save_figure(fig, path, dpi=90)
 
 
 def curve_table(curves: dict[str, dict[str, Any]]) -> list[str]:
@@ -198,14 +214,15 @@ def _ratio_lines(view: ReportView) -> list[str]:
     seeds = [str(r.seed) for r in view.runs]
     learned = view.doc["learned"]
     models = list(dict.fromkeys(m for s in seeds for m in learned[s]))
-    pretrained = [m for m in models if m in (*POLICIES, "amortised", "amortised-k5")]
+    pretrained = [m for m in models if m in (*POLICIES, "amortised", "amortised-k5") or m.startswith(VIT)]
     supervised = [m for m in models if m not in pretrained]
     L = []
     if pretrained:
         L.append(
-            f"\nIdentity accuracy over Random's (5-fold probe; the amortised model: at i = [1, 1], over its "
-            f"initialisation's) ± its standard error (the two probes' fold-to-fold spreads), per seed; below "
-            f"{LEARNED_RATIO}× a model counts as under-trained (✗), and as clearly under-trained (✗✗) where even "
+            "\nIdentity accuracy over Random's (5-fold probe; the transformers 'vit-': over the untrained ViT's; "
+            "the amortised models: at i = [1, 1], over their initialisation's) ± its standard error (the two "
+            f"probes' fold-to-fold spreads), per seed; below {LEARNED_RATIO}× a model counts as under-trained (✗), "
+            "and as clearly under-trained (✗✗) where even "
             f"two standard errors above its ratio stay below {LEARNED_RATIO}× (the probe's noise cannot explain the "
             "miss; how often each model clears the line on seeds nobody chose: docs/learning-check.md):\n"
         )

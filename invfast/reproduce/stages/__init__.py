@@ -31,6 +31,7 @@ from invfast.reproduce.stages.context import (
     FUSIONS,
     LABELS,
     POLICIES,
+    VIT,
     Context,
     extract,
     load_stage_model,
@@ -71,6 +72,7 @@ __all__ = [
 
 
 _PRETRAINED = tuple(f"pretrain-{p}" for p in POLICIES)
+_VIT_PRETRAINED = tuple(f"pretrain-{VIT}{p}" for p in POLICIES)
 
 #: every stage of one seed; the pipeline runs them in an order that respects ``needs``
 STAGES: tuple[Stage, ...] = (
@@ -118,6 +120,51 @@ STAGES: tuple[Stage, ...] = (
         "amortised-k5-downstream",
         functools.partial(amortised_downstream, keys=("amortised", "amortised-k5")),
         needs=("features", "amortised-learned-i", "amortised-k5-learned-i"),
+    ),
+    # C7: C1-C4 with transformers (plain ViTs for the policies, a Prompt-ViT for the amortised model)
+    *(
+        Stage(
+            f"pretrain-{VIT}{p}",
+            functools.partial(pretrain_policy, policy=p, key=f"{VIT}{p}"),
+            needs=("data",),
+            writes=(f"pretrain/{VIT}{p}/",),
+        )
+        for p in POLICIES
+    ),
+    Stage(
+        f"pretrain-{VIT}amortised",
+        functools.partial(pretrain_amortised, key=f"{VIT}amortised"),
+        needs=("data",),
+        writes=(f"pretrain/{VIT}amortised/",),
+    ),
+    Stage(
+        f"{VIT}features",
+        functools.partial(features, family=VIT),
+        needs=("data", *_VIT_PRETRAINED),
+        writes=(f"features/{VIT}", f"features/rotation-{VIT}"),
+    ),
+    Stage(
+        f"{VIT}measure",
+        functools.partial(measure, family=VIT),
+        needs=("data", f"{VIT}features", *_VIT_PRETRAINED),
+        writes=(f"measure/{VIT}",),
+    ),
+    Stage(
+        f"{VIT}interpolation",
+        functools.partial(amortised_interpolation, key=f"{VIT}amortised"),
+        needs=("data", f"pretrain-{VIT}amortised"),
+        writes=(f"measure/{VIT}amortised_",),
+    ),
+    Stage(
+        f"{VIT}learned-i",
+        functools.partial(amortised_learned_i, key=f"{VIT}amortised"),
+        needs=("data", f"pretrain-{VIT}amortised"),
+        writes=(f"amortised/{VIT}",),
+    ),
+    Stage(
+        f"{VIT}downstream",
+        functools.partial(amortised_downstream, keys=(f"{VIT}amortised",), family=VIT),
+        needs=(f"{VIT}features", f"{VIT}learned-i"),
     ),
     # Ericsson et al.'s E4 / E5 from the pretraining runs' snapshots
     Stage("invariance-curves", invariance_curves, needs=("data", *_PRETRAINED), writes=("snapshots/",)),

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from invfast.io import atomic_write_text
-from invfast.reproduce.stages.context import Context, extract, normalise, stage_seed
+from invfast.reproduce.stages.context import VIT, Context, extract, normalise, stage_seed
 from invfast.reproduce.stages.data import TASKS, task_set
 from invfast.reproduce.stages.measurement import measure_one, reference_stats
 
@@ -23,6 +23,7 @@ __all__ = [
     "amortised_learned_i",
     "amortised_cost",
     "amortised_downstream",
+    "competition_ranks",
 ]
 
 
@@ -31,17 +32,17 @@ def interpolation_points(n: int) -> list[list[float]]:
     return [[round(1.0 - t, 6), round(t, 6)] for t in np.linspace(0.0, 1.0, n).tolist()]
 
 
-def amortised_interpolation(ctx: Context) -> dict[str, Any]:
-    """Invariance of the amortised model as i moves from Spatial to Appearance (and at Default [1, 1])."""
+def amortised_interpolation(ctx: Context, key: str = "amortised") -> dict[str, Any]:
+    """Invariance of the amortised model ``key`` as i moves from Spatial to Appearance (and at Default [1, 1])."""
     from invfast.measure import WithDescriptor
 
-    model = ctx.model("amortised")
+    model = ctx.model(key)
     points = interpolation_points(ctx.cfg.interp_points) + [[1.0, 1.0]]
     rows = []
     for i in points:
         name = f"i=({i[0]:.2f},{i[1]:.2f})"
         at_i = WithDescriptor(model, i).eval()
-        file = f"amortised_{i[0]:.4f}_{i[1]:.4f}"
+        file = f"{key}_{i[0]:.4f}_{i[1]:.4f}"
         stats = None
         if not os.path.exists(ctx.path("measure", f"{file}.json")):
             stats, _ = reference_stats(extract(at_i, ctx.images("probe")))
@@ -145,17 +146,54 @@ def amortised_cost(ctx: Context) -> dict[str, Any]:
 
 
 #: amortised model key -> its row in the downstream tables
-AI_LABELS = {"amortised": "AI (learned i)", "amortised-k5": "AI K=5 (learned i)"}
+AI_LABELS = {"amortised": "AI (learned i)", "amortised-k5": "AI K=5 (learned i)", f"{VIT}amortised": "AI (learned i)"}
 
 
-def amortised_downstream(ctx: Context, keys: tuple[str, ...] = ("amortised",)) -> dict[str, Any]:
+def _few_shot(x: np.ndarray, y: np.ndarray, kind: str, cfg: Any, seed: int) -> dict[str, float]:
+    """The few-shot scores of features ``x`` [N, D]: 5-way 1- and 5-shot episodes for a classification task,
+    few-shot regression at train fractions 0.05 and 0.2 otherwise."""
+    from invfast.probes import few_shot_classification, few_shot_regression
+
+    if kind != "classification":
+        fits = few_shot_regression(x, y, fractions=(0.05, 0.2), splits=cfg.fewshot_splits, seed=seed)
+        return {f"few-shot s={s:g}": r.mean for s, r in fits.items()}
+    smallest = int(np.bincount(y).min())
+    return {
+        f"5-way {k}-shot": few_shot_classification(
+            x,
+            y,
+            n_way=min(5, cfg.objects),
+            k_shot=k,
+            n_query=max(1, min(15, smallest - k)),
+            episodes=cfg.fewshot_episodes,
+            seed=seed,
+        ).mean
+        for k in (1, 5)
+    }
+
+
+def competition_ranks(scores: dict[str, dict[str, dict[str, float]]]) -> dict[str, list[float]]:
+    """Per model, its rank (1 = best; ties share the better rank) in each (task, setting) of
+    ``scores[task][model][setting]``, in task-then-setting order."""
+    ranks: dict[str, list[float]] = {}
+    for per_model in scores.values():
+        for setting in next(iter(per_model.values())):
+            vals = {m: per_model[m][setting] for m in per_model}
+            for m, v in vals.items():
+                ranks.setdefault(m, []).append(1.0 + sum(1 for o in vals.values() if o > v))
+    return ranks
+
+
+def amortised_downstream(ctx: Context, keys: tuple[str, ...] = ("amortised",), family: str = "") -> dict[str, Any]:
     """C4 (and C5 with ``keys`` both models): each amortised model at the i learned per task
     (``amortised-learned-i``) against the Default, Spatial and Appearance models on every task — the run's
     many-shot probe, few-shot identity episodes (5-way 1- and 5-shot, ``fewshot_episodes`` episodes, ridge on
     the support set, Chavhan et al. App. A.2) and few-shot regression (train fractions 0.05 and 0.2,
-    ``fewshot_splits`` splits) — and each model's rank per (task, setting), 1 = best."""
+    ``fewshot_splits`` splits) — and each model's rank per (task, setting), 1 = best.
+
+    With ``family`` 'vit-' (C7) the policy models are the transformers, and the result also holds the identity
+    probes of each of them and of the untrained ViT (``identity``: whether they learned)."""
     from invfast.measure import WithDescriptor
-    from invfast.probes import few_shot_classification, few_shot_regression
     from invfast.reproduce.stages.context import LABELS, POLICIES
     from invfast.reproduce.stages.probing import feature_file, probe_scores
 
@@ -165,43 +203,32 @@ def amortised_downstream(ctx: Context, keys: tuple[str, ...] = ("amortised",)) -
         with open(os.path.join(ctx.cache, "amortised", f"{key}-learned_i.json"), encoding="utf-8") as f:
             learned[key] = json.load(f)  # written by amortised-learned-i (for key)
     scores: dict[str, dict[str, dict[str, float]]] = {}
+    identity: dict[str, Any] = {}
     for task, (kind, _) in TASKS.items():
         split = task_set(task)
         y = ctx.array("data", f"probe_target_{task}.npy")
-        feats = {LABELS[p]: ctx.array(*feature_file(p, split)) for p in POLICIES}
+        feats = {LABELS[p]: ctx.array(*feature_file(family + p, split)) for p in POLICIES}
         for key in keys:
             at_i = WithDescriptor(ctx.model(key), learned[key][task]["i"]).eval()
             feats[AI_LABELS[key]] = extract(at_i, ctx.images(split))
         seed = stage_seed(cfg.seed, f"few-shot/{task}")
         for model, x in feats.items():
-            row = {"many-shot": probe_scores(x, y, kind, 1, cfg)["mean"]}
-            if kind == "classification":
-                smallest = int(np.bincount(y).min())
-                for k in (1, 5):
-                    row[f"5-way {k}-shot"] = few_shot_classification(
-                        x,
-                        y,
-                        n_way=min(5, cfg.objects),
-                        k_shot=k,
-                        n_query=max(1, min(15, smallest - k)),
-                        episodes=cfg.fewshot_episodes,
-                        seed=seed,
-                    ).mean
-            else:
-                for s, r in few_shot_regression(
-                    x, y, fractions=(0.05, 0.2), splits=cfg.fewshot_splits, seed=seed
-                ).items():
-                    row[f"few-shot s={s:g}"] = r.mean
-            scores.setdefault(task, {})[model] = row
-    ranks: dict[str, list[float]] = {}
-    for per_model in scores.values():
-        for setting in next(iter(per_model.values())):
-            vals = {m: per_model[m][setting] for m in per_model}
-            for m, v in vals.items():
-                ranks.setdefault(m, []).append(1.0 + sum(1 for o in vals.values() if o > v))
-    return {
+            many = probe_scores(x, y, kind, 1, cfg)
+            if family and task == "identity":
+                identity[model] = many
+            scores.setdefault(task, {})[model] = {"many-shot": many["mean"], **_few_shot(x, y, kind, cfg, seed)}
+    ranks = competition_ranks(scores)
+    out = {
         "scores": scores,
         "ranks": ranks,
         "mean_rank": {m: float(np.mean(r)) for m, r in ranks.items()},
         "learned_i": {AI_LABELS[k]: {t: learned[k][t]["i"] for t in TASKS} for k in keys},
     }
+    if family:
+        y = ctx.array("data", "probe_target_identity.npy")
+        x = ctx.array(*feature_file(f"{family}random", task_set("identity")))
+        out["identity"] = {
+            "random": probe_scores(x, y, "classification", 1, cfg),
+            "models": {family + p: identity[LABELS[p]] for p in POLICIES},
+        }
+    return out

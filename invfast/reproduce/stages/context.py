@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import zlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -16,6 +17,7 @@ from invfast.reproduce.config import ReproduceConfig
 __all__ = [
     "LABELS",
     "AMORTISED",
+    "VIT",
     "FUSIONS",
     "POLICIES",
     "Context",
@@ -46,9 +48,12 @@ class DamagedCacheError(ValueError):
 
 #: model keys (cache names) -> labels in the report, in report order
 LABELS = {"random": "Random", "default": "Default", "spatial": "Spatial", "appearance": "Appearance"}
+#: the key prefix of the transformer models of C7 (Chavhan et al. Tab. 3): 'vit-random', 'vit-default', ...
+#: are plain ViTs, 'vit-amortised' the Prompt-ViT
+VIT = "vit-"
 #: amortised model key -> K, the length of its invariance descriptor (Chavhan et al.: 2 groups, or 5 single
 #: augmentations)
-AMORTISED = {"amortised": 2, "amortised-k5": 5}
+AMORTISED = {"amortised": 2, "amortised-k5": 5, f"{VIT}amortised": 2}
 #: the pretraining policies every run compares (ReproduceConfig.validate insists on exactly these)
 POLICIES = ("default", "spatial", "appearance")
 FUSIONS = {
@@ -121,22 +126,27 @@ def extract(model: torch.nn.Module, images: torch.Tensor, batch: int = 256) -> n
 
 def encoder(cfg: ReproduceConfig, key: str) -> torch.nn.Module:
     """A freshly initialised encoder for ``key`` (its initialisation seeded by the master seed and key):
-    the Hyper-ResNet for 'amortised' (K = 2) and 'amortised-k5' (K = 5), the plain ResNet otherwise."""
+    the Hyper-ResNet for 'amortised' (K = 2) and 'amortised-k5' (K = 5), the Prompt-ViT for 'vit-amortised',
+    a plain ViT of the same size for any other 'vit-' key, the plain ResNet otherwise."""
     from invfast.models import create
 
     torch.manual_seed(stage_seed(cfg.seed, f"init/{key}"))
+    if key.startswith(VIT):
+        shape: dict[str, Any] = dict(img_size=cfg.size, patch=cfg.vit_patch, dim=cfg.vit_dim, depth=cfg.vit_depth)
+        shape.update(heads=cfg.vit_heads, mlp_ratio=2.0)
+        return create("prompt-vit", inv_dim=AMORTISED[key], **shape) if key in AMORTISED else create("vit", **shape)
     if key in AMORTISED:
         return create(f"hyper-{cfg.arch}", width=cfg.width, inv_dim=AMORTISED[key])
     return create(cfg.arch, width=cfg.width)
 
 
 def load_stage_model(ctx: Context, key: str) -> torch.nn.Module:
-    """The encoder called ``key``: 'random' (seeded initialisation), a policy or 'amortised'
-    (weights from the pretraining run), a transfer source 'transfer-<source>'."""
+    """The encoder called ``key``: 'random' / 'vit-random' (seeded initialisation), a policy, 'amortised' or
+    their 'vit-' versions (weights from the pretraining run), a transfer source 'transfer-<source>'."""
     from invfast.models import load_checkpoint
 
-    if key == "random":
-        return encoder(ctx.cfg, "random").eval()
+    if key in ("random", f"{VIT}random"):
+        return encoder(ctx.cfg, key).eval()
     if key.startswith("transfer-"):
         enc = encoder(ctx.cfg, "transfer")
         return load_checkpoint(enc, ctx.path("transfer", key[len("transfer-") :], "model.pt")).eval()

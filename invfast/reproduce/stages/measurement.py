@@ -52,17 +52,19 @@ def measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = Non
     return r
 
 
-def measure(ctx: Context) -> dict[str, Any]:
+def measure(ctx: Context, family: str = "") -> dict[str, Any]:
     """Invariance of Random, Default, Spatial, Appearance to the test transforms (Table 1); the
-    reference statistics of each model come from its features of the probe images."""
+    reference statistics of each model come from its features of the probe images. With ``family`` 'vit-':
+    of their transformers (files ``measure/vit-<model>``; the tables keep the labels Random, Default, ...)."""
     from invfast import report
 
     results, shrinkage = [], {}
     for k in LABELS:
-        stats, shrinkage[LABELS[k]] = reference_stats(ctx.array(*feature_file(k, "probe")))
-        results.append(measure_one(ctx, ctx.model(k), LABELS[k], k, stats))
+        key = family + k
+        stats, shrinkage[LABELS[k]] = reference_stats(ctx.array(*feature_file(key, "probe")))
+        results.append(measure_one(ctx, ctx.model(key), LABELS[k], key, stats))
     return {
-        "files": {LABELS[k]: f"measure/{k}.json" for k in LABELS},
+        "files": {LABELS[k]: f"measure/{family}{k}.json" for k in LABELS},
         "reference": {"images": "probe set", "n": ctx.cfg.n_probe, "shrinkage": shrinkage},
         "cosine": {r.model: r.means("cosine") for r in results},
         "distance": {r.model: r.means("distance") for r in results},

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import AMORTISED, Context, encoder, stage_seed
+from invfast.reproduce.stages.context import AMORTISED, VIT, Context, encoder, stage_seed
 
 __all__ = [
     "Snapshots",
@@ -36,10 +36,12 @@ def train_config(
     lr: float | None = None,
     weight_decay: float = 1e-4,
     warmup: float = 0.0,
+    optimizer: str = "sgd",
 ) -> Any:
     """The :class:`invfast.pretrain.TrainConfig` of model ``key``: ``epochs`` over ``n`` images in
-    batches of ``cfg.batch_size``, the first ``warmup`` (a fraction) of its steps a linear LR warm-up, checkpoints
-    five times per run, its seed derived from the master seed."""
+    batches of ``cfg.batch_size`` with ``optimizer`` at ``lr`` (None: ``cfg.lr``), the first ``warmup`` (a
+    fraction) of its steps a linear LR warm-up, checkpoints five times per run, its seed derived from the master
+    seed."""
     from invfast.pretrain import TrainConfig
 
     cfg = ctx.cfg
@@ -48,6 +50,7 @@ def train_config(
         batch_size=cfg.batch_size,
         epochs=epochs,
         lr=cfg.lr if lr is None else lr,
+        optimizer=optimizer,
         weight_decay=weight_decay,
         warmup_steps=int(warmup * steps),
         seed=stage_seed(cfg.seed, f"train/{key}"),
@@ -120,6 +123,8 @@ def snapshot_steps(ctx: Context, key: str) -> list[int]:
 
 
 def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
+    """Pretrain ``method`` as model ``key`` for ``epochs``: MoCo's SGD at ``cfg.lr``, the transformers ('vit-'
+    keys) Adam at ``cfg.vit_lr``."""
     import dataclasses
 
     from invfast.pretrain import ArraySource, Trainer
@@ -127,7 +132,16 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     cfg = ctx.cfg
     images = ctx.images("pretrain")
     out = os.path.dirname(ctx.path("pretrain", key, "model.pt"))
-    tc = train_config(ctx, key, epochs, images.shape[0], warmup=cfg.warmup)
+    vit = key.startswith(VIT)
+    tc = train_config(
+        ctx,
+        key,
+        epochs,
+        images.shape[0],
+        warmup=cfg.warmup,
+        lr=cfg.vit_lr if vit else None,
+        optimizer="adam" if vit else "sgd",
+    )
     steps_per_epoch = images.shape[0] // cfg.batch_size
     probe = None
     if cfg.curve_every:
@@ -138,7 +152,7 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
         ArraySource(images, spec=f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"),
         tc,
         out=out,
-        meta={"arch": cfg.arch, "width": cfg.width, "model": key},
+        meta={"arch": getattr(method.encoder, "arch", cfg.arch), "width": cfg.width, "model": key},
         probe=probe,
     )
     if probe is not None:
@@ -158,26 +172,29 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     }
 
 
-def policy_method(cfg: ReproduceConfig, policy: str) -> Any:
-    """MoCo-v2 with the Default / Spatial / Appearance policy (Ericsson et al. 2021, App. A, scaled to ``size``),
-    at its seeded initialisation."""
+def policy_method(cfg: ReproduceConfig, policy: str, key: str | None = None) -> Any:
+    """MoCo-v2 with the Default / Spatial / Appearance policy (Ericsson et al. 2021, App. A, scaled to ``size``)
+    on the encoder of model ``key`` (default: the policy's own ResNet; 'vit-<policy>': a ViT), at its seeded
+    initialisation."""
     from invfast import transforms as T
     from invfast.pretrain import MoCoV2
 
+    key = policy if key is None else key
     return MoCoV2(
-        encoder(cfg, policy),
+        encoder(cfg, key),
         T.policy(policy, size=cfg.size),
         queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
         proj_dim=cfg.proj_dim,
-        queue_seed=stage_seed(cfg.seed, f"queue/{policy}"),
+        queue_seed=stage_seed(cfg.seed, f"queue/{key}"),
     )
 
 
 def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
-    """AI-MoCo on a Hyper-ResNet at its seeded initialisation: 'amortised' with the K = 2 group descriptors
-    ([1,1] default, [1,0] spatial, [0,1] appearance), 'amortised-k5' with the K = 5 individual switches
-    (crop, flip, colour jitter, grayscale, blur; the 26 descriptors with at least two on)."""
+    """AI-MoCo at its seeded initialisation: on a Hyper-ResNet 'amortised' with the K = 2 group descriptors
+    ([1,1] default, [1,0] spatial, [0,1] appearance) and 'amortised-k5' with the K = 5 individual switches
+    (crop, flip, colour jitter, grayscale, blur; the 26 descriptors with at least two on); on a Prompt-ViT
+    'vit-amortised' with the K = 2 groups."""
     from invfast.pretrain import AmortisedMoCo
 
     return AmortisedMoCo(
@@ -191,18 +208,28 @@ def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
     )
 
 
-def pretrain_policy(ctx: Context, policy: str) -> dict[str, Any]:
-    """MoCo-v2 with one policy (:func:`policy_method`), ``pretrain_epochs`` epochs."""
-    return _fit(ctx, policy, policy_method(ctx.cfg, policy), ctx.cfg.pretrain_epochs)
+def pretrain_policy(ctx: Context, policy: str, key: str | None = None) -> dict[str, Any]:
+    """MoCo-v2 with one policy (:func:`policy_method`) as model ``key`` (default: the policy's name; 'vit-<policy>'
+    for the ViT), ``pretrain_epochs`` epochs (the ViT ``vit_epochs``)."""
+    key = policy if key is None else key
+    return _fit(ctx, key, policy_method(ctx.cfg, policy, key), _epochs(ctx.cfg, key))
+
+
+def _epochs(cfg: ReproduceConfig, key: str) -> int:
+    """The pretraining epochs of model ``key``."""
+    if key.startswith(VIT):
+        return cfg.vit_epochs
+    return cfg.amortised_epochs if key in AMORTISED else cfg.pretrain_epochs
 
 
 def pretrain_amortised(ctx: Context, key: str = "amortised") -> dict[str, Any]:
-    """AI-MoCo (:func:`amortised_method`), ``amortised_epochs`` epochs; then the identity probe of the run
-    (5-fold, the probe set) at the default descriptor [1, 1] for the trained model and for its initialisation:
-    whether it learned, measured as the policies' learning is (their identity over Random's), where the
-    held-out curve's 200 scored images leave its first and last points ±0.03 apart by chance."""
+    """AI-MoCo (:func:`amortised_method`), ``amortised_epochs`` epochs (the Prompt-ViT ``vit_epochs``); then the
+    identity probe of the run (5-fold, the probe set) at the default descriptor [1, 1] for the trained model and
+    for its initialisation: whether it learned, measured as the policies' learning is (their identity over
+    Random's), where the held-out curve's 200 scored images leave its first and last points ±0.03 apart by
+    chance."""
     method = amortised_method(ctx.cfg, key)
-    out = _fit(ctx, key, method, ctx.cfg.amortised_epochs)
+    out = _fit(ctx, key, method, _epochs(ctx.cfg, key))
     out["identity"] = {
         "trained": _identity_probe(ctx, method.encoder, AMORTISED[key]),
         "init": _identity_probe(ctx, amortised_method(ctx.cfg, key).encoder, AMORTISED[key]),

@@ -21,17 +21,18 @@ def feature_file(model: str, split: str) -> tuple[str, str]:
     return ("features", f"{model}.npy" if split == "probe" else f"{split}-{model}.npy")
 
 
-def features(ctx: Context) -> dict[str, Any]:
-    """Frozen features of the probe and rotation-probe images for Random, Default, Spatial, Appearance."""
+def features(ctx: Context, family: str = "") -> dict[str, Any]:
+    """Frozen features of the probe and rotation-probe images for Random, Default, Spatial, Appearance (with
+    ``family`` 'vit-': their transformers, files ``vit-<model>``)."""
     dims, sizes = {}, {}
     for split in sorted({task_set(t) for t in TASKS}):
         images = ctx.images(split)
         sizes[split] = int(images.shape[0])
         for k in LABELS:
-            f = extract(ctx.model(k), images)
+            f = extract(ctx.model(family + k), images)
             if not np.isfinite(f).all():
-                raise FloatingPointError(f"the {LABELS[k]} model gave non-finite features")
-            atomic_save_npy(ctx.path(*feature_file(k, split)), f)
+                raise FloatingPointError(f"the {family}{LABELS[k]} model gave non-finite features")
+            atomic_save_npy(ctx.path(*feature_file(family + k, split)), f)
             dims[LABELS[k]] = int(f.shape[1])
     return {"dims": dims, "n": sizes["probe"], "n_per_set": sizes}
 

@@ -1,0 +1,112 @@
+"""C7 (Chavhan et al. 2023, Tab. 3): what C1-C4 say of the amortised Hyper-ResNet holds for transformers too —
+an amortised Prompt-ViT (AI-MoCo) against plain ViTs of the same shape trained with MoCo-v2 and each policy,
+judged by C1-C4's own checks; the transformers section."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from invfast.reproduce.finding import Finding
+from invfast.reproduce.sections.amortised import (
+    check_c1,
+    check_c2,
+    check_c3,
+    check_c4,
+    downstream_lines,
+    interpolation_lines,
+    learned_i_lines,
+    plot_interpolation,
+)
+from invfast.reproduce.sections.base import ReportView, Section, combine_statuses
+from invfast.reproduce.stages.context import VIT
+
+__all__ = ["STAGES", "check_c7", "FINDING", "SECTION"]
+
+#: the stages C7 reads: C2's measurement of the ViT specialists, then C1's, C3's and C4's of the Prompt-ViT
+STAGES = (f"{VIT}measure", f"{VIT}interpolation", f"{VIT}learned-i", f"{VIT}downstream")
+
+
+def check_c7(results: dict[str, Any]) -> dict[str, Any]:
+    """C1-C4, each by its own check, on the transformers' results: *reproduced* when all four are."""
+    parts = {
+        "C1": check_c1(results[f"{VIT}interpolation"]),
+        "C2": check_c2(results[f"{VIT}measure"], results[f"{VIT}interpolation"]),
+        "C3": check_c3(results[f"{VIT}learned-i"]),
+        "C4": check_c4(results[f"{VIT}downstream"]),
+    }
+    return {
+        "status": combine_statuses([p["status"] for p in parts.values()]),
+        "parts": parts,
+        "summary": "with transformers " + ", ".join(f"{k} {p['status']}" for k, p in parts.items()),
+    }
+
+
+def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
+    parts = finding["parts"]
+    out = {f"C7 (C1): Spearman along i, {fam}": v["spearman"] for fam, v in parts["C1"]["families"].items()}
+    out.update({f"C7 (C2): ρ with {k}": v for k, v in parts["C2"]["rho"].items()})
+    out.update({f"C7 (C3): learned spatial entry of i, {t}": v for t, v in parts["C3"]["spatial_entry"].items()})
+    out.update({f"C7 (C4): mean rank, {m}": v for m, v in parts["C4"]["mean_rank"].items()})
+    return out
+
+
+FINDING = Finding(
+    "C7",
+    "chavhan",
+    "Tab. 3 (Prompt-ViT)",
+    "the amortised findings hold for transformers: a Prompt-ViT against ViT specialists",
+    "C1-C4's rules, each on the transformers (a Prompt-ViT for the amortised model, plain ViTs of the same shape "
+    "for the policies)",
+    STAGES,
+    check_c7,
+    "transformers",
+    _statistics,
+)
+
+
+# ---------------------------------------------------------------------------------------------- section
+def _content(view: ReportView) -> dict[str, Any]:
+    r = view.first.results
+    return {
+        "transformers": {
+            "measure": r[f"{VIT}measure"],
+            "interpolation": r[f"{VIT}interpolation"],
+            "learned_i": r[f"{VIT}learned-i"],
+            "downstream": r[f"{VIT}downstream"],
+            "parts": {str(run.seed): check_c7(run.results)["parts"] for run in view.runs},
+        }
+    }
+
+
+def _figures(view: ReportView) -> dict[str, str]:
+    path = os.path.join(view.out, "figures", "vit-interpolation.png")
+    plot_interpolation(view.doc["transformers"]["interpolation"], path)
+    return {"vit-interpolation": "figures/vit-interpolation.png"}
+
+
+def _markdown(view: ReportView) -> list[str]:
+    cfg, tr = view.cfg, view.doc["transformers"]
+    seeds = list(tr["parts"])
+    L = [
+        "## Transformers — C7\n",
+        f"C1-C4 again, with transformers: an amortised Prompt-ViT (AI-MoCo; its prompt token from i through "
+        f"8 averaged two-layer MLPs) against plain ViTs of the same shape trained with MoCo-v2 and each policy — "
+        f"{cfg.vit_patch}-px patches, width {cfg.vit_dim}, {cfg.vit_depth} blocks of {cfg.vit_heads} heads, "
+        f"{cfg.vit_epochs} epochs each with Adam at lr {cfg.vit_lr:g}. Whether each learned is in *Do the models "
+        "learn?* (rows 'vit-'). Each part is judged by its own finding's rule:\n",
+        "| part | " + " | ".join(f"seed {s}" for s in seeds) + f" | seed {seeds[0]} in numbers |",
+        "|---|" + "---|" * len(seeds) + "---|",
+    ]
+    for part in tr["parts"][seeds[0]]:
+        cells = [tr["parts"][s][part]["status"] for s in seeds]
+        L.append(f"| {part} | " + " | ".join(cells) + f" | {tr['parts'][seeds[0]][part]['summary']} |")
+    L.append(f"\nSeed {view.first.seed}, the Prompt-ViT:\n")
+    L += interpolation_lines(tr["interpolation"], view.doc["figures"]["vit-interpolation"])
+    L += downstream_lines(tr["downstream"], "Downstream (C4 with transformers)")
+    L += learned_i_lines(tr["learned_i"])
+    L.append("")
+    return L
+
+
+SECTION = Section("transformers", _markdown, content=_content, figures=_figures, needs=STAGES)
