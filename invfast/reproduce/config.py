@@ -35,7 +35,7 @@ ADDED_FIELDS: dict[str, Any] = {
     "vit_dim": 64,
     "vit_depth": 4,
     "vit_heads": 4,
-    "vit_epochs": 35,
+    "vit_epochs": 30,
     "vit_lr": 3e-3,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
@@ -194,7 +194,7 @@ class ReproduceConfig:
     vit_dim: int = 64
     vit_depth: int = 4
     vit_heads: int = 4
-    vit_epochs: int = 35
+    vit_epochs: int = 30
     vit_lr: float = 3e-3
     # which findings (SPEC §5 ids) run: their stages and report sections (see invfast.reproduce.findings)
     findings: tuple[str, ...] = DEFAULT_FINDINGS
