@@ -3,7 +3,7 @@ synthetic data, each with a verdict computed from the numbers.
 
     invfast reproduce --quick --out report/          # E1-E3, S8, C1, C3: 3 seeds, 14 min on 2 idle cores
     invfast reproduce --quick --paper speicher --out sp/   # all of Speicher et al. (S1-S8): 19.5 min
-    invfast reproduce --quick --paper ericsson --out er/   # E1-E5: 14 min; --paper chavhan (C1-C6): 14 min
+    invfast reproduce --quick --paper ericsson --out er/   # E1-E5: 14 min; --paper chavhan (C1-C7): 18 min
     invfast reproduce --quick --findings S2,S3 --out r/    # chosen findings (and only the stages they need)
     invfast reproduce --list-findings                # every finding id, its source, whether it is tested
     invfast reproduce --preset gpu --out report/     # one GPU (the default where CUDA exists; not yet run on one)
