@@ -112,7 +112,11 @@ def test_resume_refuses_a_changed_numeric_option_and_accepts_a_free_one(tmp_path
         return orig(v)
 
     killer.forward = forward
-    cfg = MeasureConfig(grid_size=3, batch_size=4, forward_batch=8, state_path=str(state), save_every=0)
+    # one model call per chunk (split_forward off: the killing forward counts calls), so the kill comes after a
+    # known amount of work
+    cfg = MeasureConfig(
+        grid_size=3, batch_size=4, forward_batch=8, state_path=str(state), save_every=0, split_forward=False
+    )
     with pytest.raises(KeyboardInterrupt):
         measure_invariance(killer, x, [HFlip()], cfg)
     with pytest.raises(StateMismatchError, match=r"config\.eps"):

@@ -341,3 +341,50 @@ def test_the_users_model_is_left_as_it_was_given(tmp_path, rng):
         measure_invariance(model, x, [Rot90()], state_path=state, **kw)
     assert [m.training for m in model.modules()] == flags
     assert not any(m._forward_hooks for m in model.modules())
+
+
+def test_split_forward_gives_each_thread_a_sub_batch_and_the_same_features():
+    """At more than one torch thread a model call runs as one sub-batch per thread (each thread its own
+    activations), with the caller's grad mode; the features equal one whole-batch call at one thread."""
+    net, x = _net(3), torch.randn(13, 3, 16, 16)
+    one = FeatureExtractor(net, torch.device("cpu"), normalize=False, layers=["layer1", "layer3"], units="elements")
+    with torch.no_grad():
+        want, want_units = one.features_and_units(x)  # one thread (the module's fixture)
+    sizes: list[int] = []
+    hook = net.register_forward_pre_hook(lambda m, a: sizes.append(a[0].shape[0]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        with torch.no_grad():
+            got, got_units = one.features_and_units(x)
+        off = FeatureExtractor(net, torch.device("cpu"), normalize=False, split_forward=False)
+        with torch.no_grad():
+            off.features(x)
+        assert torch.get_num_threads() == 3  # restored after the split call
+    finally:
+        torch.set_num_threads(threads)
+        hook.remove()
+    assert sorted(sizes[:3]) == [4, 4, 5] and sizes[3:] == [13]
+    for name in want:
+        assert torch.allclose(got[name], want[name], rtol=1e-6, atol=1e-6) and not got[name].requires_grad
+        assert torch.allclose(got_units[name], want_units[name], rtol=1e-6, atol=1e-6)
+    one.close()
+    off.close()
+
+
+def test_split_forward_passes_a_models_error_on():
+    class Broken(torch.nn.Module):
+        def forward(self, x):
+            raise RuntimeError("broken model")
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ex = FeatureExtractor(Broken(), torch.device("cpu"), normalize=False)
+        with pytest.raises(RuntimeError, match="broken model"):
+            ex.features(torch.rand(4, 3, 8, 8))
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    with pytest.raises(TypeError, match="split_forward must be True, False or None"):
+        MeasureConfig(split_forward="yes")

@@ -323,7 +323,7 @@ def test_without_a_feature_cache_each_reference_batch_runs_once_per_transform():
     net = small_net(dim=5)
     calls: list[int] = []
     net.register_forward_pre_hook(lambda m, a: calls.append(a[0].shape[0]))
-    kw = dict(grid_size=4, batch_size=4, forward_batch=64, feature_cache_mb=0)
+    kw = dict(grid_size=4, batch_size=4, forward_batch=64, feature_cache_mb=0, split_forward=False)  # one call a chunk
     measure_invariance(net, x, [Rot90(), Brightness()], **kw)
     # statistics pass: 3 batches; each transform: 3 reference batches, then its 9 x 4 views in one call
     assert calls == [4, 4, 1] + 2 * [4, 4, 1, 36], calls

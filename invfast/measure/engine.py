@@ -142,6 +142,7 @@ class Run:
             cfg.forward_batch,
             cfg.layers,
             cfg.units,
+            cfg.split_forward,
         )
         self.batch_size = cfg.batch_size
         self.shard = shard or current_shard()

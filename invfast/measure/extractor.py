@@ -8,6 +8,7 @@ import copy
 import os
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,7 @@ class FeatureExtractor:
     forward_batch: int = 256
     layers: Sequence[str] | None = None
     units: str = "channels"
+    split_forward: bool | None = None
 
     def __post_init__(self) -> None:
         self._mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
@@ -132,27 +134,57 @@ class FeatureExtractor:
         outs: dict[str, list[torch.Tensor]] = {n: [] for n in self.layer_names}
         units: dict[str, list[torch.Tensor]] = {n: [] for n in self.layer_names}
         for s in range(0, images.shape[0], self.forward_batch):
-            x = self.prepare(images[s : s + self.forward_batch])
-            ctx = (
-                torch.autocast(self.device.type, dtype=self.dtype)
-                if self.dtype in (torch.bfloat16, torch.float16)
-                else contextlib.nullcontext()
-            )
-            with ctx:
-                f = self.model(x)
+            got, elements = self._forward(self.prepare(images[s : s + self.forward_batch]))
             self.calls += 1
-            got, elements = self._tap.take(f) if self._tap is not None else ({OUTPUT: f}, {})
             for name, v in got.items():
-                if not isinstance(v, torch.Tensor) or v.dim() != 2 or v.shape[0] != x.shape[0]:
-                    shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
-                    raise ValueError(
-                        f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
-                        "pass a feature extractor (e.g. model.forward_features or the backbone without "
-                        "its head), or measure named layers (layers=...)"
-                    )
-                outs[name].append(v.float())
-                units[name].append(elements.get(name, outs[name][-1]))
+                outs[name].append(v)
+                units[name].append(elements.get(name, v))
         return _joined(outs), _joined(units)
+
+    def _forward(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """One model call on ``x`` [B, ...] (split over threads where :attr:`split_forward` says): the
+        layers' pooled features float32 [B, D] and, with ``units='elements'``, their elements, by name."""
+        threads = torch.get_num_threads()
+        split = self.split_forward is not False and self.device.type == "cpu" and threads > 1
+        if not (split and isinstance(self.model, torch.nn.Module) and x.shape[0] >= 2):
+            return self._call(x)
+        parts = torch.tensor_split(x, min(threads, x.shape[0]))
+        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+
+        def call(part: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+            # grad and inference mode are per thread: each worker takes the caller's
+            with torch.inference_mode() if inference else torch.set_grad_enabled(grad):
+                return self._call(part)
+
+        torch.set_num_threads(1)
+        try:
+            with ThreadPoolExecutor(len(parts)) as pool:
+                done = list(pool.map(call, parts))
+        finally:
+            torch.set_num_threads(threads)
+        return (
+            {n: torch.cat([d[0][n] for d in done]) for n in done[0][0]},
+            {n: torch.cat([d[1][n] for d in done]) for n in done[0][1]},
+        )
+
+    def _call(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        ctx = (
+            torch.autocast(self.device.type, dtype=self.dtype)
+            if self.dtype in (torch.bfloat16, torch.float16)
+            else contextlib.nullcontext()
+        )
+        with ctx:
+            f = self.model(x)
+        got, elements = self._tap.take(f) if self._tap is not None else ({OUTPUT: f}, {})
+        for v in got.values():
+            if not isinstance(v, torch.Tensor) or v.dim() != 2 or v.shape[0] != x.shape[0]:
+                shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
+                raise ValueError(
+                    f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
+                    "pass a feature extractor (e.g. model.forward_features or the backbone without "
+                    "its head), or measure named layers (layers=...)"
+                )
+        return {n: v.float() for n, v in got.items()}, elements
 
     @property
     def map_shapes(self) -> dict[str, tuple[int, ...]]:

@@ -12,6 +12,7 @@ per-unit measures (:mod:`invfast.measure.units`).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,14 +155,23 @@ class LayerTap:
     def __init__(self, model: Any, layers: dict[str, str | None], elements: bool = False) -> None:
         self.layers = list(layers)
         self.keep_elements = elements
-        self.caught: dict[str, torch.Tensor] = {}
-        self.elements: dict[str, torch.Tensor] = {}
+        self._local = threading.local()  # each thread's forward pass catches its own activations
         self.shapes: dict[str, tuple[int, ...]] = {}  # each layer's activation shape per image, with elements
         self._handles = []
         modules = dict(model.named_modules()) if isinstance(model, torch.nn.Module) else {}
         for name, path in layers.items():
             if path is not None:
                 self._handles.append(modules[path].register_forward_hook(self._hook(name)))
+
+    @property
+    def caught(self) -> dict[str, torch.Tensor]:
+        """This thread's pooled activations of its latest forward pass, by layer."""
+        return self._local.__dict__.setdefault("caught", {})
+
+    @property
+    def elements(self) -> dict[str, torch.Tensor]:
+        """This thread's flattened activations of its latest forward pass, by layer (with ``elements``)."""
+        return self._local.__dict__.setdefault("elements", {})
 
     def _hook(self, name: str) -> Any:
         def hook(module: Any, inputs: Any, output: Any) -> None:
@@ -184,7 +194,7 @@ class LayerTap:
             raise ValueError(f"layers {missing} did not run in the model's forward pass; choose layers it uses")
         out = {n: self.caught[n] for n in self.layers}
         elements = {n: self.elements[n] for n in self.layers if n in self.elements}
-        self.caught, self.elements = {}, {}
+        self._local.caught, self._local.elements = {}, {}
         return out, elements
 
     def close(self) -> None:
