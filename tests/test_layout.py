@@ -119,7 +119,6 @@ TO_SPLIT = {
     ("comparison/render.py", "long_rows"): 63,
     ("measure/assemble.py", "_layer_result"): 63,
     ("measure/config.py", "MeasureConfig.__post_init__"): 72,
-    ("measure/engine.py", "Run.__init__"): 64,
     ("ops/augment.py", "augment_views"): 75,
     ("pretrain/cli.py", "build"): 93,
     ("pretrain/trainer.py", "Trainer.__init__"): 69,

@@ -52,7 +52,8 @@ def test_logistic_cv_matches_sklearn_each_C(rng, k):
     lams = np.logspace(-2, 3, 6)
     ours = P.LogisticCV(alphas=lams, tol=1e-9, max_iter=3000, dtype="float64").fit(x, y)
     acc, bacc = _sk_cv(x, y, lams)
-    assert np.abs(ours.cv_results_["mean_test_accuracy"] - acc).max() <= 0.005
+    # at most one test image of the 200 predicted differently (0.005 of the mean over 5 folds of 40), plus rounding
+    assert np.abs(ours.cv_results_["mean_test_accuracy"] - acc).max() <= 0.005 + 1e-12
     assert np.abs(ours.cv_results_["mean_test_mean_per_class_accuracy"] - bacc).max() <= 0.005
     assert all(ours.cv_results_[f"split{f}_converged"].all() for f in range(5)) and ours.converged_
     assert ours.C_ == pytest.approx(1 / ours.alpha_) and ours.best_params_ == {"C": ours.C_}
@@ -73,7 +74,8 @@ def test_logistic_float32_and_best_value_well_conditioned(rng):
     lams = np.logspace(-1, 3, 5)
     ours = P.LogisticCV(alphas=lams, tol=1e-5, max_iter=2000).fit(x, y)
     acc, _ = _sk_cv(x, y, lams)
-    assert np.abs(ours.cv_results_["mean_test_accuracy"] - acc).max() <= 0.005
+    # at most one test image of the 200 predicted differently (0.005 of the mean over 5 folds of 40), plus rounding
+    assert np.abs(ours.cv_results_["mean_test_accuracy"] - acc).max() <= 0.005 + 1e-12
     assert ours.alpha_ == lams[int(np.argmax(acc))]
 
 

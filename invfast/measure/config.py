@@ -142,14 +142,12 @@ class MeasureConfig:
                 raise ValueError(f"{k} must be a number >= 0, got {v!r}")
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps >= 0:
             raise ValueError(f"eps must be a number >= 0, got {self.eps!r}")
-        for k in ("overlap", "split_forward"):
+        for k in ("overlap", "split_forward", "channels_last"):
             if getattr(self, k) is not None and not isinstance(getattr(self, k), bool):
                 raise TypeError(f"{k} must be True, False or None, got {getattr(self, k)!r}")
         for k in ("normalize", "strict", "progress", "fingerprint_content", "equivariance"):
             if not isinstance(getattr(self, k), bool):
                 raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")
-        if self.channels_last is not None and not isinstance(self.channels_last, bool):
-            raise TypeError(f"channels_last must be True, False or None, got {self.channels_last!r}")
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
         if self.device is not None:
             if not isinstance(self.device, (str, torch.device)):

@@ -92,6 +92,22 @@ def _to_host(obj: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- engine
+def _extractor(model: Any, device: torch.device, channels_last: bool, cfg: MeasureConfig, post: Any) -> Any:
+    """The measurement's :class:`FeatureExtractor` (with ``post``, the crop is post's)."""
+    return FeatureExtractor(
+        model,
+        device,
+        cfg.torch_dtype,
+        channels_last,
+        None if post is not None else cfg.crop,
+        cfg.normalize,
+        cfg.forward_batch,
+        cfg.layers,
+        cfg.units,
+        cfg.split_forward,
+    )
+
+
 class Run:
     """Shared machinery of one measurement: source, extractor, shard, state file, progress."""
 
@@ -131,19 +147,7 @@ class Run:
         )
         self.post = post
         self.n = len(self.source)
-        crop = None if post is not None else cfg.crop  # with post, the crop is post's
-        self.extract = FeatureExtractor(
-            model,
-            self.device,
-            cfg.torch_dtype,
-            bool(channels_last),
-            crop,
-            cfg.normalize,
-            cfg.forward_batch,
-            cfg.layers,
-            cfg.units,
-            cfg.split_forward,
-        )
+        self.extract = _extractor(model, self.device, bool(channels_last), cfg, post)
         self.batch_size = cfg.batch_size
         self.shard = shard or current_shard()
         self.start, self.stop = self.shard.bounds(self.n)
