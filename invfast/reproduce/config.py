@@ -4,6 +4,7 @@ and the folder claim that keeps runs of different configurations apart."""
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -343,8 +344,8 @@ class ReproduceConfig:
             raise ValueError(
                 f"config field warmup must be a fraction of each pretraining run's steps in [0, 1), got {self.warmup!r}"
             )
-        if not isinstance(self.vit_lr, (int, float)) or isinstance(self.vit_lr, bool) or not self.vit_lr > 0:
-            raise ValueError(f"config field vit_lr must be a number > 0, got {self.vit_lr!r}")
+        if not isinstance(self.vit_lr, (int, float)) or isinstance(self.vit_lr, bool) or not 0 < self.vit_lr < math.inf:
+            raise ValueError(f"config field vit_lr must be a finite number > 0, got {self.vit_lr!r}")
         if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
             raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
 

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.sections.amortised import FINDINGS as AMORTISED_FINDINGS
 from invfast.reproduce.sections.amortised import (
     check_c1,
     check_c2,
@@ -42,13 +43,17 @@ def check_c7(results: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+#: the seed-level statistics of C1-C4, each part of C7 reported through its own finding's
+_PART_STATISTICS = {f.id: f.statistics for f in AMORTISED_FINDINGS if f.id in ("C1", "C2", "C3", "C4")}
+
+
 def _statistics(results: dict[str, Any], finding: dict[str, Any]) -> dict[str, float]:
-    parts = finding["parts"]
-    out = {f"C7 (C1): Spearman along i, {fam}": v["spearman"] for fam, v in parts["C1"]["families"].items()}
-    out.update({f"C7 (C2): ρ with {k}": v for k, v in parts["C2"]["rho"].items()})
-    out.update({f"C7 (C3): learned spatial entry of i, {t}": v for t, v in parts["C3"]["spatial_entry"].items()})
-    out.update({f"C7 (C4): mean rank, {m}": v for m, v in parts["C4"]["mean_rank"].items()})
-    return out
+    """C1-C4's statistics of the transformers, named 'C7 (C1): ...'."""
+    return {
+        f"C7 ({fid}): {name.split(': ', 1)[1]}": v
+        for fid, part in finding["parts"].items()
+        for name, v in _PART_STATISTICS[fid](results, part).items()  # type: ignore[misc]
+    }
 
 
 FINDING = Finding(

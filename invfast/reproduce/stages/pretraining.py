@@ -152,7 +152,8 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
         ArraySource(images, spec=f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"),
         tc,
         out=out,
-        meta={"arch": getattr(method.encoder, "arch", cfg.arch), "width": cfg.width, "model": key},
+        # checked on resume: the ResNet runs keep the identity they had before the transformers existed
+        meta={"arch": method.encoder.arch if vit else cfg.arch, "width": cfg.width, "model": key},
         probe=probe,
     )
     if probe is not None:
