@@ -1,7 +1,6 @@
 """The one home of each maths primitive (DESIGN: luma weights, hue rotation, Gaussian taps, rotation and shear
 matrices with one angle convention): each against an independent float64 reference (numpy, colorsys, scipy,
-torchvision's published formulas, Pillow), and against the copies it replaced, bit for bit, so the move
-changed no result."""
+torchvision's published formulas, Pillow); every call site's result against the same references."""
 
 from __future__ import annotations
 
@@ -81,33 +80,17 @@ def test_hue_rotation_matches_colorsys_and_torchvision(rng):
     torch.testing.assert_close(hsv_to_rgb(hsv), _torchvision_hsv2rgb(hsv), atol=1e-6, rtol=0)
 
 
-def test_hue_rotation_equals_the_copies_it_replaced(rng):
-    """ops.synth_reference.hue_shift (sector table, the Transforms-2D colour kernel's form) and
-    ops.augment._hue (closed form, the fused views' form) as they were written before the move."""
+def test_both_hue_kernels_are_torchvisions_formulas(rng):
+    """ops.synth_reference.hue_shift (the Transforms-2D colour kernel's reference) is torchvision's sector
+    _hsv2rgb at (h + shift) mod 1, bit for bit; the fused views' form is the closed one (adjust_hue)."""
     from invfast.ops import synth_reference
 
     x = _images(rng)
     shift = torch.from_numpy(rng.uniform(-0.5, 0.5, 4).astype(np.float32))
-
-    def old_synth_hue(rgb, shift):
-        h, s, v = rgb_to_hsv(rgb).unbind(dim=1)
-        h = torch.remainder(h + shift.to(torch.float32).view(-1, 1, 1), 1.0)
-        i = torch.floor(h * 6.0)
-        f = h * 6.0 - i
-        i = i.to(torch.int64) % 6
-        p = (v * (1.0 - s)).clamp(0.0, 1.0)
-        q = (v * (1.0 - s * f)).clamp(0.0, 1.0)
-        t = (v * (1.0 - s * (1.0 - f))).clamp(0.0, 1.0)
-        table = torch.stack([v, q, p, t], dim=1)
-        sel = torch.tensor([[0, 3, 2], [1, 0, 2], [2, 0, 3], [2, 1, 0], [3, 2, 0], [0, 2, 1]])
-        return torch.gather(table, 1, sel[i].permute(0, 3, 1, 2))
-
-    def old_augment_hue(x, shift):
-        h, s, v = rgb_to_hsv(x).unbind(dim=-3)
-        return hsv_to_rgb(torch.stack((torch.remainder(h + shift.view(-1, 1, 1), 1.0), s, v), dim=-3))
-
-    assert torch.equal(synth_reference.hue_shift(x, shift), old_synth_hue(x, shift))
-    assert torch.equal(adjust_hue(x, shift.view(-1, 1, 1)), old_augment_hue(x, shift))
+    h, s, v = rgb_to_hsv(x).unbind(dim=1)
+    rotated = torch.stack((torch.remainder(h + shift.view(-1, 1, 1), 1.0), s, v), dim=1)
+    assert torch.equal(synth_reference.hue_shift(x, shift), _torchvision_hsv2rgb(rotated))
+    assert torch.equal(adjust_hue(x, shift.view(-1, 1, 1)), hsv_to_rgb(rotated))
 
 
 # ---------------------------------------------------------------------------------------------- Gaussian taps
@@ -149,59 +132,28 @@ def test_fixed_size_taps_match_torchvision_formula(rng):
         gaussian_taps(torch.ones(2), size=7, max_radius=3)
 
 
-def test_taps_equal_the_copies_they_replaced(rng):
-    """functional.gaussian_kernels (blur transform), ops.augment._gaussian_taps (fused views, with their
-    on-mask), synthetic.ops2d.gaussian_kernels (fixed size, sigma clamped at 1e-6), ericsson.blur_kernels
-    (linspace) and ericsson._gauss1d (truncate 4), as they were written before the move."""
+def test_degenerate_and_capped_taps_follow_the_formula(rng):
+    """Every blur (the blur transform, the fused views with their off-mask as sigma 0, Transforms-2D's fixed
+    size, the Ericsson protocol's 23 linspace taps) calls gaussian_taps: a sigma too small to reach the next
+    tap is a delta in each form, and a capped radius renormalises over the cut support (float64 numpy)."""
     from invfast.transforms import ericsson
 
-    sigma = torch.from_numpy(np.concatenate([rng.uniform(0.0, 9.0, 9), [0.0, 1e-9, 3e-7, 2.0]]))
-    on = torch.from_numpy(rng.random(sigma.shape[0]) < 0.6)
-
-    def old_functional(sigma, truncate=3.0, max_radius=None):
-        radius = (truncate * sigma + 0.5).floor().to(torch.int64)
-        if max_radius is not None:
-            radius = radius.clamp(max=max_radius)
-        R = int(radius.max())
-        xs = torch.arange(-R, R + 1, dtype=torch.float64)
-        k = torch.exp(-0.5 * (xs / sigma.clamp_min(1e-12).view(-1, 1)) ** 2)
-        k = torch.where(xs.abs().view(1, -1) <= radius.view(-1, 1), k, torch.zeros_like(k))
-        k[:, R] = torch.where(radius == 0, torch.ones_like(k[:, R]), k[:, R])
-        return (k / k.sum(dim=1, keepdim=True)).to(torch.float32)
-
-    def old_augment(s, on, max_radius):
-        radius = torch.where(on, (3.0 * s + 0.5).floor(), torch.zeros_like(s)).clamp(0, max_radius).to(torch.int64)
-        R = int(radius.max())
-        xs = torch.arange(-R, R + 1, dtype=torch.float64).view(1, -1)
-        k = torch.exp(-0.5 * (xs / s.clamp_min(1e-12).view(-1, 1)) ** 2)
-        k = torch.where(xs.abs() <= radius.view(-1, 1), k, torch.zeros_like(k))
-        k = torch.where((xs == 0) & (radius.view(-1, 1) == 0), torch.ones_like(k), k)
-        return (k / k.sum(dim=1, keepdim=True)).to(torch.float32)
-
-    def old_ops2d(sigma, size):
-        x = torch.arange(size, dtype=torch.float64) - (size - 1) / 2.0
-        k = torch.exp(-0.5 * (x.view(1, -1) / sigma.view(-1, 1).clamp_min(1e-6)) ** 2)
-        return (k / k.sum(dim=1, keepdim=True)).to(torch.float32)
-
-    def old_ericsson(sigma, taps=23):
-        xs = torch.linspace(-(taps - 1) / 2.0, (taps - 1) / 2.0, taps, dtype=torch.float64)
-        k = torch.exp(-0.5 * (xs / sigma.clamp_min(1e-12).view(-1, 1)) ** 2)
-        return k / k.sum(1, keepdim=True)
-
-    def old_gauss1d(sigma, truncate=4.0):
-        r = int(truncate * sigma + 0.5)
-        k = torch.exp(-0.5 * (torch.arange(-r, r + 1, dtype=torch.float64) / sigma) ** 2)
-        return k / k.sum()
-
-    for mr in (None, 5):
-        assert torch.equal(gaussian_taps(sigma, max_radius=mr).float(), old_functional(sigma, max_radius=mr))
-    masked = torch.where(on, sigma, 0.0)
-    assert torch.equal(gaussian_taps(masked, max_radius=6).float(), old_augment(sigma, on, 6))
-    for size in (7, 11):
-        assert torch.equal(gaussian_taps(sigma, size=size).float(), old_ops2d(sigma, size))
-    assert torch.equal(ericsson.blur_kernels(sigma), old_ericsson(sigma))
-    for s in (0.7, 3.3, 10.0):
-        assert torch.equal(gaussian_taps(torch.tensor([s], dtype=torch.float64), truncate=4.0)[0], old_gauss1d(s))
+    tiny = torch.tensor([0.0, 1e-9, 3e-7], dtype=torch.float64)
+    for kw in ({}, {"max_radius": 5}, {"size": 7}, {"size": 23}):
+        k = gaussian_taps(tiny, **kw)
+        delta = torch.zeros_like(k)
+        delta[:, (k.shape[1] - 1) // 2] = 1.0
+        assert torch.equal(k, delta), kw
+    sigma = rng.uniform(0.5, 9.0, 6)
+    for cap in (2, 5):
+        xs = np.arange(-cap, cap + 1)
+        ref = np.exp(-0.5 * (xs[None] / sigma[:, None]) ** 2)
+        got = gaussian_taps(torch.from_numpy(sigma), max_radius=cap).numpy()
+        np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), atol=1e-15, rtol=0)
+    xs = np.linspace(-11, 11, 23)
+    ref = np.exp(-0.5 * (xs[None] / sigma[:, None]) ** 2)
+    got = ericsson.blur_kernels(torch.from_numpy(sigma)).numpy()
+    np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), atol=1e-15, rtol=0)
 
 
 # ---------------------------------------------------------------------------------------------- matrices
@@ -242,17 +194,16 @@ def test_shear_is_torchvisions_and_inverse_is_exact(rng):
     np.testing.assert_allclose(compose(A, B), A @ B, atol=1e-14, rtol=0)
 
 
-def test_both_rotation_call_sites_give_exactly_their_old_matrices(rng):
-    """The two former rotation_matrix functions returned opposite maps: functional's the inverse
-    [[c, -s], [s, c]] (the rotation test transform), ops2d's / Transforms-2D's the forward [[c, s], [-s, c]].
-    Both call sites now use the one function (inverse=True where a warp samples the source) and still get
-    their old matrices bit for bit, hence the same images."""
+def test_rotation_and_shear_call_sites_follow_their_conventions(rng):
+    """The rotation test transform samples the source through the inverse map [[c, -s], [s, c]]; Transforms-2D
+    places objects by the forward map [[c, s], [-s, c]] composed with shear, flips and scale: each call site's
+    matrices against those formulas written out in float64, bit for bit."""
     from invfast.synthetic import placement
     from invfast.transforms import builtin, get
 
     deg = torch.from_numpy(rng.uniform(-720, 720, 64))
     t = torch.deg2rad(deg)
-    old_registry = torch.stack(
+    inverse = torch.stack(
         [torch.stack([torch.cos(t), -torch.sin(t)], -1), torch.stack([torch.sin(t), torch.cos(t)], -1)], -2
     )
     A, _ = builtin.affine_params(get("rotation"), deg.float(), 30, 40)
@@ -263,7 +214,7 @@ def test_both_rotation_call_sites_give_exactly_their_old_matrices(rng):
             [torch.stack([torch.cos(tf), -torch.sin(tf)], -1), torch.stack([torch.sin(tf), torch.cos(tf)], -1)], -2
         ),
     )
-    assert torch.equal(rotation_matrix(deg, inverse=True), old_registry)
+    assert torch.equal(rotation_matrix(deg, inverse=True), inverse)
     sh = torch.from_numpy(rng.uniform(-85, 85, (64, 2))).float()
     tx, ty = torch.tan(torch.deg2rad(sh[:, 0].double())), torch.tan(torch.deg2rad(sh[:, 1].double()))
     A, _ = builtin.affine_params(get("shear"), sh, 30, 40)
@@ -285,18 +236,18 @@ def test_both_rotation_call_sites_give_exactly_their_old_matrices(rng):
     tx, ty = np.tan(np.deg2rad(p["shear_x"])), np.tan(np.deg2rad(p["shear_y"]))
     fx, fy, sc = 1.0 - 2.0 * p["hflip"], 1.0 - 2.0 * p["vflip"], p["scale"]
     l00, l01, l10, l11 = sc * fx, sc * tx * fy, sc * ty * fx, sc * (1.0 + tx * ty) * fy
-    old = np.stack(
+    forward = np.stack(
         [np.stack([c * l00 + s * l10, c * l01 + s * l11], -1), np.stack([-s * l00 + c * l10, -s * l01 + c * l11], -1)],
         -2,
     )
-    assert np.array_equal(placement.canonical_linear(p), old)
+    assert np.array_equal(placement.canonical_linear(p), forward)
     sel = rng.random(n) < 0.5
     ths = np.deg2rad(p["angle"][sel])
-    old_rot = np.stack([np.stack([np.cos(ths), np.sin(ths)], -1), np.stack([-np.sin(ths), np.cos(ths)], -1)], -2)
-    assert np.array_equal(placement.type_matrix("rotate", p, sel), old_rot)
+    rot = np.stack([np.stack([np.cos(ths), np.sin(ths)], -1), np.stack([-np.sin(ths), np.cos(ths)], -1)], -2)
+    assert np.array_equal(placement.type_matrix("rotate", p, sel), rot)
     txs, tys = tx[sel], ty[sel]
-    old_sh = np.stack([np.stack([np.ones_like(txs), txs], -1), np.stack([tys, 1.0 + txs * tys], -1)], -2)
-    assert np.array_equal(placement.type_matrix("shear", p, sel), old_sh)
+    sh_ref = np.stack([np.stack([np.ones_like(txs), txs], -1), np.stack([tys, 1.0 + txs * tys], -1)], -2)
+    assert np.array_equal(placement.type_matrix("shear", p, sel), sh_ref)
 
 
 def _object_image(size: int = 48) -> np.ndarray:
@@ -394,3 +345,26 @@ def test_compiled_luma_weights_are_the_constants_in_one_place():
     code = {p: re.sub(r"//[^\n]*", "", p.read_text()) for p in sources}  # comments may name the weights
     copies = [str(p.relative_to(csrc)) for p, text in code.items() if re.search(r"0\.2989|0\.587f?\b", text)]
     assert not copies, f"luma weights written out again in {copies}; include common/color.h"
+
+
+def test_compiled_colour_maths_lives_in_color_h():
+    """Luma, RGB -> HSV and HSV -> RGB of every compiled kernel (CPU and CUDA) are csrc/common/color.h's:
+    no other source under csrc/ computes a max - min chroma, a hue sector or a luma from the weights."""
+    import pathlib
+    import re
+
+    csrc = pathlib.Path(__file__).resolve().parents[1] / "csrc"
+    patterns = {
+        "RGB -> HSV": re.compile(r"\bmax\w*\s*-\s*min\w*|/\s*6\.0f?\s*\+\s*1\.0f?"),
+        "HSV -> RGB": re.compile(r"4\.0f?\s*-\s*k\b|1\.0f?\s*-\s*s\s*\*|\bh\w*\s*\*\s*6\.0f?"),
+        "luma": re.compile(r"\bkLuma[RGB]\b"),
+    }
+    sources = [p for p in csrc.rglob("*") if p.suffix in (".cpp", ".h", ".cu", ".cuh") and p.name != "color.h"]
+    found = []
+    for path in sources:
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            for what, pat in patterns.items():
+                if pat.search(line.split("//")[0]):
+                    found.append(f"{path.relative_to(csrc)}:{i}: {what}: {line.strip()}")
+    assert not found, "colour maths written outside csrc/common/color.h:\n" + "\n".join(found)
+

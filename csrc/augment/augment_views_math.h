@@ -10,22 +10,14 @@
 
 #include "common/color.h"
 
-#ifdef __CUDACC__
-#define IVF_HD __host__ __device__ __forceinline__
-#else
-#define IVF_HD inline
-#endif
-
 namespace invfast {
 namespace augment {
 namespace views {
 
 enum JitterOp : int64_t { kBrightness = 0, kContrast = 1, kSaturation = 2, kHue = 3 };
 
-IVF_HD float clamp01(float v) { return v < 0.f ? 0.f : (v > 1.f ? 1.f : v); }
-
-// ITU-R 601-2 luma (invfast.constants.LUMA_WEIGHTS), in the torch path's float32 order of operations
-IVF_HD float luma(float r, float g, float b) { return color::kLumaR * r + color::kLumaG * g + color::kLumaB * b; }
+using color::clamp01;
+using color::luma;
 
 IVF_HD float to_unit(uint8_t v) { return static_cast<float>(v) / 255.0f; }
 IVF_HD float to_unit(float v) { return v; }
@@ -70,25 +62,11 @@ IVF_HD void blend_with(float rgb[3], float other, float ratio) {
 
 // Hue rotation by `shift` (fraction of the circle) through HSV, torchvision's _rgb2hsv / _hsv2rgb.
 IVF_HD void adjust_hue(float rgb[3], float shift) {
-  const float r = rgb[0], g = rgb[1], b = rgb[2];
-  const float maxc = fmaxf(r, fmaxf(g, b)), minc = fminf(r, fminf(g, b));
-  const bool eqc = maxc == minc;
-  const float cr = maxc - minc;
-  const float s = cr / (eqc ? 1.f : maxc);
-  const float crd = eqc ? 1.f : cr;
-  const float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-  const float hr = (maxc == r) ? (bc - gc) : 0.f;
-  const float hg = (maxc == g && maxc != r) ? (2.0f + rc - bc) : 0.f;
-  const float hb = (maxc != g && maxc != r) ? (4.0f + gc - rc) : 0.f;
-  float h = remainder_pos((hr + hg + hb) / 6.0f + 1.0f, 1.0f);
-  h = remainder_pos(h + shift, 1.0f);
-  const float h6 = h * 6.0f, v = maxc, vs = v * s;
+  const color::Hsv hsv = color::hsv_from_rgb(rgb[0], rgb[1], rgb[2]);
+  const float h = remainder_pos(hsv.h + shift, 1.0f);
+  const float vs = hsv.v * hsv.s;
   const float ns[3] = {5.0f, 3.0f, 1.0f};
-  for (int c = 0; c < 3; ++c) {
-    const float k = remainder_pos(h6 + ns[c], 6.0f);
-    const float a = clamp01(fminf(k, 4.0f - k));
-    rgb[c] = clamp01(v - vs * a);
-  }
+  for (int c = 0; c < 3; ++c) rgb[c] = clamp01(color::hue_channel(h, ns[c], hsv.v, vs));
 }
 
 // One ColorJitter op; `gray_mean` is the image's mean luma at this point of the chain (contrast only).

@@ -96,49 +96,22 @@ at::Tensor synth_composite_cpu(const at::Tensor& obj_in, const at::Tensor& bgs_i
 // ---------------------------------------------------------------------------- colour
 constexpr int64_t kHue = 1, kBrightness = 2, kContrast = 4, kGrayscale = 8, kPosterize = 16, kInvert = 32;
 
-inline float clamp01(float v) { return v < 0.0f ? 0.0f : (v > 1.0f ? 1.0f : v); }
+using color::clamp01;
+using color::floor_small;
+using color::luma;
 
-// floor for |x| < 2^22 without a libm call (vectorisable with plain SSE2); exact.
-inline float floor_small(float x) {
-  const float t = static_cast<float>(static_cast<int32_t>(x));
-  return t > x ? t - 1.0f : t;
-}
-
-inline float luma(float r, float g, float b) { return r * color::kLumaR + g * color::kLumaG + b * color::kLumaB; }
-
-// Hue rotation in HSV (torchvision adjust_hue semantics), branch-free so the loop vectorises.
+// Hue rotation in HSV (torchvision adjust_hue semantics, the sector form), branch-free so the loop vectorises.
 void hue_rows(float* R, float* G, float* Bc, const float* alpha, int64_t n, float shift) {
   for (int64_t p = 0; p < n; ++p) {
     if (alpha[p] == 0.0f) continue;  // premultiplied by 0 at the end: the colour cannot matter
-    const float r = R[p], g = G[p], b = Bc[p];
-    const float maxc = std::max(std::max(r, g), b);
-    const float minc = std::min(std::min(r, g), b);
-    const bool eqc = maxc == minc;
-    const float cr = maxc - minc;
-    const float s = cr / (eqc ? 1.0f : maxc);
-    const float cr_div = eqc ? 1.0f : cr;
-    const float rc = (maxc - r) / cr_div, gc = (maxc - g) / cr_div, bc = (maxc - b) / cr_div;
-    const float hr = bc - gc, hg = 2.0f + rc - bc, hb = 4.0f + gc - rc;
-    float h = maxc == r ? hr : (maxc == g ? hg : hb);
-    h = h / 6.0f + 1.0f;
-    h = h - floor_small(h);  // == fmod(h, 1) for 0 <= h < 2^22
-    h = h + shift;
+    const color::Hsv hsv = color::hsv_from_rgb(R[p], G[p], Bc[p]);
+    float h = hsv.h + shift;
     h = h - floor_small(h);  // python-style remainder by 1
-    const float v = maxc;
-    const float i = floor_small(h * 6.0f);  // 0..6 (6 only when h rounds to 1, same as 0)
-    const float f = h * 6.0f - i;
-    const float pp = clamp01(v * (1.0f - s));
-    const float q = clamp01(v * (1.0f - s * f));
-    const float t = clamp01(v * (1.0f - s * (1.0f - f)));
-    // sector i (0..5; 6 == 0) picks (r, g, b) from (v, q, p, t); bitwise ops keep the loop branch-free
-    const bool i0 = (i == 0.0f) | (i == 6.0f), i1 = i == 1.0f, i2 = i == 2.0f, i3 = i == 3.0f, i4 = i == 4.0f,
-               i5 = i == 5.0f;
-    const float ro = (i0 | i5) ? v : (i1 ? q : ((i2 | i3) ? pp : t));
-    const float go = i0 ? t : ((i1 | i2) ? v : (i3 ? q : pp));
-    const float bo = (i0 | i1) ? pp : (i2 ? t : ((i3 | i4) ? v : q));
-    R[p] = ro;
-    G[p] = go;
-    Bc[p] = bo;
+    float rgb[3];
+    color::hsv_to_rgb_sectors(h, hsv.s, hsv.v, rgb);
+    R[p] = rgb[0];
+    G[p] = rgb[1];
+    Bc[p] = rgb[2];
   }
 }
 

@@ -30,8 +30,6 @@ bool cpu_has_avx2() {
 
 namespace {
 
-constexpr float kLuma0 = color::kLumaR, kLuma1 = color::kLumaG, kLuma2 = color::kLumaB;
-
 // v / 255 in float32: torch's uint8 -> float (`to(float32).div_(255.0)`), a true division (a product with
 // 1 / 255 differs in the last bit for half of the levels)
 TT_INLINE float unit(uint8_t v) { return static_cast<float>(v) / 255.0f; }
@@ -76,12 +74,12 @@ TT_INLINE void blend_features(const uint8_t* img, int64_t H, int64_t W, int64_t 
   for (int c = 0; c < 3; ++c)
     for (int64_t i = 0; i < n; ++i) x[c * n + i] = unit(img[c * HW + i0 + i]);
   if (mode == kLuma) {
-    for (int64_t i = 0; i < n; ++i) d[i] = kLuma0 * x[i] + kLuma1 * x[n + i] + kLuma2 * x[2 * n + i];
+    for (int64_t i = 0; i < n; ++i) d[i] = color::luma(x[i], x[n + i], x[2 * n + i]);
     return;
   }
   if (mode == kLumaLevels) {  // round() is half-to-even in torch and in nearbyint (default rounding mode)
     for (int64_t i = 0; i < n; ++i)
-      d[i] = std::nearbyint((kLuma0 * x[i] + kLuma1 * x[n + i] + kLuma2 * x[2 * n + i]) * 255.0f) / 255.0f;
+      d[i] = std::nearbyint(color::luma(x[i], x[n + i], x[2 * n + i]) * 255.0f) / 255.0f;
     return;
   }
   // kSmoothLevels: round(255 * smooth) = round(S / 13) with S the integer 3x3 sum (centre weight 5), never a
@@ -135,7 +133,7 @@ TT_INLINE void blend_out(const uint8_t* img, const float* x, const float* d, int
 // bytes; one fused pass with no float planes in memory.
 TT_INLINE void luma_levels_u8(const uint8_t* R, const uint8_t* G, const uint8_t* B, int64_t n, uint8_t* o) {
   for (int64_t i = 0; i < n; ++i) {
-    const float y = (kLuma0 * unit(R[i]) + kLuma1 * unit(G[i]) + kLuma2 * unit(B[i])) * 255.0f;
+    const float y = color::luma(unit(R[i]), unit(G[i]), unit(B[i])) * 255.0f;
     o[i] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(y)));
   }
 }
@@ -170,44 +168,26 @@ TT_TWICE(TT_AVX2, void, blend_chunk,
          (img, H, W, i0, i1, mode, factors, P, out, scratch))
 
 // ------------------------------------------------------------------------------------------ hue
-// torchvision _rgb2hsv in float32, in the order of invfast.ops.color.rgb_to_hsv. Each loop stores one array
-// (GCC does not vectorise a loop storing to several arrays a run-time distance apart).
-TT_INLINE void hsv_features(const uint8_t* img, int64_t HW, int64_t i0, int64_t n, float* h, float* s, float* v) {
+// torchvision _rgb2hsv in float32: h (color::hue_of), v s (color::saturation_of times v) and v, the largest
+// byte. Each loop stores one array (GCC does not vectorise a loop storing to several arrays a run-time distance
+// apart).
+TT_INLINE void hsv_features(const uint8_t* img, int64_t HW, int64_t i0, int64_t n, float* h, float* vs, float* v) {
   const uint8_t* R = img + i0;
   const uint8_t* G = img + HW + i0;
   const uint8_t* B = img + 2 * HW + i0;
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = unit(R[i]), g = unit(G[i]), b = unit(B[i]);
-    const float maxc = std::max(std::max(r, g), b), minc = std::min(std::min(r, g), b);
-    const bool eqc = maxc == minc;
-    const float cr = maxc - minc;
-    const float crd = eqc ? 1.0f : cr;
-    const float rc = (maxc - r) / crd, gc = (maxc - g) / crd, bc = (maxc - b) / crd;
-    // the reference sums mask * term over three masks of which one is set: the set term, except for the sign
-    // of a zero (only the first term can be zero), which u below does not see
-    const float t = maxc == r ? bc - gc : (maxc == g ? (2.0f + rc) - bc : (4.0f + gc) - rc);
-    const float u = t / 6.0f + 1.0f;  // in [5/6, 11/6]: fmod(u, 1) is u - 1 (exact) or u
-    h[i] = u >= 1.0f ? u - 1.0f : u;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    const float r = unit(R[i]), g = unit(G[i]), b = unit(B[i]);
-    const float maxc = std::max(std::max(r, g), b), minc = std::min(std::min(r, g), b);
-    s[i] = (maxc - minc) / (maxc == minc ? 1.0f : maxc);
-  }
+  for (int64_t i = 0; i < n; ++i) h[i] = color::hue_of(unit(R[i]), unit(G[i]), unit(B[i]));
   for (int64_t i = 0; i < n; ++i) v[i] = unit(std::max(std::max(R[i], G[i]), B[i]));
+  for (int64_t i = 0; i < n; ++i) vs[i] = v[i] * color::saturation_of(unit(R[i]), unit(G[i]), unit(B[i]));
 }
 
-// channel n (5, 3, 1 for r, g, b) of the shifted hue: v - v s clamp(min(k, 4 - k), 0, 1), k = (h6 + n) mod 6
-TT_INLINE void hue_channel(const float* h, const float* s, const float* v, int64_t n, float shift, float add,
-                           uint8_t* o) {
+// channel `add` (5, 3, 1 for r, g, b) of the shifted hue (color::hue_channel)
+TT_INLINE void hue_plane(const float* h, const float* vs, const float* v, int64_t n, float shift, float add,
+                         uint8_t* o) {
   for (int64_t i = 0; i < n; ++i) {
     // torch.remainder(h + shift, 1) for h + shift in [-0.5, 1.5)
     float hh = h[i] + shift;
     hh = hh >= 1.0f ? hh - 1.0f : (hh < 0.0f ? hh + 1.0f : hh);
-    float k = hh * 6.0f + add;
-    k = k >= 6.0f ? k - 6.0f : k;  // k < 12: one subtraction is the remainder, exactly
-    const float a = std::min(std::max(std::min(k, 4.0f - k), 0.0f), 1.0f);
-    o[i] = to_u8(v[i] - v[i] * s[i] * a);
+    o[i] = to_u8(color::hue_channel(hh, add, v[i], vs[i]));
   }
 }
 
@@ -215,14 +195,14 @@ TT_INLINE void hue_chunk_impl(const uint8_t* img, int64_t HW, int64_t i0, int64_
                               uint8_t* out, float* scratch) {
   const int64_t n = i1 - i0;
   float* h = scratch;
-  float* s = scratch + n;
+  float* vs = scratch + n;
   float* v = scratch + 2 * n;
-  hsv_features(img, HW, i0, n, h, s, v);
+  hsv_features(img, HW, i0, n, h, vs, v);
   for (int64_t p = 0; p < P; ++p) {
     uint8_t* o = out + (p * 3) * HW + i0;
-    hue_channel(h, s, v, n, shifts[p], 5.0f, o);
-    hue_channel(h, s, v, n, shifts[p], 3.0f, o + HW);
-    hue_channel(h, s, v, n, shifts[p], 1.0f, o + 2 * HW);
+    hue_plane(h, vs, v, n, shifts[p], 5.0f, o);
+    hue_plane(h, vs, v, n, shifts[p], 3.0f, o + HW);
+    hue_plane(h, vs, v, n, shifts[p], 1.0f, o + 2 * HW);
   }
 }
 TT_TWICE(TT_AVX2, void, hue_chunk,
