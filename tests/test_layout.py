@@ -124,12 +124,6 @@ TO_SPLIT = {
     ("pretrain/trainer.py", "Trainer.__init__"): 69,
     ("probes/invariance_probe.py", "InvarianceProbe.fit"): 67,
     ("probes/lbfgs.py", "lbfgs"): 80,
-    ("reproduce/pipeline.py", "run_parallel"): 78,
-    ("reproduce/sections/environment.py", "environment"): 61,
-    ("synthetic/manifest.py", "check_manifest"): 73,
-    ("synthetic/writer.py", "write_dataset"): 90,
-    ("transforms/policies.py", "Policy.sample"): 66,
-    ("transforms/registry.py", "register"): 72,
 }
 FUNCTION_BUDGET = 60
 

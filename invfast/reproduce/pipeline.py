@@ -211,24 +211,9 @@ def run_parallel(
     """
     import multiprocessing
 
-    results: list[dict[str, Any]] = [{} for _ in jobs]
-    timings: list[dict[str, dict[str, Any]]] = [{} for _ in jobs]
-    # stages that more stages wait for go first (the pretraining runs before the small stages that
-    # read them), then earlier seeds: the small stages are left to fill both workers at the end
-    pending = sorted(
-        ((i, st) for i, (_, _, stages) in enumerate(jobs) for st in stages),
-        key=lambda item: (-len(_dependents(jobs[item[0]][2], item[1].name)), item[0]),
-    )
-    running: dict[tuple[int, str], Any] = {}
-
-    def finish(i: int, name: str, result: Any, timing: dict[str, Any]) -> None:
-        results[i][name], timings[i][name] = result, timing
-        if bar is not None:
-            bar.update(1)
-
+    run = _ParallelRun(jobs, workers, bar)
     # spawn, not fork: a forked child of a process whose OpenMP pool has run can hang
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
+    from concurrent.futures import ProcessPoolExecutor
 
     from invfast.launch import die_with_parent
 
@@ -241,39 +226,87 @@ def run_parallel(
         initargs=(os.getpid(),),
     )
     try:
-        while pending or running:
-            for item in list(pending):
-                i, st = item
-                cfg, seed_cache, _ = jobs[i]
-                if len(running) >= workers or not all(n in results[i] for n in st.needs):
-                    continue
-                pending.remove(item)
-                cache = StageCache(seed_cache)
-                if cache.done(st.name):
-                    finish(i, st.name, cache.run(st.name, lambda: None), cache.timings[st.name])
-                else:
-                    running[(i, st.name)] = pool.submit(_stage_in_worker, cfg, seed_cache, st)
-            if bar is not None and running:
-                bar.set_description("reproduce [" + ", ".join(f"seed {jobs[i][0].seed}: {n}" for i, n in running) + "]")
-            if running:
-                wait(running.values(), timeout=0.2, return_when=FIRST_COMPLETED)
-            for key in [key for key, r in running.items() if r.done()]:
-                try:
-                    result, timing = running.pop(key).result()  # a worker's exception is raised here
-                except BrokenProcessPool:
-                    stages_then = ", ".join(f"seed {jobs[i][0].seed}: {n}" for i, n in [key, *running])
-                    raise StageWorkerDied(
-                        f"a stage worker process died (a crash in native code, or killed) while running "
-                        f"[{stages_then}]; finished stages are cached: run the same command again to resume"
-                    ) from None
-                finish(*key, result, timing)
+        run.drive(pool)
     finally:
         _stop_workers(pool)
-    order = [[st.name for st in stages] for _, _, stages in jobs]  # plan order, whatever order they finished in
-    return (
-        [{n: r[n] for n in names} for r, names in zip(results, order)],
-        [{n: t[n] for n in names} for t, names in zip(timings, order)],
-    )
+    return run.in_plan_order()
+
+
+class _ParallelRun:
+    """The stages of one :func:`run_parallel` call: those waiting (in start priority), those running in
+    the pool (futures by (job index, stage name)) and the results and timings of those finished."""
+
+    def __init__(self, jobs: Sequence[tuple[ReproduceConfig, str, Sequence[Stage]]], workers: int, bar: Any) -> None:
+        self.jobs, self.workers, self.bar = jobs, workers, bar
+        self.results: list[dict[str, Any]] = [{} for _ in jobs]
+        self.timings: list[dict[str, dict[str, Any]]] = [{} for _ in jobs]
+        # stages that more stages wait for go first (the pretraining runs before the small stages that
+        # read them), then earlier seeds: the small stages are left to fill both workers at the end
+        self.pending = sorted(
+            ((i, st) for i, (_, _, stages) in enumerate(jobs) for st in stages),
+            key=lambda item: (-len(_dependents(jobs[item[0]][2], item[1].name)), item[0]),
+        )
+        self.running: dict[tuple[int, str], Any] = {}
+
+    def drive(self, pool: Any) -> None:
+        """Run every stage in ``pool`` (a ProcessPoolExecutor), polling the running ones every 0.2 s."""
+        from concurrent.futures import FIRST_COMPLETED, wait
+
+        while self.pending or self.running:
+            self.start_ready(pool)
+            if self.bar is not None and self.running:
+                self.bar.set_description("reproduce [" + self.describe(list(self.running)) + "]")
+            if self.running:
+                wait(self.running.values(), timeout=0.2, return_when=FIRST_COMPLETED)
+            self.collect_done()
+
+    def start_ready(self, pool: Any) -> None:
+        """Read the cached stages whose needs have finished, and submit the others while a worker is free."""
+        for item in list(self.pending):
+            i, st = item
+            cfg, seed_cache, _ = self.jobs[i]
+            if len(self.running) >= self.workers or not all(n in self.results[i] for n in st.needs):
+                continue
+            self.pending.remove(item)
+            cache = StageCache(seed_cache)
+            if cache.done(st.name):
+                self.finish(i, st.name, cache.run(st.name, lambda: None), cache.timings[st.name])
+            else:
+                self.running[(i, st.name)] = pool.submit(_stage_in_worker, cfg, seed_cache, st)
+
+    def collect_done(self) -> None:
+        """Record the stages whose worker has returned; a worker's exception is raised here, and a dead
+        worker as :class:`StageWorkerDied` (one line)."""
+        from concurrent.futures.process import BrokenProcessPool
+
+        for key in [key for key, r in self.running.items() if r.done()]:
+            try:
+                result, timing = self.running.pop(key).result()  # a worker's exception is raised here
+            except BrokenProcessPool:
+                stages_then = self.describe([key, *self.running])
+                raise StageWorkerDied(
+                    f"a stage worker process died (a crash in native code, or killed) while running "
+                    f"[{stages_then}]; finished stages are cached: run the same command again to resume"
+                ) from None
+            self.finish(*key, result, timing)
+
+    def describe(self, keys: Sequence[tuple[int, str]]) -> str:
+        """``seed S: stage, ...`` for (job index, stage name) ``keys``."""
+        return ", ".join(f"seed {self.jobs[i][0].seed}: {n}" for i, n in keys)
+
+    def finish(self, i: int, name: str, result: Any, timing: dict[str, Any]) -> None:
+        """Record a finished stage of job ``i`` and advance the progress bar."""
+        self.results[i][name], self.timings[i][name] = result, timing
+        if self.bar is not None:
+            self.bar.update(1)
+
+    def in_plan_order(self) -> tuple[list[dict[str, Any]], list[dict[str, dict[str, Any]]]]:
+        """Per job ``{stage name: result}`` and ``{stage name: timing}``, in plan order."""
+        order = [[st.name for st in stages] for _, _, stages in self.jobs]  # whatever order they finished in
+        return (
+            [{n: r[n] for n in names} for r, names in zip(self.results, order)],
+            [{n: t[n] for n in names} for t, names in zip(self.timings, order)],
+        )
 
 
 class StageWorkerDied(RuntimeError):

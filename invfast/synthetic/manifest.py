@@ -112,13 +112,34 @@ def check_manifest(manifest: dict[str, Any], folder: Path) -> Layout:
     """The :class:`Layout` of ``manifest`` (of the dataset in ``folder``), every field checked: one
     ValueError naming the first bad field (a value that would break reading later)."""
     mf = str(folder / MANIFEST)
+    ints, classes, k, names = _check_description(manifest, mf)
+    shards, files = manifest.get("shards"), manifest.get("files")
+    if not isinstance(shards, list) or not shards or not isinstance(files, dict):
+        raise ValueError(f"{mf!r} is malformed (no shard list or file table); {_REMAKE}")
+    out = _check_shards(shards, ints["n"], folder)
+    table = _check_file_table(files, folder)
+    return Layout(
+        n=ints["n"],
+        size=ints["size"],
+        num_classes=k,
+        classes=tuple(classes),
+        param_names=tuple(names),
+        shards=tuple(out),
+        files=tuple((f, d) for f, _, _, d in out) + tuple(table),
+    )
 
-    def bad(field: str, value: Any, want: str) -> ValueError:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        return ValueError(
-            f"{mf!r} field {field} must be {want}, got {shown}: the manifest was edited or damaged; {_REMAKE}"
-        )
 
+def _bad(mf: str, field: str, value: Any, want: str) -> ValueError:
+    """The error for manifest ``mf``'s field ``field`` holding ``value`` where ``want`` belongs."""
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+    return ValueError(
+        f"{mf!r} field {field} must be {want}, got {shown}: the manifest was edited or damaged; {_REMAKE}"
+    )
+
+
+def _check_description(manifest: dict[str, Any], mf: str) -> tuple[dict[str, int], list[str], int, list[str]]:
+    """The format version, sizes, class and parameter names, config and fingerprint of manifest ``mf``
+    checked; returns ``({'n': n, 'size': size}, classes, num_classes, param_names)``."""
     if manifest.get("format_version") != FORMAT_VERSION:
         raise ValueError(
             f"{mf!r}: format_version {manifest.get('format_version')!r} is not supported (this invfast "
@@ -132,18 +153,21 @@ def check_manifest(manifest: dict[str, Any], folder: Path) -> Layout:
             raise ValueError(f"{mf!r} field {e}: the manifest was edited or damaged; {_REMAKE}") from None
     classes = manifest.get("classes")
     if not isinstance(classes, list) or not classes or not all(isinstance(c, str) for c in classes):
-        raise bad("classes", classes, "a non-empty list of class names")
+        raise _bad(mf, "classes", classes, "a non-empty list of class names")
     k = manifest.get("num_classes")
     if isinstance(k, bool) or not isinstance(k, int) or k != len(classes):
-        raise bad("num_classes", k, f"the number of classes listed ({len(classes)})")
+        raise _bad(mf, "num_classes", k, f"the number of classes listed ({len(classes)})")
     names = manifest.get("param_names")
     if not isinstance(names, list) or not names or not all(isinstance(c, str) for c in names):
-        raise bad("param_names", names, "a non-empty list of names")
+        raise _bad(mf, "param_names", names, "a non-empty list of names")
     if not isinstance(manifest.get("config"), dict) or not isinstance(manifest.get("fingerprint"), str):
         raise ValueError(f"{mf!r} is malformed (no config or fingerprint); {_REMAKE}")  # noqa: TRY004 - file content
-    shards, files = manifest.get("shards"), manifest.get("files")
-    if not isinstance(shards, list) or not shards or not isinstance(files, dict):
-        raise ValueError(f"{mf!r} is malformed (no shard list or file table); {_REMAKE}")
+    return ints, classes, k, names
+
+
+def _check_shards(shards: list[Any], n: int, folder: Path) -> list[tuple[str, int, int, str]]:
+    """The manifest's shard entries checked to cover images 0..``n`` in order: ``(file, start, n, sha256)``."""
+    mf = str(folder / MANIFEST)
     out: list[tuple[str, int, int, str]] = []
     start = 0
     for s in shards:
@@ -151,15 +175,21 @@ def check_manifest(manifest: dict[str, Any], folder: Path) -> Layout:
             raise ValueError(f"{mf!r} has a malformed shard entry {str(s)[:80]}; {_REMAKE}")
         name = _plain_name(s["file"], "shard", folder)
         if s["start"] != start or isinstance(s["start"], bool):
-            raise bad(f"shards[{len(out)}].start", s["start"], f"{start} (the end of the shard before it)")
-        if isinstance(s["n"], bool) or not isinstance(s["n"], int) or not 1 <= s["n"] <= ints["n"] - start:
-            raise bad(f"shards[{len(out)}].n", s["n"], f"a count from 1 to {ints['n'] - start}")
+            raise _bad(mf, f"shards[{len(out)}].start", s["start"], f"{start} (the end of the shard before it)")
+        if isinstance(s["n"], bool) or not isinstance(s["n"], int) or not 1 <= s["n"] <= n - start:
+            raise _bad(mf, f"shards[{len(out)}].n", s["n"], f"a count from 1 to {n - start}")
         if not isinstance(s["sha256"], str) or not _HEX64.match(s["sha256"]):
-            raise bad(f"shards[{len(out)}].sha256", s["sha256"], "64 hex digits")
+            raise _bad(mf, f"shards[{len(out)}].sha256", s["sha256"], "64 hex digits")
         out.append((name, start, s["n"], s["sha256"]))
         start += s["n"]
-    if start != ints["n"]:
-        raise bad("shards", f"{start} images", f"the n = {ints['n']} images in shards")
+    if start != n:
+        raise _bad(mf, "shards", f"{start} images", f"the n = {n} images in shards")
+    return out
+
+
+def _check_file_table(files: dict[Any, Any], folder: Path) -> list[tuple[str, Any]]:
+    """The manifest's file table checked to hold exactly labels.npy and params.npy: ``(name, sha256)``."""
+    mf = str(folder / MANIFEST)
     for name in ("labels.npy", "params.npy"):
         if name not in files:
             raise ValueError(f"{mf!r} does not list {name}; {_REMAKE}")
@@ -171,16 +201,8 @@ def check_manifest(manifest: dict[str, Any], folder: Path) -> Layout:
         )
     for name, digest in table:
         if not isinstance(digest, str) or not _HEX64.match(digest):
-            raise bad(f"files[{name!r}]", digest, "64 hex digits")
-    return Layout(
-        n=ints["n"],
-        size=ints["size"],
-        num_classes=k,
-        classes=tuple(classes),
-        param_names=tuple(names),
-        shards=tuple(out),
-        files=tuple((f, d) for f, _, _, d in out) + tuple(table),
-    )
+            raise _bad(mf, f"files[{name!r}]", digest, "64 hex digits")
+    return table
 
 
 def _inside(folder: Path, name: str) -> Path:

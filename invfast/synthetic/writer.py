@@ -298,17 +298,8 @@ def write_dataset(
     Raises FileExistsError / ValueError (one line) before any work when the folder may not be used,
     :class:`invfast.io.OutputLockedError` when another run holds it.
     """
-    for name, v in (("batch_size", batch_size), ("shard_size", shard_size)):
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
-    extra = dict(extra or {})
-    for name in extra:
-        _plain_name(name, "extra file", Path(path))
-        if not name.endswith(".png") or not GENERATED.match(name) or name.startswith(("images_", "manifest")):
-            raise ValueError(
-                f"a file written with the dataset must be named like preview.png (a .png, not a dataset "
-                f"file name, not hidden), got {name!r}"
-            )
+    _check_sizes(batch_size, shard_size)
+    extra = _checked_extra(extra, path)
     folder = RunFolder(path, COMMAND, overwrite=True)
     fp = dataset.fingerprint()
     if os.path.isdir(path):
@@ -318,57 +309,102 @@ def write_dataset(
     folder.check()
     plan = _plan(folder, dataset, fp, overwrite, verify=False)  # refusals before any work
     n, S = dataset.n, dataset.size
-    shards = tuple(
-        (f"images_{i:05d}.npy", s0, min(n, s0 + shard_size) - s0) for i, s0 in enumerate(range(0, n, shard_size))
-    )
+    shards = _shard_layout(n, shard_size)
     _check_space(folder.path, n * (3 * S * S + 8 * (1 + len(PARAM_NAMES))) if plan.kind == "new" else 0)
     with folder.lock():
         plan = _plan(folder, dataset, fp, overwrite)  # again under the lock: another run may have written meanwhile
         if plan.kind == "keep" and not extra:
             return Written(Path(path), "kept")
-        if plan.kind == "new":
-            written = [f for f, _, _ in shards] + ["labels.npy", "params.npy", MANIFEST]
-        else:
-            written = sorted(name for name, _ in plan.bad)
-        names = written + list(extra)
-        _refuse_clashes(folder, names)
-        stage = Path(folder.staging())
-        try:
-            if plan.kind == "repair":
-                try:
-                    _repair(dataset, stage, plan, batch_size, progress, Path(path))
-                except _NotExact:
-                    if not overwrite:
-                        raise
-                    folder.discard(str(stage))
-                    plan, stage = _Plan("new", replacing=True), Path(folder.staging())  # regenerate it all
-                    names = [f for f, _, _ in shards] + ["labels.npy", "params.npy", MANIFEST] + list(extra)
-                    _refuse_clashes(folder, names)
-            if plan.kind == "new":
-                _render(
-                    dataset,
-                    stage,
-                    shards,
-                    {f for f, _, _ in shards},
-                    True,
-                    batch_size,
-                    progress,
-                    f"generate {Path(path).name}",
-                )
-                _manifest(dataset, fp, stage, shards)
-            for name, write in extra.items():
-                write(str(stage / name))
-            owned = folder.owned()
-            if plan.kind == "new":  # the previous run's files that are not the generator's are never deleted
-                keep = [f for f in owned if not GENERATED.match(f) and f not in names]
-            else:
-                keep = [f for f in owned if f not in names]
-            folder.commit(str(stage), keep=keep)
-        finally:
-            folder.discard(str(stage))
+        plan = _write_staged(folder, dataset, fp, plan, shards, extra, batch_size, progress, overwrite, Path(path))
     if plan.kind == "repair":
         return Written(Path(path), "repaired", tuple(f"{name} ({how})" for name, how in plan.bad))
     return Written(Path(path), "replaced" if plan.replacing else "created" if plan.kind == "new" else "kept")
+
+
+def _check_sizes(batch_size: Any, shard_size: Any) -> None:
+    """ValueError unless ``batch_size`` and ``shard_size`` are integers >= 1."""
+    for name, v in (("batch_size", batch_size), ("shard_size", shard_size)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1, got {v!r}")
+
+
+def _checked_extra(
+    extra: Mapping[str, Callable[[str], None]] | None, path: str | os.PathLike
+) -> dict[str, Callable[[str], None]]:
+    """``extra`` as a dict, each name checked to be a plain ``.png`` name the generator may write (ValueError)."""
+    extra = dict(extra or {})
+    for name in extra:
+        _plain_name(name, "extra file", Path(path))
+        if not name.endswith(".png") or not GENERATED.match(name) or name.startswith(("images_", "manifest")):
+            raise ValueError(
+                f"a file written with the dataset must be named like preview.png (a .png, not a dataset "
+                f"file name, not hidden), got {name!r}"
+            )
+    return extra
+
+
+def _shard_layout(n: int, shard_size: int) -> tuple[tuple[str, int, int], ...]:
+    """``(file, start, count)`` of each ``images_NNNNN.npy`` file holding ``n`` images, ``shard_size`` per file."""
+    return tuple(
+        (f"images_{i:05d}.npy", s0, min(n, s0 + shard_size) - s0) for i, s0 in enumerate(range(0, n, shard_size))
+    )
+
+
+def _generated_names(plan: _Plan, shards: tuple[tuple[str, int, int], ...]) -> list[str]:
+    """The data files ``plan`` writes: every one for a new dataset, else the damaged ones (sorted)."""
+    if plan.kind == "new":
+        return [f for f, _, _ in shards] + ["labels.npy", "params.npy", MANIFEST]
+    return sorted(name for name, _ in plan.bad)
+
+
+def _write_staged(
+    folder: RunFolder,
+    dataset: Any,
+    fp: str,
+    plan: _Plan,
+    shards: tuple[tuple[str, int, int], ...],
+    extra: dict[str, Callable[[str], None]],
+    batch_size: int,
+    progress: bool,
+    overwrite: bool,
+    path: Path,
+) -> _Plan:
+    """Write the files of ``plan`` (a new dataset or a repair) and ``extra`` into a staging folder of the
+    locked ``folder`` and move them in; returns the plan carried out (with ``overwrite``, a repair that
+    cannot be exact regenerates the whole dataset)."""
+    names = _generated_names(plan, shards) + list(extra)
+    _refuse_clashes(folder, names)
+    stage = Path(folder.staging())
+    try:
+        if plan.kind == "repair":
+            try:
+                _repair(dataset, stage, plan, batch_size, progress, path)
+            except _NotExact:
+                if not overwrite:
+                    raise
+                folder.discard(str(stage))
+                plan, stage = _Plan("new", replacing=True), Path(folder.staging())  # regenerate it all
+                names = _generated_names(plan, shards) + list(extra)
+                _refuse_clashes(folder, names)
+        if plan.kind == "new":
+            _render(
+                dataset, stage, shards, {f for f, _, _ in shards}, True, batch_size, progress, f"generate {path.name}"
+            )
+            _manifest(dataset, fp, stage, shards)
+        for name, write in extra.items():
+            write(str(stage / name))
+        folder.commit(str(stage), keep=_kept(folder, plan, names))
+    finally:
+        folder.discard(str(stage))
+    return plan
+
+
+def _kept(folder: RunFolder, plan: _Plan, names: list[str]) -> list[str]:
+    """The files ``folder``'s marker lists that the commit leaves in place (none of ``names``)."""
+    owned = folder.owned()
+    if plan.kind == "new":  # the previous run's files that are not the generator's are never deleted
+        return [f for f in owned if not GENERATED.match(f) and f not in names]
+    return [f for f in owned if f not in names]
 
 
 class _NotExact(ValueError):

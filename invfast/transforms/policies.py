@@ -20,8 +20,9 @@ before normalisation (tests/test_augment_views.py).
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -90,34 +91,8 @@ class Policy:
         g = generator
         dev = g.device if g is not None else torch.device("cpu")
         B = batch
-
-        def u(*shape: int) -> torch.Tensor:
-            return torch.rand(shape, generator=g, dtype=torch.float64, device=dev)
-
-        # RandomResizedCrop: 10 attempts, the first that fits wins, else the central fallback
-        area = H * W
-        target = area * (c.crop_scale[0] + (c.crop_scale[1] - c.crop_scale[0]) * u(B, 10))
-        lr = (math.log(c.crop_ratio[0]), math.log(c.crop_ratio[1]))
-        ratio = torch.exp(lr[0] + (lr[1] - lr[0]) * u(B, 10))
-        w = torch.round(torch.sqrt(target * ratio))
-        h = torch.round(torch.sqrt(target / ratio))
-        ok = (w > 0) & (w <= W) & (h > 0) & (h <= H)
-        first = torch.argmax(ok.to(torch.int64), dim=1, keepdim=True)
-        any_ok = ok.any(dim=1)
-        w = w.gather(1, first).squeeze(1)
-        h = h.gather(1, first).squeeze(1)
-        in_ratio = W / H
-        if in_ratio < c.crop_ratio[0]:
-            fw, fh = W, int(round(W / c.crop_ratio[0]))
-        elif in_ratio > c.crop_ratio[1]:
-            fw, fh = int(round(H * c.crop_ratio[1])), H
-        else:
-            fw, fh = W, H
-        w = torch.where(any_ok, w, torch.full_like(w, fw))
-        h = torch.where(any_ok, h, torch.full_like(h, fh))
-        ui, uj = u(B), u(B)
-        top = torch.where(any_ok, torch.floor(ui * (H - h + 1)), torch.full_like(h, (H - fh) // 2))
-        left = torch.where(any_ok, torch.floor(uj * (W - w + 1)), torch.full_like(w, (W - fw) // 2))
+        u = functools.partial(_uniform, g, dev)
+        top, left, h, w = _resized_crop(c, H, W, B, u)
 
         bs, cs, ss, hs = c.jitter_strength
         lo = torch.tensor([max(0.0, 1 - bs), max(0.0, 1 - cs), max(0.0, 1 - ss), -hs], dtype=torch.float64, device=dev)
@@ -179,6 +154,48 @@ class Policy:
             std = torch.tensor(c.std, dtype=x.dtype, device=x.device).view(1, 3, 1, 1)
             x = (x - mean) / std
         return x
+
+
+def _uniform(generator: torch.Generator | None, device: torch.device, *shape: int) -> torch.Tensor:
+    """float64 draws ~ U[0, 1) of ``shape`` from ``generator`` on ``device``."""
+    return torch.rand(shape, generator=generator, dtype=torch.float64, device=device)
+
+
+def _resized_crop(
+    c: PolicyConfig, H: int, W: int, B: int, u: Callable[..., torch.Tensor]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """RandomResizedCrop boxes for ``B`` images of H x W: (top, left, height, width), each float64 [B] in
+    pixels, from four draws of ``u`` (U[0, 1) of a shape); 10 attempts, the first that fits wins, else the
+    central fallback."""
+    area = H * W
+    target = area * (c.crop_scale[0] + (c.crop_scale[1] - c.crop_scale[0]) * u(B, 10))
+    lr = (math.log(c.crop_ratio[0]), math.log(c.crop_ratio[1]))
+    ratio = torch.exp(lr[0] + (lr[1] - lr[0]) * u(B, 10))
+    w = torch.round(torch.sqrt(target * ratio))
+    h = torch.round(torch.sqrt(target / ratio))
+    ok = (w > 0) & (w <= W) & (h > 0) & (h <= H)
+    first = torch.argmax(ok.to(torch.int64), dim=1, keepdim=True)
+    any_ok = ok.any(dim=1)
+    w = w.gather(1, first).squeeze(1)
+    h = h.gather(1, first).squeeze(1)
+    fw, fh = _fallback_crop(c, H, W)
+    w = torch.where(any_ok, w, torch.full_like(w, fw))
+    h = torch.where(any_ok, h, torch.full_like(h, fh))
+    ui, uj = u(B), u(B)
+    top = torch.where(any_ok, torch.floor(ui * (H - h + 1)), torch.full_like(h, (H - fh) // 2))
+    left = torch.where(any_ok, torch.floor(uj * (W - w + 1)), torch.full_like(w, (W - fw) // 2))
+    return top, left, h, w
+
+
+def _fallback_crop(c: PolicyConfig, H: int, W: int) -> tuple[int, int]:
+    """(width, height) in pixels of RandomResizedCrop's central fallback: the whole H x W image, cut to
+    the nearest allowed aspect ratio."""
+    in_ratio = W / H
+    if in_ratio < c.crop_ratio[0]:
+        return W, int(round(W / c.crop_ratio[0]))
+    if in_ratio > c.crop_ratio[1]:
+        return int(round(H * c.crop_ratio[1])), H
+    return W, H
 
 
 def _fused(images: torch.Tensor) -> bool:

@@ -105,30 +105,8 @@ def register(
             )
 
         return decorator
-    _check_name(name, overwrite)
-    if family not in FAMILIES:
-        raise ValueError(f"register({name!r}): family must be one of {', '.join(FAMILIES)}, got {family!r}")
-    if not callable(apply):
-        raise TypeError(
-            f"register({name!r}): apply must be a callable (images, params) -> [B, P, C, H, W], "
-            f"got {type(apply).__name__}"
-        )
-    if param_dim is not None and (isinstance(param_dim, bool) or not isinstance(param_dim, int) or param_dim < 1):
-        raise ValueError(f"register({name!r}): param_dim must be a positive int or None, got {param_dim!r}")
-    grid_fn = _grid_function(name, grid)
-    probe = grid_fn(_PROBE_K)
-    dim = 1 if probe.dim() == 1 else int(probe.shape[1])
-    if param_dim is not None and param_dim != dim:
-        raise ValueError(f"register({name!r}): param_dim={param_dim} but the grid has shape {tuple(probe.shape)}")
-    t = TestTransform(
-        name=name,
-        family=family,
-        param_dim=dim,
-        _grid=_checked_grid(name, grid_fn, dim),
-        _identity=_identity_function(name, identity, dim),
-        _user_apply=apply,
-    )
-    _probe(t, probe)
+    _check_arguments(name, apply, family, param_dim, overwrite)
+    t = _checked_transform(name, grid, apply, family, identity, param_dim)
     _REGISTRY[name] = t
     return t
 
@@ -163,6 +141,47 @@ def _check_name(name: Any, overwrite: bool) -> None:
             f"transform {name!r} is {what}; choose another name, or pass overwrite=True to replace it "
             "(unregister(name) removes a registration)"
         )
+
+
+def _check_arguments(name: Any, apply: Any, family: Any, param_dim: Any, overwrite: bool) -> None:
+    """Check the arguments of :func:`register` that need no call of the user's code: name, family, apply, param_dim."""
+    _check_name(name, overwrite)
+    if family not in FAMILIES:
+        raise ValueError(f"register({name!r}): family must be one of {', '.join(FAMILIES)}, got {family!r}")
+    if not callable(apply):
+        raise TypeError(
+            f"register({name!r}): apply must be a callable (images, params) -> [B, P, C, H, W], "
+            f"got {type(apply).__name__}"
+        )
+    if param_dim is not None and (isinstance(param_dim, bool) or not isinstance(param_dim, int) or param_dim < 1):
+        raise ValueError(f"register({name!r}): param_dim must be a positive int or None, got {param_dim!r}")
+
+
+def _checked_transform(
+    name: str,
+    grid: Any,
+    apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    family: str,
+    identity: Any,
+    param_dim: int | None,
+) -> TestTransform:
+    """The :class:`TestTransform` of a registration (not yet registered), its grid read and every part
+    probed once on ``grid(8)`` and a small CPU batch."""
+    grid_fn = _grid_function(name, grid)
+    probe = grid_fn(_PROBE_K)
+    dim = 1 if probe.dim() == 1 else int(probe.shape[1])
+    if param_dim is not None and param_dim != dim:
+        raise ValueError(f"register({name!r}): param_dim={param_dim} but the grid has shape {tuple(probe.shape)}")
+    t = TestTransform(
+        name=name,
+        family=family,
+        param_dim=dim,
+        _grid=_checked_grid(name, grid_fn, dim),
+        _identity=_identity_function(name, identity, dim),
+        _user_apply=apply,
+    )
+    _probe(t, probe)
+    return t
 
 
 def _as_grid(name: str, g: Any) -> torch.Tensor:

@@ -23,39 +23,9 @@ def environment() -> dict[str, Any]:
 
     import invfast
 
-    mem = None
-    try:
-        mem = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (ValueError, OSError, AttributeError):
-        pass
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    commit = None
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(invfast.__file__)))
-        commit = (
-            subprocess.run(
-                ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or None
-        )
-        if commit:
-            dirty = subprocess.run(
-                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "invfast"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-            ).stdout.strip()
-            commit += " (invfast/ modified)" if dirty else ""
-    except (OSError, subprocess.SubprocessError):
-        pass
+    mem = _memory_gib()
+    cpu = _cpu_name()
+    commit = _git_commit(invfast.__file__)
     return {
         "machine": {
             "platform": platform.platform(),
@@ -76,6 +46,55 @@ def environment() -> dict[str, Any]:
             "compiled_core": bool(invfast.backend_info().get("cpp")),
         },
     }
+
+
+def _memory_gib() -> float | None:
+    """Physical memory in GiB (one decimal), None where the system does not say."""
+    mem = None
+    try:
+        mem = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (ValueError, OSError, AttributeError):
+        pass
+    return mem
+
+
+def _cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo, else what :mod:`platform` says."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return cpu
+
+
+def _git_commit(package_file: str) -> str | None:
+    """The short commit of the checkout holding the invfast package (``package_file``: its ``__init__.py``),
+    marked when invfast/ has uncommitted changes; None outside a git checkout."""
+    commit = None
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.abspath(package_file)))
+        commit = (
+            subprocess.run(
+                ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
+            ).stdout.strip()
+            or None
+        )
+        if commit:
+            dirty = subprocess.run(
+                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "invfast"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.strip()
+            commit += " (invfast/ modified)" if dirty else ""
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return commit
 
 
 def _markdown(view: ReportView) -> list[str]:
