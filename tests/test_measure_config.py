@@ -65,10 +65,16 @@ def test_dtype_and_paths_are_normalised():
         c.grid_size = 3  # type: ignore[misc]
 
 
-def test_fingerprint_takes_every_field_not_declared_free():
+def test_fingerprint_takes_every_field_not_declared_scheduling():
     cfg = MeasureConfig()
     fields = {f.name for f in dataclasses.fields(MeasureConfig)}
-    free = {f.name for f in dataclasses.fields(MeasureConfig) if f.metadata.get("fingerprint") is False}
+    free = set(MeasureConfig.scheduling_fields())
+    assert free == {f.name for f in dataclasses.fields(MeasureConfig) if f.metadata.get("numbers") is False}
+    assert free == {  # the fields a resumed measurement may change (0.3's list, unchanged)
+        "batch_size", "forward_batch", "device", "checkpoint", "state_path", "save_every", "progress", "name",
+        "feature_cache_mb", "workers", "pair_block", "equivariance_mb", "overlap", "split_forward",
+    }  # fmt: skip
+    assert cfg.numbers() == {k: getattr(cfg, k) for k in sorted(fields - free)}
     assert all(f.metadata.get("why") for f in dataclasses.fields(MeasureConfig) if f.name in free)
     fp = fingerprint(cfg, torch.device("cpu"))
     assert set(fp["config"]) == fields - free
@@ -128,3 +134,9 @@ def test_resume_refuses_a_changed_numeric_option_and_accepts_a_free_one(tmp_path
     # the rate counts only what this call computed
     assert resumed.meta["pairs_computed"] < full.meta["pairs_computed"] == full["hflip"].n_pairs
     assert resumed.meta["config"]["batch_size"] == 6
+
+
+def test_every_field_in_exactly_one_group():
+    grouped = [k for names in MeasureConfig.GROUPS.values() for k in names]
+    assert sorted(grouped) == sorted(MeasureConfig.field_names()) and len(grouped) == len(set(grouped))
+    assert list(MeasureConfig.GROUPS) == ["loading", "statistics", "execution", "output"]

@@ -177,4 +177,4 @@ def test_bad_input():
     with pytest.raises(ValueError, match="too few"):
         HeldoutProbe(x[:3], [0, 0, 1])
     with pytest.raises(ValueError, match="probe_every"):
-        cfg(probe_every=-1).validate()
+        cfg(probe_every=-1)

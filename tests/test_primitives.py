@@ -367,4 +367,3 @@ def test_compiled_colour_maths_lives_in_color_h():
                 if pat.search(line.split("//")[0]):
                     found.append(f"{path.relative_to(csrc)}:{i}: {what}: {line.strip()}")
     assert not found, "colour maths written outside csrc/common/color.h:\n" + "\n".join(found)
-

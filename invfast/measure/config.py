@@ -6,19 +6,21 @@ fingerprint derived from it.
 >>> cfg.replace(batch_size=64).batch_size
 64
 
-Every field changes the numbers of a measurement unless its metadata says ``fingerprint=False``
-(with the reason); :func:`fingerprint` takes every other field, the device and the invfast version,
-so a new option can never silently leave a stale state resumable.
+Every field changes the numbers of a measurement unless it is declared with
+:func:`~invfast.config_base.scheduling` (with the reason); :func:`fingerprint` takes every other field, the
+device and the invfast version, so a new option can never silently leave a stale state resumable.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
+
+from invfast.config_base import Config, scheduling
 
 __all__ = ["MeasureConfig", "fingerprint", "DTYPES"]
 
@@ -26,15 +28,11 @@ __all__ = ["MeasureConfig", "fingerprint", "DTYPES"]
 DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def _free(why: str, default: Any = dataclasses.MISSING) -> Any:
-    """A field that does not change the numbers (left out of the resume fingerprint), and why."""
-    return field(default=default, metadata={"fingerprint": False, "why": why})
-
-
 @dataclass(frozen=True)
-class MeasureConfig:
+class MeasureConfig(Config):
     """Everything that decides how :func:`invfast.measure_invariance` measures (model, data and
-    transforms aside). Frozen; validated in ``__post_init__``; ``replace(**changes)`` gives a new one.
+    transforms aside). Frozen; validated when made; ``replace(**changes)`` gives a new one. The fields by
+    concern are :attr:`GROUPS`; those declared with :func:`~invfast.config_base.scheduling` change no number.
 
     Attributes:
         grid_size: k of each transform's ``grid(k)``.
@@ -90,50 +88,84 @@ class MeasureConfig:
     """
 
     grid_size: int = 256
-    batch_size: int = _free("images per batch: the per-image scores do not depend on it", 32)
-    forward_batch: int = _free("images per model call: bounds memory only", 256)
+    batch_size: int = scheduling("images per batch: the per-image scores do not depend on it", 32)
+    forward_batch: int = scheduling("images per model call: bounds memory only", 256)
     n_images: int | None = None
-    device: str | None = _free("the device it resolves to is fingerprinted instead", None)
+    device: str | None = scheduling("the device it resolves to is fingerprinted instead", None)
     dtype: Any = None
     channels_last: bool | None = None
     crop: int | None = None
     normalize: bool = True
-    checkpoint: str | None = _free("the weights it loads are fingerprinted themselves", None)
+    checkpoint: str | None = scheduling("the weights it loads are fingerprinted themselves", None)
     shrinkage: str | float | None = None
     eps: float = 1e-6
     pair_scores_dir: str | None = None
-    state_path: str | None = _free("where the fingerprint is kept", None)
-    save_every: float = _free("how often the state is saved", 60.0)
+    state_path: str | None = scheduling("where the fingerprint is kept", None)
+    save_every: float = scheduling("how often the state is saved", 60.0)
     strict: bool = False
     resize: int = 256
-    progress: bool = _free("display only", False)
-    name: str | None = _free("a label in tables", None)
-    feature_cache_mb: float = _free("a memory budget: cached and recomputed features are equal", 512.0)
+    progress: bool = scheduling("display only", False)
+    name: str | None = scheduling("a label in tables", None)
+    feature_cache_mb: float = scheduling("a memory budget: cached and recomputed features are equal", 512.0)
     fingerprint_content: bool = False
     protocol: Any = "invfast"
     protocol_seed: int = 0
-    workers: int | None = _free("decoding processes: the images they decode are the same", None)
-    pair_block: int = _free("real-world mode: rows scored at once, a memory bound", 64)
+    workers: int | None = scheduling("decoding processes: the images they decode are the same", None)
+    pair_block: int = scheduling("real-world mode: rows scored at once, a memory bound", 64)
     layers: tuple[str, ...] | None = None
     units: str = "channels"
     equivariance: bool = False
-    equivariance_mb: float = _free("a memory limit: a run over it stops, the numbers never change", 2048.0)
-    overlap: bool | None = _free("how work is scheduled: the views and scores are the same", None)
-    split_forward: bool | None = _free("how each model call is scheduled: each image goes through the same model", None)
+    equivariance_mb: float = scheduling("a memory limit: a run over it stops, the numbers never change", 2048.0)
+    overlap: bool | None = scheduling("how work is scheduled: the views and scores are the same", None)
+    split_forward: bool | None = scheduling("how each model call is scheduled: each image meets the same model", None)
 
-    def __post_init__(self) -> None:
-        def positive_int(k: str, low: int = 1, optional: bool = False) -> None:
-            v = getattr(self, k)
-            if optional and v is None:
-                return
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
-                raise ValueError(f"{k} must be an integer >= {low}{' (or None)' if optional else ''}, got {v!r}")
+    #: the fields by concern (the keyword API stays flat): what is read and how (loading), what is computed
+    #: (statistics), how and where the work runs (execution), and what is written or shown (output)
+    GROUPS: ClassVar[dict[str, tuple[str, ...]]] = {
+        "loading": (
+            "n_images",
+            "crop",
+            "normalize",
+            "resize",
+            "strict",
+            "workers",
+            "checkpoint",
+            "protocol",
+            "protocol_seed",
+            "fingerprint_content",
+        ),
+        "statistics": ("grid_size", "shrinkage", "eps", "layers", "units", "equivariance"),
+        "execution": (
+            "batch_size",
+            "forward_batch",
+            "device",
+            "dtype",
+            "channels_last",
+            "feature_cache_mb",
+            "pair_block",
+            "equivariance_mb",
+            "overlap",
+            "split_forward",
+        ),
+        "output": ("pair_scores_dir", "state_path", "save_every", "progress", "name"),
+    }
+    field_word = "measurement option"
 
+    def validate(self) -> None:
+        self._check_numbers()
+        self._check_flags()
+        object.__setattr__(self, "dtype", _dtype_name(self.dtype))
+        self._check_device()
+        self._check_statistics()
+        self._check_paths_and_names()
+
+    def _check_numbers(self) -> None:
+        """Counts (integers with a lower bound) and budgets (numbers >= 0)."""
         for k in ("grid_size", "batch_size", "forward_batch", "resize", "pair_block"):
-            positive_int(k)
-        positive_int("n_images", optional=True)
-        positive_int("crop", optional=True)
-        positive_int("workers", low=0, optional=True)
+            _positive_int(self, k)
+        _positive_int(self, "n_images", optional=True)
+        _positive_int(self, "crop", optional=True)
+        _positive_int(self, "workers", low=0, optional=True)
         if isinstance(self.protocol_seed, bool) or not isinstance(self.protocol_seed, int) or self.protocol_seed < 0:
             raise ValueError(f"protocol_seed must be an integer >= 0, got {self.protocol_seed!r}")
         for k in ("save_every", "feature_cache_mb", "equivariance_mb"):
@@ -142,20 +174,29 @@ class MeasureConfig:
                 raise ValueError(f"{k} must be a number >= 0, got {v!r}")
         if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps >= 0:
             raise ValueError(f"eps must be a number >= 0, got {self.eps!r}")
+
+    def _check_flags(self) -> None:
+        """On/off fields, some with None for 'decide for the device'."""
         for k in ("overlap", "split_forward", "channels_last"):
             if getattr(self, k) is not None and not isinstance(getattr(self, k), bool):
                 raise TypeError(f"{k} must be True, False or None, got {getattr(self, k)!r}")
         for k in ("normalize", "strict", "progress", "fingerprint_content", "equivariance"):
             if not isinstance(getattr(self, k), bool):
                 raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")
-        object.__setattr__(self, "dtype", _dtype_name(self.dtype))
-        if self.device is not None:
-            if not isinstance(self.device, (str, torch.device)):
-                raise TypeError(f"device must be a string like 'cpu' or 'cuda:0' (or None), got {self.device!r}")
-            try:
-                object.__setattr__(self, "device", str(torch.device(self.device)))
-            except RuntimeError as e:
-                raise ValueError(f"device {self.device!r} is not a device name like 'cpu', 'cuda' or 'cuda:0'") from e
+
+    def _check_device(self) -> None:
+        """``device`` stored as torch spells it ('cuda' -> 'cuda', torch.device('cpu') -> 'cpu')."""
+        if self.device is None:
+            return
+        if not isinstance(self.device, (str, torch.device)):
+            raise TypeError(f"device must be a string like 'cpu' or 'cuda:0' (or None), got {self.device!r}")
+        try:
+            object.__setattr__(self, "device", str(torch.device(self.device)))
+        except RuntimeError as e:
+            raise ValueError(f"device {self.device!r} is not a device name like 'cpu', 'cuda' or 'cuda:0'") from e
+
+    def _check_statistics(self) -> None:
+        """Shrinkage and protocol."""
         if self.shrinkage is not None:
             ok = self.shrinkage in ("trace", "ledoit-wolf", "none") or (
                 isinstance(self.shrinkage, (int, float))
@@ -171,6 +212,9 @@ class MeasureConfig:
 
         if not isinstance(self.protocol, Protocol) and self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)} (or a Protocol), got {self.protocol!r}")
+
+    def _check_paths_and_names(self) -> None:
+        """Paths (stored as str), layers (a tuple of module paths), units and the table label."""
         for k in ("checkpoint", "pair_scores_dir", "state_path"):
             v = getattr(self, k)
             if v is not None:
@@ -199,10 +243,6 @@ class MeasureConfig:
         """The autocast dtype (None for float32)."""
         return DTYPES[self.dtype] if self.dtype is not None else None
 
-    def replace(self, **changes: Any) -> MeasureConfig:
-        """A copy with ``changes`` applied (validated again); unknown names raise one TypeError."""
-        return dataclasses.replace(self, **_known(changes))
-
     @classmethod
     def build(cls, config: MeasureConfig | None = None, **overrides: Any) -> MeasureConfig:
         """``config`` (default: all defaults) with ``overrides`` applied: how the public functions merge
@@ -212,21 +252,18 @@ class MeasureConfig:
         base = config or cls()
         return base.replace(**overrides) if overrides else base
 
-    def fingerprint_fields(self) -> dict[str, Any]:
-        """Every field that changes the numbers, by name (JSON-able values)."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.metadata.get("fingerprint", True)}
-
     def to_dict(self) -> dict[str, Any]:
         """Every field (JSON-able): what ``result.json`` records as ``meta['config']``."""
         return dataclasses.asdict(self)
 
 
-def _known(changes: dict[str, Any]) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(MeasureConfig)}
-    unknown = sorted(set(changes) - names)
-    if unknown:
-        raise TypeError(f"unknown measurement option(s) {unknown}; MeasureConfig has {sorted(names)}")
-    return changes
+def _positive_int(cfg: MeasureConfig, k: str, low: int = 1, optional: bool = False) -> None:
+    """Field ``k`` of ``cfg`` is an integer >= ``low`` (or None where ``optional``)."""
+    v = getattr(cfg, k)
+    if optional and v is None:
+        return
+    if isinstance(v, bool) or not isinstance(v, int) or v < low:
+        raise ValueError(f"{k} must be an integer >= {low}{' (or None)' if optional else ''}, got {v!r}")
 
 
 def _dtype_name(dtype: Any) -> str | None:
@@ -248,7 +285,7 @@ def fingerprint(config: MeasureConfig, device: torch.device, **inputs: Any) -> d
     ``inputs`` (data description, model weights checksum, transforms and grid sizes, given stats, ...)."""
     from invfast import __version__
 
-    fields = config.fingerprint_fields()
+    fields = config.numbers()
     if fields.get("pair_scores_dir") is not None:
         fields["pair_scores_dir"] = os.path.abspath(fields["pair_scores_dir"])
     return {"config": fields, "device": str(device), "invfast": __version__, **inputs}

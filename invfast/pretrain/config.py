@@ -1,32 +1,22 @@
-"""The configuration of a pretraining run (:class:`TrainConfig`) and which of its fields a resumed run may change."""
+"""The configuration of a pretraining run (:class:`TrainConfig`); the fields a resumed run may change are
+those declared with :func:`~invfast.config_base.scheduling`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from invfast.config_base import Config, scheduling
 from invfast.pretrain import invariance as inv
 from invfast.pretrain.schedules import OPTIMIZERS
 
-# TrainConfig fields that may change between a run and its resumption (they do not affect the result).
-RESUMABLE_FIELDS = (
-    "checkpoint_every",
-    "log_every",
-    "progress",
-    "invariance_every",
-    "invariance_images",
-    "invariance_transforms",
-    "probe_every",
-    "device",
-    "channels_last",
-)
 #: TrainConfig fields added after checkpoints were saved, at the value that gives the numbers of before they
 #: existed: a checkpoint without one resumes under that value (and only under it)
 ADDED_FIELDS = {"warmup_steps": 0}
 
 
-@dataclass
-class TrainConfig:
-    """Optimisation and bookkeeping of a pretraining run (MoCo-v2 defaults).
+@dataclass(frozen=True)
+class TrainConfig(Config):
+    """Optimisation and bookkeeping of a pretraining run (MoCo-v2 defaults). Frozen; validated when made.
 
     batch_size is the GLOBAL batch (split evenly over processes). lr None means 0.03·batch_size/256
     (MoCo-v2's linear scaling). schedule 'cosine' decays the LR per step to 0 over the run, 'constant'
@@ -55,16 +45,16 @@ class TrainConfig:
     warmup_steps: int = 0
     seed: int = 0
     size: int = 224
-    checkpoint_every: int = 500
-    log_every: int = 10
-    progress: bool = True
-    invariance_every: int = 0
-    invariance_images: int = 256
-    invariance_transforms: tuple[str, ...] = inv.DEFAULT_TRANSFORMS
-    probe_every: int = 0
-    device: str = "auto"
+    checkpoint_every: int = scheduling("how often the state is saved", 500)
+    log_every: int = scheduling("how often the loss is logged", 10)
+    progress: bool = scheduling("display only", True)
+    invariance_every: int = scheduling("a measurement beside training: it reads the weights only", 0)
+    invariance_images: int = scheduling("the images of that measurement", 256)
+    invariance_transforms: tuple[str, ...] = scheduling("the transforms of that measurement", inv.DEFAULT_TRANSFORMS)
+    probe_every: int = scheduling("a probe beside training: it reads the weights only", 0)
+    device: str = scheduling("where it runs; a resumed run may move", "auto")
     amp: bool = False
-    channels_last: bool | None = None
+    channels_last: bool | None = scheduling("memory layout: only the order of float sums changes", None)
 
     def base_lr(self) -> float:
         return 0.03 * self.batch_size / 256 if self.lr is None else float(self.lr)

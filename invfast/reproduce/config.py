@@ -8,6 +8,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from invfast.config_base import Config, scheduling
 from invfast.reproduce.folders import (  # noqa: F401  (re-exported: the folder rules live there)
     CONFIG_FILE,
     FORMAT,
@@ -18,15 +19,11 @@ from invfast.reproduce.folders import (  # noqa: F401  (re-exported: the folder 
 
 __all__ = [
     "ReproduceConfig",
-    "RUN_ONLY_FIELDS",
     "DEFAULT_FINDINGS",
     "disk_estimate_mb",
 ]
 
 
-#: fields that change how a run is scheduled but none of its numbers: a folder resumes under other values
-#: (``findings`` picks which stages run; a stage's numbers do not depend on which others run)
-RUN_ONLY_FIELDS = ("workers", "findings")
 #: fields added after folders were made, at the value that gives the numbers of before they existed: a folder
 #: whose config.json lacks one resumes under that value (and only under it)
 ADDED_FIELDS: dict[str, Any] = {
@@ -103,9 +100,11 @@ _MAXIMA = {
 }
 
 
-@dataclass
-class ReproduceConfig:
-    """Everything that determines the numbers of a reproduce run (recorded in ``config.json``).
+@dataclass(frozen=True)
+class ReproduceConfig(Config):
+    """Everything that determines the numbers of a reproduce run (recorded in ``config.json``). Frozen;
+    validated when made. A folder resumes under other values of the fields declared with
+    :func:`~invfast.config_base.scheduling` (``workers``, ``findings``).
 
     Sizes are numbers of images; epochs are passes over the pretraining images; images are
     ``size`` x ``size`` pixels. Seeds of every stage derive from ``seed``.
@@ -120,8 +119,8 @@ class ReproduceConfig:
     # makes the same machine give identical numbers (recorded with the config)
     threads: int = 2
     # stages run in this many processes at once (each with ``threads`` torch threads), stages of all seeds
-    # in an order that respects their needs; each stage's numbers do not depend on it (CPU only)
-    workers: int = 1
+    # in an order that respects their needs (CPU only)
+    workers: int = scheduling("each stage's numbers do not depend on how many run at once", 1)
     # where models train and run: 'cpu' or 'cuda' (the gpu preset)
     device: str = "cpu"
     size: int = 32
@@ -198,7 +197,7 @@ class ReproduceConfig:
     vit_epochs: int = 30
     vit_lr: float = 3e-3
     # which findings (SPEC §5 ids) run: their stages and report sections (see invfast.reproduce.findings)
-    findings: tuple[str, ...] = DEFAULT_FINDINGS
+    findings: tuple[str, ...] = scheduling("a stage's numbers do not depend on which others run", DEFAULT_FINDINGS)
     # Speicher et al.'s supervised experiments: models trained on transfer_n_source images for
     # transfer_epochs epochs, probed on transfer_n_target images. S8: nested transformation sets of these
     # sizes, the first k of (the target's types, then the disjoint set's); S1: the factor values
@@ -411,12 +410,11 @@ class ReproduceConfig:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     def claim_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` without :data:`RUN_ONLY_FIELDS`: what a folder's ``config.json`` must match to resume."""
+        """:meth:`to_dict` without the scheduling fields: what a folder's ``config.json`` must match to resume."""
         from invfast.io import without_added_defaults
 
-        return without_added_defaults(
-            {k: v for k, v in self.to_dict().items() if k not in RUN_ONLY_FIELDS}, ADDED_FIELDS
-        )
+        skip = self.scheduling_fields()
+        return without_added_defaults({k: v for k, v in self.to_dict().items() if k not in skip}, ADDED_FIELDS)
 
 
 def background_count(spec: str) -> int | None:

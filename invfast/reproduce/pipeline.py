@@ -377,7 +377,6 @@ def reproduce(
     from invfast.reproduce.findings import check_ids
     from invfast.reproduce.folders import hold
 
-    cfg.validate()
     check_ids(cfg.findings)
     if cfg.device.startswith("cuda"):
         import torch

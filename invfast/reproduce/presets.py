@@ -133,9 +133,7 @@ def preset(name: str, **overrides: Any) -> ReproduceConfig:
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ValueError(f"unknown config field(s) {unknown}; fields are {', '.join(sorted(fields))}")
-    cfg = ReproduceConfig(**values)
-    cfg.validate()
-    return cfg
+    return ReproduceConfig(**values)
 
 
 #: removed fields -> what replaces them (an override of one gets this hint instead of the field list)

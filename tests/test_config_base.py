@@ -1,0 +1,66 @@
+"""One config base for every job (invfast.config_base): frozen, validated when made, each field flagged once as
+changing the numbers or only scheduling the work; the resume identities use those flags."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from invfast.config_base import Config, scheduling
+from invfast.measure import MeasureConfig
+from invfast.pretrain.config import TrainConfig
+from invfast.reproduce import ReproduceConfig, preset
+
+JOBS = (MeasureConfig, TrainConfig, ReproduceConfig)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job(Config):
+    epochs: int = 10
+    progress: bool = scheduling("display only", True)
+
+    def validate(self) -> None:
+        if self.epochs < 1:
+            raise ValueError(f"epochs must be >= 1, got {self.epochs}")
+
+
+def test_the_base_flags_validates_and_replaces():
+    assert _Job().numbers() == {"epochs": 10} and _Job.scheduling_fields() == ("progress",)
+    with pytest.raises(ValueError, match="epochs must be >= 1, got 0"):
+        _Job(epochs=0)
+    with pytest.raises(ValueError, match="epochs must be >= 1, got -2"):
+        _Job().replace(epochs=-2)
+    with pytest.raises(TypeError, match=r"unknown field\(s\) \['epoch'\]; _Job has \['epochs', 'progress'\]"):
+        _Job().replace(epoch=3)
+    assert _Job().replace(progress=False) == _Job(progress=False)
+
+
+@pytest.mark.parametrize("cls", JOBS)
+def test_every_job_config_is_frozen_and_explains_its_scheduling_fields(cls):
+    assert issubclass(cls, Config) and cls.__dataclass_params__.frozen
+    free = cls.scheduling_fields()
+    assert free and set(free) < set(cls.field_names())
+    assert all(f.metadata.get("why") for f in dataclasses.fields(cls) if f.name in free)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(cls(), cls.field_names()[0], None)
+
+
+def test_the_resume_identities_are_unchanged():
+    """The fields a resumed pretraining run / reproduce folder may change: 0.3's lists, now flags."""
+    assert TrainConfig.scheduling_fields() == (
+        "checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
+        "invariance_transforms", "probe_every", "device", "channels_last",
+    )  # fmt: skip
+    assert ReproduceConfig.scheduling_fields() == ("workers", "findings")
+    claim = preset("tiny").claim_dict()
+    assert "workers" not in claim and "findings" not in claim and claim["seed"] == 0
+
+
+def test_job_configs_are_validated_when_made():
+    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+        TrainConfig(batch_size=0)
+    with pytest.raises(ValueError, match="grid_size must be an integer >= 1"):
+        MeasureConfig(grid_size=0)
+    with pytest.raises(ValueError, match="seeds"):
+        ReproduceConfig(seeds=0)
