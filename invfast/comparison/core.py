@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -233,6 +234,20 @@ def compare(
             models.setdefault(r.model, []).append(r.label)
         scores = resolve_labels(as_transfer_scores(probes), table.labels, models)
         transfer = transfer_correlations(table, scores, n_boot=n_boot, seed=seed, level=level)
+    return Comparison(
+        rows=rows,
+        table=table,
+        paired=paired,
+        transfer=transfer,
+        mismatch={"allowed": bool(allow_mismatch), "differences": diffs},
+        notes=setting_notes(rows),
+        images=image_sets(rows),
+    )
+
+
+def image_sets(rows: Sequence[Row]) -> list[dict[str, Any]]:
+    """The distinct image sets the rows were measured on, in first-seen order: ``{"id", "n", "rows": [labels]}``
+    (id and n from each result's metadata; None where a row has none)."""
     images: list[dict[str, Any]] = []
     seen: set[tuple[Any, Any]] = set()
     for r in rows:
@@ -243,15 +258,7 @@ def compare(
             seen.add(key)
             images.append({"id": im.get("id"), "n": im.get("n"), "rows": []})
         next(x for x in images if (x["id"], x["n"]) == key)["rows"].append(r.label)
-    return Comparison(
-        rows=rows,
-        table=table,
-        paired=paired,
-        transfer=transfer,
-        mismatch={"allowed": bool(allow_mismatch), "differences": diffs},
-        notes=setting_notes(rows),
-        images=images,
-    )
+    return images
 
 
 __all__ = ["Comparison", "compare"]

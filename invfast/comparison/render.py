@@ -279,17 +279,44 @@ def long_rows(c: Any, kind: str = "table") -> list[dict[str, Any]]:
     if kind == "tests":
         return [t.to_dict() for t in c.paired.tests]
     if kind == "transfer":
-        if c.transfer is None:
-            return []
-        out = []
-        for r in c.transfer.records:
-            d = {k: v for k, v in r.items() if k not in ("spearman_ci", "kendall_ci", "labels")}
-            for k in ("spearman", "kendall"):
-                ci = r.get(f"{k}_ci") or [None, None]
-                d[f"{k}_ci_lo"], d[f"{k}_ci_hi"] = ci
-            d["labels"] = ";".join(r["labels"])
-            out.append(d)
-        return out
+        return _transfer_rows(c)
+    return _metric_rows(c) + _measure_rows(c)
+
+
+def _transfer_rows(c: Any) -> list[dict[str, Any]]:
+    """One flat row per transfer-correlation record (CIs as ``*_ci_lo`` / ``*_ci_hi``, labels ';'-joined)."""
+    if c.transfer is None:
+        return []
+    out = []
+    for r in c.transfer.records:
+        d = {k: v for k, v in r.items() if k not in ("spearman_ci", "kendall_ci", "labels")}
+        for k in ("spearman", "kendall"):
+            ci = r.get(f"{k}_ci") or [None, None]
+            d[f"{k}_ci_lo"], d[f"{k}_ci_hi"] = ci
+        d["labels"] = ";".join(r["labels"])
+        out.append(d)
+    return out
+
+
+def _cell(r: Any, col: str, kind: str, family: str, metric: str, v: float, rank: float | None) -> dict[str, Any]:
+    """One long-format row: row ``r``'s value of ``metric`` in column ``col`` (NaN -> None)."""
+    return {
+        "label": r.label,
+        "model": r.model,
+        "layer": r.layer,
+        "column": col,
+        "kind": kind,
+        "family": family,
+        "metric": metric,
+        "value": float(v) if np.isfinite(v) else None,
+        "rank": rank,
+        "best": False,
+        "more_invariant_than": "",
+    }
+
+
+def _metric_rows(c: Any) -> list[dict[str, Any]]:
+    """Every row x column x invariance metric, with its rank, best mark and the rows it significantly beats."""
     t = c.table
     n_tr = len(t.columns)
     fam_of = dict(t.columns)
@@ -298,43 +325,25 @@ def long_rows(c: Any, kind: str = "table") -> list[dict[str, Any]]:
         vals, ranks, best = t.all_values(metric), t.ranks(metric), t.best(metric)
         for j, col in enumerate(t.column_names):
             beats = c.paired.beats(metric, col) if j < n_tr else {}
+            kind, family = ("transform", fam_of[col]) if j < n_tr else ("family", col)
             for i, r in enumerate(c.rows):
-                v, rk = vals[i, j], ranks[i, j]
-                rows.append(
-                    {
-                        "label": r.label,
-                        "model": r.model,
-                        "layer": r.layer,
-                        "column": col,
-                        "kind": "transform" if j < n_tr else "family",
-                        "family": fam_of[col] if j < n_tr else col,
-                        "metric": metric,
-                        "value": float(v) if np.isfinite(v) else None,
-                        "rank": float(rk) if np.isfinite(rk) else None,
-                        "best": i in best[j],
-                        "more_invariant_than": ";".join(beats.get(r.label, [])),
-                    }
-                )
-    for name, vals in t.measures.items():
-        for j, (col, fam) in enumerate(t.columns):
-            for i, r in enumerate(c.rows):
-                v = vals[i, j]
-                rows.append(
-                    {
-                        "label": r.label,
-                        "model": r.model,
-                        "layer": r.layer,
-                        "column": col,
-                        "kind": "transform",
-                        "family": fam,
-                        "metric": name,
-                        "value": float(v) if np.isfinite(v) else None,
-                        "rank": None,
-                        "best": False,
-                        "more_invariant_than": "",
-                    }
-                )
+                rk = ranks[i, j]
+                row = _cell(r, col, kind, family, metric, vals[i, j], float(rk) if np.isfinite(rk) else None)
+                row["best"] = i in best[j]
+                row["more_invariant_than"] = ";".join(beats.get(r.label, []))
+                rows.append(row)
     return rows
+
+
+def _measure_rows(c: Any) -> list[dict[str, Any]]:
+    """Every row x transform of the per-transform measures without per-image values (no rank or best)."""
+    t = c.table
+    return [
+        _cell(r, col, "transform", fam, name, vals[i, j], None)
+        for name, vals in t.measures.items()
+        for j, (col, fam) in enumerate(t.columns)
+        for i, r in enumerate(c.rows)
+    ]
 
 
 def csv_text(rows: list[dict[str, Any]]) -> str:

@@ -62,6 +62,28 @@ def _unit_moments(
     return mean, m2
 
 
+def _same_equivariance_sums(
+    la: dict[str, Any], local: int, count: int, sh: Any
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Same-equivariance's per-unit sums over all ranks, from the moments of the mapped-back maps
+    (invfast.measure.mapped_back): (view std summed over views [U], image std summed over images [U]);
+    (None, None) where the layer did not measure it."""
+    if "se_mean" not in la:
+        return None, None
+    same_view = sum_in_rank_order(la["se_ts"], sh).cpu()
+    same_image = sample_std(_unit_moments(la, local, sh, ("se_mean", "se_m2"))[1], count).sum(0)
+    return same_view, same_image
+
+
+def _linear_equivariance(la: dict[str, Any], sh: Any) -> torch.Tensor | None:
+    """The cross-validated linear-equivariance fit [P] from the per-fold sums of every rank added up (the
+    fold of an image does not depend on its rank); None where the layer did not measure it."""
+    if "eq" not in la:
+        return None
+    fold_sums = {k: v if k == "shift" else sum_in_rank_order(v, sh) for k, v in la["eq"].items()}
+    return fit_from_sums(fold_sums).cpu()
+
+
 def _layer_result(
     la: dict[str, Any],
     local: int,
@@ -86,14 +108,8 @@ def _layer_result(
     _, view_m2 = _unit_moments(la, local, sh)
     n_views = int(view_m2.shape[0])
 
-    same_view, same_image = None, None
-    if "se_mean" in la:  # same-equivariance: the moments of the mapped-back maps (invfast.measure.mapped_back)
-        same_view = sum_in_rank_order(la["se_ts"], sh).cpu()
-        same_image = sample_std(_unit_moments(la, local, sh, ("se_mean", "se_m2"))[1], count).sum(0)
-    eq = None
-    if "eq" in la:  # the per-fold sums of every rank added up (the fold of an image does not depend on its rank)
-        fold_sums = {k: v if k == "shift" else sum_in_rank_order(v, sh) for k, v in la["eq"].items()}
-        eq = fit_from_sums(fold_sums).cpu()
+    same_view, same_image = _same_equivariance_sums(la, local, count, sh)
+    eq = _linear_equivariance(la, sh)
 
     def over(mask: torch.Tensor, key: str) -> float | None:
         return float(sums[key][mask].sum() / (count * int(mask.sum()))) if bool(mask.any()) else None
