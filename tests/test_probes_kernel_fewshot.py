@@ -60,8 +60,8 @@ def _class_data(rng, n_cls=8, per=12, d=10):
 
 def test_few_shot_episodes_match_naive_ridge_and_are_reproducible(rng):
     x, y = _class_data(rng)
-    res = P.few_shot(x, y, n_way=3, k_shot=2, n_query=4, episodes=12, penalty=0.7, seed=5)
-    again = P.few_shot(x, y, n_way=3, k_shot=2, n_query=4, episodes=12, penalty=0.7, seed=5)
+    res = P.few_shot(x, y, n_way=3, k_shot=2, n_query=4, episodes=12, alpha=0.7, seed=5)
+    again = P.few_shot(x, y, n_way=3, k_shot=2, n_query=4, episodes=12, alpha=0.7, seed=5)
     np.testing.assert_array_equal(res.scores, again.scores)
     from invfast.probes.few_shot import sample_episodes
 
@@ -84,7 +84,7 @@ def test_few_shot_episodes_match_naive_ridge_and_are_reproducible(rng):
 def test_few_shot_regression_matches_naive_loop(rng):
     x = rng.normal(size=(60, 5))
     y = x @ rng.normal(size=(5, 2)) + 0.3 * rng.normal(size=(60, 2))
-    out = P.few_shot(x, y, task="regression", fractions=(0.2, 0.5), splits=6, penalty=2.0, seed=3)
+    out = P.few_shot(x, y, task="regression", fractions=(0.2, 0.5), splits=6, alpha=2.0, seed=3)
     perm_rng = np.random.default_rng(3)
     for frac in (0.2, 0.5):
         m = int(round(frac * 60))
@@ -92,7 +92,7 @@ def test_few_shot_regression_matches_naive_loop(rng):
             p = perm_rng.permutation(60)
             r = Ridge(alpha=2.0).fit(x[p[:m]], y[p[:m]])
             assert out[frac].scores[i] == pytest.approx(r.score(x[p[m:]], y[p[m:]]), rel=1e-9)
-    loo = P.few_shot(x, y, task="regression", fractions=(0.5,), splits=3, penalty="loo", seed=3)
+    loo = P.few_shot(x, y, task="regression", fractions=(0.5,), splits=3, alpha="loo", seed=3)
     assert np.isfinite(loo[0.5].scores).all()
 
 

@@ -78,7 +78,7 @@ def few_shot_classification(
     k_shot: int = 1,
     n_query: int = 15,
     episodes: int = 2000,
-    penalty: float = 1.0,
+    alpha: float = 1.0,
     normalize: bool = False,
     seed: int = 0,
     batch_size: int = 200,
@@ -86,7 +86,7 @@ def few_shot_classification(
 ) -> FewShotResult:
     """Mean query accuracy of ridge readouts over ``episodes`` N-way K-shot episodes, with 95% CI.
 
-    features [n, d] (numpy or tensor, any device), labels [n]. ``penalty`` is ridge's λ (``Ridge(alpha=λ)``)
+    features [n, d] (numpy or tensor, any device), labels [n]. ``alpha`` is ridge's λ (``Ridge(alpha=λ)``)
     on one-hot targets; ``normalize`` L2-normalises features first. Scores [episodes] in ``.scores``.
     """
     x = as_tensor(features, "features")
@@ -96,7 +96,7 @@ def few_shot_classification(
             raise ValueError(f"{name} must be a positive integer, got {v!r}")
     if n_way < 2:
         raise ValueError("n_way must be at least 2")
-    lam = float(check_positive([penalty], "penalty")[0])
+    lam = float(check_positive([alpha], "alpha")[0])
     x = x.to(_F64)
     if normalize:
         x = torch.nn.functional.normalize(x, dim=1)
@@ -115,7 +115,7 @@ def few_shot_classification(
         pred = (qc @ sc.transpose(1, 2) @ dual).argmax(-1)  # [E, NQ]
         acc.append((pred == y_qry).double().mean(1).cpu())
     return _summary(
-        torch.cat(acc).numpy(), n_way=n_way, k_shot=k_shot, n_query=n_query, episodes=episodes, penalty=lam, seed=seed
+        torch.cat(acc).numpy(), n_way=n_way, k_shot=k_shot, n_query=n_query, episodes=episodes, alpha=lam, seed=seed
     )
 
 
@@ -124,25 +124,25 @@ def few_shot_regression(
     targets: Any,
     fractions: Sequence[float] = (0.05, 0.1, 0.2),
     splits: int = 100,
-    penalty: float | str = 1.0,
+    alpha: float | str = 1.0,
     seed: int = 0,
     progress: bool = False,
 ) -> dict[float, FewShotResult]:
     """R² (mean over targets) of ridge trained on a random fraction s of the data, tested on the rest.
 
-    For each s in ``fractions``: ``splits`` random splits; returns {s: FewShotResult}. ``penalty`` is
+    For each s in ``fractions``: ``splits`` random splits; returns {s: FewShotResult}. ``alpha`` is
     ridge's λ, or "loo" to pick λ from ``alpha_grid()`` by exact leave-one-out on each train part.
     """
     x = as_tensor(features, "features").to(_F64)
     n = x.shape[0]
     y, _ = as_targets(targets if not isinstance(targets, torch.Tensor) else targets.to(x.device), "targets", n)
     y = y.to(device=x.device, dtype=_F64)
-    if isinstance(penalty, str):
-        if penalty != "loo":
-            raise ValueError(f"penalty must be a positive number or 'loo', got {penalty!r}")
+    if isinstance(alpha, str):
+        if alpha != "loo":
+            raise ValueError(f"alpha must be a positive number or 'loo', got {alpha!r}")
         grid = torch.as_tensor(alpha_grid(), dtype=_F64, device=x.device)
     else:
-        lam = float(check_positive([penalty], "penalty")[0])
+        lam = float(check_positive([alpha], "alpha")[0])
     if int(splits) != splits or splits < 1:
         raise ValueError(f"splits must be a positive integer, got {splits!r}")
     rng = np.random.default_rng(seed)
@@ -158,14 +158,14 @@ def few_shot_regression(
         for i in track(range(splits), desc=f"s={frac}", disable=not progress, leave=False):
             perm = torch.as_tensor(rng.permutation(n), device=x.device)
             tr, te = perm[:m], perm[m:]
-            if isinstance(penalty, str):
+            if isinstance(alpha, str):
                 loo = ridge_loo_predictions(x[tr], y[tr], grid)
                 lam_i = float(grid[int(r2_scores(loo, y[tr]).mean(1).argmax())])
             else:
                 lam_i = lam
             w, b = ridge_solve(x[tr], y[tr], lam_i)
             scores[i] = float(r2_scores(x[te] @ w + b, y[te]).mean())
-        out[float(frac)] = _summary(scores, fraction=float(frac), splits=splits, penalty=penalty, seed=seed)
+        out[float(frac)] = _summary(scores, fraction=float(frac), splits=splits, alpha=alpha, seed=seed)
     return out
 
 
