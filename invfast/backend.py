@@ -135,9 +135,11 @@ def uses_kernel(name: str, device_type: str) -> bool:
 
 
 def compiled_for(name: str, *args: Any) -> Callable[..., Any] | None:
-    """The compiled op ``name`` if the dispatch table and the current mode pick it for ``args``, else None
-    (run the reference). Mode 'compiled' raises a RuntimeError where the device has no kernel."""
-    if not uses_kernel(name, device_type(args)):
+    """The compiled op ``name`` if the dispatch table and the current mode pick it for ``args`` (the row's input
+    condition included), else None (run the reference). Mode 'compiled' raises a RuntimeError where the device
+    has no kernel."""
+    dev = device_type(args)
+    if not dispatch.serves(name, dev, _mode, args) or not uses_kernel(name, dev):
         return None
     return getattr(torch.ops.invfast, name)
 

@@ -7,6 +7,9 @@ backend ``auto`` take it, and why.
   ``auto`` choice on a device only where a benchmark measured it faster than the op's torch reference
   there; the evidence names that benchmark, its ratio, the machine and the date, or says why the entry
   is off. ``benchmarks/bench_ops.py`` times every op against its reference on every device present.
+* ``when`` is a row's input condition (:class:`Condition`): the kernel serves a call only where it holds —
+  in every mode for what the kernel cannot do (a backward), under ``auto`` only for an input class where the
+  reference was measured faster (pixel-copy warps). :func:`serves` applies it; no caller decides on its own.
 * ``INVFAST_CUDA_KERNELS`` (``1``/``all``, or a comma list of families or op names) opts CUDA entries in
   for ``auto`` before they are measured.
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -33,12 +37,51 @@ CUDA_KERNELS_ENV = "INVFAST_CUDA_KERNELS"
 
 
 @dataclass(frozen=True)
+class Condition:
+    """An input condition of a table row: the kernel serves a call with ``args`` only where ``test(*args)``
+    holds, under the backend ``modes`` listed (elsewhere the condition does not apply)."""
+
+    text: str
+    test: Callable[..., bool]
+    modes: tuple[str, ...] = ("auto", "compiled")
+
+    def blocks(self, mode: str, args: tuple) -> bool:
+        """Whether the condition sends a call with ``args`` under ``mode`` to the torch reference."""
+        return mode in self.modes and not self.test(*args)
+
+
+def _no_grad(*args: Any) -> bool:
+    return not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+
+
+def _not_pixel_copies(*args: Any) -> bool:
+    """(images, matrix, ...): some map is not integral, or the call is being compiled (the kernel serves integral
+    maps there too: the same pixels, no data-dependent branch); without a matrix, true."""
+    from invfast._validate import compiling
+
+    matrix = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) else None
+    return matrix is None or compiling() or not bool((matrix == torch.round(matrix)).all())
+
+
+#: the kernel has no backward: inputs that require grad take the reference in every mode
+NO_GRAD = Condition("no input requires grad (the kernel has no backward)", _no_grad)
+#: integral maps (flips, 90-degree rotations, integer shifts) are pixel copies: the exact torch gather was
+#: measured faster for them than the sampling kernel
+NOT_PIXEL_COPIES = Condition(
+    "auto: the maps are not all integral (pixel copies take the exact torch gather, measured faster)",
+    _not_pixel_copies,
+    modes=("auto",),
+)
+
+
+@dataclass(frozen=True)
 class Knowledge:
     """What is known about one (op, device) kernel, independent of this installation."""
 
     family: str
     default: bool
     evidence: str
+    when: Condition | None = None
 
 
 @dataclass(frozen=True)
@@ -52,6 +95,7 @@ class Entry:
     default: bool  # measured faster than the torch reference on this device: auto takes it
     opted_in: bool  # INVFAST_CUDA_KERNELS names this op or its family (CUDA only)
     evidence: str
+    when: str = ""  # the input condition under which the kernel serves a call ('' : every call)
 
     @property
     def auto(self) -> bool:
@@ -84,12 +128,11 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
     ("pair_scores", "cpu"): Knowledge("invariance", True, _cpu(
         "pair_scores", "28.7-38.7x", "N=200 P=64 D=512 float32")),
     ("sqdist_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
-        "sqdist_logsumexp", "2.67-3.25x", "512 rows x 4000, D=128",
-        "; inputs that require grad take the reference in every mode (the kernel has no backward)")),
+        "sqdist_logsumexp", "2.67-3.25x", "512 rows x 4000, D=128"), NO_GRAD),
     ("pairwise_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
         "pairwise_logsumexp", "3.48-3.86x", "N=2000 float32, D=128, 256-row blocks; load 7-9",
         "; benchmarks/bench_invariance.py::test_uniformity_vs_pdist_2000: 2.57-2.81x torch.pdist, 1 thread, load "
-        "3-11, 2026-11-25 (docs/performance.md)")),
+        "3-11, 2026-11-25 (docs/performance.md)"), NO_GRAD),
     ("knn_sqdist", "cpu"): Knowledge("invariance", True, _cpu(
         "knn_sqdist", "19.1x", "4000 float32 rows, D=128, k=10, against the exact float64 reference; load 7",
         "; benchmarks/bench_invariance.py::test_acr_vs_cdist_topk: 0.85-1.07x the float32 cdist + topk ACR used "
@@ -116,7 +159,7 @@ KNOWN: dict[tuple[str, str], Knowledge] = {
     ("warp_affine", "cpu"): Knowledge("augment", True, _cpu(
         "warp_affine", "2.12-2.46x", "B=16 uint8 96 px, P=32 rotations; 1.22x float32",
         "; benchmarks/bench_transforms.py::test_compiled_warp_vs_torch_path: 2.6-2.9x, B=64, 2026-11-21 "
-        "(docs/transforms.md); under auto, integral maps keep the exact torch gather (faster for pixel copies)")),
+        "(docs/transforms.md)"), NOT_PIXEL_COPIES),
     ("warp_coords", "cpu"): Knowledge("augment", True, _cpu(
         "warp_coords", "1.62-1.88x", "B=16 uint8 96 px, P=8 smooth fields; 1.50x float32 224 px, P=8",
         "; an earlier run recorded 0.98x (docs/transforms.md, float32 224 px)")),
@@ -147,7 +190,8 @@ KNOWN[("merge_unit_moments_", "cuda")] = Knowledge(
     "on the GPU")
 for _op in ("pair_scores", "sqdist_logsumexp"):  # the CUDA default before this table, though never measured
     KNOWN[(_op, "cuda")] = Knowledge("invariance", False, _CUDA_UNMEASURED + "; was the CUDA default before the "
-                                     "dispatch table without a measurement, turned off for that reason")
+                                     "dispatch table without a measurement, turned off for that reason",
+                                     NO_GRAD if _op == "sqdist_logsumexp" else None)
 for _op, _family in (("hyper_generate", "hyper"), ("hyper_generate_backward", "hyper"), ("warp_affine", "augment"),
                      ("warp_coords", "augment"), ("augment_views", "augment")):
     KNOWN[(_op, "cuda")] = Knowledge(_family, False, _CUDA_UNMEASURED)
@@ -230,7 +274,15 @@ def entry(op: str, device_type: str) -> Entry:
     if device_type == "cuda":
         names = cuda_opt_in()
         opted = bool(names & {"*", op, family})
-    return Entry(op, device_type, family, kernel_available(op, device_type), known.default, opted, known.evidence)
+    when = known.when.text if known.when is not None else ""
+    return Entry(op, device_type, family, kernel_available(op, device_type), known.default, opted, known.evidence, when)
+
+
+def serves(op: str, device_type: str, mode: str, args: tuple) -> bool:
+    """Whether the row of ``op`` on ``device_type`` lets its kernel serve a call with ``args`` under ``mode``
+    (its input condition, :attr:`Knowledge.when`; a row without one serves every call)."""
+    known = KNOWN.get((op, device_type))
+    return known is None or known.when is None or not known.when.blocks(mode, args)
 
 
 def registered_ops() -> list[str]:
@@ -288,7 +340,8 @@ def _missing_kernel_message(e: Entry) -> str:
 
 def format_table(entries: list[Entry] | None = None, width: int = 120) -> str:
     """The table as aligned text, one row per (op, device): op, device, family, kernel available, default
-    (measured faster), auto (what ``auto`` runs), evidence (wrapped to ``width`` columns)."""
+    (measured faster), auto (what ``auto`` runs; 'kernel when' under the row's input condition), evidence and
+    condition (wrapped to ``width`` columns)."""
     rows = [
         (
             e.op,
@@ -296,8 +349,8 @@ def format_table(entries: list[Entry] | None = None, width: int = 120) -> str:
             e.family,
             _yn(e.available),
             _yn(e.default) + (" +opt-in" if e.opted_in else ""),
-            "kernel" if e.auto else "torch",
-            e.evidence,
+            ("kernel when " if e.when else "kernel") if e.auto else "torch",
+            e.evidence + (f"; the kernel serves only where {e.when}" if e.when else ""),
         )
         for e in (table() if entries is None else entries)
     ]

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from invfast import dispatch
+from invfast import backend, dispatch
 from invfast._validate import as_features, as_labels, check_finite, compiling
 from invfast.ops.invariance import knn_sqdist, pair_scores, pairwise_logsumexp, sqdist_logsumexp
 from invfast.stats import FeatureStats, upper_mm
@@ -209,13 +209,10 @@ def uniformity(
         x = x.float()
     if block_rows is not None and block_rows < 1:
         raise ValueError(f"block_rows must be >= 1, got {block_rows}")
-    dev = x.device.type
-    if (
-        not x.requires_grad
-        and not dispatch.kernel_available("pairwise_logsumexp", dev)
-        and dispatch.kernel_available("sqdist_logsumexp", dev)
+    if not dispatch.kernel_available("pairwise_logsumexp", x.device.type) and backend.compiled_for(
+        "sqdist_logsumexp", x, x
     ):
-        # a device with the per-row kernel only (CUDA): row blocks through it, where the table or the mode picks it
+        # a device with the per-row kernel only (CUDA), where the table or the mode picks it: row blocks through it
         if normalize:
             x = torch.nn.functional.normalize(x, dim=1)
         rows = block_rows or max(1, min(n, (64 << 20) // (8 * n)))

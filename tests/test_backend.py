@@ -161,6 +161,35 @@ def test_cuda_kernels_env_opts_cuda_entries_in(monkeypatch):
     assert not dispatch.entry("warp_coords", "cuda").opted_in and not dispatch.entry("pair_scores", "cuda").opted_in
 
 
+def test_input_conditions_are_table_rows():
+    """The decisions that depend on the inputs are rows' conditions, applied by dispatch.serves: grad inputs take
+    the reference in every mode (no backward); integral warps take the exact gather under auto only."""
+    assert dispatch.KNOWN[("sqdist_logsumexp", "cpu")].when is dispatch.NO_GRAD
+    assert dispatch.KNOWN[("pairwise_logsumexp", "cpu")].when is dispatch.NO_GRAD
+    assert dispatch.KNOWN[("warp_affine", "cpu")].when is dispatch.NOT_PIXEL_COPIES
+    g, x = torch.randn(3, 4, requires_grad=True), torch.randn(6, 4)
+    for mode in ("auto", "compiled"):
+        assert not dispatch.serves("sqdist_logsumexp", "cpu", mode, (g, x))
+        assert dispatch.serves("sqdist_logsumexp", "cpu", mode, (g.detach(), x))
+    flip = torch.tensor([[[-1.0, 0.0, 31.0], [0.0, 1.0, 0.0]]])
+    turn = torch.tensor([[[0.8, -0.6, 3.2], [0.6, 0.8, -1.1]]])
+    img = torch.zeros(1, 3, 32, 32, dtype=torch.uint8)
+    assert not dispatch.serves("warp_affine", "cpu", "auto", (img, flip))
+    assert dispatch.serves("warp_affine", "cpu", "compiled", (img, flip))
+    assert dispatch.serves("warp_affine", "cpu", "auto", (img, turn))
+    assert dispatch.serves("pair_scores", "cpu", "auto", (g, x))  # a row without a condition serves every call
+    rows = {e.op: e.when for e in dispatch.table() if e.device == "cpu"}
+    assert rows["warp_affine"].startswith("auto:") and "grad" in rows["sqdist_logsumexp"] and rows["pair_scores"] == ""
+    # no op wrapper or metric decides on the inputs itself
+    import pathlib
+    import re
+
+    root = pathlib.Path(dispatch.__file__).parent
+    for rel in ("ops/invariance.py", "ops/augment.py", "metrics.py", "transforms/policies.py"):
+        text = (root / rel).read_text()
+        assert not re.search(r"requires_grad|backend\.mode\(\)", text), rel
+
+
 @needs_core
 def test_kernel_without_backward_keeps_the_reference_for_grad_inputs():
     rows = torch.randn(3, 4, requires_grad=True)

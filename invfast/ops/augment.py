@@ -149,18 +149,9 @@ def warp_affine_reference(
 
 def warp_affine(images: torch.Tensor, matrix: torch.Tensor, out_h: int, out_w: int, fill: torch.Tensor) -> torch.Tensor:
     """The compiled kernel (all P maps in one pass) where the dispatch table picks it, the torch reference
-    otherwise. Under backend 'auto' on CPU, integral maps (flips, 90-degree rotations, integer shifts) take
-    the exact torch gather, measured faster than the sampling kernel for pure pixel copies."""
-    fn = backend.compiled_for("warp_affine", images)
-    # (under torch.compile the kernel serves integral maps too: the same pixels, no data-dependent branch)
-    if (
-        fn is not None
-        and backend.mode() == "auto"
-        and images.device.type == "cpu"
-        and not compiling()
-        and bool((matrix == torch.round(matrix)).all())
-    ):
-        fn = None
+    otherwise. The table's CPU row keeps integral maps (flips, 90-degree rotations, integer shifts) on the exact
+    torch gather under backend 'auto', measured faster than the sampling kernel for pure pixel copies."""
+    fn = backend.compiled_for("warp_affine", images, matrix)
     if fn is None:
         return warp_affine_reference(images, matrix, out_h, out_w, fill)
     return fn(images, matrix, int(out_h), int(out_w), fill)
@@ -308,6 +299,41 @@ def augment_views(
         [B, 3, Ho, Wo] ``dtype``. The compiled kernel where the dispatch table picks it, the torch
         reference otherwise.
     """
+    Ho, Wo = _check_view_args(images, matrix, out_size, dtype, jitter, factors, order, blur, sigma)
+    factorsv, orderv, sigmav, meanv, stdv = _view_tensors(images.device, factors, order, sigma, mean, std)
+    args = (
+        images,
+        matrix,
+        Ho,
+        Wo,
+        jitter,
+        factorsv,
+        orderv,
+        grayscale,
+        blur,
+        sigmav,
+        solarize,
+        float(threshold),
+        meanv,
+        stdv,
+        dtype,
+        bool(channels_last),
+    )
+    return backend.call("augment_views", *args)
+
+
+def _check_view_args(
+    images: torch.Tensor,
+    matrix: torch.Tensor,
+    out_size: tuple[int, int],
+    dtype: torch.dtype,
+    jitter: torch.Tensor | None,
+    factors: torch.Tensor | None,
+    order: torch.Tensor | None,
+    blur: torch.Tensor | None,
+    sigma: torch.Tensor | None,
+) -> tuple[int, int]:
+    """Refuse ``augment_views`` arguments that do not fit together (ValueError, TypeError); returns (Ho, Wo) px."""
     if images.dim() != 4 or images.shape[1] != 3:
         raise ValueError(f"images must be RGB [B, 3, H, W], got shape {tuple(images.shape)}")
     B = images.shape[0]
@@ -324,29 +350,29 @@ def augment_views(
         raise ValueError("blur needs sigma [B] (blur std in px)")
     if blur is not None and min(Ho, Wo) < 2:
         raise ValueError(f"blur needs an output of at least 2x2 px, got {Ho}x{Wo}")
-    dev = images.device
-    empty = torch.empty(0, device=dev)
-    meanv = torch.as_tensor(mean, dtype=torch.float32, device=dev)
-    stdv = torch.as_tensor(std, dtype=torch.float32, device=dev)
-    args = (
-        images,
-        matrix,
-        Ho,
-        Wo,
-        jitter,
+    return Ho, Wo
+
+
+def _view_tensors(
+    device: torch.device,
+    factors: torch.Tensor | None,
+    order: torch.Tensor | None,
+    sigma: torch.Tensor | None,
+    mean: Sequence[float] | torch.Tensor,
+    std: Sequence[float] | torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The op's tensor inputs: factors [B, 4], order [B, 4], sigma [B] (empty [0] when absent), mean and std
+    [3] float32 on ``device``."""
+    empty = torch.empty(0, device=device)
+    meanv = torch.as_tensor(mean, dtype=torch.float32, device=device)
+    stdv = torch.as_tensor(std, dtype=torch.float32, device=device)
+    return (
         factors if factors is not None else empty,
         order if order is not None else empty,
-        grayscale,
-        blur,
         sigma if sigma is not None else empty,
-        solarize,
-        float(threshold),
         meanv,
         stdv,
-        dtype,
-        bool(channels_last),
     )
-    return backend.call("augment_views", *args)
 
 
 def _register_compiled() -> None:

@@ -89,8 +89,8 @@ def pair_scores(z_ref: torch.Tensor, z_t: torch.Tensor, shift: torch.Tensor) -> 
 
 def sqdist_logsumexp(rows: torch.Tensor, x: torch.Tensor, row_offset: int, scale: float) -> torch.Tensor:
     """rows [B, D], x [N, D] -> [B] float64 (see :func:`sqdist_logsumexp_reference`); compiled where the dispatch
-    table says so. The kernel has no backward, so inputs that require grad take the reference in every mode."""
-    fn = None if (rows.requires_grad or x.requires_grad) else backend.compiled_for("sqdist_logsumexp", rows, x)
+    table says so (inputs that require grad take the reference: the kernel has no backward)."""
+    fn = backend.compiled_for("sqdist_logsumexp", rows, x)
     if fn is None:
         return sqdist_logsumexp_reference(rows, x, row_offset, scale)
     return fn(rows, x, int(row_offset), float(scale))
@@ -154,7 +154,7 @@ def pairwise_logsumexp(x: torch.Tensor, scale: float, normalize: bool, block_row
     """``log sum_{i<j} exp(-scale ||x^_i - x^_j||^2)`` of x [N, D] (see :func:`pairwise_logsumexp_reference`):
     the compiled kernel where the dispatch table picks it (no backward: inputs that require grad take the
     reference), the torch reference otherwise."""
-    fn = None if x.requires_grad else backend.compiled_for("pairwise_logsumexp", x)
+    fn = backend.compiled_for("pairwise_logsumexp", x)
     if fn is None:
         return pairwise_logsumexp_reference(x, scale, normalize, block_rows)
     return fn(x, float(scale), bool(normalize), int(block_rows))
