@@ -89,6 +89,23 @@ def test_table_covers_every_compiled_op_with_a_reference():
     )
 
 
+def test_every_table_op_has_a_benchmark_factory():
+    """benchmarks/bench_ops.py's FACTORIES (read from its source: the benchmarks are not collected here) name
+    exactly the ops of the dispatch table, with or without a compiled core."""
+    import ast
+    import pathlib
+
+    src = pathlib.Path(__file__).resolve().parents[1] / "benchmarks" / "bench_ops.py"
+    tree = ast.parse(src.read_text())
+    node = next(
+        n.value
+        for n in tree.body
+        if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and n.target.id == "FACTORIES"
+    )
+    assert isinstance(node, ast.Dict)
+    assert {ast.literal_eval(k) for k in node.keys} == {op for op, _ in dispatch.KNOWN}
+
+
 @needs_core
 def test_availability_comes_from_the_loaded_core():
     """cpu: every op has a CPU kernel; cuda: exactly the ops the .cu sources register, and only in a CUDA build."""
