@@ -10,10 +10,15 @@ the ratio printed is reference min / kernel min (> 1: the kernel is faster). CPU
 (the kernels' OpenMP and torch's intra-op pool share that setting), so the ratio does not depend on how
 many other jobs share the cores. A table entry becomes an ``auto`` default only where this ratio is > 1
 on that device. Sizes are the regimes invfast runs the ops in (see each factory).
+
+    INVFAST_DISPATCH_EVIDENCE=invfast/dispatch_evidence.json python -m pytest benchmarks/bench_ops.py ...
+
+writes each measured ratio, with the run's machine, load and date, into the table's evidence file.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -26,6 +31,8 @@ from invfast import backend
 from invfast.ops import augment, hyper, invariance, synth, transforms_u8  # noqa: F401  (registers the references)
 
 ROUNDS = 3 if SMALL else 5
+#: set to the dispatch table's evidence file to record each measured ratio there (review the diff)
+EVIDENCE_ENV = "INVFAST_DISPATCH_EVIDENCE"
 
 
 def _pair_scores(dev: str) -> tuple:
@@ -330,3 +337,7 @@ def test_op_vs_reference(benchmark, record_ratio, op, dev):
         f"\n{op} [{dev}]: kernel {benchmark.stats.stats.min * 1e3:.2f} ms, reference {ref_min * 1e3:.2f} ms, "
         f"{ratio:.2f}x"
     )
+    evidence = os.environ.get(EVIDENCE_ENV)
+    if evidence:  # the dispatch table's evidence file (invfast/dispatch_evidence.json): this run replaces the record
+        regime = " ".join((FACTORIES[op].__doc__ or op).split())
+        dispatch.record_measurement(evidence, op, dev, ratio, regime, threads=1 if dev == "cpu" else old)

@@ -19,6 +19,7 @@ entries say so and every op runs its torch reference there.
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from collections.abc import Callable
@@ -112,74 +113,80 @@ _CUDA_UNMEASURED = (
 )
 _NO_CUDA_SYNTH = "off: no CUDA kernel (csrc/synth has CPU kernels only); the torch reference runs on the GPU"
 
-_CPU_RUN = "two runs, AMD EPYC, 2 cores shared with other jobs (load 5 and 11), 1 thread, torch 2.13 CPU, 2026-11-25"
+#: the measured evidence of the CPU rows, written by benchmarks/bench_ops.py (see the file's "about")
+EVIDENCE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dispatch_evidence.json")
 
 
-def _cpu(op: str, ratio: str, regime: str, more: str = "") -> str:
-    """Evidence text of a CPU entry measured by benchmarks/bench_ops.py."""
-    return (
-        f"benchmarks/bench_ops.py::test_op_vs_reference[{op}-cpu]: reference/kernel {ratio} ({regime}; "
-        f"{_CPU_RUN}){more}"
+def _load_evidence() -> dict[str, dict[str, Any]]:
+    with open(EVIDENCE_FILE, encoding="utf-8") as f:
+        return json.load(f)["evidence"]
+
+
+_EVIDENCE = _load_evidence()
+
+
+def record_measurement(path: str, op: str, device: str, ratio: float, regime: str, threads: int = 1) -> dict[str, Any]:
+    """Replace the evidence record of (op, device) in the evidence file at ``path`` by one benchmark run: the ratio
+    reference / kernel, the regime (the inputs) and this run (CPU model, cores, load, threads, torch, date); notes
+    from other benchmarks are kept. Returns the record. The maintainer reviews the diff before committing."""
+    import datetime
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    if os.path.exists("/proc/cpuinfo"):
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    run = (
+        f"one run, {cpu}, {os.cpu_count()} cores, load {load:.1f}, {threads} thread{'s' if threads != 1 else ''}, "
+        f"torch {torch.__version__}, {datetime.date.today().isoformat()}"
     )
+    with open(path, encoding="utf-8") as f:
+        doc = json.load(f)
+    old = doc["evidence"].get(f"{op}/{device}", {})
+    rec = {"ratio": [f"{ratio:.2f}"], "regime": regime, "run": run}
+    if old.get("notes"):
+        rec["notes"] = old["notes"]
+    doc["evidence"][f"{op}/{device}"] = rec
+    doc["evidence"] = dict(sorted(doc["evidence"].items()))
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(doc, f, indent=1, ensure_ascii=False)
+        f.write("\n")
+    os.replace(tmp, path)
+    return rec
+
+
+def measured(op: str, device: str) -> str:
+    """The evidence text of a measured row: its benchmark, the ratio reference / kernel, the regime and the run
+    (from :data:`EVIDENCE_FILE`), then any notes; 'off: measured slower ...' where the ratio is below 1."""
+    r = _EVIDENCE[f"{op}/{device}"]
+    text = (
+        f"benchmarks/bench_ops.py::test_op_vs_reference[{op}-{device}]: reference/kernel {'-'.join(r['ratio'])}x "
+        f"({r['regime']}; {r['run']})" + (f"; {r['notes']}" if r.get("notes") else "")
+    )
+    return text if min(float(v) for v in r["ratio"]) > 1 else "off: measured slower than the reference: " + text
 
 
 # fmt: off
 KNOWN: dict[tuple[str, str], Knowledge] = {
-    ("pair_scores", "cpu"): Knowledge("invariance", True, _cpu(
-        "pair_scores", "28.7-38.7x", "N=200 P=64 D=512 float32")),
-    ("sqdist_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
-        "sqdist_logsumexp", "2.67-3.25x", "512 rows x 4000, D=128"), NO_GRAD),
-    ("pairwise_logsumexp", "cpu"): Knowledge("invariance", True, _cpu(
-        "pairwise_logsumexp", "3.48-3.86x", "N=2000 float32, D=128, 256-row blocks; load 7-9",
-        "; benchmarks/bench_invariance.py::test_uniformity_vs_pdist_2000: 2.57-2.81x torch.pdist, 1 thread, load "
-        "3-11, 2026-11-25 (docs/performance.md)"), NO_GRAD),
-    ("knn_sqdist", "cpu"): Knowledge("invariance", True, _cpu(
-        "knn_sqdist", "19.1x", "4000 float32 rows, D=128, k=10, against the exact float64 reference; load 7",
-        "; benchmarks/bench_invariance.py::test_acr_vs_cdist_topk: 0.85-1.07x the float32 cdist + topk ACR used "
-        "before (which is not exact), load 3-5, 2026-11-25 (docs/performance.md)")),
-    ("merge_unit_moments_", "cpu"): Knowledge("invariance", True, (
-        "benchmarks/bench_ops.py::test_op_vs_reference[merge_unit_moments_-cpu]: reference/kernel 17.8x (16 images "
-        "x 16 views x 16384 float32 units; one run, AMD EPYC, 2 cores, load 0.8, 1 thread, torch 2.13 CPU, "
-        "2026-11-28); the per-layer measurement with units='elements' (issue 42, docs/performance.md)")),
-    ("hyper_generate", "cpu"): Knowledge("hyper", True, _cpu(
-        "hyper_generate", "1.47-2.15x", "B=8, 20 kernels, 1.8M rows, H=32",
-        "; benchmarks/bench_hyper.py::TestCPUGenerate: 1.25x (B=1) / 1.30x (B=8) the per-kernel loop, "
-        "Hyper-ResNet-50 width 64, Xeon AVX-512 idle, 2026-11-23 (docs/models.md)")),
-    ("hyper_generate_backward", "cpu"): Knowledge("hyper", True, _cpu(
-        "hyper_generate_backward", "1.33-1.35x", "B=8, 1.8M rows, H=32",
-        "; called by hyper_generate's compiled backward")),
-    ("synth_color", "cpu"): Knowledge("synth", True, _cpu("synth_color", "4.44-5.72x", "B=512 RGBA 32 px, all flags")),
-    ("synth_blur", "cpu"): Knowledge("synth", True, _cpu("synth_blur", "2.91-5.97x", "B=512 RGBA 32 px, 7 taps")),
-    ("synth_warp", "cpu"): Knowledge("synth", False, "off: measured slower than the reference: " + _cpu(
-        "synth_warp", "0.43-0.65x", "B=512 RGBA 32 px; 0.55-0.66x at B=64 and unpremultiplied")),
-    ("synth_composite", "cpu"): Knowledge("synth", True, _cpu(
-        "synth_composite", "2.11-2.49x", "B=512 32 px",
-        "; benchmarks/bench_synthetic.py::test_composite_compiled_vs_torch: 5.3x / 6.2x, 2 000 images, load "
-        "10 / 7, 2026-11-21 (docs/synthetic.md)")),
-    ("warp_affine", "cpu"): Knowledge("augment", True, _cpu(
-        "warp_affine", "2.12-2.46x", "B=16 uint8 96 px, P=32 rotations; 1.22x float32",
-        "; benchmarks/bench_transforms.py::test_compiled_warp_vs_torch_path: 2.6-2.9x, B=64, 2026-11-21 "
-        "(docs/transforms.md)"), NOT_PIXEL_COPIES),
-    ("warp_coords", "cpu"): Knowledge("augment", True, _cpu(
-        "warp_coords", "1.62-1.88x", "B=16 uint8 96 px, P=8 smooth fields; 1.50x float32 224 px, P=8",
-        "; an earlier run recorded 0.98x (docs/transforms.md, float32 224 px)")),
-    ("augment_views", "cpu"): Knowledge("augment", True, _cpu(
-        "augment_views", "7.31x", "Default-policy stages, B=16 uint8 160 px -> 128 px; load 7 (planes per image, "
-        "separable crop warp, vectorised colour and blur passes)",
-        "; the Policy runs it on CPU: benchmarks/bench_policies.py, 1 thread, B=64, load 6-7, 2026-11-25: "
-        "Default two views 3.38x its torch-ops path and 4.49-4.59x kornia at 224 px, 5.70-9.06x at 32 px; Spatial "
-        "7.89x (docs/performance.md)")),
+    ("pair_scores", "cpu"): Knowledge("invariance", True, measured("pair_scores", "cpu")),
+    ("sqdist_logsumexp", "cpu"): Knowledge("invariance", True, measured("sqdist_logsumexp", "cpu"), NO_GRAD),
+    ("pairwise_logsumexp", "cpu"): Knowledge("invariance", True, measured("pairwise_logsumexp", "cpu"), NO_GRAD),
+    ("knn_sqdist", "cpu"): Knowledge("invariance", True, measured("knn_sqdist", "cpu")),
+    ("merge_unit_moments_", "cpu"): Knowledge("invariance", True, measured("merge_unit_moments_", "cpu")),
+    ("hyper_generate", "cpu"): Knowledge("hyper", True, measured("hyper_generate", "cpu")),
+    ("hyper_generate_backward", "cpu"): Knowledge("hyper", True, measured("hyper_generate_backward", "cpu")),
+    ("synth_color", "cpu"): Knowledge("synth", True, measured("synth_color", "cpu")),
+    ("synth_blur", "cpu"): Knowledge("synth", True, measured("synth_blur", "cpu")),
+    ("synth_warp", "cpu"): Knowledge("synth", False, measured("synth_warp", "cpu")),
+    ("synth_composite", "cpu"): Knowledge("synth", True, measured("synth_composite", "cpu")),
+    ("warp_affine", "cpu"): Knowledge("augment", True, measured("warp_affine", "cpu"), NOT_PIXEL_COPIES),
+    ("warp_coords", "cpu"): Knowledge("augment", True, measured("warp_coords", "cpu")),
+    ("augment_views", "cpu"): Knowledge("augment", True, measured("augment_views", "cpu")),
 }
-_TT_RUN = ("one run, AMD EPYC, 2 cores shared with other jobs (load 7.5 falling to 5.7), 1 thread, torch 2.13 CPU, "
-           "2026-11-25")
-_TT_REGIME = "B=16 uint8 224 px, P=16"
-for _op, _ratio, _what in (("lut_u8", "2.17x", "brightness-like tables"), ("histogram_u8", "17.9x", "level counts"),
-                           ("blend_u8", "4.76x", "saturation factors"), ("hue_u8", "13.0x", "hue shifts"),
-                           ("blur_u8", "32.9x", "blur grid, sigma 0..20 px"),
-                           ("warp_affine_u8", "4.73x", "fractional rotations")):
-    KNOWN[(_op, "cpu")] = Knowledge("transforms", True, (
-        f"benchmarks/bench_ops.py::test_op_vs_reference[{_op}-cpu]: reference/kernel {_ratio} ({_TT_REGIME} {_what}; "
-        f"{_TT_RUN}); the test transforms' uint8 path (issue 29, docs/transforms.md)"))
+for _op in ("lut_u8", "histogram_u8", "blend_u8", "hue_u8", "blur_u8", "warp_affine_u8"):
+    KNOWN[(_op, "cpu")] = Knowledge("transforms", True, measured(_op, "cpu"))
     KNOWN[(_op, "cuda")] = Knowledge("transforms", False, "off: no CUDA kernel (csrc/transforms has CPU kernels only); "
                                      "the torch reference runs on the GPU")
 for _op in ("pairwise_logsumexp", "knn_sqdist"):

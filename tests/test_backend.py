@@ -89,6 +89,38 @@ def test_table_covers_every_compiled_op_with_a_reference():
     )
 
 
+def test_measured_evidence_lives_in_the_data_file_the_benchmark_writes(tmp_path, monkeypatch):
+    """The CPU rows' evidence is invfast/dispatch_evidence.json's (a default only where its ratio is > 1); the
+    benchmark's writer replaces one record with a run's ratio, regime, machine, load and date, keeping notes."""
+    import json
+    import shutil
+
+    doc = json.loads(open(dispatch.EVIDENCE_FILE, encoding="utf-8").read())["evidence"]
+    assert set(doc) <= {f"{op}/{dev}" for op, dev in dispatch.KNOWN}
+    for (op, dev), k in dispatch.KNOWN.items():
+        rec = doc.get(f"{op}/{dev}")
+        if k.default:
+            assert rec is not None and min(float(r) for r in rec["ratio"]) > 1, op
+        if rec is not None:
+            assert k.evidence == dispatch.measured(op, dev) and rec["regime"] in k.evidence and rec["run"] in k.evidence
+            assert k.default == (min(float(r) for r in rec["ratio"]) > 1), op
+    path = str(tmp_path / "evidence.json")
+    shutil.copy(dispatch.EVIDENCE_FILE, path)
+    rec = dispatch.record_measurement(path, "augment_views", "cpu", 3.14159, "B=2 test", threads=1)
+    after = json.loads(open(path, encoding="utf-8").read())["evidence"]
+    assert after["augment_views/cpu"] == rec and rec["ratio"] == ["3.14"] and rec["regime"] == "B=2 test"
+    assert "load " in rec["run"] and "1 thread," in rec["run"] and rec["notes"] == doc["augment_views/cpu"]["notes"]
+    assert {k: v for k, v in after.items() if k != "augment_views/cpu"} == {
+        k: v for k, v in doc.items() if k != "augment_views/cpu"
+    }
+    monkeypatch.setattr(dispatch, "_EVIDENCE", after)
+    assert dispatch.measured("augment_views", "cpu").startswith(
+        "benchmarks/bench_ops.py::test_op_vs_reference[augment_views-cpu]: reference/kernel 3.14x (B=2 test; one run"
+    )
+    after["augment_views/cpu"]["ratio"] = ["0.90"]
+    assert dispatch.measured("augment_views", "cpu").startswith("off: measured slower than the reference: ")
+
+
 def test_every_table_op_has_a_benchmark_factory():
     """benchmarks/bench_ops.py's FACTORIES (read from its source: the benchmarks are not collected here) name
     exactly the ops of the dispatch table, with or without a compiled core."""
