@@ -30,9 +30,9 @@ def _is_module(dotted: str, root: pathlib.Path) -> bool:
     )
 
 
-def _private_reexports(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+def _private_reexports(path: pathlib.Path, root: pathlib.Path = ROOT, public: bool = False) -> list[str]:
     """``from invfast.a import _b  # noqa: F401`` in ``path``: a private name of another module kept importable
-    through this one (the noqa says this module does not use it)."""
+    through this one (the noqa says this module does not use it); ``public``: any name, private or not."""
     text = path.read_text()
     lines = text.splitlines()
     found = []
@@ -43,7 +43,7 @@ def _private_reexports(path: pathlib.Path, root: pathlib.Path = ROOT) -> list[st
         if not re.search(r"noqa:[^\n]*F401", statement):
             continue
         for alias in node.names:
-            if alias.name.startswith("_") and not _is_module(f"{node.module}.{alias.name}", root):
+            if (public or alias.name.startswith("_")) and not _is_module(f"{node.module}.{alias.name}", root):
                 found.append(f"{path.relative_to(root)}:{node.lineno}: {alias.name} from {node.module}")
     return found
 
@@ -101,3 +101,11 @@ def test_no_module_offers_a_moved_name_in_its_all():
     """A package's ``__init__`` is its front door and gathers names; any other module lists only its own."""
     hits = [hit for p in _sources() if p.name != "__init__.py" for hit in _all_reexports(p)]
     assert not hits, "modules re-exporting names defined elsewhere:\n" + "\n".join(hits)
+
+
+def test_no_plain_module_keeps_unused_imports_for_others():
+    """Outside a package's ``__init__``, a name imported from another invfast module with ``noqa: F401`` (this
+    module does not use it) is there only for old importers: import it from its home instead."""
+    hits = [hit for p in _sources() if p.name != "__init__.py" for hit in _private_reexports(p, public=True)]
+    assert not hits, "names kept importable through a module that does not use them:\n" + "\n".join(hits)
+

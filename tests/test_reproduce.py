@@ -834,7 +834,7 @@ def test_moco_queue_size_is_the_library_default_or_a_multiple_of_the_batch():
 
 def test_warmup_is_a_fraction_of_each_pretraining_run_and_old_folders_resume_without_it(tmp_path):
     from invfast.reproduce import ConfigMismatchError
-    from invfast.reproduce.config import claim_folder
+    from invfast.reproduce.folders import claim_folder
     from invfast.reproduce.stages.context import Context
     from invfast.reproduce.stages.pretraining import train_config
 

@@ -208,7 +208,7 @@ def test_c4_c5_rank_the_amortised_models():
 def test_vit_fields_are_checked_and_old_folders_resume_without_them(tmp_path):
     from invfast.models import PromptViT, ViT
     from invfast.reproduce import ConfigMismatchError
-    from invfast.reproduce.config import claim_folder
+    from invfast.reproduce.folders import claim_folder
     from invfast.reproduce.presets import preset
     from invfast.reproduce.stages.context import encoder
 

@@ -1,5 +1,5 @@
-"""Configuration of ``invfast reproduce``: :class:`ReproduceConfig`, its presets, the on-disk format
-and the folder claim that keeps runs of different configurations apart."""
+"""Configuration of ``invfast reproduce``: :class:`ReproduceConfig` (its presets are in
+:mod:`invfast.reproduce.presets`; the on-disk format and the folder claim in :mod:`invfast.reproduce.folders`)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from invfast.config_base import Config, scheduling
-from invfast.reproduce.folders import (  # noqa: F401  (re-exported: the folder rules live there)
-    CONFIG_FILE,
-    FORMAT,
-    ConfigMismatchError,
-    check_disk,
-    claim_folder,
-)
 
 __all__ = [
     "ReproduceConfig",
