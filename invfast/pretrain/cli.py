@@ -188,13 +188,28 @@ def check_args(args: argparse.Namespace) -> None:
 
 def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tuple[Any, Any]:
     """(method, trainer) from parsed arguments; raises ValueError/FileNotFoundError on bad input."""
-    from invfast.data import heldout_source
-    from invfast.pretrain import data as D
-    from invfast.pretrain.descriptors import descriptor_set
-    from invfast.pretrain.key_queue import default_queue_size
-    from invfast.pretrain.methods import AmortisedMoCo, AmortisedSimCLR, MoCoV2, PretrainMethod, SimCLR
-    from invfast.pretrain.trainer import TrainConfig, Trainer
+    from invfast.pretrain.trainer import Trainer
 
+    amortised, policy_name = _check_method(args)
+    check_args(args)
+    source, heldout, size = _training_data(args)
+    aug_backend = _aug_backend(args.aug_backend, device)
+    descriptors = args.descriptors or "groups"
+    method = _pretrain_method(args, amortised, descriptors, policy_name, size, aug_backend, source)
+    cfg = _train_config(args, size, device)
+    meta = {
+        "arch": args.arch,
+        "width": args.width,
+        "policy": None if amortised else policy_name,
+        "descriptors": descriptors if amortised else None,
+        "aug_backend": aug_backend,
+    }
+    return method, Trainer(method, source, cfg, out=args.out, heldout=heldout, meta=meta, device=device)
+
+
+def _check_method(args: argparse.Namespace) -> tuple[bool, str]:
+    """(amortised, policy name) of --method and --policy; refuses unknown names or a policy for an amortised
+    method (ValueError)."""
     if args.method not in METHOD_NAMES:
         raise ValueError(f"unknown method {args.method!r}; choose one of {', '.join(METHOD_NAMES)}")
     amortised = args.method.startswith("ai-")
@@ -203,7 +218,13 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     policy_name = args.policy or "default"
     if policy_name not in POLICY_NAMES:
         raise ValueError(f"unknown policy {policy_name!r}; choose one of {', '.join(POLICY_NAMES)}")
-    check_args(args)
+    return amortised, policy_name
+
+
+def _training_data(args: argparse.Namespace) -> tuple[Any, Any, int]:
+    """(training source, held-out images, view side in px) of --data; refuses a batch larger than the data."""
+    from invfast.data import heldout_source
+    from invfast.pretrain import data as D
 
     probe = (
         D.open_training_source(args.data, load_size=1, workers=args.workers)
@@ -220,18 +241,37 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     if args.batch_size > len(source):
         raise ValueError(f"--batch-size {args.batch_size} is larger than the data set ({len(source)} images)")
     heldout = heldout_source(args.data, source)
+    return source, heldout, size
 
-    aug_backend = args.aug_backend
-    if aug_backend == "auto":
-        import importlib.util
 
-        from invfast.backend import backend_info
+def _aug_backend(name: str, device: torch.device) -> str:
+    """The augmentation pipeline of --aug-backend: 'auto' is DALI on a CUDA device where installed, else torch."""
+    if name != "auto":
+        return name
+    import importlib.util
 
-        has_dali = backend_info()["dali"] and importlib.util.find_spec("invfast.transforms.dali") is not None
-        aug_backend = "dali" if device.type == "cuda" and has_dali else "torch"
+    from invfast.backend import backend_info
+
+    has_dali = backend_info()["dali"] and importlib.util.find_spec("invfast.transforms.dali") is not None
+    return "dali" if device.type == "cuda" and has_dali else "torch"
+
+
+def _pretrain_method(
+    args: argparse.Namespace,
+    amortised: bool,
+    descriptors: str,
+    policy_name: str,
+    size: int,
+    aug_backend: str,
+    source: Any,
+) -> Any:
+    """The method of --method, its encoder seeded by --seed (the same initial weights on every rank) and its
+    augmentation policies at ``size`` px."""
     from invfast import transforms as T
+    from invfast.pretrain.descriptors import descriptor_set
+    from invfast.pretrain.key_queue import default_queue_size
+    from invfast.pretrain.methods import AmortisedMoCo, AmortisedSimCLR, MoCoV2, PretrainMethod, SimCLR
 
-    descriptors = args.descriptors or "groups"
     desc = descriptor_set(descriptors) if amortised else None
     torch.manual_seed(args.seed)  # identical initial weights on every rank
     if args.width is not None and args.width < 1:
@@ -251,7 +291,14 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
     else:
         aug = T.policy(policy_name, size=size, backend=aug_backend)
         method = MoCoV2(encoder, aug, **common, **moco) if args.method == "mocov2" else SimCLR(encoder, aug, **common)
-    cfg = TrainConfig(
+    return method
+
+
+def _train_config(args: argparse.Namespace, size: int, device: torch.device) -> Any:
+    """The :class:`TrainConfig` of the parsed arguments (--epochs defaults to DEFAULT_EPOCHS)."""
+    from invfast.pretrain.trainer import TrainConfig
+
+    return TrainConfig(
         batch_size=args.batch_size,
         epochs=args.epochs or DEFAULT_EPOCHS,
         steps=args.steps,
@@ -271,14 +318,6 @@ def build(args: argparse.Namespace, device: torch.device, world_size: int) -> tu
         device=str(device),
         amp=args.amp,
     )
-    meta = {
-        "arch": args.arch,
-        "width": args.width,
-        "policy": None if amortised else policy_name,
-        "descriptors": descriptors if amortised else None,
-        "aug_backend": aug_backend,
-    }
-    return method, Trainer(method, source, cfg, out=args.out, heldout=heldout, meta=meta, device=device)
 
 
 def _train(args: argparse.Namespace) -> int:

@@ -93,8 +93,21 @@ class Trainer:
         self.device = resolve_device(
             device if device is not None else self.config.device, local_rank=self.dist.local_rank
         )
+        self.local_batch, self.steps_per_epoch, self.total_steps = self._step_plan()
+        self.channels_last = self._place_method()
+        self.optimizer, self.scheduler = self._optimization()
+        self.online: torch.nn.Module = self._online_network()
+        self.step = 0
+        self._window = run_log.Window()  # the loss (and timings) the next log record averages
+        self._perm_epoch: int | None = None
+        self._perm: torch.Tensor | None = None
+        self.history: list[dict] = []
+
+    def _step_plan(self) -> tuple[int, int, int]:
+        """(images per process per step, steps per epoch, steps of the run); refuses a global batch that
+        the data set, the processes or the key queue cannot take (ValueError)."""
         cfg = self.config
-        n = len(source)
+        n = len(self.source)
         if cfg.batch_size > n:
             raise ValueError(
                 f"batch_size {cfg.batch_size} is larger than the data set ({n} images); use --batch-size <= {n}"
@@ -104,35 +117,42 @@ class Trainer:
                 f"the global batch size {cfg.batch_size} must be divisible by the number of "
                 f"processes ({self.dist.world_size})"
             )
-        self.local_batch = cfg.batch_size // self.dist.world_size
-        self.steps_per_epoch = n // cfg.batch_size
-        self.total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * self.steps_per_epoch
-        queue = getattr(method, "queue", None)
+        local_batch = cfg.batch_size // self.dist.world_size
+        steps_per_epoch = n // cfg.batch_size
+        total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * steps_per_epoch
+        queue = getattr(self.method, "queue", None)
         if queue is not None and queue.size % cfg.batch_size:
             raise ValueError(
                 f"the queue size ({queue.size}) must be divisible by the global batch size "
                 f"({cfg.batch_size}); e.g. use queue size {max(1, queue.size // cfg.batch_size) * cfg.batch_size}"
             )
-        method.to(self.device)
-        self.channels_last = use_channels_last(cfg.channels_last, self.device, method)
-        if self.channels_last:
-            method.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack it
-        params = [p for p in method.online.parameters() if p.requires_grad]
-        self.optimizer = build_optimizer(params, cfg)
+        return local_batch, steps_per_epoch, total_steps
+
+    def _place_method(self) -> bool:
+        """Move the method to the device, in channels-last memory where that pays; returns whether it does."""
+        self.method.to(self.device)
+        use = use_channels_last(self.config.channels_last, self.device, self.method)
+        if use:
+            self.method.to(memory_format=torch.channels_last)  # type: ignore[call-overload]  # the stubs lack it
+        return use
+
+    def _optimization(self) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+        """The optimiser of the online network's trainable parameters and its per-step learning-rate schedule."""
+        cfg = self.config
+        params = [p for p in self.method.online.parameters() if p.requires_grad]
+        optimizer = build_optimizer(params, cfg)
         sched = lr_multiplier(cfg.schedule, self.total_steps, cfg.warmup_steps)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, sched)
-        self.online: torch.nn.Module = method.online
+        return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, sched)
+
+    def _online_network(self) -> torch.nn.Module:
+        """The online network this process trains: wrapped in DDP when there are several processes."""
         if self.dist.world_size > 1:
-            self.online = DistributedDataParallel(
-                method.online,
+            return DistributedDataParallel(
+                self.method.online,
                 device_ids=[self.device.index] if self.device.type == "cuda" else None,
-                find_unused_parameters=method.n_descriptors > 1,
+                find_unused_parameters=self.method.n_descriptors > 1,
             )
-        self.step = 0
-        self._window = run_log.Window()  # the loss (and timings) the next log record averages
-        self._perm_epoch: int | None = None
-        self._perm: torch.Tensor | None = None
-        self.history: list[dict] = []
+        return self.method.online
 
     # ------------------------------------------------------------------ identity
     def run_config(self) -> dict:

@@ -159,18 +159,7 @@ class InvarianceProbe:
         """x: model inputs [N, ...] (e.g. images [N, 3, H, W]); y: labels [N] or targets [N] / [N, T]."""
         k = self._check_config()
         x = as_features(x, "x", ndim=None).detach()
-        n = x.shape[0]
-        if self.task == "classification":
-            y = as_labels(y, "y", n)
-            self.classes_, y_idx = torch.unique(y, return_inverse=True)
-            n_out = len(self.classes_)
-            target = y_idx
-        else:
-            y = as_features(y, "y", ndim=None).detach()
-            if y.shape[0] != n:
-                raise ValueError(f"y has {y.shape[0]} rows but x has {n}")
-            target = y.reshape(n, -1).float()
-            n_out = target.shape[1]
+        target, n_out = self._targets(y, x.shape[0])
         device = next(self.model.parameters()).device
         was_training = self.model.training
         grads = [p.requires_grad for p in self.model.parameters()]
@@ -178,39 +167,9 @@ class InvarianceProbe:
         for p in self.model.parameters():
             p.requires_grad_(False)
         try:
-            init = torch.full((k,), float(self.init), device=device)
-            raw = torch.logit(init) if self.constraint == "sigmoid" else init.clone()
-            raw.requires_grad_(True)
-            feats0 = self._features(x.to(device), self._descriptor(raw).detach())
-            head = nn.Linear(feats0.shape[1], n_out).to(device)
-            if self.ridge_init:
-                self._ridge_init(head, feats0, target.to(device))
-            opt = torch.optim.Adam(
-                [
-                    {"params": head.parameters(), "lr": self.lr, "weight_decay": self.weight_decay},
-                    {"params": [raw], "lr": self.lr_i},
-                ]
-            )
-            gen = torch.Generator().manual_seed(self.seed)
-            forward_features = self._forward_features()
-            self.history_, i_hist = [], []
-            for _ in track(range(self.epochs), desc="InvarianceProbe", disable=not self.verbose):
-                perm = torch.randperm(n, generator=gen)
-                total = 0.0
-                for s in range(0, n, self.batch_size):
-                    idx = perm[s : s + self.batch_size]
-                    xb, tb = x[idx].to(device), target[idx].to(device)
-                    out = head(forward_features(xb, self._descriptor(raw)))
-                    loss = F.cross_entropy(out, tb) if self.task == "classification" else F.mse_loss(out, tb)
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    opt.step()
-                    if self.constraint == "project":
-                        with torch.no_grad():
-                            raw.clamp_(0.0, 1.0)
-                    total += float(loss.detach()) * len(idx)
-                self.history_.append(total / n)
-                i_hist.append(self._descriptor(raw).detach().cpu())
+            raw = self._initial_raw(k, device)
+            head = self._initial_head(x, target, raw, n_out, device)
+            i_hist = self._train_epochs(x, target, raw, head, device)
         finally:
             for p, g in zip(self.model.parameters(), grads):
                 p.requires_grad_(g)
@@ -222,6 +181,69 @@ class InvarianceProbe:
         self.i_ = (quantize(cont, self.quantize_bits) if self.quantize_bits is not None else cont).cpu()
         self.i_history_ = torch.stack(i_hist)
         return self
+
+    def _targets(self, y: Any, n: int) -> tuple[torch.Tensor, int]:
+        """The training targets, class indices [N] (sets ``classes_``) or floats [N, T], and the head's outputs."""
+        if self.task == "classification":
+            y = as_labels(y, "y", n)
+            self.classes_, y_idx = torch.unique(y, return_inverse=True)
+            return y_idx, len(self.classes_)
+        y = as_features(y, "y", ndim=None).detach()
+        if y.shape[0] != n:
+            raise ValueError(f"y has {y.shape[0]} rows but x has {n}")
+        target = y.reshape(n, -1).float()
+        return target, target.shape[1]
+
+    def _initial_raw(self, k: int, device: torch.device) -> torch.Tensor:
+        """The descriptor's trained parameter [K] at ``init`` (its logit under 'sigmoid'), requiring grad."""
+        init = torch.full((k,), float(self.init), device=device)
+        raw = torch.logit(init) if self.constraint == "sigmoid" else init.clone()
+        raw.requires_grad_(True)
+        return raw
+
+    def _initial_head(
+        self, x: torch.Tensor, target: torch.Tensor, raw: torch.Tensor, n_out: int, device: torch.device
+    ) -> nn.Linear:
+        """The linear head [D -> n_out] on the features at the initial descriptor (ridge fit if ``ridge_init``)."""
+        feats0 = self._features(x.to(device), self._descriptor(raw).detach())
+        head = nn.Linear(feats0.shape[1], n_out).to(device)
+        if self.ridge_init:
+            self._ridge_init(head, feats0, target.to(device))
+        return head
+
+    def _train_epochs(
+        self, x: torch.Tensor, target: torch.Tensor, raw: torch.Tensor, head: nn.Linear, device: torch.device
+    ) -> list[torch.Tensor]:
+        """Adam on head and descriptor over ``epochs`` shuffled passes; sets ``history_`` (mean loss per epoch)
+        and returns the descriptor [K] after each epoch."""
+        opt = torch.optim.Adam(
+            [
+                {"params": head.parameters(), "lr": self.lr, "weight_decay": self.weight_decay},
+                {"params": [raw], "lr": self.lr_i},
+            ]
+        )
+        gen = torch.Generator().manual_seed(self.seed)
+        forward_features = self._forward_features()
+        n = x.shape[0]
+        self.history_, i_hist = [], []
+        for _ in track(range(self.epochs), desc="InvarianceProbe", disable=not self.verbose):
+            perm = torch.randperm(n, generator=gen)
+            total = 0.0
+            for s in range(0, n, self.batch_size):
+                idx = perm[s : s + self.batch_size]
+                xb, tb = x[idx].to(device), target[idx].to(device)
+                out = head(forward_features(xb, self._descriptor(raw)))
+                loss = F.cross_entropy(out, tb) if self.task == "classification" else F.mse_loss(out, tb)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if self.constraint == "project":
+                    with torch.no_grad():
+                        raw.clamp_(0.0, 1.0)
+                total += float(loss.detach()) * len(idx)
+            self.history_.append(total / n)
+            i_hist.append(self._descriptor(raw).detach().cpu())
+        return i_hist
 
     def _ridge_init(self, head: nn.Linear, feats: torch.Tensor, target: torch.Tensor) -> None:
         f = feats.double()

@@ -15,7 +15,6 @@ meets ``tol``, and the directional derivative still decides.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -78,12 +77,8 @@ def lbfgs(
     """
     nf, shape, dev = x0.shape[0], x0.shape, x0.device
     call = _flat(fun, shape)
-    pre = (
-        (lambda v, idx: v)
-        if precond is None
-        else (lambda v, idx: precond(v.view(-1, *shape[1:]), idx).reshape(v.shape[0], -1))
-    )
-    measure = (lambda g: g.abs().amax(1)) if grad_norm is None else (lambda g: grad_norm(g.view(-1, *shape[1:])))
+    pre = _flat_precond(precond, shape)
+    measure = _flat_measure(grad_norm, shape)
     everyone = torch.arange(nf, device=dev)
     x = x0.reshape(nf, -1).clone()
     f, g = call(x, everyone)
@@ -92,34 +87,17 @@ def lbfgs(
     gnorm = measure(g)
     done = gnorm <= tol
     stalled = torch.zeros_like(done)
-    gamma = torch.ones(nf, dtype=x.dtype, device=dev)
-    if mem:
-        gamma = _scale(mem[-1][0], mem[-1][1], pre(mem[-1][1], everyone), gamma)
+    gamma = _initial_scale(mem, pre, everyone, x.dtype)
     for _ in range(max_iter):
         idx = torch.nonzero(~done).flatten()
         if idx.numel() == 0:
             break
         every = idx.numel() == nf  # no gathers while every problem is running
         gi = g if every else g[idx]
-        pairs = mem if every else [(s[idx], y[idx], r[idx]) for s, y, r in mem]
-        p = -_two_loop(gi, pairs, gamma if every else gamma[idx], functools.partial(pre, idx=idx))
-        slope = (gi * p).sum(1)
-        bad = ~(slope < 0)  # not a descent direction (or NaN): restart from the preconditioned gradient
-        if bool(bad.any()):
-            p[bad] = -pre(gi, idx)[bad]
-            slope = (gi * p).sum(1)
+        p, slope = _direction(gi, mem, gamma, pre, idx, every)
         xi, fi = (x, f) if every else (x[idx], f[idx])
         x_new, f_new, g_new, ok, noisy = _line_search(call, xi, fi, gi, p, slope, idx, c1, f_rtol, max_backtracks)
-        s, yv = x_new - xi, g_new - gi
-        sy = (s * yv).sum(1)
-        good = ok & (sy > 1e-10 * s.norm(dim=1) * yv.norm(dim=1))
-        if bool(good.any()):
-            rho = torch.where(good, 1.0 / torch.where(good, sy, torch.ones_like(sy)), torch.zeros_like(sy))
-            s, yv = s * good[:, None], yv * good[:, None]
-            gamma[idx] = torch.where(good, _scale(s, yv, pre(yv, idx), gamma[idx]), gamma[idx])
-            if not every:
-                s, yv, rho = _scatter(s, idx, nf), _scatter(yv, idx, nf), _scatter(rho, idx, nf)
-            mem = (mem + [(s, yv, rho)])[-history:]
+        mem = _remember(mem, x_new - xi, g_new - gi, ok, gamma, idx, every, pre, history)
         x[idx] = torch.where(ok[:, None], x_new, xi)
         f[idx] = torch.where(ok, f_new, fi)
         g[idx] = torch.where(ok[:, None], g_new, gi)
@@ -130,6 +108,80 @@ def lbfgs(
         stalled[idx] = stuck
         done[idx] = conv | stuck
     return LBFGSResult(x.view(shape), f, gnorm, n_iter, gnorm <= tol, stalled, [(s, y) for s, y, _ in mem])
+
+
+def _flat_precond(precond: Preconditioner | None, shape: torch.Size) -> Preconditioner:
+    """``precond`` on flattened vectors [a, P] (P = prod(shape[1:])); the identity when None."""
+    if precond is None:
+        return lambda v, idx: v
+    return lambda v, idx: precond(v.view(-1, *shape[1:]), idx).reshape(v.shape[0], -1)
+
+
+def _flat_measure(
+    grad_norm: Callable[[torch.Tensor], torch.Tensor] | None, shape: torch.Size
+) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The stopping measure [a] of flattened gradients [a, P]: ``grad_norm`` on the original shape, else max |g|."""
+    if grad_norm is None:
+        return lambda g: g.abs().amax(1)
+    return lambda g: grad_norm(g.view(-1, *shape[1:]))
+
+
+def _initial_scale(
+    mem: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    pre: Preconditioner,
+    everyone: torch.Tensor,
+    dtype: torch.dtype,
+) -> torch.Tensor:
+    """γ [F] of the first H0 = γ·P: from the newest given pair, 1 where there is none or it is unusable."""
+    gamma = torch.ones(everyone.numel(), dtype=dtype, device=everyone.device)
+    if mem:
+        gamma = _scale(mem[-1][0], mem[-1][1], pre(mem[-1][1], everyone), gamma)
+    return gamma
+
+
+def _direction(
+    g: torch.Tensor,
+    mem: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    gamma: torch.Tensor,
+    pre: Preconditioner,
+    idx: torch.Tensor,
+    every: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Search direction p [a, P] and slope gᵀp [a] of the running problems ``idx`` [a] (g [a, P])."""
+    pairs = mem if every else [(s[idx], y[idx], r[idx]) for s, y, r in mem]
+    p = -_two_loop(g, pairs, gamma if every else gamma[idx], lambda v: pre(v, idx))
+    slope = (g * p).sum(1)
+    bad = ~(slope < 0)  # not a descent direction (or NaN): restart from the preconditioned gradient
+    if bool(bad.any()):
+        p[bad] = -pre(g, idx)[bad]
+        slope = (g * p).sum(1)
+    return p, slope
+
+
+def _remember(
+    mem: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]],
+    s: torch.Tensor,
+    y: torch.Tensor,
+    ok: torch.Tensor,
+    gamma: torch.Tensor,
+    idx: torch.Tensor,
+    every: bool,
+    pre: Preconditioner,
+    history: int,
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """The newest ``history`` pairs after this step's (s, y) [a, P] of problems ``idx`` [a], zero (ρ = 0) where
+    unusable and scattered to [F, P]; refreshes ``gamma`` [F] in place where the pair is usable."""
+    sy = (s * y).sum(1)
+    good = ok & (sy > 1e-10 * s.norm(dim=1) * y.norm(dim=1))
+    if not bool(good.any()):
+        return mem
+    rho = torch.where(good, 1.0 / torch.where(good, sy, torch.ones_like(sy)), torch.zeros_like(sy))
+    s, y = s * good[:, None], y * good[:, None]
+    gamma[idx] = torch.where(good, _scale(s, y, pre(y, idx), gamma[idx]), gamma[idx])
+    if not every:
+        nf = gamma.shape[0]
+        s, y, rho = _scatter(s, idx, nf), _scatter(y, idx, nf), _scatter(rho, idx, nf)
+    return (mem + [(s, y, rho)])[-history:]
 
 
 def _pair(s: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
