@@ -42,7 +42,7 @@ class InvarianceProbe:
         epochs, batch_size: passes over the training set and minibatch size.
         lr: Adam learning rate of the head; lr_i: of the descriptor.
         weight_decay: L2 on the head weights (Adam weight decay).
-        ridge_init: initialise the head by ridge regression (penalty ``ridge_penalty``) on the
+        ridge_init: initialise the head by ridge regression (λ ``ridge_alpha``) on the
             features at the initial descriptor (one-hot targets for classification).
         constraint: 'project' (clamp to [0, 1] after each step) or 'sigmoid' (i = sigmoid(θ)).
         quantize_bits: None, or b for Q(i; b) with straight-through gradients.
@@ -63,7 +63,7 @@ class InvarianceProbe:
         lr_i: float = 5e-2,
         weight_decay: float = 0.0,
         ridge_init: bool = True,
-        ridge_penalty: float = 1e-3,
+        ridge_alpha: float = 1e-3,
         constraint: str = "project",
         quantize_bits: int | None = None,
         init: float = 0.5,
@@ -79,7 +79,7 @@ class InvarianceProbe:
         self.lr_i = lr_i
         self.weight_decay = weight_decay
         self.ridge_init = ridge_init
-        self.ridge_penalty = ridge_penalty
+        self.ridge_alpha = ridge_alpha
         self.constraint = constraint
         self.quantize_bits = quantize_bits
         self.init = init
@@ -99,7 +99,7 @@ class InvarianceProbe:
                 "lr_i",
                 "weight_decay",
                 "ridge_init",
-                "ridge_penalty",
+                "ridge_alpha",
                 "constraint",
                 "quantize_bits",
                 "init",
@@ -250,7 +250,7 @@ class InvarianceProbe:
         t = F.one_hot(target, head.out_features).double() if self.task == "classification" else target.double()
         mu_f, mu_t = f.mean(0), t.mean(0)
         fc, tc = f - mu_f, t - mu_t
-        a = fc.T @ fc + self.ridge_penalty * f.shape[0] * torch.eye(f.shape[1], dtype=f.dtype, device=f.device)
+        a = fc.T @ fc + self.ridge_alpha * f.shape[0] * torch.eye(f.shape[1], dtype=f.dtype, device=f.device)
         w = torch.linalg.solve(a, fc.T @ tc)  # [D, T]
         with torch.no_grad():
             head.weight.copy_(w.T.to(head.weight.dtype))
