@@ -108,4 +108,3 @@ def test_no_plain_module_keeps_unused_imports_for_others():
     module does not use it) is there only for old importers: import it from its home instead."""
     hits = [hit for p in _sources() if p.name != "__init__.py" for hit in _private_reexports(p, public=True)]
     assert not hits, "names kept importable through a module that does not use them:\n" + "\n".join(hits)
-

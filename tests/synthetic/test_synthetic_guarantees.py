@@ -19,7 +19,7 @@ from invfast.synthetic import Transforms2D, storage
 from invfast.synthetic.manifest import sha256
 
 pytestmark = pytest.mark.usefixtures("cli_env")
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPTS = ["--objects", "5", "--n", "40", "--shard-size", "16", "--batch-size", "8", "--no-progress"]
 DATA_FILES = ["images_00000.npy", "images_00001.npy", "images_00002.npy", "labels.npy", "manifest.json", "params.npy"]
 DEAD = 2**22 + 12345  # above pid_max on Linux by default: no live process has it

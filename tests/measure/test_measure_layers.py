@@ -95,7 +95,7 @@ def test_per_unit_variances_against_numpy(rng):
     """Transformational variance (over an image's views, averaged over images), sample variance (over
     images, averaged over views), their ratio and tmeasures's normalized variance (a ratio of standard
     deviations, ddof 1), identity view included once, vs float64 numpy (activations recomputed here, so
-    float32 rounding of another batching: rtol 1e-4; tests/test_measure_units.py checks 1e-12)."""
+    float32 rounding of another batching: rtol 1e-4; tests/measure/test_measure_units.py checks 1e-12)."""
     model = _net(2)
     x = torch.from_numpy(rng.integers(0, 256, (30, 3, 16, 16), dtype=np.uint8))
     t = Rot90()
@@ -224,6 +224,7 @@ def test_cli_layers_end_to_end(tmp_path, monkeypatch, capsys, rng):
     from invfast.cli import main
 
     monkeypatch.syspath_prepend(os.path.dirname(os.path.abspath(__file__)))
+    monkeypatch.syspath_prepend(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     x = rng.integers(0, 256, (40, 3, 16, 16), dtype=np.uint8)
     np.save(tmp_path / "x.npy", x)
     out = tmp_path / "out"

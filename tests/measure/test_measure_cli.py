@@ -130,7 +130,8 @@ def test_cli_world_size_two_equals_one(folder, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
     assert main(BASE + ["--data", f"folder:{folder}", "--out", str(one), "--no-plots"]) == 0
     env = os.environ.get("PYTHONPATH", "")
-    os.environ["PYTHONPATH"] = os.path.dirname(__file__) + (os.pathsep + env if env else "")
+    here = os.path.dirname(os.path.abspath(__file__))  # this module and the shared helpers one folder up
+    os.environ["PYTHONPATH"] = os.pathsep.join([here, os.path.dirname(here)] + ([env] if env else []))
     try:
         assert main(BASE + ["--data", f"folder:{folder}", "--out", str(two), "--no-plots", "--world-size", "2"]) == 0
     finally:

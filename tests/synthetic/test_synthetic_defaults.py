@@ -13,7 +13,7 @@ import pytest
 
 from invfast.data.synthetic import SYNTHETIC_DEFAULTS, parse_synthetic_spec, synthetic_help
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = ["docs/synthetic.md", "docs/data.md"]
 #: generate's option for each spec key
 OPTION = {

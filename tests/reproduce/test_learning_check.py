@@ -12,7 +12,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 @pytest.fixture(scope="module")
 def lc():
     spec = importlib.util.spec_from_file_location(
-        "learning_check", os.path.join(HERE, "..", "scripts", "learning_check.py")
+        "learning_check", os.path.join(HERE, "..", "..", "scripts", "learning_check.py")
     )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

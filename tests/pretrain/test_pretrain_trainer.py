@@ -74,7 +74,7 @@ def test_resume_after_sigkill(tmp_path):
     script.write_text(
         textwrap.dedent(f"""
         import sys, time, torch
-        sys.path.insert(0, {HERE!r})
+        sys.path[:0] = [{HERE!r}, {os.path.dirname(HERE)!r}]
         torch.set_num_threads(1)
         from test_pretrain_trainer import make, cfg
         from test_pretrain_fixtures import blob_images

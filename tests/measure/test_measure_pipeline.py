@@ -20,7 +20,7 @@ from invfast.data.folder import FolderSource
 from invfast.measure import measure_invariance
 from invfast.measure.engine import default_workers
 
-TESTS = os.path.dirname(os.path.abspath(__file__))
+TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shared test helpers
 
 
 def _folder(path, n=10, size=20, seed=4):

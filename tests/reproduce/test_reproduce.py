@@ -14,13 +14,13 @@ import numpy as np
 import pytest
 
 from invfast.cli import main
-from invfast.reproduce import config as RCfg
 from invfast.reproduce import findings as FR
 from invfast.reproduce import pipeline as R
 from invfast.reproduce import presets as RP
 from invfast.reproduce import sections as RS
 from invfast.reproduce import stages as S
 from invfast.reproduce.finding import NOT_RUN
+from invfast.reproduce.folders import check_disk
 from invfast.reproduce.sections import amortised as C13
 from invfast.reproduce.sections import fusion as F3
 from invfast.reproduce.sections import invariances as F1
@@ -232,7 +232,7 @@ def test_bad_input(tmp_path, capsys):
     assert "backgrounds must be" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     with pytest.raises(OSError, match="not enough disk space"):
-        RCfg.check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)
+        check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)
     assert main(["reproduce", "--preset", "tiny", "--print-config", "--out", str(tmp_path / "y")]) == 0
     assert json.loads(capsys.readouterr().out)["objects"] == 4
 
