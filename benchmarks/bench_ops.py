@@ -89,10 +89,12 @@ def _hyper_problem(dev: str, b: int) -> tuple:
 
 
 def _hyper_generate(dev: str) -> tuple:
+    """Hyper-ResNet weight generation: B=8 descriptors, 20 kernels, 1.8M rows, H=32."""
     return _hyper_problem(dev, 1 if SMALL else 8)
 
 
 def _hyper_generate_backward(dev: str) -> tuple:
+    """Its backward at the same sizes (B=8, 1.8M rows, H=32)."""
     hidden, weight, _, offs = _hyper_problem(dev, 1 if SMALL else 8)
     grad = torch.randn(hidden.shape[0], weight.shape[0], generator=torch.Generator().manual_seed(1)).to(dev)
     return grad, hidden, weight, offs
@@ -108,6 +110,7 @@ def _synth_batch(dev: str) -> tuple[torch.Tensor, torch.Generator]:
 
 
 def _synth_color(dev: str) -> tuple:
+    """Transforms-2D colour: B=512 RGBA objects of 32 px, a random set of the six colour flags each."""
     pm, g = _synth_batch(dev)
     b = pm.shape[0]
     return (
@@ -121,12 +124,14 @@ def _synth_color(dev: str) -> tuple:
 
 
 def _synth_blur(dev: str) -> tuple:
+    """Transforms-2D blur: B=512 RGBA objects of 32 px, 7 taps each."""
     pm, g = _synth_batch(dev)
     taps = torch.exp(-0.5 * (torch.arange(-3, 4.0).view(1, 7) / (torch.rand(pm.shape[0], 1, generator=g) + 0.3)) ** 2)
     return pm, (taps / taps.sum(1, keepdim=True)).to(dev)
 
 
 def _synth_warp(dev: str) -> tuple:
+    """Transforms-2D placement warp: B=512 RGBA objects of 32 px, random rotations and shifts."""
     pm, g = _synth_batch(dev)
     ang = torch.rand(pm.shape[0], generator=g) * 6.283
     inv = torch.stack([torch.stack([ang.cos(), -ang.sin()], 1), torch.stack([ang.sin(), ang.cos()], 1)], 1)
@@ -134,12 +139,14 @@ def _synth_warp(dev: str) -> tuple:
 
 
 def _synth_composite(dev: str) -> tuple:
+    """Transforms-2D compositing: B=512 objects of 32 px onto 64 uint8 backgrounds."""
     pm, g = _synth_batch(dev)
     bgs = torch.randint(0, 256, (64, 3, 32, 32), dtype=torch.uint8, generator=g)
     return pm, bgs.to(dev), torch.randint(0, 64, (pm.shape[0],), generator=g).to(dev)
 
 
 def _photos(dev: str, b: int, size: int) -> torch.Tensor:
+    """b uint8 noise images [b, 3, size, size] (a fixed seed)."""
     return (torch.rand(b, 3, size, size, generator=torch.Generator().manual_seed(0)) * 255).to(torch.uint8).to(dev)
 
 
@@ -221,15 +228,18 @@ def _lut_u8(dev: str) -> tuple:
 
 
 def _histogram_u8(dev: str) -> tuple:
+    """Per-image level counts of the test-transform batch (B=16 uint8 224 px)."""
     return (_test_transform_batch(dev)[0],)
 
 
 def _blend_u8(dev: str) -> tuple:
+    """The saturation test transform: B=16 uint8 224 px, P=16 factors 0.25..4 against luma."""
     images, p = _test_transform_batch(dev)
     return images, torch.linspace(0.25, 4.0, p).to(dev), "luma"
 
 
 def _hue_u8(dev: str) -> tuple:
+    """The hue test transform: B=16 uint8 224 px, P=16 shifts -0.5..0.5."""
     images, p = _test_transform_batch(dev)
     return images, torch.linspace(-0.5, 0.5, p).to(dev)
 
@@ -281,11 +291,13 @@ FACTORIES: dict[str, Callable[[str], tuple]] = {
 
 
 def _sync(dev: str) -> None:
+    """Wait for the device (CUDA) so a timing covers the work."""
     if dev == "cuda":
         torch.cuda.synchronize()
 
 
 def _timed(fn: Callable[[], Any], dev: str) -> float:
+    """Seconds one call of ``fn`` takes on ``dev``."""
     t0 = time.perf_counter()
     fn()
     _sync(dev)
@@ -297,6 +309,7 @@ def test_every_op_has_a_benchmark():
     from invfast import dispatch
 
     assert set(FACTORIES) == {op for op, _ in dispatch.KNOWN}
+    assert all(f.__doc__ for f in FACTORIES.values()), "a factory's docstring is its regime in the evidence file"
 
 
 @pytest.mark.parametrize("dev", ["cpu", "cuda"])
@@ -339,5 +352,5 @@ def test_op_vs_reference(benchmark, record_ratio, op, dev):
     )
     evidence = os.environ.get(EVIDENCE_ENV)
     if evidence:  # the dispatch table's evidence file (invfast/dispatch_evidence.json): this run replaces the record
-        regime = " ".join((FACTORIES[op].__doc__ or op).split())
+        regime = " ".join((FACTORIES[op].__doc__ or "").split()) + (" (INVFAST_BENCH_SMALL sizes)" if SMALL else "")
         dispatch.record_measurement(evidence, op, dev, ratio, regime, threads=1 if dev == "cpu" else old)
