@@ -144,10 +144,11 @@ def test_degenerate_and_capped_taps_follow_the_formula(rng):
         delta = torch.zeros_like(k)
         delta[:, (k.shape[1] - 1) // 2] = 1.0
         assert torch.equal(k, delta), kw
-    sigma = rng.uniform(0.5, 9.0, 6)
+    sigma = np.concatenate([rng.uniform(0.5, 9.0, 6), [0.7, 1.2, 9.0]])  # 0.7, 1.2: radius under a cap of 5
     for cap in (2, 5):
+        radius = np.minimum(np.floor(3.0 * sigma + 0.5), cap)  # truncated at 3 sigma, then capped
         xs = np.arange(-cap, cap + 1)
-        ref = np.exp(-0.5 * (xs[None] / sigma[:, None]) ** 2)
+        ref = np.exp(-0.5 * (xs[None] / sigma[:, None]) ** 2) * (np.abs(xs)[None] <= radius[:, None])
         got = gaussian_taps(torch.from_numpy(sigma), max_radius=cap).numpy()
         np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), atol=1e-15, rtol=0)
     xs = np.linspace(-11, 11, 23)
