@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from invfast import _loader
+from invfast._validate import compiling
 
 DEVICES = ("cpu", "cuda")
 MODES = ("auto", "compiled", "reference")
@@ -58,8 +59,6 @@ def _no_grad(*args: Any) -> bool:
 def _not_pixel_copies(*args: Any) -> bool:
     """(images, matrix, ...): some map is not integral, or the call is being compiled (the kernel serves integral
     maps there too: the same pixels, no data-dependent branch); without a matrix, true."""
-    from invfast._validate import compiling
-
     matrix = args[1] if len(args) > 1 and isinstance(args[1], torch.Tensor) else None
     return matrix is None or compiling() or not bool((matrix == torch.round(matrix)).all())
 

@@ -166,14 +166,11 @@ class MeasureConfig(Config):
         _positive_int(self, "n_images", optional=True)
         _positive_int(self, "crop", optional=True)
         _positive_int(self, "workers", low=0, optional=True)
-        if isinstance(self.protocol_seed, bool) or not isinstance(self.protocol_seed, int) or self.protocol_seed < 0:
-            raise ValueError(f"protocol_seed must be an integer >= 0, got {self.protocol_seed!r}")
-        for k in ("save_every", "feature_cache_mb", "equivariance_mb"):
+        _positive_int(self, "protocol_seed", low=0)
+        for k in ("save_every", "feature_cache_mb", "equivariance_mb", "eps"):
             v = getattr(self, k)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
                 raise ValueError(f"{k} must be a number >= 0, got {v!r}")
-        if isinstance(self.eps, bool) or not isinstance(self.eps, (int, float)) or not self.eps >= 0:
-            raise ValueError(f"eps must be a number >= 0, got {self.eps!r}")
 
     def _check_flags(self) -> None:
         """On/off fields, some with None for 'decide for the device'."""

@@ -157,7 +157,8 @@ class Trainer:
     # ------------------------------------------------------------------ identity
     def run_config(self) -> dict:
         """Everything that determines the result; a checkpoint resumes only under the same values."""
-        fields = {k: v for k, v in dataclasses.asdict(self.config).items() if k in self.config.numbers()}
+        numbers = self.config.numbers()
+        fields = {k: v for k, v in dataclasses.asdict(self.config).items() if k in numbers}
         cfg = without_added_defaults(fields, ADDED_FIELDS)
         cfg["lr"] = self.config.base_lr()
         cfg.update({f"method.{k}": v for k, v in self.method.config().items()})
