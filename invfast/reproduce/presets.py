@@ -57,11 +57,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         vit_heads=2,
         vit_epochs=1,
     ),
-    # 3 seeds in about 14 minutes on 2 idle CPU cores (measured; docs/reproduce.md), the amortised model
-    # (finding 5) included: stages in 2 processes of 1 thread each (on a width-8 network a second process
-    # adds more than a second thread), a width-8 ResNet for 35 epochs (fewer left Default below 1.2x
-    # Random on some seed; at lr 0.06 it stayed at chance on one seed in three), the amortised one for 8,
-    # learning curves every 3 epochs
+    # 3 seeds in about 14 minutes on 2 idle CPU cores (13.6 measured with the 3 000-image probe set): stages in
+    # 2 processes of 1 thread each, a width-8 ResNet for 35 epochs, the amortised one for 8, learning curves
+    # every 3 epochs; why these values: docs/reproduce.md
     "quick": dict(
         threads=1,
         workers=2,

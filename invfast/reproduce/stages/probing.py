@@ -65,7 +65,7 @@ def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: Re
     out = {
         "mean": float(est.best_score_),
         "std": float(cv["std_test_score"][b]),
-        "best_penalty": float(est.alpha_),
+        "best_alpha": float(est.alpha_),
         "fold_scores": folds,
     }
     if "split0_converged" in cv:
