@@ -23,6 +23,7 @@ from invfast.measure.core import transform_grids
 from invfast.measure.protocol import PROTOCOLS, get_protocol
 from invfast.transforms import ericsson as E
 from invfast.transforms import ericsson_elastic as EE
+from invfast.transforms import ericsson_ops as Eo
 from invfast.transforms import registry
 
 
@@ -261,7 +262,7 @@ def test_pillow_resize_is_bit_exact(rng):
         H, W = (int(v) for v in rng.integers(1, 90, 2))
         h, w = (int(v) for v in rng.integers(1, 200, 2))
         a = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
-        got = E.resize_bilinear(to_tensor(a), (h, w))[0]
+        got = Eo.resize_bilinear(to_tensor(a), (h, w))[0]
         want = pil81_resize(Image.fromarray(a), (w, h))
         np.testing.assert_array_equal(to_hwc(got), want, err_msg=f"{H}x{W}->{h}x{w}")
 
@@ -342,7 +343,7 @@ def test_elastic_displacement_rms_is_the_originals(size):
     ~0.05 px and flat in sigma (scipy's gaussian_filter, the old field, fell from 0.023 to 0.004 px)."""
     H, W = size
     rms = []
-    for s in E.deform_grid(8)[:, 0].tolist():
+    for s in Eo.deform_grid(8)[:, 0].tolist():
         _, d = EE.elastic_params(
             torch.full((8,), s, dtype=torch.float64), torch.arange(8, dtype=torch.float64), (H, W), seed=0
         )

@@ -111,7 +111,10 @@ LONG_BY_DESIGN = {
     ("pretrain/cli.py", "add_arguments"): (95, "argparse declarations: the command's options as one flat list"),
     ("reproduce/cli.py", "add_arguments"): (71, "argparse declarations: the command's options as one flat list"),
     ("synthetic/cli.py", "add_arguments"): (61, "argparse declarations: the command's options as one flat list"),
-    ("transforms/builtin.py", "_records"): (166, "data: the table of the 18 built-in records, one entry each"),
+    ("transforms/builtin.py", "_records"): (
+        244,
+        "data: the table of the 18 built-in records, one entry each (with their published and DALI versions)",
+    ),
 }
 #: functions over the budget still to be split, each held at its length (empty since 0.4: add one only with a reason)
 TO_SPLIT: dict[tuple[str, str], int] = {}

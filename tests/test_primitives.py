@@ -136,7 +136,7 @@ def test_degenerate_and_capped_taps_follow_the_formula(rng):
     """Every blur (the blur transform, the fused views with their off-mask as sigma 0, Transforms-2D's fixed
     size, the Ericsson protocol's 23 linspace taps) calls gaussian_taps: a sigma too small to reach the next
     tap is a delta in each form, and a capped radius renormalises over the cut support (float64 numpy)."""
-    from invfast.transforms import ericsson
+    from invfast.transforms import ericsson_ops
 
     tiny = torch.tensor([0.0, 1e-9, 3e-7], dtype=torch.float64)
     for kw in ({}, {"max_radius": 5}, {"size": 7}, {"size": 23}):
@@ -153,7 +153,7 @@ def test_degenerate_and_capped_taps_follow_the_formula(rng):
         np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), atol=1e-15, rtol=0)
     xs = np.linspace(-11, 11, 23)
     ref = np.exp(-0.5 * (xs[None] / sigma[:, None]) ** 2)
-    got = ericsson.blur_kernels(torch.from_numpy(sigma)).numpy()
+    got = ericsson_ops.blur_kernels(torch.from_numpy(sigma)).numpy()
     np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), atol=1e-15, rtol=0)
 
 

@@ -99,11 +99,12 @@ def resize_center_crop(x: torch.Tensor, resize: int, crop: int) -> torch.Tensor:
     """torchvision 0.10 ``Resize(resize)`` + ``CenterCrop(crop)`` on PIL images: the shorter side becomes
     ``resize`` (the longer ``int(resize * long / short)``; width on ties), bilinear -- uint8 images exactly as
     Pillow resizes them, float ones with torch's antialiased bilinear
-    (:func:`invfast.transforms.ericsson.resize_bilinear`) -- then the centre ``crop`` (offsets rounded half to even).
+    (:func:`invfast.transforms.ericsson_ops.resize_bilinear`) -- then the centre ``crop`` (offsets rounded half to
+    even).
 
     x: [B, C, H, W] uint8 or float -> [B, C, crop, crop] in the dtype of ``x``.
     """
-    from invfast.transforms.ericsson import resize_bilinear
+    from invfast.transforms.ericsson_ops import resize_bilinear
 
     H, W = x.shape[-2:]
     if crop > resize:

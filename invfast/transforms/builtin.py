@@ -40,11 +40,23 @@ from invfast.ops import transforms_u8
 from invfast.ops.augment import warp
 from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv
 from invfast.transforms import affine as Af
+from invfast.transforms import ericsson_ops as Eo
 from invfast.transforms import functional as Fn
 from invfast.transforms import grids as G
-from invfast.transforms.transform import TestTransform, _no_check
+from invfast.transforms.transform import TestTransform, _no_check, check_k
 
 _CHUNK_ELEMENTS = 1 << 22  # float elements per intermediate chunk (16 MiB: stays cache-friendly)
+
+
+@dataclass(frozen=True)
+class DaliOp:
+    """A test transform as one DALI graph node: ``build(fn, types, x, a, H, W)``, with DALI's ``fn`` and
+    ``types`` modules passed in (this module does not import DALI), ``x`` the uint8 HWC images and ``a`` one
+    argument per sample: the parameter as a float32 scalar or, with ``matrix``, the affine's DALI matrix
+    [2, 3] (output -> input, corner coordinates)."""
+
+    build: Callable[..., Any]
+    matrix: bool = False
 
 
 @dataclass(frozen=True)
@@ -59,7 +71,10 @@ class Builtin:
     - ``float_op``: ``(t, x float [B, C, H, W], params [p], ctx, fill, was_u8) -> [B, p, C, H, W]``, run on
       chunks of parameters; ``prepare(x) -> ctx`` computes what every chunk shares once per batch;
 
-    and ``u8``, the uint8 op that replaces ``integer`` / ``float_op`` on uint8 input (compiled on the CPU).
+    and ``u8``, the uint8 op that replaces ``integer`` / ``float_op`` on uint8 input (compiled on the CPU);
+    ``published``, how Ericsson et al.'s evaluation code applies it where that differs (``protocol="ericsson"``,
+    :class:`~invfast.transforms.ericsson_ops.Published`); ``dali``, its DALI graph node where DALI has one
+    (:mod:`invfast.transforms.dali`).
     """
 
     name: str
@@ -73,6 +88,8 @@ class Builtin:
     float_op: Callable[..., torch.Tensor] | None = None
     prepare: Callable[[torch.Tensor], dict[str, torch.Tensor]] | None = None
     u8: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
+    published: Eo.Published | None = None
+    dali: DaliOp | None = None
 
     def apply(self, t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
         """The transform on checked ``images`` [B, C, H, W] and params ``p``: [B, P, C, H, W] in their dtype."""
@@ -177,6 +194,53 @@ def _sharpness(t: TestTransform, x: torch.Tensor, p: torch.Tensor, ctx: dict, fi
     return blend(xb, Fn.sharpness_degenerate(x, quantise=was_u8).unsqueeze(1), col)
 
 
+# ----------------------------------------------------------------------------------------------
+# DALI graph nodes (DALI's ``fn`` and ``types`` passed in)
+
+
+def _dali_flip(axis: str) -> DaliOp:
+    def build(fn: Any, types: Any, x: Any, a: Any, H: int, W: int) -> Any:
+        on = fn.cast(a, dtype=types.INT32)
+        return fn.flip(x, horizontal=on) if axis == "horizontal" else fn.flip(x, vertical=on, horizontal=0)
+
+    return DaliOp(build)
+
+
+def _dali_brightness(fn: Any, types: Any, x: Any, a: Any, H: int, W: int) -> Any:
+    return fn.brightness(x, brightness=a)
+
+
+def _dali_invert(fn: Any, types: Any, x: Any, a: Any, H: int, W: int) -> Any:
+    xi = fn.cast(x, dtype=types.FLOAT)
+    return fn.cast(a * (255.0 - xi) + (1.0 - a) * xi, dtype=types.UINT8)
+
+
+def _dali_grayscale(fn: Any, types: Any, x: Any, a: Any, H: int, W: int) -> Any:
+    gray = fn.color_space_conversion(x, image_type=types.RGB, output_type=types.GRAY)
+    g3 = fn.cast(fn.cat(gray, gray, gray, axis=2), dtype=types.FLOAT)
+    return fn.cast(a * g3 + (1.0 - a) * fn.cast(x, dtype=types.FLOAT), dtype=types.UINT8)  # DALI casts round
+
+
+def _dali_blur(fn: Any, types: Any, x: Any, a: Any, H: int, W: int) -> Any:
+    return fn.gaussian_blur(x, sigma=fn.cast(a, dtype=types.FLOAT) + 1e-6)
+
+
+def _dali_warp(fn: Any, types: Any, x: Any, a: Any, H: int, W: int) -> Any:
+    return fn.warp_affine(x, matrix=a, size=[H, W], fill_value=0, interp_type=types.INTERP_LINEAR, inverse_map=True)
+
+
+DALI_WARP = DaliOp(_dali_warp, matrix=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Ericsson et al.'s published versions (:mod:`invfast.transforms.ericsson_ops`)
+
+
+def _pillow(name: str, lo: float, hi: float) -> Eo.Published:
+    """A colour transform as Pillow's uint8 arithmetic, on the published ``linspace(lo, hi, k)`` grid."""
+    return Eo.Published(Eo.linear_grid(lo, hi), Eo.pillow(name), builtin_units=True)
+
+
 def affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(A [P, 2, 2], c [P, 2])`` float64 of an affine built-in's parameters ``p`` at size H x W: the output
     pixel ``o`` samples the source at ``A @ (o - centre) + c`` (pixel centres, :func:`invfast.transforms.
@@ -201,9 +265,35 @@ def _records() -> dict[str, Builtin]:
             lambda p: G.near(p[:, 0], 0) & G.near(p[:, 1], 0) & G.near(p[:, 2], 1) & G.near(p[:, 3], 1),
             G.crop_check,
             affine=Af.crop,
+            published=Eo.Published(
+                lambda k, resize, crop: Eo.crop_grid(k, resize),
+                Eo.resized_crop,
+                param_dim=4,
+                check=Eo.crop_check,
+                at_model_size=True,
+            ),
+            dali=DALI_WARP,
         ),
-        Builtin("hflip", "spatial", 1, G.binary_grid, on, G.binary_check("hflip"), affine=Af.flip(0)),
-        Builtin("vflip", "spatial", 1, G.binary_grid, on, G.binary_check("vflip"), affine=Af.flip(1)),
+        Builtin(
+            "hflip",
+            "spatial",
+            1,
+            G.binary_grid,
+            on,
+            G.binary_check("hflip"),
+            affine=Af.flip(0),
+            dali=_dali_flip("horizontal"),
+        ),
+        Builtin(
+            "vflip",
+            "spatial",
+            1,
+            G.binary_grid,
+            on,
+            G.binary_check("vflip"),
+            affine=Af.flip(1),
+            dali=_dali_flip("vertical"),
+        ),
         Builtin(
             "scale",
             "spatial",
@@ -212,6 +302,12 @@ def _records() -> dict[str, Builtin]:
             ones,
             G.range_check("scale", 0.0, None, "the factor", strict_lo=True),
             affine=Af.scale,
+            published=Eo.Published(
+                lambda k, resize, crop: Eo.scale_grid(k),
+                Eo.nearest(Eo.scale_data),
+                check=Eo.positive("scale", "the factor"),
+            ),
+            dali=DALI_WARP,
         ),
         Builtin(
             "shear",
@@ -221,6 +317,14 @@ def _records() -> dict[str, Builtin]:
             lambda p: (torch.remainder(p, 180.0) == 0).all(dim=1),
             G.shear_check,
             affine=Af.shear,
+            published=Eo.Published(
+                lambda k, resize, crop: Eo.shear_grid(k),
+                Eo.nearest(Eo.shear_data),
+                param_dim=2,
+                identity=lambda p: (p == 0).all(dim=1),
+                check=Eo.shear_check,
+            ),
+            dali=DALI_WARP,
         ),
         Builtin(
             "rotation",
@@ -229,6 +333,12 @@ def _records() -> dict[str, Builtin]:
             G.rotation_grid,
             lambda p: G.near(torch.remainder(p, 360.0), 0) | G.near(torch.remainder(p, 360.0), 360),
             affine=Af.rotation,
+            published=Eo.Published(
+                lambda k, resize, crop: Eo.rotation_grid(k),
+                Eo.nearest(Eo.rotate_data),
+                identity=lambda p: torch.remainder(p.double(), 360.0) == 0,
+            ),
+            dali=DALI_WARP,
         ),
         Builtin(
             "translation",
@@ -237,6 +347,8 @@ def _records() -> dict[str, Builtin]:
             G.translation_grid,
             lambda p: (p == 0).all(dim=1),
             affine=Af.translation,
+            published=Eo.Published(Eo.translation_grid, Eo.nearest(Eo.translation_data), param_dim=2),
+            dali=DALI_WARP,
         ),
         Builtin(
             "deform",
@@ -246,6 +358,12 @@ def _records() -> dict[str, Builtin]:
             lambda p: torch.zeros_like(p, dtype=torch.bool),
             G.range_check("deform", 0.0, None, "sigma", strict_lo=True),
             float_op=_deform,
+            published=Eo.Published(
+                lambda k, resize, crop: Eo.deform_grid(k),
+                Eo.elastic,
+                param_dim=2,
+                check=Eo.positive("deform", "sigma"),
+            ),
         ),
         Builtin(
             "grayscale",
@@ -257,6 +375,10 @@ def _records() -> dict[str, Builtin]:
             float_op=_grayscale,
             prepare=_gray,
             u8=u8.grayscale,
+            published=Eo.Published(
+                lambda k, resize, crop: G.binary_grid(check_k(k)), Eo.pillow("grayscale"), builtin_units=True
+            ),
+            dali=DaliOp(_dali_grayscale),
         ),
         Builtin(
             "brightness",
@@ -267,6 +389,8 @@ def _records() -> dict[str, Builtin]:
             G.range_check("brightness", 0.0, None, "the factor"),
             float_op=_brightness,
             u8=u8.brightness,
+            published=_pillow("brightness", 0.25, 5.0),
+            dali=DaliOp(_dali_brightness),
         ),
         Builtin(
             "contrast",
@@ -278,6 +402,7 @@ def _records() -> dict[str, Builtin]:
             float_op=_blend_with("mean"),
             prepare=_mean_luma,
             u8=u8.contrast,
+            published=_pillow("contrast", 0.25, 5.0),
         ),
         Builtin(
             "saturation",
@@ -289,6 +414,7 @@ def _records() -> dict[str, Builtin]:
             float_op=_blend_with("gray"),
             prepare=_gray,
             u8=u8.saturation,
+            published=_pillow("saturation", 0.25, 5.0),
         ),
         Builtin(
             "hue",
@@ -300,6 +426,7 @@ def _records() -> dict[str, Builtin]:
             float_op=_hue,
             prepare=_hsv,
             u8=u8.hue,
+            published=_pillow("hue", -0.5, 0.5),
         ),
         Builtin(
             "blur",
@@ -310,6 +437,13 @@ def _records() -> dict[str, Builtin]:
             G.range_check("blur", 0.0, None, "sigma"),
             float_op=_blur,
             u8=u8.blur,
+            published=Eo.Published(
+                Eo.linear_grid(1e-5, 20.0),
+                Eo.blur,
+                identity=lambda p: torch.exp(-0.5 / p.double().clamp_min(1e-12) ** 2) < 1e-12,
+                check=Eo.blur_check,
+            ),
+            dali=DaliOp(_dali_blur),
         ),
         Builtin(
             "sharpness",
@@ -320,6 +454,7 @@ def _records() -> dict[str, Builtin]:
             G.range_check("sharpness", 0.0, None, "the factor"),
             float_op=_sharpness,
             u8=u8.sharpness,
+            published=_pillow("sharpness", 1.0, 30.0),
         ),
         Builtin(
             "equalize",
@@ -340,6 +475,12 @@ def _records() -> dict[str, Builtin]:
             G.posterize_check,
             integer=_posterize,
             u8=u8.posterize,
+            published=Eo.Published(
+                lambda k, resize, crop: Eo.posterize_grid(k),
+                Eo.builtin_apply,
+                identity=lambda p: p == 8,
+                check=Eo.posterize_check,
+            ),
         ),
         Builtin(
             "invert",
@@ -350,6 +491,7 @@ def _records() -> dict[str, Builtin]:
             G.binary_check("invert"),
             integer=_switch(lambda u8: 255 - u8),
             u8=u8.invert,
+            dali=DaliOp(_dali_invert),
         ),
     ]
     return {r.name: r for r in records}

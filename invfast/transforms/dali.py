@@ -39,7 +39,7 @@ import torch
 
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
-from invfast.transforms.builtin import affine_params
+from invfast.transforms.builtin import RECORDS, affine_params
 from invfast.transforms.policy_config import PolicyConfig, policy_config
 from invfast.transforms.registry import get
 
@@ -51,19 +51,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without DALI
         "(or pip install invfast[dali]); the torch backend works without it"
     ) from exc
 
-DALI_TRANSFORMS = (
-    "crop",
-    "hflip",
-    "vflip",
-    "scale",
-    "shear",
-    "rotation",
-    "translation",
-    "brightness",
-    "grayscale",
-    "blur",
-    "invert",
-)
+#: the test transforms DALI has an operator for (each record's ``dali``)
+DALI_TRANSFORMS: tuple[str, ...] = tuple(n for n, r in RECORDS.items() if r.dali is not None)
 
 
 def _to_hwc_list(images: torch.Tensor) -> list[np.ndarray]:
@@ -370,7 +359,9 @@ def apply_test_transform(
     arrays = _to_hwc_list(images)
     samples = [arrays[b] for b in range(B) for _ in range(P)]
     per = [p[j] for _ in range(B) for j in range(P)]
-    if name in ("crop", "scale", "shear", "rotation", "translation"):
+    op = RECORDS[name].dali
+    assert op is not None
+    if op.matrix:
         mats = _corner_matrix(name, p, H, W)
         args = [mats[j] for _ in range(B) for j in range(P)]
     else:
@@ -382,21 +373,7 @@ def apply_test_transform(
         a = fn.external_source(source=lambda: args, batch=True)
         if device_id is not None:
             x = x.gpu()
-        if name in ("hflip", "vflip"):
-            on = fn.cast(a, dtype=types.INT32)
-            return fn.flip(x, horizontal=on) if name == "hflip" else fn.flip(x, vertical=on, horizontal=0)
-        if name == "brightness":
-            return fn.brightness(x, brightness=a)
-        if name == "invert":
-            xi = fn.cast(x, dtype=types.FLOAT)
-            return fn.cast(a * (255.0 - xi) + (1.0 - a) * xi, dtype=types.UINT8)
-        if name == "grayscale":
-            gray = fn.color_space_conversion(x, image_type=types.RGB, output_type=types.GRAY)
-            g3 = fn.cast(fn.cat(gray, gray, gray, axis=2), dtype=types.FLOAT)
-            return fn.cast(a * g3 + (1.0 - a) * fn.cast(x, dtype=types.FLOAT), dtype=types.UINT8)  # DALI casts round
-        if name == "blur":
-            return fn.gaussian_blur(x, sigma=fn.cast(a, dtype=types.FLOAT) + 1e-6)
-        return fn.warp_affine(x, matrix=a, size=[H, W], fill_value=0, interp_type=types.INTERP_LINEAR, inverse_map=True)
+        return op.build(fn, types, x, a, H, W)
 
     pl = pipe()
     pl.build()

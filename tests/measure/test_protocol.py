@@ -12,6 +12,7 @@ from invfast.measure import measure_invariance, measure_real_world
 from invfast.measure.protocol import PROTOCOLS, get_protocol, resample_indices, resize_center_crop
 from invfast.stats import FeatureStats
 from invfast.transforms import ericsson as E
+from invfast.transforms import ericsson_ops as Eo
 from invfast.transforms import registry
 from invfast.transforms.ericsson_elastic import elastic_params
 
@@ -64,7 +65,7 @@ def images():
 
 # ---------------------------------------------------------------------------------------------- grids
 def test_translation_grid_is_the_published_one():
-    g = E.translation_grid(256).numpy()
+    g = Eo.translation_grid(256).numpy()
     a = np.linspace(-16, 16, 17)[:16]
     assert g.shape == (256, 2)
     np.testing.assert_allclose(g, np.array([[x, y] for x in a for y in a]), atol=1e-6)
@@ -75,11 +76,11 @@ def test_translation_grid_is_the_published_one():
 
 
 def test_deform_grid_tiles_int_linspace():
-    g = E.deform_grid(256).numpy()
+    g = Eo.deform_grid(256).numpy()
     sig = np.linspace(10, 50, 8).astype(int)
     np.testing.assert_array_equal(g[:, 0], np.tile(sig, 32))
     np.testing.assert_array_equal(g[:, 1], np.arange(256))
-    assert E.deform_grid(10)[:, 0].tolist() == list(sig) + list(sig[:2])
+    assert Eo.deform_grid(10)[:, 0].tolist() == list(sig) + list(sig[:2])
 
 
 # ---------------------------------------------------------------------------------------------- affine with 1° shear
@@ -129,7 +130,7 @@ def test_blur_uses_a_fixed_23_tap_kernel(images):
             np.testing.assert_allclose(out[b, j], ref, atol=1e-9)
     np.testing.assert_allclose(out[:, 0], images.numpy(), atol=1e-12)  # sigma 1e-5: a delta kernel
     # the effective std saturates: sqrt((23² - 1) / 12) ≈ 6.63 px however large sigma is
-    k = E.blur_kernels(torch.tensor([20.0, 1e4])).numpy()
+    k = Eo.blur_kernels(torch.tensor([20.0, 1e4])).numpy()
     std = np.sqrt((k * xs**2).sum(1))
     assert 6.3 < std[0] < std[1] < math.sqrt((23**2 - 1) / 12) + 1e-9
     with pytest.raises(ValueError, match="larger than 11"):
