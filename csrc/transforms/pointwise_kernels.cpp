@@ -9,12 +9,7 @@
 #include <cmath>
 #include <cstring>
 
-// Bit-compatibility with the torch references: no fused multiply-add contraction in this file.
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "common/no_fp_contract.h"  // after every other include
 
 namespace invfast {
 namespace tt {

@@ -18,11 +18,7 @@
 #include <immintrin.h>
 #endif
 
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#elif defined(__GNUC__)
-#pragma GCC optimize("fp-contract=off")
-#endif
+#include "common/no_fp_contract.h"  // after every other include
 
 namespace invfast {
 namespace tt {
