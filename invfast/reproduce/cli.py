@@ -2,8 +2,8 @@
 synthetic data, each with a verdict computed from the numbers.
 
     invfast reproduce --quick --out report/          # E1-E3, S8, C1, C3: 3 seeds, 14 min on 2 idle cores
-    invfast reproduce --quick --paper speicher --out sp/   # all of Speicher et al. (S1-S8): 19.5 min
-    invfast reproduce --quick --paper ericsson --out er/   # E1-E5: 14 min; --paper chavhan (C1-C7): 18 min
+    invfast reproduce --quick --paper speicher --out sp/   # all of Speicher et al. (S1-S8): about 20 min
+    invfast reproduce --quick --paper ericsson --out er/   # E1-E5: about 17 min; --paper chavhan (C1-C7): 20
     invfast reproduce --quick --findings S2,S3 --out r/    # chosen findings (and only the stages they need)
     invfast reproduce --list-findings                # every finding id, its source, whether it is tested
     invfast reproduce --preset gpu --out report/     # one GPU (the default where CUDA exists; not yet run on one)
@@ -76,8 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         choices=["ericsson", "speicher", "chavhan", "all"],
         help=(
-            "every tested finding of one paper, or of all (--quick on 2 idle CPU cores: ericsson 14, speicher 19.5, "
-            "chavhan 14 minutes)"
+            "every tested finding of one paper, or of all (--quick on 2 idle CPU cores: ericsson about 17, speicher "
+            "and chavhan about 20, all 45 minutes)"
         ),
     )
     parser.add_argument(
