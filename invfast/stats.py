@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from invfast._validate import as_features
+from invfast.intra_op import serial_if_small
 
 _SHRINKAGE = ("trace", "ledoit-wolf", "none")
 
@@ -74,15 +75,16 @@ class FeatureStats:
         # statistics are not differentiated: no autograd graph held across batches
         x = x.detach().to(device=self.device, dtype=torch.float64)
         b = x.shape[0]
-        mean = x.mean(0)
-        c = x - mean
-        sq = (c * c).sum(1)
-        part = FeatureStats(device=self.device)
-        part.dim, part.n, part.mean = self.dim, b, mean
-        part.m2 = c.T @ c
-        part.m3 = (sq.unsqueeze(1) * c).sum(0)
-        part.m4 = (sq * sq).sum()
-        return self.merge(part)
+        with serial_if_small(b * self.dim * self.dim, x.device):
+            mean = x.mean(0)
+            c = x - mean
+            sq = (c * c).sum(1)
+            part = FeatureStats(device=self.device)
+            part.dim, part.n, part.mean = self.dim, b, mean
+            part.m2 = c.T @ c
+            part.m3 = (sq.unsqueeze(1) * c).sum(0)
+            part.m4 = (sq * sq).sum()
+            return self.merge(part)
 
     def merge(self, other: FeatureStats) -> FeatureStats:
         """Add another partial state into this one, exactly. Returns self."""
@@ -288,13 +290,14 @@ def upper_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     1.3x / 1.5x one dense product at 16 / 256 x 2048, ``benchmarks/bench_invariance.py``). Each entry sums
     the same products; the skipped ones are exact zeros."""
     d = w.shape[0]
-    if x.device.type != "cpu" or d < 256 or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
-        return torch.mm(x, w)  # the blocks write into one output (out=), which autograd cannot follow
-    out = torch.empty(x.shape[0], d, dtype=torch.result_type(x, w), device=x.device)
-    edges = [d * i // 4 for i in range(5)]
-    for a, b in zip(edges[:-1], edges[1:]):
-        torch.mm(x[:, :b], w[:b, a:b], out=out[:, a:b])
-    return out
+    with serial_if_small(x.shape[0] * d * d, x.device):
+        if x.device.type != "cpu" or d < 256 or (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+            return torch.mm(x, w)  # the blocks write into one output (out=), which autograd cannot follow
+        out = torch.empty(x.shape[0], d, dtype=torch.result_type(x, w), device=x.device)
+        edges = [d * i // 4 for i in range(5)]
+        for a, b in zip(edges[:-1], edges[1:]):
+            torch.mm(x[:, :b], w[:b, a:b], out=out[:, a:b])
+        return out
 
 
 def _lower_inverse(chol: torch.Tensor) -> torch.Tensor:

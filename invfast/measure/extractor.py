@@ -160,12 +160,13 @@ class FeatureExtractor:
         try:
             with ThreadPoolExecutor(len(parts)) as pool:
                 done = list(pool.map(call, parts))
+            # joined at one thread too: a copy this small waits longer for a descheduled peer than it saves
+            return (
+                {n: torch.cat([d[0][n] for d in done]) for n in done[0][0]},
+                {n: torch.cat([d[1][n] for d in done]) for n in done[0][1]},
+            )
         finally:
             torch.set_num_threads(threads)
-        return (
-            {n: torch.cat([d[0][n] for d in done]) for n in done[0][0]},
-            {n: torch.cat([d[1][n] for d in done]) for n in done[0][1]},
-        )
 
     def _call(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         ctx = (
