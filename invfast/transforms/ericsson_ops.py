@@ -23,20 +23,27 @@ from invfast.transforms.ericsson_elastic import elastic_apply, elastic_params
 from invfast.transforms.transform import check_k
 
 __all__ = [
+    "Apply",
     "BLUR_TAPS",
+    "Grid",
     "POSTERIZE_BITS",
-    "SHEAR_DEG",
     "Published",
+    "SHEAR_DEG",
     "blur",
+    "blur_check",
     "blur_kernels",
     "builtin_apply",
     "crop_boxes",
+    "crop_check",
     "crop_grid",
     "deform_grid",
     "elastic",
     "linear_grid",
     "nearest",
+    "never",
     "pillow",
+    "positive",
+    "posterize_check",
     "posterize_grid",
     "resize_bilinear",
     "resized_crop",
@@ -44,6 +51,7 @@ __all__ = [
     "rotation_grid",
     "scale_data",
     "scale_grid",
+    "shear_check",
     "shear_data",
     "shear_grid",
     "translation_data",
@@ -313,7 +321,7 @@ def never(p: torch.Tensor) -> torch.Tensor:
     return torch.zeros(p.shape[0], dtype=torch.bool, device="cpu")
 
 
-def first_column(p: torch.Tensor) -> torch.Tensor:
+def _first_column(p: torch.Tensor) -> torch.Tensor:
     return p if p.dim() == 1 else p[:, 0]
 
 
@@ -321,7 +329,7 @@ def positive(name: str, what: str) -> Callable[[torch.Tensor], None]:
     """A check that the first parameter column is > 0."""
 
     def check(p: torch.Tensor) -> None:
-        if bool((first_column(p) <= 0).any()):
+        if bool((_first_column(p) <= 0).any()):
             raise ValueError(f"{name}: {what} must be > 0")
 
     return check
