@@ -21,6 +21,9 @@ SERIAL_MACS = 2e7
 def serial_if_small(macs: float, device: torch.device | str = "cpu") -> Iterator[None]:
     """torch at one intra-op thread inside the block where ``macs`` (its multiply-adds) is below
     :data:`SERIAL_MACS` on the CPU; the caller's thread count otherwise and afterwards."""
+    if torch.compiler.is_compiling():  # a compiled graph's threads are not set from Python
+        yield
+        return
     threads = torch.get_num_threads()
     if torch.device(device).type != "cpu" or threads <= 1 or macs >= SERIAL_MACS:
         yield
