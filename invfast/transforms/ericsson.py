@@ -79,7 +79,6 @@ class EricssonTransform:
 
     name: str
     family: str
-    param_dim: int
     seed: int = 0
     resize: int = 256
     crop: int = 224
@@ -96,6 +95,11 @@ class EricssonTransform:
         if rec is None:
             raise KeyError(f"{self.name}: the published code applies it as the registry does; use registry.get")
         return rec
+
+    @property
+    def param_dim(self) -> int:
+        """1 for [P] parameters, m for [P, m] (the published grid's)."""
+        return self.published.param_dim
 
     @property
     def includes_preprocessing(self) -> bool:
@@ -157,7 +161,6 @@ def get(name: str, seed: int = 0, resize: int = 256, crop: int = 224) -> Any:
     return EricssonTransform(
         name=name,
         family=t.family,
-        param_dim=RECORDS[name].published.param_dim,  # type: ignore[union-attr]
         seed=seed,
         resize=int(resize),
         crop=int(crop),
