@@ -32,7 +32,8 @@ from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
 from invfast.pretrain.schedules import build_optimizer, lr_multiplier
 
-CHECKPOINT_FORMAT = "invfast.pretrain/1"
+#: /2: random draws keyed by ``synthetic.rng.derive_seed`` (a /1 checkpoint would not resume bit-identically)
+CHECKPOINT_FORMAT = "invfast.pretrain/2"
 CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
 #: every file a pretraining run writes in its output folder (recorded in the folder's marker)
@@ -241,7 +242,14 @@ class Trainer:
         ck = load_verified(
             path, what="pretraining checkpoint", fix="delete it to start over, or choose another --out folder"
         )
-        if not isinstance(ck, dict) or ck.get("format") != CHECKPOINT_FORMAT:
+        fmt = ck.get("format") if isinstance(ck, dict) else None
+        if isinstance(fmt, str) and fmt.startswith("invfast.pretrain/") and fmt != CHECKPOINT_FORMAT:
+            raise ValueError(
+                f"{path!r} was written by another version of invfast (format {fmt!r}, this one writes "
+                f"{CHECKPOINT_FORMAT!r}: its random draws are keyed differently), so it cannot be resumed exactly; "
+                "start over in another --out folder"
+            )
+        if fmt != CHECKPOINT_FORMAT:
             raise ValueError(f"{path!r} is not an invfast pretraining checkpoint")
         diff = config_difference(ck["config"], self.run_config(), "checkpoint")
         if diff:

@@ -15,8 +15,9 @@ from invfast.io import atomic_write_text, config_difference, output_lock
 from invfast.write_paths import clean_temporaries, refuse_links, write_root
 
 CONFIG_FILE = "config.json"
-#: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs)
-FORMAT = "invfast.reproduce/2"
+#: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs);
+#: /3: stage seeds and pretraining draws keyed by ``synthetic.rng.derive_seed``
+FORMAT = "invfast.reproduce/3"
 
 
 class ConfigMismatchError(ValueError):

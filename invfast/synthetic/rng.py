@@ -32,13 +32,30 @@ def text_key(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
 
 
+def _key(seed: int, parts: tuple[int | str, ...]) -> np.ndarray:
+    """The 64-bit key of (seed, *parts): ``mix`` of the seed, then one ``mix`` per part folded in by xor
+    (a string part by its :func:`text_key`)."""
+    k = mix(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF))
+    for p in parts:
+        part = text_key(p) if isinstance(p, str) else int(p) & 0xFFFFFFFFFFFFFFFF
+        k = mix(k ^ np.uint64(part))
+    return k  # a 0-d uint64 array
+
+
+def derive_seed(seed: int, *parts: int | str, bits: int = 63) -> int:
+    """A ``bits``-bit seed (a non-negative Python int) keyed by (seed, *parts): the one seed mixer of
+    invfast - pretraining's generators, reproduce's stage seeds and the synthetic data's sample keys all
+    derive from it. Distinct parts give independent seeds; the same parts always give the same seed."""
+    if not 1 <= bits <= 64:
+        raise ValueError(f"derive_seed: bits must be in 1..64, got {bits}")
+    return int(_key(seed, parts)) & ((1 << bits) - 1)
+
+
 def sample_keys(seed: int, split: str, indices: np.ndarray) -> np.ndarray:
     """Per-sample 64-bit keys [B] for ``indices`` of (seed, split)."""
     idx = np.asarray(indices, dtype=np.int64).astype(np.uint64)
     with np.errstate(over="ignore"):
-        k = mix(np.uint64(int(seed) & 0xFFFFFFFFFFFFFFFF))
-        k = mix(k ^ np.uint64(text_key(split)))
-        return mix(k + idx * _GOLDEN)
+        return mix(_key(seed, (split,)) + idx * _GOLDEN)
 
 
 def stream_bits(keys: np.ndarray, stream: str, count: int | None = None) -> np.ndarray:

@@ -4,7 +4,6 @@ folder, loaded models), stage seeds, the model names and the frozen feature extr
 from __future__ import annotations
 
 import os
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +12,7 @@ import torch
 
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
 from invfast.reproduce.config import ReproduceConfig
+from invfast.synthetic.rng import derive_seed
 
 __all__ = [
     "LABELS",
@@ -64,7 +64,7 @@ FUSIONS = {
 
 def stage_seed(seed: int, name: str) -> int:
     """A stable 31-bit seed for stage ``name`` derived from the master seed."""
-    return (zlib.crc32(f"{seed}/{name}".encode()) ^ (seed * 0x9E3779B1)) & 0x7FFFFFFF
+    return derive_seed(seed, name, bits=31)
 
 
 @dataclass
