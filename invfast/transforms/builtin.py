@@ -503,21 +503,3 @@ SPATIAL: tuple[str, ...] = tuple(n for n, r in RECORDS.items() if r.family == "s
 APPEARANCE: tuple[str, ...] = tuple(n for n, r in RECORDS.items() if r.family == "appearance")
 #: the names of the 18 test transforms, spatial then appearance
 TEST_TRANSFORMS: tuple[str, ...] = SPATIAL + APPEARANCE
-
-
-def build_builtins() -> dict[str, TestTransform]:
-    """The 18 built-in transforms by name, in :data:`TEST_TRANSFORMS` order, each applied by its record."""
-    out = {
-        name: TestTransform(
-            name=name,
-            family=rec.family,
-            param_dim=rec.param_dim,
-            _grid=rec.grid,
-            _identity=rec.identity,
-            _check=rec.check,
-            _impl=rec.apply,
-        )
-        for name, rec in RECORDS.items()
-    }
-    assert tuple(out) == TEST_TRANSFORMS
-    return out

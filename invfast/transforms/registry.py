@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from invfast.transforms.builtin import build_builtins
-from invfast.transforms.transform import FAMILIES, TestTransform, check_k, check_output
+from invfast.transforms.builtin import RECORDS, TEST_TRANSFORMS, Builtin
+from invfast.transforms.transform import FAMILIES, TestTransform, _no_check, check_k, check_output
 
 __all__ = [
     "family",
@@ -30,8 +30,8 @@ __all__ = [
     "unregister",
 ]
 
-_BUILTIN: dict[str, TestTransform] = build_builtins()
-_REGISTRY: dict[str, TestTransform] = dict(_BUILTIN)
+_BUILTIN: dict[str, TestTransform] = {}  # filled below: the 18 registered through register() like a user's
+_REGISTRY: dict[str, TestTransform] = {}
 
 #: names the transform selection reads as keywords, never as one transform
 RESERVED: tuple[str, ...] = ("all",) + FAMILIES
@@ -63,10 +63,11 @@ def register(
     name: str,
     *,
     grid: Any,
-    apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None,
+    apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | Builtin | None = None,
     family: str,
     identity: Any = None,
     param_dim: int | None = None,
+    check: Callable[[torch.Tensor], None] | None = None,
     overwrite: bool = False,
 ) -> Any:
     """Register a user's own test transform under ``name`` and return it (a :class:`TestTransform`).
@@ -84,11 +85,16 @@ def register(
             for float64 input) on the data's device, ``params`` float32 [p] or [p, m] (some rows of the
             grid) on the same device; must return floating [B, p, 3, H, W] in [0, 1] on that device (every
             parameter on every image). The registry converts back to the caller's dtype (uint8 rounded).
-            Leave it out to use ``register`` as a decorator of the apply function.
+            Leave it out to use ``register`` as a decorator of the apply function. Or a
+            :class:`~invfast.transforms.builtin.Builtin` record, which brings its own implementations (float,
+            uint8, ``fill`` for uncovered pixels, the published protocol's and DALI's): the 18 built-ins are
+            registered so.
         family: 'spatial' or 'appearance'.
         identity: which parameters leave images unchanged (they are left out of the invariance means):
             None (none), a value (``1.0``; m values for [P, m] grids) or ``params -> bool [P]``.
         param_dim: 1 for [P] grids, m for [P, m]; inferred from the grid when None.
+        check: ``params -> None``, run on the parameters of every call (after their shape and finiteness are
+            checked): raise ValueError naming the bad value (e.g. a negative factor). None: no value check.
         overwrite: replace a built-in or an earlier registration of ``name``.
 
     The contract is checked once here, on ``grid(8)`` and a probe batch of two 16x16 float32 images on
@@ -97,16 +103,13 @@ def register(
     Returns:
         The registered :class:`TestTransform` (or, without ``apply``, a decorator that returns it).
     """
-    if apply is None:
-
-        def decorator(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> TestTransform:
-            return register(
-                name, grid=grid, apply=fn, family=family, identity=identity, param_dim=param_dim, overwrite=overwrite
-            )
-
-        return decorator
-    _check_arguments(name, apply, family, param_dim, overwrite)
-    t = _checked_transform(name, grid, apply, family, identity, param_dim)
+    if apply is None:  # used as a decorator of the apply function
+        options: dict[str, Any] = dict(
+            grid=grid, family=family, identity=identity, param_dim=param_dim, check=check, overwrite=overwrite
+        )
+        return lambda fn: register(name, apply=fn, **options)
+    _check_arguments(name, apply, family, param_dim, check, overwrite)
+    t = _checked_transform(name, grid, apply, family, identity, param_dim, check)
     _REGISTRY[name] = t
     return t
 
@@ -143,16 +146,19 @@ def _check_name(name: Any, overwrite: bool) -> None:
         )
 
 
-def _check_arguments(name: Any, apply: Any, family: Any, param_dim: Any, overwrite: bool) -> None:
-    """Check the arguments of :func:`register` that need no call of the user's code: name, family, apply, param_dim."""
+def _check_arguments(name: Any, apply: Any, family: Any, param_dim: Any, check: Any, overwrite: bool) -> None:
+    """Check the arguments of :func:`register` that need no call of the user's code: name, family, apply,
+    param_dim, check."""
     _check_name(name, overwrite)
     if family not in FAMILIES:
         raise ValueError(f"register({name!r}): family must be one of {', '.join(FAMILIES)}, got {family!r}")
-    if not callable(apply):
+    if not (callable(apply) or isinstance(apply, Builtin)):
         raise TypeError(
             f"register({name!r}): apply must be a callable (images, params) -> [B, P, C, H, W], "
             f"got {type(apply).__name__}"
         )
+    if check is not None and not callable(check):
+        raise TypeError(f"register({name!r}): check must be a callable params -> None, got {type(check).__name__}")
     if param_dim is not None and (isinstance(param_dim, bool) or not isinstance(param_dim, int) or param_dim < 1):
         raise ValueError(f"register({name!r}): param_dim must be a positive int or None, got {param_dim!r}")
 
@@ -160,10 +166,11 @@ def _check_arguments(name: Any, apply: Any, family: Any, param_dim: Any, overwri
 def _checked_transform(
     name: str,
     grid: Any,
-    apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    apply: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | Builtin,
     family: str,
     identity: Any,
     param_dim: int | None,
+    check: Callable[[torch.Tensor], None] | None,
 ) -> TestTransform:
     """The :class:`TestTransform` of a registration (not yet registered), its grid read and every part
     probed once on ``grid(8)`` and a small CPU batch."""
@@ -178,7 +185,9 @@ def _checked_transform(
         param_dim=dim,
         _grid=_checked_grid(name, grid_fn, dim),
         _identity=_identity_function(name, identity, dim),
-        _user_apply=apply,
+        _check=check or _no_check,
+        _impl=apply.apply if isinstance(apply, Builtin) else None,
+        _user_apply=None if isinstance(apply, Builtin) else apply,
     )
     _probe(t, probe)
     return t
@@ -263,8 +272,22 @@ def _probe(t: TestTransform, grid: torch.Tensor) -> None:
     )
     call = f"apply(images [{', '.join(map(str, _PROBE_SHAPE))}] float32, grid({_PROBE_K})[:2])"
     try:
-        y = t._user_apply(images, params)  # type: ignore[misc]
+        y = t.apply(images, params) if t._user_apply is None else t._user_apply(images, params)
     except Exception as e:
         raise ValueError(f"register({t.name!r}): the probe call {call} failed: {type(e).__name__}: {e}") from e
     B, C, H, W = _PROBE_SHAPE
     check_output(t.name, y, (B, params.shape[0], C, H, W), images.device)
+
+
+for _rec in RECORDS.values():
+    register(
+        _rec.name,
+        grid=_rec.grid,
+        apply=_rec,
+        family=_rec.family,
+        identity=_rec.identity,
+        param_dim=_rec.param_dim,
+        check=_rec.check,
+    )
+_BUILTIN.update(_REGISTRY)
+assert tuple(_BUILTIN) == TEST_TRANSFORMS

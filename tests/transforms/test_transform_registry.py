@@ -123,6 +123,7 @@ def test_overwrite_and_unregister(registered):
         ({"grid": "1,2"}, TypeError, "float array"),
         ({"param_dim": 2}, ValueError, "param_dim=2 but the grid has shape"),
         ({"param_dim": 0}, ValueError, "param_dim must be a positive int"),
+        ({"check": "p > 0"}, TypeError, "check must be a callable params -> None"),
         ({"identity": (1.0, 2.0)}, ValueError, r"identity must be None, a callable or 1 finite"),
         ({"identity": lambda p: p[:1] == 1}, ValueError, r"identity\(params\) must return bool \[P\]"),
         (
@@ -147,6 +148,55 @@ def test_registration_errors_name_the_problem(kwargs, error, match):
     with pytest.raises(error, match=match):
         T.register(name, **args)
     assert "bad-one" not in T.names()
+
+
+def test_a_check_runs_on_every_call_with_its_own_message(registered):
+    def positive(p: torch.Tensor) -> None:
+        if bool((p <= 0).any()):
+            raise ValueError(f"gamma: exponents must be > 0, got {p.min().item():g}")
+
+    t = T.register("gamma", grid=GRID, apply=_gamma, family="appearance", identity=1.0, check=positive)
+    registered.append("gamma")
+    x = torch.rand(2, 3, 8, 8)
+    assert t.apply(x, GRID).shape == (2, 7, 3, 8, 8)
+    with pytest.raises(ValueError, match="exponents must be > 0, got -1"):
+        t.apply(x, [1.0, -1.0])
+    with pytest.raises(ValueError, match="exponents must be > 0, got 0"):
+        t.is_identity([0.0])
+    with pytest.raises(ValueError, match="exponents must be > 0"):
+        T.register("gamma0", grid=[0.0, 1.0], apply=_gamma, family="appearance", check=positive)
+
+
+@pytest.mark.parametrize(
+    "name, bad", [("scale", [-1.0]), ("posterize", [9.0]), ("hue", [0.7]), ("crop", [[0.0, 0.0, 2.0, 2.0]])]
+)
+def test_a_builtin_is_its_record_registered_like_a_users_transform(registered, rng, name, bad):
+    """The 18 are registered by ``register(name, apply=<their record>, ...)``: the same record under a new name
+    is a transform equal to the built-in on uint8 and float input, with fill, identity mask and checks."""
+    from invfast.transforms.builtin import RECORDS
+
+    rec, b = RECORDS[name], T.get(name)
+    t = T.register(
+        f"my-{name}",
+        grid=rec.grid,
+        apply=rec,
+        family=rec.family,
+        identity=rec.identity,
+        param_dim=rec.param_dim,
+        check=rec.check,
+    )
+    registered.append(f"my-{name}")
+    assert t.builtin and t.family == b.family and t.param_dim == b.param_dim
+    x8 = torch.from_numpy(rng.integers(0, 256, (2, 3, 20, 18), dtype=np.uint8))
+    p = b.grid(8)
+    assert torch.equal(t.grid(8), p) and torch.equal(t.is_identity(p), b.is_identity(p))
+    for x in (x8, x8.double() / 255):
+        assert torch.equal(t.apply(x, p[:4], fill=0.5), b.apply(x, p[:4], fill=0.5))
+    with pytest.raises(ValueError) as theirs:
+        b.apply(x8, bad)
+    with pytest.raises(ValueError) as mine:
+        t.apply(x8, bad)
+    assert str(mine.value).replace(f"my-{name}", name) == str(theirs.value)
 
 
 def test_every_apply_result_is_checked(registered):
