@@ -240,21 +240,25 @@ def random_pattern_objects(n: int, size: int = 32, seed: int = 0) -> ObjectBank:
 # ----------------------------------------------------------------------------- backgrounds
 
 
+#: scikit-image's colour photographs, in the order the photo bank lists them
+SKIMAGE_COLOUR_PHOTOS: tuple[str, ...] = (
+    "astronaut",
+    "chelsea",
+    "coffee",
+    "rocket",
+    "hubble_deep_field",
+    "retina",
+    "immunohistochemistry",
+    "colorwheel",
+)
+
+
 def _photo_sources() -> list[tuple[str, np.ndarray]]:
     """The colour photographs shipped offline with scikit-image and scikit-learn (RGB uint8)."""
     import skimage.data as skd
 
     out = []
-    for name in (
-        "astronaut",
-        "chelsea",
-        "coffee",
-        "rocket",
-        "hubble_deep_field",
-        "retina",
-        "immunohistochemistry",
-        "colorwheel",
-    ):
+    for name in SKIMAGE_COLOUR_PHOTOS:
         try:
             img = getattr(skd, name)()
         except Exception:  # an image missing from this scikit-image build is skipped

@@ -24,7 +24,13 @@ import torch
 from invfast.ops.synth import composite
 from invfast.ops.synth_reference import affine_warp
 from invfast.synthetic import rng
-from invfast.synthetic.banks import _IMAGE_EXTS, ObjectBank, builtin_objects, random_pattern_objects
+from invfast.synthetic.banks import (
+    _IMAGE_EXTS,
+    SKIMAGE_COLOUR_PHOTOS,
+    ObjectBank,
+    builtin_objects,
+    random_pattern_objects,
+)
 from invfast.synthetic.inputs import RANDOM_BACKGROUNDS, as_indices, as_objects, check_int
 from invfast.synthetic.placement import alpha_box
 from invfast.synthetic.recipe import TRANSFORMATION_TYPES, canonical
@@ -235,18 +241,7 @@ def strong_ood(
 
 # ----------------------------------------------------------------------------- irrelevant features
 
-_BASE_PHOTOS = (
-    "astronaut",
-    "chelsea",
-    "coffee",
-    "rocket",
-    "hubble_deep_field",
-    "retina",
-    "immunohistochemistry",
-    "colorwheel",
-    "china.jpg",
-    "flower.jpg",
-)
+_BASE_PHOTOS = SKIMAGE_COLOUR_PHOTOS + ("china.jpg", "flower.jpg")  # the colour photographs, one class each
 
 
 def builtin_base_set(
