@@ -1,11 +1,13 @@
 """``invfast transforms``: list the test transforms and render a contact sheet.
 
 invfast transforms --preview out.png [--image astronaut] [--k 8] [--tile 96] [--names rotation hflip]
+invfast transforms --import mypkg.transforms          # also a user's transforms, registered by that module
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 
 import torch
@@ -28,7 +30,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME",
-        help=f"transforms to show (default: all 18): {' '.join(TEST_TRANSFORMS)}",
+        help=f"transforms to show (default: the 18 built-ins): {' '.join(TEST_TRANSFORMS)}, or a registered one",
+    )
+    parser.add_argument(
+        "--import",
+        dest="modules",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import this module first, so that the transforms it registers (invfast.transforms.register) are "
+        "listed and can be previewed; repeatable",
     )
     parser.add_argument("--k", type=int, default=8, help="grid points per transform (columns)")
     parser.add_argument("--tile", type=int, default=96, help="thumbnail side in pixels")
@@ -60,7 +71,18 @@ def _load(image: str) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(arr[..., :3])).permute(2, 0, 1).unsqueeze(0)
 
 
+def _import(module: str) -> None:
+    """Import ``module`` (a dotted name, importable as ``--model module:factory`` modules are) so its
+    registrations run."""
+    try:
+        importlib.import_module(module)
+    except ImportError as e:
+        raise ValueError(f"--import {module!r}: cannot import it ({e}); is it installed or on PYTHONPATH?") from e
+
+
 def run(args: argparse.Namespace) -> int:
+    for m in args.modules:
+        _import(m)
     for k, hi in (("k", 64), ("tile", 1024)):
         if not 1 <= getattr(args, k) <= hi:
             raise ValueError(f"--{k} must be from 1 to {hi}, got {getattr(args, k)}")

@@ -320,3 +320,38 @@ def test_removed_names_are_gone():
     for module, name in ((T, "SYNTHETIC"), (S, "TRANSFORMATIONS"), (T, "NOPE"), (S, "NOPE")):
         with pytest.raises(AttributeError, match=f"no attribute '{name}'"):
             getattr(module, name)
+
+
+def test_contributing_recipe_a_registered_transform_is_listed_and_previewed_by_the_cli(tmp_path, cli_env, capsys):
+    """CONTRIBUTING's recipe, followed as written: a module that calls register() makes the transform appear in
+    ``invfast transforms`` (a fresh process, as from a shell, with ``--import``) and in its preview."""
+    import os
+    import subprocess
+
+    from invfast.cli import main
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.dirname(os.path.dirname(__file__)), *sys.path])}
+    res = subprocess.run(
+        [sys.executable, "-m", "invfast", "transforms", "--import", "registry_helpers"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    listed = [line.split()[0] for line in res.stdout.splitlines()]
+    assert listed[:18] == list(T.TEST_TRANSFORMS) and listed[18:] == ["gamma-cli"]
+    assert "gamma-cli    appearance grid (5,)" in res.stdout
+    sys.modules.pop("registry_helpers", None)
+    if "gamma-cli" in T.names():
+        T.unregister("gamma-cli")
+    try:
+        out = tmp_path / "sheet.png"
+        assert main(["transforms", "--import", "registry_helpers", "--preview", str(out), "--names", "gamma-cli"]) == 0
+        assert out.stat().st_size > 0 and "1 transforms" in capsys.readouterr().out
+    finally:
+        if "gamma-cli" in T.names():
+            T.unregister("gamma-cli")
+    assert main(["transforms", "--import", "no_such_module_xyz"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--import 'no_such_module_xyz': cannot import it" in err[0]
