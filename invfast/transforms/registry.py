@@ -98,7 +98,8 @@ def register(
         overwrite: replace a built-in or an earlier registration of ``name``.
 
     The contract is checked once here, on ``grid(8)`` and a probe batch of two 16x16 float32 images on
-    the CPU, and the shape of every ``apply`` result is checked at each call.
+    the CPU, and the shape of every ``apply`` result is checked at each call. A ``Builtin`` record's
+    implementations are not probed (the suite tests the built-ins'; importing invfast runs no kernel).
 
     Returns:
         The registered :class:`TestTransform` (or, without ``apply``, a decorator that returns it).
