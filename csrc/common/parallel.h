@@ -12,12 +12,15 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace invfast {
 namespace parallel {
 
 constexpr double kMinParallelNs = 2e6;
+// the cost of a call that forks whatever its size (its cost per unit of work is not measured)
+constexpr double kAlwaysFork = std::numeric_limits<double>::infinity();
 
 // f(i, state) for every i in [0, n) on torch's intra-op threads, ``total_ns`` the estimated one-thread time of
 // all n items, ``state = make()`` made once per thread (buffers an item reuses). Each thread takes the next item

@@ -17,9 +17,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
+#include "common/parallel.h"
 #include "hyper/hyper_common.h"
 #include "hyper/hyper_cpu_avx512.h"
 
@@ -109,37 +111,33 @@ void generate_tiled(const at::Tensor& hidden, const at::Tensor& weight, const at
 #if INVFAST_HYPER_HAVE_AVX512
   const bool hsum = B <= hyper_avx512::kHsumMaxB && hyper_avx512::hsum_layout().valid;
 #endif
-  // Dynamic schedule: every worker takes the next chunk from a shared counter, so a worker that
-  // loses its core on a busy machine delays the call by one chunk, not by half the work.
+  // Each chunk is an item of parallel::run_items: every worker takes the next chunk from a shared counter, so a
+  // worker that loses its core on a busy machine delays the call by one chunk, not by half the work.
   const int64_t C = static_cast<int64_t>(chunks.size());
-  std::atomic<int64_t> next{0};
-  at::parallel_for(0, std::min<int64_t>(at::get_num_threads(), C), 1, [&](int64_t, int64_t) {
-    std::vector<float> scratch(16 * H + 16);
-    float* cols = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
-    for (int64_t c = next.fetch_add(1); c < C; c = next.fetch_add(1)) {
-      const Chunk& ch = chunks[c];
-      int64_t tiled_end = ch.begin;
+  parallel::run_items(C, parallel::kAlwaysFork, 16 * H + 16, [&](int64_t c, float* scratch) {
+    float* cols = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+    const Chunk& ch = chunks[c];
+    int64_t tiled_end = ch.begin;
 #if INVFAST_HYPER_HAVE_AVX512
-      if (avx512) {
-        tiled_end = ch.begin + (ch.end - ch.begin) / 16 * 16;
-        using T = typename Raw<scalar_t>::T;
-        const T* wr = reinterpret_cast<const T*>(w);
-        const T* br = reinterpret_cast<const T*>(bp);
-        T* orw = reinterpret_cast<T*>(op);
-        if constexpr (std::is_same_v<scalar_t, float>) {
-          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
-          else hyper_avx512::rows_tiles<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
-        } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
-          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
-          else hyper_avx512::rows_tiles<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
-        } else {
-          if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
-          else hyper_avx512::rows_tiles<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
-        }
+    if (avx512) {
+      tiled_end = ch.begin + (ch.end - ch.begin) / 16 * 16;
+      using T = typename Raw<scalar_t>::T;
+      const T* wr = reinterpret_cast<const T*>(w);
+      const T* br = reinterpret_cast<const T*>(bp);
+      T* orw = reinterpret_cast<T*>(op);
+      if constexpr (std::is_same_v<scalar_t, float>) {
+        if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
+        else hyper_avx512::rows_tiles<hyper_avx512::F32>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
+      } else if constexpr (std::is_same_v<scalar_t, c10::BFloat16>) {
+        if (hsum) hyper_avx512::rows_hsum<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
+        else hyper_avx512::rows_tiles<hyper_avx512::BF16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
+      } else {
+        if (hsum) hyper_avx512::rows_hsum<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end);
+        else hyper_avx512::rows_tiles<hyper_avx512::F16>(wr, br, hf, orw, B, L, H, N, ch.kernel, ch.begin, tiled_end, cols);
       }
-#endif
-      rows_scalar<scalar_t>(w, bp, hf, op, B, L, H, N, ch.kernel, tiled_end, ch.end);
     }
+#endif
+    rows_scalar<scalar_t>(w, bp, hf, op, B, L, H, N, ch.kernel, tiled_end, ch.end);
   });
 }
 
@@ -191,18 +189,18 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> hyper_generate_backward_cpu(const
   const int64_t C = static_cast<int64_t>(chunks.size());
   // Per-chunk partial grad_hidden, summed per kernel afterwards (chunks of one kernel would race).
   auto partial = at::empty({C, B, H}, weight.options());
-  at::parallel_for(0, C, 1, [&](int64_t cb, int64_t ce) {
-    at::AutoDispatchBelowADInplaceOrView below_autograd_worker;  // TLS: worker threads need their own
-    for (int64_t c = cb; c < ce; ++c) {
-      const Chunk& ch = chunks[c];
-      const int64_t R = ch.end - ch.begin;
-      const auto g = grad.narrow(1, ch.begin, R);  // [B, R]
-      const auto h = hidden.select(1, ch.kernel);  // [B, H]
-      auto gw = grad_weight.narrow(0, ch.begin, R);
-      at::mm_out(gw, g.t(), h);
-      auto p = partial.select(0, c);
-      at::mm_out(p, g, weight.narrow(0, ch.begin, R));
-    }
+  // TLS: worker threads need their own guard, made once per thread as its item state
+  parallel::run_items_with(
+      C, parallel::kAlwaysFork, [] { return std::make_unique<at::AutoDispatchBelowADInplaceOrView>(); },
+      [&](int64_t c, std::unique_ptr<at::AutoDispatchBelowADInplaceOrView>&) {
+    const Chunk& ch = chunks[c];
+    const int64_t R = ch.end - ch.begin;
+    const auto g = grad.narrow(1, ch.begin, R);  // [B, R]
+    const auto h = hidden.select(1, ch.kernel);  // [B, H]
+    auto gw = grad_weight.narrow(0, ch.begin, R);
+    at::mm_out(gw, g.t(), h);
+    auto p = partial.select(0, c);
+    at::mm_out(p, g, weight.narrow(0, ch.begin, R));
   });
   auto grad_hidden = at::zeros({L, B, H}, weight.options());
   if (C > 0) {

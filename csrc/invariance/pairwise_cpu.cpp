@@ -21,6 +21,8 @@
 #include <torch/library.h>
 #include <ATen/Parallel.h>
 
+#include "common/parallel.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -181,11 +183,12 @@ double row_chunk(const T* x, const Rows& p, const T* g, int64_t i, int64_t c, in
 }
 
 // f(s, rows, g, cols) for every block of rows [s, s + rows) of x, g = X[s : s + rows] X[c0 : N]^T ([rows, cols],
-// c0 = s when `upper` (the block's upper triangle and beyond), else 0). One parallel region per call: each
-// thread takes the next block from a shared counter and computes its GEMM alone (BLAS runs one thread inside
-// a parallel region), so a thread the OS deschedules (another process on the cores) delays the call by at
-// most the block it holds, and no thread team forks and joins per block. The blocks of all threads together
-// hold at most block_rows x N entries; a call under kMinParallelFlops runs on the calling thread.
+// c0 = s when `upper` (the block's upper triangle and beyond), else 0). The blocks are items of
+// parallel::run_items_with: each thread takes the next block from a shared counter and computes its GEMM alone
+// (BLAS runs one thread inside a parallel region), so a thread the OS deschedules (another process on the
+// cores) delays the call by at most the block it holds, and no thread team forks and joins per block. The
+// blocks of all threads together hold at most block_rows x N entries; a call under kMinParallelFlops runs on
+// the calling thread. The blocks depend only on the thread count, never on whether the call forked.
 constexpr double kMinParallelFlops = 1 << 22;
 
 template <typename T, typename F>
@@ -199,21 +202,14 @@ void for_row_blocks(const at::Tensor& x, int64_t block_rows, bool upper, int64_t
   const int64_t quarter = serial ? last : (last + 4 * threads - 1) / (4 * threads);
   const int64_t block = std::max<int64_t>(1, std::min({per_thread, last, quarter}));
   const int64_t nblocks = (last + block - 1) / block;
-  std::atomic<int64_t> next{0};
-  auto run = [&]() {
-    auto tile = at::empty({block * N}, x.options());
-    for (int64_t b = next.fetch_add(1); b < nblocks; b = next.fetch_add(1)) {
-      const int64_t s = b * block, rows = std::min(block, last - s), c0 = upper ? s : 0, cols = N - c0;
-      auto g = tile.narrow(0, 0, rows * cols).view({rows, cols});
-      at::mm_out(g, x.narrow(0, s, rows), x.narrow(0, c0, cols).t());
-      f(s, rows, static_cast<const T*>(g.data_ptr<T>()), cols);
-    }
-  };
-  if (serial) {
-    run();
-    return;
-  }
-  at::parallel_for(0, threads, 1, [&](int64_t, int64_t) { run(); });
+  parallel::run_items_with(
+      nblocks, serial ? 0.0 : parallel::kAlwaysFork, [&] { return at::empty({block * N}, x.options()); },
+      [&](int64_t b, at::Tensor& tile) {
+        const int64_t s = b * block, rows = std::min(block, last - s), c0 = upper ? s : 0, cols = N - c0;
+        auto g = tile.narrow(0, 0, rows * cols).view({rows, cols});
+        at::mm_out(g, x.narrow(0, s, rows), x.narrow(0, c0, cols).t());
+        f(s, rows, static_cast<const T*>(g.data_ptr<T>()), cols);
+      });
 }
 
 void check_pairwise_input(const at::Tensor& x, const char* op, int64_t block_rows) {
