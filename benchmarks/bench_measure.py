@@ -503,3 +503,70 @@ def test_per_layer_job_at_two_threads_beside_a_competing_process(benchmark, comp
             "loadavg_1min": os.getloadavg()[0],
         }
     )
+
+
+#: the conv-net per-layer job of bench_tmeasures.py (4 blocks, 32 px, 16 rotations, every C×H×W unit), timed at
+#: 1 and 2 torch threads alternately in a fresh interpreter (the OpenMP wait policy is read when torch loads)
+_THREADS_JOB = r"""
+import json, sys, time
+import torch
+from torch import nn
+from invfast.measure import measure_invariance
+
+n, rounds = int(sys.argv[1]), int(sys.argv[2])
+chans, strides = (3, 16, 32, 64, 64), (1, 2, 2, 2)
+torch.manual_seed(0)
+model = nn.Sequential(
+    *(nn.Sequential(nn.Conv2d(chans[i], chans[i + 1], 3, stride=strides[i], padding=1), nn.ReLU()) for i in range(4))
+).eval()
+x = torch.rand(n, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+kw = dict(layers=[f"{i}.1" for i in range(4)], units="elements", grid_size=16, batch_size=32, forward_batch=256,
+          normalize=False, device="cpu", workers=0, progress=False)
+measure_invariance(model, x, ["rotation"], **kw)  # warm-up
+times = {1: [], 2: []}
+for _ in range(rounds):
+    for threads in (2, 1):
+        torch.set_num_threads(threads)
+        t0 = time.perf_counter()
+        measure_invariance(model, x, ["rotation"], **kw)
+        times[threads].append(time.perf_counter() - t0)
+print(json.dumps(times))
+"""
+
+
+@pytest.mark.parametrize("policy", ["runtime default", "PASSIVE"])
+def test_conv_net_job_threads_beside_a_competing_process_by_wait_policy(benchmark, competing_process, policy):
+    """Issues 42, 43: the conv-net per-layer job beside a CPU-bound process, at 1 and 2 torch threads, under the
+    OpenMP runtime's default wait policy (threads spin before they sleep: what ``import invfast`` in a user's
+    program gets) and under ``PASSIVE`` (what the ``invfast`` command sets, invfast/wait_policy.py). Records the
+    best time per thread count and 1-thread / 2-thread (goal >= 1: two threads never slower than one)."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    if policy == "PASSIVE":
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
+    n, rounds = (64, 1) if SMALL else (500, 3)
+
+    def job() -> dict:
+        out = subprocess.run(
+            [sys.executable, "-c", _THREADS_JOB, str(n), str(rounds)], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        return {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
+
+    times = benchmark.pedantic(job, rounds=1, iterations=1, warmup_rounds=0)
+    best = {t: min(v) for t, v in times.items()}
+    benchmark.extra_info.update(
+        {
+            "policy": policy,
+            "images": n,
+            "one_thread_s": times[1],
+            "two_threads_s": times[2],
+            "speedup_ratio_two_threads_vs_one_beside_a_busy_process": best[1] / best[2],
+            "goal": ">= 1 (two threads never slower than one)",
+            "loadavg_1min": os.getloadavg()[0],
+        }
+    )
+    print(f"\n[{policy}] 1 thread {times[1]} s, 2 threads {times[2]} s: best 1t / 2t {best[1] / best[2]:.2f}")

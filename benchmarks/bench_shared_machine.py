@@ -64,8 +64,9 @@ def _seconds(fn: Callable[[], Any]) -> float:
 
 
 def quiet_and_loaded(ours: Callable[[], Any], base: Callable[[], Any], competitor: Competitor) -> dict[str, float]:
-    """Median seconds of ``ours`` and ``base`` over ``ROUNDS`` alternating rounds, quiet then loaded, and the
-    ratios base / ours in each phase and kept = loaded ratio / quiet ratio."""
+    """Median (and mean) seconds of ``ours`` and ``base`` over ``ROUNDS`` alternating rounds, quiet then loaded,
+    the ratios base / ours of the medians (and of the means) in each phase, and kept = loaded ratio / quiet
+    ratio (of the medians)."""
     ours(), base()  # warm-up (allocations, lazy init)
     out: dict[str, float] = {}
     for phase in ("quiet", "loaded"):
@@ -77,6 +78,9 @@ def quiet_and_loaded(ours: Callable[[], Any], base: Callable[[], Any], competito
             b.append(_seconds(base))
         out[f"{phase}_ours_s"], out[f"{phase}_base_s"] = statistics.median(a), statistics.median(b)
         out[f"{phase}_ratio"] = out[f"{phase}_base_s"] / out[f"{phase}_ours_s"]
+        # the mean keeps what the median drops: the rounds a thread off its core held up (the collapse)
+        out[f"{phase}_ours_mean_s"], out[f"{phase}_base_mean_s"] = statistics.fmean(a), statistics.fmean(b)
+        out[f"{phase}_mean_ratio"] = out[f"{phase}_base_mean_s"] / out[f"{phase}_ours_mean_s"]
     competitor.stop()
     out["kept"] = out["loaded_ratio"] / out["quiet_ratio"]
     out["loaded_over_quiet_time"] = out["loaded_ours_s"] / out["quiet_ours_s"]

@@ -12,7 +12,11 @@ from typing import Any
 
 __version__ = "0.4.0"
 
-from invfast import _loader
+from invfast import wait_policy as _wait_policy
+
+_wait_policy.apply()  # the invfast command's OpenMP wait policy: read by the runtime when torch loads, below
+
+from invfast import _loader  # noqa: E402
 
 _loader.load()
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from invfast import _loader, dispatch
+from invfast import _loader, dispatch, wait_policy
 
 _MODES = dispatch.MODES
 BACKEND_ENV = "INVFAST_BACKEND"
@@ -167,6 +167,7 @@ def backend_info() -> dict[str, Any]:
         "dali": importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None,
         "threads": torch.get_num_threads(),
         "openmp_threads": mod.openmp_threads() if mod is not None else 0,
+        "openmp_wait_policy": wait_policy.describe(),
         "mode": mode(),
         "cuda_kernels_env": os.environ.get(dispatch.CUDA_KERNELS_ENV, ""),
         "compiled_ops": compiled_ops(),

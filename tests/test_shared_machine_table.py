@@ -39,16 +39,21 @@ def test_table_gives_ranges_medians_and_median_times_over_runs(tmp_path, capsys)
                 ]
             }
         )
+    docs[1]["benchmarks"][0]["extra_info"]["loaded_mean_ratio"] = 0.5  # only some runs recorded means
+    docs[2]["benchmarks"][0]["extra_info"]["loaded_mean_ratio"] = rng.uniform(1, 3)
     lines = smt.table(docs)
     assert len(lines) == 3  # header, rule, one row: benchmarks without 'kept' are not this suite's
     cells = [c.strip() for c in lines[2].strip("|").split("|")]
     assert cells[0] == "`op[lut_u8]`"
-    for cell, key in zip(cells[1:4], ("quiet_ratio", "loaded_ratio", "kept")):
-        v = [d["benchmarks"][0]["extra_info"][key] for d in docs]
+    for cell, key in zip(cells[1:5], ("quiet_ratio", "loaded_ratio", "loaded_mean_ratio", "kept")):
+        v = [d["benchmarks"][0]["extra_info"][key] for d in docs if key in d["benchmarks"][0]["extra_info"]]
         assert cell == f"{min(v):.2f}–{max(v):.2f} (**{statistics.median(v):.2f}**)"
     q = statistics.median(d["benchmarks"][0]["extra_info"]["quiet_ours_s"] for d in docs) * 1e3
     lo = statistics.median(d["benchmarks"][0]["extra_info"]["loaded_ours_s"] for d in docs) * 1e3
-    assert cells[4] == f"{q:.2f} → {lo:.2f}" and cells[5] == "kept >= 0.8"
+    assert cells[5] == f"{q:.2f} → {lo:.2f}" and cells[6] == "kept >= 0.8"
+    for d in docs:
+        d["benchmarks"][0]["extra_info"].pop("loaded_mean_ratio", None)
+    assert smt.table(docs)[2].split("|")[4].strip() == "–"  # older runs: no means recorded
     paths = []
     for k, d in enumerate(docs):
         paths.append(str(tmp_path / f"{k}.json"))

@@ -1,0 +1,66 @@
+"""How torch's OpenMP threads wait in the ``invfast`` command: they sleep, they do not spin (issues 42, 43).
+
+torch's CPU ops run on an OpenMP team. Between parallel regions its threads spin by default (libgomp: about
+300 000 polls before they sleep), and on a machine where another process holds a core that spinning costs more
+than it saves: a spinning thread takes the core a working one needs, and the OS later keeps the spinner's peers
+off a core for a whole scheduler slice. Measured on a 2-core VM beside one busy process (docs/performance.md):
+``torch.isfinite(x).all()`` on [2 000, 128] (0.26 ms quiet), alternated with ``torch.pdist``, took 37-45 ms in 14
+to 23 of 60 calls (mean 10-16 ms); with ``OMP_WAIT_POLICY=PASSIVE`` no call took over 20 ms (mean 0.8-1.0 ms),
+and the per-layer conv-net job at 2 threads went from slower than 1 thread to faster. Quiet, ``invfast
+reproduce --preset tiny`` took the same time either way.
+
+The runtime reads the policy once, when torch is loaded, so it can only be chosen before ``import torch``. The
+``invfast`` command (its console script, ``python -m invfast``) sets ``OMP_WAIT_POLICY=PASSIVE`` at its start
+unless the user set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (``GOMP_SPINCOUNT=300000`` keeps libgomp's own
+default). ``import invfast`` in a user's program changes nothing: the process is the user's.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+#: the variables by which a user chooses the wait policy; invfast never overrides them
+USER_KEYS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
+#: the policy the invfast command sets
+CLI_POLICY = "PASSIVE"
+
+#: whether this process's policy was set by the invfast command (at import, before torch)
+set_by_invfast = False
+
+
+def is_command(argv: Sequence[str]) -> bool:
+    """Whether ``argv`` (``sys.argv`` while invfast is imported) is the ``invfast`` command: its console script,
+    or ``python -m invfast`` (whose ``sys.argv[0]`` is ``"-m"`` while the package is located)."""
+    if not argv:
+        return False
+    name = argv[0].replace("\\", "/").rsplit("/", 1)[-1]  # a Windows script path too
+    return argv[0] == "-m" or os.path.splitext(name)[0] == "invfast"
+
+
+def cli_policy(argv: Sequence[str], environ: Mapping[str, str], torch_loaded: bool) -> str | None:
+    """The policy to set for this process, or None: ``CLI_POLICY`` for the invfast command started before torch
+    is loaded, when the user has set none of ``USER_KEYS``."""
+    if torch_loaded or not is_command(argv) or any(k in environ for k in USER_KEYS):
+        return None
+    return CLI_POLICY
+
+
+def apply() -> None:
+    """Set the command's policy in ``os.environ`` (see the module docstring); a no-op for ``import invfast``."""
+    global set_by_invfast
+    policy = cli_policy(sys.argv, os.environ, "torch" in sys.modules)
+    if policy is not None:
+        os.environ["OMP_WAIT_POLICY"] = policy
+        set_by_invfast = True
+
+
+def describe() -> str:
+    """One line: the OpenMP wait policy of this process and who chose it."""
+    if set_by_invfast:
+        return f"{CLI_POLICY} (set by the invfast command; OMP_WAIT_POLICY overrides it)"
+    chosen = [f"{k}={os.environ[k]}" for k in USER_KEYS if k in os.environ]
+    if chosen:
+        return ", ".join(chosen) + " (set by the user)"
+    return "the OpenMP runtime's default (spin, then sleep); OMP_WAIT_POLICY=PASSIVE helps on a shared machine"
