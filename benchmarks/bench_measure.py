@@ -538,7 +538,7 @@ print(json.dumps(times))
 def test_conv_net_job_threads_beside_a_competing_process_by_wait_policy(benchmark, competing_process, policy):
     """Issues 42, 43: the conv-net per-layer job beside a CPU-bound process, at 1 and 2 torch threads, under the
     OpenMP runtime's default wait policy (threads spin before they sleep: what ``import invfast`` in a user's
-    program gets) and under ``PASSIVE`` (what the ``invfast`` command sets, invfast/wait_policy.py). Records the
+    program gets) and under ``PASSIVE`` (what ``invfast measure`` sets, invfast/wait_policy.py). Records the
     best time per thread count and 1-thread / 2-thread (goal >= 1: two threads never slower than one)."""
     import json
     import subprocess

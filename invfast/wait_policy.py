@@ -1,18 +1,20 @@
-"""How torch's OpenMP threads wait in the ``invfast`` command: they sleep, they do not spin (issues 42, 43).
+"""How torch's OpenMP threads wait in ``invfast measure``: they sleep, they do not poll (issues 42, 43).
 
-torch's CPU ops run on an OpenMP team. Between parallel regions its threads spin by default (libgomp: about
-300 000 polls before they sleep), and on a machine where another process holds a core that spinning costs more
-than it saves: a spinning thread takes the core a working one needs, and the OS later keeps the spinner's peers
-off a core for a whole scheduler slice. Measured on a 2-core VM beside one busy process (docs/performance.md):
-``torch.isfinite(x).all()`` on [2 000, 128] (0.26 ms quiet), alternated with ``torch.pdist``, took 37-45 ms in 14
-to 23 of 60 calls (mean 10-16 ms); with ``OMP_WAIT_POLICY=PASSIVE`` no call took over 20 ms (mean 0.8-1.0 ms),
-and the per-layer conv-net job at 2 threads went from slower than 1 thread to faster. Quiet, ``invfast
-reproduce --preset tiny`` took the same time either way.
+torch's CPU ops run on an OpenMP team. Between parallel regions its threads poll for the next one by default
+(libgomp: 300 000 polls before they sleep), and on a machine where another process holds a core that polling
+costs more than it saves: a polling thread takes the core a working one needs, and the OS later keeps the
+poller's peers off a core for tens of milliseconds. Measured on a 2-core VM beside one busy process
+(docs/performance.md): ``torch.isfinite(x).all()`` on [2 000, 128] (0.26 ms quiet), alternated with
+``torch.pdist``, took 37-45 ms in 14 to 23 of 60 calls (mean 10-16 ms); with ``OMP_WAIT_POLICY=PASSIVE`` no call
+took over 20 ms (mean 0.8-1.0 ms), and the per-layer conv-net job at 2 threads went from slower than 1 thread
+to faster, quiet the same. But sleeping threads must be woken for every region: a pretraining step of many small
+ops (MoCo-v2, width 8, batch 64) took 96-99 ms instead of 69 ms quiet, and the same loaded.
 
-The runtime reads the policy once, when torch is loaded, so it can only be chosen before ``import torch``. The
-``invfast`` command (its console script, ``python -m invfast``) sets ``OMP_WAIT_POLICY=PASSIVE`` at its start
-unless the user set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (``GOMP_SPINCOUNT=300000`` keeps libgomp's own
-default). ``import invfast`` in a user's program changes nothing: the process is the user's.
+The runtime reads the policy once, when torch is loaded, so it can only be chosen before ``import torch``. So
+``invfast measure`` (its console script, ``python -m invfast measure``, torchrun) sets ``OMP_WAIT_POLICY=PASSIVE``
+at its start unless the user set ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` (``GOMP_SPINCOUNT=300000`` keeps
+libgomp's own default); the other commands, whose jobs were not measured faster with it (pretraining slower),
+keep the runtime's default, and ``import invfast`` in a user's program changes nothing: the process is the user's.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from collections.abc import Mapping, Sequence
 
 #: the variables by which a user chooses the wait policy; invfast never overrides them
 USER_KEYS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
-#: the policy the invfast command sets
+#: the policy ``invfast measure`` sets
 CLI_POLICY = "PASSIVE"
+#: the subcommands that set it: their jobs were measured faster with it beside a busy process, and not slower quiet
+COMMANDS = ("measure",)
 
 #: whether this process's policy was set by the invfast command (at import, before torch)
 set_by_invfast = False
@@ -39,10 +43,17 @@ def is_command(argv: Sequence[str]) -> bool:
     return argv[0] == "-m" or os.path.splitext(name)[0] == "invfast"
 
 
+def subcommand(argv: Sequence[str]) -> str | None:
+    """The invfast subcommand in ``argv``: its first argument that is not an option (``--debug`` may come first)."""
+    return next((a for a in argv[1:] if not a.startswith("-")), None)
+
+
 def cli_policy(argv: Sequence[str], environ: Mapping[str, str], torch_loaded: bool) -> str | None:
-    """The policy to set for this process, or None: ``CLI_POLICY`` for the invfast command started before torch
-    is loaded, when the user has set none of ``USER_KEYS``."""
-    if torch_loaded or not is_command(argv) or any(k in environ for k in USER_KEYS):
+    """The policy to set for this process, or None: ``CLI_POLICY`` for one of ``COMMANDS`` of the invfast command
+    started before torch is loaded, when the user has set none of ``USER_KEYS``."""
+    if torch_loaded or not is_command(argv) or subcommand(argv) not in COMMANDS:
+        return None
+    if any(k in environ for k in USER_KEYS):
         return None
     return CLI_POLICY
 
@@ -57,10 +68,10 @@ def apply() -> None:
 
 
 def describe() -> str:
-    """One line: the OpenMP wait policy of this process and who chose it."""
+    """One line: the OpenMP wait policy of this process, who chose it, and what ``invfast measure`` does."""
     if set_by_invfast:
-        return f"{CLI_POLICY} (set by the invfast command; OMP_WAIT_POLICY overrides it)"
+        return f"{CLI_POLICY} (set by invfast {subcommand(sys.argv)}; OMP_WAIT_POLICY overrides it)"
     chosen = [f"{k}={os.environ[k]}" for k in USER_KEYS if k in os.environ]
     if chosen:
-        return ", ".join(chosen) + " (set by the user)"
-    return "the OpenMP runtime's default (spin, then sleep); OMP_WAIT_POLICY=PASSIVE helps on a shared machine"
+        return ", ".join(chosen) + " (set by the user; every invfast command keeps it)"
+    return f"the OpenMP runtime's default (poll, then sleep); invfast {'/'.join(COMMANDS)} sets {CLI_POLICY}"

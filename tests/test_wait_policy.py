@@ -1,6 +1,6 @@
-"""The invfast command's OpenMP wait policy (invfast/wait_policy.py): passive for the command, untouched for
-``import invfast`` and whenever the user chose one. Checked in fresh processes against what libgomp itself
-reports (``OMP_DISPLAY_ENV=VERBOSE`` prints its settings when torch loads it)."""
+"""The OpenMP wait policy of ``invfast measure`` (invfast/wait_policy.py): passive for that command, untouched for
+the other commands, for ``import invfast`` and whenever the user chose one. Checked in fresh processes against
+what libgomp itself reports (``OMP_DISPLAY_ENV=VERBOSE`` prints its settings when torch loads it)."""
 
 from __future__ import annotations
 
@@ -17,19 +17,35 @@ from invfast import wait_policy
 @pytest.mark.parametrize(
     "argv",
     [
-        ["/usr/local/bin/invfast", "info"],
-        ["invfast"],
-        ["C:\\venv\\Scripts\\invfast.exe"],
-        ["-m"],
+        ["/usr/local/bin/invfast", "measure", "--model", "resnet18"],
+        ["invfast", "--debug", "measure"],
+        ["C:\\venv\\Scripts\\invfast.exe", "measure"],
+        ["-m", "measure", "--help"],
         ["./invfast", "measure"],
     ],
 )
-def test_the_command_gets_the_passive_policy(argv):
+def test_invfast_measure_gets_the_passive_policy(argv):
     assert wait_policy.cli_policy(argv, {}, torch_loaded=False) == "PASSIVE"
 
 
 @pytest.mark.parametrize(
-    "argv", [["/venv/bin/pytest"], ["-c"], ["train.py"], [""], [], ["/opt/invfast-tools/run.py"], ["invfasta"]]
+    "argv",
+    [
+        ["invfast", "pretrain", "--method", "moco"],  # many small ops: slower quiet with sleeping threads
+        ["invfast", "reproduce"],
+        ["invfast", "info"],
+        ["invfast"],
+        ["-m"],
+        ["invfast", "--debug"],
+    ],
+)
+def test_the_other_commands_keep_the_runtime_default(argv):
+    assert wait_policy.cli_policy(argv, {}, torch_loaded=False) is None
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["/venv/bin/pytest", "measure"], ["-c", "measure"], ["train.py", "measure"], [""], [], ["invfasta", "measure"]],
 )
 def test_a_users_program_keeps_the_runtime_default(argv):
     assert wait_policy.cli_policy(argv, {}, torch_loaded=False) is None
@@ -37,11 +53,11 @@ def test_a_users_program_keeps_the_runtime_default(argv):
 
 @pytest.mark.parametrize("env", [{"OMP_WAIT_POLICY": "ACTIVE"}, {"OMP_WAIT_POLICY": ""}, {"GOMP_SPINCOUNT": "300000"}])
 def test_a_users_choice_is_never_overridden(env):
-    assert wait_policy.cli_policy(["invfast"], env, torch_loaded=False) is None
+    assert wait_policy.cli_policy(["invfast", "measure"], env, torch_loaded=False) is None
 
 
 def test_too_late_once_torch_is_loaded():
-    assert wait_policy.cli_policy(["invfast"], {}, torch_loaded=True) is None
+    assert wait_policy.cli_policy(["invfast", "measure"], {}, torch_loaded=True) is None
 
 
 def _runtime_settings(args: list[str], **env: str) -> tuple[dict[str, str], str]:
@@ -56,20 +72,25 @@ def _runtime_settings(args: list[str], **env: str) -> tuple[dict[str, str], str]
     return settings, out.stdout
 
 
-def test_the_command_runs_torch_with_threads_that_sleep():
-    settings, stdout = _runtime_settings(["-m", "invfast", "info"])
+def test_invfast_measure_runs_torch_with_threads_that_sleep():
+    settings, stdout = _runtime_settings(["-m", "invfast", "measure", "--help"])
     assert settings["GOMP_SPINCOUNT"] == "0"  # libgomp's PASSIVE: no polling before a thread sleeps
-    assert re.search(r"^openmp_wait_policy\s+PASSIVE \(set by the invfast command", stdout, flags=re.M)
+    assert "usage:" in stdout
 
 
-def test_import_invfast_leaves_the_runtime_default():
-    code = "import os, invfast; print(os.environ.get('OMP_WAIT_POLICY'))"
-    settings, stdout = _runtime_settings(["-c", code])
+def test_other_commands_and_import_invfast_leave_the_runtime_default():
+    settings, stdout = _runtime_settings(["-m", "invfast", "info"])
     assert settings["GOMP_SPINCOUNT"] == "300000"  # libgomp's own default
+    assert re.search(
+        r"^openmp_wait_policy\s+the OpenMP runtime's default .* invfast measure sets PASSIVE", stdout, re.M
+    )
+    settings, stdout = _runtime_settings(["-c", "import os, invfast; print(os.environ.get('OMP_WAIT_POLICY'))"])
+    assert settings["GOMP_SPINCOUNT"] == "300000"
     assert stdout.strip() == "None"
 
 
 def test_the_users_policy_reaches_the_command_unchanged():
-    settings, stdout = _runtime_settings(["-m", "invfast", "info"], OMP_WAIT_POLICY="ACTIVE")
+    settings, _ = _runtime_settings(["-m", "invfast", "measure", "--help"], OMP_WAIT_POLICY="ACTIVE")
     assert settings["OMP_WAIT_POLICY"] == "ACTIVE" and settings["GOMP_SPINCOUNT"] != "0"
-    assert re.search(r"^openmp_wait_policy\s+OMP_WAIT_POLICY=ACTIVE \(set by the user\)", stdout, flags=re.M)
+    _, stdout = _runtime_settings(["-m", "invfast", "info"], OMP_WAIT_POLICY="ACTIVE")
+    assert re.search(r"^openmp_wait_policy\s+OMP_WAIT_POLICY=ACTIVE \(set by the user", stdout, flags=re.M)
