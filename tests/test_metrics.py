@@ -319,6 +319,31 @@ def test_opcheck_all_pairs_ops(rng):
         torch.ops.invfast.knn_sqdist(x, 23, True, 4)
 
 
+@needs_core
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_all_pairs_ops_refuse_one_nonfinite_value_anywhere(rng, dtype, threads):
+    """The kernels' own check (in their row pass, no torch op): one NaN / +Inf / -Inf at a random place of a
+    matrix whose rows the row pass splits over threads is named; huge finite float64 values are not refused."""
+    n, d = int(rng.integers(9000, 12000)), int(rng.integers(2, 6))  # above the row pass's one-thread grain
+    x = torch.from_numpy(rng.normal(size=(n, d))).to(dtype)
+    old = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for bad in (float("nan"), float("inf"), float("-inf")):
+            y = x.clone()
+            y[int(rng.integers(n)), int(rng.integers(d))] = bad
+            with pytest.raises(RuntimeError, match="pairwise_logsumexp: x contains NaN/Inf"):
+                torch.ops.invfast.pairwise_logsumexp(y, 2.0, True, 64)
+            with pytest.raises(RuntimeError, match="knn_sqdist: x contains NaN/Inf"):
+                torch.ops.invfast.knn_sqdist(y, 3, False, 64)  # refused in the row pass, before any block
+        if dtype == torch.float64:  # squares overflow, values finite: accepted as before (the sum is inf)
+            huge = torch.from_numpy(rng.normal(size=(50, d))) * 1e200
+            assert torch.ops.invfast.pairwise_logsumexp(huge, 2.0, True, 8).isfinite()
+    finally:
+        torch.set_num_threads(old)
+
+
 @pytest.mark.parametrize("normalize", [True, False])
 def test_all_pairs_kernel_equals_float64_reference(rng, normalize):
     """The compiled all-pairs ops (where the table runs them) against their float64 torch references on float64

@@ -121,8 +121,12 @@ struct Rows {
   double c = 0.0, kc = 0.0, qmax = 0.0;
 };
 
+// Also the input check for NaN/Inf (`op` names the op in the error): a row's sum of squares is not finite exactly
+// when the row holds a NaN/Inf or, in float64, squares that overflow; only such rows are scanned. Checking here
+// instead of with a torch op before the kernel saves each call a pass over x and, at more than one thread, a
+// parallel region of torch's (which beside a busy process can stall the call, docs/performance.md).
 template <typename T>
-Rows row_data(const T* x, int64_t N, int64_t D, bool normalize) {
+Rows row_data(const T* x, int64_t N, int64_t D, bool normalize, const char* op) {
   Rows p;
   p.N = N;
   p.D = D;
@@ -131,11 +135,14 @@ Rows row_data(const T* x, int64_t N, int64_t D, bool normalize) {
   p.q.assign(N, 0.0);
   // a few hundred thousand multiply-adds: one thread unless the rows are many
   const int64_t grain = std::max<int64_t>(256, (int64_t(1) << 20) / std::max<int64_t>(D, 1));
+  std::atomic<bool> nonfinite{false};
   at::parallel_for(0, N, grain, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       const T* xi = x + i * D;
       double s = 0.0;
       for (int64_t k = 0; k < D; ++k) s += static_cast<double>(xi[k]) * static_cast<double>(xi[k]);
+      if (!std::isfinite(s) && std::any_of(xi, xi + D, [](T v) { return !std::isfinite(v); }))
+        nonfinite.store(true, std::memory_order_relaxed);
       if (normalize) {
         const double nr = std::max(std::sqrt(s), 1e-12);  // torch.nn.functional.normalize's eps
         p.n[i] = nr;
@@ -145,6 +152,7 @@ Rows row_data(const T* x, int64_t N, int64_t D, bool normalize) {
       p.q[i] = s;
     }
   });
+  TORCH_CHECK(!nonfinite.load(), op, ": x contains NaN/Inf");
   const double u = std::is_same<T, float>::value ? std::ldexp(1.0, -24) : std::ldexp(1.0, -53);
   const double du = static_cast<double>(D) * u;
   TORCH_CHECK(du < 0.5, "pairwise ops: D = ", D, " is too large for an error bound in this precision");
@@ -218,14 +226,13 @@ void check_pairwise_input(const at::Tensor& x, const char* op, int64_t block_row
               ": x must be float32 or float64, got ", x.scalar_type());
   TORCH_CHECK(x.size(1) >= 1, op, ": x must have D >= 1 features");
   TORCH_CHECK(block_rows >= 1, op, ": block_rows must be >= 1, got ", block_rows);
-  TORCH_CHECK(at::isfinite(x).all().item<bool>(), op, ": x contains NaN/Inf");
 }
 
 template <typename T>
 double pairwise_lse_impl(const at::Tensor& x, double scale, bool normalize, int64_t block_rows) {
   const int64_t N = x.size(0), D = x.size(1);
   const T* xp = x.data_ptr<T>();
-  const Rows p = row_data(xp, N, D, normalize);
+  const Rows p = row_data(xp, N, D, normalize, "pairwise_logsumexp");
   std::vector<double> row_m(N, -kInf), row_s(N, 0.0);
   for_row_blocks<T>(x, block_rows, true, N - 1, [&](int64_t s, int64_t rows, const T* gp, int64_t cols) {
     double buf[kChunk];
@@ -289,7 +296,7 @@ template <typename T>
 void knn_impl(const at::Tensor& x, int64_t k, bool normalize, int64_t block_rows, double* od, int64_t* oi) {
   const int64_t N = x.size(0), D = x.size(1);
   const T* xp = x.data_ptr<T>();
-  const Rows p = row_data(xp, N, D, normalize);
+  const Rows p = row_data(xp, N, D, normalize, "knn_sqdist");
   for_row_blocks<T>(x, block_rows, false, N, [&](int64_t s, int64_t rows, const T* gp, int64_t) {
     std::vector<double> d2(N), sel(N);
     std::vector<std::pair<double, int64_t>> cand;
