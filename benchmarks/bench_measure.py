@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -493,11 +494,18 @@ def test_per_layer_job_at_two_threads_beside_a_competing_process(benchmark, comp
         benchmark.pedantic(lambda: measure_invariance(model, x, ["rotation"], **kw), rounds=1, iterations=1)
     finally:
         torch.set_num_threads(old)
+    _record_threads(benchmark, n, best[1], best[2], best)
+
+
+def _record_threads(benchmark, images: int, one: Any, two: Any, best: dict[int, float], **extra: Any) -> None:
+    """The record of a 1-thread / 2-thread job beside a busy process: its times (``one``, ``two``: seconds, or lists
+    of them) and best 1-thread / best 2-thread time (goal >= 1: two threads never slower than one)."""
     benchmark.extra_info.update(
         {
-            "images": n,
-            "one_thread_s": best[1],
-            "two_threads_s": best[2],
+            **extra,
+            "images": images,
+            "one_thread_s": one,
+            "two_threads_s": two,
             "speedup_ratio_two_threads_vs_one_beside_a_busy_process": best[1] / best[2],
             "goal": ">= 1 (two threads never slower than one)",
             "loadavg_1min": os.getloadavg()[0],
@@ -509,19 +517,17 @@ def test_per_layer_job_at_two_threads_beside_a_competing_process(benchmark, comp
 #: 1 and 2 torch threads alternately in a fresh interpreter (the OpenMP wait policy is read when torch loads)
 _THREADS_JOB = r"""
 import json, sys, time
+sys.path.insert(0, sys.argv[3])
 import torch
-from torch import nn
+from bench_tmeasures import ConvNet4, _images  # the job's net and photo crops, whether or not tmeasures is here
 from invfast.measure import measure_invariance
 
 n, rounds = int(sys.argv[1]), int(sys.argv[2])
-chans, strides = (3, 16, 32, 64, 64), (1, 2, 2, 2)
 torch.manual_seed(0)
-model = nn.Sequential(
-    *(nn.Sequential(nn.Conv2d(chans[i], chans[i + 1], 3, stride=strides[i], padding=1), nn.ReLU()) for i in range(4))
-).eval()
-x = torch.rand(n, 3, 32, 32, generator=torch.Generator().manual_seed(0))
-kw = dict(layers=[f"{i}.1" for i in range(4)], units="elements", grid_size=16, batch_size=32, forward_batch=256,
-          normalize=False, device="cpu", workers=0, progress=False)
+model = ConvNet4().eval()
+x = _images(n, 32)
+kw = dict(layers=[f"blocks.{i}.1" for i in range(4)], units="elements", grid_size=16, batch_size=32,
+          forward_batch=256, normalize=False, device="cpu", workers=0, progress=False)
 measure_invariance(model, x, ["rotation"], **kw)  # warm-up
 times = {1: [], 2: []}
 for _ in range(rounds):
@@ -551,22 +557,15 @@ def test_conv_net_job_threads_beside_a_competing_process_by_wait_policy(benchmar
 
     def job() -> dict:
         out = subprocess.run(
-            [sys.executable, "-c", _THREADS_JOB, str(n), str(rounds)], capture_output=True, text=True, env=env
+            [sys.executable, "-c", _THREADS_JOB, str(n), str(rounds), os.path.dirname(os.path.abspath(__file__))],
+            capture_output=True,
+            text=True,
+            env=env,
         )
         assert out.returncode == 0, out.stderr[-2000:]
         return {int(k): v for k, v in json.loads(out.stdout.strip().splitlines()[-1]).items()}
 
     times = benchmark.pedantic(job, rounds=1, iterations=1, warmup_rounds=0)
     best = {t: min(v) for t, v in times.items()}
-    benchmark.extra_info.update(
-        {
-            "policy": policy,
-            "images": n,
-            "one_thread_s": times[1],
-            "two_threads_s": times[2],
-            "speedup_ratio_two_threads_vs_one_beside_a_busy_process": best[1] / best[2],
-            "goal": ">= 1 (two threads never slower than one)",
-            "loadavg_1min": os.getloadavg()[0],
-        }
-    )
+    _record_threads(benchmark, n, times[1], times[2], best, policy=policy)
     print(f"\n[{policy}] 1 thread {times[1]} s, 2 threads {times[2]} s: best 1t / 2t {best[1] / best[2]:.2f}")
