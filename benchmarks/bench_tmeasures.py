@@ -38,8 +38,6 @@ from __future__ import annotations
 import copy
 import importlib.metadata
 import os
-import subprocess
-import sys
 import time
 import types
 from collections.abc import Callable
@@ -82,22 +80,9 @@ pytestmark = [
 ]
 
 
-@pytest.fixture(scope="module")
-def torch_default_threads() -> int:
-    """torch's default intra-op threads, read in a fresh interpreter (other suites set 1 thread on import)."""
-    out = subprocess.run(
-        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True, text=True
-    )
-    return int(out.stdout.strip()) if out.returncode == 0 else torch.get_num_threads()
-
-
 @pytest.fixture(autouse=True)
-def default_threads(torch_default_threads):
-    """Every benchmark here runs at torch's default thread count (what a user gets), restored afterwards."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(torch_default_threads)
-    yield
-    torch.set_num_threads(old)
+def _at_default_threads(default_threads):
+    """Every benchmark here runs at torch's default thread count (what a user gets)."""
 
 
 @pytest.fixture(params=["quiet", "loaded"])

@@ -56,6 +56,28 @@ def competing_process(competitor):
     yield competitor
 
 
+@pytest.fixture(scope="session")
+def torch_default_threads() -> int:
+    """torch's default intra-op threads, read in a fresh interpreter (some suites set 1 thread on import)."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import torch; print(torch.get_num_threads())"], capture_output=True, text=True
+    )
+    import torch
+
+    return int(out.stdout.strip()) if out.returncode == 0 else torch.get_num_threads()
+
+
+@pytest.fixture
+def default_threads(torch_default_threads):
+    """The benchmark runs at torch's default thread count (what a user gets), restored afterwards."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(torch_default_threads)
+    yield torch_default_threads
+    torch.set_num_threads(old)
+
+
 @pytest.fixture
 def record_ratio(benchmark):
     """record_ratio(label, baseline_seconds, goal): ratio = baseline / invfast's best time in this benchmark."""

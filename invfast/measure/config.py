@@ -77,14 +77,16 @@ class MeasureConfig(Config):
         overlap: make the next chunk's transformed views on a background thread while the model runs on
             the current one (None: on the CPU where a core is left over by torch's threads; CUDA launches
             are asynchronous already).
-        split_forward: on the CPU, run each model call as one sub-batch per torch thread, each in its own
-            thread at one intra-op thread, instead of one call whose every op splits over the threads (None: on
-            where torch has more than one thread; the CPU only). No op waits for the others' threads, so a
-            thread the OS takes away for a while delays only its own share (1.3-2.1x faster forward passes
-            quiet, 1.7-1.8x beside a busy process, on a conv net and ResNet-18 here; the features were
-            bit-identical, but a model whose kernels pick another algorithm for another batch size can differ
-            in the last bits). Turn it off for a model whose ``forward`` is not safe to call from two threads
-            at once (one that keeps state between calls).
+        split_forward: on the CPU, run each model call as sub-batches of
+            :meth:`~invfast.measure.extractor.FeatureExtractor.images_per_call` images (the most whose largest
+            activation fits 8 MiB, measured once on one image; no more than the call's images / threads), which
+            torch's threads take in turn, each at one intra-op thread, instead of one call whose every op splits
+            over the threads (None: on, the CPU only). No op waits for the others' threads, so a thread the OS takes
+            away for a while delays only its own share, and each call's activations stay in the cache (ResNet-50
+            at 224 px: a measurement 1.7x faster; docs/performance.md). A model whose kernels pick another
+            algorithm for another batch size can differ in the last bits from one whole-batch call. Turn it off
+            for a model whose ``forward`` is not safe to call from two threads at once (one that keeps state
+            between calls): then each chunk of ``forward_batch`` images is one call.
     """
 
     grid_size: int = 256

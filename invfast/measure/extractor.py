@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import itertools
 import os
 import warnings
 from collections.abc import Callable, Sequence
@@ -19,7 +20,15 @@ from invfast.measure.layers import OUTPUT, LayerTap, resolve_layers
 from invfast.measure.units import check_units
 from invfast.models.registry import load_checkpoint
 
-__all__ = ["WithDescriptor", "load_model", "FeatureExtractor", "model_checksum", "setup_model"]
+__all__ = ["CALL_ACTIVATION_BYTES", "WithDescriptor", "load_model", "FeatureExtractor", "model_checksum", "setup_model"]
+
+#: on the CPU, the most bytes the largest activation of one model call may take: a call of more images runs
+#: as sub-batches of fewer (:meth:`FeatureExtractor.images_per_call`). Measured at one thread on this project's
+#: 2-core machine (2 MiB L2 per core, 32 MiB L3), ms per image by images per call, whole call -> within the
+#: budget: ResNet-50 224 px 200 (64) -> 108 (4); ResNet-18 64 px 3.76 (128) -> 3.15 (32); CIFAR ResNet-50
+#: 52.4 (128) -> 30.7 (8); VGG-11 3.58 (128) -> 3.11 (32); a ViT and a 4-block conv net flat (docs/performance.md).
+CALL_ACTIVATION_BYTES = 8 * 2**20
+_UNKNOWN = 2**62  #: images per call where the activations could not be measured: no bound
 
 
 class WithDescriptor(torch.nn.Module):
@@ -93,6 +102,7 @@ class FeatureExtractor:
         self._mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
         self._std = torch.tensor(IMAGENET_STD, device=self.device).view(1, 3, 1, 1)
         self.calls = 0
+        self._per_call: dict[tuple[Any, ...], int] = {}  # images per CPU model call, by input shape and dtype
         paths = resolve_layers(self.model, self.layers)
         self.layer_names = list(paths)
         self.elements = check_units(self.units) == "elements"
@@ -141,40 +151,73 @@ class FeatureExtractor:
                 units[name].append(elements.get(name, v))
         return _joined(outs), _joined(units)
 
-    def _forward(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        """One model call on ``x`` [B, ...] (split over threads where :attr:`split_forward` says): the
-        layers' pooled features float32 [B, D] and, with ``units='elements'``, their elements, by name."""
-        threads = torch.get_num_threads()
-        split = self.split_forward is not False and self.device.type == "cpu" and threads > 1
-        if not (split and isinstance(self.model, torch.nn.Module) and x.shape[0] >= 2):
-            return self._call(x)
-        parts = torch.tensor_split(x, min(threads, x.shape[0]))
-        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+    def images_per_call(self, x: torch.Tensor) -> int:
+        """Images per model call on the CPU for inputs like ``x`` [B, C, H, W]: the most whose largest activation
+        (of any module, measured once per input shape and dtype on one image) fits :data:`CALL_ACTIVATION_BYTES`,
+        at least 1 (unbounded for a model that fails on one image alone, or a callable that is not a module)."""
+        if not isinstance(self.model, torch.nn.Module):
+            return _UNKNOWN
+        key = (tuple(x.shape[1:]), x.dtype)
+        n = self._per_call.get(key)
+        if n is None:
+            with self._precision():
+                largest = _largest_activation_bytes(self.model, x[:1])
+            n = max(1, CALL_ACTIVATION_BYTES // largest) if largest else _UNKNOWN
+            if self._tap is not None:
+                self._tap.discard()
+            self._per_call[key] = n
+        return n
 
-        def call(part: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-            # grad and inference mode are per thread: each worker takes the caller's
+    def _forward(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+        """One chunk of ``x`` [B, ...] through the model: the layers' pooled features float32 [B, D] and, with
+        ``units='elements'``, their elements, by name. On the CPU (unless :attr:`split_forward` is False) the
+        chunk runs as sub-batches of :meth:`images_per_call` images (no more than B / threads, so every thread
+        has work), which torch's threads take in turn, each at one intra-op thread."""
+        if self.split_forward is False or self.device.type != "cpu" or not isinstance(self.model, torch.nn.Module):
+            return self._call(x)
+        threads = torch.get_num_threads()
+        per = min(self.images_per_call(x), -(-x.shape[0] // threads))
+        parts = torch.split(x, per)
+        if len(parts) == 1:
+            return self._call(x)
+        if threads == 1:
+            return _cat_parts([self._call(part) for part in parts])
+        return _cat_parts(self._on_threads(parts, threads))
+
+    def _on_threads(self, parts: Sequence[torch.Tensor], threads: int) -> list[Any]:
+        """``self._call`` of every part, in order, the parts taken in turn by ``min(threads, len(parts))`` threads,
+        each at one intra-op thread (with the caller's grad and inference mode); the first error is raised."""
+        inference, grad = torch.is_inference_mode_enabled(), torch.is_grad_enabled()
+        done: list[Any] = [None] * len(parts)
+        turn = itertools.count()  # next() on it is atomic under the GIL: each part is taken once
+        failed: list[BaseException] = []
+
+        def work() -> None:
             with torch.inference_mode() if inference else torch.set_grad_enabled(grad):
-                return self._call(part)
+                while not failed and (i := next(turn)) < len(parts):
+                    try:
+                        done[i] = self._call(parts[i])
+                    except BaseException as e:
+                        failed.append(e)
+                        raise
 
         torch.set_num_threads(1)
         try:
-            with ThreadPoolExecutor(len(parts)) as pool:
-                done = list(pool.map(call, parts))
-            # joined at one thread too: a copy this small waits longer for a descheduled peer than it saves
-            return (
-                {n: torch.cat([d[0][n] for d in done]) for n in done[0][0]},
-                {n: torch.cat([d[1][n] for d in done]) for n in done[0][1]},
-            )
+            with ThreadPoolExecutor(min(threads, len(parts))) as pool:
+                for f in [pool.submit(work) for _ in range(min(threads, len(parts)))]:
+                    f.result()
         finally:
             torch.set_num_threads(threads)
+        return done
+
+    def _precision(self) -> Any:
+        """Autocast to :attr:`dtype` where it is bf16/fp16, else nothing."""
+        if self.dtype in (torch.bfloat16, torch.float16):
+            return torch.autocast(self.device.type, dtype=self.dtype)
+        return contextlib.nullcontext()
 
     def _call(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-        ctx = (
-            torch.autocast(self.device.type, dtype=self.dtype)
-            if self.dtype in (torch.bfloat16, torch.float16)
-            else contextlib.nullcontext()
-        )
-        with ctx:
+        with self._precision():
             f = self.model(x)
         got, elements = self._tap.take(f) if self._tap is not None else ({OUTPUT: f}, {})
         for v in got.values():
@@ -212,6 +255,42 @@ class FeatureExtractor:
 
 def _joined(parts: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
     return {n: v[0] if len(v) == 1 else torch.cat(v) for n, v in parts.items()}
+
+
+def _cat_parts(done: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]) -> Any:
+    """The sub-batches' ``(features, elements)`` joined in order, at one intra-op thread: a copy this small
+    waits longer for a descheduled peer than it saves."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return (
+            {n: torch.cat([d[0][n] for d in done]) for n in done[0][0]},
+            {n: torch.cat([d[1][n] for d in done]) for n in done[0][1]},
+        )
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _largest_activation_bytes(model: torch.nn.Module, x1: torch.Tensor) -> int:
+    """Bytes of the largest tensor that ``model`` or any of its modules returns on ``x1`` [1, ...] (0 where the
+    model fails on it: then nothing is known, and the caller calls the model whole, where its error shows)."""
+    largest = 0
+
+    def keep(module: Any, inputs: Any, output: Any) -> None:
+        nonlocal largest
+        for v in output if isinstance(output, (tuple, list)) else (output,):
+            if isinstance(v, torch.Tensor):
+                largest = max(largest, v.numel() * v.element_size())
+
+    handles = [m.register_forward_hook(keep) for m in model.modules()]
+    try:
+        model(x1)
+    except Exception:  # a model that needs more than one image: measured whole
+        return 0
+    finally:
+        for h in handles:
+            h.remove()
+    return largest
 
 
 def model_checksum(model: Any) -> Any:

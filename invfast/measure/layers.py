@@ -194,8 +194,12 @@ class LayerTap:
             raise ValueError(f"layers {missing} did not run in the model's forward pass; choose layers it uses")
         out = {n: self.caught[n] for n in self.layers}
         elements = {n: self.elements[n] for n in self.layers if n in self.elements}
-        self._local.caught, self._local.elements = {}, {}
+        self.discard()
         return out, elements
+
+    def discard(self) -> None:
+        """Forget this thread's activations of its latest forward pass (one that was not a measurement)."""
+        self._local.caught, self._local.elements = {}, {}
 
     def close(self) -> None:
         for h in self._handles:

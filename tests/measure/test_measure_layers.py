@@ -344,33 +344,91 @@ def test_the_users_model_is_left_as_it_was_given(tmp_path, rng):
     assert not any(m._forward_hooks for m in model.modules())
 
 
-def test_split_forward_gives_each_thread_a_sub_batch_and_the_same_features():
-    """At more than one torch thread a model call runs as one sub-batch per thread (each thread its own
-    activations), with the caller's grad mode; the features equal one whole-batch call at one thread."""
-    net, x = _net(3), torch.randn(13, 3, 16, 16)
-    one = FeatureExtractor(net, torch.device("cpu"), normalize=False, layers=["layer1", "layer3"], units="elements")
-    with torch.no_grad():
-        want, want_units = one.features_and_units(x)  # one thread (the module's fixture)
+def _call_sizes(net: torch.nn.Module, x: torch.Tensor, threads: int, **kw) -> tuple[list[int], dict, dict]:
+    """The batch sizes of every call of ``net`` while one extractor (``**kw``) gives the features and units of
+    ``x`` twice at ``threads`` torch threads, and those features and units (the second time's)."""
     sizes: list[int] = []
     hook = net.register_forward_pre_hook(lambda m, a: sizes.append(a[0].shape[0]))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(3)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    ex = FeatureExtractor(
+        net, torch.device("cpu"), normalize=False, layers=["layer1", "layer3"], units="elements", **kw
+    )
     try:
         with torch.no_grad():
-            got, got_units = one.features_and_units(x)
-        off = FeatureExtractor(net, torch.device("cpu"), normalize=False, split_forward=False)
+            ex.features_and_units(x)
+            got = ex.features_and_units(x)
+        assert torch.get_num_threads() == threads  # restored after the split call
+    finally:
+        torch.set_num_threads(before)
+        hook.remove()
+        ex.close()
+    return sizes, *got
+
+
+def test_split_forward_gives_each_thread_sub_batches_and_the_same_features():
+    """On the CPU a model call runs as sub-batches: no more than images / threads each (every thread has work),
+    taken by the threads in turn, after one one-image call per input shape that measures the activations; the
+    features equal one whole-batch call."""
+    net, x = _net(3), torch.randn(13, 3, 16, 16)
+    whole, want, want_units = _call_sizes(net, x, 1, split_forward=False)
+    assert whole == [13, 13]  # off: one call per chunk, nothing measured
+    for threads in (1, 3):
+        sizes, got, got_units = _call_sizes(net, x, threads)
+        # 1 thread: the activations (4 KiB per image) bound nothing here; 3 threads: 13 images as 5 + 5 + 3
+        assert sizes[0] == 1 and sorted(sizes[1:]) == ([13, 13] if threads == 1 else [3, 3, 5, 5, 5, 5])
+        for name in want:
+            assert torch.equal(got[name], want[name]) and not got[name].requires_grad
+            assert torch.equal(got_units[name], want_units[name])
+
+
+def test_split_forward_bounds_each_calls_largest_activation(monkeypatch):
+    """Sub-batches hold the most images whose largest activation fits ``CALL_ACTIVATION_BYTES``: this net's
+    largest is its stem's 4 channels x 16 x 16 float32 (4 096 bytes per image), so 9 000 bytes give 2 images."""
+    import invfast.measure.extractor as extractor
+
+    monkeypatch.setattr(extractor, "CALL_ACTIVATION_BYTES", 9000)
+    net, x = _net(4), torch.randn(13, 3, 16, 16)
+    _, want, want_units = _call_sizes(net, x, 1, split_forward=False)
+    for threads in (1, 2):
+        sizes, got, got_units = _call_sizes(net, x, threads)
+        assert sizes[0] == 1 and sorted(sizes[1:]) == [1, 1] + [2] * 12
+        for name in want:  # oneDNN picks another algorithm for 2 images than for 13: equal up to float rounding
+            torch.testing.assert_close(got[name], want[name], rtol=1e-6, atol=1e-6)
+            torch.testing.assert_close(got_units[name], want_units[name], rtol=1e-5, atol=1e-5)
+    monkeypatch.setattr(extractor, "CALL_ACTIVATION_BYTES", 100)  # below one image: one image per call
+    sizes, got, _ = _call_sizes(net, x, 2)
+    assert sizes[1:] == [1] * 26
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=1e-6, atol=1e-6)
+
+
+def test_split_forward_calls_a_model_that_fails_on_one_image_split_over_the_threads():
+    class NeedsTwo(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = _net(5)
+
+        def forward(self, x):
+            if x.shape[0] < 2:
+                raise ValueError("needs a batch of two")
+            return self.net(x)
+
+    m, x = NeedsTwo(), torch.randn(9, 3, 16, 16)
+    sizes: list[int] = []
+    hook = m.register_forward_pre_hook(lambda mod, a: sizes.append(a[0].shape[0]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
         with torch.no_grad():
-            off.features(x)
-        assert torch.get_num_threads() == 3  # restored after the split call
+            got = FeatureExtractor(m, torch.device("cpu"), normalize=False).features(x)
     finally:
         torch.set_num_threads(threads)
         hook.remove()
-    assert sorted(sizes[:3]) == [4, 4, 5] and sizes[3:] == [13]
-    for name in want:
-        assert torch.allclose(got[name], want[name], rtol=1e-6, atol=1e-6) and not got[name].requires_grad
-        assert torch.allclose(got_units[name], want_units[name], rtol=1e-6, atol=1e-6)
-    one.close()
-    off.close()
+    with torch.no_grad():
+        want = m.net(x)
+    assert sizes[0] == 1 and sorted(sizes[1:]) == [4, 5]
+    assert torch.allclose(got["output"], want, rtol=1e-6, atol=1e-6)
 
 
 def test_split_forward_passes_a_models_error_on():
