@@ -492,6 +492,73 @@ def test_forward_in_cache_sized_calls_vs_one_model_call(benchmark, record_ratio,
     ex.close()
 
 
+POOL_MODELS = [("resnet18", 64, 32 if SMALL else 256), ("vgg11-cifar", 32, 32 if SMALL else 256)]
+
+
+@pytest.mark.parametrize("name,px,n", POOL_MODELS, ids=[c[0] for c in POOL_MODELS])
+def test_forward_with_nchw_pools_through_channels_last(benchmark, record_ratio, default_threads, name, px, n):
+    """The measurement's forward passes on the CPU (``FeatureExtractor.features``) with its max-pools run on
+    channels-last copies (``invfast.measure.cpu_pooling``) against the same extractor with torch's NCHW pool, the
+    path every model takes by itself; same images, alternating, 3 rounds each, best kept. The features are
+    checked bit-identical first. Also recorded: the stem pool alone, ``F.max_pool2d`` on [32, 64, 32, 32] NCHW."""
+    import torch.nn.functional as F
+
+    from invfast.measure.cpu_pooling import nhwc_max_pools
+    from invfast.measure.extractor import FeatureExtractor
+
+    torch.manual_seed(0)
+    model = models.create(name).eval()
+    x = _photo_crops(n, px).float().div_(255.0)
+    ex = FeatureExtractor(model, torch.device("cpu"), normalize=False, forward_batch=n)
+    hooks = ex._pool_hooks
+
+    def run(on: bool) -> Any:
+        ex._pool_hooks = nhwc_max_pools(model) if on else []
+        try:
+            with torch.inference_mode():
+                return ex.features(x)["output"]
+        finally:
+            for h in ex._pool_hooks:
+                h.remove()
+
+    for h in hooks:
+        h.remove()
+    assert torch.equal(run(True), run(False))
+    benchmark.pedantic(lambda: run(True), rounds=1, iterations=1)
+    ours_s, plain_s = benchmark.stats.stats.min, best_time(lambda: run(False), 1)
+    for _ in range(2):
+        ours_s, plain_s = min(ours_s, best_time(lambda: run(True), 1)), min(plain_s, best_time(lambda: run(False), 1))
+    y = torch.relu(torch.randn(32, 64, 32, 32))
+    pool = torch.nn.MaxPool2d(3, 2, 1)
+    nhwc_max_pools(pool)
+    with torch.inference_mode():
+        pool_plain = best_time(lambda: F.max_pool2d(y, 3, 2, 1), 10)
+        pool_ours = best_time(lambda: pool(y), 10)
+    benchmark.extra_info.update(
+        {
+            "model": name,
+            "px": px,
+            "images": n,
+            "threads": torch.get_num_threads(),
+            "nchw_pool_forward_s": plain_s,
+            "channels_last_pool_forward_s": ours_s,
+            "stem_pool_alone_nchw_s": pool_plain,
+            "stem_pool_alone_through_channels_last_s": pool_ours,
+            "loadavg_1min": os.getloadavg()[0],
+        }
+    )
+    record_ratio(
+        f"forward passes: NCHW max-pools / through channels-last ({name} {px}px, N={n})",
+        plain_s / ours_s * benchmark.stats.stats.min,
+        ">= 1",
+    )
+    print(
+        f"\n[bench_measure] {name} {px}px N={n}: NCHW pools {plain_s:.3f} s, through channels-last {ours_s:.3f} s; "
+        f"the stem pool alone {pool_plain * 1e3:.2f} -> {pool_ours * 1e3:.2f} ms; load {os.getloadavg()[0]:.2f}"
+    )
+    ex.close()
+
+
 # ---------------------------------------------------------------------------------------------- layers
 LAYERS_N = 16 if SMALL else 64
 LAYERS_K = 4 if SMALL else 16

@@ -87,10 +87,11 @@ class Stem(nn.Module):
         k, s, p = STEM_CONV[stem]
         self.conv = Conv2d(in_channels, width, k, s, p, bias=False)
         self.bn = nn.BatchNorm2d(width)
+        self.pool = nn.MaxPool2d(3, 2, 1) if stem == "imagenet" else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = F.relu(self.bn(self.conv(x)))
-        return F.max_pool2d(x, 3, 2, 1) if self.kind == "imagenet" else x
+        return self.pool(x) if self.pool is not None else x
 
 
 class ResidualBlock(nn.Module):
