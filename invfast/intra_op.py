@@ -33,3 +33,19 @@ def serial_if_small(macs: float, device: torch.device | str = "cpu") -> Iterator
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def at_threads(n: int) -> Iterator[None]:
+    """torch at ``n`` (>= 1) intra-op threads inside the block, the caller's count afterwards (nothing is set
+    where it is ``n`` already, nor while a graph is being compiled). torch's count is the process's, not the
+    calling thread's: the block is for work that the caller runs alone."""
+    if torch.compiler.is_compiling() or torch.get_num_threads() == n:
+        yield
+        return
+    threads = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

@@ -47,3 +47,61 @@ def test_stats_and_products_are_the_same_at_either_thread_count(two_threads, n, 
     assert torch.get_num_threads() == 2
     torch.testing.assert_close(upper_mm(x, w), torch.from_numpy(ref @ w.numpy()), rtol=1e-12, atol=1e-10)
     assert torch.get_num_threads() == 2
+
+
+def test_at_threads_sets_the_count_for_the_block_and_gives_it_back(two_threads):
+    from invfast.intra_op import at_threads
+
+    with at_threads(1):
+        assert torch.get_num_threads() == 1
+        with at_threads(2):
+            assert torch.get_num_threads() == 2
+        assert torch.get_num_threads() == 1
+    assert torch.get_num_threads() == 2
+    with pytest.raises(RuntimeError, match="boom"):
+        with at_threads(1):
+            raise RuntimeError("boom")
+    assert torch.get_num_threads() == 2
+
+
+def test_the_scoring_loop_runs_small_work_at_one_thread_and_the_model_at_the_runs(two_threads, monkeypatch):
+    """Beside a busy process a small op forked over two threads waits for the one the OS took away, so the
+    measurement's own torch work between model calls runs at one thread on the CPU; the model's calls (whether
+    split over threads or not) and the per-unit moments kernel run at the caller's count, which comes back."""
+    import invfast.measure.scoring as scoring
+    from invfast.measure import measure_invariance
+    from invfast.models import create
+
+    seen: dict[str, set[int]] = {"model": set(), "scores": set(), "moments": set()}
+
+    class Recording(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.net = create("resnet18-cifar", width=4).eval()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            seen["model"].add(torch.get_num_threads())
+            return self.net(x)
+
+    def spy(name, fn):
+        def wrapped(*a, **k):
+            seen[name].add(torch.get_num_threads())
+            return fn(*a, **k)
+
+        return wrapped
+
+    monkeypatch.setattr(scoring, "scores_of_whitened", spy("scores", scoring.scores_of_whitened))
+    monkeypatch.setattr(scoring, "merge_unit_moments_", spy("moments", scoring.merge_unit_moments_))
+    torch.manual_seed(0)
+    x = torch.rand(24, 3, 32, 32)
+    for split in (False, True):
+        seen = {k: set() for k in seen}
+        measure_invariance(
+            Recording(), x, ["rotation"], grid_size=4, device="cpu", progress=False, split_forward=split, workers=0
+        )
+        assert seen["scores"] == {1}
+        assert seen["moments"] == {2}
+        # whole: at the run's two; split: each sub-batch at one thread on a thread of its own (a call too small to
+        # split, and the one-image call that sizes the sub-batches, at two or one)
+        assert seen["model"] == {2} if not split else 1 in seen["model"]
+        assert torch.get_num_threads() == 2

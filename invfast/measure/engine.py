@@ -105,6 +105,7 @@ def _extractor(model: Any, device: torch.device, channels_last: bool, cfg: Measu
         cfg.layers,
         cfg.units,
         cfg.split_forward,
+        torch.get_num_threads() if device.type == "cpu" else None,
     )
 
 

@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
+from invfast.intra_op import at_threads
 from invfast.measure.cpu_pooling import nhwc_max_pools
 from invfast.measure.layers import OUTPUT, LayerTap, resolve_layers
 from invfast.measure.units import check_units
@@ -86,9 +87,10 @@ class FeatureExtractor:
     ``forward_batch`` images. ``layers``: module paths whose pooled activations :meth:`features` also
     returns, caught with forward hooks in the same pass (:mod:`invfast.measure.layers`). ``units``: what
     :meth:`features_and_units` gives as each layer's units, its pooled channels ('channels') or every
-    activation flattened ('elements', :mod:`invfast.measure.units`). On the CPU the model's ``nn.MaxPool2d``
-    modules pool channels-last copies of NCHW inputs, the same bits faster (:mod:`invfast.measure.cpu_pooling`),
-    until :meth:`close`."""
+    activation flattened ('elements', :mod:`invfast.measure.units`). ``threads``: torch's intra-op threads of
+    the model calls on the CPU, whatever the caller's count is then (None: the caller's). On the CPU the model's
+    ``nn.MaxPool2d`` modules pool channels-last copies of NCHW inputs, the same bits faster
+    (:mod:`invfast.measure.cpu_pooling`), until :meth:`close`."""
 
     model: Callable[[torch.Tensor], torch.Tensor]
     device: torch.device
@@ -100,6 +102,7 @@ class FeatureExtractor:
     layers: Sequence[str] | None = None
     units: str = "channels"
     split_forward: bool | None = None
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         self._mean = torch.tensor(IMAGENET_MEAN, device=self.device).view(1, 3, 1, 1)
@@ -179,15 +182,20 @@ class FeatureExtractor:
         ``units='elements'``, their elements, by name. On the CPU (unless :attr:`split_forward` is False) the
         chunk runs as sub-batches of :meth:`images_per_call` images (no more than B / threads, so every thread
         has work), which torch's threads take in turn, each at one intra-op thread."""
-        if self.split_forward is False or self.device.type != "cpu" or not isinstance(self.model, torch.nn.Module):
+        if self.device.type != "cpu":
             return self._call(x)
-        threads = torch.get_num_threads()
+        threads = self.threads or torch.get_num_threads()
+        if self.split_forward is False or not isinstance(self.model, torch.nn.Module):
+            with at_threads(threads):
+                return self._call(x)
         per = min(self.images_per_call(x), -(-x.shape[0] // threads))
         parts = torch.split(x, per)
         if len(parts) == 1:
-            return self._call(x)
+            with at_threads(threads):
+                return self._call(x)
         if threads == 1:
-            return _cat_parts([self._call(part) for part in parts])
+            with at_threads(1):
+                return _cat_parts([self._call(part) for part in parts])
         return _cat_parts(self._on_threads(parts, threads))
 
     def _on_threads(self, parts: Sequence[torch.Tensor], threads: int) -> list[Any]:
@@ -207,13 +215,9 @@ class FeatureExtractor:
                         failed.append(e)
                         raise
 
-        torch.set_num_threads(1)
-        try:
-            with ThreadPoolExecutor(min(threads, len(parts))) as pool:
-                for f in [pool.submit(work) for _ in range(min(threads, len(parts)))]:
-                    f.result()
-        finally:
-            torch.set_num_threads(threads)
+        with at_threads(1), ThreadPoolExecutor(min(threads, len(parts))) as pool:
+            for f in [pool.submit(work) for _ in range(min(threads, len(parts)))]:
+                f.result()
         return done
 
     def _precision(self) -> Any:
@@ -269,15 +273,11 @@ def _joined(parts: dict[str, list[torch.Tensor]]) -> dict[str, torch.Tensor]:
 def _cat_parts(done: list[tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]]) -> Any:
     """The sub-batches' ``(features, elements)`` joined in order, at one intra-op thread: a copy this small
     waits longer for a descheduled peer than it saves."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with at_threads(1):
         return (
             {n: torch.cat([d[0][n] for d in done]) for n in done[0][0]},
             {n: torch.cat([d[1][n] for d in done]) for n in done[0][1]},
         )
-    finally:
-        torch.set_num_threads(threads)
 
 
 def _largest_activation_bytes(model: torch.nn.Module, x1: torch.Tensor) -> int:

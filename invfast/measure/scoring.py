@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from invfast.intra_op import at_threads
 from invfast.measure import equivariance as eqv
 from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
@@ -162,7 +163,11 @@ def score_transform(
     bar = run.pass_bar((run.stop - run.start) * p, t.name, initial=(acc["next"] - run.start) * p)
     count0 = acc["count"]
     ctx = _Context(run, t, params, keep.to(run.device), int(keep.sum()), stats, acc, mm)
-    with contextlib.closing(_work(run, ctx)) as work, _ViewProducer(run) as producer:
+    with (
+        contextlib.closing(_work(run, ctx)) as work,
+        _ViewProducer(run) as producer,
+        at_threads(1) if run.device.type == "cpu" else contextlib.nullcontext(),
+    ):
         for group, ps, pe, views in producer.views(work):
             if views is not None:
                 group.score_chunk(ps, pe, views)
@@ -233,6 +238,12 @@ class _Context:
         self.group = max(1, run.extract.forward_batch // max(1, self.p * run.batch_size))
         self.mapped = MappedBack(run, t, params)  # same-equivariance, where it applies
 
+    def job_threads(self) -> Any:
+        """The block at the run's own intra-op threads (the CPU: the scoring loop runs torch's small work at one;
+        the model's calls, the views and the compiled per-unit moments take the run's count back)."""
+        threads = self.run.extract.threads
+        return at_threads(threads) if threads else contextlib.nullcontext()
+
 
 def _work(run: Run, ctx: _Context) -> Generator[tuple[_Group, int | None, int | None], None, None]:
     """``(group, ps, pe)`` for every chunk of parameters of every group of image batches, in order, reading the
@@ -299,7 +310,9 @@ class _ViewProducer:
         """``(group, ps, pe, views)`` for every item of ``work``, the next item's views made meanwhile."""
         if self.pool is None:
             for group, ps, pe in work:
-                yield group, ps, pe, self._make(group, ps, pe)
+                with group.view_threads(ps, pe):
+                    views = self._make(group, ps, pe)
+                yield group, ps, pe, views
             return
         nxt = next(work, None)
         pending = None if nxt is None else (nxt, self.pool.submit(self._make, *nxt))
@@ -308,6 +321,11 @@ class _ViewProducer:
             nxt = next(work, None)
             pending = None if nxt is None else (nxt, self.pool.submit(self._make, *nxt))
             yield (*item, fut.result())
+
+
+#: values in one chunk of views below which they are made at one intra-op thread on the CPU (16 images of
+#: 3 x 64 x 64 px under 16 rotations hold 3.1e6; the conv-net job's 32 px chunks 0.8e6)
+PARALLEL_VIEW_VALUES = 2_000_000
 
 
 class _Group:
@@ -358,6 +376,16 @@ class _Group:
             else {ly: torch.empty(2, b, ctx.p, dtype=torch.float32, device=dev) for ly in self.layers}
         )
 
+    def view_threads(self, ps: int | None, pe: int | None) -> Any:
+        """The block that makes the views of parameters ``ps..pe``: at the run's threads where they hold at least
+        :data:`PARALLEL_VIEW_VALUES` values, else at the caller's (one, in the scoring loop on the CPU: the
+        transforms' input checks are torch ops too small to fork for)."""
+        if ps is None or pe is None or not isinstance(self.x, torch.Tensor):
+            return contextlib.nullcontext()
+        if self.x[0].numel() * self.b * (pe - ps) < PARALLEL_VIEW_VALUES:
+            return contextlib.nullcontext()
+        return self.ctx.job_threads()
+
     def score_chunk(self, ps: int, pe: int, views: torch.Tensor) -> None:
         """The model on the views of parameters ``ps..pe`` (``[b, pe - ps, C, H, W]``); adds into the
         accumulators on the device without reading back."""
@@ -385,15 +413,16 @@ class _Group:
                 self.v_mean[ly] = torch.zeros(b, u.shape[2], dtype=torch.float64, device=u.device)
                 self.v_m2[ly] = torch.zeros_like(self.v_mean[ly])
             # their moments over each image's views and over each view's images, merged into the running ones
-            merge_unit_moments_(
-                u,
-                self.v_mean[ly],
-                self.v_m2[ly],
-                self.n_views,
-                la["u_mean"][ps:pe],
-                la["u_m2"][ps:pe],
-                ctx.acc["count"],
-            )
+            with ctx.job_threads():
+                merge_unit_moments_(
+                    u,
+                    self.v_mean[ly],
+                    self.v_m2[ly],
+                    self.n_views,
+                    la["u_mean"][ps:pe],
+                    la["u_m2"][ps:pe],
+                    ctx.acc["count"],
+                )
             shape = ctx.run.extract.map_shapes.get(ly)
             if self.mapped and self.image_hw is not None and ctx.mapped.applies(shape):
                 assert shape is not None
