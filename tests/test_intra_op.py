@@ -105,3 +105,30 @@ def test_the_scoring_loop_runs_small_work_at_one_thread_and_the_model_at_the_run
         # split, and the one-image call that sizes the sub-batches, at two or one)
         assert seen["model"] == {2} if not split else 1 in seen["model"]
         assert torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("px, want", [(32, 1), (64, 2)])
+def test_views_are_made_at_the_runs_threads_only_in_large_chunks(two_threads, monkeypatch, px, want):
+    """A chunk of views below PARALLEL_VIEW_VALUES values is made at one thread (the transform's checks are small
+    ops), a larger one at the run's count: 256 views of 3 x 32 x 32 px hold 0.8e6 values, of 64 px 3.1e6."""
+    from invfast.measure import engine, measure_invariance
+    from invfast.measure.scoring import PARALLEL_VIEW_VALUES
+    from invfast.models import create
+
+    assert 256 * 3 * 32 * 32 < PARALLEL_VIEW_VALUES <= 256 * 3 * 64 * 64
+    seen: set[int] = set()
+    views = engine.Run.views
+
+    def spy(self, *a, **k):
+        seen.add(torch.get_num_threads())
+        return views(self, *a, **k)
+
+    monkeypatch.setattr(engine.Run, "views", spy)
+    torch.manual_seed(0)
+    x = torch.rand(32, 3, px, px)
+    model = create("resnet18-cifar", width=4).eval()
+    measure_invariance(
+        model, x, ["rotation"], grid_size=8, batch_size=32, forward_batch=256, device="cpu", progress=False,
+        overlap=False, workers=0,
+    )  # fmt: skip
+    assert seen == {want}
