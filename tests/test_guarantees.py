@@ -206,24 +206,32 @@ def test_a_random_init_run_resumes(folder, tmp_path, monkeypatch):
         "--out",
         str(tmp_path / "out"),
     ]
-    real = models.create
+    import invfast.measure.core as core
+
+    real, real_score = models.create, core.score_transform
+    scoring = [False]  # the statistics are done: the model is killed at its first call after them
 
     def killing(*a, **k):
         m = real(*a, **k)
-        orig, calls = m.forward, [0]
+        orig = m.forward
 
         def forward(x):
-            calls[0] += 1
-            if calls[0] > 1:
+            if scoring[0]:
                 raise KeyboardInterrupt
             return orig(x)
 
         m.forward = forward
         return m
 
+    def score(*a, **k):
+        scoring[0] = True
+        return real_score(*a, **k)
+
     monkeypatch.setattr(models, "create", killing)
+    monkeypatch.setattr(core, "score_transform", score)
     assert main(args) == 130
     monkeypatch.setattr(models, "create", real)
+    monkeypatch.setattr(core, "score_transform", real_score)
     assert main(args) == 0
     doc = json.loads((tmp_path / "out" / "result.json").read_text())
     assert doc["meta"]["resumed"] and doc["meta"]["pairs_computed"] == 30 * 2
