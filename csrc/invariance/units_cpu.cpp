@@ -10,8 +10,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "common/parallel.h"
+#include "common/no_fp_contract.h"  // after every other include
 
 namespace invfast {
 namespace {
@@ -20,7 +23,10 @@ constexpr int64_t kBlock = 64;       // units per work item (a block of B x V x 
 constexpr double kMomentNs = 1.5;    // one-thread cost per input value (four reads, two of them from cache)
 
 // Merge the moments (mean ``m``, M2 ``q``) of ``k`` more values into the running ``mean``, ``m2`` of ``n`` values.
-inline void merge(double* mean, double* m2, int64_t n, const double* m, const double* q, int64_t k, int64_t w) {
+#define INVFAST_INLINE inline __attribute__((always_inline))
+#define INVFAST_INLINE_LAMBDA __attribute__((always_inline))
+
+INVFAST_INLINE void merge(double* mean, double* m2, int64_t n, const double* m, const double* q, int64_t k, int64_t w) {
   if (n == 0) {
     std::copy(m, m + w, mean);
     std::copy(q, q + w, m2);
@@ -37,7 +43,7 @@ inline void merge(double* mean, double* m2, int64_t n, const double* m, const do
 
 // The mean and M2 over ``n`` rows ``row(i)`` (each ``w`` values) in two passes, into ``m`` and ``q``.
 template <typename T, typename Row>
-void two_pass(int64_t n, Row row, int64_t w, double* m, double* q) {
+INVFAST_INLINE void two_pass(int64_t n, Row row, int64_t w, double* m, double* q) {
   std::fill(m, m + w, 0.0);
   for (int64_t i = 0; i < n; ++i) {
     const T* r = row(i);
@@ -60,16 +66,38 @@ struct Running {  // running moments over views [B, U] (of n_v views) and over i
 };
 
 template <typename T>
-void merge_block(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_t w, const Running& r) {
+INVFAST_INLINE void merge_block_body(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_t w,
+                                     const Running& r) {
   double m[kBlock], q[kBlock];
   for (int64_t b = 0; b < B; ++b) {  // over each image's views
-    two_pass<T>(V, [&](int64_t v) { return x + (b * V + v) * U + u0; }, w, m, q);
+    two_pass<T>(V, [&](int64_t v) INVFAST_INLINE_LAMBDA { return x + (b * V + v) * U + u0; }, w, m, q);
     merge(r.mean_v + b * U + u0, r.m2_v + b * U + u0, r.n_v, m, q, V, w);
   }
   for (int64_t v = 0; v < V; ++v) {  // over each view's images
-    two_pass<T>(B, [&](int64_t b) { return x + (b * V + v) * U + u0; }, w, m, q);
+    two_pass<T>(B, [&](int64_t b) INVFAST_INLINE_LAMBDA { return x + (b * V + v) * U + u0; }, w, m, q);
     merge(r.mean_b + v * U + u0, r.m2_b + v * U + u0, r.n_b, m, q, B, w);
   }
+}
+
+// The same loops compiled for the machine's vector width: every value takes the same IEEE operations in the same
+// order (the loops run across units, each unit's sums in row order; no FMA target, so nothing is contracted),
+// so the results are the same bits, only more units at once.
+template <typename T>
+void merge_block(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_t w, const Running& r) {
+  merge_block_body<T>(x, B, V, U, u0, w, r);
+}
+
+template <typename T>
+__attribute__((target("avx512f"))) void merge_block_avx512(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0,
+                                                          int64_t w, const Running& r) {
+  merge_block_body<T>(x, B, V, U, u0, w, r);
+}
+
+// Whether to take the AVX-512 build of the loops: where the CPU and the OS support it, unless the environment
+// variable INVFAST_CPU_ISA is "baseline" (read once; for comparing the two builds, whose results are the same bits).
+bool vector_path() {
+  const char* isa = std::getenv("INVFAST_CPU_ISA");
+  return __builtin_cpu_supports("avx512f") && !(isa != nullptr && std::strcmp(isa, "baseline") == 0);
 }
 
 void check_running(const at::Tensor& t, int64_t rows, int64_t U, const char* name) {
@@ -98,11 +126,16 @@ void merge_unit_moments_cpu(const at::Tensor& u_in, const at::Tensor& mean_v, co
   const Running r{mean_v.data_ptr<double>(), m2_v.data_ptr<double>(), mean_b.data_ptr<double>(),
                   m2_b.data_ptr<double>(), n_v, n_b};
   const int64_t blocks = (U + kBlock - 1) / kBlock;
+  static const bool avx512 = vector_path();
   AT_DISPATCH_FLOATING_TYPES(u.scalar_type(), "merge_unit_moments_", [&] {
     const scalar_t* x = u.data_ptr<scalar_t>();
     parallel::run_items(blocks, parallel::cost(B * V, U, kMomentNs), 0, [&](int64_t i, float*) {
-      const int64_t u0 = i * kBlock;
-      merge_block<scalar_t>(x, B, V, U, u0, std::min(kBlock, U - u0), r);
+      const int64_t u0 = i * kBlock, w = std::min(kBlock, U - u0);
+      if (avx512) {
+        merge_block_avx512<scalar_t>(x, B, V, U, u0, w, r);
+      } else {
+        merge_block<scalar_t>(x, B, V, U, u0, w, r);
+      }
     });
   });
 }

@@ -333,3 +333,37 @@ def test_merged_unit_moments_bad_inputs_and_half_precision(rng):
         op(x, r[0], r[1], 0, r[2].float(), r[3], 0)
     with pytest.raises(RuntimeError, match="the counts must be >= 0"):
         op(x, r[0], r[1], -1, r[2], r[3], 0)
+
+
+_MOMENT_BITS = r"""
+import hashlib, torch
+from invfast.ops.invariance import merge_unit_moments_
+g = torch.Generator().manual_seed(7)
+for dtype in (torch.float32, torch.float64):
+    for b, v, n in ((5, 7, 200), (16, 16, 1000), (3, 2, 1)):
+        u = (torch.randn(b, v, n, generator=g, dtype=torch.float64) * 3 + 100).to(dtype)
+        run = [torch.rand(r, n, generator=g, dtype=torch.float64) for r in (b, b, v, v)]
+        merge_unit_moments_(u, run[0], run[1], 4, run[2], run[3], 9)
+        print(hashlib.sha256(b"".join(t.numpy().tobytes() for t in run)).hexdigest())
+"""
+
+
+def test_merged_unit_moments_same_bits_from_the_vector_and_the_baseline_build():
+    """The kernel's loops compiled for AVX-512 (taken where the CPU has it) and for the baseline ISA
+    (``INVFAST_CPU_ISA=baseline``) give the same bits: each unit's sums in the same order, nothing contracted to
+    an FMA. In two fresh processes; on a CPU without AVX-512 both take the baseline."""
+    import os
+    import subprocess
+    import sys
+
+    from invfast import backend
+
+    if "merge_unit_moments_" not in backend.compiled_ops():
+        pytest.skip("the compiled core is not built")
+    outs = []
+    for isa in ("", "baseline"):
+        env = {**os.environ, "INVFAST_CPU_ISA": isa}
+        done = subprocess.run([sys.executable, "-c", _MOMENT_BITS], capture_output=True, text=True, env=env)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outs.append(done.stdout.split())
+    assert len(outs[0]) == 6 and outs[0] == outs[1]
