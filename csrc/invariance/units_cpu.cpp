@@ -87,17 +87,31 @@ void merge_block(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_
   merge_block_body<T>(x, B, V, U, u0, w, r);
 }
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define INVFAST_AVX512_BUILD 1
 template <typename T>
 __attribute__((target("avx512f"))) void merge_block_avx512(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0,
                                                           int64_t w, const Running& r) {
   merge_block_body<T>(x, B, V, U, u0, w, r);
 }
+#else
+#define INVFAST_AVX512_BUILD 0
+template <typename T>
+void merge_block_avx512(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_t w, const Running& r) {
+  merge_block_body<T>(x, B, V, U, u0, w, r);
+}
+#endif
 
-// Whether to take the AVX-512 build of the loops: where the CPU and the OS support it, unless the environment
-// variable INVFAST_CPU_ISA is "baseline" (read once; for comparing the two builds, whose results are the same bits).
+// Whether to take the AVX-512 build of the loops: on x86-64 where the CPU and the OS support it, unless the
+// environment variable INVFAST_CPU_ISA is "baseline" (read once; for comparing the two builds, whose results are
+// the same bits). Elsewhere there is only the baseline build.
 bool vector_path() {
+#if INVFAST_AVX512_BUILD
   const char* isa = std::getenv("INVFAST_CPU_ISA");
   return __builtin_cpu_supports("avx512f") && !(isa != nullptr && std::strcmp(isa, "baseline") == 0);
+#else
+  return false;
+#endif
 }
 
 void check_running(const at::Tensor& t, int64_t rows, int64_t U, const char* name) {
