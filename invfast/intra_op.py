@@ -21,25 +21,18 @@ SERIAL_MACS = 2e7
 def serial_if_small(macs: float, device: torch.device | str = "cpu") -> Iterator[None]:
     """torch at one intra-op thread inside the block where ``macs`` (its multiply-adds) is below
     :data:`SERIAL_MACS` on the CPU; the caller's thread count otherwise and afterwards."""
-    if torch.compiler.is_compiling():  # a compiled graph's threads are not set from Python
+    if torch.device(device).type != "cpu" or macs >= SERIAL_MACS:
         yield
         return
-    threads = torch.get_num_threads()
-    if torch.device(device).type != "cpu" or threads <= 1 or macs >= SERIAL_MACS:
+    with at_threads(1):
         yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
 
 @contextlib.contextmanager
 def at_threads(n: int) -> Iterator[None]:
     """torch at ``n`` (>= 1) intra-op threads inside the block, the caller's count afterwards (nothing is set
-    where it is ``n`` already, nor while a graph is being compiled). torch's count is the process's, not the
-    calling thread's: the block is for work that the caller runs alone."""
+    where it is ``n`` already, nor while a graph is being compiled: its threads are not set from Python).
+    torch's count is the process's, not the calling thread's: the block is for work that the caller runs alone."""
     if torch.compiler.is_compiling() or torch.get_num_threads() == n:
         yield
         return

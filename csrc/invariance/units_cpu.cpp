@@ -22,10 +22,11 @@ namespace {
 constexpr int64_t kBlock = 64;       // units per work item (a block of B x V x 64 values stays in L2)
 constexpr double kMomentNs = 1.5;    // one-thread cost per input value (four reads, two of them from cache)
 
-// Merge the moments (mean ``m``, M2 ``q``) of ``k`` more values into the running ``mean``, ``m2`` of ``n`` values.
+// The loops below are inlined into each build of merge_block (baseline and AVX-512).
 #define INVFAST_INLINE inline __attribute__((always_inline))
 #define INVFAST_INLINE_LAMBDA __attribute__((always_inline))
 
+// Merge the moments (mean ``m``, M2 ``q``) of ``k`` more values into the running ``mean``, ``m2`` of ``n`` values.
 INVFAST_INLINE void merge(double* mean, double* m2, int64_t n, const double* m, const double* q, int64_t k, int64_t w) {
   if (n == 0) {
     std::copy(m, m + w, mean);
@@ -79,9 +80,9 @@ INVFAST_INLINE void merge_block_body(const T* x, int64_t B, int64_t V, int64_t U
   }
 }
 
-// The same loops compiled for the machine's vector width: every value takes the same IEEE operations in the same
-// order (the loops run across units, each unit's sums in row order; no FMA target, so nothing is contracted),
-// so the results are the same bits, only more units at once.
+// The loops in the baseline ISA, and on x86-64 once more for AVX-512. Every value takes the same IEEE operations
+// in the same order in both (the loops run across units, each unit's sums in row order; AVX-512 implies FMA, but
+// no_fp_contract.h keeps a*b+c from being fused), so the results are the same bits, only more units at once.
 template <typename T>
 void merge_block(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_t w, const Running& r) {
   merge_block_body<T>(x, B, V, U, u0, w, r);
@@ -96,15 +97,10 @@ __attribute__((target("avx512f"))) void merge_block_avx512(const T* x, int64_t B
 }
 #else
 #define INVFAST_AVX512_BUILD 0
-template <typename T>
-void merge_block_avx512(const T* x, int64_t B, int64_t V, int64_t U, int64_t u0, int64_t w, const Running& r) {
-  merge_block_body<T>(x, B, V, U, u0, w, r);
-}
 #endif
 
-// Whether to take the AVX-512 build of the loops: on x86-64 where the CPU and the OS support it, unless the
-// environment variable INVFAST_CPU_ISA is "baseline" (read once; for comparing the two builds, whose results are
-// the same bits). Elsewhere there is only the baseline build.
+// Whether to take the AVX-512 build: on x86-64 where the CPU and the OS support it, unless the environment variable
+// INVFAST_CPU_ISA is "baseline" (read once; for comparing the two builds). Elsewhere there is only the baseline.
 bool vector_path() {
 #if INVFAST_AVX512_BUILD
   const char* isa = std::getenv("INVFAST_CPU_ISA");
@@ -145,11 +141,13 @@ void merge_unit_moments_cpu(const at::Tensor& u_in, const at::Tensor& mean_v, co
     const scalar_t* x = u.data_ptr<scalar_t>();
     parallel::run_items(blocks, parallel::cost(B * V, U, kMomentNs), 0, [&](int64_t i, float*) {
       const int64_t u0 = i * kBlock, w = std::min(kBlock, U - u0);
+#if INVFAST_AVX512_BUILD
       if (avx512) {
         merge_block_avx512<scalar_t>(x, B, V, U, u0, w, r);
-      } else {
-        merge_block<scalar_t>(x, B, V, U, u0, w, r);
+        return;
       }
+#endif
+      merge_block<scalar_t>(x, B, V, U, u0, w, r);
     });
   });
 }

@@ -185,11 +185,8 @@ class FeatureExtractor:
         if self.device.type != "cpu":
             return self._call(x)
         threads = self.threads or torch.get_num_threads()
-        if self.split_forward is False or not isinstance(self.model, torch.nn.Module):
-            with at_threads(threads):
-                return self._call(x)
-        per = min(self.images_per_call(x), -(-x.shape[0] // threads))
-        parts = torch.split(x, per)
+        split = self.split_forward is not False and isinstance(self.model, torch.nn.Module)
+        parts = torch.split(x, min(self.images_per_call(x), -(-x.shape[0] // threads))) if split else (x,)
         if len(parts) == 1:
             with at_threads(threads):
                 return self._call(x)
