@@ -177,7 +177,7 @@ class InvarianceProbe:
         self.head_ = head
         self._raw = raw.detach()
         cont = torch.sigmoid(self._raw) if self.constraint == "sigmoid" else self._raw
-        self.i_continuous_ = cont.cpu()
+        self.i_continuous_ = cont.to("cpu", copy=True)
         self.i_ = (quantize(cont, self.quantize_bits) if self.quantize_bits is not None else cont).cpu()
         self.i_history_ = torch.stack(i_hist)
         return self
@@ -242,7 +242,7 @@ class InvarianceProbe:
                         raw.clamp_(0.0, 1.0)
                 total += float(loss.detach()) * len(idx)
             self.history_.append(total / n)
-            i_hist.append(self._descriptor(raw).detach().cpu())
+            i_hist.append(self._descriptor(raw).detach().to("cpu", copy=True))
         return i_hist
 
     def _ridge_init(self, head: nn.Linear, feats: torch.Tensor, target: torch.Tensor) -> None:

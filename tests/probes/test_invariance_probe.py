@@ -48,6 +48,10 @@ def test_recovers_generating_descriptor_regression(constraint, rng):
     assert probe.score(x, y) > 0.999
     assert probe.i_history_.shape == (60, 2)
     assert bool(((probe.i_history_ >= 0) & (probe.i_history_ <= 1)).all())
+    # the history is the path from the initialisation to the learned i, not 60 views of the final i
+    torch.testing.assert_close(probe.i_history_[-1], probe.i_continuous_)
+    assert float((probe.i_history_[0] - probe.i_continuous_).abs().max()) > 0.01
+    assert probe.i_history_.unique(dim=0).shape[0] > 10
 
 
 def test_recovers_corner_descriptor_classification(rng):
