@@ -83,7 +83,8 @@ class Criterion:
     @property
     def verdict(self) -> str:
         iv = self.interval
-        if iv.estimate >= self.minimum and (iv.low > self.boundary or (iv.method == "exact" and iv.low >= self.minimum)):
+        clears = iv.low > self.boundary or (iv.method == "exact" and iv.low >= self.minimum)
+        if iv.estimate >= self.minimum and clears:
             return REPRODUCED
         if iv.high < self.boundary:
             return CONTRADICTED
@@ -220,12 +221,12 @@ def judge_over_seeds(seeds: Sequence[int], verdicts: Sequence[SeedVerdict]) -> O
         if w not in SEED_VERDICTS:
             raise ValueError(f"unknown seed verdict {w!r}; expected one of {SEED_VERDICTS}")
     counts = {w: words.count(w) for w in SEED_VERDICTS}
-    testable = len(words) - counts[NOT_TESTABLE]
-    if testable < 2:
+    n_testable = len(words) - counts[NOT_TESTABLE]
+    if n_testable < 2:
         verdict = NOT_TESTABLE
-    elif testable >= 3 and counts[REPRODUCED] == testable:
+    elif n_testable >= 3 and counts[REPRODUCED] == n_testable:
         verdict = REPRODUCED
-    elif counts[CONTRADICTED] > testable / 2:
+    elif counts[CONTRADICTED] > n_testable / 2:
         verdict = CONTRADICTED
     elif counts[REPRODUCED] and counts[CONTRADICTED]:
         verdict = MIXED
@@ -234,6 +235,7 @@ def judge_over_seeds(seeds: Sequence[int], verdicts: Sequence[SeedVerdict]) -> O
     effects: dict[str, Interval | None] = {}
     names = dict.fromkeys(c.name for v in verdicts for c in v.criteria)
     for name in names:
-        vals = [c.interval.estimate for v in verdicts if v.verdict != NOT_TESTABLE for c in v.criteria if c.name == name]
+        testable = [v for v in verdicts if v.verdict != NOT_TESTABLE]
+        vals = [c.interval.estimate for v in testable for c in v.criteria if c.name == name]
         effects[name] = t_interval(vals) if len(vals) >= 2 else None
     return OverSeeds(verdict, counts, tuple(int(s) for s in seeds), words, effects)
