@@ -105,7 +105,8 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
     ({'alpha', 'gamma'}), dual_coef_ [n, t], cv_results_ (GridSearchCV's layout: ``params`` and
     ``param_alpha``/``param_gamma`` in GridSearchCV's order, α outer and γ inner, ``mean_test_score``,
     ``std_test_score``, ``split{k}_test_score``, ``rank_test_score``), cv_scores_per_target_
-    (numpy [n_candidates, n_splits, t]), n_features_in_, feature_names_in_ (DataFrame input only).
+    (numpy [n_candidates, n_splits, t]), oof_predictions_ ([n] or [n, t] like y: every sample's held-out
+    prediction at (alpha_, gamma_) in y's units), n_features_in_, feature_names_in_ (DataFrame input only).
     """
 
     _multi_output = True
@@ -145,9 +146,9 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         solver = self.solver if self.solver != "auto" else ("eigh" if alphas.size >= _EIGH_MIN_ALPHAS else "cholesky")
         a_t = torch.as_tensor(alphas, dtype=_F64, device=x.device)
         if isinstance(self.cv, str):
-            scores = self._loo_scores(x, yt, a_t, gammas)
+            scores, held_out = self._loo_scores(x, yt, a_t, gammas)
         else:
-            scores = self._fold_scores(x, yt, a_t, gammas, solver)
+            scores, held_out = self._fold_scores(x, yt, a_t, gammas, solver)
         per_target = scores.reshape(alphas.size * gammas.size, scores.shape[2], -1)
         pairs = np.array([(a_, g_) for a_ in alphas for g_ in gammas])
         self.cv_results_, best = search_results(
@@ -167,10 +168,15 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         dual = torch.linalg.solve(k, (yt - ym) / ys)
         self._state = (xf, xm, xs, ym, ys, dual, one_d)
         self.dual_coef_ = output_like(dual[:, 0] if one_d else dual, self._numpy_in)
+        oof = held_out.reshape(alphas.size * gammas.size, n, -1)[best]
+        self.oof_predictions_ = output_like(oof[:, 0] if one_d else oof, self._numpy_in)
         return self
 
-    def _loo_scores(self, x: torch.Tensor, yt: torch.Tensor, a_t: torch.Tensor, gammas: np.ndarray) -> np.ndarray:
-        """R² [A, G, 1, t] of exact leave-one-out predictions on data standardised once."""
+    def _loo_scores(
+        self, x: torch.Tensor, yt: torch.Tensor, a_t: torch.Tensor, gammas: np.ndarray
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """R² [A, G, 1, t] of exact leave-one-out predictions on data standardised once, and those
+        predictions [A, G, n, t] in the target's units."""
         if self.cv != "loo":
             raise ValueError(f"cv must be an int, a splitter, a list of splits or 'loo', got {self.cv!r}")
         if x.shape[0] < 3:
@@ -180,17 +186,21 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         a = (x - xm) / xs
         d, y_s = sq_distances(a, a), (yt - ym) / ys
         scores = np.zeros((a_t.numel(), gammas.size, 1, yt.shape[1]))
+        held_out = yt.new_empty(a_t.numel(), gammas.size, *yt.shape)
         for g, gamma in enumerate(track(gammas, desc="kernel ridge LOO", disable=not self.verbose, leave=False)):
-            pred = kernel_loo_predictions(torch.exp(-gamma * d), y_s, a_t)
-            scores[:, g, 0] = r2_scores(pred * ys + ym, yt).cpu().numpy()
-        return scores
+            pred = kernel_loo_predictions(torch.exp(-gamma * d), y_s, a_t) * ys + ym
+            held_out[:, g] = pred
+            scores[:, g, 0] = r2_scores(pred, yt).cpu().numpy()
+        return scores, held_out
 
     def _fold_scores(
         self, x: torch.Tensor, yt: torch.Tensor, a_t: torch.Tensor, gammas: np.ndarray, solver: str
-    ) -> np.ndarray:
-        """R² [A, G, folds, t] of every (α, γ) on every held-out fold."""
+    ) -> tuple[np.ndarray, torch.Tensor]:
+        """R² [A, G, folds, t] of every (α, γ) on every held-out fold, and the held-out predictions
+        [A, G, n, t] in the target's units (each sample's from the last fold that tests it; NaN if none does)."""
         splits = resolve_cv(self.cv, x.shape[0], shuffle=self.shuffle, seed=self.random_state)
         scores = np.zeros((a_t.numel(), gammas.size, len(splits), yt.shape[1]))
+        held_out = torch.full((a_t.numel(), gammas.size, *yt.shape), float("nan"), dtype=yt.dtype, device=yt.device)
         for f, (train, test) in enumerate(
             track(splits, desc="kernel ridge folds", disable=not self.verbose, leave=False)
         ):
@@ -202,9 +212,10 @@ class KernelRidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
             d_tr, d_te = sq_distances(a, a), sq_distances(b, a)
             y_s = (yt[tr] - ym) / ys
             for g, gamma in enumerate(gammas):
-                pred = _path_predict(torch.exp(-gamma * d_tr), torch.exp(-gamma * d_te), y_s, a_t, solver)
-                scores[:, g, f] = r2_scores(pred * ys + ym, yt[te]).cpu().numpy()
-        return scores
+                pred = _path_predict(torch.exp(-gamma * d_tr), torch.exp(-gamma * d_te), y_s, a_t, solver) * ys + ym
+                held_out[:, g, te] = pred
+                scores[:, g, f] = r2_scores(pred, yt[te]).cpu().numpy()
+        return scores, held_out
 
     def predict(self, X: Any) -> Any:
         """Predictions [n] (1-D y at fit) or [n, t]; numpy for numpy input, else a tensor."""

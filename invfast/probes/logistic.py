@@ -168,6 +168,7 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
     ``scoring`` metric, ``*_test_accuracy`` and ``*_test_mean_per_class_accuracy`` are both metrics,
     ``split{k}_n_iter`` and ``split{k}_converged`` the optimiser's record), cv_n_iter_ and
     cv_converged_ (numpy [n_alphas, n_splits]: iterations and convergence of every CV fit),
+    oof_predictions_ ([n] labels from ``classes_``: each sample's held-out prediction at ``alpha_``),
     n_iter_ and converged_ (the refit on all data), n_loss_evaluations_ (batched loss and gradient
     evaluations of the whole fit: the solver's work), n_features_in_, feature_names_in_ (DataFrame
     input only).
@@ -277,6 +278,8 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         w = torch.zeros(nf, design.x.shape[1], n_out, dtype=_F64, device=dev)
         acc, bacc = np.zeros((grid.size, nf)), np.zeros((grid.size, nf))
         n_iter, conv = np.zeros((grid.size, nf), dtype=np.int64), np.zeros((grid.size, nf), dtype=bool)
+        # out-of-fold class codes of every penalty, on the host in the narrowest type that holds them
+        held_out = np.zeros((grid.size, n), dtype=np.int16 if k <= np.iinfo(np.int16).max else np.int32)
         sols: dict[int, torch.Tensor] = {}
         memory: list | None = None
         prev: float | None = None
@@ -292,9 +295,11 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
             n_iter[j], conv[j] = res.n_iter.cpu().numpy(), res.converged.cpu().numpy()
             for f in range(nf):
                 pred = path.current().logits(w[f], te[f]).argmax(-1)
+                held_out[j, splits[f][1]] = pred.cpu().numpy()
                 acc[j, f], bacc[j, f] = class_scores(pred, codes[te[f]], k)
             sols[int(j)] = w.mean(0, keepdim=True)
         self._record(grid, acc, bacc, n_iter, conv)
+        self._keep_out_of_fold(classes[held_out[self.best_index_]], dev)
         full = _Path(design, pre, SoftmaxLoss(design.x, codes, [torch.arange(n, device=dev)], k, self.fit_intercept))
         res = self._solve(full, sols[self.best_index_], self.alpha_)
         self.n_iter_, self.converged_ = int(res.n_iter[0]), bool(res.converged[0])
@@ -307,6 +312,11 @@ class LogisticCV(ProbeTagsMixin, ClassifierMixin, BaseEstimator):
         self.coef_ = output_like(coef, self._numpy_in)
         self.intercept_ = output_like(icpt, self._numpy_in)
         return self
+
+    def _keep_out_of_fold(self, oof: np.ndarray, dev: torch.device) -> None:
+        """``oof_predictions_``: numpy for numpy input or non-numeric labels, else a tensor on ``dev``."""
+        numeric = oof.dtype.kind in "iufb"
+        self.oof_predictions_ = torch.as_tensor(oof, device=dev) if numeric and not self._numpy_in else oof
 
     def _record(
         self, grid: np.ndarray, acc: np.ndarray, bacc: np.ndarray, n_iter: np.ndarray, conv: np.ndarray

@@ -245,6 +245,7 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         ``std_test_score``, ``split{k}_test_score``, ``rank_test_score``; R² averaged over targets).
     cv_scores_per_target_ : numpy [n_alphas, n_splits, t], CV R² of every target.
     r2_per_target_ : [t], CV R² per target at ``alpha_``.
+    oof_predictions_ : [n, t] (or [n] for 1-D y), every sample's held-out (fold or LOO) prediction at ``alpha_``.
     coef_ [t, d] (or [d] for 1-D y), intercept_ [t] (or float), n_features_in_, feature_names_in_
     (DataFrame input only). Arrays are numpy when fit got numpy, tensors otherwise.
     """
@@ -316,6 +317,13 @@ class RidgeCV(ProbeTagsMixin, RegressorMixin, BaseEstimator):
         coef = w.T[0] if one_d else w.T
         self.coef_ = output_like(coef, self._numpy_in)
         self.intercept_ = float(b[0]) if one_d else output_like(b, self._numpy_in)
+        if isinstance(self.cv, str):
+            held_out = pred[best]
+        else:  # each sample from the fold that tested it (the last one if several did)
+            held_out = torch.full_like(yt, float("nan"))
+            for p, te in zip(preds, te_idx):
+                held_out[te] = p[best]
+        self.oof_predictions_ = output_like(held_out[:, 0] if one_d else held_out, self._numpy_in)
         return self
 
     def predict(self, X: Any) -> Any:
