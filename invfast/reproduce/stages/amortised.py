@@ -15,7 +15,7 @@ import torch
 from invfast.io import atomic_write_text
 from invfast.reproduce.stages.context import VIT, Context, extract, normalise, stage_seed
 from invfast.reproduce.stages.data import TASKS, task_set
-from invfast.reproduce.stages.measurement import measure_one, reference_stats
+from invfast.reproduce.stages.measurement import measure_one, per_image_cosines, reference_stats
 
 __all__ = [
     "interpolation_points",
@@ -57,6 +57,7 @@ def amortised_interpolation(ctx: Context, key: str = "amortised") -> dict[str, A
                 "name": name,
                 "cosine": r.means("cosine"),
                 "family_cosine": {f: float(np.mean(v)) for f, v in fam.items()},
+                "per_image_cosine": per_image_cosines(r),
             }
         )
     return {"points": rows}

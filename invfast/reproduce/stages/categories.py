@@ -128,16 +128,20 @@ def s7_sensitivity(ctx: Context) -> dict[str, Any]:
     cfg = ctx.cfg
     n = cfg.sensitivity_n
     out: dict[str, Any] = {}
+    pairs: dict[str, Any] = {}
     for kind in KINDS:
         models = {m: load().to(cfg.device).eval() for m, load in _loaders(ctx, kind).items()}
         per_level: dict[str, Any] = {}
+        pairs[kind] = {}
         for level, data in OOD[kind].items():
             rows: dict[str, dict[str, float]] = {m: {} for m in models}
+            terms: dict[str, dict[str, Any]] = {m: {} for m in models}
             for c in cfg.categories:
                 ds = category_dataset(cfg, "test", n, c, data)
                 views = (ds.generate(range(n))[0], ds.generate(range(n), view=1)[0])
                 for m, model in models.items():
-                    rows[m][c] = sensitivity(model, views, stage_seed(cfg.seed, f"s7/{c}"))
+                    rows[m][c], terms[m][c] = sensitivity(model, views, stage_seed(cfg.seed, f"s7/{c}"))
             per_level[level] = rows
+            pairs[kind][level] = terms
         out[kind] = per_level
-    return {"categories": list(cfg.categories), "sensitivity": out, "n": n}
+    return {"categories": list(cfg.categories), "sensitivity": out, "sensitivity_pairs": pairs, "n": n}

@@ -175,14 +175,16 @@ def s3_evaluate(ctx: Context) -> dict[str, Any]:
         {f"{x}/{y}": functools.partial(irrelevant_dataset, x=x, y=y) for x, y in TASKS_XY},
     )
     views = {vary: _views(cfg, vary) for vary in ("object", "base")}
-    acc, sens = {}, {}
+    acc: dict[str, Any] = {}
+    sens: dict[str, dict[str, float]] = {}
+    pairs: dict[str, dict[str, Any]] = {}
     for s, (x, y) in zip(specs, TASKS_XY):
         model = f"{x}/{y}"
         acc[model] = {f"{tx}/{ty}": ev.probe(s.key, f"{tx}/{ty}") for tx, ty in TASKS_XY}
-        sens[model] = {
-            vary: sensitivity(ev.model(s.key), v, stage_seed(cfg.seed, f"s3/{vary}")) for vary, v in views.items()
-        }
-    return {"accuracy": acc, "sensitivity": sens, "base_images": cfg.base_images}
+        sens[model], pairs[model] = {}, {}
+        for vary, v in views.items():
+            sens[model][vary], pairs[model][vary] = sensitivity(ev.model(s.key), v, stage_seed(cfg.seed, f"s3/{vary}"))
+    return {"accuracy": acc, "sensitivity": sens, "sensitivity_pairs": pairs, "base_images": cfg.base_images}
 
 
 def s4_probe(ctx: Context) -> dict[str, Any]:

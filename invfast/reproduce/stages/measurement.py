@@ -12,7 +12,7 @@ import torch
 from invfast.reproduce.stages.context import LABELS, Context
 from invfast.reproduce.stages.probing import feature_file
 
-__all__ = ["measure", "measure_one", "reference_stats"]
+__all__ = ["measure", "measure_one", "reference_stats", "per_image_cosines"]
 
 
 def reference_stats(feats: np.ndarray) -> tuple[Any, str]:
@@ -52,6 +52,16 @@ def measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = Non
     return r
 
 
+def per_image_cosines(result: Any) -> dict[str, list[float | None]]:
+    """Transform -> the standardised cosine of every measurement image (mean over the non-identity parameters;
+    None where undefined; 5 significant digits): the units the verdicts' intervals resample."""
+    out: dict[str, list[float | None]] = {}
+    for name, t in result.transforms.items():
+        v = t.per_image_cosine
+        out[name] = [] if v is None else [None if not np.isfinite(x) else float(f"{x:.5g}") for x in v.tolist()]
+    return out
+
+
 def measure(ctx: Context, family: str = "") -> dict[str, Any]:
     """Invariance of Random, Default, Spatial, Appearance to the test transforms (Table 1); the
     reference statistics of each model come from its features of the probe images. With ``family`` 'vit-':
@@ -68,6 +78,7 @@ def measure(ctx: Context, family: str = "") -> dict[str, Any]:
         "reference": {"images": "probe set", "n": ctx.cfg.n_probe, "shrinkage": shrinkage},
         "cosine": {r.model: r.means("cosine") for r in results},
         "distance": {r.model: r.means("distance") for r in results},
+        "per_image_cosine": {r.model: per_image_cosines(r) for r in results},
         "families": {t.name: t.family for t in results[0].transforms.values()},
         "best": report.significance(results),
     }

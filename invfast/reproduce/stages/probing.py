@@ -13,7 +13,7 @@ from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import FUSIONS, LABELS, Context, extract
 from invfast.reproduce.stages.data import TASKS, task_set
 
-__all__ = ["feature_file", "features", "probe_scores", "probes"]
+__all__ = ["feature_file", "features", "probe_scores", "probes", "out_of_fold"]
 
 
 def feature_file(model: str, split: str) -> tuple[str, str]:
@@ -35,6 +35,21 @@ def features(ctx: Context, family: str = "") -> dict[str, Any]:
             atomic_save_npy(ctx.path(*feature_file(family + k, split)), f)
             dims[LABELS[k]] = int(f.shape[1])
     return {"dims": dims, "n": sizes["probe"], "n_per_set": sizes}
+
+
+def _short(values: np.ndarray) -> list[Any]:
+    """Floats at 5 significant digits (results.json keeps every image's number for every seed)."""
+    return [float(f"{v:.5g}") for v in values.tolist()]
+
+
+def out_of_fold(oof: Any, y: np.ndarray, kind: str) -> dict[str, Any]:
+    """The units a verdict resamples: ``oof_correct`` (1 where an image's out-of-fold prediction is its label)
+    for classification, ``oof_prediction`` [n][t] for regression."""
+    pred = np.asarray(oof)
+    if kind == "classification":
+        return {"oof_correct": (pred == np.asarray(y)).astype(int).tolist()}
+    pred = pred.astype(np.float64).reshape(pred.shape[0], -1)
+    return {"oof_prediction": [_short(row) for row in pred]}
 
 
 def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: ReproduceConfig) -> dict[str, Any]:
@@ -72,6 +87,7 @@ def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: Re
         conv = np.stack([np.asarray(cv[f"split{k}_converged"]) for k in range(cfg.folds)], axis=1)  # [alphas, folds]
         out["not_converged"] = int(conv.size - conv.sum())
         out["not_converged_at_best"] = int(conv[b].size - conv[b].sum())
+    out.update(out_of_fold(est.oof_predictions_, y, kind))
     per_target = getattr(est, "cv_scores_per_target_", None)
     if per_target is not None and np.asarray(per_target).ndim == 3:
         out["per_target"] = [float(v) for v in np.asarray(per_target).mean(1)[b]]
@@ -96,4 +112,8 @@ def probes(ctx: Context) -> dict[str, Any]:
             x = feats[parts[0]] if len(parts) == 1 else fuse([feats[p] for p in parts])
             rows[label] = probe_scores(x, y, kind, len(parts), ctx.cfg)
         out[task] = {"kind": kind, "target": what, "scores": rows}
+        if kind == "classification":
+            out[task]["y"] = np.asarray(y).astype(int).tolist()
+        else:
+            out[task]["y"] = [_short(row) for row in np.asarray(y, np.float64).reshape(y.shape[0], -1)]
     return out

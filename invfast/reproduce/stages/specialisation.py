@@ -20,7 +20,7 @@ import torch
 from invfast.io import atomic_write_text
 from invfast.reproduce.stages.context import LABELS, POLICIES, Context, encoder, extract
 from invfast.reproduce.stages.data import TASKS, task_set
-from invfast.reproduce.stages.measurement import reference_stats
+from invfast.reproduce.stages.measurement import per_image_cosines, reference_stats
 from invfast.reproduce.stages.pretraining import snapshot_steps
 from invfast.reproduce.stages.probing import probe_scores
 
@@ -53,7 +53,7 @@ def _models(ctx: Context) -> list[tuple[str, str, int, torch.nn.Module]]:
     return out
 
 
-def _invariance(ctx: Context, model: torch.nn.Module, name: str) -> dict[str, float | None]:
+def _invariance(ctx: Context, model: torch.nn.Module, name: str) -> tuple[dict[str, float | None], dict[str, Any]]:
     from invfast.measure import measure_invariance
 
     cfg = ctx.cfg
@@ -70,7 +70,7 @@ def _invariance(ctx: Context, model: torch.nn.Module, name: str) -> dict[str, fl
         name=name,
         progress=False,
     )
-    return r.means("cosine")
+    return r.means("cosine"), per_image_cosines(r)
 
 
 def invariance_curves(ctx: Context) -> dict[str, Any]:
@@ -80,8 +80,17 @@ def invariance_curves(ctx: Context) -> dict[str, Any]:
     steps_per_epoch = ctx.cfg.n_pretrain // ctx.cfg.batch_size
     rows: list[dict[str, Any]] = []
     for label, p, s, m in _models(ctx):
-        cosine = _invariance(ctx, m, label)
-        rows.append({"model": label, "policy": p, "step": s, "epoch": s / steps_per_epoch, "cosine": cosine})
+        cosine, per_image = _invariance(ctx, m, label)
+        rows.append(
+            {
+                "model": label,
+                "policy": p,
+                "step": s,
+                "epoch": s / steps_per_epoch,
+                "cosine": cosine,
+                "per_image_cosine": per_image,
+            }
+        )
     families = {t: T.get(t).family for t in rows[0]["cosine"]}
     out = {"models": rows, "families": families, "images": ctx.cfg.snapshot_images}
     atomic_write_text(ctx.path("snapshots", "invariance.json"), json.dumps(out, allow_nan=False))

@@ -39,6 +39,7 @@ __all__ = [
     "LEARNED_RATIO",
     "probe",
     "sensitivity",
+    "pair_terms",
     "Evaluator",
 ]
 
@@ -186,13 +187,29 @@ def probe(ctx: Context, features: np.ndarray, labels: np.ndarray) -> dict[str, A
     return probe_scores(features, labels, "classification", 1, ctx.cfg)
 
 
-def sensitivity(model: torch.nn.Module, views: tuple[torch.Tensor, torch.Tensor], seed: int) -> float:
+def sensitivity(
+    model: torch.nn.Module, views: tuple[torch.Tensor, torch.Tensor], seed: int
+) -> tuple[float, dict[str, list[float]]]:
     """Speicher's L2 sensitivity of ``model`` on two views of the same samples (uint8 [N, 3, H, W] each):
-    mean distance between the views' features over the mean distance between random pairs."""
+    mean distance between the views' features over the mean distance between random pairs; and its per-pair
+    terms for the verdicts' intervals, ``{'num': [N], 'den': [N]}`` (:func:`pair_terms`)."""
     from invfast.metrics import sensitivity_ratio
 
     a, b = (torch.from_numpy(extract(model, v)) for v in views)
-    return sensitivity_ratio(a, b, seed=seed)
+    return sensitivity_ratio(a, b, seed=seed), pair_terms(a, b, seed)
+
+
+def pair_terms(a: torch.Tensor, b: torch.Tensor, seed: int) -> dict[str, list[float]]:
+    """Per pair i: ``num`` = ‖a_i − b_i‖ (the two views of sample i) and ``den`` = ‖a_i − a_j‖ with j a seeded
+    random other sample (j = i + U{1..N−1} mod N), in float64, 5 significant digits (results.json keeps them).
+    The same ``seed`` gives the same partners for every model, so two models' terms are paired."""
+    n = a.shape[0]
+    gen = torch.Generator().manual_seed(int(seed))
+    j = (torch.arange(n) + torch.randint(1, max(n, 2), (n,), generator=gen)) % n
+    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    num = torch.linalg.vector_norm(a64 - b64, dim=1)
+    den = torch.linalg.vector_norm(a64 - a64[j], dim=1)
+    return {"num": [float(f"{v:.5g}") for v in num.tolist()], "den": [float(f"{v:.5g}") for v in den.tolist()]}
 
 
 class Evaluator:
