@@ -1,5 +1,5 @@
 """95 % intervals of a statistic: a percentile bootstrap over the test units of one seed (images, pairs,
-out-of-fold predictions) and a t interval over seeds (``../shared/SPEC.md`` §5.1, restated in
+out-of-fold predictions) and a t interval over seeds (docs/findings.md §5.1, restated in
 docs/findings.md).
 
 The bootstrap draws its resample indices exactly as ``scipy.stats.bootstrap`` does
@@ -28,7 +28,7 @@ __all__ = [
     "DEFAULT_RESAMPLES",
 ]
 
-#: resamples of every bootstrap interval (SPEC §5.1 asks for at least 1 000)
+#: resamples of every bootstrap interval (docs/findings.md asks for at least 1 000)
 DEFAULT_RESAMPLES = 2000
 
 
@@ -126,7 +126,7 @@ def bootstrap(
     if paired and len({a.shape[0] for a in arrays}) > 1:
         raise ValueError(f"paired samples must have the same number of units, got {[a.shape[0] for a in arrays]}")
     if int(n_resamples) < 1000:
-        raise ValueError(f"n_resamples must be at least 1000 (SPEC §5.1), got {n_resamples}")
+        raise ValueError(f"n_resamples must be at least 1000 (docs/findings.md), got {n_resamples}")
     conf = _check_confidence(confidence)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     estimate = float(np.asarray(statistic(*[a[None] for a in arrays])).reshape(-1)[0])

@@ -1,4 +1,4 @@
-"""Verdicts from intervals (``../shared/SPEC.md`` §5.1, restated in docs/findings.md).
+"""Verdicts from intervals (docs/findings.md §5.1, restated in docs/findings.md).
 
 A rule is a list of :class:`Criterion` (a statistic oriented so that the claim says "large", its interval,
 the minimum effect and the null boundary) and a list of :class:`Precondition`. :func:`judge` gives one
@@ -60,7 +60,7 @@ class Criterion:
     Attributes:
         name: what it measures ('Δ_spa = spatial(Spatial) − spatial(Appearance)').
         interval: the statistic's estimate and 95 % interval, oriented so that the claim is "large".
-        minimum: the smallest estimate that counts as the effect (SPEC §5.3's "≥ m").
+        minimum: the smallest estimate that counts as the effect (the rule's "≥ m", docs/findings.md).
         boundary: the null value the interval must clear: 0 for an effect, −margin for non-inferiority.
         paper: the paper's value of the same statistic, where it gives one.
         control: the same statistic on the rule's control (shown beside it; the rule applied to the
@@ -213,7 +213,7 @@ class OverSeeds:
 
 
 def judge_over_seeds(seeds: Sequence[int], verdicts: Sequence[SeedVerdict]) -> OverSeeds:
-    """Combine per-seed verdicts (SPEC §5.1, *over seeds*)."""
+    """Combine per-seed verdicts (docs/findings.md, *over seeds*)."""
     if len(seeds) != len(verdicts) or not verdicts:
         raise ValueError(f"need one verdict per seed, got {len(verdicts)} for {len(seeds)} seeds")
     words = tuple(v.verdict for v in verdicts)

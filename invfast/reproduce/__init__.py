@@ -2,7 +2,7 @@
 
 - :mod:`~invfast.reproduce.config`: :class:`ReproduceConfig` and the on-disk format; :mod:`~invfast.reproduce.presets`:
   the named configurations;
-- :mod:`~invfast.reproduce.findings`: the papers' findings (SPEC §5 ids) as records, and their selection;
+- :mod:`~invfast.reproduce.findings`: the findings of docs/findings.md as records, and their selection;
 - :mod:`~invfast.reproduce.pipeline`: the cached, resumable job (:func:`reproduce`) over :class:`Stage` records;
 - :mod:`~invfast.reproduce.stages`: the stages as data (``STAGES``: data, pretraining, measurement, probes,
   transfer, amortised), one module per kind;

@@ -1,4 +1,4 @@
-"""``invfast reproduce``: the papers' findings (SPEC §5 ids E1-E5, S1-S8, C1-C7), end to end, on built-in
+"""``invfast reproduce``: the papers' findings (ids E1-E5, S1-S8, C1-C7 of docs/findings.md), end to end, on built-in
 synthetic data, each with a verdict computed from the numbers.
 
     invfast reproduce --quick --out report/          # E1-E3, S8, C1, C3: 3 seeds, 14 min on 2 idle cores
@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 
 from invfast.reproduce.config import ReproduceConfig
@@ -69,7 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--findings",
         default=None,
         metavar="IDS",
-        help="the findings to test, comma-separated SPEC ids such as S2,S3 (default: E1,E2,E3,S8,C1,C3)",
+        help="the findings to test, comma-separated ids such as S2,S3 (docs/findings.md; default: E1,E2,E3,S8,C1,C3)",
     )
     which.add_argument(
         "--paper",
@@ -110,6 +111,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="stages run in this many processes at once, each with --threads threads (default: the preset's; "
         "the numbers do not depend on it)",
     )
+    parser.add_argument(
+        "--rejudge",
+        metavar="FOLDER",
+        default=None,
+        help="recompute every verdict of a finished run from FOLDER/results.json without running a stage; "
+        "writes FOLDER/verdicts.json and prints each finding's verdict",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--print-config", action="store_true", help="print the configuration and exit")
 
@@ -121,6 +129,14 @@ def run(args: argparse.Namespace) -> int:
 
     if args.list_findings:
         print("\n".join(listing()))
+        return 0
+    if args.rejudge is not None:
+        from invfast.reproduce.document import rejudge
+
+        out = rejudge(args.rejudge)
+        for f in out["findings"]:
+            print(f"finding {f['id']}: {f.get('label', f['status'])}")
+        print(f"verdicts: {os.path.join(args.rejudge, 'verdicts.json')} ({len(out['changed'])} changed)")
         return 0
     fields = {f.name: f for f in dataclasses.fields(ReproduceConfig)}
     overrides = dict(parse_override(fields, s) for s in args.overrides)

@@ -191,7 +191,7 @@ class ReproduceConfig(Config):
     vit_heads: int = 4
     vit_epochs: int = 30
     vit_lr: float = 3e-3
-    # which findings (SPEC §5 ids) run: their stages and report sections (see invfast.reproduce.findings)
+    # which findings (ids of docs/findings.md) run: their stages and report sections (see invfast.reproduce.findings)
     findings: tuple[str, ...] = scheduling("a stage's numbers do not depend on which others run", DEFAULT_FINDINGS)
     # Speicher et al.'s supervised experiments: models trained on transfer_n_source images for
     # transfer_epochs epochs, probed on transfer_n_target images. S8: nested transformation sets of these

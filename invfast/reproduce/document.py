@@ -30,12 +30,16 @@ from invfast.reproduce.sections.over_seeds import aggregate_statistics, combine_
 from invfast.reproduce.sections.summary import verdict
 from invfast.reproduce.stages.context import LABELS, stage_seed
 
-__all__ = ["findings_of", "seed_statistics", "write_report"]
+__all__ = ["findings_of", "seed_statistics", "write_report", "rejudge"]
 
 
 def findings_of(results: dict[str, Any], findings: Sequence[Finding]) -> list[dict[str, Any]]:
-    """``findings`` decided on one seed's stage results (``{stage name: result}``)."""
-    return [f.evaluate(results) for f in findings]
+    """``findings`` decided on one seed's stage results (``{stage name: result}``), each after the learning
+    precondition of the models its verdict rests on."""
+    from invfast.reproduce.sections.learning import under_trained
+
+    learned = under_trained(results)
+    return [f.evaluate(results, learned) for f in findings]
 
 
 def seed_statistics(
@@ -120,3 +124,40 @@ def write_report(
     atomic_write_text(os.path.join(out, "results.json"), json.dumps(doc, indent=1, allow_nan=False))
     atomic_write_text(os.path.join(out, "report.md"), "\n".join(lines))
     return doc
+
+
+def rejudge(folder: str) -> dict[str, Any]:
+    """Every verdict of a finished run recomputed from its ``results.json`` (each seed's stage results are kept
+    there), without running a stage: writes ``verdicts.json`` in ``folder`` (the findings with their per-seed and
+    over-seed verdicts, and what changed against the verdicts the report holds) and returns it. ValueError naming
+    the problem for a folder without a readable ``results.json`` of this format."""
+    path = os.path.join(folder, "results.json")
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"{folder} has no results.json: --rejudge needs a finished invfast reproduce folder") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("per_seed"), dict) or not doc["per_seed"]:
+        raise ValueError(f"{path} holds no per-seed stage results (not an invfast reproduce results file)")
+    ids = doc.get("findings_selected") or [f["id"] for f in doc.get("findings", [])]
+    selected = [by_id(fid) for fid in ids]
+    seeds = [int(s) for s in doc["per_seed"]]
+    per_seed = [findings_of(doc["per_seed"][str(s)]["stages"], selected) for s in seeds]
+    findings = combine_over_seeds(per_seed, seeds)
+    before = {f["id"]: f.get("label", f["status"]) for f in doc.get("findings", [])}
+    out = {
+        "format": FORMAT,
+        "source": "results.json",
+        "report_format": doc.get("format"),
+        "seeds": seeds,
+        "findings": findings,
+        "changed": {
+            f["id"]: {"before": before.get(f["id"]), "now": f.get("label", f["status"])}
+            for f in findings
+            if before.get(f["id"]) != f.get("label", f["status"])
+        },
+    }
+    atomic_write_text(os.path.join(folder, "verdicts.json"), json.dumps(out, indent=1, allow_nan=False))
+    return out

@@ -1,7 +1,9 @@
 """A finding of the papers as data (:class:`Finding`): the registry
-:data:`invfast.reproduce.findings.FINDINGS` lists one record per ``../shared/SPEC.md`` §5 id that
+:data:`invfast.reproduce.findings.FINDINGS` lists one record per finding of docs/findings.md that
 ``invfast reproduce`` tests; the pipeline runs the stages the selected findings need and the report
-decides each finding on every seed with its ``check``."""
+decides each finding on every seed with its ``judge`` (the rule: statistics with intervals, minimum effects,
+controls and preconditions, :mod:`invfast.evidence`), after the learning precondition of every model the
+verdict rests on (``models``)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Finding", "PAPERS", "NOT_RUN"]
+from invfast.evidence import NOT_TESTABLE, Precondition, SeedVerdict, not_testable
+
+__all__ = ["Finding", "PAPERS", "NOT_RUN", "model_matches", "learning_preconditions"]
 
 #: paper key -> (id letter, the paper(s) as cited in the report)
 PAPERS: dict[str, tuple[str, str]] = {
@@ -21,22 +25,34 @@ PAPERS: dict[str, tuple[str, str]] = {
 NOT_RUN = "not run"
 
 
+def model_matches(pattern: str, model: str) -> bool:
+    """A finding's model key matches ``model`` exactly, or as a prefix when it ends in '-' ('s3-')."""
+    return model == pattern or (pattern.endswith("-") and model.startswith(pattern))
+
+
 @dataclass(frozen=True)
 class Finding:
     """One headline result of the papers, checked on one seed's numbers.
 
     Attributes:
-        id: its SPEC §5 id ('E1', 'S4', 'C3': the paper's letter and a number).
+        id: its id in docs/findings.md ('E1', 'S4', 'C3': the paper's letter and a number).
         paper: 'ericsson', 'speicher' or 'chavhan' (:data:`PAPERS`).
         source: where the paper shows it ('§4.1, Fig. 2-3').
         claim: the finding in one sentence.
-        rule: the verdict rule in one sentence, as SPEC §5 states it (shown in the report).
+        rule: the verdict rule in one sentence, as docs/findings.md states it (shown in the report).
         stages: the stages whose results ``check`` reads (the pipeline runs them and what they need).
         check: ``check(results) -> dict`` with at least ``status`` and ``summary``; ``results`` maps
             stage names to one seed's stage results.
         section: the name of the report section that shows its table or figure.
         statistics: ``statistics(results, finding) -> {name: value}``: the seed-level numbers behind it,
             aggregated over seeds in the report (None: none).
+        judge: ``judge(results) -> SeedVerdict``: the rule on one seed (docs/findings.md); a number it needs
+            and the seed lacks raises :class:`invfast.reproduce.rules.common.Missing` (*not testable: needs …*).
+        models: the model keys its verdict rests on (a key ending in '-' is a prefix: 's3-'); a seed where one
+            of them did not learn (:mod:`invfast.reproduce.sections.learning`) is *not testable*.
+        paper_value: the paper's value of the rule's statistic, in words ('' where the paper has a figure only).
+
+    ``check`` describes the numbers for the report (its summary); it decides nothing.
     """
 
     id: str
@@ -48,6 +64,9 @@ class Finding:
     check: Callable[[dict[str, Any]], dict[str, Any]]
     section: str
     statistics: Callable[[dict[str, Any], dict[str, Any]], dict[str, float]] | None = None
+    judge: Callable[[dict[str, Any]], SeedVerdict] | None = None
+    models: tuple[str, ...] = ()
+    paper_value: str = ""
 
     def __post_init__(self) -> None:
         if self.paper not in PAPERS:
@@ -62,10 +81,42 @@ class Finding:
         """'Speicher et al. 2023, §4.1, Fig. 2-3'."""
         return f"{PAPERS[self.paper][1]}, {self.source}"
 
-    def evaluate(self, results: dict[str, Any]) -> dict[str, Any]:
-        """The finding on one seed's results: ``check``'s dict with ``id``, ``claim``, ``source`` and
-        ``rule``; *not run* when a stage it needs did not run."""
+    def verdict(self, results: dict[str, Any], learned: dict[str, dict[str, Any]] | None = None) -> SeedVerdict:
+        """The rule on one seed's results, after the learning precondition of each model in ``models`` (``learned``:
+        model -> ``{ratio, learned}``, :func:`invfast.reproduce.sections.learning.under_trained`)."""
+        from invfast.reproduce.rules.common import Missing
+
+        pre = learning_preconditions(learned or {}, self.models)
+        if self.judge is None:
+            v = not_testable("no rule is implemented for this finding yet")
+        else:
+            try:
+                v = self.judge(results)
+            except Missing as e:
+                v = not_testable(f"needs {e.args[0]}")
+        failed = [p for p in pre if not p.met]
+        if failed:
+            why = "; ".join(f"{p.name} ({p.detail})" if p.detail else p.name for p in failed)
+            return SeedVerdict(NOT_TESTABLE, v.criteria, (*pre, *v.preconditions), why)
+        return SeedVerdict(v.verdict, v.criteria, (*pre, *v.preconditions), v.why)
+
+    def evaluate(self, results: dict[str, Any], learned: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The finding on one seed's results: ``status`` (the seed's verdict word), ``verdict`` (its criteria,
+        preconditions and reason), ``check``'s description (``summary`` and the numbers behind the tables), with
+        ``id``, ``claim``, ``source`` and ``rule``; *not run* when a stage it needs did not run."""
         head = {"id": self.id, "paper": self.paper, "source": self.cite, "claim": self.claim, "rule": self.rule}
         if any(n not in results for n in self.stages):
             return {**head, "status": NOT_RUN, "summary": "a stage it needs did not run in this configuration"}
-        return {**self.check(results), **head}
+        described = {k: v for k, v in self.check(results).items() if k not in ("status", "checks", "tests")}
+        v = self.verdict(results, learned)
+        return {**described, **head, "status": v.verdict, "verdict": v.to_dict(), "paper_value": self.paper_value}
+
+
+def learning_preconditions(learned: dict[str, dict[str, Any]], models: tuple[str, ...]) -> list[Precondition]:
+    """'<model> learned' for every model of ``learned`` (model -> ``{ratio, learned}``) that one of ``models``
+    matches; a model without a learning number adds nothing."""
+    return [
+        Precondition(f"{key} learned", bool(v["learned"]), f"{v['ratio']:.2f}× its baseline")
+        for key, v in learned.items()
+        if any(model_matches(p, key) for p in models)
+    ]

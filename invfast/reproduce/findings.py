@@ -1,7 +1,7 @@
 """The papers' findings that ``invfast reproduce`` tests, one :class:`~invfast.reproduce.finding.Finding`
-record per ``../shared/SPEC.md`` §5 id, and how a run selects them.
+record per finding of docs/findings.md, and how a run selects them.
 
-:data:`FINDINGS` is the registry (SPEC order); :data:`SPEC_IDS` lists every id of SPEC §5 with its
+:data:`FINDINGS` is the registry (in the order of docs/findings.md); :data:`SPEC_IDS` lists every finding id with its
 title (every one has a record); :func:`select` turns ``--findings`` / ``--paper`` into the ids a run
 tests, :func:`stages_for` into the stages it needs. A finding's verdict rule and check live beside
 its report section (:mod:`invfast.reproduce.sections`).
@@ -12,11 +12,21 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from invfast.reproduce.config import DEFAULT_FINDINGS
-from invfast.reproduce.finding import PAPERS, Finding
+from invfast.reproduce.finding import PAPERS, Finding, model_matches
 
-__all__ = ["FINDINGS", "SPEC_IDS", "DEFAULT", "by_id", "check_ids", "select", "stages_for", "listing"]
+__all__ = [
+    "FINDINGS",
+    "SPEC_IDS",
+    "DEFAULT",
+    "by_id",
+    "check_ids",
+    "select",
+    "stages_for",
+    "listing",
+    "resting_on",
+]
 
-#: every finding of SPEC §5: id -> short title
+#: every finding of docs/findings.md: id -> short title
 SPEC_IDS: dict[str, str] = {
     "E1": "Spatial / Appearance models more invariant to their own family",
     "E2": "identity prefers Default/Spatial, pose Appearance, colour Spatial",
@@ -74,7 +84,7 @@ def _registry() -> tuple[Finding, ...]:
     return tuple(sorted(found, key=lambda f: list(SPEC_IDS).index(f.id)))
 
 
-#: the registry, in SPEC §5 order
+#: the registry, in the order of docs/findings.md
 FINDINGS: tuple[Finding, ...] = _registry()
 #: the selection of a run without --findings / --paper (ReproduceConfig.findings' default)
 DEFAULT = DEFAULT_FINDINGS
@@ -89,7 +99,7 @@ def by_id(fid: str) -> Finding:
 
 
 def check_ids(ids: Sequence[str]) -> tuple[str, ...]:
-    """``ids`` validated (each tested here, no repeats, at least one), in SPEC order."""
+    """``ids`` validated (each tested here, no repeats, at least one), in the order of docs/findings.md."""
     if isinstance(ids, str) or not isinstance(ids, (tuple, list)) or not ids:
         raise ValueError(f"findings must be a non-empty list of finding ids such as ('S2', 'S3'), got {ids!r}")
     if len(set(ids)) != len(ids):
@@ -121,6 +131,11 @@ def stages_for(ids: Iterable[str]) -> tuple[str, ...]:
 
 
 def listing() -> list[str]:
-    """One line per SPEC §5 finding: id, title, where the paper shows it, whether a run tests it by default
+    """One line per finding: id, title, where the paper shows it, whether a run tests it by default
     (``--list-findings``)."""
     return [f"{f.id:<3} {SPEC_IDS[f.id]} ({f.cite}{'; default' if f.id in DEFAULT else ''})" for f in FINDINGS]
+
+
+def resting_on(model: str) -> tuple[str, ...]:
+    """The findings whose verdicts rest on ``model`` (the records whose ``models`` match it)."""
+    return tuple(f.id for f in FINDINGS if any(model_matches(p, model) for p in f.models))

@@ -438,6 +438,7 @@ def _reproduce(
         bar.close()
     if log is not None:
         for f in doc["findings"]:
-            log(f"finding {f['id']}: {f['status']}")
+            why = "; ".join(sorted({v["why"] for v in (f.get("per_seed_verdict") or {}).values() if v.get("why")}))
+            log(f"finding {f['id']}: {f.get('label', f['status'])}" + (f" ({why})" if why else ""))
         log(f"report: {os.path.join(out, 'report.md')} ({(time.perf_counter() - t_start) / 60:.1f} min)")
     return doc

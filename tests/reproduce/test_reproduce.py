@@ -14,6 +14,19 @@ import numpy as np
 import pytest
 
 from invfast.cli import main
+from invfast.evidence import (
+    CONTRADICTED,
+    MIXED,
+    NOT_TESTABLE,
+    OVER_SEED_VERDICTS,
+    SEED_VERDICTS,
+    Criterion,
+    Interval,
+    SeedVerdict,
+    judge,
+    judge_over_seeds,
+    not_testable,
+)
 from invfast.reproduce import findings as FR
 from invfast.reproduce import pipeline as R
 from invfast.reproduce import presets as RP
@@ -28,9 +41,9 @@ from invfast.reproduce.sections import nested as S8
 from invfast.reproduce.sections import over_seeds as OS
 from invfast.reproduce.sections import summary as SUM
 from invfast.reproduce.sections import task_preferences as F2
-from invfast.reproduce.sections.base import DIRECTION, NOT, PARTLY, REPRODUCED, paired
+from invfast.reproduce.sections.base import NOT, PARTLY, REPRODUCED, paired
 
-STATUSES = {REPRODUCED, PARTLY, NOT, NOT_RUN}
+STATUSES = {*OVER_SEED_VERDICTS, NOT_RUN}
 
 
 def run_cli(*args):
@@ -108,7 +121,10 @@ def test_tiny_end_to_end_report(tiny_run):
     assert [f["id"] for f in doc["findings"]] == ["E1", "E2", "E3", "S8", "C1", "C3"] == doc["findings_selected"]
     assert all(f["status"] in STATUSES for f in doc["findings"])
     for f in doc["findings"]:
-        assert f"{f['id']} ({f['status']})" in doc["verdict"]
+        assert f"{f['id']} ({f['label']})" in doc["verdict"]
+        assert f["label"].startswith(f["status"]) and "of 2 seeds" in f["label"]
+        for v in f["per_seed_verdict"].values():  # every seed's verdict says why when it is not testable
+            assert v["verdict"] in SEED_VERDICTS and (v["verdict"] != NOT_TESTABLE or v["why"])
     assert doc["verdict"] == SUM.verdict(doc["findings"])
     # seeds, machine, versions, time per stage
     assert doc["seeds"]["master"] == 0 and len(doc["seeds"]) > 5
@@ -404,12 +420,8 @@ def test_over_seeds_in_the_tiny_report(tiny_run):
         k = [g["id"] for g in doc["findings"]].index(f["id"])
         per = [ov["findings"][str(s)][k]["status"] for s in (0, 1)]
         assert list(f["per_seed_status"].values()) == per
-        assert (
-            f["status"]
-            == OS.combine_over_seeds(
-                [[{"status": per[0], "summary": ""}], [{"status": per[1], "summary": ""}]], [0, 1]
-            )[0]["status"]
-        )
+        seeds = [SeedVerdict.from_dict(f["per_seed_verdict"][str(s)]) for s in (0, 1)]
+        assert f["status"] == judge_over_seeds([0, 1], seeds).verdict
     # the identity gain over Random is tested over the shared folds on each seed (scipy's paired t)
     from scipy import stats as st
 
@@ -427,20 +439,30 @@ def test_over_seeds_in_the_tiny_report(tiny_run):
     assert "## Over seeds" in (tiny_run / "report.md").read_text()
 
 
-def test_combine_over_seeds():
-    R_, P_, N_, D_, X_ = REPRODUCED, PARTLY, NOT, DIRECTION, NOT_RUN
+def test_combine_over_seeds_follows_the_seed_verdicts():
+    def seed(word):
+        if word == NOT_RUN:
+            return {"status": NOT_RUN, "summary": "x"}
+        if word == NOT_TESTABLE:
+            v = not_testable("needs X")
+        else:
+            iv = {REPRODUCED: Interval(0.2, 0.1, 0.3), CONTRADICTED: Interval(-0.2, -0.3, -0.1)}[word]
+            v = judge([Criterion("effect", iv, 0.1)])
+        return {"status": v.verdict, "summary": "x", "verdict": v.to_dict()}
 
-    def comb(*statuses):
-        return OS.combine_over_seeds([[{"status": s, "summary": "x"}] for s in statuses], list(range(len(statuses))))[0]
+    def comb(*words):
+        return OS.combine_over_seeds([[seed(w)] for w in words], list(range(len(words))))[0]
 
-    assert comb(R_, R_, R_)["status"] == R_
-    assert comb(R_, R_, N_)["status"] == P_  # one seed failing is enough to stop "reproduced"
-    assert comb(R_, P_, R_)["status"] == P_
-    assert comb(N_, N_, N_)["status"] == N_
+    R_, C_, T_, X_ = REPRODUCED, CONTRADICTED, NOT_TESTABLE, NOT_RUN
+    assert comb(R_, R_, R_)["label"] == "reproduced, 3 of 3 seeds"
+    assert comb(R_, R_, C_)["status"] == MIXED  # one seed against is enough to stop "reproduced"
+    assert comb(C_, C_, R_)["status"] == C_
+    assert comb(R_, T_, T_)["status"] == T_
     assert comb(X_, X_)["status"] == X_
-    f = comb(R_, N_, R_)
-    assert f["per_seed_status"] == {"0": R_, "1": N_, "2": R_} and "2× reproduced, 1× not reproduced" in f["summary"]
-    del D_
+    f = comb(R_, C_, R_)
+    assert f["per_seed_status"] == {"0": R_, "1": C_, "2": R_}
+    assert f["label"] == "mixed: 2 reproduced, 1 contradicted of 3 seeds"
+    assert f["over_seeds"]["effects"]["effect"]["method"] == "t"
 
 
 def test_same_machine_and_seed_give_identical_numbers(tiny_run, tmp_path):

@@ -9,6 +9,7 @@ import pytest
 from scipy import stats as st
 
 from invfast.cli import main
+from invfast.evidence import OVER_SEED_VERDICTS
 from invfast.reproduce import findings as FR
 from invfast.reproduce import presets as RP
 from invfast.reproduce.finding import NOT_RUN
@@ -22,7 +23,7 @@ from invfast.reproduce.stages import categories as CAT
 from invfast.reproduce.stages import irrelevant as IRR
 from invfast.reproduce.stages import transfer as TR
 
-STATUSES = {B.REPRODUCED, B.PARTLY, B.NOT, NOT_RUN}
+STATUSES = {*OVER_SEED_VERDICTS, NOT_RUN}
 
 
 def _scores(mean, jitter=0.02, offset=0):

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.speicher import judge_s5
 from invfast.reproduce.sections.base import (
     DIRECTION,
     NOT,
@@ -61,11 +62,16 @@ FINDING = Finding(
     "speicher",
     "Invariance makes a difference §4.2, Fig. 5",
     "invariance learned on some classes transfers to other classes",
-    "the ⊕ model near the native models on D_T1 and D_T2, poor on D_T1∘T2",
+    (
+        "on the (object, transformation) pairs the ⊕ model never saw, transfer (⊕ − other)/(native − "
+        "other) ≥ 0.7 with CI above 0.5; the ∘ model beats ⊕ on D_T1∘T2 by ≥ 0.05; native models ≥ 0.8"
+    ),
     ("s5-probe",),
     lambda r: check_s5(r["s5-probe"]),
     "class-transfer",
     _statistics,
+    models=("s5-",),
+    judge=judge_s5,
 )
 
 

@@ -10,11 +10,12 @@ from typing import Any
 
 from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.speicher import judge_s2
 from invfast.reproduce.sections.base import ReportView, Section, at_least, combine_statuses, figure, pm, unpaired
 
 __all__ = ["FEW_POINTS", "check_s2", "FINDING", "SECTION"]
 
-#: "within a few points" of SPEC §5 S2: at most this much accuracy below D_all
+#: "within a few points" of S2 (docs/findings.md): at most this much accuracy below D_all
 FEW_POINTS = 0.05
 LABELS = {
     "all": "D_all (O1, T1)",
@@ -54,11 +55,13 @@ FINDING = Finding(
     "speicher",
     "Invariance makes a difference §3.1, Fig. 2",
     "invariance matters more for transfer than equivariance",
-    f"acc(D_transforms) > acc(D_objects), D_transforms within a few points ({FEW_POINTS:.2f}) of D_all",
+    ("crossed contrast C = ½{[same(O2, T1) − same(O1, T2)] + [diff(O2, T2) − diff(O1, T1)]} ≥ 0.05 with CI > 0"),
     ("s2-probe",),
     lambda r: check_s2(r["s2-probe"]),
     "equivariance",
     _statistics,
+    models=("transfer-same", "transfer-different"),
+    judge=judge_s2,
 )
 
 

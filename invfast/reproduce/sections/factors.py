@@ -11,6 +11,7 @@ import numpy as np
 
 from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.speicher import judge_s1
 from invfast.reproduce.sections.base import ReportView, Section, at_least, combine_statuses, figure, pm
 
 __all__ = ["factor_gaps", "check_s1", "plot_gaps", "FINDING", "SECTION"]
@@ -56,11 +57,16 @@ FINDING = Finding(
     "speicher",
     "Understanding the role of invariance §4.1, Fig. 2-3",
     "invariance matters more for transfer than dataset size, architecture and the class relationship",
-    "mean within-pair gap (same − different) larger than the gap between factor values, per factor",
+    (
+        "per factor, every value's within-pair gap (same − different transformation) CI > 0 and the mean "
+        "gap above the mean absolute difference between values; every model ≥ 0.9 on its own data"
+    ),
     ("s1-probe",),
     lambda r: check_s1(r["s1-probe"]),
     "factors",
     _statistics,
+    models=("transfer-same", "transfer-different", "s1-"),
+    judge=judge_s1,
 )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.ericsson import judge_e3
 from invfast.reproduce.sections.base import NOT, PARTLY, PRETRAINED, REPRODUCED
 from invfast.reproduce.stages.data import TASKS
 
@@ -62,9 +63,15 @@ FINDING = Finding(
     "ericsson",
     "§4",
     CLAIM,
-    "best mean rank",
+    (
+        "Def+Spa+App's worst-task normalised score − 3×Default's ≥ 0.02 with CI > 0, and its mean score "
+        "not below 3×Default's by more than 0.02"
+    ),
     ("probes",),
     lambda r: check_e3(r["probes"]),
     "probes",
     _statistics,
+    models=("default", "spatial", "appearance"),
+    judge=judge_e3,
+    paper_value="Def+Spa+App worst-task 0.92 vs 3×Default 0.69; mean 0.71 vs 0.69 (Tab. 2)",
 )

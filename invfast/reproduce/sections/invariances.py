@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.ericsson import judge_e1
 from invfast.reproduce.sections.base import NOT, PARTLY, REPRODUCED, ReportView, Section
 from invfast.reproduce.stages.context import LABELS
 
@@ -89,11 +90,18 @@ FINDING = Finding(
     "ericsson",
     "Tab. 1",
     CLAIM,
-    "family means ordered as stated",
+    (
+        "Δ_spa = spatial(Spatial) − spatial(Appearance) ≥ 0.10 and Δ_app = appearance(Appearance) − "
+        "appearance(Spatial) ≥ 0.10, each 95 % CI over images > 0; Default's relative position in each "
+        "family within [0.2, 1.2]"
+    ),
     ("measure", "probes"),
     lambda r: check_e1(r["measure"]),
     "invariances",
     _statistics,
+    models=("default", "spatial", "appearance"),
+    judge=judge_e1,
+    paper_value="Δ_spa 0.35, Δ_app 0.37, Default's position 0.72 / 0.73 (standardised cosine, Tab. 1)",
 )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.speicher import judge_s3, judge_s4
 from invfast.reproduce.sections.base import (
     ReportView,
     Section,
@@ -100,23 +101,29 @@ FINDINGS = (
         "speicher",
         "Understanding the role of invariance §4.2, Tab. 1",
         "invariance to features that are available but irrelevant harms transfer to tasks that need them",
-        "the C+O models transfer worse to the other label than the models that never saw the irrelevant feature; "
-        "low sensitivity to it",
+        (
+            "(C, C) − (C+O, C) on objects and (O, O) − (C+O, O) on base classes each ≥ 0.05 with CI > 0, and "
+            "each C+O model less sensitive to the irrelevant feature than that model (CI)"
+        ),
         ("s3-evaluate",),
         lambda r: check_s3(r["s3-evaluate"]),
         "irrelevant",
         _statistics_s3,
+        models=("s3-",),
+        judge=judge_s3,
     ),
     Finding(
         "S4",
         "speicher",
         "Invariance makes a difference §4.1, Fig. 4",
         "relevance matters more than availability for which invariances are learned",
-        "object accuracy rises with α (Spearman > 0), falls as soon as β > 0",
+        "|acc(α = 1) − acc(α = 0)| − |acc(β = 0) − acc(β = 1)| ≥ 0.05 with CI > 0",
         ("s4-probe",),
         lambda r: check_s4(r["s4-probe"]),
         "relevance",
         _statistics_s4,
+        models=("s4-",),
+        judge=judge_s4,
     ),
 )
 

@@ -19,37 +19,10 @@ from invfast.io import save_figure
 from invfast.reproduce.sections.base import ReportView, Section, figure
 from invfast.reproduce.stages.context import LABELS, POLICIES, VIT
 
-__all__ = ["LEARNED_RATIO", "DEPENDS_ON", "resting_on", "under_trained", "plot_learning", "curve_table", "SECTION"]
+__all__ = ["LEARNED_RATIO", "under_trained", "plot_learning", "curve_table", "SECTION"]
 
 #: a pretrained model counts as learned when its identity accuracy reaches this multiple of Random's
 LEARNED_RATIO = 1.2
-#: model key (or key prefix, ending in '-') -> the findings whose numbers come from it
-DEPENDS_ON = {
-    "default": ("E1", "E2", "E3", "E4", "E5", "C4"),
-    "spatial": ("E1", "E2", "E3", "E4", "E5", "C2", "C4"),
-    "appearance": ("E1", "E2", "E3", "E4", "E5", "C2", "C4"),
-    "amortised": ("C1", "C2", "C3", "C4", "C5"),
-    "amortised-k5": ("C5",),
-    VIT: ("C7",),
-    "transfer-same": ("S1", "S2", "S8"),
-    "transfer-different": ("S1",),
-    "transfer-superset": ("S8",),
-    "s1-": ("S1",),
-    "s3-": ("S3",),
-    "s4-": ("S4",),
-    "s5-": ("S5",),
-    "cat-image-": ("S6", "S7"),
-    "cat-random-": ("S7",),
-    "s8-": ("S8",),
-}
-
-
-def resting_on(model: str) -> tuple[str, ...]:
-    """The findings whose numbers come from ``model`` (:data:`DEPENDS_ON`)."""
-    for key, ids in DEPENDS_ON.items():
-        if model == key or (key.endswith("-") and model.startswith(key)):
-            return ids
-    return ()
 
 
 def ratio_and_se(model: dict[str, Any], base: dict[str, Any]) -> tuple[float, float]:
@@ -244,6 +217,8 @@ def _ratio_lines(view: ReportView) -> list[str]:
     if not weak:
         L.append("\nEvery model learned on every seed.\n")
         return L
+    from invfast.reproduce.findings import resting_on
+
     rests = sorted({f for m in weak for f in resting_on(m)})
     L.append(f"\n**Under-trained on some seed: {', '.join(weak)}.** Findings that rest on them: {', '.join(rests)}.\n")
     return L

@@ -9,6 +9,7 @@ from typing import Any
 
 from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.speicher import judge_s8
 from invfast.reproduce.sections.base import (
     REPRODUCED,
     ReportView,
@@ -58,11 +59,17 @@ FINDING = Finding(
     "speicher",
     "Understanding the role of invariance §5.2, Fig. 4",
     "a superset of the needed invariances does not hurt, a subset does",
-    "accuracy on Tj high for models trained on Ti ⊇ Tj, falls for Ti ⊂ Tj",
+    (
+        "superset: lower CI bound of acc(Ti on Tj) − acc(Tj on Tj) ≥ −0.03; subset: acc(Tj on Tj) − "
+        "acc(Ti on Tj) ≥ 0.05 with CI > 0; models ≥ 0.9 on their own data"
+    ),
     ("s8-probe", "transfer-probe"),
     lambda r: check_s8(r["s8-probe"]),
     "nested",
     _statistics,
+    models=("transfer-same", "transfer-superset", "s8-"),
+    judge=judge_s8,
+    paper_value="≈ 100 % for same and superset (App. C.1)",
 )
 
 

@@ -11,6 +11,7 @@ import numpy as np
 
 from invfast.io import save_figure
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.ericsson import judge_e4, judge_e5
 from invfast.reproduce.sections.base import ReportView, Section, at_least, combine_statuses, figure, trend
 
 __all__ = ["family_curve", "check_e4", "block_means", "check_e5", "FINDINGS", "SECTIONS"]
@@ -86,22 +87,33 @@ FINDINGS = (
         "ericsson",
         "App. C.3, Fig. C.1",
         "invariances specialise during pretraining",
-        "each specialised model's own-family invariance rises with epochs (Spearman > 0) and ends above Default's",
+        (
+            "G_S = spatial(Spatial) − spatial(Default) and G_A = appearance(Appearance) − "
+            "appearance(Default): ≥ 0.05 at the end with CI > 0, and > 0 at every checkpoint from 30 % of "
+            "training on"
+        ),
         ("invariance-curves",),
         lambda r: check_e4(r["invariance-curves"]),
         "specialisation",
         _statistics_e4,
+        models=("default", "spatial", "appearance"),
+        judge=judge_e4,
     ),
     Finding(
         "E5",
         "ericsson",
         "App. D.1, Fig. D.1",
         "spatial invariances correlate with classification, appearance invariances with regression",
-        "mean correlation of spatial transforms with identity > with position/pose, and the reverse for appearance",
+        (
+            "over a population of final models, the block contrast B of Spearman's ρ between each transform's"
+            " invariance and each task's probe score ≥ 0.1, CI over models > 0"
+        ),
         ("invariance-transfer",),
         lambda r: check_e5(r["invariance-transfer"]),
         "block-structure",
         _statistics_e5,
+        models=("default", "spatial", "appearance", "amortised-k5"),
+        judge=judge_e5,
     ),
 )
 

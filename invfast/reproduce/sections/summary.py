@@ -6,27 +6,25 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from invfast.evidence import OVER_SEED_VERDICTS
 from invfast.reproduce.finding import NOT_RUN
-from invfast.reproduce.sections.base import NOT, PARTLY, REPRODUCED, ReportView, Section
+from invfast.reproduce.sections.base import ReportView, Section
 
 __all__ = ["verdict", "under_trained_note", "HEADER", "SETUP", "DETAILS"]
 
 
 def verdict(findings: Sequence[dict[str, Any]]) -> str:
-    """One paragraph, computed from the finding statuses and their numbers."""
+    """One paragraph, computed from the findings' over-seed verdicts and their numbers."""
     tested = [f for f in findings if f["status"] != NOT_RUN]
-    by = {s: [f["id"] for f in tested if f["status"] == s] for s in (REPRODUCED, PARTLY, NOT)}
+    by = {s: [f["id"] for f in tested if f["status"] == s] for s in OVER_SEED_VERDICTS}
 
     def ids(xs: list[str]) -> str:
         return ", ".join(xs) if xs else "none"
 
-    parts = [
-        f"Of the {len(tested)} findings of the papers tested in this run, {len(by[REPRODUCED])} reproduced "
-        f"({ids(by[REPRODUCED])}), {len(by[PARTLY])} partly ({ids(by[PARTLY])}) and {len(by[NOT])} did not "
-        f"({ids(by[NOT])})."
-    ]
+    counts = "; ".join(f"{s}: {len(by[s])} ({ids(by[s])})" for s in OVER_SEED_VERDICTS if by[s])
+    parts = [f"Of the {len(tested)} findings of the papers tested in this run — {counts}."]
     for f in findings:
-        parts.append(f"{f['id']} ({f['status']}): {f['summary']}.")
+        parts.append(f"{f['id']} ({f.get('label', f['status'])}): {f['summary']}.")
     return " ".join(parts)
 
 
@@ -42,13 +40,13 @@ def _header(view: ReportView) -> list[str]:
         doc["verdict"] + "\n",
         f"Findings tested: {', '.join(f['id'] for f in doc['findings'])} (`--findings` / `--paper` choose; "
         "`invfast reproduce --list-findings` lists every one).\n",
-        "| id | finding (source) | verdict rule | status |\n|---|---|---|---|",
+        "| id | finding (source) | verdict rule | verdict |\n|---|---|---|---|",
     ]
     for f in doc["findings"]:
-        L.append(f"| {f['id']} | {f['claim']} ({f['source']}) | {f['rule']} | **{f['status']}** |")
+        L.append(f"| {f['id']} | {f['claim']} ({f['source']}) | {f['rule']} | **{f.get('label', f['status'])}** |")
     L.append(
-        "\nA probe comparison counts as *reproduced* when the paired difference over the CV folds is positive "
-        "with a one-sided paired t at the 95% level, *direction only* when it is positive but not significant.\n"
+        "\nEach verdict is computed per seed from 95 % bootstrap intervals over the test images, a minimum effect "
+        "and a control, then combined over seeds (*Over seeds*; the rules: docs/findings.md).\n"
     )
     weak = under_trained_note(doc)
     if weak:
@@ -59,7 +57,8 @@ def _header(view: ReportView) -> list[str]:
 def under_trained_note(doc: dict[str, Any]) -> str:
     """One sentence naming the pretrained models that did not learn on some seed and the findings that
     rest on them ('' when every model learned)."""
-    from invfast.reproduce.sections.learning import LEARNED_RATIO, resting_on
+    from invfast.reproduce.findings import resting_on
+    from invfast.reproduce.sections.learning import LEARNED_RATIO
 
     learned = doc.get("learned") or {}
     weak: dict[str, list[str]] = {}
@@ -123,7 +122,10 @@ def _setup_content(view: ReportView) -> dict[str, Any]:
 def _details(view: ReportView) -> list[str]:
     L = ["## Findings in detail\n"]
     for f in view.doc["findings"]:
-        L.append(f"- **{f['id']} ({f['source']}) — {f['status']}.** {f['claim']}. Rule: {f['rule']}. {f['summary']}.")
+        L.append(
+            f"- **{f['id']} ({f['source']}) — {f.get('label', f['status'])}.** {f['claim']}. Rule: {f['rule']}. "
+            f"{f['summary']}."
+        )
     L.append("")
     return L
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.ericsson import judge_e2
 from invfast.reproduce.sections.base import DIRECTION, NOT, PARTLY, REPRODUCED, best_of, paired
 from invfast.reproduce.stages.data import TASKS
 
@@ -80,9 +81,16 @@ FINDING = Finding(
     "ericsson",
     "§4",
     CLAIM,
-    "best model per task as stated, paired test over folds",
+    (
+        "kernel-ridge probes: Appearance − Spatial ≥ 0.03 R² on position and on rotation, Spatial − "
+        "Appearance ≥ 0.03 on colour; max(Default, Spatial) − Appearance ≥ 0.02 identity accuracy; each "
+        "CI > 0"
+    ),
     ("probes",),
     lambda r: check_e2(r["probes"]),
     "probes",
     _statistics,
+    models=("default", "spatial", "appearance"),
+    judge=judge_e2,
+    paper_value="Spatial − Appearance R²: position −0.06, rotation −0.16, colour +0.37 (BMVC Tab. 4)",
 )

@@ -8,6 +8,7 @@ import os
 from typing import Any
 
 from invfast.reproduce.finding import Finding
+from invfast.reproduce.rules.chavhan import judge_c7
 from invfast.reproduce.sections.amortised import FINDINGS as AMORTISED_FINDINGS
 from invfast.reproduce.sections.amortised import (
     check_c1,
@@ -61,12 +62,14 @@ FINDING = Finding(
     "chavhan",
     "Tab. 3 (Prompt-ViT)",
     "the amortised findings hold for transformers: a Prompt-ViT against ViT specialists",
-    "C1-C4's rules, each on the transformers (a Prompt-ViT for the amortised model, plain ViTs of the same shape "
-    "for the policies)",
+    ("features at i = [1, 0] and [0, 1] differ by ≥ 5 % of their norm; then C1–C4's rules on the transformers"),
     STAGES,
     check_c7,
     "transformers",
     _statistics,
+    models=(VIT,),
+    judge=judge_c7,
+    paper_value="AI 73.7 vs MoCo-v3 71.5 average (Tab. 3)",
 )
 
 
