@@ -82,6 +82,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"parameters per transform, k of grid(k) (default {DEFAULT_GRID}; {QUICK_GRID} with --quick)",
     )
     parser.add_argument(
+        "--grid-side",
+        type=int,
+        default=None,
+        help="scale the pixel grids (translation, blur σ, deform σ, given for 224-px images) to images of this side "
+        "(e.g. 32 for 32-px images; default: as given)",
+    )
+    parser.add_argument(
         "--quick",
         action="store_true",
         help=f"a first look in minutes: grid size {QUICK_GRID}, at most {QUICK_IMAGES} images and "

@@ -36,6 +36,10 @@ class MeasureConfig(Config):
 
     Attributes:
         grid_size: k of each transform's ``grid(k)``.
+        grid_side: the side (px) of the images measured, to scale the grids given in pixels for 224-px images
+            (translation, blur σ, deform σ: multiplied by grid_side / 224; at 32 px translation ±16 px would move
+            the object out and blur σ = 20 erase it). None: the grids as given. Not with ``protocol='ericsson'``,
+            which follows the published grids.
         batch_size: images per batch.
         forward_batch: images x parameters per model call (bounds memory whatever N and k).
         n_images: the first n images of the data (None: all); under ``protocol='ericsson'`` the number
@@ -90,6 +94,7 @@ class MeasureConfig(Config):
     """
 
     grid_size: int = 256
+    grid_side: int | None = None
     batch_size: int = scheduling("images per batch: the per-image scores do not depend on it", 32)
     forward_batch: int = scheduling("images per model call: bounds memory only", 256)
     n_images: int | None = None
@@ -136,7 +141,7 @@ class MeasureConfig(Config):
             "protocol_seed",
             "fingerprint_content",
         ),
-        "statistics": ("grid_size", "shrinkage", "eps", "layers", "units", "equivariance"),
+        "statistics": ("grid_size", "grid_side", "shrinkage", "eps", "layers", "units", "equivariance"),
         "execution": (
             "batch_size",
             "forward_batch",
@@ -167,6 +172,7 @@ class MeasureConfig(Config):
             _positive_int(self, k)
         _positive_int(self, "n_images", optional=True)
         _positive_int(self, "crop", optional=True)
+        _positive_int(self, "grid_side", optional=True)
         _positive_int(self, "workers", low=0, optional=True)
         _positive_int(self, "protocol_seed", low=0)
         for k in ("save_every", "feature_cache_mb", "equivariance_mb", "eps"):
@@ -211,6 +217,12 @@ class MeasureConfig(Config):
 
         if not isinstance(self.protocol, Protocol) and self.protocol not in PROTOCOLS:
             raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)} (or a Protocol), got {self.protocol!r}")
+        published = self.protocol.name if isinstance(self.protocol, Protocol) else self.protocol
+        if self.grid_side is not None and published == "ericsson":
+            raise ValueError(
+                "grid_side scales the grids to the image, but protocol='ericsson' follows the published grids: "
+                "leave grid_side unset under that protocol"
+            )
 
     def _check_paths_and_names(self) -> None:
         """Paths (stored as str), layers (a tuple of module paths), units and the table label."""

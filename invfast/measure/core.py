@@ -31,12 +31,17 @@ __all__ = ["measure_invariance", "transform_grids"]
 
 
 def transform_grids(
-    transforms: Any, grid_size: int, protocol: Any, seed: int
+    transforms: Any, grid_size: int, protocol: Any, seed: int, grid_side: int | None = None
 ) -> list[tuple[Any, torch.Tensor, torch.Tensor]]:
-    """``(transform, params [P] or [P, m], identity mask bool [P])`` for every transform, under ``protocol``."""
+    """``(transform, params [P] or [P, m], identity mask bool [P])`` for every transform, under ``protocol``; a grid
+    given in pixels for ``t.pixel_reference``-px images is multiplied by ``grid_side / t.pixel_reference`` when
+    ``grid_side`` is set (the identity mask is that of the scaled grid)."""
     out = []
     for t in (protocol.transform(t, seed) for t in resolve_transforms(transforms)):
         params = torch.as_tensor(t.grid(grid_size))
+        reference = getattr(t, "pixel_reference", None)
+        if grid_side is not None and reference:
+            params = params * (grid_side / reference)
         ident = torch.as_tensor(t.is_identity(params), dtype=torch.bool).reshape(-1)
         if params.dim() not in (1, 2) or params.shape[0] == 0 or ident.shape[0] != params.shape[0]:
             raise ValueError(
@@ -92,7 +97,7 @@ def measure_invariance(
     proto = get_protocol(cfg.protocol)
     if proto.preprocess_after_transform and cfg.crop:  # the CenterCrop asked for (the resized crop's size too)
         proto = dataclasses.replace(proto, crop=cfg.crop)
-    grids = transform_grids(transforms, cfg.grid_size, proto, cfg.protocol_seed)
+    grids = transform_grids(transforms, cfg.grid_size, proto, cfg.protocol_seed, cfg.grid_side)
     post = None
     if proto.preprocess_after_transform:  # the transform sees the image as loaded; Resize + CenterCrop follow
         post = functools.partial(resize_center_crop, resize=proto.resize, crop=proto.crop)
@@ -187,6 +192,7 @@ def _meta(run: Run, cfg: MeasureConfig, proto: Any, n_new: int, elapsed: float) 
         "data": run.source.describe(),
         "images": {"n": run.n, "id": run.source_identity()},
         "grid_size": cfg.grid_size,
+        "grid_side": cfg.grid_side,
         "device": str(run.device),
         "dtype": cfg.dtype,
         "world_size": run.shard.world_size,

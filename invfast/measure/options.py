@@ -21,6 +21,7 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
 
     return MeasureConfig(
         grid_size=_grid_size(args),
+        grid_side=args.grid_side,
         batch_size=args.batch_size,
         forward_batch=args.forward_batch,
         n_images=_n_images(args),

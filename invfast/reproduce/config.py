@@ -28,6 +28,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "vit_heads": 4,
     "vit_epochs": 30,
     "vit_lr": 3e-3,
+    # 0.5: the pixel grids scaled to the image (before, the 224-px grids were used at 32 px)
+    "scale_grids": False,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -162,6 +164,8 @@ class ReproduceConfig(Config):
     # invariance measurement
     test_transforms: str = "all"
     grid_size: int = 6
+    # the grids given in pixels for 224-px images (translation, blur σ, deform σ) scaled by size / 224
+    scale_grids: bool = True
     # probes (Ericsson et al. 2021, App. E: 45 penalties; logistic L-BFGS iterations per penalty value)
     folds: int = 5
     n_penalties: int = 23
@@ -264,6 +268,8 @@ class ReproduceConfig(Config):
             raise ValueError(f"size must be >= 16 pixels, got {self.size}")
         if self.folds < 2:
             raise ValueError(f"folds must be >= 2, got {self.folds}")
+        if not isinstance(self.scale_grids, bool):
+            raise TypeError(f"scale_grids must be True or False, got {self.scale_grids!r}")
         if min(self.grid_size, self.snapshot_grid) < 2:
             raise ValueError(
                 f"grid_size and snapshot_grid must be >= 2 (a grid of 1 holds only the identity parameter), got "

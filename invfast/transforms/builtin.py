@@ -45,6 +45,8 @@ from invfast.transforms import functional as Fn
 from invfast.transforms import grids as G
 from invfast.transforms.transform import TestTransform, _no_check, check_k
 
+#: the image side the built-in pixel grids (translation, blur σ, deform σ) are given for (Ericsson et al. 2021, App. B)
+PIXEL_REFERENCE = 224
 _CHUNK_ELEMENTS = 1 << 22  # float elements per intermediate chunk (16 MiB: stays cache-friendly)
 
 
@@ -74,7 +76,9 @@ class Builtin:
     and ``u8``, the uint8 op that replaces ``integer`` / ``float_op`` on uint8 input (compiled on the CPU);
     ``published``, how Ericsson et al.'s evaluation code applies it where that differs (``protocol="ericsson"``,
     :class:`~invfast.transforms.ericsson_ops.Published`); ``dali``, its DALI graph node where DALI has one
-    (:mod:`invfast.transforms.dali`).
+    (:mod:`invfast.transforms.dali`). ``pixel_reference``: the image side (px) the grid's values are pixel distances
+    for (224: translation, blur σ, deform σ), so a measurement at another size can scale the grid
+    (``MeasureConfig.grid_side``); None for grids in units that do not depend on the size.
     """
 
     name: str
@@ -90,6 +94,7 @@ class Builtin:
     u8: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
     published: Eo.Published | None = None
     dali: DaliOp | None = None
+    pixel_reference: int | None = None
 
     def apply(self, t: TestTransform, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
         """The transform on checked ``images`` [B, C, H, W] and params ``p``: [B, P, C, H, W] in their dtype."""
@@ -349,6 +354,7 @@ def _records() -> dict[str, Builtin]:
             affine=Af.translation,
             published=Eo.Published(Eo.translation_grid, Eo.nearest(Eo.translation_data), param_dim=2),
             dali=DALI_WARP,
+            pixel_reference=PIXEL_REFERENCE,
         ),
         Builtin(
             "deform",
@@ -364,6 +370,7 @@ def _records() -> dict[str, Builtin]:
                 param_dim=2,
                 check=Eo.positive("deform", "sigma"),
             ),
+            pixel_reference=PIXEL_REFERENCE,
         ),
         Builtin(
             "grayscale",
@@ -444,6 +451,7 @@ def _records() -> dict[str, Builtin]:
                 check=Eo.blur_check,
             ),
             dali=DaliOp(_dali_blur),
+            pixel_reference=PIXEL_REFERENCE,
         ),
         Builtin(
             "sharpness",

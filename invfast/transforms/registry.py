@@ -189,6 +189,7 @@ def _checked_transform(
         _check=check or _no_check,
         _impl=apply.apply if isinstance(apply, Builtin) else None,
         _user_apply=None if isinstance(apply, Builtin) else apply,
+        pixel_reference=apply.pixel_reference if isinstance(apply, Builtin) else None,
     )
     _probe(t, probe)
     return t

@@ -47,6 +47,8 @@ class TestTransform:
         seed, alpha: elastic deformation only: noise seed and RMS displacement as a fraction of the
             shorter image side.
         builtin: one of the 18 transforms of Ericsson et al. (False: registered by a user).
+        pixel_reference: the image side (px) the grid's values are pixel distances for (224 for translation,
+            blur and deform; None: the grid does not depend on the image size).
     """
 
     __test__ = False  # not a pytest class
@@ -63,6 +65,7 @@ class TestTransform:
     )
     seed: int = 0
     alpha: float = 0.04
+    pixel_reference: int | None = None
 
     @property
     def builtin(self) -> bool:

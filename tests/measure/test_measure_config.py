@@ -39,6 +39,8 @@ def test_signatures_are_small():
         (dict(shrinkage="huge"), "shrinkage must be"),
         (dict(protocol="nope"), "protocol must be one of"),
         (dict(device="gpu7"), "is not a device name"),
+        (dict(grid_side=0), "grid_side must be an integer >= 1"),
+        (dict(grid_side=32, protocol="ericsson"), "protocol='ericsson' follows the published grids"),
     ],
 )
 def test_bad_values_raise_one_clear_error(bad, match):
@@ -84,6 +86,7 @@ def test_fingerprint_takes_every_field_not_declared_scheduling():
             continue
         other = {
             "grid_size": 7,
+            "grid_side": 32,
             "n_images": 5,
             "dtype": "bfloat16",
             "channels_last": True,

@@ -96,7 +96,12 @@ def _setup(view: ReportView) -> list[str]:
     if "invariance" in doc:
         L.append(
             f"- Invariance: the {len(doc['invariance']['families'])} test transforms, grid size {cfg.grid_size}, "
-            "standardised cosine and Mahalanobis distance, identity parameters excluded."
+            "standardised cosine and Mahalanobis distance, identity parameters excluded; "
+            + (
+                f"the grids given in pixels for 224-px images (translation, blur σ, deform σ) scaled by {cfg.size}/224."
+                if cfg.scale_grids
+                else f"the grids as given for 224-px images, unscaled at {cfg.size} px (a run before 0.5)."
+            )
         )
     if any(f["paper"] == "speicher" for f in doc["findings"]):
         L.append(

@@ -12,7 +12,12 @@ import torch
 from invfast.reproduce.stages.context import LABELS, Context
 from invfast.reproduce.stages.probing import feature_file
 
-__all__ = ["measure", "measure_one", "reference_stats", "per_image_cosines"]
+__all__ = ["measure", "measure_one", "reference_stats", "per_image_cosines", "grid_side"]
+
+
+def grid_side(cfg: Any) -> int | None:
+    """The measurements' ``grid_side``: the image size when the run scales the pixel grids (``scale_grids``)."""
+    return int(cfg.size) if cfg.scale_grids else None
 
 
 def reference_stats(feats: np.ndarray) -> tuple[Any, str]:
@@ -41,6 +46,7 @@ def measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = Non
         transforms=ctx.cfg.test_transforms,
         stats=stats,
         grid_size=ctx.cfg.grid_size,
+        grid_side=grid_side(ctx.cfg),
         batch_size=16,
         forward_batch=256,
         device=ctx.cfg.device,

@@ -20,7 +20,7 @@ import torch
 from invfast.io import atomic_write_text
 from invfast.reproduce.stages.context import LABELS, POLICIES, Context, encoder, extract
 from invfast.reproduce.stages.data import TASKS, task_set
-from invfast.reproduce.stages.measurement import per_image_cosines, reference_stats
+from invfast.reproduce.stages.measurement import grid_side, per_image_cosines, reference_stats
 from invfast.reproduce.stages.pretraining import snapshot_steps
 from invfast.reproduce.stages.probing import probe_scores
 
@@ -64,6 +64,7 @@ def _invariance(ctx: Context, model: torch.nn.Module, name: str) -> tuple[dict[s
         transforms=cfg.test_transforms,
         stats=stats,
         grid_size=min(cfg.grid_size, cfg.snapshot_grid),
+        grid_side=grid_side(cfg),
         batch_size=16,
         forward_batch=256,
         device=cfg.device,
