@@ -13,7 +13,6 @@ from invfast.reproduce.rules.speicher import judge_s3, judge_s4
 from invfast.reproduce.sections.base import (
     ReportView,
     Section,
-    at_least,
     combine_statuses,
     figure,
     paired,
@@ -28,30 +27,18 @@ XY = [f"{x}/{y}" for x, y in TASKS_XY]
 
 
 def check_s3(s3: dict[str, Any]) -> dict[str, Any]:
-    """The C+O models predict the label they were not trained for worse than the models that never saw
-    the irrelevant feature (paired over folds), and are less sensitive to that feature than those models."""
+    """What S3's table shows (its verdict is :func:`invfast.reproduce.rules.speicher.judge_s3`): each C+O model
+    against the model trained on the same label without the irrelevant feature, at predicting the other label
+    on the C+O images, and their sensitivities to that feature."""
     acc, sens = s3["accuracy"], s3["sensitivity"]
-    objects = paired(acc["O/O"]["C+O/O"]["fold_scores"], acc["C+O/C"]["C+O/O"]["fold_scores"])
-    base = paired(acc["C/C"]["C+O/C"]["fold_scores"], acc["C+O/O"]["C+O/C"]["fold_scores"])
-    checks = {
-        "(C+O, C) below (O, O) at predicting objects": objects["status"],
-        "(C+O, O) below (C, C) at predicting base classes": base["status"],
-        "(C+O, C) less sensitive to the object than (C, C)": at_least(sens["C+O/C"]["object"] < sens["C/C"]["object"]),
-        "(C+O, O) less sensitive to the base image than (O, O)": at_least(sens["C+O/O"]["base"] < sens["O/O"]["base"]),
-    }
     obj, cls = "C+O/O", "C+O/C"
     summary = (
-        f"objects on C+O: (C+O, C) {acc['C+O/C'][obj]['mean']:.3f} vs (O, O) {acc['O/O'][obj]['mean']:.3f}; "
-        f"base classes on C+O: (C+O, O) {acc['C+O/O'][cls]['mean']:.3f} vs (C, C) {acc['C/C'][cls]['mean']:.3f}; "
+        f"objects on C+O: (C, C) {acc['C/C'][obj]['mean']:.3f} vs (C+O, C) {acc['C+O/C'][obj]['mean']:.3f}; "
+        f"base classes on C+O: (O, O) {acc['O/O'][cls]['mean']:.3f} vs (C+O, O) {acc['C+O/O'][cls]['mean']:.3f}; "
         f"sensitivity to the object (C+O, C) {sens['C+O/C']['object']:.3f} vs (C, C) {sens['C/C']['object']:.3f}, "
         f"to the base (C+O, O) {sens['C+O/O']['base']:.3f} vs (O, O) {sens['O/O']['base']:.3f}"
     )
-    return {
-        "status": combine_statuses(list(checks.values())),
-        "checks": checks,
-        "tests": {"objects": objects, "base": base},
-        "summary": summary,
-    }
+    return {"summary": summary}
 
 
 def check_s4(s4: dict[str, Any]) -> dict[str, Any]:
