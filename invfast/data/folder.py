@@ -12,7 +12,10 @@ and 32-bit integer (``I``) images by their range, with the rule of in-memory arr
 (:func:`invfast.data.protocol.float_range_scale`: 0..1 floats scaled by 255, values in 0..255 kept with a
 warning, a maximum slightly above 1 refused); NaN/Inf or a range that tells no scale is refused (the file
 counts as unreadable, with the reason). ``native=True`` keeps every image as the published evaluation code
-loads it (``torchvision``'s ``pil_loader``: its own size and aspect, not turned by EXIF) and transforms it.
+loads it (``torchvision``'s ``pil_loader``: its own size and aspect, not turned by EXIF) and transforms it;
+``pixels="pillow"`` reads every file as that loader does (Pillow's ``convert("RGB")``: 16-bit and 32-bit images
+clipped to 255, float ones truncated, with a warning naming the file), and ``listing="imagefolder"`` lists the
+folder as torchvision 0.10's ``ImageFolder`` does (:func:`imagefolder_listing`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,18 @@ import torch
 from invfast.data.protocol import ImageDecodeError, Source, float_range_scale, integer_scale, pin
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".jpe")
+#: torchvision 0.10's ``IMG_EXTENSIONS`` (``torchvision/datasets/folder.py``): the files ``ImageFolder`` lists
+IMAGEFOLDER_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")
+#: how a folder is listed: invfast's own rule, or torchvision 0.10 ``ImageFolder``'s (:class:`FolderSource`)
+LISTINGS = ("invfast", "imagefolder")
+#: how 16-bit, 32-bit and float files become 8-bit: by their range (invfast), or Pillow's ``convert("RGB")``
+FILE_PIXELS = ("range", "pillow")
+#: the modes Pillow's ``convert("RGB")`` narrows to 8 bits, and what it does to their values
+_WIDE_MODES = {
+    **dict.fromkeys(("I;16", "I;16L", "I;16B", "I;16N"), "a 16-bit image (values above 255 clipped to 255)"),
+    "I": "a 32-bit integer image (values clipped to 0..255)",
+    "F": "a float image (values clipped to 0..255 and truncated: 0..1 turns black)",
+}
 
 
 def image_to_rgb(im: Any) -> Any:
@@ -60,23 +75,36 @@ def image_to_rgb(im: Any) -> Any:
     return im.convert("RGB")
 
 
-def open_rgb(path: str | os.PathLike, exif: bool = True) -> Any:
+def open_rgb(path: str | os.PathLike, exif: bool = True, pixels: str = "range") -> Any:
     """The image at ``path`` as 8-bit RGB, turned upright by its EXIF orientation (as Pillow's
     ``ImageOps.exif_transpose``: cameras store photos sideways and record the rotation in EXIF); with
-    ``exif=False`` as stored (what torchvision's ``pil_loader`` gives: ``Image.open(path).convert("RGB")``)."""
+    ``exif=False`` as stored. ``pixels``: ``"range"`` reads 16-bit, 32-bit and float images by what they hold
+    (:func:`image_to_rgb`); ``"pillow"`` as torchvision's ``pil_loader`` does, ``Image.open(path).convert("RGB")``
+    (Pillow clips 16-bit and 32-bit values to 0..255 and truncates float ones: a 0..1 float image turns
+    black), with a one-line warning naming such a file."""
     from PIL import Image, ImageOps
 
     with Image.open(path) as im:
         if exif:
             im = ImageOps.exif_transpose(im)
-        return image_to_rgb(im)
+        if pixels == "range":
+            return image_to_rgb(im)
+        if pixels != "pillow":
+            raise ValueError(f"pixels must be one of {', '.join(FILE_PIXELS)}, got {pixels!r}")
+        if im.mode in _WIDE_MODES:
+            warnings.warn(
+                f"{os.fspath(path)}: {_WIDE_MODES[im.mode]} read as the original's loader reads it, "
+                "Image.open(f).convert('RGB'): its range is lost",
+                stacklevel=2,
+            )
+        return im.convert("RGB")
 
 
-def decode_image(path: str | os.PathLike, size: int, exif: bool = True) -> torch.Tensor:
+def decode_image(path: str | os.PathLike, size: int, exif: bool = True, pixels: str = "range") -> torch.Tensor:
     """The image at ``path`` as uint8 [3, size, size]: shorter side resized to ``size``, centre-cropped."""
     from PIL import Image
 
-    im = open_rgb(path, exif)
+    im = open_rgb(path, exif, pixels)
     w, h = im.size
     s = size / min(w, h)
     nw, nh = max(size, round(w * s)), max(size, round(h * s))
@@ -87,10 +115,10 @@ def decode_image(path: str | os.PathLike, size: int, exif: bool = True) -> torch
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)
 
 
-def decode_native(path: str | os.PathLike, exif: bool = True) -> torch.Tensor:
+def decode_native(path: str | os.PathLike, exif: bool = True, pixels: str = "range") -> torch.Tensor:
     """The image at ``path`` as loaded, uint8 [3, H, W] (upright by its EXIF orientation unless ``exif=False``;
-    no resizing)."""
-    arr = np.asarray(open_rgb(path, exif), dtype=np.uint8)
+    no resizing; ``pixels`` as :func:`open_rgb`)."""
+    arr = np.asarray(open_rgb(path, exif, pixels), dtype=np.uint8)
     return torch.from_numpy(arr.copy()).permute(2, 0, 1)
 
 
@@ -115,8 +143,10 @@ class _Decoded(torch.utils.data.Dataset):
     """index -> (index, image uint8 [3, S, S] (or [3, H, W] as loaded when ``native``) or zeros,
     error text or '')."""
 
-    def __init__(self, files: list[str], size: int, native: bool = False, exif: bool = True) -> None:
-        self.files, self.size, self.native, self.exif = files, size, native, exif
+    def __init__(
+        self, files: list[str], size: int, native: bool = False, exif: bool = True, pixels: str = "range"
+    ) -> None:
+        self.files, self.size, self.native, self.exif, self.pixels = files, size, native, exif, pixels
 
     def __len__(self) -> int:
         return len(self.files)
@@ -124,7 +154,10 @@ class _Decoded(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor, str]:
         try:
             f = self.files[i]
-            img = decode_native(f, self.exif) if self.native else decode_image(f, self.size, self.exif)
+            if self.native:
+                img = decode_native(f, self.exif, self.pixels)
+            else:
+                img = decode_image(f, self.size, self.exif, self.pixels)
             return i, img, ""
         except Exception as e:  # PIL raises many types for bad files
             side = 1 if self.native else self.size
@@ -148,12 +181,81 @@ class _Requests:
         return len(self.batches)
 
 
+def imagefolder_listing(root: str) -> tuple[list[str], list[int], list[str]]:
+    """``(paths, class index of each, class names)`` as torchvision 0.10's ``ImageFolder(root)`` lists them
+    (``find_classes`` + ``make_dataset``, its ``samples``): the classes are the sorted names of the entries of
+    ``root`` that are directories (``os.scandir``, links followed; hidden ones too); each class folder is walked
+    as ``sorted(os.walk(class_dir, followlinks=True))``, its file names sorted, and a path kept when it ends
+    (case-insensitively) in one of :data:`IMAGEFOLDER_EXTENSIONS` (hidden files too). Files directly under
+    ``root`` are not listed. A folder with no sub-folder at all (which ``ImageFolder`` refuses) is listed as
+    ``ImageFolder`` lists it as the one class of its parent: its image files, sorted, class names ``[]``."""
+    classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+    dirs = [(os.path.join(root, c), i) for i, c in enumerate(classes)] or [(root, 0)]
+    files: list[str] = []
+    targets: list[int] = []
+    for class_dir, i in dirs:
+        if not os.path.isdir(class_dir):
+            continue
+        for dirpath, _, fnames in sorted(os.walk(class_dir, followlinks=True)):
+            for f in sorted(fnames):
+                path = os.path.join(dirpath, f)
+                if path.lower().endswith(IMAGEFOLDER_EXTENSIONS):
+                    files.append(path)
+                    targets.append(i)
+    return files, targets, classes
+
+
+def _invfast_listing(root: str, exts: tuple[str, ...] | None) -> list[str]:
+    """Every file under ``root`` (ending in ``exts`` when given), hidden files and folders skipped, sorted by
+    relative path."""
+    files: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for f in sorted(filenames):
+            if f.startswith(".") or (exts is not None and not f.lower().endswith(exts)):
+                continue
+            files.append(os.path.join(dirpath, f))
+    files.sort(key=lambda p: os.path.relpath(p, root))
+    return files
+
+
+def _listing(
+    root: str, listing: str, extensions: Sequence[str] | None, n: int | None
+) -> tuple[list[str], torch.Tensor | None, list[str]]:
+    """``(files, group of each or None, group names)`` of ``root`` listed by ``listing`` (the first ``n``)."""
+    if listing not in LISTINGS:
+        raise ValueError(f"listing must be one of {', '.join(LISTINGS)}, got {listing!r}")
+    exts = None if extensions is None else tuple(e.lower() for e in extensions)
+    if listing == "imagefolder":
+        if exts is not None:
+            raise ValueError("extensions cannot be given with listing='imagefolder' (ImageFolder's own are used)")
+        files, targets, names = imagefolder_listing(root)
+        what = f"files ending in {', '.join(IMAGEFOLDER_EXTENSIONS)} (listed as torchvision's ImageFolder lists)"
+    else:
+        files, targets, names = _invfast_listing(root, exts), [], []
+        what = f"files ending in {', '.join(exts)}" if exts else "files"
+    if not files:
+        raise ValueError(f"data folder {root!r} holds no images (no {what})")
+    if n is not None:
+        if n < 1:
+            raise ValueError(f"n must be >= 1, got {n}")
+        files, targets = files[:n], targets[:n]
+    if listing == "imagefolder":
+        return files, (torch.tensor(targets, dtype=torch.long, device="cpu") if names else None), names
+    rel_dirs = [os.path.dirname(os.path.relpath(p, root)) for p in files]
+    names = sorted(set(rel_dirs))
+    lookup = {d: i for i, d in enumerate(names)}
+    groups = torch.tensor([lookup[d] for d in rel_dirs], dtype=torch.long) if names != [""] else None
+    return files, groups, names
+
+
 class FolderSource(Source):
     """Images under a folder, decoded with PIL to ``uint8 [3, resize, resize]`` (see the module docstring).
 
     Layouts: a flat folder of images (ImageNet val as distributed), or one subfolder per class /
     object / scene; the subfolder is the group of each image (real-world mode). Files are sorted by
-    relative path, hidden ones skipped, so the order (and any sharding) is reproducible.
+    relative path, hidden ones skipped, so the order (and any sharding) is reproducible (``listing`` below
+    gives ImageFolder's list instead).
 
     Args:
         root: the folder.
@@ -172,6 +274,12 @@ class FolderSource(Source):
             gives a list of ``uint8 [3, H_i, W_i]`` (the published evaluation code transforms images so).
         exif: turn each image upright by its EXIF orientation; default: yes, except with ``native`` (the
             published code's loader, ``pil_loader``, does not: a photo stored sideways is measured sideways).
+        listing: ``"invfast"`` (default: the rule above) or ``"imagefolder"``: the list of torchvision 0.10's
+            ``ImageFolder(root).samples`` (:func:`imagefolder_listing`; only its image extensions, class folders
+            in Python's sort, hidden files included, files directly under ``root`` left out); the group of each
+            image is then its class (none for a folder without sub-folders).
+        pixels: ``"range"`` (default: 16-bit, 32-bit and float files read by their range) or ``"pillow"``
+            (Pillow's ``convert("RGB")``, as the published code's loader: :func:`open_rgb`).
     """
 
     def __init__(
@@ -186,6 +294,8 @@ class FolderSource(Source):
         cache: bool = False,
         native: bool = False,
         exif: bool | None = None,
+        listing: str = "invfast",
+        pixels: str = "range",
     ) -> None:
         resize = 256 if resize is None else resize
         root = os.fspath(root)
@@ -195,36 +305,18 @@ class FolderSource(Source):
             raise ValueError(f"resize must be an int >= 1 pixel, got {resize!r}")
         if isinstance(workers, bool) or not isinstance(workers, (int, np.integer)) or workers < 0:
             raise ValueError(f"workers must be an int >= 0, got {workers!r}")
+        if pixels not in FILE_PIXELS:
+            raise ValueError(f"pixels must be one of {', '.join(FILE_PIXELS)}, got {pixels!r}")
         self.root, self.resize, self.strict, self.workers = root, int(resize), strict, int(workers)
         self.native = bool(native)
         self.exif = not self.native if exif is None else bool(exif)
-        exts = None if extensions is None else tuple(e.lower() for e in extensions)
-        files: list[str] = []
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-            for f in sorted(filenames):
-                if f.startswith(".") or (exts is not None and not f.lower().endswith(exts)):
-                    continue
-                files.append(os.path.join(dirpath, f))
-        files.sort(key=lambda p: os.path.relpath(p, root))
-        if not files:
-            what = f"files ending in {', '.join(exts)}" if exts else "files"
-            raise ValueError(f"data folder {root!r} holds no images (no {what})")
-        if n is not None:
-            if n < 1:
-                raise ValueError(f"n must be >= 1, got {n}")
-            files = files[:n]
-        self.files = files
-        rel_dirs = [os.path.dirname(os.path.relpath(p, root)) for p in files]
-        names = sorted(set(rel_dirs))
-        self.group_names = names
-        lookup = {d: i for i, d in enumerate(names)}
-        self.groups = torch.tensor([lookup[d] for d in rel_dirs], dtype=torch.long) if names != [""] else None
+        self.listing, self.pixels = listing, pixels
+        self.files, self.groups, self.group_names = _listing(root, listing, extensions, n)
         self.spec = f"folder:{os.path.abspath(root)}"
         self.errors = DecodeErrors()
         self._seen_bad: set[int] = set()
         self._cache: dict[int, torch.Tensor] | None = {} if cache else None
-        self._dataset = _Decoded(files, self.resize, self.native, self.exif)
+        self._dataset = _Decoded(self.files, self.resize, self.native, self.exif, pixels)
         self._requests = _Requests()
         self._loader: torch.utils.data.DataLoader | None = None
         self._lock = threading.Lock()
@@ -341,6 +433,8 @@ class FolderSource(Source):
         h = hashlib.sha256(f"resize={'native' if self.native else self.resize}\n".encode())
         if not self.exif:  # the pixels of EXIF-tagged photos differ (the default's identity is unchanged)
             h.update(b"exif=off\n")
+        if self.pixels != "range":  # so do those of 16-bit and float files
+            h.update(f"pixels={self.pixels}\n".encode())
         for f in self.files:
             try:
                 size = os.path.getsize(f)
@@ -350,7 +444,7 @@ class FolderSource(Source):
         return h.hexdigest()
 
     def describe(self) -> dict[str, Any]:
-        return {
+        d = {
             "kind": "folder",
             "root": os.path.abspath(self.root),
             "n": len(self),
@@ -359,6 +453,11 @@ class FolderSource(Source):
             "first": os.path.relpath(self.files[0], self.root),
             "last": os.path.relpath(self.files[-1], self.root),
         }
+        if self.listing != "invfast":  # the default's description is unchanged
+            d["listing"] = self.listing
+        if self.pixels != "range":
+            d["pixels"] = self.pixels
+        return d
 
 
 def _indices(indices: Sequence[int] | torch.Tensor, n: int) -> list[int]:
@@ -371,10 +470,14 @@ def _indices(indices: Sequence[int] | torch.Tensor, n: int) -> list[int]:
 
 __all__ = [
     "DecodeErrors",
+    "FILE_PIXELS",
     "FolderSource",
+    "IMAGEFOLDER_EXTENSIONS",
     "IMAGE_EXTENSIONS",
+    "LISTINGS",
     "decode_image",
     "decode_native",
     "image_to_rgb",
+    "imagefolder_listing",
     "open_rgb",
 ]

@@ -30,6 +30,8 @@ def open_source(
     workers: int = 0,
     extensions: tuple[str, ...] | None = None,
     native: bool = False,
+    listing: str = "invfast",
+    pixels: str = "range",
 ) -> Source:
     """A source from a data spec string.
 
@@ -38,8 +40,9 @@ def open_source(
     - ``npy:FILE.npy``: an array [N, 3, H, W] or [N, H, W, 3] held in memory (the dtypes it may have:
       :mod:`invfast.data.arrays`).
 
-    ``n`` keeps the first n images; ``strict``, ``workers``, ``extensions`` and ``native`` (folder images as
-    loaded, each at its own size) go to :class:`FolderSource`.
+    ``n`` keeps the first n images; ``strict``, ``workers``, ``extensions``, ``native`` (folder images as
+    loaded, each at its own size), ``listing`` and ``pixels`` (``ImageFolder``'s list, Pillow's reading) go to
+    :class:`FolderSource`.
     """
     if not isinstance(spec, (str, os.PathLike)):
         raise TypeError(f"data spec must be a string, got {type(spec).__name__}")
@@ -65,6 +68,8 @@ def open_source(
         workers=workers,
         extensions=extensions,
         native=native,
+        listing=listing,
+        pixels=pixels,
     )
 
 
@@ -77,16 +82,21 @@ def as_source(
     groups: Any = None,
     workers: int = 0,
     native: bool = False,
+    listing: str = "invfast",
+    pixels: str = "range",
 ) -> Any:
     """Turn what the user gave into a source: a source, tensor/array, folder path, a spec string
-    (:func:`open_source`), or a map-style dataset. ``n`` keeps the first n images."""
+    (:func:`open_source`), or a map-style dataset. ``n`` keeps the first n images; ``native``, ``listing`` and
+    ``pixels`` apply to folders (:class:`~invfast.data.folder.FolderSource`)."""
     if hasattr(data, "load") and hasattr(data, "describe") and hasattr(data, "__len__"):
         src = data
     elif isinstance(data, (torch.Tensor, np.ndarray)):
         x = data if n is None else data[:n]
         return TensorSource(x, groups=None if groups is None else np.asarray(groups)[: len(x)])
     elif isinstance(data, (str, os.PathLike)):
-        return open_source(data, resize=resize, n=n, strict=strict, workers=workers, native=native)
+        return open_source(
+            data, resize=resize, n=n, strict=strict, workers=workers, native=native, listing=listing, pixels=pixels
+        )
     else:
         return DatasetSource(data, n=n)
     if groups is not None:

@@ -101,8 +101,7 @@ def measure_invariance(
     post = None
     if proto.preprocess_after_transform:  # the transform sees the image as loaded; Resize + CenterCrop follow
         post = functools.partial(resize_center_crop, resize=proto.resize, crop=proto.crop)
-    n_images = None if proto.with_replacement else cfg.n_images
-    run = Run(model, data, cfg, shard=shard, n_images=n_images, post=post, native=proto.preprocess_after_transform)
+    run = _open_run(model, data, cfg, proto, shard, post)
     try:  # the user's model gets its hooks removed and its training flags back whatever happens
         given = check_stats(stats, run.extract.layer_names)
         run.resume(_fingerprint(run, cfg, grids, given))
@@ -113,6 +112,23 @@ def measure_invariance(
         run.extract.close()
     n_new = int(sum_in_rank_order(torch.tensor([float(n_new)], dtype=torch.float64, device="cpu"), run.shard).item())
     return _result(run, cfg, results, ref_stats, _meta(run, cfg, proto, n_new, time.monotonic() - t0))
+
+
+def _open_run(model: Any, data: Any, cfg: MeasureConfig, proto: Any, shard: Shard | None, post: Any) -> Run:
+    """The measurement's :class:`Run`, reading ``data`` as ``proto`` says: under a draw with replacement every
+    image (the draw picks ``n_images``), folder images as loaded when transforms come before the preprocessing,
+    a folder listed (the list the draw indexes) and its files read by the protocol's rules."""
+    return Run(
+        model,
+        data,
+        cfg,
+        shard=shard,
+        n_images=None if proto.with_replacement else cfg.n_images,
+        post=post,
+        native=proto.preprocess_after_transform,
+        listing=proto.folder_listing,
+        pixels=proto.file_pixels,
+    )
 
 
 def _result(

@@ -123,10 +123,14 @@ class Run:
         source: Any = None,
         post: Callable[[torch.Tensor], torch.Tensor] | None = None,
         native: bool = False,
+        listing: str = "invfast",
+        pixels: str = "range",
     ) -> None:
         """``data`` is read with ``cfg``'s loading options (the first ``n_images`` of it; folder images as
-        loaded when ``native``), unless ``source`` gives the source already made. ``post``: preprocessing
-        applied after the transform, before the model (the published protocol's Resize + CenterCrop)."""
+        loaded when ``native``, a folder listed and its files read as ``listing`` and ``pixels`` say:
+        :class:`~invfast.data.folder.FolderSource`), unless ``source`` gives the source already made. ``post``:
+        preprocessing applied after the transform, before the model (the published protocol's Resize +
+        CenterCrop)."""
         self.cfg = cfg
         self.device = torch.device(
             cfg.device if cfg.device is not None else ("cuda" if torch.cuda.is_available() else "cpu")
@@ -143,6 +147,8 @@ class Run:
                 resize=cfg.resize,
                 strict=cfg.strict,
                 native=native,
+                listing=listing,
+                pixels=pixels,
                 workers=default_workers() if cfg.workers is None else cfg.workers,
             )
         )

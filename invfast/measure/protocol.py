@@ -42,6 +42,15 @@ class Protocol:
         real_world_resize, real_world_crop: real-world views are read as loaded and given
             ``Resize(real_world_resize)`` + ``CenterCrop(real_world_crop)`` (the original's 224, 224); None: the
             measurement's own loading (``resize`` px squares, then ``crop``).
+        folder_listing: the image list of a folder that the images of ``measure_invariance`` (and its draw)
+            index: ``'invfast'`` (every file, sorted by relative path, hidden ones skipped) or ``'imagefolder'``
+            (``torchvision.datasets.ImageFolder(root).samples`` of torchvision 0.10: :class:`~invfast.data.folder.
+            FolderSource`'s ``listing``). Real-world groups are always one subfolder each, listed by invfast.
+        file_pixels: how 16-bit, 32-bit and float files become 8-bit RGB: ``'range'`` (scaled by what they
+            hold) or ``'pillow'`` (``Image.open(f).convert("RGB")``, the original's loader: clipped, floats
+            truncated, with a warning naming the file).
+        blur_rounding: the bytes of blur's views under ``transforms='ericsson'``: ``'truncate'``
+            (torchvision 0.10, which the original pins) or ``'round'`` (torchvision 0.29).
     """
 
     name: str
@@ -56,6 +65,21 @@ class Protocol:
     crop: int = 224
     real_world_resize: int | None = None
     real_world_crop: int | None = None
+    folder_listing: str = "invfast"
+    file_pixels: str = "range"
+    blur_rounding: str = "truncate"
+
+    def __post_init__(self) -> None:
+        from invfast.data.folder import FILE_PIXELS, LISTINGS
+        from invfast.transforms.ericsson_ops import BLUR_ROUNDINGS
+
+        for field, value, allowed in (
+            ("folder_listing", self.folder_listing, LISTINGS),
+            ("file_pixels", self.file_pixels, FILE_PIXELS),
+            ("blur_rounding", self.blur_rounding, BLUR_ROUNDINGS),
+        ):
+            if value not in allowed:
+                raise ValueError(f"Protocol.{field} must be one of {', '.join(allowed)}, got {value!r}")
 
     def transform(self, t: Any, seed: int = 0) -> Any:
         """The protocol's version of test transform ``t`` (a name or a transform object)."""
@@ -66,7 +90,9 @@ class Protocol:
         name = t if isinstance(t, str) else getattr(t, "name", None)
         from invfast.transforms import TEST_TRANSFORMS
 
-        return ericsson.get(name, seed=seed, resize=self.resize, crop=self.crop) if name in TEST_TRANSFORMS else t
+        if name not in TEST_TRANSFORMS:
+            return t
+        return ericsson.get(name, seed=seed, resize=self.resize, crop=self.crop, blur_rounding=self.blur_rounding)
 
 
 PROTOCOLS: dict[str, Protocol] = {
@@ -82,6 +108,8 @@ PROTOCOLS: dict[str, Protocol] = {
         real_world_self_pairs=True,
         real_world_resize=224,
         real_world_crop=224,
+        folder_listing="imagefolder",
+        file_pixels="pillow",
     ),
 }
 

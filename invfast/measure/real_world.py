@@ -57,8 +57,8 @@ def measure_real_world(
     if cfg.equivariance:
         raise ValueError("equivariance needs a transform with a grid of parameters; real-world groups have none")
     proto = get_protocol(cfg.protocol)
-    src, post, native = _views(data, groups, cfg, proto, stats)
-    run = Run(model, data, cfg, shard=shard, n_images=cfg.n_images, source=src, post=post, native=native)
+    src, post, native, px = _views(data, groups, cfg, proto, stats)
+    run = Run(model, data, cfg, shard=shard, n_images=cfg.n_images, source=src, post=post, native=native, pixels=px)
     try:  # the user's model gets its hooks removed and its training flags back whatever happens
         layers = run.extract.layer_names
         if len(layers) != 1:
@@ -85,9 +85,10 @@ def measure_real_world(
     )
 
 
-def _views(data: Any, groups: Any, cfg: MeasureConfig, proto: Any, stats: Any) -> tuple[Any, Any, bool]:
-    """``(source, post, native)``: the in-memory source of grouped images (None: ``data`` is a folder the Run
-    opens), and the original's Resize + CenterCrop of every view as loaded under its protocol."""
+def _views(data: Any, groups: Any, cfg: MeasureConfig, proto: Any, stats: Any) -> tuple[Any, Any, bool, str]:
+    """``(source, post, native, pixels)``: the in-memory source of grouped images (None: ``data`` is a folder the
+    Run opens), the original's Resize + CenterCrop of every view as loaded under its protocol, and how a folder's
+    16-bit and float files are read (the protocol's ``file_pixels``)."""
     if groups is not None and not isinstance(data, (torch.Tensor, np.ndarray)):
         raise ValueError("groups can only be given with in-memory images; folders group by subfolder")
     src = (
@@ -96,7 +97,7 @@ def _views(data: Any, groups: Any, cfg: MeasureConfig, proto: Any, stats: Any) -
         else None
     )
     if proto.real_world_resize is None:
-        return src, None, False
+        return src, None, False, proto.file_pixels
     crop = proto.real_world_crop if proto.real_world_crop is not None else proto.real_world_resize
     if stats is None:
         warnings.warn(
@@ -104,7 +105,12 @@ def _views(data: Any, groups: Any, cfg: MeasureConfig, proto: Any, stats: Any) -
             "original whitens with the statistics of its ImageNet evaluation (pass them as stats=...)",
             stacklevel=3,
         )
-    return src, functools.partial(resize_center_crop, resize=proto.real_world_resize, crop=crop), True
+    return (
+        src,
+        functools.partial(resize_center_crop, resize=proto.real_world_resize, crop=crop),
+        True,
+        proto.file_pixels,
+    )
 
 
 def _group_members(run: Run) -> list[torch.Tensor]:

@@ -8,7 +8,7 @@ import torch
 
 from invfast._validate import compiling
 
-__all__ = ["gaussian_taps"]
+__all__ = ["gaussian_taps", "torchvision_gaussian_taps"]
 
 
 def gaussian_taps(
@@ -52,3 +52,24 @@ def gaussian_taps(
     k = torch.where(xs.abs().view(1, -1) <= radius.view(-1, 1), k, torch.zeros_like(k))
     k[:, R] = torch.where(radius == 0, torch.ones_like(k[:, R]), k[:, R])
     return k / k.sum(dim=1, keepdim=True)
+
+
+def torchvision_gaussian_taps(sigma: torch.Tensor, size: int) -> torch.Tensor:
+    """The ``size`` taps of every sigma as torchvision evaluates them (``_get_gaussian_kernel1d``, the same in
+    torchvision 0.10 and 0.29): float32 on the CPU, one sigma at a time, ``x = linspace(-(size-1)/2, (size-1)/2,
+    size)``, ``pdf = exp(-0.5 * (x / sigma)²)``, ``pdf / pdf.sum()`` -- the same torch calls on the same shapes,
+    so the bits are torchvision's on this torch (:func:`gaussian_taps` evaluates the formula in float64: within
+    1 ulp of these once rounded to float32).
+
+    sigma: [P] (each taken as the Python float torchvision receives; 0, which torchvision refuses, gives the
+    identity tap) -> float32 [P, size] on the CPU.
+    """
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise ValueError(f"torchvision_gaussian_taps: size must be a positive int, got {size!r}")
+    half = (size - 1) * 0.5
+    x = torch.linspace(-half, half, steps=size, dtype=torch.float32, device="cpu")
+    rows = []
+    for s in sigma.detach().to("cpu").reshape(-1).tolist():  # host floats: the taps are built on the CPU
+        pdf = torch.exp(-0.5 * (x / (s if s > 0 else 1e-12)).pow(2))  # sigma 0 (torchvision refuses it): a delta
+        rows.append(pdf / pdf.sum())
+    return torch.stack(rows) if rows else torch.zeros(0, size, dtype=torch.float32, device="cpu")

@@ -22,7 +22,9 @@ rotation    [P]        ``TF.rotate(angle)`` = Pillow ``Image.rotate``, ``linspac
 translation [P, 2]     ``TF.affine(translate=(x, y), shear=1)``: shift in pixels with a 1° x-shear, per
                        axis ``linspace(-s, s, n + 1)[:n]``, s = (resize - crop) / 2 (-16..14 px, step 2)
 blur        [P]        Gaussian of std sigma on a fixed 23-tap kernel (taps -11..11, reflect
-                       padding): its effective std saturates at sqrt((23²-1)/12) ≈ 6.6 px
+                       padding): its effective std saturates at sqrt((23²-1)/12) ≈ 6.6 px; as torchvision
+                       0.10 runs it on a PIL image: the float 0..1 blur **truncated** to uint8
+                       (``to_pil_image``'s ``mul(255).byte()``; ``blur_rounding="round"``: 0.29's rounding)
 posterize   [P]        bits 1..7 (7 views; no identity view in the grid)
 deform      [P, 2]     (sigma, draw): albumentations 1.0.3 ``ElasticTransform(sigma=σ, approximate=True)``
                        (:mod:`invfast.transforms.ericsson_elastic`); sigma in ``int(linspace(10, 50, 8))``
@@ -55,7 +57,7 @@ import torch
 from invfast.transforms import registry
 from invfast.transforms._checks import as_images
 from invfast.transforms.builtin import RECORDS
-from invfast.transforms.ericsson_ops import Published
+from invfast.transforms.ericsson_ops import BLUR_ROUNDINGS, Published
 from invfast.transforms.transform import TestTransform
 
 __all__ = ["ERICSSON_CHANGED", "EricssonTransform", "get"]
@@ -73,6 +75,8 @@ class EricssonTransform:
     Attributes:
         resize, crop: the original's Resize + CenterCrop sizes: they set the translation range and the crop
             boxes (pixels), and ``crop`` is the side of the crop transform's views.
+        blur_rounding: how blur's uint8 views become bytes: ``"truncate"`` (torchvision 0.10, which the original
+            pins: ``to_pil_image``'s ``mul(255).byte()``) or ``"round"`` (torchvision 0.29: half to even).
     """
 
     __test__ = False
@@ -82,6 +86,7 @@ class EricssonTransform:
     seed: int = 0
     resize: int = 256
     crop: int = 224
+    blur_rounding: str = "truncate"
 
     @property
     def builtin(self) -> TestTransform:
@@ -149,11 +154,14 @@ class EricssonTransform:
         return self.apply(images, params, fill)
 
 
-def get(name: str, seed: int = 0, resize: int = 256, crop: int = 224) -> Any:
+def get(name: str, seed: int = 0, resize: int = 256, crop: int = 224, blur_rounding: str = "truncate") -> Any:
     """The transform called ``name`` under the original protocol: an :class:`EricssonTransform` for the names
     in :data:`ERICSSON_CHANGED`, the registry's transform otherwise. ``resize``, ``crop``: the protocol's
-    Resize + CenterCrop sizes."""
+    Resize + CenterCrop sizes; ``blur_rounding``: blur's bytes as torchvision 0.10 (``"truncate"``, the pinned
+    version) or 0.29 (``"round"``) makes them."""
     t = registry.get(name)
+    if blur_rounding not in BLUR_ROUNDINGS:
+        raise ValueError(f"blur_rounding must be one of {', '.join(BLUR_ROUNDINGS)}, got {blur_rounding!r}")
     if name not in ERICSSON_CHANGED:
         return t
     if crop > resize:
@@ -164,4 +172,5 @@ def get(name: str, seed: int = 0, resize: int = 256, crop: int = 224) -> Any:
         seed=seed,
         resize=int(resize),
         crop=int(crop),
+        blur_rounding=blur_rounding,
     )

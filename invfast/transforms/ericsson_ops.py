@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from invfast.ops.augment import _fill_vector
 from invfast.ops.geometry import rotation_matrix, shear_matrix
-from invfast.ops.kernels import gaussian_taps
+from invfast.ops.kernels import gaussian_taps, torchvision_gaussian_taps
 from invfast.ops.pillow import pillow_affine_nearest, pillow_colour, pillow_resize
 from invfast.transforms import functional as Fn
 from invfast.transforms.ericsson_elastic import elastic_apply, elastic_params
@@ -24,6 +24,7 @@ from invfast.transforms.transform import check_k
 
 __all__ = [
     "Apply",
+    "BLUR_ROUNDINGS",
     "BLUR_TAPS",
     "Grid",
     "POSTERIZE_BITS",
@@ -251,11 +252,22 @@ def blur_kernels(sigma: torch.Tensor, taps: int = BLUR_TAPS) -> torch.Tensor:
     return gaussian_taps(sigma, size=taps)
 
 
-def _blur23(images: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
-    """torchvision 0.10 ``gaussian_blur(img, 23, sigma)`` of every image, every sigma, as it runs on a PIL image:
-    the 23 x 23 kernel ``outer(k, k)`` in float32 (float for float images), reflect padding, a depthwise
-    ``conv2d`` (one image at a time; views side by side as groups, each channel's sums as in torchvision's
-    call), uint8 results rounded half to even (``_cast_squeeze_out``). [B, C, H, W] -> [B, P, C, H, W]."""
+#: how the uint8 views of the published blur become bytes: torchvision 0.10's ``to_pil_image`` truncates
+#: (``pic.mul(255).byte()`` of the float 0..1 blur), torchvision 0.29 rounds the float 0..255 blur half to even
+BLUR_ROUNDINGS = ("truncate", "round")
+
+
+def _blur23(images: torch.Tensor, sigma: torch.Tensor, rounding: str = "truncate") -> torch.Tensor:
+    """torchvision ``gaussian_blur(img, 23, sigma)`` of every image, every sigma, as it runs on a PIL image.
+
+    uint8 images, ``rounding="truncate"`` (torchvision 0.10, the version the original pins): ``to_tensor``
+    (``float32 / 255``), the 23 x 23 kernel ``outer(k, k)`` of torchvision's float32 taps
+    (:func:`invfast.ops.kernels.torchvision_gaussian_taps`), reflect padding, a depthwise ``conv2d``, then
+    ``to_pil_image``: ``mul(255).byte()``, truncated. ``rounding="round"`` (torchvision 0.29): ``pil_to_tensor``
+    (the uint8 values as float32), the same kernel and convolution, ``torch.round`` (half to even). Float images:
+    the float64 taps rounded to their dtype, the blur in their dtype, nothing rounded. The convolution runs one
+    image at a time with its views side by side as groups (each channel's sums as in torchvision's call).
+    [B, C, H, W] -> [B, P, C, H, W]."""
     B, C, H, W = images.shape
     R = (BLUR_TAPS - 1) // 2
     if min(H, W) <= R:
@@ -263,26 +275,38 @@ def _blur23(images: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
             f"blur (ericsson protocol): images must be larger than {R} px for the {BLUR_TAPS}-tap "
             f"kernel's reflect padding, got {H}x{W}"
         )
+    if rounding not in BLUR_ROUNDINGS:
+        raise ValueError(f"blur (ericsson protocol): rounding must be one of {BLUR_ROUNDINGS}, got {rounding!r}")
     P = sigma.shape[0]
-    dtype = images.dtype if images.is_floating_point() else torch.float32
-    k = blur_kernels(sigma).to(dtype).to(images.device)  # the 1-D taps, rounded to the working dtype
+    u8 = images.dtype == torch.uint8
+    if u8:  # torchvision's float32 taps; to_tensor's / 255 for 0.10
+        k = torchvision_gaussian_taps(sigma, BLUR_TAPS).to(images.device)
+        x = images.to(torch.float32)
+        x = x.div(255) if rounding == "truncate" else x
+    else:
+        k = blur_kernels(sigma).to(images.dtype).to(images.device)  # the 1-D taps, rounded to the working dtype
+        x = images
     k2 = (k.view(P, -1, 1) * k.view(P, 1, -1)).repeat_interleave(C, 0).unsqueeze(1)  # torch.mm(k[:, None], k[None])
     out = torch.empty((B, P, C, H, W), dtype=images.dtype, device=images.device)
-    padded = F.pad(images.to(dtype), (R, R, R, R), mode="reflect")
+    padded = F.pad(x, (R, R, R, R), mode="reflect")
     step = max(1, (1 << 24) // padded[0].numel())  # views per call: about 64 MiB of input
     for b in range(B):
         for s in range(0, P, step):
             n = min(step, P - s)
             y = F.conv2d(padded[b : b + 1].repeat(1, n, 1, 1), k2[s * C : (s + n) * C], groups=n * C)
-            out[b, s : s + n] = (torch.round(y) if images.dtype == torch.uint8 else y).view(n, C, H, W)
+            if u8:  # 0.10's to_pil_image: pic.mul(255).byte(), truncated; 0.29: torch.round, then uint8
+                y = (y.mul(255) if rounding == "truncate" else torch.round(y)).to(torch.uint8)
+            out[b, s : s + n] = y.view(n, C, H, W)
     return out
 
 
 def blur(t: Any, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
-    """The published blur (:func:`_blur23`) of uint8 images, or of float images in float."""
+    """The published blur (:func:`_blur23`, rounded as ``t.blur_rounding`` says: torchvision 0.10's truncation
+    by default) of uint8 images, or of float images in float."""
+    rounding = getattr(t, "blur_rounding", "truncate")
     if images.dtype == torch.uint8:
-        return _blur23(images, p)
-    return Fn.from_float(_blur23(Fn.to_float(images), p), images.dtype)
+        return _blur23(images, p, rounding)
+    return Fn.from_float(_blur23(Fn.to_float(images), p, rounding), images.dtype)
 
 
 def elastic(t: Any, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
