@@ -134,6 +134,7 @@ def _iv(est, lo, hi):
         (_iv(-0.05, -0.07, -0.04), -0.03, -0.03, CONTRADICTED),  # worse by more than the margin
         (_iv(-0.02, -0.04, 0.0), -0.03, -0.03, INCONCLUSIVE),
         (Interval.exact(0.8), 0.75, 0.0, REPRODUCED),
+        (Interval.exact(0.75), 0.75, 0.75, REPRODUCED),  # a share that meets its bound exactly
         (Interval.exact(-0.5), 0.75, 0.0, CONTRADICTED),
     ],
 )
@@ -196,3 +197,12 @@ def test_verdicts_round_trip_through_json():
     from invfast.evidence import SeedVerdict
 
     assert SeedVerdict.from_dict(json.loads(json.dumps(v.to_dict()))) == v
+
+
+def test_a_criterion_decided_on_its_estimate_reports_the_interval_but_does_not_require_it():
+    wide = Interval(0.1, -0.2, 0.4)
+    assert Criterion("in range", wide, 0.0).verdict == INCONCLUSIVE
+    assert Criterion("in range", wide, 0.0, on_estimate=True).verdict == REPRODUCED
+    assert Criterion("in range", Interval(-0.05, -0.3, 0.2), 0.0, on_estimate=True).verdict == CONTRADICTED
+    c = Criterion("in range", wide, 0.0, on_estimate=True)
+    assert Criterion.from_dict(c.to_dict()) == c

@@ -65,6 +65,8 @@ class Criterion:
         paper: the paper's value of the same statistic, where it gives one.
         control: the same statistic on the rule's control (shown beside it; the rule applied to the
             control must not reproduce), where the control is a separate number.
+        on_estimate: decide on the point estimate alone (the interval is reported, not required to clear the
+            boundary): for a rule that asks a value to lie in a range with its CI only reported.
     """
 
     name: str
@@ -73,6 +75,7 @@ class Criterion:
     boundary: float = 0.0
     paper: float | None = None
     control: Interval | None = None
+    on_estimate: bool = False
 
     def __post_init__(self) -> None:
         if not math.isfinite(self.minimum) or not math.isfinite(self.boundary):
@@ -83,10 +86,13 @@ class Criterion:
     @property
     def verdict(self) -> str:
         iv = self.interval
-        clears = iv.low > self.boundary or (iv.method == "exact" and iv.low >= self.minimum)
+        point = self.on_estimate or iv.method == "exact"
+        low, high = (iv.estimate, iv.estimate) if point else (iv.low, iv.high)
+        # an interval must lie above the boundary; a point value (exact, or decided on the estimate) may meet it
+        clears = low > self.boundary or (point and low >= self.minimum)
         if iv.estimate >= self.minimum and clears:
             return REPRODUCED
-        if iv.high < self.boundary:
+        if high < self.boundary:
             return CONTRADICTED
         return INCONCLUSIVE
 
@@ -98,6 +104,7 @@ class Criterion:
             "boundary": self.boundary,
             "paper": self.paper,
             "control": None if self.control is None else self.control.to_dict(),
+            "on_estimate": self.on_estimate,
             "verdict": self.verdict,
         }
 
@@ -110,6 +117,7 @@ class Criterion:
             float(d["boundary"]),
             d.get("paper"),
             None if d.get("control") is None else Interval.from_dict(d["control"]),
+            bool(d.get("on_estimate", False)),
         )
 
 

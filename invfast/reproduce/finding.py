@@ -94,9 +94,13 @@ class Finding:
                 v = self.judge(results)
             except Missing as e:
                 v = not_testable(f"needs {e.args[0]}")
+            except (ValueError, FloatingPointError) as e:  # numbers the statistic cannot be computed on
+                v = not_testable(f"cannot compute the rule's statistics: {e}")
         failed = [p for p in pre if not p.met]
         if failed:
-            why = "; ".join(f"{p.name} ({p.detail})" if p.detail else p.name for p in failed)
+            why = "; ".join(
+                [*(f"{p.name} ({p.detail})" if p.detail else p.name for p in failed), *([v.why] if v.why else [])]
+            )
             return SeedVerdict(NOT_TESTABLE, v.criteria, (*pre, *v.preconditions), why)
         return SeedVerdict(v.verdict, v.criteria, (*pre, *v.preconditions), v.why)
 
@@ -114,9 +118,14 @@ class Finding:
 
 def learning_preconditions(learned: dict[str, dict[str, Any]], models: tuple[str, ...]) -> list[Precondition]:
     """'<model> learned' for every model of ``learned`` (model -> ``{ratio, learned}``) that one of ``models``
-    matches; a model without a learning number adds nothing."""
-    return [
+    matches; a pattern of ``models`` that no model of ``learned`` matches fails ('no learning number'): a verdict
+    never rests on a model whose learning was not checked."""
+    out = [
         Precondition(f"{key} learned", bool(v["learned"]), f"{v['ratio']:.2f}× its baseline")
         for key, v in learned.items()
         if any(model_matches(p, key) for p in models)
     ]
+    for p in models:
+        if not any(model_matches(p, key) for key in learned):
+            out.append(Precondition(f"{p}{'*' if p.endswith('-') else ''} learned", False, "no learning number"))
+    return out

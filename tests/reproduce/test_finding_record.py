@@ -82,8 +82,12 @@ def test_verdicts_follow_the_rule_the_learning_precondition_and_missing_numbers(
     weak = findings_of(_results(rng, 0.3, learned=False), [registered])[0]
     assert weak["status"] == NOT_TESTABLE and "toy-a learned" in weak["verdict"]["why"]
     # a number the rule needs is missing: not testable, naming it
-    gone = findings_of({"toy-probe": {}}, [registered])[0]
+    learned = _results(rng, 0.3)["toy-train"]
+    gone = findings_of({"toy-probe": {}, "toy-train": learned}, [registered])[0]
     assert gone["status"] == NOT_TESTABLE and gone["verdict"]["why"] == "needs the toy probe"
+    # a model the verdict rests on has no learning number: not testable, whatever the rule says
+    unchecked = findings_of({"toy-probe": _results(rng, 0.3)["toy-probe"]}, [registered])[0]
+    assert unchecked["status"] == NOT_TESTABLE and unchecked["verdict"]["why"] == "toy-* learned (no learning number)"
     # a stage that did not run: not run
     assert findings_of({}, [registered])[0]["status"] == NOT_RUN
 

@@ -459,6 +459,9 @@ def test_combine_over_seeds_follows_the_seed_verdicts():
     assert comb(C_, C_, R_)["status"] == C_
     assert comb(R_, T_, T_)["status"] == T_
     assert comb(X_, X_)["status"] == X_
+    part = comb(R_, X_, R_)  # not run on one seed (another selection resumed it): that seed is not testable
+    assert part["label"] == "inconclusive: 2 reproduced, 1 not testable of 3 seeds"
+    assert part["per_seed_verdict"]["1"]["why"] == "not run on this seed"
     f = comb(R_, C_, R_)
     assert f["per_seed_status"] == {"0": R_, "1": C_, "2": R_}
     assert f["label"] == "mixed: 2 reproduced, 1 contradicted of 3 seeds"

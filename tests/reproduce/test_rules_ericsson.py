@@ -71,7 +71,7 @@ def e1_results(gen, levels=E1_GOOD, n=200, sd=0.15, drop=(), steps=(1000, 1000, 
     per = {m: family_values(gen, lv, n, sd, offsets, none_every=7 if m == "Spatial" else 0) for m, lv in levels.items()}
     fam = {t: f for t, f in FAMILIES.items() if t not in drop}
     per = {m: {t: v for t, v in d.items() if t in fam} for m, d in per.items()}
-    return {"measure": {"families": fam, "per_image_cosine": per}, **budgets(steps)}
+    return {"measure": {"families": fam, "per_image_cosine": per, "grid_side": 32}, **budgets(steps)}
 
 
 def _family(results, model, family):
@@ -157,6 +157,10 @@ def test_e1_not_testable(rng):
     assert v.verdict == NOT_TESTABLE and "18 test transforms" in v.why
     v = E.judge_e1(e1_results(rng, steps=(1000, 2000, 1000)))
     assert v.verdict == NOT_TESTABLE and "equal budgets" in v.why
+    unscaled = e1_results(rng)
+    del unscaled["measure"]["grid_side"]  # a measurement made with the 224-px grids at 32 px
+    v = E.judge_e1(unscaled)
+    assert v.verdict == NOT_TESTABLE and "grids scaled to the image" in v.why
 
 
 def test_e1_control_random_networks_do_not_reproduce(rng):

@@ -556,8 +556,8 @@ def _c1_delta_criteria(
     f: str, own: tuple[float, float], opp: tuple[float, float], v: _C1Family, gap: Interval, ids: tuple[str, ...]
 ) -> list[Criterion]:
     """C1's Δ criteria for family ``f``: Δ = invariance at its own corner − at the opposite one (the same Δ at the
-    initialisation its control), and Δ − Δ at the initialisation (paired over images), each at least
-    :data:`C1_GAP_SHARE` of the specialists' ``gap``."""
+    initialisation its control), at least :data:`C1_GAP_SHARE` of the specialists' ``gap``; and Δ − Δ at the
+    initialisation (paired over images) above 0 (the control must be below Δ)."""
     delta = mean_difference(v.a_own, v.a_opp, seed_of(*ids, f"Δ {f}"))
     delta_init = mean_difference(v.c_own, v.c_opp, seed_of(*ids, f"Δ {f} at the initialisation"))
     vs_init = mean_difference(v.a_own - v.a_opp, v.c_own - v.c_opp, seed_of(*ids, f"Δ {f} − Δ at the initialisation"))
@@ -569,7 +569,7 @@ def _c1_delta_criteria(
             minimum=minimum,
             control=delta_init,
         ),
-        Criterion(f"Δ_{f} − the same Δ at the initialisation (control)", vs_init, minimum=minimum),
+        Criterion(f"Δ_{f} − the same Δ at the initialisation (control)", vs_init, minimum=0.0),
     ]
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from invfast.evidence import Interval, accuracy_statistic, bootstrap, r2_statistic
+from invfast.evidence import Interval, Precondition, accuracy_statistic, bootstrap, r2_statistic
 
 __all__ = [
     "seed_of",
@@ -35,6 +35,7 @@ __all__ = [
     "per_image",
     "Missing",
     "need",
+    "grids_scaled",
 ]
 
 
@@ -123,3 +124,11 @@ def per_image(measure: Mapping[str, Any], model: str, transforms: Sequence[str])
     n = max((len(c) for c in cols), default=0)
     # a transform undefined on every image is kept as [] by the stage: a column of NaN
     return np.asarray([c if c else [np.nan] * n for c in cols], dtype=np.float64).reshape(len(cols), n).T
+
+
+def grids_scaled(measure: Mapping[str, Any]) -> Precondition:
+    """'test-transform grids scaled to the image': the measurement recorded the side its pixel grids were scaled
+    to (``grid_side``); a measurement made before 0.5, or with ``scale_grids`` off, used the 224-px grids."""
+    side = measure.get("grid_side")
+    detail = f"scaled to {side} px" if side else "the 224-px grids, unscaled (a run before 0.5 or scale_grids off)"
+    return Precondition("test-transform grids scaled to the image", bool(side), detail)

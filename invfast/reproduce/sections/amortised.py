@@ -161,7 +161,7 @@ FINDINGS = (
             "per family, invariance at its own corner − at the opposite corner ≥ 25 % of the specialists' gap"
             " with CI > 0 and Spearman along i ≥ 0.8, above the same Δ at the initialisation; equal budgets"
         ),
-        ("amortised-interpolation",),
+        ("amortised-interpolation", "measure", "probes"),
         lambda r: check_c1(r["amortised-interpolation"]),
         "amortised",
         _statistics_c1,
@@ -211,7 +211,7 @@ FINDINGS = (
             "over the settings where some model is above chance: AI non-inferior to the best fixed model "
             "(lower CI bound of AI − best ≥ −0.02) in ≥ 75 % of them and better in ≥ 1; equal budgets"
         ),
-        ("amortised-downstream",),
+        ("amortised-downstream", "probes"),
         lambda r: check_c4(r["amortised-downstream"]),
         "amortised",
         lambda r, f: {f"C4: mean rank, {m}": v for m, v in f["mean_rank"].items()},

@@ -9,7 +9,15 @@ from typing import Any
 
 import numpy as np
 
-from invfast.evidence import CONTRADICTED, NOT_TESTABLE, REPRODUCED, Interval, SeedVerdict, judge_over_seeds
+from invfast.evidence import (
+    CONTRADICTED,
+    NOT_TESTABLE,
+    REPRODUCED,
+    Interval,
+    SeedVerdict,
+    judge_over_seeds,
+    not_testable,
+)
 from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.sections.base import ReportView, Section
 
@@ -39,11 +47,14 @@ def combine_over_seeds(per_seed: Sequence[Sequence[dict[str, Any]]], seeds: Sequ
             f["status"], f["label"] = NOT_RUN, NOT_RUN
             out.append(f)
             continue
-        verdicts = [SeedVerdict.from_dict(fs[i]["verdict"]) for fs in per_seed]
+        verdicts = [
+            SeedVerdict.from_dict(fs[i]["verdict"]) if "verdict" in fs[i] else not_testable("not run on this seed")
+            for fs in per_seed
+        ]
         ov = judge_over_seeds(seeds, verdicts)
         f["status"], f["label"] = ov.verdict, ov.label
         f["over_seeds"] = ov.to_dict()
-        f["per_seed_verdict"] = {str(sd): fs[i]["verdict"] for sd, fs in zip(seeds, per_seed)}
+        f["per_seed_verdict"] = {str(sd): v.to_dict() for sd, v in zip(seeds, verdicts)}
         out.append(f)
     return out
 

@@ -92,7 +92,7 @@ FINDINGS = (
             "appearance(Default): ≥ 0.05 at the end with CI > 0, and > 0 at every checkpoint from 30 % of "
             "training on"
         ),
-        ("invariance-curves",),
+        ("invariance-curves", "probes"),
         lambda r: check_e4(r["invariance-curves"]),
         "specialisation",
         _statistics_e4,
@@ -108,7 +108,7 @@ FINDINGS = (
             "over a population of final models, the block contrast B of Spearman's ρ between each transform's"
             " invariance and each task's probe score ≥ 0.1, CI over models > 0"
         ),
-        ("invariance-transfer",),
+        ("invariance-transfer", "probes"),
         lambda r: check_e5(r["invariance-transfer"]),
         "block-structure",
         _statistics_e5,

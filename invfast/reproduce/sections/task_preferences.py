@@ -53,9 +53,8 @@ def check_e2(probes: dict[str, Any]) -> dict[str, Any]:
         REPRODUCED if all(s == REPRODUCED for s in statuses) else NOT if all(s == NOT for s in statuses) else PARTLY
     )
     summary = "; ".join(
-        f"{t}: expected {v['expected']}, best {v['best_single_model']} ({v['status']}"
-        + ("" if v["learned"] else f"; no model predicts the target, best R² < {R2_FLOOR}")
-        + ")"
+        f"{t}: expected {v['expected']}, best {v['best_single_model']}"
+        + ("" if v["learned"] else f" (no model predicts the target, best R² < {R2_FLOOR})")
         for t, v in sub.items()
     )
     return {"status": status, "tasks": sub, "summary": summary}

@@ -85,6 +85,7 @@ def measure(ctx: Context, family: str = "") -> dict[str, Any]:
         "cosine": {r.model: r.means("cosine") for r in results},
         "distance": {r.model: r.means("distance") for r in results},
         "per_image_cosine": {r.model: per_image_cosines(r) for r in results},
+        "grid_side": grid_side(ctx.cfg),
         "families": {t.name: t.family for t in results[0].transforms.values()},
         "best": report.significance(results),
     }
