@@ -36,7 +36,17 @@ from invfast.metrics import (  # noqa: E402
 from invfast.significance import HoeffdingResult, hoeffding_test, most_invariant  # noqa: E402
 from invfast.stats import FeatureStats  # noqa: E402
 
-_SUBPACKAGES = ("transforms", "synthetic", "models", "pretrain", "probes", "report", "measure", "comparison")
+_SUBPACKAGES = (
+    "transforms",
+    "synthetic",
+    "models",
+    "pretrain",
+    "probes",
+    "report",
+    "measure",
+    "comparison",
+    "evidence",
+)
 #: public functions loaded on first use; ``invfast.compare`` is a function (its subpackage is ``invfast.comparison``)
 _LAZY = {
     "measure_invariance": ("invfast.measure", "measure_invariance"),
