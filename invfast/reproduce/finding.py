@@ -41,8 +41,8 @@ class Finding:
         claim: the finding in one sentence.
         rule: the verdict rule in one sentence, as docs/findings.md states it (shown in the report).
         stages: the stages whose results ``check`` reads (the pipeline runs them and what they need).
-        check: ``check(results) -> dict`` with at least ``status`` and ``summary``; ``results`` maps
-            stage names to one seed's stage results.
+        check: ``check(results) -> dict`` with at least ``summary`` (what the report says of the numbers; it
+            decides nothing); ``results`` maps stage names to one seed's stage results.
         section: the name of the report section that shows its table or figure.
         statistics: ``statistics(results, finding) -> {name: value}``: the seed-level numbers behind it,
             aggregated over seeds in the report (None: none).

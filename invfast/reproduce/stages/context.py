@@ -27,7 +27,14 @@ __all__ = [
     "extract",
     "encoder",
     "load_stage_model",
+    "short_floats",
 ]
+
+
+def short_floats(values: Any) -> list[float | None]:
+    """Floats at 5 significant digits, None where not finite: the per-unit numbers (per image, per pair) a stage
+    keeps for the verdicts, for every seed in results.json."""
+    return [float(f"{v:.5g}") if np.isfinite(v) else None for v in np.asarray(values, np.float64).reshape(-1).tolist()]
 
 
 class DamagedCacheError(ValueError):

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from invfast.reproduce.stages.context import LABELS, Context
+from invfast.reproduce.stages.context import LABELS, Context, short_floats
 from invfast.reproduce.stages.probing import feature_file
 
 __all__ = ["measure", "measure_one", "reference_stats", "per_image_cosines", "grid_side"]
@@ -64,7 +64,7 @@ def per_image_cosines(result: Any) -> dict[str, list[float | None]]:
     out: dict[str, list[float | None]] = {}
     for name, t in result.transforms.items():
         v = t.per_image_cosine
-        out[name] = [] if v is None else [None if not np.isfinite(x) else float(f"{x:.5g}") for x in v.tolist()]
+        out[name] = [] if v is None else short_floats(v.detach().cpu().numpy())
     return out
 
 

@@ -10,7 +10,7 @@ import torch
 
 from invfast.io import atomic_save_npy
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import FUSIONS, LABELS, Context, extract
+from invfast.reproduce.stages.context import FUSIONS, LABELS, Context, extract, short_floats
 from invfast.reproduce.stages.data import TASKS, task_set
 
 __all__ = ["feature_file", "features", "probe_scores", "probes", "out_of_fold"]
@@ -37,11 +37,6 @@ def features(ctx: Context, family: str = "") -> dict[str, Any]:
     return {"dims": dims, "n": sizes["probe"], "n_per_set": sizes}
 
 
-def _short(values: np.ndarray) -> list[Any]:
-    """Floats at 5 significant digits (results.json keeps every image's number for every seed)."""
-    return [float(f"{v:.5g}") for v in values.tolist()]
-
-
 def out_of_fold(oof: Any, y: np.ndarray, kind: str) -> dict[str, Any]:
     """The units a verdict resamples: ``oof_correct`` (1 where an image's out-of-fold prediction is its label)
     for classification, ``oof_prediction`` [n][t] for regression."""
@@ -49,7 +44,7 @@ def out_of_fold(oof: Any, y: np.ndarray, kind: str) -> dict[str, Any]:
     if kind == "classification":
         return {"oof_correct": (pred == np.asarray(y)).astype(int).tolist()}
     pred = pred.astype(np.float64).reshape(pred.shape[0], -1)
-    return {"oof_prediction": [_short(row) for row in pred]}
+    return {"oof_prediction": [short_floats(row) for row in pred]}
 
 
 def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: ReproduceConfig) -> dict[str, Any]:
@@ -115,5 +110,5 @@ def probes(ctx: Context) -> dict[str, Any]:
         if kind == "classification":
             out[task]["y"] = np.asarray(y).astype(int).tolist()
         else:
-            out[task]["y"] = [_short(row) for row in np.asarray(y, np.float64).reshape(y.shape[0], -1)]
+            out[task]["y"] = [short_floats(row) for row in np.asarray(y, np.float64).reshape(y.shape[0], -1)]
     return out

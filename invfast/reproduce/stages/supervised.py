@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import Context, encoder, extract, stage_seed
+from invfast.reproduce.stages.context import Context, encoder, extract, short_floats, stage_seed
 from invfast.reproduce.stages.pretraining import read_metrics, train_config
 
 __all__ = [
@@ -189,7 +189,7 @@ def probe(ctx: Context, features: np.ndarray, labels: np.ndarray) -> dict[str, A
 
 def sensitivity(
     model: torch.nn.Module, views: tuple[torch.Tensor, torch.Tensor], seed: int
-) -> tuple[float, dict[str, list[float]]]:
+) -> tuple[float, dict[str, list[float | None]]]:
     """Speicher's L2 sensitivity of ``model`` on two views of the same samples (uint8 [N, 3, H, W] each):
     mean distance between the views' features over the mean distance between random pairs; and its per-pair
     terms for the verdicts' intervals, ``{'num': [N], 'den': [N]}`` (:func:`pair_terms`)."""
@@ -199,7 +199,7 @@ def sensitivity(
     return sensitivity_ratio(a, b, seed=seed), pair_terms(a, b, seed)
 
 
-def pair_terms(a: torch.Tensor, b: torch.Tensor, seed: int) -> dict[str, list[float]]:
+def pair_terms(a: torch.Tensor, b: torch.Tensor, seed: int) -> dict[str, list[float | None]]:
     """Per pair i: ``num`` = ‖a_i − b_i‖ (the two views of sample i) and ``den`` = ‖a_i − a_j‖ with j a seeded
     random other sample (j = i + U{1..N−1} mod N), in float64, 5 significant digits (results.json keeps them).
     The same ``seed`` gives the same partners for every model, so two models' terms are paired."""
@@ -209,7 +209,7 @@ def pair_terms(a: torch.Tensor, b: torch.Tensor, seed: int) -> dict[str, list[fl
     a64, b64 = a.to(torch.float64), b.to(torch.float64)
     num = torch.linalg.vector_norm(a64 - b64, dim=1)
     den = torch.linalg.vector_norm(a64 - a64[j], dim=1)
-    return {"num": [float(f"{v:.5g}") for v in num.tolist()], "den": [float(f"{v:.5g}") for v in den.tolist()]}
+    return {"num": short_floats(num.numpy()), "den": short_floats(den.numpy())}
 
 
 class Evaluator:
