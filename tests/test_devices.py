@@ -263,9 +263,12 @@ def test_measure_invariance_on_device(device, names):
     with device.run():
         got = measure_invariance(net, x, device=device.device, **kw)
     tol = 1e-4 if device.name == "cuda" else 1e-9
+    # distances are O(100-1000) (whitened by a rank-deficient covariance): float32 sums in another order on the
+    # GPU move them by ~1e-6 relative (seen on an H200: 471.2316 vs 471.2320), so compare them relatively there
+    dist_tol = {"rel": 2e-5} if device.name == "cuda" else {"abs": tol}
     assert list(got.transforms) == list(want.transforms) == list(names)
     for a, b in zip(got.transforms.values(), want.transforms.values()):
-        assert a.mean_distance == pytest.approx(b.mean_distance, abs=tol)
+        assert a.mean_distance == pytest.approx(b.mean_distance, **dist_tol)
         assert a.mean_cosine == pytest.approx(b.mean_cosine, abs=tol)
 
 
