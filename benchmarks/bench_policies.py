@@ -229,20 +229,9 @@ def _cuda_time(fn, repeats: int = 5) -> float:
     return best
 
 
-@contextlib.contextmanager
 def _cuda_kernels(on: bool):
-    """The unmeasured CUDA augment kernels opted in (or not) through INVFAST_CUDA_KERNELS."""
-    from invfast.dispatch import CUDA_KERNELS_ENV
-
-    old = os.environ.get(CUDA_KERNELS_ENV)
-    os.environ[CUDA_KERNELS_ENV] = "1" if on else "0"
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(CUDA_KERNELS_ENV, None)
-        else:
-            os.environ[CUDA_KERNELS_ENV] = old
+    """The compiled CUDA kernels (backend 'compiled') or the torch references (backend 'reference')."""
+    return backend.use("compiled" if on else "reference")
 
 
 @cuda

@@ -9,8 +9,8 @@
    (a pipeline fed from memory, one call per batch), when those packages are installed.
 3. The fused policy-view op (csrc/augment, FusedPolicy) against the torch policy path on CPU.
 4. GPU sections (skipped without CUDA): the Default policy, two views, batch 256 at 224 px, fused CUDA
-   kernels (opted in) vs the torch path vs kornia, in images/s; the 18 test transforms on CUDA, compiled
-   kernels (opted in) vs the torch path. Sizes: INVFAST_BENCH_GPU_B (256), INVFAST_BENCH_GPU_P (32).
+   kernels (backend "compiled") vs the torch path vs kornia, in images/s; the 18 test transforms on CUDA, compiled
+   kernels vs the torch path (backend "reference"). Sizes: INVFAST_BENCH_GPU_B (256), INVFAST_BENCH_GPU_P (32).
 
 Run:   python -m pytest benchmarks/bench_transforms.py --benchmark-only -o addopts=""
 Small: INVFAST_BENCH_SMALL=1 (8 images, 16 grid points); or set INVFAST_BENCH_B / _P / _SIZE / _PIL_PAIRS /

@@ -63,6 +63,12 @@ def _not_pixel_copies(*args: Any) -> bool:
     return matrix is None or compiling() or not bool((matrix == torch.round(matrix)).all())
 
 
+def _small_descriptor_batch(*args: Any) -> bool:
+    """(hidden [B, L, H], ...): B within the measured-faster range of the CUDA weight-generation kernel."""
+    hidden = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    return hidden is None or hidden.dim() != 3 or hidden.shape[0] <= HYPER_KERNEL_MAX_B
+
+
 #: the kernel has no backward: inputs that require grad take the reference in every mode
 NO_GRAD = Condition("no input requires grad (the kernel has no backward)", _no_grad)
 #: integral maps (flips, 90-degree rotations, integer shifts) are pixel copies: the exact torch gather was
@@ -70,6 +76,17 @@ NO_GRAD = Condition("no input requires grad (the kernel has no backward)", _no_g
 NOT_PIXEL_COPIES = Condition(
     "auto: the maps are not all integral (pixel copies take the exact torch gather, measured faster)",
     _not_pixel_copies,
+    modes=("auto",),
+)
+
+
+#: Hyper-ResNet weight generation on CUDA: the kernel was measured faster than the torch reference at B <= 8
+#: descriptors (2.2-4.6x) and slower at B = 64 (0.71-0.75x, H200): larger batches take the reference
+HYPER_KERNEL_MAX_B = 8
+SMALL_DESCRIPTOR_BATCH = Condition(
+    f"auto: at most {HYPER_KERNEL_MAX_B} descriptors (hidden [B, L, H] with B <= {HYPER_KERNEL_MAX_B}; measured slower "
+    "at B = 64 on an H200)",
+    _small_descriptor_batch,
     modes=("auto",),
 )
 
@@ -106,10 +123,6 @@ class Entry:
         return {**asdict(self), "auto": self.auto}
 
 
-_CUDA_UNMEASURED = (
-    "off: never run on a GPU (none was available to this project), so not measured faster; "
-    "compiled by nvcc only (tests/test_cuda_syntax.py); measure with benchmarks/bench_ops.py on a GPU"
-)
 _NO_CUDA_SYNTH = "off: no CUDA kernel (csrc/synth has CPU kernels only); the torch reference runs on the GPU"
 
 #: the measured evidence of the CPU rows, written by benchmarks/bench_ops.py (see the file's "about")
@@ -126,7 +139,8 @@ _EVIDENCE = _load_evidence()
 
 def record_measurement(path: str, op: str, device: str, ratio: float, regime: str, threads: int = 1) -> dict[str, Any]:
     """Replace the evidence record of (op, device) in the evidence file at ``path`` by one benchmark run: the ratio
-    reference / kernel, the regime (the inputs) and this run (CPU model, cores, load, threads, torch, date); notes
+    reference / kernel, the regime (the inputs) and this run (GPU for cuda, CPU model, cores, load, threads, torch,
+    date); notes
     from other benchmarks are kept. Returns the record. The maintainer reviews the diff before committing."""
     import datetime
     import platform
@@ -136,8 +150,9 @@ def record_measurement(path: str, op: str, device: str, ratio: float, regime: st
         with open("/proc/cpuinfo", encoding="utf-8") as f:
             cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    gpu = f"{torch.cuda.get_device_name()}, " if device == "cuda" and torch.cuda.is_available() else ""
     run = (
-        f"one run, {cpu}, {os.cpu_count()} cores, load {load:.1f}, {threads} thread{'s' if threads != 1 else ''}, "
+        f"one run, {gpu}{cpu}, {os.cpu_count()} cores, load {load:.1f}, {threads} thread{'s' if threads != 1 else ''}, "
         f"torch {torch.__version__}, {datetime.date.today().isoformat()}"
     )
     with open(path, encoding="utf-8") as f:
@@ -167,6 +182,12 @@ def measured(op: str, device: str) -> str:
     return text if min(float(v) for v in r["ratio"]) > 1 else "off: measured slower than the reference: " + text
 
 
+def _measured_faster(op: str, device: str) -> bool:
+    """Whether every recorded ratio reference / kernel of (op, device) in :data:`EVIDENCE_FILE` is above 1."""
+    r = _EVIDENCE.get(f"{op}/{device}")
+    return r is not None and min(float(v) for v in r["ratio"]) > 1
+
+
 # fmt: off
 KNOWN: dict[tuple[str, str], Knowledge] = {
     ("pair_scores", "cpu"): Knowledge("invariance", True, measured("pair_scores", "cpu")),
@@ -194,13 +215,12 @@ for _op in ("pairwise_logsumexp", "knn_sqdist"):
 KNOWN[("merge_unit_moments_", "cuda")] = Knowledge(
     "invariance", False, "off: no CUDA kernel (csrc/invariance/units_cpu.cpp is CPU only); the torch reference runs "
     "on the GPU")
-for _op in ("pair_scores", "sqdist_logsumexp"):  # the CUDA default before this table, though never measured
-    KNOWN[(_op, "cuda")] = Knowledge("invariance", False, _CUDA_UNMEASURED + "; was the CUDA default before the "
-                                     "dispatch table without a measurement, turned off for that reason",
-                                     NO_GRAD if _op == "sqdist_logsumexp" else None)
-for _op, _family in (("hyper_generate", "hyper"), ("hyper_generate_backward", "hyper"), ("warp_affine", "augment"),
-                     ("warp_coords", "augment"), ("augment_views", "augment")):
-    KNOWN[(_op, "cuda")] = Knowledge(_family, False, _CUDA_UNMEASURED)
+# CUDA rows: measured on an H200 (benchmarks/bench_ops.py and bench_hyper.py, 2026-12-04; docs/gpu.md)
+for _op, _family, _when in (("pair_scores", "invariance", None), ("sqdist_logsumexp", "invariance", NO_GRAD),
+                            ("hyper_generate", "hyper", SMALL_DESCRIPTOR_BATCH),
+                            ("hyper_generate_backward", "hyper", None), ("warp_affine", "augment", None),
+                            ("warp_coords", "augment", None), ("augment_views", "augment", None)):
+    KNOWN[(_op, "cuda")] = Knowledge(_family, _measured_faster(_op, "cuda"), measured(_op, "cuda"), _when)
 for _op in ("synth_color", "synth_blur", "synth_warp", "synth_composite"):
     KNOWN[(_op, "cuda")] = Knowledge("synth", False, _NO_CUDA_SYNTH)
 # fmt: on

@@ -175,17 +175,21 @@ def test_non_contiguous_and_sliced_inputs():
 
 
 def test_dispatch_rules(monkeypatch):
-    """implementation() is the dispatch table's answer: CPU auto runs the compiled op when built; CUDA auto
-    keeps the torch reference until the CUDA kernels are measured, unless INVFAST_CUDA_KERNELS=hyper opts in;
-    'reference' is always honoured; 'compiled' on a device without the kernel raises."""
+    """implementation() is the dispatch table's answer: auto runs the compiled op where one is built (CPU, and
+    CUDA, measured faster on an H200); 'reference' is always honoured; 'compiled' on a device without the kernel
+    raises. On CUDA the forward kernel serves at most HYPER_KERNEL_MAX_B descriptors under auto (measured slower
+    at 64), every batch under 'compiled'."""
     monkeypatch.delenv(dispatch.CUDA_KERNELS_ENV, raising=False)
     built = "hyper_generate" in backend.compiled_ops()
     with backend.use("auto"):
         assert hyper.implementation("cpu") == ("compiled" if built else "reference")
-        assert hyper.implementation("cuda") == "reference"
-        assert hyper.implementation("mps") == "reference"
-        monkeypatch.setenv(dispatch.CUDA_KERNELS_ENV, "hyper")
         assert hyper.implementation("cuda") == ("compiled" if built and _cuda_built() else "reference")
+        assert hyper.implementation("mps") == "reference"
+    small, large = torch.zeros(dispatch.HYPER_KERNEL_MAX_B, 2, 3), torch.zeros(dispatch.HYPER_KERNEL_MAX_B + 1, 2, 3)
+    assert dispatch.serves("hyper_generate", "cuda", "auto", (small,))
+    assert not dispatch.serves("hyper_generate", "cuda", "auto", (large,))
+    assert dispatch.serves("hyper_generate", "cuda", "compiled", (large,))
+    assert dispatch.serves("hyper_generate", "cpu", "auto", (large,))  # the CPU kernel has no such limit
     with backend.use("reference"):
         assert hyper.implementation("cpu") == "reference"
     with backend.use("compiled"):

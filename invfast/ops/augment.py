@@ -16,9 +16,9 @@ normalisation (see :func:`augment_views`).
 Dispatch: the one dispatch table (:mod:`invfast.dispatch`, ``invfast info``) decides per op and device. Under
 backend ``auto`` on CPU: ``warp_affine`` compiled (measured faster; integral maps keep the exact torch gather,
 which copies faster), ``warp_coords`` the torch warp (the kernel measured no faster), ``augment_views`` as the
-table says. On CUDA the kernels in ``csrc/augment/augment_cuda.cu`` have NOT been measured, so the torch
-references serve unless the user opts in: ``INVFAST_CUDA_KERNELS=augment`` (or ``1``; read at each call) or
-``invfast.backend.use("compiled")``.
+table says. On CUDA the three kernels of ``csrc/augment/augment_cuda.cu`` serve under ``auto``: measured faster
+than their torch references on an H200 (``augment_views`` 58.8x, ``warp_affine`` 9.7x, ``warp_coords`` 8.0x,
+docs/gpu.md); ``invfast.backend.use("reference")`` keeps the torch path.
 """
 
 from __future__ import annotations

@@ -7,10 +7,10 @@ bilinear 2x3 map read straight from uint8 (or float) images, ColorJitter in each
 blur, solarize and the normalisation, written as float32 or bfloat16, optionally channels_last.
 
 It matches the torch path within one grey level (1/255) before normalisation (tests/test_augment_views.py).
-Where it runs compiled: on CPU when the core is built; on CUDA only when opted in with
-``INVFAST_CUDA_KERNELS=1`` or ``invfast.backend.use("compiled")`` (the CUDA kernels are unmeasured), the
-torch reference of the op otherwise. The torch :class:`~invfast.transforms.policies.Policy` itself goes through
-:func:`fused_apply` wherever the dispatch table runs the compiled ``augment_views`` kernel (CPU by default):
+Where it runs compiled: on CPU and on CUDA when the core is built with them (the dispatch table's rows: the
+CUDA kernel measured 58.8x its torch reference on an H200, docs/gpu.md), the torch reference of the op otherwise.
+The torch :class:`~invfast.transforms.policies.Policy` itself goes through :func:`fused_apply` wherever the
+dispatch table runs the compiled ``augment_views`` kernel (CPU and CUDA by default):
 ``FusedPolicy`` adds the bfloat16 and channels_last outputs.
 
 Policies without the crop (Appearance) resize the shorter side and centre-crop in torch first (antialiased,
