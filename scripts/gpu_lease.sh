@@ -8,6 +8,8 @@
 #   OUT=/tmp/out DEADLINE=400 bash scripts/gpu_lease.sh [step ...]     # default: every step, in order
 #
 # Steps: env build backend cuda-tier devices augment bench-ops bench-gpu smoke suite rehearsal
+#        build-onecc (not in the default list: rebuild with the system gcc/g++ for every source, then the two
+#        tests that crashed in error paths of the 2026-12-04 build, docs/gpu.md)
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,6 +61,11 @@ torch.version.cuda, torch.cuda.get_device_name(0), torch.cuda.get_device_propert
 $PY -c 'import kornia; print(\"kornia\", kornia.__version__)'"
         cat "$LOG/env.log" | head -n 30 ;;
     build) run build 150 "$PY" setup.py build_ext --inplace ;;
+    build-onecc)
+        run build-onecc 150 env CC=gcc CXX=g++ LDSHARED="g++ -shared" "$PY" setup.py build_ext --inplace --force
+        run onecc-errors 60 "$PY" -X faulthandler -m pytest -p no:cacheprovider -o addopts="" -q -rfE \
+            tests/test_augment_views.py::test_order_must_be_a_permutation \
+            tests/measure/test_measure_units.py::test_merged_unit_moments_bad_inputs_and_half_precision ;;
     backend)
         run backend 30 "$PY" -c "import invfast, json; i = invfast.backend_info(); print(json.dumps(i, default=str)); \
 assert i.get('cuda'), 'invfast._C was built without CUDA'" ;;
