@@ -298,8 +298,9 @@ def _measure(args: argparse.Namespace) -> int:
             if attempt or not args.overwrite:
                 raise
             barrier(shard)
-            if folder is not None:
-                folder.remove(state_files)
+            if folder is not None:  # every state file an earlier run recorded, whatever its world size
+                saved = [f for f in folder.owned() if f.startswith(os.path.join(STATE_DIR, "state.pt"))]
+                folder.remove([*state_files, *saved])
                 folder.own(*state_files)
             barrier(shard)
     if shard.rank == 0:

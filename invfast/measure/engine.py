@@ -24,7 +24,18 @@ from invfast.data.sources import as_source
 from invfast.measure.config import MeasureConfig
 from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
 from invfast.measure.protocol import ResampledSource
-from invfast.measure.state import Shard, current_shard, gather_objects, load_state, merge_stats, save_state, state_file
+from invfast.measure.state import (
+    Shard,
+    StateMismatchError,
+    barrier,
+    current_shard,
+    gather_objects,
+    load_state,
+    merge_stats,
+    save_state,
+    state_file,
+    world_size_problem,
+)
 from invfast.metrics import whiten_rows
 from invfast.stats import FeatureStats
 
@@ -158,6 +169,7 @@ class Run:
         self.batch_size = cfg.batch_size
         self.shard = shard or current_shard()
         self.start, self.stop = self.shard.bounds(self.n)
+        self.cfg_state_path = cfg.state_path
         self.state_path = None if cfg.state_path is None else state_file(cfg.state_path, self.shard)
         self.save_every = cfg.save_every
         self.progress = cfg.progress and self.shard.rank == 0
@@ -296,6 +308,11 @@ class Run:
         self.fingerprint = fingerprint
         self.resumed = False
         if self.state_path is not None:
+            # every rank reads the folder before any rank can write to it, and all reach the same verdict
+            problem = world_size_problem(self.cfg_state_path, self.shard)
+            barrier(self.shard)
+            if problem is not None:
+                raise StateMismatchError(problem)
             st = load_state(self.state_path, fingerprint)
             if st is not None:
                 self.state = st

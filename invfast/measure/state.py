@@ -101,6 +101,42 @@ def state_file(path: str | os.PathLike, shard: Shard) -> str:
     return p if not shard.distributed else f"{p}.rank{shard.rank}"
 
 
+def saved_world_size(path: str | os.PathLike) -> int | None:
+    """How many processes saved the state files of ``path`` (``path`` itself: 1; ``path.rank0`` ..
+    ``path.rank<N-1>``: N); None where there are none. A mixture names the larger."""
+    p = os.fspath(path)
+    folder, base = os.path.split(p)
+    try:
+        names = os.listdir(folder or ".")
+    except OSError:
+        return None
+    ranks = [n[len(base) + 5 :] for n in names if n.startswith(base + ".rank")]
+    ranks = [int(r) for r in ranks if r.isdigit()]
+    if ranks:
+        return max(ranks) + 1
+    return 1 if base in names else None
+
+
+def world_size_problem(path: str | os.PathLike, shard: Shard) -> str | None:
+    """One line where the saved state of ``path`` was written by another number of processes than ``shard``'s
+    (resuming would start over and lose that work; the state is per rank, so the same number resumes it);
+    None where it was not, or where there is none."""
+    saved = saved_world_size(path)
+    if saved is None or saved == shard.world_size:
+        return None
+    was = "one process" if saved == 1 else f"{saved} processes"
+    now = "one process" if shard.world_size == 1 else f"{shard.world_size} processes"
+    how = (
+        "as one process (no --world-size, no torchrun)"
+        if saved == 1
+        else f"with --world-size {saved} (or torchrun --nproc-per-node {saved})"
+    )
+    return (
+        f"the saved state {os.fspath(path)!r} was written by {was} and this run has {now}: rerun {how} to resume "
+        "it, or pass --overwrite (in Python: delete those files) to start over"
+    )
+
+
 def files_fingerprint(source: Any, content: bool = False) -> dict[str, Any] | None:
     """What the files behind ``source`` hold, for recognising the same data on resume.
 

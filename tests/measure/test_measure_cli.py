@@ -127,6 +127,33 @@ def test_cli_resumes_partial_state_and_refuses_other_runs_state(folder, tmp_path
     assert "another run" in capsys.readouterr().err
 
 
+def test_a_changed_world_size_refuses_and_keeps_the_saved_state(folder, tmp_path, capsys, monkeypatch):
+    """A killed 2-process run's state is never dropped by a rerun with another number of processes: one line
+    says how to resume it; --overwrite discards every state file the earlier run recorded."""
+    from invfast.measure.state import Shard, saved_world_size, world_size_problem
+    from invfast.run_folder import RunFolder
+
+    out = tmp_path / "out"
+    _partial(folder, out, "rotation,hflip,brightness", monkeypatch)
+    state = out / "state" / "state.pt"
+    state.rename(out / "state" / "state.pt.rank0")  # as the two ranks of `--world-size 2` leave them
+    (out / "state" / "state.pt.rank1").write_bytes((out / "state" / "state.pt.rank0").read_bytes())
+    RunFolder(str(out), "measure").own("state/state.pt.rank0", "state/state.pt.rank1")
+    assert saved_world_size(state) == 2
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "written by 2 processes and this run has one process" in err and "--world-size 2" in err
+    assert sorted(p.name for p in (out / "state").iterdir()) == ["state.pt.rank0", "state.pt.rank1"]
+    assert main(BASE + ["--data", f"folder:{folder}", "--out", str(out), "--overwrite"]) == 0
+    assert not (out / "state").exists() or not any((out / "state").glob("state.pt.rank*"))
+    # the other way round: one process's state met by two ranks
+    state.parent.mkdir(exist_ok=True)
+    state.write_bytes(b"x")
+    assert saved_world_size(state) == 1 and world_size_problem(state, Shard(0, 1)) is None
+    assert "as one process" in world_size_problem(state, Shard(1, 2))
+    assert saved_world_size(tmp_path / "none" / "state.pt") is None
+
+
 @pytest.mark.slow
 def test_cli_world_size_two_equals_one(folder, tmp_path):
     one, two = tmp_path / "one", tmp_path / "two"
