@@ -182,6 +182,8 @@ def timing(
         return torch.cat(outs)
 
     shares = {"decode": 0.0, "transform": 0.0, "forward": 0.0, "scoring": 0.0}
+    per_transform = {name: 0.0 for name in names}  # transform + forward + scoring seconds of its views
+    views = {name: 0 for name in names}
     pairs = 0
     stats = None
     n = len(src)
@@ -216,12 +218,21 @@ def timing(
             shares["transform"] += t4 - t3
             shares["forward"] += t5 - t4
             shares["scoring"] += t6 - t5
+            per_transform[name] += t6 - t3
+            views[name] += B * P
             pairs += B * P
         t0 = time.perf_counter()
     wall = time.perf_counter() - t_all
     total = sum(shares.values())
     rate = pairs / wall
-    per_pair = {k: v / max(pairs, 1) for k, v in shares.items()}
+    per_view = {t: per_transform[t] / max(views[t], 1) for t in names}  # seconds per view of each transform
+    decode_per_image = shares["decode"] / max(n, 1)
+
+    def projected(k: int) -> float:
+        """project_n images at grid size k: each image decoded once, and every transform's real grid at k
+        (binary transforms keep 2 views, posterize at most 8) at that transform's measured cost per view."""
+        return project_n * (decode_per_image + sum(len(T.get(t).grid(k)) * per_view[t] for t in names))
+
     return {
         "device": str(dev),
         "model": model_name,
@@ -233,7 +244,10 @@ def timing(
         "pairs_per_s": rate,
         "shares": {k: v / total for k, v in shares.items()},
         "seconds": shares,
-        "projected_s": {k: project_n * len(names) * k * sum(per_pair.values()) for k in project_k},
+        "per_view_ms": {t: 1e3 * v for t, v in per_view.items()},
+        "decode_ms_per_image": 1e3 * decode_per_image,
+        "projected_views_per_image": {k: sum(len(T.get(t).grid(k)) for t in names) for k in project_k},
+        "projected_s": {k: projected(k) for k in project_k},
         "project_images": project_n,
     }
 
@@ -244,9 +258,17 @@ def _format(r: dict[str, Any]) -> str:
         f"({r['model']}): {r['pairs']} pairs in {r['wall_s']:.1f} s = {r['pairs_per_s']:.0f} pairs/s",
         "shares: " + ", ".join(f"{k} {100 * v:.1f}%" for k, v in r["shares"].items()),
     ]
+    slow = sorted(r["per_view_ms"].items(), key=lambda kv: -kv[1])
+    lines.append(
+        "per view (transform + forward + scoring), ms: "
+        + ", ".join(f"{t} {ms:.3f}" for t, ms in slow)
+        + f"; decode {r['decode_ms_per_image']:.2f} ms per image"
+    )
     for k, s in r["projected_s"].items():
         lines.append(
-            f"projected: {r['project_images']} images x {r['transforms']} transforms x k={k}: {s / 3600:.2f} h"
+            f"projected (this machine, its load, these per-view costs): {r['project_images']} images x "
+            f"{r['transforms']} transforms at k={k} ({r['projected_views_per_image'][k]} views per image): "
+            f"{s / 3600:.2f} h"
         )
     return "\n".join(lines)
 

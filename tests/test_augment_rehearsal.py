@@ -53,8 +53,12 @@ def test_time_mode_reports_shares_and_projection(rehearsal, tmp_path, one_thread
 
     assert r["pairs"] == 6 * sum(get(n).grid(2).shape[0] for n in names.split(","))
     assert abs(sum(r["shares"].values()) - 1.0) < 1e-9 and all(v >= 0 for v in r["shares"].values())
-    per_pair = sum(r["seconds"].values()) / r["pairs"]
-    assert r["projected_s"][256] == pytest.approx(50_000 * 4 * 256 * per_pair)
-    assert r["projected_s"][256] == pytest.approx(16 * r["projected_s"][16])
+    # the projection counts each transform's real grid (posterize keeps 8 levels: not 4 x 256 views per image),
+    # each image decoded once, each transform at its own measured cost per view
+    views = {n: get(n).grid(256).shape[0] for n in names.split(",")}
+    assert r["projected_views_per_image"][256] == sum(views.values()) == 3 * 256 + 8
+    want = 50_000 * (r["decode_ms_per_image"] + sum(views[n] * r["per_view_ms"][n] for n in views)) / 1e3
+    assert r["projected_s"][256] == pytest.approx(want)
+    assert r["seconds"]["decode"] == pytest.approx(6 * r["decode_ms_per_image"] / 1e3)
     text = rehearsal._format(r)
     assert "pairs/s" in text and "decode" in text and "k=256" in text
