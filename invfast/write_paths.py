@@ -7,7 +7,8 @@
 - :func:`open_append`: a file written in place only when it is a plain file with one name, never a link;
 - :func:`new_temporary`: ``.NAME.tmp-PID-RANDOM`` created with ``O_EXCL | O_NOFOLLOW``;
 - :func:`clean_temporaries`: deletes only the temporaries the journal records (name, inode, owner) whose
-  writer is gone, never a file that merely looks like one.
+  writer is gone, never a file that merely looks like one;
+- :func:`refuse_input_as_output`: an output file option naming a file the same command reads.
 
 The registered folders are mirrored in the environment (``INVFAST_WRITE_ROOTS``), so worker processes
 spawned inside :func:`write_root` keep the same rules.
@@ -28,6 +29,7 @@ from typing import IO
 __all__ = [
     "JOURNAL",
     "SymlinkError",
+    "refuse_input_as_output",
     "check_in_place",
     "check_path",
     "clean_temporaries",
@@ -279,3 +281,24 @@ def clean_temporaries(folder: str | os.PathLike) -> list[str]:
         with contextlib.suppress(OSError):
             os.remove(journal)
     return removed
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): the same path names the same file
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_input_as_output(output: str | os.PathLike, option: str, inputs: dict[str, list[str]]) -> None:
+    """Raise ValueError where the output file ``output`` (given as ``option``) is one of the files the same
+    command reads (``inputs``: input option -> its paths), by path or through another name for the same
+    file: writing it would overwrite the input."""
+    out = os.fspath(output)
+    for name, paths in inputs.items():
+        for p in paths:
+            if p and _same_file(out, os.fspath(p)):
+                raise ValueError(
+                    f"{option} {out!r} is the {name} file this command reads; writing it would overwrite that "
+                    "input: give another file name"
+                )

@@ -553,6 +553,32 @@ def test_probe_json_that_is_a_folder_is_refused_before_the_fit(tmp_path, capsys,
     assert "--json" in line and "is a folder; give a file name" in line and not fits
 
 
+@pytest.mark.parametrize("which", ["features", "targets", "features-via-link"])
+def test_probe_json_naming_an_input_is_refused_and_the_input_kept(which, tmp_path, capsys):
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "f.npy", rng.random((40, 4)).astype(np.float32))
+    np.save(tmp_path / "t.npy", rng.integers(0, 2, 40))
+    (tmp_path / "alias.npy").symlink_to(tmp_path / "f.npy")
+    target = {"features": "f.npy", "targets": "t.npy", "features-via-link": "alias.npy"}[which]
+    before = (tmp_path / target).read_bytes()
+    argv = ["probe", "--features", str(tmp_path / "f.npy"), "--targets", str(tmp_path / "t.npy")]
+    assert main([*argv, "--task", "classification", "--json", str(tmp_path / target)]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "--json" in line and "would overwrite that input" in line
+    assert (tmp_path / target).read_bytes() == before
+
+
+def test_transforms_preview_naming_its_image_is_refused_and_the_image_kept(tmp_path, capsys):
+    from PIL import Image
+
+    img = tmp_path / "photo.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(img)
+    before = img.read_bytes()
+    assert main(["transforms", "--preview", str(img), "--image", str(img), "--k", "2"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert "--preview" in line and "--image file" in line and img.read_bytes() == before
+
+
 def _warns(rank: int, world: int, port: int, args: object) -> None:
     warnings.warn("no --checkpoint: the model is measured with random weights", stacklevel=1)
     warnings.warn("no --checkpoint: the model is measured with random weights", stacklevel=1)

@@ -106,6 +106,9 @@ def _check_options(args: argparse.Namespace) -> None:
         parent = os.path.dirname(os.path.abspath(args.json))
         if os.path.exists(parent) and not os.path.isdir(parent):
             raise ValueError(f"--json {args.json!r}: {parent!r} is a file, not a folder")
+        from invfast.write_paths import refuse_input_as_output
+
+        refuse_input_as_output(args.json, "--json", {"--features": list(args.features), "--targets": [args.targets]})
     if args.n_models is not None and args.n_models < 1:
         raise ValueError(f"--n-models must be at least 1, got {args.n_models}")
     if args.max_iter is not None and args.max_iter < 1:

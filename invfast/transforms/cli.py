@@ -95,6 +95,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"{n:12s} {t.family:10s} grid {tuple(t.grid(256).shape)}")
         return 0
     from invfast.transforms.contact_sheet import save_contact_sheet
+    from invfast.write_paths import refuse_input_as_output
+
+    refuse_input_as_output(args.preview, "--preview", {"--image": [args.image]})
 
     sheet = save_contact_sheet(args.preview, _load(args.image), args.names, k=args.k, tile=args.tile)
     print(
