@@ -981,3 +981,36 @@ def test_a_one_family_transform_selection_is_refused_where_a_finding_needs_both(
     assert cfg.test_transforms == "hflip"
     with pytest.raises(ValueError, match="unknown transform"):
         RP.preset("tiny", test_transforms="bogus")
+
+
+def test_the_commit_is_read_without_writing_to_the_checkout(tmp_path):
+    """The report's commit comes from `git rev-parse` / `git status` in invfast's own checkout: neither may
+    write there (a touched file made `git status` rewrite .git/index and create .git/index.lock)."""
+    import shutil
+    import subprocess
+
+    from invfast.reproduce.sections.environment import _git_commit
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "checkout"
+    (repo / "invfast").mkdir(parents=True)
+    init = repo / "invfast" / "__init__.py"
+    init.write_text("x = 1\n")
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
+    for cmd in (["init", "-q"], ["add", "invfast"], ["commit", "-q", "-m", "c"]):
+        subprocess.run(["git", "-C", str(repo), *cmd], check=True, env=env, capture_output=True)
+    os.utime(init, ns=(1, 1))  # stat data the index does not know: a plain `git status` refreshes the index
+    index = repo / ".git" / "index"
+    os.utime(index, ns=(10**18, 10**18))  # an index older than now: git refreshes it when it may write
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    commit = _git_commit(str(init))
+    assert commit and "modified" not in commit
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+    assert not (repo / ".git" / "index.lock").exists()

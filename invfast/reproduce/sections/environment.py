@@ -74,7 +74,8 @@ def _cpu_name() -> str:
 
 def _git_commit(package_file: str) -> str | None:
     """The short commit of the checkout holding the invfast package (``package_file``: its ``__init__.py``),
-    marked when invfast/ has uncommitted changes; None outside a git checkout."""
+    marked when invfast/ has uncommitted changes; None outside a git checkout. Reads only: nothing in the
+    checkout is written (no index refresh, no index.lock)."""
     commit = None
     try:
         root = os.path.dirname(os.path.dirname(os.path.abspath(package_file)))
@@ -86,7 +87,18 @@ def _git_commit(package_file: str) -> str | None:
         )
         if commit:
             dirty = subprocess.run(
-                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "invfast"],
+                # --no-optional-locks: status must not refresh (write) the checkout's index or take its lock
+                [
+                    "git",
+                    "--no-optional-locks",
+                    "-C",
+                    root,
+                    "status",
+                    "--porcelain",
+                    "--untracked-files=no",
+                    "--",
+                    "invfast",
+                ],
                 capture_output=True,
                 text=True,
                 timeout=10,
