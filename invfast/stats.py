@@ -19,6 +19,34 @@ from invfast.intra_op import serial_if_small
 _SHRINKAGE = ("trace", "ledoit-wolf", "none")
 
 
+#: the largest sample count whose sums float64 holds exactly (2**53): a larger one cannot come from a real run
+MAX_COUNT = 2**53
+
+
+def _check_moments(n: int, m2: torch.Tensor, m3: torch.Tensor, m4: torch.Tensor) -> None:
+    """Raise ValueError where saved central moments cannot come from any n samples: a count beyond
+    :data:`MAX_COUNT`; m2 = Σ c cᵀ not symmetric positive semi-definite; m4 = Σ ‖c‖⁴ outside
+    [tr(m2)² / n, tr(m2)²]; |m3_j| = |Σ ‖c‖² c_j| above sqrt(m4 · m2_jj) (Cauchy–Schwarz). Tolerances are
+    relative (1e-6), for float64 sums."""
+    bad = "the FeatureStats state is impossible ({}): the file is damaged or was edited; recompute the statistics"
+    if n > MAX_COUNT:
+        raise ValueError(bad.format(f"a sample count of {n} exceeds {MAX_COUNT}, the most float64 sums count exactly"))
+    scale = float(m2.abs().max()) if m2.numel() else 0.0
+    tol = 1e-6 * max(scale, 1e-300)
+    if float((m2 - m2.T).abs().max()) > tol:
+        raise ValueError(bad.format("the second moments m2 are not symmetric"))
+    if m2.shape[0] and float(torch.linalg.eigvalsh((m2 + m2.T) / 2).min()) < -tol:
+        raise ValueError(bad.format("the second moments m2 have a negative eigenvalue (a variance below 0)"))
+    tr, q = float(torch.trace(m2)), float(m4)
+    if q < -1e-6 * max(tr * tr, 1e-300):
+        raise ValueError(bad.format(f"the fourth moment m4 = {q:.6g} is negative"))
+    if n >= 1 and not (tr * tr / n * (1 - 1e-6) <= q * (1 + 1e-6) and q <= tr * tr * (1 + 1e-6) + 1e-300):
+        raise ValueError(bad.format(f"the fourth moment m4 = {q:.6g} lies outside [tr(m2)²/n, tr(m2)²] for n = {n}"))
+    bound = torch.sqrt(torch.clamp(torch.diagonal(m2), min=0) * max(q, 0.0))
+    if bool((m3.abs() > bound * (1 + 1e-6) + 1e-6 * max(float(bound.max()) if bound.numel() else 0.0, 1e-300)).any()):
+        raise ValueError(bad.format("a third moment m3 exceeds sqrt(m4 · m2_jj)"))
+
+
 class FeatureStats:
     """Mean and covariance of features ``x [B, D]``, accumulated in float64.
 
@@ -238,6 +266,7 @@ class FeatureStats:
                     f"the FeatureStats state holds NaN/Inf in {k!r} (damaged, or accumulated from "
                     "non-finite features); recompute the statistics"
                 )
+        _check_moments(n, *(state[k].to(torch.float64) for k in ("m2", "m3", "m4")))
         out = cls(device=device)
         out.dim = int(state["mean"].shape[0])
         out.n = n

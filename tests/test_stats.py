@@ -144,3 +144,34 @@ def test_upper_triangular_product_keeps_gradients(rng):
     x = torch.from_numpy(rng.normal(size=(5, 300))).requires_grad_()
     (g,) = torch.autograd.grad(upper_mm(x, w).square().sum(), x)
     torch.testing.assert_close(g, 2 * (x.detach() @ w) @ w.T)
+
+
+def _saved_state(rng, n=12, d=5):
+    x = torch.from_numpy(rng.standard_t(3, size=(n, d)))  # heavy tails: m4 near its bounds is still valid
+    return FeatureStats().update(x).state_dict()
+
+
+@pytest.mark.parametrize(
+    "edit, words",
+    [
+        (lambda s: s.update(n=10**18), "sample count of 1000000000000000000"),
+        (lambda s: s["m2"].__setitem__((0, 1), s["m2"][0, 1] + 1.0), "not symmetric"),
+        (lambda s: s["m2"].mul_(-1), "negative eigenvalue"),
+        (lambda s: s.update(m4=-s["m4"]), "m4 = -"),
+        (lambda s: s.update(m4=s["m4"] * 1e3), "outside [tr(m2)²/n, tr(m2)²]"),
+        (lambda s: s.update(m4=torch.trace(s["m2"]) ** 2 / s["n"] * 0.5), "outside [tr(m2)²/n, tr(m2)²]"),
+        (lambda s: s["m3"].__setitem__(0, torch.sqrt(s["m4"] * s["m2"][0, 0]) * 1.01), "third moment"),
+    ],
+    ids=["count", "asymmetric", "negative-variance", "negative-m4", "m4-too-large", "m4-too-small", "m3"],
+)
+def test_impossible_saved_moments_are_refused(edit, words, rng, tmp_path):
+    """A FeatureStats file edited or damaged into moments no set of samples has is refused on load (a count of
+    1e18 turned a distance of 1.22 into 5e7), naming what is impossible; real states of any size load."""
+    state = _saved_state(rng)
+    for n in (1, 2, 40):  # real states, small and large, pass every check
+        FeatureStats.from_state_dict(_saved_state(rng, n=n))
+    edit(state)
+    torch.save(state, tmp_path / "s.pt")
+    with pytest.raises(ValueError, match="impossible") as e:
+        FeatureStats.from_state_dict(state)
+    assert words in str(e.value)
