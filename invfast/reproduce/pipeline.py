@@ -7,13 +7,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from invfast.io import atomic_write_text
+from invfast.io import DamagedFileError, atomic_write_text
 from invfast.reproduce.config import ReproduceConfig, disk_estimate_mb
 from invfast.reproduce.folders import check_disk, claim_folder
 from invfast.reproduce.stage import Stage
@@ -102,9 +104,53 @@ def selected_plan(stages: Sequence[Stage], cfg: ReproduceConfig) -> list[Stage]:
     return plan(stages, cfg, [*stages_for(cfg.findings), *free])
 
 
+def result_digest(result: Any) -> str:
+    """SHA-256 of a stage result's canonical JSON (sorted keys, no spaces): what a cached record carries so
+    that an edited or damaged result is never read as a finding's evidence."""
+    text = json.dumps(result, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_stage_record(path: str, name: str) -> dict[str, Any] | None:
+    """The cached record of stage ``name`` at ``path``, checked: a JSON object with its name, a finite elapsed
+    time >= 0 and a result matching its ``sha256``. None for a record of an earlier invfast (no checksum:
+    it cannot be verified, so the stage runs again); :class:`DamagedFileError` naming the file otherwise."""
+
+    def damaged(why: str) -> DamagedFileError:
+        return DamagedFileError(
+            f"the cached stage result {path!r} {why}: it was damaged or edited; delete it to recompute the stage"
+        )
+
+    try:
+        with open(path, encoding="utf-8") as f:
+            rec = json.load(f)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise damaged(f"is not valid JSON ({e})") from None
+    if not isinstance(rec, dict):
+        raise damaged(f"holds a JSON {type(rec).__name__}, not a stage record")
+    missing = [k for k in ("name", "elapsed_s", "result") if k not in rec]
+    if missing:
+        raise damaged(f"lacks {', '.join(missing)}")
+    if rec["name"] != name:
+        raise damaged(f"is the record of stage {rec['name']!r}, not {name!r}")
+    t = rec["elapsed_s"]
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        raise damaged(f"has elapsed_s {t!r} (a finite number of seconds >= 0 is needed)")
+    if "sha256" not in rec:
+        return None
+    try:
+        digest = result_digest(rec["result"])
+    except ValueError:
+        raise damaged("holds NaN or Infinity") from None
+    if digest != rec["sha256"]:
+        raise damaged("does not match its checksum")
+    return rec
+
+
 class StageCache:
     """Runs stages once: a finished stage's JSON result lives in ``<cache>/stages/<name>.json``
-    (written atomically) and is returned as is on every later call, with its original elapsed time."""
+    (written atomically, with the SHA-256 of the result) and is returned as is on every later call, with its
+    original elapsed time; a record that fails its checks is refused naming the file."""
 
     def __init__(self, cache: str, bar: Any = None) -> None:
         self.dir = os.path.join(cache, "stages")
@@ -122,9 +168,8 @@ class StageCache:
         if self.bar is not None:
             self.bar.set_description(f"reproduce [{name}]")
         p = self.path(name)
-        if os.path.exists(p):
-            with open(p, encoding="utf-8") as f:
-                rec = json.load(f)
+        rec = read_stage_record(p, name) if os.path.exists(p) else None
+        if rec is not None:
             self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": True}
         else:
             t0 = time.perf_counter()
@@ -134,6 +179,7 @@ class StageCache:
                 "elapsed_s": time.perf_counter() - t0,
                 "result": result,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "sha256": result_digest(result),
             }
             atomic_write_text(p, json.dumps(rec, indent=1, allow_nan=False))
             self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": False}
