@@ -51,10 +51,15 @@ def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
         try:
             with open(path, encoding="utf-8") as f:
                 saved = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ConfigMismatchError(
                 f"{what} {folder!r} holds an unreadable {CONFIG_FILE} ({e}); delete the folder or choose another one"
             ) from None
+        if not isinstance(saved, dict) or not isinstance(saved.get("config", {}), dict):
+            raise ConfigMismatchError(
+                f"{what} {folder!r} holds a {CONFIG_FILE} that is not an invfast reproduce configuration (a JSON "
+                f"{type(saved).__name__}); delete the folder or choose another one"
+            )
         if saved.get("format") != FORMAT:
             raise ConfigMismatchError(
                 f"{what} {folder!r} was made by another version of invfast reproduce (format "

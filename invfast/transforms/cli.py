@@ -74,10 +74,17 @@ def _load(image: str) -> torch.Tensor:
 def _import(module: str) -> None:
     """Import ``module`` (a dotted name, importable as ``--model module:factory`` modules are) so its
     registrations run."""
+    if not module or module.startswith(".") or any(c in module for c in "/\\:") or module.endswith(".py"):
+        raise ValueError(
+            f"--import {module!r}: give an absolute dotted module name (my_transforms, pkg.transforms) importable "
+            "from PYTHONPATH, not a file path, a relative name or an empty one"
+        )
     try:
         importlib.import_module(module)
     except ImportError as e:
         raise ValueError(f"--import {module!r}: cannot import it ({e}); is it installed or on PYTHONPATH?") from e
+    except (TypeError, ValueError) as e:  # a registration it makes is refused (the transform checks say why)
+        raise ValueError(f"--import {module!r}: {e}") from e
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1014,3 +1014,17 @@ def test_the_commit_is_read_without_writing_to_the_checkout(tmp_path):
     assert commit and "modified" not in commit
     assert (index.read_bytes(), index.stat().st_mtime_ns) == before
     assert not (repo / ".git" / "index.lock").exists()
+
+
+@pytest.mark.parametrize(
+    "text", ["[1, 2]", '{"format": "x", "config": [1]}', "\udcff"], ids=["list", "config-list", "bytes"]
+)
+def test_a_config_json_that_is_not_a_configuration_is_one_line(tmp_path, capsys, text):
+    from invfast.cli import main
+
+    out = tmp_path / "r"
+    out.mkdir()
+    (out / "config.json").write_bytes(text.encode("utf-8", "surrogateescape"))
+    assert main(["reproduce", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "config.json" in err and "delete the folder or choose another one" in err and "internal error" not in err

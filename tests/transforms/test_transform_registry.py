@@ -355,3 +355,29 @@ def test_contributing_recipe_a_registered_transform_is_listed_and_previewed_by_t
     assert main(["transforms", "--import", "no_such_module_xyz"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--import 'no_such_module_xyz': cannot import it" in err[0]
+
+
+@pytest.mark.parametrize("module", ["", ".helpers", "./registry_helpers.py", "pkg/mod", "os.path:join"])
+def test_transforms_import_needs_a_dotted_module_name(module, capsys):
+    from invfast.cli import main
+
+    assert main(["transforms", "--import", module]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "give an absolute dotted module name" in err and "\n" not in err
+
+
+def test_a_refused_registration_in_an_imported_module_is_one_line(tmp_path, capsys, monkeypatch):
+    from invfast.cli import main
+
+    (tmp_path / "bad_registration_mod.py").write_text(
+        "import invfast.transforms as T\n"
+        "T.register('bad-reg', grid=[0.0, 1.0], apply=lambda x, p: [1, 2], family='appearance')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert main(["transforms", "--import", "bad_registration_mod"]) == 2
+    finally:
+        sys.modules.pop("bad_registration_mod", None)
+    err = capsys.readouterr().err.strip()
+    assert "--import 'bad_registration_mod'" in err and "must return a torch.Tensor" in err and "\n" not in err
+    assert "bad-reg" not in T.names()
