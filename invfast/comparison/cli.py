@@ -124,5 +124,8 @@ def run(args: argparse.Namespace) -> int:
             "(--allow-mismatch); they are listed in report.md",
             file=sys.stderr,
         )
-    print(f"wrote {args.out}/ ({len(cmp.rows)} rows; {', '.join(written)})", file=sys.stderr)
+    print(
+        f"wrote {os.path.join(os.path.normpath(args.out), '')} ({len(cmp.rows)} rows; {', '.join(written)})",
+        file=sys.stderr,
+    )
     return 0

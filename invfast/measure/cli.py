@@ -360,9 +360,8 @@ def _write(result: Any, args: argparse.Namespace, folder: Any) -> None:
     rate = f", {pps:.0f} image-parameter pairs/s" if pps else ""
     if result.meta.get("resumed"):
         rate = f", resumed: {result.meta.get('pairs_computed', 0)} pairs computed in this run{rate}"
-    print(
-        f"wrote {args.out}/ ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr
-    )
+    out = os.path.join(os.path.normpath(args.out), "")  # one trailing separator, whatever --out ended with
+    print(f"wrote {out} ({result.n_images} images, {result.meta.get('elapsed_s', 0):.1f} s{rate})", file=sys.stderr)
 
 
 def _rows(result: Any) -> list[Any]:
