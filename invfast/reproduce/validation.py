@@ -90,3 +90,8 @@ def validate_speicher(cfg: Any, architectures: tuple[str, ...]) -> None:
         raise ValueError(f"category_n and irrelevant_n must hold at least one batch ({cfg.batch_size})")
     if cfg.sensitivity_n < 2:
         raise ValueError(f"sensitivity_n must be >= 2, got {cfg.sensitivity_n}")
+    c = cfg.category_sensitivity_n
+    if isinstance(c, bool) or not isinstance(c, int) or c == 1 or c < 0:
+        raise ValueError(
+            f"category_sensitivity_n must be 0 (as sensitivity_n) or >= 2, got {cfg.category_sensitivity_n}"
+        )

@@ -607,3 +607,17 @@ def test_every_rule_is_not_testable_on_the_current_stage_layout():
     for k in range(1, 9):
         v = getattr(S, f"judge_s{k}")(stages)
         assert v.verdict == NOT_TESTABLE and v.why.startswith("needs"), (k, v.why)
+
+
+def test_presets_meet_s3s_pair_precondition_and_say_where_s7_does_not():
+    """S3 needs >= MIN_PAIRS sensitivity pairs: the library default and quick give them; S7's pairs are their own
+    field (quick keeps them below the precondition: its cost), 0 meaning 'as sensitivity_n'."""
+    from invfast.reproduce.config import ReproduceConfig
+    from invfast.reproduce.presets import preset
+    from invfast.reproduce.rules.speicher import MIN_PAIRS
+
+    assert ReproduceConfig().sensitivity_n >= MIN_PAIRS and ReproduceConfig().category_sensitivity_n == 0
+    quick = preset("quick")
+    assert quick.sensitivity_n >= MIN_PAIRS and 2 <= quick.category_sensitivity_n < MIN_PAIRS
+    with pytest.raises(ValueError, match="category_sensitivity_n must be 0"):
+        ReproduceConfig(category_sensitivity_n=1).validate()
