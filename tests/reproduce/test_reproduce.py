@@ -138,7 +138,9 @@ def test_tiny_end_to_end_report(tiny_run):
         f["per_seed_status"]["1"] for f in doc["findings"]
     ]
     # learning curves: the held-out identity probe from the initialisation (step 0) to the end, and the loss
-    steps = {k: doc["pretraining"][k]["steps"] for k in ("default", "spatial", "appearance", "amortised")}
+    keys = ("default", "spatial", "appearance", "amortised", "default-b", "default-c")  # E3's two more Defaults
+    assert set(doc["pretraining"]) == set(keys)
+    steps = {k: doc["pretraining"][k]["steps"] for k in keys}
     for key, run in doc["pretraining"].items():
         probe = run["curve"]["probe"]
         assert probe[0]["step"] == 0 and probe[-1]["step"] == steps[key], key

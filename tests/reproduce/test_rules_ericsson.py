@@ -395,6 +395,37 @@ def test_e3_control_3x_default_in_place_of_the_fusion_does_not_reproduce(rng):
     assert v.verdict != REPRODUCED and v.criteria[0].interval.estimate == pytest.approx(0.0)
 
 
+def test_e3_reads_its_control_from_the_3x_default_stage(rng):
+    """The pipeline's layout: the probes stage holds the six policies and fusions, ``probes-3xdefault`` the
+    control; the verdict equals the one on a single table holding both."""
+    one_table = probes_results(rng, e3_table(E3_GOOD))
+    split = {k: v for k, v in one_table.items() if k != "probes"}
+    split["probes"] = {t: dict(r) for t, r in one_table["probes"].items()}
+    split["probes-3xdefault"] = {"tasks": {}}
+    for t, r in split["probes"].items():
+        if isinstance(r, dict) and "scores" in r:
+            r["scores"] = {m: v for m, v in r["scores"].items() if m != "3×Default"}
+            split["probes-3xdefault"]["tasks"][t] = {
+                "scores": {"3×Default": one_table["probes"][t]["scores"]["3×Default"]}
+            }
+    a, b = E.judge_e3(one_table), E.judge_e3(split)
+    assert a.verdict == b.verdict == REPRODUCED
+    assert [c.interval for c in a.criteria] == [c.interval for c in b.criteria]
+    assert "3×Default" not in split["probes"]["identity"]["scores"]  # the probes result is not changed
+
+
+def test_e3_runs_three_default_encoders_and_rests_on_their_learning():
+    from invfast.reproduce import findings as FR
+    from invfast.reproduce.config import ReproduceConfig
+    from invfast.reproduce.pipeline import stage_names
+    from invfast.reproduce.stages.context import EXTRA_DEFAULTS
+
+    rec = FR.by_id("E3")
+    assert set(EXTRA_DEFAULTS) <= set(rec.models) and "probes-3xdefault" in rec.stages
+    names = set(stage_names(ReproduceConfig(findings=("E3",))))
+    assert {"pretrain-default", "pretrain-default-b", "pretrain-default-c", "probes-3xdefault"} <= names
+
+
 # ---------------------------------------------------------------------------------------------- E4
 def ramp(final, at=0.2):
     return lambda frac: final * min(1.0, frac / at)

@@ -32,6 +32,7 @@ from invfast.evidence import (
     not_testable,
 )
 from invfast.reproduce.rules.common import Missing, correct, grids_scaled, need, per_image, seed_of
+from invfast.reproduce.stages.context import THREE_DEFAULT
 
 __all__ = [
     "FAMILIES",
@@ -95,7 +96,6 @@ E2_MIN_R2 = 0.03
 E2_MIN_ACC = 0.02
 
 # E3 (Tab. 2)
-THREE_DEFAULT = "3×Default"
 FUSION = "Def+Spa+App"
 #: the self-supervised models whose min–max range normalises each task's score (Tab. 2 without Random and
 #: Supervised; with it the paper's worst-task scores 0.92 / 0.69 come out)
@@ -522,6 +522,19 @@ def _e3_preconditions(
     ]
 
 
+def _with_three_default(results: Mapping[str, Any]) -> dict[str, Any]:
+    """The probes stage's tasks with the 3×Default control's scores (stage ``probes-3xdefault``) added to each
+    task's models (the probes result is not changed)."""
+    probes = need(results, "probes", what="the probes")
+    control = results.get("probes-3xdefault", {}).get("tasks", {})
+    out: dict[str, Any] = {}
+    for task, rec in probes.items():
+        if isinstance(rec, Mapping) and "scores" in rec and task in control:
+            rec = {**rec, "scores": {**rec["scores"], **control[task]["scores"]}}
+        out[task] = rec
+    return out
+
+
 def judge_e3(results: Mapping[str, Any]) -> SeedVerdict:
     """E3 (Ericsson §4, Tab. 2): Def+Spa+App's worst-task normalised score − 3×Default's ≥ 0.02 with CI > 0,
     and its mean score not below 3×Default's by more than 0.02 (lower CI bound of the mean difference ≥ −0.02).
@@ -535,11 +548,11 @@ def judge_e3(results: Mapping[str, Any]) -> SeedVerdict:
 
     Reads ``results['probes'][task]['scores'][model]`` for every task (``oof_correct`` [n]; regression:
     ``oof_prediction`` [n][t] and the task's targets ``['y']``), with the control ``'3×Default'`` (three Default
-    encoders of different seeds, concatenated: a fusion the probes stage does not make yet). Preconditions: ≥ 1 000
+    encoders of different seeds, concatenated) from ``results['probes-3xdefault']['tasks']``. Preconditions: ≥ 1 000
     probe images per task; equal budgets over ``pretrain-default``, ``-spatial``, ``-appearance`` and any
     ``pretrain-default-*`` (the other Default encoders of 3×Default).
     """
-    probes = need(results, "probes", what="the probes")
+    probes = _with_three_default(results)
     first = next((t for t in probes if isinstance(probes[t], Mapping) and "scores" in probes[t]), None)
     if first is None:
         raise Missing("probe tasks")

@@ -10,6 +10,7 @@ import numpy as np
 from invfast.reproduce.finding import Finding
 from invfast.reproduce.rules.ericsson import judge_e3
 from invfast.reproduce.sections.base import NOT, PARTLY, PRETRAINED, REPRODUCED
+from invfast.reproduce.stages.context import EXTRA_DEFAULTS
 from invfast.reproduce.stages.data import TASKS
 
 __all__ = ["check_e3", "FINDING"]
@@ -67,11 +68,11 @@ FINDING = Finding(
         "Def+Spa+App's worst-task normalised score − 3×Default's ≥ 0.02 with CI > 0, and its mean score "
         "not below 3×Default's by more than 0.02"
     ),
-    ("probes",),
+    ("probes", "probes-3xdefault"),
     lambda r: check_e3(r["probes"]),
     "probes",
     _statistics,
-    models=("default", "spatial", "appearance"),
+    models=("default", "spatial", "appearance", *EXTRA_DEFAULTS),
     judge=judge_e3,
     paper_value="Def+Spa+App worst-task 0.92 vs 3×Default 0.69; mean 0.71 vs 0.69 (Tab. 2)",
 )

@@ -28,6 +28,7 @@ from invfast.reproduce.stages.amortised import (
 from invfast.reproduce.stages.categories import categories_train, s6_probe, s7_sensitivity
 from invfast.reproduce.stages.class_transfer import s5_probe, s5_train
 from invfast.reproduce.stages.context import (
+    EXTRA_DEFAULTS,
     FUSIONS,
     LABELS,
     POLICIES,
@@ -45,7 +46,7 @@ from invfast.reproduce.stages.irrelevant import s3_evaluate, s3_train, s4_probe,
 from invfast.reproduce.stages.measurement import measure
 from invfast.reproduce.stages.nested import s8_probe, s8_train
 from invfast.reproduce.stages.pretraining import pretrain_amortised, pretrain_policy
-from invfast.reproduce.stages.probing import feature_file, features, probe_scores, probes
+from invfast.reproduce.stages.probing import feature_file, features, probe_scores, probes, three_default_probes
 from invfast.reproduce.stages.specialisation import invariance_curves, invariance_transfer
 from invfast.reproduce.stages.transfer import TRANSFER_SOURCES, transfer_data, transfer_probe, transfer_train
 
@@ -86,6 +87,21 @@ STAGES: tuple[Stage, ...] = (
     Stage("features", features, needs=("data", *_PRETRAINED), writes=("features/",)),
     Stage("measure", measure, needs=("data", "features", *_PRETRAINED), writes=("measure/",)),
     Stage("probes", probes, needs=("data", "features")),
+    *(
+        Stage(
+            f"pretrain-{k}",
+            functools.partial(pretrain_policy, policy="default", key=k),
+            needs=("data",),
+            writes=(f"pretrain/{k}/",),
+        )
+        for k in EXTRA_DEFAULTS
+    ),
+    Stage(
+        "probes-3xdefault",
+        three_default_probes,
+        needs=("data", "features", *(f"pretrain-{k}" for k in EXTRA_DEFAULTS)),
+        writes=("features/",),
+    ),
     Stage("transfer-data", transfer_data, writes=("transfer/",)),
     *(
         Stage(

@@ -63,6 +63,10 @@ VIT = "vit-"
 AMORTISED = {"amortised": 2, "amortised-k5": 5, f"{VIT}amortised": 2}
 #: the pretraining policies every run compares (ReproduceConfig.validate insists on exactly these)
 POLICIES = ("default", "spatial", "appearance")
+#: E3's control, 3×Default (Ericsson et al. 2021, Tab. 2): Default's features concatenated with those of two more
+#: Default encoders trained the same way from other seeds (their init, queue and data order come from the key)
+EXTRA_DEFAULTS = ("default-b", "default-c")
+THREE_DEFAULT = "3×Default"
 FUSIONS = {
     "spa+app": ("Spa+App", ("spatial", "appearance")),
     "def+spa+app": ("Def+Spa+App", ("default", "spatial", "appearance")),

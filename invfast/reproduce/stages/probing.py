@@ -10,10 +10,18 @@ import torch
 
 from invfast.io import atomic_save_npy
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import FUSIONS, LABELS, Context, extract, short_floats
+from invfast.reproduce.stages.context import (
+    EXTRA_DEFAULTS,
+    FUSIONS,
+    LABELS,
+    THREE_DEFAULT,
+    Context,
+    extract,
+    short_floats,
+)
 from invfast.reproduce.stages.data import TASKS, task_set
 
-__all__ = ["feature_file", "features", "probe_scores", "probes", "out_of_fold"]
+__all__ = ["feature_file", "features", "probe_scores", "probes", "out_of_fold", "three_default_probes"]
 
 
 def feature_file(model: str, split: str) -> tuple[str, str]:
@@ -112,3 +120,39 @@ def probes(ctx: Context) -> dict[str, Any]:
         else:
             out[task]["y"] = [short_floats(row) for row in np.asarray(y, np.float64).reshape(y.shape[0], -1)]
     return out
+
+
+def three_default_probes(ctx: Context) -> dict[str, Any]:
+    """E3's control: every task probed on 3×Default, the Default encoder's features concatenated with those of
+    the two more Default encoders of :data:`EXTRA_DEFAULTS` (fused and probed as Def+Spa+App is: the grid shifted
+    for 3 models). ``models``: each extra encoder's identity probe over Random's (its learning number)."""
+    from invfast.probes import fuse
+    from invfast.reproduce.stages.supervised import LEARNED_RATIO
+
+    fused: dict[str, np.ndarray] = {}
+    for split in sorted({task_set(t) for t in TASKS}):
+        images = ctx.images(split)
+        parts = [ctx.array(*feature_file("default", split))]
+        for k in EXTRA_DEFAULTS:
+            f = extract(ctx.model(k), images)
+            if not np.isfinite(f).all():
+                raise FloatingPointError(f"the {k} model gave non-finite features")
+            atomic_save_npy(ctx.path(*feature_file(k, split)), f)
+            parts.append(f)
+        fused[split] = fuse(parts)
+    out: dict[str, Any] = {}
+    for task, (kind, what) in TASKS.items():
+        y = ctx.array("data", f"probe_target_{task}.npy")
+        out[task] = {
+            "kind": kind,
+            "target": what,
+            "scores": {THREE_DEFAULT: probe_scores(fused[task_set(task)], y, kind, 3, ctx.cfg)},
+        }
+    y = ctx.array("data", "probe_target_identity.npy")
+    base = probe_scores(ctx.array(*feature_file("random", "probe")), y, "classification", 1, ctx.cfg)["mean"]
+    models = {}
+    for k in EXTRA_DEFAULTS:
+        score = probe_scores(ctx.array(*feature_file(k, "probe")), y, "classification", 1, ctx.cfg)["mean"]
+        ratio = score / max(base, 1e-12)
+        models[k] = {"identity": score, "random_identity": base, "ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+    return {"tasks": out, "models": models}
