@@ -253,6 +253,14 @@ class RunFolder:
         for dirpath, _, files in os.walk(stage):
             for f in files:
                 new.append(os.path.relpath(os.path.join(dirpath, f), stage))
+        mine = set(self.owned())
+        clash = sorted(rel for rel in new if rel not in mine and os.path.lexists(os.path.join(self.path, rel)))
+        if clash:  # a file of the user's with an output's name: never replaced; the old report stays whole
+            self.discard(stage)
+            raise FileExistsError(
+                f"{self.path!r} holds {', '.join(clash[:5])}{' …' if len(clash) > 5 else ''}, which invfast did not "
+                "write, where this run writes its outputs: move it away or choose another output folder"
+            )
         old = [f for f in self.owned() if f not in new and f not in set(keep)]
         self._write_marker("swapping", [*self.owned(), *new])
         for rel in sorted(new):

@@ -603,3 +603,22 @@ def test_measure_on_two_workers_warns_once_in_one_line(inputs, tmp_path, capfd):
     err = capfd.readouterr().err.splitlines()
     random = [ln for ln in err if "random weights" in ln]
     assert random == [ln for ln in random if ln.startswith("invfast: warning: ")] and len(random) == 1, err
+
+
+@pytest.mark.parametrize("name", ["measure", "compare"])
+def test_overwrite_never_replaces_a_users_file_with_an_outputs_name(name, runs, inputs, tmp_path, capsys):
+    """A finished run without plots, then the user's own picture under a name the next run writes: --overwrite
+    with plots refuses, naming it; the user's file and the old report stay as they were."""
+    measured = runs["measure"][0]
+    out = tmp_path / name
+    argv = command(name, out, inputs, measured)
+    assert main([*argv, "--no-plots"]) == 0
+    picture = "radar.png" if name == "measure" else "heatmap.png"
+    (out / picture).write_bytes(b"the user's own picture")
+    report = "result.json" if name == "measure" else "results.json"
+    before = (out / report).read_bytes()
+    assert main([*argv, "--overwrite"]) != 0
+    err = capsys.readouterr().err
+    assert picture in err and "which invfast did not write" in err
+    assert (out / picture).read_bytes() == b"the user's own picture" and (out / report).read_bytes() == before
+    assert not [p for p in out.iterdir() if p.name.startswith(".invfast-staging")]
