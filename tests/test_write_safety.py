@@ -455,6 +455,32 @@ def test_a_resumed_pretraining_logs_the_losses_of_an_uninterrupted_one(inputs, t
     assert [r["loss"] for r in cut] == [r["loss"] for r in whole]  # bit-identical, step 20's mean of 11-20 too
 
 
+def test_resume_never_replaces_a_model_pt_put_in_a_killed_runs_folder(inputs, tmp_path, monkeypatch, capsys):
+    """A killed run has no model.pt (it is written at the end): one found there on --resume is the user's; the
+    resume is refused naming it and the file stays. Once moved away, the run resumes and writes its own."""
+    from invfast.pretrain.trainer import Trainer
+
+    out = tmp_path / "cut"
+    argv = command("pretrain", out, inputs)[:-2] + ["--out", str(out), "--steps", "8", "--checkpoint-every", "2"]
+    real = Trainer.batch_indices
+
+    def killed(self, step):
+        if step == 6:
+            raise KeyboardInterrupt
+        return real(self, step)
+
+    monkeypatch.setattr(Trainer, "batch_indices", killed)
+    assert main(argv) == 130
+    monkeypatch.setattr(Trainer, "batch_indices", real)
+    (out / "model.pt").write_bytes(b"the user's own model")
+    assert main([*argv, "--resume"]) != 0
+    err = capsys.readouterr().err
+    assert "model.pt" in err and "not this run's" in err
+    assert (out / "model.pt").read_bytes() == b"the user's own model"
+    (out / "model.pt").rename(tmp_path / "mine.pt")
+    assert main([*argv, "--resume"]) == 0 and (out / "model.pt").stat().st_size > 1000
+
+
 # ------------------------------------------------------------------------------------------- case 10
 @pytest.mark.parametrize(
     "field, value, words",

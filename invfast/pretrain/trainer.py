@@ -390,6 +390,12 @@ class Trainer:
                     "(--resume) to continue it or choose another output folder"
                 )
             self.load_checkpoint(self._out_file(CHECKPOINT_NAME))
+            if self.step < self.total_steps and os.path.lexists(os.path.join(self.out, MODEL_NAME)):
+                # the run writes model.pt only once it has finished: this one is not the run's, never replaced
+                raise FileExistsError(
+                    f"{self.out!r} holds a {MODEL_NAME} although the run it would continue stopped at step "
+                    f"{self.step} of {self.total_steps}: that file is not this run's; move it away to resume"
+                )
         elif os.path.exists(os.path.join(self.out, MODEL_NAME)):
             raise FileExistsError(
                 f"{self.out!r} already holds a {MODEL_NAME} and no {CHECKPOINT_NAME} of a run "
