@@ -648,3 +648,18 @@ def test_overwrite_never_replaces_a_users_file_with_an_outputs_name(name, runs, 
     assert picture in err and "which invfast did not write" in err
     assert (out / picture).read_bytes() == b"the user's own picture" and (out / report).read_bytes() == before
     assert not [p for p in out.iterdir() if p.name.startswith(".invfast-staging")]
+
+
+@pytest.mark.parametrize("content, words", [("text", "not a .npy array file"), ("lying", "header promises more data")])
+def test_probe_names_an_unreadable_features_file_without_unsafe_advice(content, words, tmp_path, capsys):
+    y = tmp_path / "y.npy"
+    np.save(y, np.arange(10) % 2)
+    f = tmp_path / "f.npy"
+    if content == "text":
+        f.write_text("hello\n")
+    else:  # a header claiming 99 rows over 10 rows of data
+        np.save(f, np.random.default_rng(0).random((10, 4)).astype(np.float32))
+        f.write_bytes(f.read_bytes().replace(b"(10, 4)", b"(99, 4)"))
+    assert main(["probe", "--features", str(f), "--targets", str(y), "--task", "classification"]) == 2
+    line = _one_line(capsys.readouterr().err)
+    assert str(f) in line and words in line and "pickle" not in line and "numpy.save" in line

@@ -64,7 +64,15 @@ def _load(path: str, what: str) -> np.ndarray:
     except FileNotFoundError:
         raise FileNotFoundError(f"cannot read {what} {path!r}: no such file") from None
     except (OSError, EOFError, ValueError) as e:
-        raise ValueError(f"cannot read {what} {path!r} as a .npy array: {e}") from None
+        if "pickle" in str(e):  # not a .npy array file: never advise loading it unsafely
+            why = "it is not a .npy array file (no numeric array header)"
+        elif "Failed to read all data" in str(e):
+            why = f"its header promises more data than the file holds ({e})"
+        else:
+            why = str(e)
+        raise ValueError(
+            f"cannot read {what} {path!r} as a .npy array: {why}; write it with numpy.save(path, array)"
+        ) from None
     if not isinstance(arr, np.ndarray):  # np.load opens an .npz archive as a mapping of arrays
         arr.close()
         raise ValueError(f"{what} {path!r} is an .npz archive; save one array per file with numpy.save")
