@@ -147,6 +147,30 @@ def read_stage_record(path: str, name: str) -> dict[str, Any] | None:
     return rec
 
 
+def console_why(whys: Sequence[str], width: int = 160) -> str:
+    """One short line of the reasons behind a finding's seeds (each seed's ``why``: reasons joined by '; '):
+    the models that did not learn named once, every other reason once without its details, cut at ``width``
+    characters; report.md has each seed's reasons in full."""
+    unlearned: list[str] = []
+    other: list[str] = []
+    for why in whys:
+        for item in (w.strip() for w in (why or "").split(";")):
+            head = item.split(" (")[0].split(": ")[0].strip()
+            if not head:
+                continue
+            if head.endswith(" learned"):
+                name = head[: -len(" learned")]
+                if name not in unlearned:
+                    unlearned.append(name)
+            elif head not in other:
+                other.append(head)
+    parts = ([f"not learned: {', '.join(unlearned)}"] if unlearned else []) + other
+    text = "; ".join(parts)
+    if len(text) > width:
+        text = text[: width - 1].rsplit(" ", 1)[0] + " …"
+    return text + ("; details in report.md" if text else "")
+
+
 class StageCache:
     """Runs stages once: a finished stage's JSON result lives in ``<cache>/stages/<name>.json``
     (written atomically, with the SHA-256 of the result) and is returned as is on every later call, with its
@@ -484,7 +508,7 @@ def _reproduce(
         bar.close()
     if log is not None:
         for f in doc["findings"]:
-            why = "; ".join(sorted({v["why"] for v in (f.get("per_seed_verdict") or {}).values() if v.get("why")}))
+            why = console_why([v.get("why", "") for v in (f.get("per_seed_verdict") or {}).values()])
             log(f"finding {f['id']}: {f.get('label', f['status'])}" + (f" ({why})" if why else ""))
         log(f"report: {os.path.join(out, 'report.md')} ({(time.perf_counter() - t_start) / 60:.1f} min)")
     return doc

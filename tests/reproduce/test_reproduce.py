@@ -1030,3 +1030,18 @@ def test_a_config_json_that_is_not_a_configuration_is_one_line(tmp_path, capsys,
     assert main(["reproduce", "--preset", "tiny", "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip()
     assert "config.json" in err and "delete the folder or choose another one" in err and "internal error" not in err
+
+
+def test_the_console_names_each_reason_once_in_one_short_line():
+    from invfast.reproduce.pipeline import console_why
+
+    seeds = [
+        "a learned (1.00× its baseline); b learned (0.90× its baseline); ≥ 2000 sensitivity pairs: fewer: x 16, y 16",
+        "a learned (1.10× its baseline); c learned (0.80× its baseline); ≥ 2000 sensitivity pairs: fewer: x 16",
+        "needs the crossed S2 model",
+    ]
+    line = console_why(seeds)
+    assert line == "not learned: a, b, c; ≥ 2000 sensitivity pairs; needs the crossed S2 model; details in report.md"
+    long = console_why([f"model-{i} learned (0.5× its baseline)" for i in range(60)])
+    assert len(long) <= 160 + len("; details in report.md") and "…" in long
+    assert console_why(["", ""]) == ""
