@@ -86,3 +86,13 @@ def test_warnings_are_one_line_each_once(monkeypatch, tmp_path, capsys):
 def test_bench_repeat_zero_is_refused(capsys):
     assert main(["bench", "--repeat", "0"]) == 2
     assert "--repeat must be >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["measure", "pretrain", "probe", "reproduce", "generate", "demo"])
+def test_every_command_with_a_progress_bar_takes_no_progress(command, capsys):
+    """The option means the same everywhere (probe rejected it with the top-level usage)."""
+    from invfast.cli import main
+
+    with pytest.raises(SystemExit) as e:
+        main([command, "--help"])
+    assert e.value.code == 0 and "--no-progress" in capsys.readouterr().out

@@ -56,6 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="also print the score of every α value")
     p.add_argument("--json", metavar="OUT.json", help="write the summary and cv_results to this file (atomically)")
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (used with --no-stratify)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars (as every other command)")
 
 
 def _load(path: str, what: str) -> np.ndarray:
@@ -217,11 +218,11 @@ def _estimator(args: argparse.Namespace, n_models: int, folds: int) -> Any:
             random_state=args.seed,
             max_iter=500 if args.max_iter is None else args.max_iter,
             tol=1e-4 if args.tol is None else args.tol,
-            verbose=True,
+            verbose=not args.no_progress,
         )
     if args.kernel:
-        return KernelRidgeCV(cv=cv, verbose=True)
-    return RidgeCV(cv=cv, n_models=n_models, verbose=True)
+        return KernelRidgeCV(cv=cv, verbose=not args.no_progress)
+    return RidgeCV(cv=cv, n_models=n_models, verbose=not args.no_progress)
 
 
 def _rows(args: argparse.Namespace, est: Any) -> list[tuple[str, str, str]]:
