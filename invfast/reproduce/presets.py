@@ -11,7 +11,7 @@ from invfast.reproduce.config import ReproduceConfig
 __all__ = ["PRESETS", "REMOVED_FIELDS", "preset", "parse_override"]
 
 
-#: the named configurations; ``quick`` (3 seeds): about 14 minutes on 2 idle CPU cores (docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds): about 20 minutes on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         seeds=2,
@@ -57,7 +57,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         vit_heads=2,
         vit_epochs=1,
     ),
-    # 3 seeds in about 14 minutes on 2 idle CPU cores (13.6 measured with the 3 000-image probe set): stages in
+    # 3 seeds in about 20 minutes on 2 idle CPU cores (13.6 measured with the 3 000-image probe set before E3's
+    # control added two Default encoders per seed, 170-200 s of 1-thread work each beside other work): stages in
     # 2 processes of 1 thread each, a width-8 ResNet for 35 epochs, the amortised one for 8, learning curves
     # every 3 epochs; why these values: docs/reproduce.md
     "quick": dict(
