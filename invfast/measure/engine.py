@@ -307,7 +307,7 @@ class Run:
         """Continue from the saved state of the run described by ``fingerprint``, if there is one."""
         self.fingerprint = fingerprint
         self.resumed = False
-        if self.state_path is not None:
+        if self.state_path is not None and self.cfg_state_path is not None:
             # every rank reads the folder before any rank can write to it, and all reach the same verdict
             problem = world_size_problem(self.cfg_state_path, self.shard)
             barrier(self.shard)

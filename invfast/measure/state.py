@@ -110,8 +110,8 @@ def saved_world_size(path: str | os.PathLike) -> int | None:
         names = os.listdir(folder or ".")
     except OSError:
         return None
-    ranks = [n[len(base) + 5 :] for n in names if n.startswith(base + ".rank")]
-    ranks = [int(r) for r in ranks if r.isdigit()]
+    suffixes = [n[len(base) + 5 :] for n in names if n.startswith(base + ".rank")]
+    ranks = [int(r) for r in suffixes if r.isdigit()]
     if ranks:
         return max(ranks) + 1
     return 1 if base in names else None
