@@ -42,7 +42,6 @@ __all__ = [
     "MIN_MEASURE_IMAGES",
     "MIN_PROBE_IMAGES",
     "KERNEL_RIDGE",
-    "THREE_DEFAULT",
     "FUSION",
     "E3_MODELS",
     "FINAL_MODELS",

@@ -87,21 +87,11 @@ def _git_commit(package_file: str) -> str | None:
         )
         if commit:
             dirty = subprocess.run(
-                # --no-optional-locks: status must not refresh (write) the checkout's index or take its lock
-                [
-                    "git",
-                    "--no-optional-locks",
-                    "-C",
-                    root,
-                    "status",
-                    "--porcelain",
-                    "--untracked-files=no",
-                    "--",
-                    "invfast",
-                ],
+                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "invfast"],
                 capture_output=True,
                 text=True,
                 timeout=10,
+                env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},  # status must not refresh (write) the index
             ).stdout.strip()
             commit += " (invfast/ modified)" if dirty else ""
     except (OSError, subprocess.SubprocessError):

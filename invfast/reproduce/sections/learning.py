@@ -51,6 +51,9 @@ def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
         for p in POLICIES:
             ratio, se = ratio_and_se(idn[LABELS[p]], idn["Random"])
             out[p] = {"ratio": ratio, "se": se, "learned": ratio >= LEARNED_RATIO}
+        for key, m in results.get("probes-3xdefault", {}).get("models", {}).items():  # E3's extra Defaults
+            ratio, se = ratio_and_se(m["identity"], idn["Random"])
+            out[key] = {"ratio": ratio, "se": se, "learned": ratio >= LEARNED_RATIO}
     vit = results.get(f"{VIT}downstream", {}).get("identity")
     for key, idn_vit in vit["models"].items() if vit else ():
         ratio, se = ratio_and_se(idn_vit, vit["random"])

@@ -125,9 +125,9 @@ def probes(ctx: Context) -> dict[str, Any]:
 def three_default_probes(ctx: Context) -> dict[str, Any]:
     """E3's control: every task probed on 3×Default, the Default encoder's features concatenated with those of
     the two more Default encoders of :data:`EXTRA_DEFAULTS` (fused and probed as Def+Spa+App is: the grid shifted
-    for 3 models). ``models``: each extra encoder's identity probe over Random's (its learning number)."""
+    for 3 models). ``models``: each extra encoder's identity probe (mean and fold scores), from which its
+    learning number (over Random's) is read as the policies' is."""
     from invfast.probes import fuse
-    from invfast.reproduce.stages.supervised import LEARNED_RATIO
 
     fused: dict[str, np.ndarray] = {}
     for split in sorted({task_set(t) for t in TASKS}):
@@ -143,16 +143,11 @@ def three_default_probes(ctx: Context) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for task, (kind, what) in TASKS.items():
         y = ctx.array("data", f"probe_target_{task}.npy")
-        out[task] = {
-            "kind": kind,
-            "target": what,
-            "scores": {THREE_DEFAULT: probe_scores(fused[task_set(task)], y, kind, 3, ctx.cfg)},
-        }
+        scores = probe_scores(fused[task_set(task)], y, kind, len(EXTRA_DEFAULTS) + 1, ctx.cfg)
+        out[task] = {"kind": kind, "target": what, "scores": {THREE_DEFAULT: scores}}
     y = ctx.array("data", "probe_target_identity.npy")
-    base = probe_scores(ctx.array(*feature_file("random", "probe")), y, "classification", 1, ctx.cfg)["mean"]
     models = {}
     for k in EXTRA_DEFAULTS:
-        score = probe_scores(ctx.array(*feature_file(k, "probe")), y, "classification", 1, ctx.cfg)["mean"]
-        ratio = score / max(base, 1e-12)
-        models[k] = {"identity": score, "random_identity": base, "ratio": ratio, "learned": ratio >= LEARNED_RATIO}
+        score = probe_scores(ctx.array(*feature_file(k, "probe")), y, "classification", 1, ctx.cfg)
+        models[k] = {"identity": {f: score[f] for f in ("mean", "std", "fold_scores")}}
     return {"tasks": out, "models": models}
