@@ -205,13 +205,22 @@ def test_warp(fill01, B, H, W, rng):
     m = _maps(rng, H, W)
     fill = torch.tensor([fill01, 0.5 * fill01, 1.0]) * 255.0
     y, yr = _both(U.warp_u8, x, m, fill)
-    _close(y, yr, 0.02)
+    want = np.stack(
+        [
+            np.stack([_numpy_warp(x[b].double().numpy(), m[p].numpy(), fill.double().numpy()) for p in range(len(m))])
+            for b in range(B)
+        ]
+    )
+    # the first image's few levels (multiples of 85) make exact .5 values common: either rounding is right there,
+    # so the kernel and the float32 reference may differ on them; elsewhere they differ on at most 2 % of values
+    tie = np.abs(want - np.floor(want) - 0.5) < 1e-6
+    d = (y.int() - yr.int()).abs().numpy()
+    assert d.max() <= 1 and ((d > 0) & ~tie).mean() <= 0.02, (d.max(), ((d > 0) & ~tie).mean())
     for p in range(m.shape[0]):
         if bool((m[p] == m[p].round()).all()):
             assert torch.equal(y[:, p], yr[:, p]), p  # integer maps: exact copies
         for b in range(B):
-            want = _numpy_warp(x[b].double().numpy(), m[p].numpy(), fill.double().numpy())
-            assert np.abs(y[b, p].numpy().astype(int) - _u8(want)).max() <= 1, p
+            assert np.abs(y[b, p].numpy().astype(int) - _u8(want[b, p])).max() <= 1, p
     assert torch.equal(y[:, 6], x.flip(-1))
     if H == W:
         assert torch.equal(y[:, 9], torch.rot90(x, 1, dims=(-2, -1)))  # out[y, x] = src[x, W - 1 - y]
