@@ -242,7 +242,12 @@ class FeatureStats:
         }
 
     @classmethod
-    def from_state_dict(cls, state: dict[str, Any], device: torch.device | str = "cpu") -> FeatureStats:
+    def from_state_dict(
+        cls, state: dict[str, Any], device: torch.device | str = "cpu", check_moments: bool = True
+    ) -> FeatureStats:
+        """A FeatureStats from :meth:`state_dict`'s layout, its fields checked; ``check_moments`` also checks that
+        the moments are possible for n samples (an O(D³) eigendecomposition: skipped for states invfast has just
+        made or verified by checksum, such as another rank's)."""
         if not isinstance(state, dict) or state.get("format") != "invfast.FeatureStats/1":
             got = state.get("format") if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"not an invfast FeatureStats state (format={got!r})")
@@ -266,7 +271,8 @@ class FeatureStats:
                     f"the FeatureStats state holds NaN/Inf in {k!r} (damaged, or accumulated from "
                     "non-finite features); recompute the statistics"
                 )
-        _check_moments(n, *(state[k].to(torch.float64) for k in ("m2", "m3", "m4")))
+        if check_moments:
+            _check_moments(n, *(state[k].to(torch.float64) for k in ("m2", "m3", "m4")))
         out = cls(device=device)
         out.dim = int(state["mean"].shape[0])
         out.n = n

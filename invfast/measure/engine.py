@@ -348,8 +348,10 @@ class Run:
         layers = self.extract.layer_names
         resumed: dict[str, Any] | None = self.state.get("stats")
         saved = {} if resumed is None else resumed["local"]
+        # the state file's checksum was verified on load: its moments are the ones this run saved
         local = {
-            n: FeatureStats.from_state_dict(saved[n]) if saved.get(n) is not None else FeatureStats() for n in layers
+            n: FeatureStats() if saved.get(n) is None else FeatureStats.from_state_dict(saved[n], check_moments=False)
+            for n in layers
         }
         nxt = self.start if resumed is None else resumed["next"]
         bar = self.pass_bar(self.stop - self.start, "reference statistics", initial=nxt - self.start)

@@ -78,7 +78,7 @@ def merge_stats(local: FeatureStats, shard: Shard) -> FeatureStats:
     out = FeatureStats(device=local.device)
     for s in states:
         if s is not None:
-            out.merge(FeatureStats.from_state_dict(s, device=local.device))
+            out.merge(FeatureStats.from_state_dict(s, device=local.device, check_moments=False))
     return out
 
 
