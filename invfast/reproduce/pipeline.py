@@ -147,6 +147,17 @@ def read_stage_record(path: str, name: str) -> dict[str, Any] | None:
     return rec
 
 
+def _top_level_parts(text: str) -> list[str]:
+    """``text`` split at the '; ' outside parentheses (a reason's details may hold their own '; ')."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == ";" and depth == 0:
+            parts.append(text[start:i].strip())
+            start = i + 1
+    return [*parts, text[start:].strip()]
+
+
 def console_why(whys: Sequence[str], width: int = 160) -> str:
     """One short line of the reasons behind a finding's seeds (each seed's ``why``: reasons joined by '; '):
     the models that did not learn named once, every other reason once without its details, cut at ``width``
@@ -154,7 +165,7 @@ def console_why(whys: Sequence[str], width: int = 160) -> str:
     unlearned: list[str] = []
     other: list[str] = []
     for why in whys:
-        for item in (w.strip() for w in (why or "").split(";")):
+        for item in _top_level_parts(why or ""):
             head = item.split(" (")[0].split(": ")[0].strip()
             if not head:
                 continue

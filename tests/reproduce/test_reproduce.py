@@ -1039,9 +1039,13 @@ def test_the_console_names_each_reason_once_in_one_short_line():
         "a learned (1.00× its baseline); b learned (0.90× its baseline); ≥ 2000 sensitivity pairs: fewer: x 16, y 16",
         "a learned (1.10× its baseline); c learned (0.80× its baseline); ≥ 2000 sensitivity pairs: fewer: x 16",
         "needs the crossed S2 model",
+        "every model trained to ≥ 0.9 (s8 0.41; test_accuracy not recorded)",
     ]
     line = console_why(seeds)
-    assert line == "not learned: a, b, c; ≥ 2000 sensitivity pairs; needs the crossed S2 model; details in report.md"
+    assert line == (
+        "not learned: a, b, c; ≥ 2000 sensitivity pairs; needs the crossed S2 model; every model trained to ≥ 0.9; "
+        "details in report.md"
+    )
     long = console_why([f"model-{i} learned (0.5× its baseline)" for i in range(60)])
     assert len(long) <= 160 + len("; details in report.md") and "…" in long
     assert console_why(["", ""]) == ""
