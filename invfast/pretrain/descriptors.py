@@ -34,3 +34,11 @@ def describe(name: str, row: torch.Tensor) -> str:
                 return lbl
         raise ValueError(f"{row.tolist()} is not a 'groups' descriptor")
     return "+".join(a for a, on in zip(INDIVIDUAL_AUGMENTATIONS, row.tolist()) if on) or "none"
+
+
+def descriptor_policies(name: str, size: int) -> list:
+    """One augmentation policy per descriptor of set ``name`` (the rows of :func:`descriptor_set`), at image size
+    ``size``: :func:`invfast.transforms.policy_from_descriptor` of each row."""
+    from invfast import transforms as T
+
+    return [T.policy_from_descriptor(row, size=size) for row in descriptor_set(name)]

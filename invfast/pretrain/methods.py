@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from invfast.pretrain import distributed as D
-from invfast.pretrain.descriptors import describe, descriptor_set
+from invfast.pretrain.descriptors import describe, descriptor_policies, descriptor_set
 from invfast.pretrain.heads import ProjectionHead
 from invfast.pretrain.key_queue import KeyQueue
 from invfast.pretrain.losses import contrastive_rows, infonce, nt_xent
@@ -337,10 +337,7 @@ class SimCLR(ContrastiveMethod):
 
 def _policies_for(set_name: str, size: int) -> tuple[list[Augment], torch.Tensor, list[str]]:
     desc = descriptor_set(set_name)
-    from invfast import transforms as T
-
-    names = [describe(set_name, row) for row in desc]
-    return [T.policy_from_descriptor(row, size=size) for row in desc], desc, names
+    return descriptor_policies(set_name, size), desc, [describe(set_name, row) for row in desc]
 
 
 def _resolve_descriptors(

@@ -32,6 +32,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "scale_grids": False,
     # S7's pairs were sensitivity_n's
     "category_sensitivity_n": 0,
+    # 0.6: the two views of a pretraining pair shared the image's background
+    "fresh_backgrounds": False,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -139,6 +141,10 @@ class ReproduceConfig(Config):
     # no policy learned the object's identity at this scale. Noise keeps nothing a crop or a colour
     # change leaves alike, so the object is what the views share (docs/reproduce.md).
     backgrounds: str = "uniform-random"
+    # each pretraining view composites the object over its own fresh noise background, so a pair of views
+    # shares the object and nothing else (without a crop, as in Appearance, the shared noise identifies the
+    # image: docs/reproduce.md, What the models tell images apart by); probe and measurement images keep theirs
+    fresh_backgrounds: bool = False
     n_pretrain: int = 2048
     # probe images per task: 3 000 keep the identity probe's noise below the 1.2x learning line on seeds
     # nobody tuned on (1 000 did not: docs/reproduce.md, The probe's own noise)
@@ -357,6 +363,13 @@ class ReproduceConfig(Config):
     def _validate_data(self) -> None:
         """Backgrounds, objects, Transforms-2D types and the architecture."""
         background_count(self.backgrounds)
+        if not isinstance(self.fresh_backgrounds, bool):
+            raise ValueError(f"fresh_backgrounds must be true or false, got {self.fresh_backgrounds!r}")
+        if self.fresh_backgrounds and self.backgrounds != "uniform-random":
+            raise ValueError(
+                "fresh_backgrounds draws each view's background as uniform noise, which the probe and "
+                f"measurement images share only with backgrounds='uniform-random', got {self.backgrounds!r}"
+            )
         if self.object_style not in ("silhouettes", "shared-palette", "builtin"):
             raise ValueError(
                 f"object_style must be 'silhouettes', 'shared-palette' or 'builtin', got {self.object_style!r}"

@@ -171,26 +171,38 @@ class Transforms2D(torch.utils.data.Dataset):
         ``view`` > 0 gives another view of the same samples: the same object and background, every
         transformation drawn anew (from a stream keyed by the view), for pairs that differ only in
         their transformation (Speicher et al.'s sensitivity). ``view=0`` is the dataset itself."""
+        out = self._chunked(indices, view, layers=False)
+        return out[0], out[1], out[2]
+
+    def generate_layers(
+        self, indices: Iterable[int], view: int = 0
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """The samples of :meth:`generate` before compositing: (objects float32 [B, 4, size, size], the
+        transformed object as premultiplied RGBA in [0, 1]; backgrounds uint8 [B, 3, size, size], each sample's
+        own; labels int64 [B]; params). ``invfast.ops.synth.composite(objects, backgrounds, arange(B))`` is
+        :meth:`generate`'s images byte for byte; another background behind the same object is a view in which
+        the background tells nothing about the sample."""
+        out = self._chunked(indices, view, layers=True)
+        return out[0], out[3], out[1], out[2]
+
+    def _chunked(self, indices: Iterable[int], view: int, layers: bool) -> tuple[Any, ...]:
         idx = as_indices(indices, self.n)
         view = check_int("view", view)
         keys = rng.sample_keys(self.seed, self.split, idx)
         chunk = _CHUNK_PER_THREAD * max(1, torch.get_num_threads())
         if idx.size <= chunk:
-            return self._render(keys, view=view)
+            return self._render(keys, view=view, layers=layers)
         # cache-sized chunks: samples are batch-independent, so chunking changes no byte
-        S = self.size
-        images = torch.empty(idx.size, 3, S, S, dtype=torch.uint8)
-        labels = torch.empty(idx.size, dtype=torch.int64)
-        params = {k: torch.empty(idx.size, dtype=torch.float64) for k in PARAM_NAMES}
-        for c0 in range(0, idx.size, chunk):
-            im, lab, par = self._render(keys[c0 : c0 + chunk], view=view)
-            images[c0 : c0 + chunk] = im
-            labels[c0 : c0 + chunk] = lab
-            for k in PARAM_NAMES:
-                params[k][c0 : c0 + chunk] = par[k]
+        parts = [self._render(keys[c0 : c0 + chunk], view=view, layers=layers) for c0 in range(0, idx.size, chunk)]
+        params = {k: torch.cat([p[2][k] for p in parts]) for k in PARAM_NAMES}
+        images, labels = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+        if layers:
+            return images, labels, params, torch.cat([p[3] for p in parts])
         return images, labels, params
 
-    def _render(self, keys: np.ndarray, labels: np.ndarray | None = None, view: int = 0) -> Batch:
+    def _render(
+        self, keys: np.ndarray, labels: np.ndarray | None = None, view: int = 0, layers: bool = False
+    ) -> tuple[Any, ...]:
         B, S, rec = keys.shape[0], self.size, self.recipe
         if labels is None:
             labels = rng.integers(keys, "object", self.num_classes)
@@ -199,16 +211,16 @@ class Transforms2D(torch.utils.data.Dataset):
         p = sample(tkeys, self.transforms, rec)
         pm = self._canvases.index_select(0, torch.from_numpy(labels))
         if B == 0:
-            return (
-                torch.zeros(0, 3, S, S, dtype=torch.uint8),
+            empty = (
+                torch.zeros(0, 4 if layers else 3, S, S, dtype=torch.float32 if layers else torch.uint8),
                 torch.zeros(0, dtype=torch.int64),
                 {k: torch.zeros(0, dtype=torch.float64) for k in PARAM_NAMES},
             )
+            return (*empty, torch.zeros(0, 3, S, S, dtype=torch.uint8)) if layers else empty
         if self.order != "canonical":
             pm = self._transform_in_order(pm, tkeys, p)
         else:
             pm = self._transform_canonical(pm, tkeys, p)
-        # composite
         if isinstance(self.backgrounds, str):
             px = rng.uniform(keys, "background-pixels", 3 * S * S)
             bgs = torch.from_numpy(np.minimum(np.floor(px * 256.0), 255).astype(np.uint8).reshape(B, 3, S, S))
@@ -218,9 +230,11 @@ class Transforms2D(torch.utils.data.Dataset):
             bgi = rng.integers(keys, "background", self.backgrounds.shape[0])
             bgs, bg_idx = self.backgrounds, torch.from_numpy(bgi)
             p["background"] = bgi.astype(np.float64)
-        images = composite(pm.contiguous(), bgs, bg_idx)
         params = {k: torch.from_numpy(np.ascontiguousarray(p[k], dtype=np.float64)) for k in PARAM_NAMES}
-        return images, torch.from_numpy(labels.astype(np.int64)), params
+        lab = torch.from_numpy(labels.astype(np.int64))
+        if layers:
+            return pm.contiguous(), lab, params, bgs.index_select(0, bg_idx)
+        return composite(pm.contiguous(), bgs, bg_idx), lab, params
 
     def _transform_canonical(self, pm: torch.Tensor, keys: np.ndarray, p: dict[str, np.ndarray]) -> torch.Tensor:
         """The fixed order: colour (fused), sharpen, blur, pixelate, elastic, erasing in the object's frame,

@@ -248,6 +248,9 @@ def test_bad_input(tmp_path, capsys):
     assert "backgrounds must be 'procedural:N', 'builtin:N'" in capsys.readouterr().err
     assert main(["reproduce", "--preset", "tiny", "--set", "backgrounds=photos:3", "--out", str(tmp_path / "x")]) == 2
     assert "backgrounds must be" in capsys.readouterr().err
+    fresh_on_a_bank = ["--set", "fresh_backgrounds=true", "--set", "backgrounds=procedural:8"]
+    assert main(["reproduce", "--preset", "tiny", *fresh_on_a_bank, "--out", str(tmp_path / "x")]) == 2
+    assert "fresh_backgrounds draws each view's background as uniform noise" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     with pytest.raises(OSError, match="not enough disk space"):
         check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)

@@ -187,6 +187,44 @@ def task_set(task: str) -> str:
     return TASK_SETS.get(task, "probe")
 
 
+#: the main data's parts: name -> (Transforms-2D split, types; None: the config's ``data_transforms``)
+MAIN_SPLITS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "pretrain": ("train", None),
+    "probe": ("val", None),
+    "rotation": ("val", ("rotate",)),
+    "measure": ("test", None),
+}
+
+
+def main_dataset(cfg: ReproduceConfig, name: str, objects: Any = None, backgrounds: Any = None) -> Any:
+    """The Transforms-2D dataset behind main-data part ``name`` (:data:`MAIN_SPLITS`); ``objects`` and
+    ``backgrounds`` when the caller already built them (:func:`main_objects` / :func:`rotation_objects`,
+    ``cfg.main_backgrounds()``)."""
+    from invfast.synthetic import Transforms2D
+
+    split, transforms = MAIN_SPLITS[name]
+    n = {"pretrain": cfg.n_pretrain, "measure": cfg.n_measure}.get(name, cfg.n_probe)
+    if objects is None:
+        objects = rotation_objects(cfg) if name == "rotation" else main_objects(cfg)
+    return Transforms2D(
+        objects=objects,
+        transforms=cfg.data_transforms if transforms is None else transforms,
+        size=cfg.size,
+        n=n,
+        seed=cfg.seed,
+        split=split,
+        backgrounds=cfg.main_backgrounds() if backgrounds is None else backgrounds,
+    )
+
+
+def pretrain_layers(cfg: ReproduceConfig) -> torch.Tensor:
+    """The pretraining images before their backgrounds: premultiplied RGBA uint8 [n_pretrain, 4, size, size]
+    (each image is these layers over its own background; ``fresh_backgrounds`` draws a new one per view)."""
+    ds = main_dataset(cfg, "pretrain")
+    layers = ds.generate_layers(range(ds.n))[0]
+    return (layers.clamp(0, 1) * 255).round().to(torch.uint8)
+
+
 def make_data(ctx: Context) -> dict[str, Any]:
     """Main Transforms-2D data: pretraining (train split), probe (val), rotation-probe (val, only
     rotation varies) and measurement (test) images, labels, latent factors and the probe targets."""
@@ -203,25 +241,13 @@ def make_data(ctx: Context) -> dict[str, Any]:
     targets: dict[str, np.ndarray] = {}
     objects, rotation = main_objects(cfg), rotation_objects(cfg)
     out["object_names"] = list(Transforms2D(objects=objects, size=cfg.size, n=1).classes)
-    for name, split, n, transforms in (
-        ("pretrain", "train", cfg.n_pretrain, cfg.data_transforms),
-        ("probe", "val", cfg.n_probe, cfg.data_transforms),
-        ("rotation", "val", cfg.n_probe, ("rotate",)),
-        ("measure", "test", cfg.n_measure, cfg.data_transforms),
-    ):
-        ds = Transforms2D(
-            objects=rotation if name == "rotation" else objects,
-            transforms=transforms,
-            size=cfg.size,
-            n=n,
-            seed=cfg.seed,
-            split=split,
-            backgrounds=backgrounds,
-        )
+    for name in MAIN_SPLITS:
+        ds = main_dataset(cfg, name, objects=rotation if name == "rotation" else objects, backgrounds=backgrounds)
+        n = ds.n
         images, labels, params = ds.generate(range(n))
         atomic_save_npy(ctx.path("data", f"{name}_images.npy"), images.numpy())
         out["splits"][name] = {
-            "split": split,
+            "split": ds.split,
             "n": n,
             "transforms": list(ds.transforms),
             "fingerprint": ds.fingerprint(),

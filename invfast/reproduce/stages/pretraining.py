@@ -127,7 +127,9 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     keys) Adam at ``cfg.vit_lr``."""
     import dataclasses
 
+    from invfast.data.tensors import TensorSource
     from invfast.pretrain import ArraySource, Trainer
+    from invfast.reproduce.stages.data import pretrain_layers
 
     cfg = ctx.cfg
     images = ctx.images("pretrain")
@@ -147,9 +149,15 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     if cfg.curve_every:
         tc = dataclasses.replace(tc, probe_every=cfg.curve_every * steps_per_epoch)
         probe = Snapshots(heldout_probe(ctx), method.encoder, os.path.join(out, "snapshots"))
+    spec = f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"
+    source = (
+        TensorSource(pretrain_layers(cfg), spec=f"{spec}:layers")
+        if cfg.fresh_backgrounds
+        else ArraySource(images, spec=spec)
+    )
     trainer = Trainer(
         method,
-        ArraySource(images, spec=f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"),
+        source,
         tc,
         out=out,
         # checked on resume: the ResNet runs keep the identity they had before the transformers existed
@@ -183,12 +191,20 @@ def policy_method(cfg: ReproduceConfig, policy: str, key: str | None = None) -> 
     key = policy if key is None else key
     return MoCoV2(
         encoder(cfg, key),
-        T.policy(policy, size=cfg.size),
+        view_backgrounds(cfg, T.policy(policy, size=cfg.size)),
         queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
         proj_dim=cfg.proj_dim,
         queue_seed=stage_seed(cfg.seed, f"queue/{key}"),
     )
+
+
+def view_backgrounds(cfg: ReproduceConfig, policy: Any) -> Any:
+    """``policy`` as the pretraining runs apply it: over the images, or (``fresh_backgrounds``) over the objects'
+    layers with a fresh background per view (:class:`invfast.pretrain.backgrounds.FreshBackgrounds`)."""
+    from invfast.pretrain.backgrounds import FreshBackgrounds
+
+    return FreshBackgrounds(policy) if cfg.fresh_backgrounds else policy
 
 
 def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
@@ -197,10 +213,13 @@ def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
     (crop, flip, colour jitter, grayscale, blur; the 26 descriptors with at least two on); on a Prompt-ViT
     'vit-amortised' with the K = 2 groups."""
     from invfast.pretrain import AmortisedMoCo
+    from invfast.pretrain.descriptors import descriptor_policies
 
+    descriptors = "groups" if AMORTISED[key] == 2 else "individual"
     return AmortisedMoCo(
         encoder(cfg, key),
-        descriptors="groups" if AMORTISED[key] == 2 else "individual",
+        [view_backgrounds(cfg, p) for p in descriptor_policies(descriptors, cfg.size)],
+        descriptors=descriptors,
         size=cfg.size,
         queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
