@@ -34,6 +34,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "category_sensitivity_n": 0,
     # 0.6: the two views of a pretraining pair shared the image's background
     "fresh_backgrounds": False,
+    # 0.6: E2's kernel-ridge probes did not exist
+    "kernel_probe_n": 0,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -149,6 +151,9 @@ class ReproduceConfig(Config):
     # probe images per task: 3 000 keep the identity probe's noise below the 1.2x learning line on seeds
     # nobody tuned on (1 000 did not: docs/reproduce.md, The probe's own noise)
     n_probe: int = 3000
+    # E2's kernel-ridge probes (BMVC Tab. 4) fit on the first kernel_probe_n images of each probe set (0: all);
+    # SPEC 5.2 asks for at least 1 000
+    kernel_probe_n: int = 0
     n_measure: int = 96
     # models and MoCo-v2 pretraining
     arch: str = "resnet18-cifar"
@@ -290,6 +295,15 @@ class ReproduceConfig(Config):
             raise ValueError(
                 f"n_probe ({self.n_probe}) must hold at least folds x objects = "
                 f"{self.folds * self.objects} images (stratified folds need every class in every fold)"
+            )
+        if (
+            not isinstance(self.kernel_probe_n, int)
+            or isinstance(self.kernel_probe_n, bool)
+            or not (self.kernel_probe_n == 0 or self.folds * 2 <= self.kernel_probe_n <= self.n_probe)
+        ):
+            raise ValueError(
+                f"kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe] = "
+                f"[{self.folds * 2}, {self.n_probe}], got {self.kernel_probe_n!r}"
             )
         if self.transfer_n_target < self.folds * self.transfer_objects:
             raise ValueError(

@@ -69,6 +69,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         pretrain_epochs=35,
         curve_every=3,
         amortised_epochs=35,
+        # E2's kernel ridge on 1 000 of the 3 000 probe images (SPEC 5.2's least): a few seconds per fit, where all
+        # 3 000 would take minutes per seed on 1 thread
+        kernel_probe_n=1000,
         interp_points=3,
         ip_epochs=4,
         ip_n=400,

@@ -90,6 +90,13 @@ def test_tiny_end_to_end_report(tiny_run):
     assert len(nums) > 500
     bad = [(p, v) for p, v in nums if not math.isfinite(v)]
     assert not bad, bad[:5]
+    # E2's kernel-ridge probes: every regression task, the three policies, out-of-fold predictions per image
+    for seed_doc in doc["per_seed"].values():
+        kernel = seed_doc["stages"]["probes-kernel"]
+        assert sorted(kernel) == ["colour", "position", "rotation"]
+        for task in kernel.values():
+            assert task["probe"] == "kernel ridge" and sorted(task["scores"]) == ["Appearance", "Default", "Spatial"]
+            assert all(len(s["oof_prediction"]) == task["n"] == len(task["y"]) for s in task["scores"].values())
     # every model, transform, task and transfer source is there
     models = ["Random", "Default", "Spatial", "Appearance"]
     assert sorted(doc["invariance"]["cosine"]) == sorted(models)
@@ -251,6 +258,8 @@ def test_bad_input(tmp_path, capsys):
     fresh_on_a_bank = ["--set", "fresh_backgrounds=true", "--set", "backgrounds=procedural:8"]
     assert main(["reproduce", "--preset", "tiny", *fresh_on_a_bank, "--out", str(tmp_path / "x")]) == 2
     assert "fresh_backgrounds draws each view's background as uniform noise" in capsys.readouterr().err
+    assert main(["reproduce", "--preset", "tiny", "--set", "kernel_probe_n=3", "--out", str(tmp_path / "x")]) == 2
+    assert "kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe]" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
     with pytest.raises(OSError, match="not enough disk space"):
         check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)

@@ -332,15 +332,17 @@ def judge_e2(results: Mapping[str, Any]) -> SeedVerdict:
     R²(Spatial) − R²(Appearance) ≥ 0.03 on colour; max(acc(Default), acc(Spatial)) − acc(Appearance) ≥ 0.02 on
     identity; each CI > 0 (paired bootstrap over the out-of-fold predictions of the probe images).
 
-    Reads ``results['probes'][task]``: for position, rotation and colour the kernel-ridge probe (RBF, §4), which
-    the task result records as ``probe == 'kernel ridge'`` (or ``kind == 'kernel ridge'``) — without it the seed is
-    not testable (the linear ridge probe is not the paper's test); ``['scores'][model]['oof_prediction']`` [n][t]
-    and the targets ``['y']`` [n][t]; for identity (logistic) ``['scores'][model]['oof_correct']`` [n].
-    Preconditions: ≥ 1 000 probe images per task; equal budgets.
+    Reads, for position, rotation and colour, the kernel-ridge probe (RBF, §4) of ``results['probes-kernel'][task]``
+    (the stage of that name), which records ``probe == 'kernel ridge'`` (or ``kind == 'kernel ridge'``) — without
+    it the seed is not testable (the linear ridge probe is not the paper's test):
+    ``['scores'][model]['oof_prediction']`` [n][t] and the targets ``['y']`` [n][t]; for identity (logistic)
+    ``results['probes']['identity']['scores'][model]['oof_correct']`` [n]. Preconditions: ≥ 1 000 probe images
+    per task; equal budgets.
     """
     probes = need(results, "probes", what="the probes")
+    kernel = results.get("probes-kernel", {})
     for task in E2_REGRESSION:
-        if not is_kernel_ridge(need(probes, task, what=f"the {task} probe")):
+        if task not in kernel or not is_kernel_ridge(kernel[task]):
             return not_testable("needs kernel-ridge regression probes (BMVC Tab. 4)")
     ident = [correct(_score(probes, "identity", m)) for m in ("Default", "Spatial", "Appearance")]
     if len({c.shape for c in ident}) != 1:
@@ -354,8 +356,8 @@ def judge_e2(results: Mapping[str, Any]) -> SeedVerdict:
         )
     ]
     for task, (better, other, paper) in E2_REGRESSION.items():
-        y = need(probes, task, "y", what=f"the {task} probe's targets")
-        diff = r2_difference_interval(y, _score(probes, task, better), _score(probes, task, other), "E2", task)
+        y = need(kernel, task, "y", what=f"the {task} kernel probe's targets")
+        diff = r2_difference_interval(y, _score(kernel, task, better), _score(kernel, task, other), "E2", task)
         sizes[task] = diff.n
         crit.append(Criterion(f"{task}: {better} − {other} (R², kernel ridge)", diff, E2_MIN_R2, paper=paper))
     small = {t: n for t, n in sizes.items() if n < MIN_PROBE_IMAGES}

@@ -85,7 +85,7 @@ FINDING = Finding(
         "Appearance ≥ 0.03 on colour; max(Default, Spatial) − Appearance ≥ 0.02 identity accuracy; each "
         "CI > 0"
     ),
-    ("probes",),
+    ("probes", "probes-kernel"),
     lambda r: check_e2(r["probes"]),
     "probes",
     _statistics,

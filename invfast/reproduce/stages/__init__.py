@@ -46,7 +46,14 @@ from invfast.reproduce.stages.irrelevant import s3_evaluate, s3_train, s4_probe,
 from invfast.reproduce.stages.measurement import measure
 from invfast.reproduce.stages.nested import s8_probe, s8_train
 from invfast.reproduce.stages.pretraining import pretrain_amortised, pretrain_policy
-from invfast.reproduce.stages.probing import feature_file, features, probe_scores, probes, three_default_probes
+from invfast.reproduce.stages.probing import (
+    feature_file,
+    features,
+    kernel_probes,
+    probe_scores,
+    probes,
+    three_default_probes,
+)
 from invfast.reproduce.stages.specialisation import invariance_curves, invariance_transfer
 from invfast.reproduce.stages.transfer import TRANSFER_SOURCES, transfer_data, transfer_probe, transfer_train
 
@@ -87,6 +94,7 @@ STAGES: tuple[Stage, ...] = (
     Stage("features", features, needs=("data", *_PRETRAINED), writes=("features/",)),
     Stage("measure", measure, needs=("data", "features", *_PRETRAINED), writes=("measure/",)),
     Stage("probes", probes, needs=("data", "features")),
+    Stage("probes-kernel", kernel_probes, needs=("data", "features")),
     *(
         Stage(
             f"pretrain-{k}",

@@ -21,7 +21,20 @@ from invfast.reproduce.stages.context import (
 )
 from invfast.reproduce.stages.data import TASKS, task_set
 
-__all__ = ["feature_file", "features", "probe_scores", "probes", "out_of_fold", "three_default_probes"]
+__all__ = [
+    "feature_file",
+    "features",
+    "kernel_probe_scores",
+    "kernel_probes",
+    "probe_scores",
+    "probes",
+    "out_of_fold",
+    "three_default_probes",
+]
+
+#: E2's kernel-ridge probes (Ericsson et al., BMVC Tab. 4): the regression tasks and the models probed
+KERNEL_TASKS = ("position", "rotation", "colour")
+KERNEL_MODELS = ("default", "spatial", "appearance")
 
 
 def feature_file(model: str, split: str) -> tuple[str, str]:
@@ -119,6 +132,57 @@ def probes(ctx: Context) -> dict[str, Any]:
             out[task]["y"] = np.asarray(y).astype(int).tolist()
         else:
             out[task]["y"] = [short_floats(row) for row in np.asarray(y, np.float64).reshape(y.shape[0], -1)]
+    return out
+
+
+def kernel_probe_scores(x: np.ndarray, y: np.ndarray, cfg: ReproduceConfig) -> dict[str, Any]:
+    """``cfg.folds``-fold CV of an RBF kernel-ridge probe over the library's (α, γ) grid on standardised
+    features x [n, D] and targets y [n, t]: mean ± std R² over folds at the best pair, the pair, and the
+    out-of-fold predictions (:func:`out_of_fold`)."""
+    from invfast.probes import KernelRidgeCV
+
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)  # many small solves, as in probe_scores
+        est = KernelRidgeCV(cv=cfg.folds).fit(x, y)
+    finally:
+        torch.set_num_threads(threads)
+    cv = est.cv_results_
+    b = int(est.best_index_)
+    out = {
+        "mean": float(est.best_score_),
+        "std": float(cv["std_test_score"][b]),
+        "best_alpha": float(est.alpha_),
+        "best_gamma": float(est.gamma_),
+        "fold_scores": [float(cv[f"split{k}_test_score"][b]) for k in range(cfg.folds)],
+    }
+    out.update(out_of_fold(est.oof_predictions_, y, "regression"))
+    return out
+
+
+def kernel_probes(ctx: Context) -> dict[str, Any]:
+    """E2's probes (Ericsson et al., BMVC Tab. 4): position, rotation and colour regressed from the Default,
+    Spatial and Appearance features by RBF kernel ridge, on the first ``kernel_probe_n`` images of each task's
+    probe set (all with 0). Each task as the ``probes`` stage records it, with ``probe`` 'kernel ridge'."""
+    cfg = ctx.cfg
+    out: dict[str, Any] = {}
+    for task in KERNEL_TASKS:
+        kind, what = TASKS[task]
+        y = ctx.array("data", f"probe_target_{task}.npy")
+        n = y.shape[0] if cfg.kernel_probe_n == 0 else min(cfg.kernel_probe_n, y.shape[0])
+        y = np.asarray(y[:n], np.float64).reshape(n, -1)
+        rows = {
+            LABELS[k]: kernel_probe_scores(ctx.array(*feature_file(k, task_set(task)))[:n], y, cfg)
+            for k in KERNEL_MODELS
+        }
+        out[task] = {
+            "kind": kind,
+            "probe": "kernel ridge",
+            "target": what,
+            "n": int(n),
+            "scores": rows,
+            "y": [short_floats(row) for row in y],
+        }
     return out
 
 
