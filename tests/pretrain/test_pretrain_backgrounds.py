@@ -33,7 +33,7 @@ def test_layers_composite_to_the_images(rng, backgrounds, view):
 
 
 def test_layers_are_the_same_in_chunks():
-    ds = Transforms2D(objects=3, transforms=("translate", "scale"), size=8, n=5000, seed=7, backgrounds="uniform-random")
+    ds = Transforms2D(objects=3, transforms=("translate", "scale"), size=8, n=5000, seed=7)
     whole = ds.generate_layers(range(5000))
     parts = [ds.generate_layers(range(s, min(s + 700, 5000))) for s in range(0, 5000, 700)]
     for j in (0, 1, 2):
