@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,6 +87,8 @@ _POSITIVE = (
     "vit_heads",
     "vit_epochs",
 )
+#: the largest learning rate a run accepts: SGD and Adam diverge far below it, and a larger value is a typo
+MAX_LR = 10.0
 #: the sizes a run can hold; beyond them the run would take years or overflow a 31-bit seed
 _MAXIMA = {
     "seeds": 100,
@@ -98,6 +99,23 @@ _MAXIMA = {
     "n_pretrain": 10_000_000,
     "n_probe": 10_000_000,
     "n_measure": 10_000_000,
+    # model shapes: beyond these the networks do not fit in memory (width 1024: a 32k-channel ResNet stage)
+    "width": 1024,
+    "vit_dim": 4096,
+    "vit_depth": 64,
+    "vit_heads": 64,
+    "vit_patch": 1024,
+    # grids and training lengths: beyond these a stage runs for years
+    "grid_size": 1024,
+    "snapshot_grid": 1024,
+    "batch_size": 65_536,
+    "pretrain_epochs": 100_000,
+    "amortised_epochs": 100_000,
+    "transfer_epochs": 100_000,
+    "vit_epochs": 100_000,
+    "ip_epochs": 100_000,
+    "n_penalties": 10_000,
+    "logistic_max_iter": 1_000_000,
 }
 
 
@@ -369,10 +387,12 @@ class ReproduceConfig(Config):
             raise ValueError(
                 f"config field warmup must be a fraction of each pretraining run's steps in [0, 1), got {self.warmup!r}"
             )
-        if not isinstance(self.vit_lr, (int, float)) or isinstance(self.vit_lr, bool) or not 0 < self.vit_lr < math.inf:
-            raise ValueError(f"config field vit_lr must be a finite number > 0, got {self.vit_lr!r}")
-        if not self.lr > 0 or not 0 <= self.key_momentum <= 1:
-            raise ValueError(f"lr must be > 0 and key_momentum in [0, 1], got {self.lr}, {self.key_momentum}")
+        for name in ("lr", "vit_lr"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= MAX_LR:
+                raise ValueError(f"config field {name} must be a number in (0, {MAX_LR:g}], got {v!r}")
+        if not 0 <= self.key_momentum <= 1:
+            raise ValueError(f"key_momentum must be in [0, 1], got {self.key_momentum}")
 
     def _validate_data(self) -> None:
         """Backgrounds, objects, Transforms-2D types and the architecture."""
