@@ -164,7 +164,7 @@ class ReproduceConfig(Config):
     # each pretraining view composites the object over its own fresh noise background, so a pair of views
     # shares the object and nothing else (without a crop, as in Appearance, the shared noise identifies the
     # image: docs/reproduce.md, What the models tell images apart by); probe and measurement images keep theirs
-    fresh_backgrounds: bool = False
+    fresh_backgrounds: bool = True
     n_pretrain: int = 2048
     # probe images per task: 3 000 keep the identity probe's noise below the 1.2x learning line on seeds
     # nobody tuned on (1 000 did not: docs/reproduce.md, The probe's own noise)
@@ -402,7 +402,8 @@ class ReproduceConfig(Config):
         if self.fresh_backgrounds and self.backgrounds != "uniform-random":
             raise ValueError(
                 "fresh_backgrounds draws each view's background as uniform noise, which the probe and "
-                f"measurement images share only with backgrounds='uniform-random', got {self.backgrounds!r}"
+                f"measurement images share only with backgrounds='uniform-random', got {self.backgrounds!r} "
+                "(with a bank of backgrounds, set fresh_backgrounds=false)"
             )
         if self.object_style not in ("silhouettes", "shared-palette", "builtin"):
             raise ValueError(

@@ -638,7 +638,7 @@ def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count, 
     from invfast.synthetic import Transforms2D
     from invfast.synthetic.banks import builtin_backgrounds
 
-    cfg = RP.preset("tiny", backgrounds=spec)
+    cfg = RP.preset("tiny", backgrounds=spec, fresh_backgrounds=spec == "uniform-random")
     ctx = S.Context(cfg, str(tmp_path), progress=False)
     assert S.make_data(ctx)["backgrounds"] == spec
     images = ctx.images("probe")
