@@ -35,6 +35,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "fresh_backgrounds": False,
     # 0.6: E2's kernel-ridge probes did not exist
     "kernel_probe_n": 0,
+    # 0.6: C6 timed cost_steps steps, not epochs
+    "cost_epochs": 0,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -207,9 +209,11 @@ class ReproduceConfig(Config):
     transfer_n_source: int = 1200
     transfer_n_target: int = 500
     transfer_epochs: int = 5
-    # amortised model (C1, C2, C3, C6); C6 times cost_steps training steps of each model
+    # amortised model (C1, C2, C3, C6); C6 times cost_epochs whole epochs of each model, the models taking turns
+    # epoch by epoch (0: cost_steps steps once, as before 0.6: no per-epoch times, so C6 is not testable)
     amortised_epochs: int = 10
     cost_steps: int = 10
+    cost_epochs: int = 5
     # C4: few-shot identity episodes and few-shot regression splits per model
     fewshot_episodes: int = 300
     fewshot_splits: int = 30
@@ -314,6 +318,9 @@ class ReproduceConfig(Config):
                 f"n_probe ({self.n_probe}) must hold at least folds x objects = "
                 f"{self.folds * self.objects} images (stratified folds need every class in every fold)"
             )
+        ce = self.cost_epochs
+        if not isinstance(ce, int) or isinstance(ce, bool) or not 0 <= ce <= 1000:
+            raise ValueError(f"config field cost_epochs must be an int in [0, 1000] (0: cost_steps steps), got {ce!r}")
         if (
             not isinstance(self.kernel_probe_n, int)
             or isinstance(self.kernel_probe_n, bool)

@@ -1061,3 +1061,22 @@ def test_the_console_names_each_reason_once_in_one_short_line():
     long = console_why([f"model-{i} learned (0.5× its baseline)" for i in range(60)])
     assert len(long) <= 160 + len("; details in report.md") and "…" in long
     assert console_why(["", ""]) == ""
+
+
+def test_c6_times_whole_epochs_of_every_model_in_turns(tmp_path):
+    """C6's stage times cost_epochs epochs of each model (SPEC 5.2: the median of >= 5), so its rule is testable."""
+    out = tmp_path / "c6"
+    assert run_cli("--preset", "tiny", "--findings", "C6", "--set", "seeds=1", "--out", str(out)) == 0
+    doc = json.loads((out / "results.json").read_text())
+    cost = next(iter(doc["per_seed"].values()))["stages"]["amortised-cost"]
+    assert cost["timed_epochs"] == 5
+    models = cost["models"]
+    assert sorted(models) == ["amortised", "appearance", "default", "spatial"]
+    assert {len(m["epoch_seconds"]) for m in models.values()} == {5}
+    assert len({m["steps_per_epoch"] for m in models.values()}) == 1
+    assert all(t > 0 for m in models.values() for t in m["epoch_seconds"])
+    for m in models.values():
+        median = sorted(m["epoch_seconds"])[2]
+        assert m["seconds_per_step"] == pytest.approx(median / m["steps_per_epoch"])
+    (c6,) = [f for f in next(iter(doc["per_seed"].values()))["findings"] if f["id"] == "C6"]
+    assert c6["verdict"]["verdict"] != "not testable", c6["verdict"]

@@ -1051,8 +1051,8 @@ def judge_c6(results: Mapping[str, Any]) -> SeedVerdict:
     below 0. The ratio AI / one specialist (paper 1.75 at K = 5, RN-50) is reported in the precondition's detail.
 
     Reads ``amortised-cost['models'][key]['epoch_seconds']`` (the amortised model ``'amortised'``, the specialists
-    every other key; ``steps_per_epoch`` compared where recorded): not made yet — the stage times ``cost_steps``
-    steps and multiplies by each model's configured steps."""
+    every other key; ``steps_per_epoch`` compared where recorded), which the stage makes with ``cost_epochs`` ≥ 5
+    (folders of invfast before 0.6 timed ``cost_steps`` steps once: not testable)."""
     models = need(results, "amortised-cost", "models", what="the amortised-cost stage")
     what = f"time per epoch of every model over ≥ {MIN_EPOCHS_TIMED} epochs"
     epochs = {k: [float(v) for v in need(m, "epoch_seconds", what=what)] for k, m in models.items()}

@@ -98,26 +98,29 @@ def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:
 
 
 def amortised_cost(ctx: Context) -> dict[str, Any]:
-    """C6: wall time per training step and parameters of the amortised model (AI-MoCo on the Hyper-ResNet)
-    and of each specialist (MoCo-v2 with one policy), timed back to back in this stage on the run's data and
-    batch (``cost_steps`` steps each after one warm-up step), and the whole training each is configured for
-    (time per step × its steps: ``amortised_epochs`` for the amortised model, ``pretrain_epochs`` each)."""
+    """C6: wall time per epoch and parameters of the amortised model (AI-MoCo on the Hyper-ResNet) and of each
+    specialist (MoCo-v2 with one policy), trained in this stage on the run's data and batch after one warm-up
+    step each: ``cost_epochs`` whole epochs per model, the models taking turns epoch by epoch so that a change
+    in the machine's load falls on all of them (``epoch_seconds``, one per epoch); or, with ``cost_epochs`` 0,
+    ``cost_steps`` steps once. ``seconds_per_step`` is the median epoch over its steps, ``training_seconds`` that
+    times the steps each model is configured for (``amortised_epochs`` for the amortised model,
+    ``pretrain_epochs`` each specialist)."""
     import time
 
-    from invfast.pretrain import ArraySource, TrainConfig, Trainer
+    from invfast.pretrain import TrainConfig, Trainer
     from invfast.reproduce.stages.context import POLICIES
-    from invfast.reproduce.stages.pretraining import amortised_method, policy_method
+    from invfast.reproduce.stages.pretraining import amortised_method, policy_method, pretrain_source
 
     cfg = ctx.cfg
-    images = ctx.images("pretrain")
-    data = ArraySource(images, spec=f"reproduce:cost:{cfg.seed}")
-    steps_per_epoch = images.shape[0] // cfg.batch_size
-    warm, timed = 1, cfg.cost_steps
+    data = pretrain_source(ctx, f"reproduce:cost:{cfg.seed}")
+    steps_per_epoch = len(data) // cfg.batch_size
+    rounds, per_round = (cfg.cost_epochs, steps_per_epoch) if cfg.cost_epochs else (1, cfg.cost_steps)
+    warm = 1
 
-    def per_step(method: Any) -> float:
+    def trainer_of(method: Any) -> Any:
         tc = TrainConfig(
             batch_size=cfg.batch_size,
-            steps=warm + timed,
+            steps=warm + rounds * per_round,
             lr=cfg.lr,
             seed=stage_seed(cfg.seed, "cost"),
             size=cfg.size,
@@ -128,22 +131,31 @@ def amortised_cost(ctx: Context) -> dict[str, Any]:
         )
         trainer = Trainer(method, data, tc)
         trainer.fit(until_step=warm)
-        t0 = time.perf_counter()
-        trainer.fit(until_step=warm + timed)
-        return (time.perf_counter() - t0) / timed
-
-    def params(method: Any) -> int:
-        return int(sum(p.numel() for p in method.encoder.parameters()))
+        return trainer
 
     models = {p: policy_method(cfg, p) for p in POLICIES}
     models["amortised"] = amortised_method(cfg)
+    trainers = {key: trainer_of(method) for key, method in models.items()}
+    seconds: dict[str, list[float]] = {key: [] for key in models}
+    for r in range(rounds):
+        for key, trainer in trainers.items():
+            t0 = time.perf_counter()
+            trainer.fit(until_step=warm + (r + 1) * per_round)
+            seconds[key].append(time.perf_counter() - t0)
     epochs = {**{p: cfg.pretrain_epochs for p in POLICIES}, "amortised": cfg.amortised_epochs}
-    out = {}
+    out: dict[str, Any] = {}
     for key, method in models.items():
-        s = per_step(method)
-        out[key] = {"seconds_per_step": s, "steps": epochs[key] * steps_per_epoch, "parameters": params(method)}
-        out[key]["training_seconds"] = s * out[key]["steps"]
-    return {"models": out, "timed_steps": timed, "threads": cfg.threads}
+        s = float(np.median(seconds[key])) / per_round
+        out[key] = {
+            "seconds_per_step": s,
+            "steps": epochs[key] * steps_per_epoch,
+            "parameters": int(sum(p.numel() for p in method.encoder.parameters())),
+            "training_seconds": s * epochs[key] * steps_per_epoch,
+        }
+        if cfg.cost_epochs:
+            out[key].update(epoch_seconds=seconds[key], steps_per_epoch=steps_per_epoch)
+    timed = {"timed_epochs": rounds} if cfg.cost_epochs else {"timed_steps": per_round}
+    return {"models": out, **timed, "threads": cfg.threads}
 
 
 #: amortised model key -> its row in the downstream tables

@@ -19,6 +19,7 @@ __all__ = [
     "snapshot_steps",
     "policy_method",
     "amortised_method",
+    "pretrain_source",
     "pretrain_policy",
     "pretrain_amortised",
     "train_config",
@@ -122,14 +123,24 @@ def snapshot_steps(ctx: Context, key: str) -> list[int]:
     return sorted(int(n[len("step-") : -len(".pt")]) for n in names if n.startswith("step-") and n.endswith(".pt"))
 
 
+def pretrain_source(ctx: Context, spec: str) -> Any:
+    """The pretraining images as the methods of :func:`policy_method` / :func:`amortised_method` read them: the
+    images themselves, or (``fresh_backgrounds``) their objects' RGBA layers, each view composited anew."""
+    from invfast.data.tensors import TensorSource
+    from invfast.pretrain import ArraySource
+    from invfast.reproduce.stages.data import pretrain_layers
+
+    if ctx.cfg.fresh_backgrounds:
+        return TensorSource(pretrain_layers(ctx.cfg), spec=f"{spec}:layers")
+    return ArraySource(ctx.images("pretrain"), spec=spec)
+
+
 def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     """Pretrain ``method`` as model ``key`` for ``epochs``: MoCo's SGD at ``cfg.lr``, the transformers ('vit-'
     keys) Adam at ``cfg.vit_lr``."""
     import dataclasses
 
-    from invfast.data.tensors import TensorSource
-    from invfast.pretrain import ArraySource, Trainer
-    from invfast.reproduce.stages.data import pretrain_layers
+    from invfast.pretrain import Trainer
 
     cfg = ctx.cfg
     images = ctx.images("pretrain")
@@ -149,12 +160,7 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     if cfg.curve_every:
         tc = dataclasses.replace(tc, probe_every=cfg.curve_every * steps_per_epoch)
         probe = Snapshots(heldout_probe(ctx), method.encoder, os.path.join(out, "snapshots"))
-    spec = f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}"
-    source = (
-        TensorSource(pretrain_layers(cfg), spec=f"{spec}:layers")
-        if cfg.fresh_backgrounds
-        else ArraySource(images, spec=spec)
-    )
+    source = pretrain_source(ctx, f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}")
     trainer = Trainer(
         method,
         source,
