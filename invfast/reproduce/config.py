@@ -37,6 +37,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "kernel_probe_n": 0,
     # 0.6: C6 timed cost_steps steps, not epochs
     "cost_epochs": 0,
+    # 0.6: the Prompt-ViT trained from its initialisation
+    "vit_warm_start": False,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -230,6 +232,9 @@ class ReproduceConfig(Config):
     vit_heads: int = 4
     vit_epochs: int = 30
     vit_lr: float = 3e-3
+    # C7's Prompt-ViT starts from the trained Default ViT (its prompt network from its initialisation), as Chavhan
+    # et al. warm-start theirs from a pretrained ViT; from scratch it learned to ignore its prompt
+    vit_warm_start: bool = True
     # which findings (ids of docs/findings.md) run: their stages and report sections (see invfast.reproduce.findings)
     findings: tuple[str, ...] = scheduling("a stage's numbers do not depend on which others run", DEFAULT_FINDINGS)
     # Speicher et al.'s supervised experiments: models trained on transfer_n_source images for
@@ -404,6 +409,8 @@ class ReproduceConfig(Config):
     def _validate_data(self) -> None:
         """Backgrounds, objects, Transforms-2D types and the architecture."""
         background_count(self.backgrounds)
+        if not isinstance(self.vit_warm_start, bool):
+            raise ValueError(f"vit_warm_start must be true or false, got {self.vit_warm_start!r}")
         if not isinstance(self.fresh_backgrounds, bool):
             raise ValueError(f"fresh_backgrounds must be true or false, got {self.fresh_backgrounds!r}")
         if self.fresh_backgrounds and self.backgrounds != "uniform-random":

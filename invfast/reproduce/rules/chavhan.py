@@ -1091,9 +1091,10 @@ def judge_c7(results: Mapping[str, Any]) -> SeedVerdict:
 
     Preconditions besides the parts': the prompt is not ignored — features at i = [1, 0] and [0, 1] differ by
     ≥ 5 % of their norm on the probe images (mean over images of ‖f(1, 0) − f(0, 1)‖ / mean norm, read from
-    ``vit-interpolation['prompt_effect']['per_image']``, not recorded yet), and the Prompt-ViT is warm-started from
-    the Default ViT as C7's experiment in ``docs/findings.md`` says (``pretrain-vit-amortised['warm_start'] ==
-    'vit-default'``, not made yet: it trains from its initialisation)."""
+    ``vit-interpolation['prompt_effect']['per_image']``: per image, the difference's norm over the mean of the two
+    features' norms), and the Prompt-ViT is warm-started from the Default ViT as C7's experiment in
+    ``docs/findings.md`` says (``pretrain-vit-amortised['warm_start'] == 'vit-default'``; folders of invfast before
+    0.6 trained it from its initialisation and record no warm start: not testable)."""
     rel = np.asarray(
         need(
             results,

@@ -158,7 +158,7 @@ STAGES: tuple[Stage, ...] = (
     Stage(
         f"pretrain-{VIT}amortised",
         functools.partial(pretrain_amortised, key=f"{VIT}amortised"),
-        needs=("data",),
+        needs=("data", f"pretrain-{VIT}default"),
         writes=(f"pretrain/{VIT}amortised/",),
     ),
     Stage(

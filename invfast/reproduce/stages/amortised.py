@@ -20,6 +20,7 @@ from invfast.reproduce.stages.measurement import measure_one, per_image_cosines,
 __all__ = [
     "interpolation_points",
     "amortised_interpolation",
+    "prompt_effect",
     "amortised_learned_i",
     "amortised_cost",
     "amortised_downstream",
@@ -60,7 +61,20 @@ def amortised_interpolation(ctx: Context, key: str = "amortised") -> dict[str, A
                 "per_image_cosine": per_image_cosines(r),
             }
         )
-    return {"points": rows}
+    return {"points": rows, "prompt_effect": prompt_effect(ctx, model)}
+
+
+def prompt_effect(ctx: Context, model: torch.nn.Module) -> dict[str, Any]:
+    """How much the descriptor moves the features (C7: is the prompt ignored?): per probe image,
+    ‖f(x, [1, 0]) − f(x, [0, 1])‖ over the mean of the two features' norms (``per_image``), and its mean."""
+    from invfast.measure import WithDescriptor
+
+    images = ctx.images("probe")
+    a = extract(WithDescriptor(model, [1.0, 0.0]).eval(), images).astype(np.float64)
+    b = extract(WithDescriptor(model, [0.0, 1.0]).eval(), images).astype(np.float64)
+    scale = (np.linalg.norm(a, axis=1) + np.linalg.norm(b, axis=1)) / 2
+    rel = np.linalg.norm(a - b, axis=1) / np.maximum(scale, 1e-12)
+    return {"per_image": [float(v) for v in rel], "mean": float(rel.mean())}
 
 
 def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:

@@ -20,6 +20,7 @@ __all__ = [
     "policy_method",
     "amortised_method",
     "pretrain_source",
+    "warm_start",
     "pretrain_policy",
     "pretrain_amortised",
     "train_config",
@@ -248,6 +249,21 @@ def _epochs(cfg: ReproduceConfig, key: str) -> int:
     return cfg.amortised_epochs if key in AMORTISED else cfg.pretrain_epochs
 
 
+def warm_start(ctx: Context, key: str, model: torch.nn.Module) -> str | None:
+    """Load the trained Default ViT into the Prompt-ViT ``model`` ('vit-amortised' with ``vit_warm_start``; the
+    prompt network keeps its initialisation) and return the source's key; None (nothing loaded) otherwise. A run
+    that resumes from a checkpoint replaces these weights with the checkpoint's."""
+    if key != f"{VIT}amortised" or not ctx.cfg.vit_warm_start:
+        return None
+    source = f"{VIT}default"
+    missing, unexpected = model.load_state_dict(ctx.model(source).state_dict(), strict=False)
+    if unexpected or any(not k.startswith("prompt_") for k in missing):
+        raise RuntimeError(
+            f"the {source} model does not fit the Prompt-ViT: missing {list(missing)}, unexpected {list(unexpected)}"
+        )
+    return source
+
+
 def pretrain_amortised(ctx: Context, key: str = "amortised") -> dict[str, Any]:
     """AI-MoCo (:func:`amortised_method`), ``amortised_epochs`` epochs (the Prompt-ViT ``vit_epochs``); then the
     identity probe of the run (5-fold, the probe set) at the default descriptor [1, 1] for the trained model and
@@ -255,7 +271,9 @@ def pretrain_amortised(ctx: Context, key: str = "amortised") -> dict[str, Any]:
     Random's), where the held-out curve's 200 scored images leave its first and last points ±0.03 apart by
     chance."""
     method = amortised_method(ctx.cfg, key)
+    warm = warm_start(ctx, key, method.encoder)
     out = _fit(ctx, key, method, _epochs(ctx.cfg, key))
+    out["warm_start"] = warm
     out["identity"] = {
         "trained": _identity_probe(ctx, method.encoder, AMORTISED[key]),
         "init": _identity_probe(ctx, amortised_method(ctx.cfg, key).encoder, AMORTISED[key]),
