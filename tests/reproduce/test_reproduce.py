@@ -1080,3 +1080,16 @@ def test_c6_times_whole_epochs_of_every_model_in_turns(tmp_path):
         assert m["seconds_per_step"] == pytest.approx(median / m["steps_per_epoch"])
     (c6,) = [f for f in next(iter(doc["per_seed"].values()))["findings"] if f["id"] == "C6"]
     assert c6["verdict"]["verdict"] != "not testable", c6["verdict"]
+
+
+def test_s6_probes_the_untrained_network_as_its_control(tmp_path):
+    """S6's rule compares with the untrained network's accuracy, so the stage probes it on every column."""
+    out = tmp_path / "s6"
+    assert run_cli("--preset", "tiny", "--findings", "S6", "--set", "seeds=1", "--out", str(out)) == 0
+    doc = json.loads((out / "results.json").read_text())
+    s6 = next(iter(doc["per_seed"].values()))["stages"]["s6-probe"]
+    cats = s6["categories"]
+    assert set(s6["accuracy"]) == {*cats, "none", "untrained"}
+    n = {c: len(s6["accuracy"][cats[0]][c]["oof_correct"]) for c in cats}
+    assert all(len(s6["accuracy"]["untrained"][c]["oof_correct"]) == n[c] for c in cats)
+    assert "| untrained network (control) |" in (out / "report.md").read_text()

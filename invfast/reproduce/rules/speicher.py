@@ -616,8 +616,8 @@ def judge_s6(results: Results) -> SeedVerdict:
     The distance ratios are single numbers: the intervals carry the accuracies' sampling error only.
 
     Reads ``results['s6-probe']``: ``categories``, ``accuracy[m][c]`` (score dicts with ``oof_correct``, the
-    same images for every m on column c; m over the categories, 'none' and 'untrained' — the untrained
-    network is not probed yet: not testable without it) and ``distance_ratio[m][c]``."""
+    same images for every m on column c; m over the categories, 'none' and 'untrained'; folders of invfast
+    before 0.6 did not probe the untrained network: not testable) and ``distance_ratio[m][c]``."""
     s6 = need(results, "s6-probe", what="S6's probes (s6-probe)")
     cats = list(need(s6, "categories", what="S6's categories"))
     lacking = [h for h in HARD_CATEGORIES if h not in cats]

@@ -218,6 +218,9 @@ def _s6_markdown(view: ReportView) -> list[str]:
     for m in [*r["categories"], NONE]:
         L.append(f"| {_label(m)} | " + " | ".join(f"{r['accuracy'][m][c]['mean']:.3f}" for c in r["categories"]) + " |")
     L.append("| *mean from the other categories* | " + " | ".join(f"*{cols[c]:.3f}*" for c in r["categories"]) + " |")
+    if "untrained" in r["accuracy"]:  # S6's control (folders before 0.6 did not probe it)
+        cells = " | ".join(f"{r['accuracy']['untrained'][c]['mean']:.3f}" for c in r["categories"])
+        L.append(f"| untrained network (control) | {cells} |")
     L.append(f"\n![transfer matrix]({view.doc['figures']['categories_transfer']})\n")
     L.append(f"![distance ratios]({view.doc['figures']['categories_ratio']})\n")
     return L

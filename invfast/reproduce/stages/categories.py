@@ -97,8 +97,9 @@ def _loaders(ctx: Context, kind: str) -> dict[str, Any]:
 
 
 def s6_probe(ctx: Context) -> dict[str, Any]:
-    """Transfer matrix (linear-probe accuracy of each image model, rows, on each category's image data,
-    columns) and the class distance ratio of every model (and the untrained one) on every category."""
+    """Transfer matrix (linear-probe accuracy of each image model and of the untrained network, rows, on each
+    category's image data, columns) and the class distance ratio of every model on every category: the untrained
+    network is S6's control (the same relation in a network that learned nothing)."""
     import torch
 
     from invfast.metrics import class_distance_ratio
@@ -111,7 +112,7 @@ def s6_probe(ctx: Context) -> dict[str, Any]:
         {c: functools.partial(category_dataset, category=c, data="image") for c in cats},
     )
     models = [*cats, NONE, "untrained"]
-    accuracy = {m: {c: ev.probe(m, c) for c in cats} for m in models if m != "untrained"}
+    accuracy = {m: {c: ev.probe(m, c) for c in cats} for m in models}
     ratio = {
         m: {
             c: class_distance_ratio(torch.from_numpy(ev.features(m, c)), torch.from_numpy(ev.images(c)[1]))
