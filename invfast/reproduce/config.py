@@ -261,7 +261,7 @@ class ReproduceConfig(Config):
     # 2 x pairs x categories x levels x 2 kinds of views, so quick keeps it small
     category_sensitivity_n: int = 0
     # E4 / E5: each pretraining snapshot measured on this many measurement images at grid min(grid_size, this)
-    snapshot_images: int = 48
+    snapshot_images: int = 96
     snapshot_grid: int = 4
 
     def validate(self) -> None:

@@ -1093,3 +1093,21 @@ def test_s6_probes_the_untrained_network_as_its_control(tmp_path):
     n = {c: len(s6["accuracy"][cats[0]][c]["oof_correct"]) for c in cats}
     assert all(len(s6["accuracy"]["untrained"][c]["oof_correct"]) == n[c] for c in cats)
     assert "| untrained network (control) |" in (out / "report.md").read_text()
+
+
+def test_s2_probes_the_crossed_model_on_all_four_sets(tmp_path):
+    """S2's crossed design: the (O1, T2) model is probed on the four sets beside the (O1, T1) model."""
+    out = tmp_path / "s2"
+    assert run_cli("--preset", "tiny", "--findings", "S2", "--set", "seeds=1", "--out", str(out)) == 0
+    doc = json.loads((out / "results.json").read_text())
+    s2 = next(iter(doc["per_seed"].values()))["stages"]["s2-probe"]
+    sets = ["all", "none", "objects", "transforms"]
+    assert sorted(s2["accuracy"]) == ["different", "same"]
+    assert all(sorted(s2["accuracy"][m]) == sets for m in s2["accuracy"])
+    assert s2["scores"] == s2["accuracy"]["same"]
+    for name in sets:
+        a, b = (s2["accuracy"][m][name]["oof_correct"] for m in ("same", "different"))
+        assert len(a) == len(b) > 0
+    assert "| dataset | (O1, T1) model | (O1, T2) model |" in (out / "report.md").read_text()
+    (s2_verdict,) = [f for f in next(iter(doc["per_seed"].values()))["findings"] if f["id"] == "S2"]
+    assert "crossed" not in s2_verdict["verdict"]["why"]

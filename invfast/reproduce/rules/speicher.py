@@ -307,8 +307,8 @@ def judge_s2(results: Results) -> SeedVerdict:
 
     Reads ``results['s2-probe']['accuracy'][model][set]`` (model 'same' / 'different', set 'all', 'transforms',
     'objects', 'none'; score dicts with ``oof_correct``); the same model may come from the current
-    ``results['s2-probe']['scores'][set]``. The 'different' row is the crossed model the stage does not probe
-    yet: not testable without it."""
+    ``results['s2-probe']['scores'][set]``. Folders of invfast before 0.6 did not probe the crossed 'different'
+    model: not testable."""
     s2 = need(results, "s2-probe", what="S2's probes (s2-probe)")
     acc = s2.get("accuracy") if isinstance(s2.get("accuracy"), Mapping) else {}
     same = acc.get("same") or s2.get("scores")

@@ -80,14 +80,25 @@ def _figures(view: ReportView) -> dict[str, str]:
 
 
 def _markdown(view: ReportView) -> list[str]:
-    sc = view.first.results["s2-probe"]["scores"]
+    r = view.first.results["s2-probe"]
+    sc = r["scores"]
+    crossed = r.get("accuracy", {}).get("different")  # folders before 0.6 did not probe it
     L = [
         "## Invariance against equivariance — S2\n",
         "The model trained on the source objects O1 under the target's transformations T1 (the transfer "
-        "experiment's *same* model), probed on:\n",
-        "| dataset | accuracy |\n|---|---:|",
+        "experiment's *same* model)"
+        + (
+            " and the crossed one trained on O1 under the disjoint transformations T2 (its *different* model)"
+            if crossed
+            else ""
+        )
+        + ", probed on:\n",
+        "| dataset | (O1, T1) model |"
+        + (" (O1, T2) model |" if crossed else "")
+        + "\n|---|---:|"
+        + ("---:|" if crossed else ""),
     ]
-    L += [f"| {LABELS[k]} | {pm(sc[k])} |" for k in LABELS]
+    L += [f"| {LABELS[k]} | {pm(sc[k])} |" + (f" {pm(crossed[k])} |" if crossed else "") for k in LABELS]
     L.append(f"\n![invariance vs equivariance]({view.doc['figures']['equivariance']})\n")
     return L
 

@@ -200,7 +200,7 @@ STAGES: tuple[Stage, ...] = (
         s1_probe,
         needs=(*(f"s1-train-{f}" for f in FACTORS), "transfer-train-same", "transfer-train-different"),
     ),
-    Stage("s2-probe", s2_probe, needs=("transfer-train-same",)),
+    Stage("s2-probe", s2_probe, needs=("transfer-train-same", "transfer-train-different")),
     Stage("s3-train", s3_train, writes=("supervised/",)),
     Stage("s3-evaluate", s3_evaluate, needs=("s3-train",)),
     *(Stage(f"s4-train-{k}", functools.partial(s4_train, kind=k), writes=("supervised/",)) for k in ("alpha", "beta")),
