@@ -1111,3 +1111,25 @@ def test_s2_probes_the_crossed_model_on_all_four_sets(tmp_path):
     assert "| dataset | (O1, T1) model | (O1, T2) model |" in (out / "report.md").read_text()
     (s2_verdict,) = [f for f in next(iter(doc["per_seed"].values()))["findings"] if f["id"] == "S2"]
     assert "crossed" not in s2_verdict["verdict"]["why"]
+
+
+def test_s5_scores_the_pairs_the_oplus_model_never_saw(tmp_path):
+    """S5's rule reads each model's out-of-fold correctness on D_T1's O2 images and D_T2's O1 images."""
+    from invfast.reproduce.stages.class_transfer import class_transfer_dataset
+
+    out = tmp_path / "s5"
+    assert run_cli("--preset", "tiny", "--findings", "S5", "--set", "seeds=1", "--out", str(out)) == 0
+    doc = json.loads((out / "results.json").read_text())
+    s5 = next(iter(doc["per_seed"].values()))["stages"]["s5-probe"]
+    cfg = RP.preset("tiny", seeds=1)
+    n, k = cfg.transfer_n_target, cfg.s5_objects
+    for d, group in (("T1", "O2"), ("T2", "O1")):
+        labels = class_transfer_dataset(cfg, "val", n, d).generate(range(n))[1].numpy()
+        shows = labels >= k if group == "O2" else labels < k
+        for m in ("T1", "T2", "oplus"):
+            want = np.asarray(s5["accuracy"][m][d]["oof_correct"])[shows]
+            got = s5["unseen"][m][d]
+            assert got["group"] == group and got["oof_correct"] == want.tolist()
+            assert got["mean"] == pytest.approx(want.mean())
+    (s5_verdict,) = [f for f in next(iter(doc["per_seed"].values()))["findings"] if f["id"] == "S5"]
+    assert "never saw" not in s5_verdict["verdict"]["why"]

@@ -477,7 +477,7 @@ def judge_s5(results: Results) -> SeedVerdict:
 
     Reads ``results['s5-probe']['unseen'][model][d]`` (model 'T1', 'T2', 'oplus'; d 'T1': the images of D_T1
     showing O2, d 'T2': those of D_T2 showing O1; score dicts with ``oof_correct``, the same images for every
-    model) — the stage does not score those pairs separately yet: not testable without them — and
+    model; folders of invfast before 0.6 did not score those pairs: not testable) and
     ``results['s5-probe']['accuracy']['circ' | 'oplus']['circ']``. Preconditions: the native T1 and T2 models
     ≥ 0.8 on their own data; native above other on each unseen set (CI > 0: else the ratio has no scale)."""
     s5 = need(results, "s5-probe", what="S5's probes (s5-probe)")

@@ -8,12 +8,14 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+import numpy as np
+
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import Context
 from invfast.reproduce.stages.supervised import Evaluator, ModelSpec, load_trained, train_models
 from invfast.reproduce.stages.transfer import split_of
 
-__all__ = ["DATASETS", "class_transfer_dataset", "class_transfer_specs", "s5_train", "s5_probe"]
+__all__ = ["DATASETS", "UNSEEN_GROUP", "class_transfer_dataset", "class_transfer_specs", "s5_train", "s5_probe"]
 
 #: dataset key -> label in the report
 DATASETS = {"T1": "D_T1", "T2": "D_T2", "oplus": "D_T1⊕T2", "circ": "D_T1∘T2"}
@@ -54,8 +56,15 @@ def s5_train(ctx: Context) -> dict[str, Any]:
     return {"models": train_models(ctx, class_transfer_specs(ctx.cfg))}
 
 
+#: S5's unseen pairs: on dataset d, the images of the object group the ⊕ model never saw under d's types
+#: (D_T1: O2, classes s5_objects and up; D_T2: O1, the classes below)
+UNSEEN_GROUP = {"T1": "O2", "T2": "O1"}
+
+
 def s5_probe(ctx: Context) -> dict[str, Any]:
-    """Accuracy of every model (rows: trained on) on every dataset (columns: probed on)."""
+    """Accuracy of every model (rows: trained on) on every dataset (columns: probed on); and ``unseen[m][d]``:
+    the T1, T2 and ⊕ models' out-of-fold correctness on the images of D_T1 showing O2 and of D_T2 showing O1 —
+    the (object, transformation) pairs the ⊕ model never saw (the probe fitted on all of d, as in ``accuracy``)."""
     specs = class_transfer_specs(ctx.cfg)
     ev = Evaluator(
         ctx,
@@ -63,8 +72,19 @@ def s5_probe(ctx: Context) -> dict[str, Any]:
         {kind: functools.partial(class_transfer_dataset, kind=kind) for kind in DATASETS},
     )
     sv = split_of(ctx.cfg)
+    accuracy = {m: {d: ev.probe(m, d) for d in DATASETS} for m in DATASETS}
+    k = ctx.cfg.s5_objects
+    unseen: dict[str, dict[str, Any]] = {}
+    for m in ("T1", "T2", "oplus"):
+        unseen[m] = {}
+        for d, group in UNSEEN_GROUP.items():
+            labels = np.asarray(ev.images(d)[1])
+            shows = labels >= k if group == "O2" else labels < k
+            correct = np.asarray(accuracy[m][d]["oof_correct"])[shows]
+            unseen[m][d] = {"mean": float(correct.mean()), "oof_correct": correct.astype(int).tolist(), "group": group}
     return {
-        "accuracy": {m: {d: ev.probe(m, d) for d in DATASETS} for m in DATASETS},
+        "accuracy": accuracy,
+        "unseen": unseen,
         "T1": list(sv.target_transforms),
         "T2": list(sv.other_transforms),
         "objects_per_group": ctx.cfg.s5_objects,
