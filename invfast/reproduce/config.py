@@ -39,6 +39,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "cost_epochs": 0,
     # 0.6: the Prompt-ViT trained from its initialisation
     "vit_warm_start": False,
+    # 0.6: one fit of the learned i per task
+    "ip_restarts": 1,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -73,6 +75,7 @@ _POSITIVE = (
     "amortised_epochs",
     "interp_points",
     "ip_epochs",
+    "ip_restarts",
     "ip_n",
     "curve_images",
     "s5_objects",
@@ -118,6 +121,7 @@ _MAXIMA = {
     "transfer_epochs": 100_000,
     "vit_epochs": 100_000,
     "ip_epochs": 100_000,
+    "ip_restarts": 1000,
     "n_penalties": 10_000,
     "logistic_max_iter": 1_000_000,
 }
@@ -221,6 +225,8 @@ class ReproduceConfig(Config):
     fewshot_splits: int = 30
     interp_points: int = 5
     ip_epochs: int = 10
+    # C3: restarts of the learned i per task, each also scored with i fixed at (0.5, 0.5) (1: one fit, as before 0.6)
+    ip_restarts: int = 5
     ip_n: int = 600
     # C7 (Chavhan et al. Tab. 3): the transformers, plain ViTs for the three policies and a Prompt-ViT for the
     # amortised model, all of one shape (vit_patch-px patches, vit_dim wide, vit_depth pre-norm blocks of

@@ -1133,3 +1133,19 @@ def test_s5_scores_the_pairs_the_oplus_model_never_saw(tmp_path):
             assert got["mean"] == pytest.approx(want.mean())
     (s5_verdict,) = [f for f in next(iter(doc["per_seed"].values()))["findings"] if f["id"] == "S5"]
     assert "never saw" not in s5_verdict["verdict"]["why"]
+
+
+def test_c3_learns_i_from_five_starts_per_task(tmp_path):
+    """C3's rule needs >= 5 restarts of the learned i per task, each with the score at i = (0.5, 0.5)."""
+    out = tmp_path / "c3"
+    assert run_cli("--preset", "tiny", "--findings", "C3", "--set", "seeds=1", "--out", str(out)) == 0
+    doc = json.loads((out / "results.json").read_text())
+    learned = next(iter(doc["per_seed"].values()))["stages"]["amortised-learned-i"]
+    for task in learned.values():
+        restarts = task["restarts"]
+        assert len(restarts) == 5 and restarts[0]["start"] == 0.5
+        assert len({r["start"] for r in restarts}) == 5 and all(0.1 <= r["start"] <= 0.9 for r in restarts)
+        assert task["i"] == restarts[0]["i"] and task["score"] == restarts[0]["score"]
+        assert all(math.isfinite(r["score_at_half"]) for r in restarts)
+    (c3,) = [f for f in next(iter(doc["per_seed"].values()))["findings"] if f["id"] == "C3"]
+    assert "restarts of the learned i per task" not in c3["verdict"]["why"]

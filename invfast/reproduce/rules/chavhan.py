@@ -820,8 +820,9 @@ def judge_c3(results: Mapping[str, Any]) -> SeedVerdict:
     bootstrap's interval is too narrow, so the CIs are t intervals (Welch's over the tasks' independent restarts,
     :func:`welch_interval`).
 
-    Reads ``amortised-learned-i[task]['restarts'] = [{'i', 'score', 'score_at_half'}, ...]`` (not made yet: the
-    stage learns i once per task). The paper's spatial entries (0.80 vs 0.48) are not this statistic."""
+    Reads ``amortised-learned-i[task]['restarts'] = [{'i', 'score', 'score_at_half'}, ...]`` (``ip_restarts``;
+    folders of invfast before 0.6 learned i once per task: not testable). The paper's spatial entries (0.80 vs
+    0.48) are not this statistic."""
     return judge(*c3_parts(results))
 
 

@@ -77,11 +77,22 @@ def prompt_effect(ctx: Context, model: torch.nn.Module) -> dict[str, Any]:
     return {"per_image": [float(v) for v in rel], "mean": float(rel.mean())}
 
 
-def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:
-    """Learn a linear head and i per task on the frozen amortised model ``key`` (InvarianceProbe), i from 0.5;
-    fit on the first 80% of ``ip_n`` probe images, score on the rest."""
+def _learned_i_probe(
+    model: torch.nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, cfg: Any, seed: int, init: float, **kw: Any
+) -> Any:
+    """An InvarianceProbe of the run's settings fitted on (x, y), i from ``init`` (``lr_i=0.0``: i kept there)."""
     from invfast.probes import InvarianceProbe
 
+    probe = InvarianceProbe(model, task=kind, epochs=cfg.ip_epochs, batch_size=64, seed=seed, init=init, **kw)
+    return probe.fit(x, y)
+
+
+def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:
+    """Learn a linear head and i per task on the frozen amortised model ``key`` (InvarianceProbe), i from 0.5;
+    fit on the first 80% of ``ip_n`` probe images, score on the rest. ``ip_restarts`` restarts per task, each its
+    own seed, the first from i = 0.5 and the others from a seeded start in [0.1, 0.9] (every component); each
+    also scores a head fitted the same way with i fixed at (0.5, 0.5) (``score_at_half``: what learning i adds).
+    The task's top-level ``i``, ``score`` and ``i_history`` are the first restart's."""
     cfg = ctx.cfg
     model = ctx.model(key)
     n = min(cfg.ip_n, cfg.n_probe)
@@ -96,17 +107,24 @@ def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:
         else:
             mu, sd = y[:cut].mean(0), y[:cut].std(0) + 1e-12
             yt = torch.from_numpy((y - mu) / sd).float()
-        probe = InvarianceProbe(
-            model, task=kind, epochs=cfg.ip_epochs, batch_size=64, seed=stage_seed(cfg.seed, f"ip/{task}")
-        )
-        probe.fit(x[:cut], yt[:cut])
-        out[task] = {
-            "i": [float(v) for v in probe.i_],
-            "score": float(probe.score(x[cut:], yt[cut:])),
-            "i_history": probe.i_history_.tolist(),
-            "n_fit": cut,
-            "n_test": n - cut,
-        }
+        restarts = []
+        for r in range(cfg.ip_restarts):
+            seed = stage_seed(cfg.seed, f"ip/{task}" if r == 0 else f"ip/{task}/{r}")
+            start = 0.5 if r == 0 else float(np.random.default_rng(seed).uniform(0.1, 0.9))
+            probe = _learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, start)
+            row = {
+                "start": start,
+                "i": [float(v) for v in probe.i_],
+                "score": float(probe.score(x[cut:], yt[cut:])),
+                "i_history": probe.i_history_.tolist(),
+            }
+            if cfg.ip_restarts > 1:
+                half = _learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, 0.5, lr_i=0.0)
+                row["score_at_half"] = float(half.score(x[cut:], yt[cut:]))
+            restarts.append(row)
+        out[task] = {**restarts[0], "n_fit": cut, "n_test": n - cut}
+        if cfg.ip_restarts > 1:
+            out[task]["restarts"] = restarts
     atomic_write_text(ctx.path("amortised", f"{key}-learned_i.json"), json.dumps(out))
     return out
 
