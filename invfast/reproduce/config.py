@@ -275,6 +275,7 @@ class ReproduceConfig(Config):
         self._validate_counts()
         self._validate_device()
         self._validate_sizes()
+        self._validate_measurements()
         self._validate_training()
         self._validate_data()
         self._validate_findings()
@@ -329,18 +330,6 @@ class ReproduceConfig(Config):
                 f"n_probe ({self.n_probe}) must hold at least folds x objects = "
                 f"{self.folds * self.objects} images (stratified folds need every class in every fold)"
             )
-        ce = self.cost_epochs
-        if not isinstance(ce, int) or isinstance(ce, bool) or not 0 <= ce <= 1000:
-            raise ValueError(f"config field cost_epochs must be an int in [0, 1000] (0: cost_steps steps), got {ce!r}")
-        if (
-            not isinstance(self.kernel_probe_n, int)
-            or isinstance(self.kernel_probe_n, bool)
-            or not (self.kernel_probe_n == 0 or self.folds * 2 <= self.kernel_probe_n <= self.n_probe)
-        ):
-            raise ValueError(
-                f"kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe] = "
-                f"[{self.folds * 2}, {self.n_probe}], got {self.kernel_probe_n!r}"
-            )
         if self.transfer_n_target < self.folds * self.transfer_objects:
             raise ValueError(
                 f"transfer_n_target ({self.transfer_n_target}) must be >= folds x transfer_objects = "
@@ -372,6 +361,21 @@ class ReproduceConfig(Config):
             )
         if self.transfer_n_source < self.batch_size:
             raise ValueError(f"transfer_n_source ({self.transfer_n_source}) must be >= batch_size ({self.batch_size})")
+
+    def _validate_measurements(self) -> None:
+        """The sizes of the measurements some findings add: C6's timed epochs, E2's kernel-probe images."""
+        ce = self.cost_epochs
+        if not isinstance(ce, int) or isinstance(ce, bool) or not 0 <= ce <= 1000:
+            raise ValueError(f"config field cost_epochs must be an int in [0, 1000] (0: cost_steps steps), got {ce!r}")
+        if (
+            not isinstance(self.kernel_probe_n, int)
+            or isinstance(self.kernel_probe_n, bool)
+            or not (self.kernel_probe_n == 0 or self.folds * 2 <= self.kernel_probe_n <= self.n_probe)
+        ):
+            raise ValueError(
+                f"kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe] = "
+                f"[{self.folds * 2}, {self.n_probe}], got {self.kernel_probe_n!r}"
+            )
 
     def _validate_training(self) -> None:
         """Learning curves, the policies, the MoCo queue, warm-up, lr and key momentum."""
