@@ -743,7 +743,8 @@ def test_selection_by_id_and_by_paper(capsys, tmp_path):
         FR.select("S2,S2")
     # only the stages the chosen findings need (and what those need) run
     cfg = RP.preset("tiny", findings=("S2",))
-    assert [st.name for st in R.selected_plan(S.STAGES, cfg)] == ["transfer-data", "transfer-train-same", "s2-probe"]
+    want = ["transfer-data", "transfer-train-same", "transfer-train-different", "s2-probe"]
+    assert [st.name for st in R.selected_plan(S.STAGES, cfg)] == want
     assert main(["reproduce", "--preset", "tiny", "--findings", "S5", "--print-config"]) == 0
     assert json.loads(capsys.readouterr().out)["findings"] == ["S5"]
     with pytest.raises(SystemExit) as both:  # argparse: the two options exclude each other
