@@ -1,9 +1,9 @@
 """``invfast reproduce``: the papers' findings (ids E1-E5, S1-S8, C1-C7 of docs/findings.md), end to end, on built-in
 synthetic data, each with a verdict computed from the numbers.
 
-    invfast reproduce --quick --out report/          # E1-E3, S8, C1, C3: 3 seeds, about 20 min on 2 idle cores
-    invfast reproduce --quick --paper speicher --out sp/   # all of Speicher et al. (S1-S8): about 23 min
-    invfast reproduce --quick --paper ericsson --out er/   # E1-E5: about 23 min; --paper chavhan (C1-C7): 20
+    invfast reproduce --quick --out report/          # E1-E3, S8, C1, C3: 3 seeds, about 46 min on 2 idle cores
+    invfast reproduce --quick --paper speicher --out sp/   # all of Speicher et al. (S1-S8)
+    invfast reproduce --quick --paper ericsson --out er/   # E1-E5; --paper chavhan: C1-C7
     invfast reproduce --quick --findings S2,S3 --out r/    # chosen findings (and only the stages they need)
     invfast reproduce --list-findings                # every finding id, its source, whether it is tested
     invfast reproduce --preset gpu --out report/     # one GPU (the default where CUDA exists; not yet run on one)
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="preset",
         action="store_const",
         const="quick",
-        help="the quick configuration (default without CUDA; 3 seeds, about 20 minutes on 2 idle CPU cores)",
+        help="the quick configuration (default without CUDA; 3 seeds, about 46 minutes on 2 idle CPU cores)",
     )
     mode.add_argument(
         "--full",
@@ -77,8 +77,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         choices=["ericsson", "speicher", "chavhan", "all"],
         help=(
-            "every tested finding of one paper, or of all (--quick on 2 idle CPU cores, estimated: ericsson and "
-            "speicher about 23, chavhan about 20, all about 55 minutes)"
+            "every tested finding of one paper, or of all (--quick on 2 idle CPU cores: about twice the 23, 23, 20 "
+            "and 55 minutes measured before 0.6's experiments; not re-measured)"
         ),
     )
     parser.add_argument(

@@ -11,7 +11,7 @@ from invfast.reproduce.config import ReproduceConfig
 __all__ = ["PRESETS", "REMOVED_FIELDS", "preset", "parse_override"]
 
 
-#: the named configurations; ``quick`` (3 seeds): about 20 minutes on 2 idle CPU cores (docs/reproduce.md)
+#: the named configurations; ``quick`` (3 seeds): 45.8 minutes measured on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(
         seeds=2,
@@ -57,8 +57,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         vit_heads=2,
         vit_epochs=1,
     ),
-    # 3 seeds in about 20 minutes on 2 idle CPU cores (13.6 measured with the 3 000-image probe set before E3's
-    # control added two Default encoders per seed, 170-200 s of 1-thread work each beside other work): stages in
+    # 3 seeds in 45.8 minutes on 2 idle CPU cores (2026-12-04, the default findings; 91 min of stage time: the
+    # pretraining runs 68 of it, docs/reproduce.md, What the quick budget costs now): stages in
     # 2 processes of 1 thread each, a width-8 ResNet for 35 epochs, the amortised ones too (SPEC 5.2: at least a
     # specialist's epochs; they trained 8 before, which left C1, C2 and C4 not testable), learning curves every
     # 3 epochs; why these values: docs/reproduce.md
