@@ -7,7 +7,10 @@ D_objects (O1, T2) and D_none (O2, T2), O2 the target objects, T2 the disjoint t
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
+
+import torch
 
 from invfast.reproduce.stages.context import Context, load_stage_model
 from invfast.reproduce.stages.supervised import Evaluator
@@ -34,7 +37,9 @@ def s2_probe(ctx: Context) -> dict[str, Any]:
     sets = {
         name: functools.partial(transfer_dataset, objects=o, transforms=t) for name, (o, t) in EVALUATION_SETS.items()
     }
-    loaders = {m: functools.partial(load_stage_model, ctx, f"transfer-{m}") for m in S2_MODELS}
+    loaders: dict[str, Callable[[], torch.nn.Module]] = {
+        m: functools.partial(load_stage_model, ctx, f"transfer-{m}") for m in S2_MODELS
+    }
     ev = Evaluator(ctx, loaders, sets)
     accuracy = {m: {name: ev.probe(m, name) for name in EVALUATION_SETS} for m in S2_MODELS}
     return {"scores": accuracy["same"], "accuracy": accuracy, "n": ctx.cfg.transfer_n_target}
