@@ -77,7 +77,7 @@ def test_every_speicher_finding_runs_on_the_tiny_preset(speicher_run):
     assert list(doc["factors"]["factors"]["arch"]) == list(cfg.s1_archs)
     assert list(doc["factors"]["factors"]["classes"]) == ["subset", "disjoint", "same", "superset"]
     # S6 / S7: one model per category and 'none'; sensitivities for both kinds at the three OOD levels
-    assert set(doc["categories"]["accuracy"]) == {*cfg.categories, "none"}
+    assert set(doc["categories"]["accuracy"]) == {*cfg.categories, "none", "untrained"}  # S6: its control row
     for kind in ("image", "random"):
         assert set(doc["ood"]["sensitivity"][kind]) == {"in distribution", "mild OOD", "strong OOD"}
     # every supervised model's learning check is recorded
