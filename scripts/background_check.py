@@ -52,19 +52,9 @@ def seed_configs(cache: str) -> list[tuple[str, Any]]:
 
 def pretraining_layers(cfg: Any, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The first ``n`` pretraining images as (objects float32 [n, 4, S, S], backgrounds uint8 [n, 3, S, S])."""
-    from invfast.reproduce.stages.data import main_objects
-    from invfast.synthetic import Transforms2D
+    from invfast.reproduce.stages.data import main_dataset
 
-    ds = Transforms2D(
-        objects=main_objects(cfg),
-        transforms=cfg.data_transforms,
-        size=cfg.size,
-        n=cfg.n_pretrain,
-        seed=cfg.seed,
-        split="train",
-        backgrounds=cfg.main_backgrounds(),
-    )
-    objects, backgrounds, _, _ = ds.generate_layers(range(n))
+    objects, backgrounds, _, _ = main_dataset(cfg, "pretrain").generate_layers(range(n))
     return objects, backgrounds
 
 
