@@ -50,7 +50,7 @@ def test_recovers_generating_descriptor_regression(constraint, rng):
     assert bool(((probe.i_history_ >= 0) & (probe.i_history_ <= 1)).all())
     # the history is the path from the initialisation to the learned i, not 60 views of the final i
     torch.testing.assert_close(probe.i_history_[-1], probe.i_continuous_)
-    assert float((probe.i_history_[0] - probe.i_continuous_).abs().max()) > 0.01
+    assert int((probe.i_history_ != probe.i_continuous_).any(dim=1).sum()) > 10
     assert probe.i_history_.unique(dim=0).shape[0] > 10
 
 
