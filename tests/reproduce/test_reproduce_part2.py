@@ -38,10 +38,20 @@ def test_e4_e5_c2_c4_c5_c6_run_on_the_tiny_preset(part2_run):
         assert title in report
     for fig in ("specialisation", "block_structure"):
         assert (part2_run / doc["figures"][fig]).stat().st_size > 1000
-    # E5 correlates every model E4 measured: Random and each snapshot of each policy
-    curves, e5 = doc["specialisation"], doc["block_structure"]
-    assert e5["models"] == [r["model"] for r in curves["models"]] and e5["models"][0] == "Random"
+    # E5 correlates a population of final models: Random, the three policies, the K = 5 model at its 26 descriptors
+    e5 = doc["block_structure"]
+    assert e5["population"] == "final models" and len(e5["models"]) == 4 + 26 == len(set(e5["models"]))
+    assert e5["models"][:4] == ["Random", "Default", "Spatial", "Appearance"]
+    assert all(m.startswith("AI K=5 @ ") for m in e5["models"][4:])
+    assert set(e5["invariance"]) == set(e5["scores"]) == set(e5["models"])
     assert all(v is None or -1.0 <= v <= 1.0 for row in e5["rho"].values() for v in row.values())
+    # the final Spatial model's invariance is its last snapshot's (E4 measures the same images the same way)
+    last = [r for r in doc["specialisation"]["models"] if r["policy"] == "spatial"][-1]
+    for t, v in e5["invariance"]["Spatial"].items():
+        assert v == pytest.approx(last["cosine"][t], abs=1e-6) if v is not None else last["cosine"][t] is None
+    # the amortised model's descriptors change its invariance: not 26 copies of one model
+    amortised = [tuple(e5["invariance"][m].values()) for m in e5["models"][4:]]
+    assert len(set(amortised)) > 1
     # C4 / C5: every model ranked on every (task, setting); the K = 5 model beside the K = 2 one
     d5 = doc["amortised"]["downstream_k5"]
     models = {"Default", "Spatial", "Appearance", "AI (learned i)", "AI K=5 (learned i)"}

@@ -169,8 +169,9 @@ def _e5_markdown(view: ReportView) -> list[str]:
     b = block_means(e5)
     L = [
         "## Which invariance predicts which task — E5\n",
-        f"{len(e5['models'])} models (Random and every snapshot of every policy), each with an invariance per test "
-        "transform (E4's measurement) and a probe score per task; Spearman's ρ across the models:\n",
+        f"{len(e5['models'])} final models that differ in their augmentations (Random, the three policies and the "
+        "amortised K = 5 model at each of its descriptors), each with an invariance per test transform (measured as "
+        "E4's snapshots) and a probe score per task; Spearman's ρ across the models:\n",
         "| transforms | with identity | with pose (position, rotation) |\n|---|---:|---:|",
     ]
     L += [f"| {fam} | {v['identity']:+.3f} | {v['pose']:+.3f} |" for fam, v in b.items()]

@@ -192,7 +192,7 @@ STAGES: tuple[Stage, ...] = (
     ),
     # Ericsson et al.'s E4 / E5 from the pretraining runs' snapshots
     Stage("invariance-curves", invariance_curves, needs=("data", *_PRETRAINED), writes=("snapshots/",)),
-    Stage("invariance-transfer", invariance_transfer, needs=("data", "invariance-curves")),
+    Stage("invariance-transfer", invariance_transfer, needs=("data", *_PRETRAINED, "pretrain-amortised-k5")),
     # Speicher et al.'s supervised experiments (S1-S8); trained models go under supervised/<key>/
     *(Stage(f"s1-train-{f}", functools.partial(s1_train, factor=f), writes=("supervised/",)) for f in FACTORS),
     Stage(

@@ -4,8 +4,9 @@ kept each time the held-out probe ran: every ``curve_every`` epochs, :class:`Sna
 ``invariance-curves`` (E4): each policy's invariance to the test transforms at every snapshot, kept cheap:
 the first ``snapshot_images`` measurement images at grid ``min(grid_size, snapshot_grid)``, reference
 statistics from the snapshot's own features of the probe set (computed once per snapshot).
-``invariance-transfer`` (E5): every snapshot of every policy and Random — each a model with an invariance
-per transform and a probe score per task — and the rank correlation, across those models, between each
+``invariance-transfer`` (E5, App. D.1): a population of final models that differ in their augmentations —
+Random, Default, Spatial, Appearance and the amortised K = 5 model at each of its 26 descriptors — each with an
+invariance per transform and a probe score per task, and the rank correlation across those models between each
 transform's invariance and each task's score (:func:`invfast.comparison.transfer.spearman_rows`)."""
 
 from __future__ import annotations
@@ -98,30 +99,53 @@ def invariance_curves(ctx: Context) -> dict[str, Any]:
     return out
 
 
+def _population(ctx: Context) -> list[tuple[str, torch.nn.Module]]:
+    """E5's population of final models that differ in their augmentations: Random, the three policies' final
+    encoders, and the amortised K = 5 model at each of its descriptors (label, frozen model)."""
+    from invfast.measure import WithDescriptor
+    from invfast.pretrain.descriptors import describe, descriptor_set
+
+    out = [(LABELS[k], ctx.model(k)) for k in ("random", *POLICIES)]
+    amortised = ctx.model("amortised-k5")
+    for row in descriptor_set("individual"):
+        label = f"AI K=5 @ {describe('individual', row)}"
+        out.append((label, WithDescriptor(amortised, row.tolist()).eval()))
+    return out
+
+
 def invariance_transfer(ctx: Context) -> dict[str, Any]:
-    """Each model's probe score per task, and Spearman's ρ across the models between each transform's
-    invariance (from ``invariance-curves``) and each task's score (``rho[transform][task]``)."""
+    """E5 over the population of final models (:func:`_population`): each model's mean standardised cosine per
+    test transform (measured as E4's snapshots: the first ``snapshot_images`` measurement images, grid
+    ``min(grid_size, snapshot_grid)``) and probe score per task, and Spearman's ρ across the models between
+    each transform's invariance and each task's score (``rho[transform][task]``, for the heat map)."""
+    import invfast.transforms as T
     from invfast.comparison.transfer import spearman_rows
 
-    with open(os.path.join(ctx.cache, "snapshots", "invariance.json"), encoding="utf-8") as f:
-        curves = json.load(f)  # written by invariance-curves
     cfg = ctx.cfg
-    scores: dict[str, dict[str, float]] = {}
     targets = {t: ctx.array("data", f"probe_target_{t}.npy") for t in TASKS}
-    for label, _, _, model in _models(ctx):
+    invariance: dict[str, dict[str, float | None]] = {}
+    scores: dict[str, dict[str, float]] = {}
+    for label, model in _population(ctx):
+        invariance[label], _ = _invariance(ctx, model, label)
         feats = {split: extract(model, ctx.images(split)) for split in {task_set(t) for t in TASKS}}
         scores[label] = {
             t: probe_scores(feats[task_set(t)], targets[t], kind, 1, cfg)["mean"] for t, (kind, _) in TASKS.items()
         }
-    names = [r["model"] for r in curves["models"]]
-    transforms = list(curves["families"])
-    inv = np.array(
-        [[np.nan if r["cosine"][t] is None else r["cosine"][t] for r in curves["models"]] for t in transforms]
-    )  # [T, M]
+    names = list(invariance)
+    transforms = list(invariance[names[0]])
+    inv = np.array([[np.nan if invariance[m][t] is None else invariance[m][t] for m in names] for t in transforms])
     rho: dict[str, dict[str, float | None]] = {}
     for task in TASKS:
         y = np.array([scores[m][task] for m in names], np.float64)
         r = spearman_rows(inv, np.broadcast_to(y, inv.shape))
         for t, v in zip(transforms, r):
             rho.setdefault(t, {})[task] = None if not np.isfinite(v) else float(v)
-    return {"models": names, "scores": scores, "rho": rho, "families": curves["families"]}
+    return {
+        "population": "final models",
+        "models": names,
+        "invariance": invariance,
+        "scores": scores,
+        "rho": rho,
+        "families": {t: T.get(t).family for t in transforms},
+        "images": cfg.snapshot_images,
+    }
