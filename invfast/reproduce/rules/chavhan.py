@@ -160,7 +160,7 @@ APPEARANCE_I = (0.0, 1.0)
 #: the downstream tables' rows (amortised_downstream's labels)
 AI_LABEL = "AI (learned i)"
 FIXED_LABELS = ("Default", "Spatial", "Appearance")
-#: C5's AI-SimCLR models (not made yet: the K = 2 / K = 5 amortised models of the run are AI-MoCo)
+#: C5's AI-SimCLR models (stages made by :mod:`invfast.reproduce.stages`; the run's other amortised models are AI-MoCo)
 SIMCLR_K2 = "pretrain-amortised-simclr"
 SIMCLR_K5 = "pretrain-amortised-simclr-k5"
 SIMCLR_DOWNSTREAM = "amortised-simclr-downstream"
@@ -1021,8 +1021,8 @@ def judge_c5(results: Mapping[str, Any]) -> SeedVerdict:
     tasks (an exact share: contradicted above 25 %).
 
     Reads the stages :data:`SIMCLR_K2`, :data:`SIMCLR_K5` (``epochs``, ``steps``) and :data:`SIMCLR_DOWNSTREAM`
-    (``probes[task]`` as in C4, rows :data:`SIMCLR_K2_LABEL`, :data:`SIMCLR_K5_LABEL`): not made yet — the run's
-    K = 2 and K = 5 amortised models are AI-MoCo, not the AI-SimCLR the finding is about."""
+    (``probes[task]`` as in C4, rows :data:`SIMCLR_K2_LABEL`, :data:`SIMCLR_K5_LABEL`); folders of invfast before 0.6
+    compared the AI-MoCo models (``amortised-k5-downstream``): not testable."""
     return judge(
         *k5_vs_k2_parts(
             results,

@@ -17,7 +17,7 @@ from typing import Any
 
 from invfast.io import save_figure
 from invfast.reproduce.sections.base import ReportView, Section, figure
-from invfast.reproduce.stages.context import LABELS, POLICIES, VIT
+from invfast.reproduce.stages.context import AMORTISED, LABELS, POLICIES, VIT
 
 __all__ = ["LEARNED_RATIO", "under_trained", "plot_learning", "curve_table", "SECTION"]
 
@@ -58,7 +58,7 @@ def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
     for key, idn_vit in vit["models"].items() if vit else ():
         ratio, se = ratio_and_se(idn_vit, vit["random"])
         out[key] = {"ratio": ratio, "se": se, "learned": ratio >= LEARNED_RATIO}
-    for key in ("amortised", "amortised-k5", f"{VIT}amortised"):
+    for key in AMORTISED:
         idn_ai = results.get(f"pretrain-{key}", {}).get("identity")
         if idn_ai:
             ratio, se = ratio_and_se(idn_ai["trained"], idn_ai["init"])
@@ -190,7 +190,7 @@ def _ratio_lines(view: ReportView) -> list[str]:
     seeds = [str(r.seed) for r in view.runs]
     learned = view.doc["learned"]
     models = list(dict.fromkeys(m for s in seeds for m in learned[s]))
-    pretrained = [m for m in models if m in (*POLICIES, "amortised", "amortised-k5") or m.startswith(VIT)]
+    pretrained = [m for m in models if m in (*POLICIES, *AMORTISED) or m.startswith(VIT)]
     supervised = [m for m in models if m not in pretrained]
     L = []
     if pretrained:

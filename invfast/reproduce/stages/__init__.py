@@ -32,6 +32,7 @@ from invfast.reproduce.stages.context import (
     FUSIONS,
     LABELS,
     POLICIES,
+    SIMCLR,
     VIT,
     Context,
     extract,
@@ -134,16 +135,29 @@ STAGES: tuple[Stage, ...] = (
     Stage("amortised-learned-i", amortised_learned_i, needs=("data", "pretrain-amortised"), writes=("amortised/",)),
     Stage("amortised-cost", amortised_cost, needs=("data",)),
     Stage("amortised-downstream", amortised_downstream, needs=("features", "amortised-learned-i")),
-    Stage(
-        "amortised-k5-learned-i",
-        functools.partial(amortised_learned_i, key="amortised-k5"),
-        needs=("data", "pretrain-amortised-k5"),
-        writes=("amortised/",),
+    # C5: AI-SimCLR at K = 2 and K = 5, i learned once per task, compared on the many-shot probes
+    *(
+        Stage(
+            f"pretrain-{k}",
+            functools.partial(pretrain_amortised, key=k),
+            needs=("data",),
+            writes=(f"pretrain/{k}/",),
+        )
+        for k in SIMCLR
+    ),
+    *(
+        Stage(
+            f"{k}-learned-i",
+            functools.partial(amortised_learned_i, key=k, restarts=1),
+            needs=("data", f"pretrain-{k}"),
+            writes=("amortised/",),
+        )
+        for k in SIMCLR
     ),
     Stage(
-        "amortised-k5-downstream",
-        functools.partial(amortised_downstream, keys=("amortised", "amortised-k5")),
-        needs=("features", "amortised-learned-i", "amortised-k5-learned-i"),
+        "amortised-simclr-downstream",
+        functools.partial(amortised_downstream, keys=SIMCLR, fixed=False, few_shot=False),
+        needs=("data", *(f"{k}-learned-i" for k in SIMCLR)),
     ),
     # C7: C1-C4 with transformers (plain ViTs for the policies, a Prompt-ViT for the amortised model)
     *(

@@ -87,13 +87,14 @@ def _learned_i_probe(
     return probe.fit(x, y)
 
 
-def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:
+def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | None = None) -> dict[str, Any]:
     """Learn a linear head and i per task on the frozen amortised model ``key`` (InvarianceProbe), i from 0.5;
-    fit on the first 80% of ``ip_n`` probe images, score on the rest. ``ip_restarts`` restarts per task, each its
-    own seed, the first from i = 0.5 and the others from a seeded start in [0.1, 0.9] (every component); each
-    also scores a head fitted the same way with i fixed at (0.5, 0.5) (``score_at_half``: what learning i adds).
-    The task's top-level ``i``, ``score`` and ``i_history`` are the first restart's."""
+    fit on the first 80% of ``ip_n`` probe images, score on the rest. ``restarts`` (default ``ip_restarts``)
+    restarts per task, each its own seed, the first from i = 0.5 and the others from a seeded start in [0.1, 0.9]
+    (every component); each also scores a head fitted the same way with i fixed at (0.5, 0.5) (``score_at_half``:
+    what learning i adds). The task's top-level ``i``, ``score`` and ``i_history`` are the first restart's."""
     cfg = ctx.cfg
+    n_restarts = cfg.ip_restarts if restarts is None else restarts
     model = ctx.model(key)
     n = min(cfg.ip_n, cfg.n_probe)
     cut = int(round(0.8 * n))
@@ -107,8 +108,8 @@ def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:
         else:
             mu, sd = y[:cut].mean(0), y[:cut].std(0) + 1e-12
             yt = torch.from_numpy((y - mu) / sd).float()
-        restarts = []
-        for r in range(cfg.ip_restarts):
+        fits = []
+        for r in range(n_restarts):
             seed = stage_seed(cfg.seed, f"ip/{task}" if r == 0 else f"ip/{task}/{r}")
             start = 0.5 if r == 0 else float(np.random.default_rng(seed).uniform(0.1, 0.9))
             probe = _learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, start)
@@ -118,13 +119,13 @@ def amortised_learned_i(ctx: Context, key: str = "amortised") -> dict[str, Any]:
                 "score": float(probe.score(x[cut:], yt[cut:])),
                 "i_history": probe.i_history_.tolist(),
             }
-            if cfg.ip_restarts > 1:
+            if n_restarts > 1:
                 half = _learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, 0.5, lr_i=0.0)
                 row["score_at_half"] = float(half.score(x[cut:], yt[cut:]))
-            restarts.append(row)
-        out[task] = {**restarts[0], "n_fit": cut, "n_test": n - cut}
-        if cfg.ip_restarts > 1:
-            out[task]["restarts"] = restarts
+            fits.append(row)
+        out[task] = {**fits[0], "n_fit": cut, "n_test": n - cut}
+        if n_restarts > 1:
+            out[task]["restarts"] = fits
     atomic_write_text(ctx.path("amortised", f"{key}-learned_i.json"), json.dumps(out))
     return out
 
@@ -191,7 +192,13 @@ def amortised_cost(ctx: Context) -> dict[str, Any]:
 
 
 #: amortised model key -> its row in the downstream tables
-AI_LABELS = {"amortised": "AI (learned i)", "amortised-k5": "AI K=5 (learned i)", f"{VIT}amortised": "AI (learned i)"}
+AI_LABELS = {
+    "amortised": "AI (learned i)",
+    "amortised-k5": "AI K=5 (learned i)",
+    f"{VIT}amortised": "AI (learned i)",
+    "amortised-simclr": "AI-SimCLR (learned i)",
+    "amortised-simclr-k5": "AI-SimCLR K=5 (learned i)",
+}
 
 
 def _few_shot(x: np.ndarray, y: np.ndarray, kind: str, cfg: Any, seed: int) -> dict[str, float]:
@@ -229,17 +236,36 @@ def competition_ranks(scores: dict[str, dict[str, dict[str, float]]]) -> dict[st
     return ranks
 
 
-def amortised_downstream(ctx: Context, keys: tuple[str, ...] = ("amortised",), family: str = "") -> dict[str, Any]:
-    """C4 (and C5 with ``keys`` both models): each amortised model at the i learned per task
-    (``amortised-learned-i``) against the Default, Spatial and Appearance models on every task — the run's
-    many-shot probe, few-shot identity episodes (5-way 1- and 5-shot, ``fewshot_episodes`` episodes, ridge on
-    the support set, Chavhan et al. App. A.2) and few-shot regression (train fractions 0.05 and 0.2,
+def _downstream_features(
+    ctx: Context, task: str, learned: dict[str, Any], family: str, fixed: bool
+) -> dict[str, np.ndarray]:
+    """Features [N, D] of ``task``'s probe images by row label: the policy models (``fixed``; the run's feature
+    files) and each amortised model of ``learned`` at the i learned for the task."""
+    from invfast.measure import WithDescriptor
+    from invfast.reproduce.stages.context import LABELS, POLICIES
+    from invfast.reproduce.stages.probing import feature_file
+
+    split = task_set(task)
+    feats = {LABELS[p]: ctx.array(*feature_file(family + p, split)) for p in POLICIES} if fixed else {}
+    for key, rec in learned.items():
+        at_i = WithDescriptor(ctx.model(key), rec[task]["i"]).eval()
+        feats[AI_LABELS[key]] = extract(at_i, ctx.images(split))
+    return feats
+
+
+def amortised_downstream(
+    ctx: Context, keys: tuple[str, ...] = ("amortised",), family: str = "", fixed: bool = True, few_shot: bool = True
+) -> dict[str, Any]:
+    """C4 (and C5 with ``keys`` the K = 2 and K = 5 models, ``fixed`` and ``few_shot`` off): each amortised model at
+    the i learned per task (``amortised-learned-i``) against the Default, Spatial and Appearance models on every
+    task — the run's many-shot probe (its out-of-fold predictions and the targets in ``probes[task]``, which the
+    rules resample by image), few-shot identity episodes (5-way 1- and 5-shot, ``fewshot_episodes`` episodes, ridge
+    on the support set, Chavhan et al. App. A.2) and few-shot regression (train fractions 0.05 and 0.2,
     ``fewshot_splits`` splits) — and each model's rank per (task, setting), 1 = best.
 
     With ``family`` 'vit-' (C7) the policy models are the transformers, and the result also holds the identity
     probes of each of them and of the untrained ViT (``identity``: whether they learned)."""
-    from invfast.measure import WithDescriptor
-    from invfast.reproduce.stages.context import LABELS, POLICIES
+    from invfast.reproduce.stages.context import POLICIES
     from invfast.reproduce.stages.probing import feature_file, probe_scores
 
     cfg = ctx.cfg
@@ -248,32 +274,31 @@ def amortised_downstream(ctx: Context, keys: tuple[str, ...] = ("amortised",), f
         with open(os.path.join(ctx.cache, "amortised", f"{key}-learned_i.json"), encoding="utf-8") as f:
             learned[key] = json.load(f)  # written by amortised-learned-i (for key)
     scores: dict[str, dict[str, dict[str, float]]] = {}
-    identity: dict[str, Any] = {}
+    probes: dict[str, dict[str, Any]] = {}
     for task, (kind, _) in TASKS.items():
-        split = task_set(task)
         y = ctx.array("data", f"probe_target_{task}.npy")
-        feats = {LABELS[p]: ctx.array(*feature_file(family + p, split)) for p in POLICIES}
-        for key in keys:
-            at_i = WithDescriptor(ctx.model(key), learned[key][task]["i"]).eval()
-            feats[AI_LABELS[key]] = extract(at_i, ctx.images(split))
         seed = stage_seed(cfg.seed, f"few-shot/{task}")
-        for model, x in feats.items():
+        probes[task] = {"kind": kind, "y": y.tolist(), "scores": {}}
+        for model, x in _downstream_features(ctx, task, learned, family, fixed).items():
             many = probe_scores(x, y, kind, 1, cfg)
-            if family and task == "identity":
-                identity[model] = many
-            scores.setdefault(task, {})[model] = {"many-shot": many["mean"], **_few_shot(x, y, kind, cfg, seed)}
+            probes[task]["scores"][model] = many
+            few = _few_shot(x, y, kind, cfg, seed) if few_shot else {}
+            scores.setdefault(task, {})[model] = {"many-shot": many["mean"], **few}
     ranks = competition_ranks(scores)
     out = {
         "scores": scores,
+        "probes": probes,
         "ranks": ranks,
         "mean_rank": {m: float(np.mean(r)) for m, r in ranks.items()},
         "learned_i": {AI_LABELS[k]: {t: learned[k][t]["i"] for t in TASKS} for k in keys},
     }
     if family:
+        from invfast.reproduce.stages.context import LABELS
+
         y = ctx.array("data", "probe_target_identity.npy")
         x = ctx.array(*feature_file(f"{family}random", task_set("identity")))
         out["identity"] = {
             "random": probe_scores(x, y, "classification", 1, cfg),
-            "models": {family + p: identity[LABELS[p]] for p in POLICIES},
+            "models": {family + p: probes["identity"]["scores"][LABELS[p]] for p in POLICIES},
         }
     return out

@@ -17,6 +17,7 @@ from invfast.synthetic.rng import derive_seed
 __all__ = [
     "LABELS",
     "AMORTISED",
+    "SIMCLR",
     "VIT",
     "FUSIONS",
     "POLICIES",
@@ -59,8 +60,10 @@ LABELS = {"random": "Random", "default": "Default", "spatial": "Spatial", "appea
 #: are plain ViTs, 'vit-amortised' the Prompt-ViT
 VIT = "vit-"
 #: amortised model key -> K, the length of its invariance descriptor (Chavhan et al.: 2 groups, or 5 single
-#: augmentations)
-AMORTISED = {"amortised": 2, "amortised-k5": 5, f"{VIT}amortised": 2}
+#: augmentations); AI-MoCo but for the :data:`SIMCLR` keys
+AMORTISED = {"amortised": 2, "amortised-k5": 5, f"{VIT}amortised": 2, "amortised-simclr": 2, "amortised-simclr-k5": 5}
+#: C5's AI-SimCLR models (Chavhan et al. Tab. 1, AI-SimCLR(2) and AI-SimCLR(5)): K = 2, then K = 5
+SIMCLR = ("amortised-simclr", "amortised-simclr-k5")
 #: the pretraining policies every run compares (ReproduceConfig.validate insists on exactly these)
 POLICIES = ("default", "spatial", "appearance")
 #: E3's control, 3×Default (Ericsson et al. 2021, Tab. 2): Default's features concatenated with those of two more

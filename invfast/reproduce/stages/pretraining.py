@@ -12,7 +12,7 @@ from typing import Any
 import torch
 
 from invfast.reproduce.config import ReproduceConfig
-from invfast.reproduce.stages.context import AMORTISED, VIT, Context, encoder, stage_seed
+from invfast.reproduce.stages.context import AMORTISED, SIMCLR, VIT, Context, encoder, stage_seed
 
 __all__ = [
     "Snapshots",
@@ -181,7 +181,8 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
         "steps": trainer.total_steps,
         "epochs": epochs,
         "seed": tc.seed,
-        "queue_size": int(method.queue.size),
+        "method": method.method_name,
+        "queue_size": int(method.queue.size) if getattr(method, "queue", None) is not None else 0,
         "first_loss": losses[0] if losses else None,
         "final_loss": losses[-1] if losses else None,
         "curve": curve,
@@ -218,20 +219,23 @@ def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
     """AI-MoCo at its seeded initialisation: on a Hyper-ResNet 'amortised' with the K = 2 group descriptors
     ([1,1] default, [1,0] spatial, [0,1] appearance) and 'amortised-k5' with the K = 5 individual switches
     (crop, flip, colour jitter, grayscale, blur; the 26 descriptors with at least two on); on a Prompt-ViT
-    'vit-amortised' with the K = 2 groups."""
-    from invfast.pretrain import AmortisedMoCo
+    'vit-amortised' with the K = 2 groups. The :data:`SIMCLR` keys are AI-SimCLR on the Hyper-ResNet (in-batch
+    negatives, no queue), K = 2 and K = 5 as above."""
+    from invfast.pretrain import AmortisedMoCo, AmortisedSimCLR
     from invfast.pretrain.descriptors import descriptor_policies
 
     descriptors = "groups" if AMORTISED[key] == 2 else "individual"
+    policies = [view_backgrounds(cfg, p) for p in descriptor_policies(descriptors, cfg.size)]
+    shared: dict[str, Any] = dict(descriptors=descriptors, size=cfg.size, proj_dim=cfg.proj_dim)
+    if key in SIMCLR:
+        return AmortisedSimCLR(encoder(cfg, key), policies, **shared)
     return AmortisedMoCo(
         encoder(cfg, key),
-        [view_backgrounds(cfg, p) for p in descriptor_policies(descriptors, cfg.size)],
-        descriptors=descriptors,
-        size=cfg.size,
+        policies,
         queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
-        proj_dim=cfg.proj_dim,
         queue_seed=stage_seed(cfg.seed, f"queue/{key}"),
+        **shared,
     )
 
 
