@@ -161,6 +161,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.debug = debug
     from invfast import backend, dispatch
+    from invfast.io import require_regular, special_file_kind
+
+    # a FIFO, socket or device named on the command line would make a reader wait forever with no message
+    for token in argv[1:]:
+        value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
+        if special_file_kind(value) is not None:
+            try:
+                require_regular(value, "the path")
+            except ValueError as exc:
+                print(f"invfast {args.command}: error: {exc}", file=sys.stderr)
+                return USAGE_ERROR
 
     # a mistyped INVFAST_BACKEND or INVFAST_CUDA_KERNELS is a usage error of every command
     for problem in (backend.env_problem(), dispatch.cuda_env_problem()):

@@ -44,6 +44,8 @@ __all__ = [
     "save_figure",
     "config_difference",
     "load_verified",
+    "require_regular",
+    "special_file_kind",
     "DamagedFileError",
     "OutputLockedError",
     "output_lock",
@@ -122,6 +124,32 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike, checksum: bool = True) 
             f.write(_TRAILER + hashlib.sha256(data).hexdigest().encode("ascii") + b"\n")
 
 
+def special_file_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder ('a FIFO (named pipe)', 'a
+    socket', 'a character device', 'a block device'): reading one can wait forever. None otherwise."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return None
+    kinds = (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((name for test, name in kinds if test(mode)), None)
+
+
+def require_regular(path: str | os.PathLike, what: str) -> None:
+    """ValueError (one line naming ``what`` and ``path``) when ``path`` is a FIFO, socket or device: invfast reads
+    only regular files, and reading one of those can wait forever with no message."""
+    kind = special_file_kind(path)
+    if kind is not None:
+        raise ValueError(f"{what} {os.fspath(path)!r} is {kind}, not a regular file; invfast reads only regular files")
+
+
 def load_verified(
     path: str | os.PathLike, *, what: str = "file", require_checksum: bool = True, fix: str = "delete it to start over"
 ) -> Any:
@@ -138,6 +166,7 @@ def load_verified(
     p = os.fspath(path)
     if not os.path.exists(p):
         raise FileNotFoundError(f"no {what} at {p!r}")
+    require_regular(p, what)
     with open(p, "rb") as f:
         data = f.read()
     if not data:

@@ -138,7 +138,8 @@ def refuse_links(folder: str | os.PathLike, what: str = "output folder", option:
                 todo.append(e.path)
 
 
-PLAIN = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+#: never follow a link at the last component; never block on a FIFO (plain_fd then refuses it)
+PLAIN = os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
 
 
 def plain_fd(fd: int, p: str, what: str) -> int:

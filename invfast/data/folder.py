@@ -31,6 +31,11 @@ import numpy as np
 import torch
 
 from invfast.data.protocol import ImageDecodeError, Source, float_range_scale, integer_scale, pin
+from invfast.io import require_regular
+
+#: the largest intermediate image (pixels) the shorter-side resize may make: 64 M px, 192 MiB of RGB (a photo of any
+#: ordinary aspect ratio stays far below; a 100 000×1 strip at 256 px would need 19 GiB)
+MAX_RESIZED_PIXELS = 1 << 26
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".ppm", ".pgm", ".jpe")
 #: torchvision 0.10's ``IMG_EXTENSIONS`` (``torchvision/datasets/folder.py``): the files ``ImageFolder`` lists
@@ -108,6 +113,11 @@ def decode_image(path: str | os.PathLike, size: int, exif: bool = True, pixels: 
     w, h = im.size
     s = size / min(w, h)
     nw, nh = max(size, round(w * s)), max(size, round(h * s))
+    if nw * nh > MAX_RESIZED_PIXELS:
+        raise ValueError(
+            f"a {w}×{h} image resized to a shorter side of {size} px would be {nw}×{nh} "
+            f"({3 * nw * nh / 2**30:.1f} GiB) before its centre crop; crop it to a sane aspect ratio first"
+        )
     im = im.resize((nw, nh), Image.Resampling.BILINEAR)
     left, top = (nw - size) // 2, (nh - size) // 2
     im = im.crop((left, top, left + size, top + size))
@@ -154,6 +164,7 @@ class _Decoded(torch.utils.data.Dataset):
     def __getitem__(self, i: int) -> tuple[int, torch.Tensor, str]:
         try:
             f = self.files[i]
+            require_regular(f, "image file")
             if self.native:
                 img = decode_native(f, self.exif, self.pixels)
             else:

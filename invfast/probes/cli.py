@@ -60,6 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _load(path: str, what: str) -> np.ndarray:
+    from invfast.io import require_regular
+
+    require_regular(path, what)
     try:
         arr = np.load(path, allow_pickle=False)
     except FileNotFoundError:

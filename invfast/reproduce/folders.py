@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Iterator
 from typing import Any
 
-from invfast.io import atomic_write_text, config_difference, output_lock
+from invfast.io import atomic_write_text, config_difference, output_lock, require_regular
 from invfast.write_paths import clean_temporaries, refuse_links, write_root
 
 CONFIG_FILE = "config.json"
@@ -48,6 +48,7 @@ def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
     """
     path = os.path.join(folder, CONFIG_FILE)
     if os.path.exists(path):
+        require_regular(path, f"{what} {folder!r}'s {CONFIG_FILE}")
         try:
             with open(path, encoding="utf-8") as f:
                 saved = json.load(f)
