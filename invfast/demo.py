@@ -165,6 +165,10 @@ def run(args: argparse.Namespace) -> int:
         )
     if not 0 <= args.seed < 2**62:
         raise ValueError(f"--seed must be an integer from 0 to 2^62 - 1, got {args.seed}")
+    if args.json:  # before the demo: numbers that cannot be saved are refused before they are computed
+        from invfast.write_paths import check_output_file
+
+        check_output_file(args.json, "--json", "demo.json")
     t0 = time.perf_counter()
     results = run_demo(args.reference, args.images, args.size, args.seed, progress=not args.no_progress)
     print(

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from typing import IO
 
 __all__ = [
+    "check_output_file",
     "JOURNAL",
     "SymlinkError",
     "refuse_input_as_output",
@@ -289,6 +290,17 @@ def _same_file(a: str, b: str) -> bool:
         return os.path.samefile(a, b)
     except OSError:  # one does not exist (yet): the same path names the same file
         return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output_file(path: str | os.PathLike, option: str, example: str) -> None:
+    """ValueError (one line naming ``option``) where the output file ``path`` cannot be written: it is a folder
+    (the message suggests ``<path>/<example>``) or its parent is a file. Called before the work that makes it."""
+    p = os.fspath(path)
+    if os.path.isdir(p):
+        raise ValueError(f"{option} {p!r} is a folder; give a file name (e.g. {os.path.join(p, example)})")
+    parent = os.path.dirname(os.path.abspath(p))
+    if os.path.exists(parent) and not os.path.isdir(parent):
+        raise ValueError(f"{option} {p!r}: {parent!r} is a file, not a folder")
 
 
 def refuse_input_as_output(output: str | os.PathLike, option: str, inputs: dict[str, list[str]]) -> None:

@@ -150,3 +150,15 @@ def test_an_image_whose_resize_would_not_fit_is_skipped_with_its_size(tmp_path):
     assert images[1].eq(0).all() and "would be 25600000×256" in str(src.errors.to_dict())
     # the limit is on the resized image, not the file: the same strip at 1 px fits
     assert decode_image(strip, 1).shape == (3, 1, 1) and torch.is_tensor(decode_image(strip, 1))
+
+
+def test_demo_json_that_is_a_folder_is_refused_before_the_demo(tmp_path, monkeypatch, capsys):
+    import invfast.demo as demo
+    from invfast.cli import main
+
+    ran = []
+    monkeypatch.setattr(demo, "run_demo", lambda *a, **k: ran.append(1) or {})
+    assert main(["demo", "--json", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--json" in err[0] and "is a folder; give a file name" in err[0] and not ran
+    assert "demo.json" in err[0]

@@ -110,16 +110,9 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.folds is not None and args.folds < 2:
         raise ValueError(f"--folds must be at least 2, got {args.folds}")
     if args.json:  # before the fit: a probe that cannot be saved is refused before it runs
-        import os
+        from invfast.write_paths import check_output_file, refuse_input_as_output
 
-        if os.path.isdir(args.json):
-            example = os.path.join(args.json, "probe.json")
-            raise ValueError(f"--json {args.json!r} is a folder; give a file name (e.g. {example})")
-        parent = os.path.dirname(os.path.abspath(args.json))
-        if os.path.exists(parent) and not os.path.isdir(parent):
-            raise ValueError(f"--json {args.json!r}: {parent!r} is a file, not a folder")
-        from invfast.write_paths import refuse_input_as_output
-
+        check_output_file(args.json, "--json", "probe.json")
         refuse_input_as_output(args.json, "--json", {"--features": list(args.features), "--targets": [args.targets]})
     if args.n_models is not None and args.n_models < 1:
         raise ValueError(f"--n-models must be at least 1, got {args.n_models}")
