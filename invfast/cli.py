@@ -135,6 +135,20 @@ def error_line(exc: BaseException) -> str:
     return line
 
 
+def _special_path(tokens: list[str]) -> str | None:
+    """The one-line refusal of the first FIFO, socket or device among the command's arguments (``--opt=PATH``
+    too): a reader would wait on it forever with no message. None when there is none."""
+    from invfast.io import require_regular
+
+    for token in tokens:
+        value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
+        try:
+            require_regular(value, "the path")
+        except ValueError as exc:
+            return str(exc)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or os.environ.get("INVFAST_DEBUG", "") not in ("", "0")
@@ -161,17 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     args.debug = debug
     from invfast import backend, dispatch
-    from invfast.io import require_regular, special_file_kind
 
-    # a FIFO, socket or device named on the command line would make a reader wait forever with no message
-    for token in argv[1:]:
-        value = token.split("=", 1)[1] if token.startswith("--") and "=" in token else token
-        if special_file_kind(value) is not None:
-            try:
-                require_regular(value, "the path")
-            except ValueError as exc:
-                print(f"invfast {args.command}: error: {exc}", file=sys.stderr)
-                return USAGE_ERROR
+    special = _special_path(argv[1:])
+    if special is not None:
+        print(f"invfast {args.command}: error: {special}", file=sys.stderr)
+        return USAGE_ERROR
 
     # a mistyped INVFAST_BACKEND or INVFAST_CUDA_KERNELS is a usage error of every command
     for problem in (backend.env_problem(), dispatch.cuda_env_problem()):

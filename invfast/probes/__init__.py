@@ -25,7 +25,15 @@ import importlib
 from typing import Any
 
 from invfast.probes._base import ConvergenceWarning, DataConversionWarning, NotFittedError
-from invfast.probes.few_shot import FewShotResult, few_shot, few_shot_classification, few_shot_regression
+from invfast.probes.few_shot import (
+    FewShotResult,
+    episode_accuracy,
+    few_shot,
+    few_shot_classification,
+    few_shot_regression,
+    regression_splits,
+    sample_episodes,
+)
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS, alpha_grid, fuse
 from invfast.probes.kernel_ridge import KernelRidgeCV
 from invfast.probes.logistic import LogisticCV
@@ -38,6 +46,9 @@ __all__ = [
     "few_shot",
     "few_shot_classification",
     "few_shot_regression",
+    "episode_accuracy",
+    "regression_splits",
+    "sample_episodes",
     "FewShotResult",
     "fuse",
     "alpha_grid",

@@ -71,6 +71,41 @@ def sample_episodes(
     return sup.reshape(episodes, -1), qry.reshape(episodes, -1)
 
 
+def episode_accuracy(support: torch.Tensor, query: torch.Tensor, n_way: int, alpha: float) -> torch.Tensor:
+    """Query accuracy [E] of the ridge readout (λ = ``alpha``, one-hot targets centred, intercept by centring on
+    the support mean, kernel form) of episodes given as features: ``support`` [E, N*K, d] and ``query``
+    [E, N*Q, d], float64, class-major (class j occupies block j of each)."""
+    e, nk, _ = support.shape
+    k_shot, n_query = nk // n_way, query.shape[1] // n_way
+    dev = support.device
+    y_sup = torch.eye(n_way, dtype=_F64, device=dev).repeat_interleave(k_shot, 0)  # [NK, N]
+    y_qry = torch.arange(n_way, device=dev).repeat_interleave(n_query)  # [NQ]
+    mu = support.mean(1, keepdim=True)
+    sc, qc = support - mu, query - mu
+    k = sc @ sc.transpose(1, 2) + alpha * torch.eye(nk, dtype=_F64, device=dev)
+    dual = torch.linalg.solve(k, (y_sup - 1.0 / n_way).expand(e, -1, -1))
+    pred = (qc @ sc.transpose(1, 2) @ dual).argmax(-1)  # [E, NQ]
+    return (pred == y_qry).double().mean(1)
+
+
+def regression_splits(n: int, fractions: Sequence[float], splits: int, seed: int) -> dict[float, list[np.ndarray]]:
+    """The random train/test splits of :func:`few_shot_regression`: per train fraction s, ``splits`` permutations
+    of range(n) whose first round(s·n) entries are the train part (the same seed gives the same splits)."""
+    if int(splits) != splits or splits < 1:
+        raise ValueError(f"splits must be a positive integer, got {splits!r}")
+    rng = np.random.default_rng(seed)
+    out = {}
+    for frac in fractions:
+        m = int(round(frac * n))
+        if not 0 < frac < 1 or m < 3 or n - m < 2:
+            raise ValueError(
+                f"train fraction {frac} of {n} samples leaves {m} train / {n - m} test samples; "
+                "need >= 3 train and >= 2 test"
+            )
+        out[float(frac)] = [rng.permutation(n) for _ in range(splits)]
+    return out
+
+
 def few_shot_classification(
     features: Any,
     labels: Any,
@@ -101,19 +136,11 @@ def few_shot_classification(
     if normalize:
         x = torch.nn.functional.normalize(x, dim=1)
     sup, qry = sample_episodes(codes.numpy(), n_way, k_shot, n_query, episodes, seed)
-    y_sup = torch.eye(n_way, dtype=_F64, device=x.device).repeat_interleave(k_shot, 0)  # [NK, N]
-    y_qry = torch.arange(n_way, device=x.device).repeat_interleave(n_query)  # [NQ]
-    eye = torch.eye(n_way * k_shot, dtype=_F64, device=x.device)
     acc = []
     for start in track(range(0, episodes, batch_size), desc="episodes", disable=not progress, leave=False):
         s = x[torch.as_tensor(sup[start : start + batch_size], device=x.device)]  # [E, NK, d]
         q = x[torch.as_tensor(qry[start : start + batch_size], device=x.device)]  # [E, NQ, d]
-        mu = s.mean(1, keepdim=True)
-        sc, qc = s - mu, q - mu
-        k = sc @ sc.transpose(1, 2) + lam * eye
-        dual = torch.linalg.solve(k, (y_sup - 1.0 / n_way).expand(s.shape[0], -1, -1))
-        pred = (qc @ sc.transpose(1, 2) @ dual).argmax(-1)  # [E, NQ]
-        acc.append((pred == y_qry).double().mean(1).cpu())
+        acc.append(episode_accuracy(s, q, n_way, lam).cpu())
     return _summary(
         torch.cat(acc).numpy(), n_way=n_way, k_shot=k_shot, n_query=n_query, episodes=episodes, alpha=lam, seed=seed
     )
@@ -143,20 +170,12 @@ def few_shot_regression(
         grid = torch.as_tensor(alpha_grid(), dtype=_F64, device=x.device)
     else:
         lam = float(check_positive([alpha], "alpha")[0])
-    if int(splits) != splits or splits < 1:
-        raise ValueError(f"splits must be a positive integer, got {splits!r}")
-    rng = np.random.default_rng(seed)
     out = {}
-    for frac in fractions:
+    for frac, perms in regression_splits(n, fractions, splits, seed).items():
         m = int(round(frac * n))
-        if not 0 < frac < 1 or m < 3 or n - m < 2:
-            raise ValueError(
-                f"train fraction {frac} of {n} samples leaves {m} train / {n - m} test samples; "
-                "need >= 3 train and >= 2 test"
-            )
         scores = np.empty(splits)
         for i in track(range(splits), desc=f"s={frac}", disable=not progress, leave=False):
-            perm = torch.as_tensor(rng.permutation(n), device=x.device)
+            perm = torch.as_tensor(perms[i], device=x.device)
             tr, te = perm[:m], perm[m:]
             if isinstance(alpha, str):
                 loo = ridge_loo_predictions(x[tr], y[tr], grid)

@@ -41,6 +41,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "vit_warm_start": False,
     # 0.6: one fit of the learned i per task
     "ip_restarts": 1,
+    # 0.6: C4's few-shot settings used every probe image
+    "fewshot_n": 0,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -220,9 +222,11 @@ class ReproduceConfig(Config):
     amortised_epochs: int = 10
     cost_steps: int = 10
     cost_epochs: int = 5
-    # C4: few-shot identity episodes and few-shot regression splits per model
+    # C4: few-shot identity episodes and few-shot regression splits per model, drawn from the first fewshot_n images
+    # of each task's probe set (0: all); the amortised model learns its i once per episode, so they set C4's cost
     fewshot_episodes: int = 300
     fewshot_splits: int = 30
+    fewshot_n: int = 0
     interp_points: int = 5
     ip_epochs: int = 10
     # C3: restarts of the learned i per task, each also scored with i fixed at (0.5, 0.5) (1: one fit, as before 0.6)
@@ -363,7 +367,8 @@ class ReproduceConfig(Config):
             raise ValueError(f"transfer_n_source ({self.transfer_n_source}) must be >= batch_size ({self.batch_size})")
 
     def _validate_measurements(self) -> None:
-        """The sizes of the measurements some findings add: C6's timed epochs, E2's kernel-probe images."""
+        """The sizes of the measurements some findings add: C6's timed epochs, E2's kernel-probe images, C4's few-shot
+        images."""
         ce = self.cost_epochs
         if not isinstance(ce, int) or isinstance(ce, bool) or not 0 <= ce <= 1000:
             raise ValueError(f"config field cost_epochs must be an int in [0, 1000] (0: cost_steps steps), got {ce!r}")
@@ -375,6 +380,12 @@ class ReproduceConfig(Config):
             raise ValueError(
                 f"kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe] = "
                 f"[{self.folds * 2}, {self.n_probe}], got {self.kernel_probe_n!r}"
+            )
+        fn = self.fewshot_n
+        if not isinstance(fn, int) or isinstance(fn, bool) or not (fn == 0 or 60 <= fn <= self.n_probe):
+            raise ValueError(
+                f"fewshot_n must be 0 (all probe images) or an int in [60, n_probe] = [60, {self.n_probe}] (a 0.05 "
+                f"train fraction needs 3 images), got {fn!r}"
             )
 
     def _validate_training(self) -> None:

@@ -72,6 +72,12 @@ PRESETS: dict[str, dict[str, Any]] = {
         # E2's kernel ridge on 1 000 of the 3 000 probe images (SPEC 5.2's least): a few seconds per fit, where all
         # 3 000 would take minutes per seed on 1 thread
         kernel_probe_n=1000,
+        # C4's few-shot settings on 1 000 probe images, 100 episodes and 10 splits: the amortised model learns its i
+        # per episode (about 0.3 s a support set, 2-3 s a regression split on 1 core), which at the defaults (all
+        # 3 000 images, 300 episodes, 30 splits) cost about 20 min per seed; chosen by cost, not by any result
+        fewshot_n=1000,
+        fewshot_episodes=100,
+        fewshot_splits=10,
         # C1 and C7 read i at >= 7 points (about 20 s a seed more than 3)
         interp_points=7,
         ip_epochs=4,

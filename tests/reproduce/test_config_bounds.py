@@ -22,6 +22,9 @@ from invfast.reproduce.presets import PRESETS, preset
         ("vit_lr", math.nan, r"config field vit_lr must be a number in \(0, 10\], got nan"),
         ("vit_lr", True, r"config field vit_lr must be a number in \(0, 10\], got True"),
         ("kernel_probe_n", 1, r"kernel_probe_n must be 0 \(all probe images\)"),
+        ("fewshot_n", 59, r"fewshot_n must be 0 \(all probe images\) or an int in \[60, n_probe\] = \[60, 60\]"),
+        ("fewshot_n", 61, r"fewshot_n must be 0 \(all probe images\) or an int in \[60, n_probe\]"),
+        ("fewshot_n", 60.0, r"fewshot_n must be 0 \(all probe images\)"),
         ("fresh_backgrounds", "yes", "fresh_backgrounds must be true or false"),
     ],
 )

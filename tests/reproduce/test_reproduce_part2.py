@@ -58,6 +58,16 @@ def test_e4_e5_c2_c4_c5_c6_run_on_the_tiny_preset(part2_run):
     for j in range(len(d4["ranks"]["Default"])):  # competition ranks per setting: 1 for the best, ties share
         col = sorted(r[j] for r in d4["ranks"].values())
         assert col[0] == 1.0 and all(col[k] <= k + 1 for k in range(len(col)))
+    # C4's few-shot settings: every model scored on the same episodes, the amortised one with i learned per episode
+    assert d4["few_shot_i"] == "per episode"
+    for task, settings in d4["few_shot"].items():
+        for setting, per_model in settings.items():
+            assert set(per_model) == set(d4["mean_rank"]) and len({len(v) for v in per_model.values()}) == 1
+            for m, v in per_model.items():
+                assert d4["scores"][task][m][setting] == pytest.approx(np.mean(v))
+    assert len(d4["few_shot"]["identity"]["5-way 1-shot"]["AI (learned i)"]) == 10  # the tiny preset's episodes
+    c4 = next(f for f in doc["findings"] if f["id"] == "C4")
+    assert "needs few-shot" not in json.dumps(c4), c4
     # C5: AI-SimCLR at K = 2 and K = 5, each probe's out-of-fold predictions kept for every image of its task
     d5 = doc["amortised"]["downstream_k5"]
     assert set(d5["mean_rank"]) == {"AI-SimCLR (learned i)", "AI-SimCLR K=5 (learned i)"}

@@ -15,6 +15,7 @@ import torch
 from invfast.io import atomic_write_text
 from invfast.reproduce.stages.context import VIT, Context, extract, normalise, stage_seed
 from invfast.reproduce.stages.data import TASKS, task_set
+from invfast.reproduce.stages.few_shot import few_shot_fixed, few_shot_learned_i, learned_i_probe
 from invfast.reproduce.stages.measurement import measure_one, per_image_cosines, reference_stats
 
 __all__ = [
@@ -77,16 +78,6 @@ def prompt_effect(ctx: Context, model: torch.nn.Module) -> dict[str, Any]:
     return {"per_image": [float(v) for v in rel], "mean": float(rel.mean())}
 
 
-def _learned_i_probe(
-    model: torch.nn.Module, kind: str, x: torch.Tensor, y: torch.Tensor, cfg: Any, seed: int, init: float, **kw: Any
-) -> Any:
-    """An InvarianceProbe of the run's settings fitted on (x, y), i from ``init`` (``lr_i=0.0``: i kept there)."""
-    from invfast.probes import InvarianceProbe
-
-    probe = InvarianceProbe(model, task=kind, epochs=cfg.ip_epochs, batch_size=64, seed=seed, init=init, **kw)
-    return probe.fit(x, y)
-
-
 def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | None = None) -> dict[str, Any]:
     """Learn a linear head and i per task on the frozen amortised model ``key`` (InvarianceProbe), i from 0.5;
     fit on the first 80% of ``ip_n`` probe images, score on the rest. ``restarts`` (default ``ip_restarts``)
@@ -112,7 +103,7 @@ def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | No
         for r in range(n_restarts):
             seed = stage_seed(cfg.seed, f"ip/{task}" if r == 0 else f"ip/{task}/{r}")
             start = 0.5 if r == 0 else float(np.random.default_rng(seed).uniform(0.1, 0.9))
-            probe = _learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, start)
+            probe = learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, start)
             row = {
                 "start": start,
                 "i": [float(v) for v in probe.i_],
@@ -120,7 +111,7 @@ def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | No
                 "i_history": probe.i_history_.tolist(),
             }
             if n_restarts > 1:
-                half = _learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, 0.5, lr_i=0.0)
+                half = learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, 0.5, lr_i=0.0)
                 row["score_at_half"] = float(half.score(x[cut:], yt[cut:]))
             fits.append(row)
         out[task] = {**fits[0], "n_fit": cut, "n_test": n - cut}
@@ -201,29 +192,6 @@ AI_LABELS = {
 }
 
 
-def _few_shot(x: np.ndarray, y: np.ndarray, kind: str, cfg: Any, seed: int) -> dict[str, float]:
-    """The few-shot scores of features ``x`` [N, D]: 5-way 1- and 5-shot episodes for a classification task,
-    few-shot regression at train fractions 0.05 and 0.2 otherwise."""
-    from invfast.probes import few_shot_classification, few_shot_regression
-
-    if kind != "classification":
-        fits = few_shot_regression(x, y, fractions=(0.05, 0.2), splits=cfg.fewshot_splits, seed=seed)
-        return {f"few-shot s={s:g}": r.mean for s, r in fits.items()}
-    smallest = int(np.bincount(y).min())
-    return {
-        f"5-way {k}-shot": few_shot_classification(
-            x,
-            y,
-            n_way=min(5, cfg.objects),
-            k_shot=k,
-            n_query=max(1, min(15, smallest - k)),
-            episodes=cfg.fewshot_episodes,
-            seed=seed,
-        ).mean
-        for k in (1, 5)
-    }
-
-
 def competition_ranks(scores: dict[str, dict[str, dict[str, float]]]) -> dict[str, list[float]]:
     """Per model, its rank (1 = best; ties share the better rank) in each (task, setting) of
     ``scores[task][model][setting]``, in task-then-setting order."""
@@ -253,15 +221,28 @@ def _downstream_features(
     return feats
 
 
+def _few_shot_of(ctx: Context, key: str | None, task: str, x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, list]:
+    """Per few-shot setting of ``task``, per-episode scores on its first ``fewshot_n`` probe images: of the fixed
+    features ``x``, or (``key``) of that amortised model with i learned per episode."""
+    kind = TASKS[task][0]
+    n = ctx.cfg.fewshot_n or len(y)
+    if key is None:
+        return few_shot_fixed(x[:n], y[:n], kind, ctx.cfg, seed)
+    images = ctx.images(task_set(task))[:n]
+    return few_shot_learned_i(ctx.model(key), images, y[:n], kind, ctx.cfg, seed, ctx.progress)
+
+
 def amortised_downstream(
     ctx: Context, keys: tuple[str, ...] = ("amortised",), family: str = "", fixed: bool = True, few_shot: bool = True
 ) -> dict[str, Any]:
-    """C4 (and C5 with ``keys`` the K = 2 and K = 5 models, ``fixed`` and ``few_shot`` off): each amortised model at
-    the i learned per task (``amortised-learned-i``) against the Default, Spatial and Appearance models on every
-    task — the run's many-shot probe (its out-of-fold predictions and the targets in ``probes[task]``, which the
+    """C4 (and C5 with ``keys`` the K = 2 and K = 5 models, ``fixed`` and ``few_shot`` off): each amortised model
+    against the Default, Spatial and Appearance models on every task — the run's many-shot probe at the i learned
+    per task (``amortised-learned-i``; its out-of-fold predictions and the targets in ``probes[task]``, which the
     rules resample by image), few-shot identity episodes (5-way 1- and 5-shot, ``fewshot_episodes`` episodes, ridge
     on the support set, Chavhan et al. App. A.2) and few-shot regression (train fractions 0.05 and 0.2,
-    ``fewshot_splits`` splits) — and each model's rank per (task, setting), 1 = best.
+    ``fewshot_splits`` splits), the amortised models with i learned per episode on its support set (per split on
+    its train part: :mod:`invfast.reproduce.stages.few_shot`), each episode's score in ``few_shot[task][setting]
+    [label]`` — and each model's rank per (task, setting), 1 = best.
 
     With ``family`` 'vit-' (C7) the policy models are the transformers, and the result also holds the identity
     probes of each of them and of the untrained ViT (``identity``: whether they learned)."""
@@ -275,6 +256,8 @@ def amortised_downstream(
             learned[key] = json.load(f)  # written by amortised-learned-i (for key)
     scores: dict[str, dict[str, dict[str, float]]] = {}
     probes: dict[str, dict[str, Any]] = {}
+    episodes: dict[str, dict[str, dict[str, list]]] = {}
+    keys_of = {AI_LABELS[k]: k for k in keys}
     for task, (kind, _) in TASKS.items():
         y = ctx.array("data", f"probe_target_{task}.npy")
         seed = stage_seed(cfg.seed, f"few-shot/{task}")
@@ -282,12 +265,18 @@ def amortised_downstream(
         for model, x in _downstream_features(ctx, task, learned, family, fixed).items():
             many = probe_scores(x, y, kind, 1, cfg)
             probes[task]["scores"][model] = many
-            few = _few_shot(x, y, kind, cfg, seed) if few_shot else {}
-            scores.setdefault(task, {})[model] = {"many-shot": many["mean"], **few}
+            scores.setdefault(task, {})[model] = {"many-shot": many["mean"]}
+            if not few_shot:
+                continue
+            few = _few_shot_of(ctx, keys_of.get(model), task, x, y, seed)
+            for setting, v in few.items():
+                episodes.setdefault(task, {}).setdefault(setting, {})[model] = v
+                scores[task][model][setting] = float(np.mean(v))
     ranks = competition_ranks(scores)
     out = {
         "scores": scores,
         "probes": probes,
+        **({"few_shot": episodes, "few_shot_i": "per episode"} if few_shot else {}),
         "ranks": ranks,
         "mean_rank": {m: float(np.mean(r)) for m, r in ranks.items()},
         "learned_i": {AI_LABELS[k]: {t: learned[k][t]["i"] for t in TASKS} for k in keys},
