@@ -370,6 +370,16 @@ class Trainer:
             self._save_final(folder, t_start)
         return self.history
 
+    def finish(self) -> None:
+        """End the run at the current step, for a caller that stops training early by a criterion of its own: the
+        last checkpoint, the model file and the run marked finished, as at the end of :meth:`fit`. A later
+        ``fit(resume=True)`` on the folder refuses to continue it (its model file exists)."""
+        if self.out is None:
+            raise ValueError("finish() writes the model file: the Trainer needs an output folder (out=...)")
+        from invfast.run_folder import RunFolder
+
+        self._save_final(RunFolder(self.out, "pretrain", overwrite=True), time.perf_counter())
+
     def _claim_out(self, resume: bool) -> Any:
         """The output folder's run marker (None without ``out``): an invfast pretraining run only by its marker,
         a folder of the user's files refused; the checkpoint loaded when resuming, else refused if present."""

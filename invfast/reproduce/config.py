@@ -43,6 +43,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "ip_restarts": 1,
     # 0.6: C4's few-shot settings used every probe image
     "fewshot_n": 0,
+    # 0.6: S1's and S8's supervised models trained transfer_epochs epochs whatever they reached
+    "criterion_epochs": 0,
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -121,6 +123,7 @@ _MAXIMA = {
     "pretrain_epochs": 100_000,
     "amortised_epochs": 100_000,
     "transfer_epochs": 100_000,
+    "criterion_epochs": 100_000,
     "vit_epochs": 100_000,
     "ip_epochs": 100_000,
     "ip_restarts": 1000,
@@ -217,6 +220,10 @@ class ReproduceConfig(Config):
     transfer_n_source: int = 1200
     transfer_n_target: int = 500
     transfer_epochs: int = 5
+    # S1 / S8 (and the transfer models they reuse): train each model until its own-data accuracy reaches the rules'
+    # 0.9 (checked after every epoch), at most criterion_epochs epochs (a smaller S1 source proportionally more);
+    # 0: transfer_epochs epochs whatever they reach, as before 0.6
+    criterion_epochs: int = 30
     # amortised model (C1, C2, C3, C6); C6 times cost_epochs whole epochs of each model, the models taking turns
     # epoch by epoch (0: cost_steps steps once, as before 0.6: no per-epoch times, so C6 is not testable)
     amortised_epochs: int = 10
@@ -380,6 +387,11 @@ class ReproduceConfig(Config):
             raise ValueError(
                 f"kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe] = "
                 f"[{self.folds * 2}, {self.n_probe}], got {self.kernel_probe_n!r}"
+            )
+        ce = self.criterion_epochs
+        if not isinstance(ce, int) or isinstance(ce, bool) or ce < 0:
+            raise ValueError(
+                f"config field criterion_epochs must be an int >= 0 (0: transfer_epochs, no criterion), got {ce!r}"
             )
         fn = self.fewshot_n
         if not isinstance(fn, int) or isinstance(fn, bool) or not (fn == 0 or 60 <= fn <= self.n_probe):

@@ -32,6 +32,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         transfer_n_source=64,
         transfer_n_target=30,
         transfer_epochs=1,
+        criterion_epochs=2,
         amortised_epochs=1,
         interp_points=3,
         ip_epochs=1,

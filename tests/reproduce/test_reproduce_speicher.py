@@ -59,6 +59,19 @@ def _numbers(obj):
             yield from _numbers(v)
 
 
+def _training_records(run):
+    """The training records of S1's, S8's and the transfer models, from the cache's stage results."""
+    out = {}
+    for path in sorted((run / "cache" / "stages").glob("*.json")):
+        name = path.stem
+        rec = json.loads(path.read_text())["result"]
+        if name.startswith("transfer-train-"):
+            out[f"transfer-{rec['source']}"] = rec
+        elif name.startswith(("s1-train-", "s8-train")):
+            out.update(rec["models"])
+    return out
+
+
 def test_every_speicher_finding_runs_on_the_tiny_preset(speicher_run):
     doc = json.loads((speicher_run / "results.json").read_text())
     assert [f["id"] for f in doc["findings"]] == [f"S{k}" for k in range(1, 9)]
@@ -80,6 +93,16 @@ def test_every_speicher_finding_runs_on_the_tiny_preset(speicher_run):
     assert set(doc["categories"]["accuracy"]) == {*cfg.categories, "none", "untrained"}  # S6: its control row
     for kind in ("image", "random"):
         assert set(doc["ood"]["sensitivity"][kind]) == {"in distribution", "mild OOD", "strong OOD"}
+    # S1's and S8's models (and the transfer models they reuse) train to the 0.9 criterion or the cap, which is said
+    records = _training_records(speicher_run)
+    assert {"transfer-same", "transfer-different", "transfer-superset"} <= set(records)
+    for key, rec in records.items():
+        assert rec["level"] == 0.9 and rec["stopped"] in ("criterion", "cap"), (key, rec)
+        assert rec["epochs_trained"] <= rec["epochs"] and (rec["stopped"] == "cap") == (
+            rec["epochs_trained"] == rec["epochs"]
+        )
+        if rec["stopped"] == "criterion":
+            assert rec["ncm_trained"] >= 0.9
     # every supervised model's learning check is recorded
     learned = doc["learned"]["0"]
     assert {"transfer-same", "s1-arch-vit-same", "s3-C+O-O", "cat-random-none", "s5-oplus"} <= set(learned)

@@ -81,6 +81,8 @@ NONE, UNTRAINED = "none", "untrained"
 #: S7: the two directions (model kinds) and the three OOD levels of ``s7-sensitivity``
 S7_KINDS = ("image", "random")
 S7_LEVELS = ("in distribution", "mild OOD", "strong OOD")
+#: S1 and S8: every model compared is trained to this own-data accuracy (held-out images of its own task)
+TRAINED_LEVEL = 0.9
 #: S1: each factor's required values (a count for size and arch, the four relations for the classes)
 S1_VALUES: dict[str, int | tuple[str, ...]] = {
     "size": 3,
@@ -279,7 +281,7 @@ def judge_s1(results: Results) -> SeedVerdict:
         c, m = _s1_factor(factor, rows)
         crit += c
         models += m
-    pre.append(_trained_to(results, models, 0.9))
+    pre.append(_trained_to(results, models, TRAINED_LEVEL))
     return judge(crit, pre)
 
 
@@ -736,7 +738,7 @@ def judge_s8(results: Results) -> SeedVerdict:
     nested = all(a < b for a, b in zip(chain, chain[1:]))
     pre = [
         Precondition("strictly nested sets T_1 ⊂ … ⊂ T_n", nested and len(sizes) >= 2, f"sizes {sizes}"),
-        _trained_to(results, [str(need(models, k, what=f"the model of T{k}")) for k in sizes], 0.9),
+        _trained_to(results, [str(need(models, k, what=f"the model of T{k}")) for k in sizes], TRAINED_LEVEL),
     ]
     crit = []
     for b, j in enumerate(sizes):

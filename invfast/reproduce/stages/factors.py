@@ -14,7 +14,14 @@ from typing import Any
 
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import Context, load_stage_model
-from invfast.reproduce.stages.supervised import Evaluator, ModelSpec, load_trained, train_models
+from invfast.reproduce.stages.supervised import (
+    Evaluator,
+    ModelSpec,
+    criterion_level,
+    load_trained,
+    supervised_epochs,
+    train_models,
+)
 from invfast.reproduce.stages.transfer import transfer_dataset
 
 __all__ = ["FACTORS", "CLASS_RELATIONS", "factor_values", "pair_specs", "s1_train", "s1_probe"]
@@ -45,10 +52,10 @@ def pair_specs(cfg: ReproduceConfig, factor: str, value: str) -> list[ModelSpec]
     """The same / different models of one non-default factor value. A smaller source set trains for
     proportionally more epochs (the same number of steps): Speicher et al. train every model to near 100%
     training accuracy, and at a fixed epoch budget fewer images would also mean less training."""
-    n, arch, objects, epochs = cfg.transfer_n_source, cfg.arch, "source", cfg.transfer_epochs
+    n, arch, objects, epochs = cfg.transfer_n_source, cfg.arch, "source", supervised_epochs(cfg)
     if factor == "size":
         n = max(cfg.batch_size, round(float(value) * cfg.transfer_n_source))
-        epochs = max(1, round(cfg.transfer_epochs * cfg.transfer_n_source / n))
+        epochs = max(1, round(supervised_epochs(cfg) * cfg.transfer_n_source / n))
     elif factor == "arch":
         arch = value
     else:
@@ -60,6 +67,7 @@ def pair_specs(cfg: ReproduceConfig, factor: str, value: str) -> list[ModelSpec]
             functools.partial(transfer_dataset, objects=objects, transforms="target" if kind == "same" else "other"),
             n,
             epochs,
+            criterion_level(cfg),
         )
         for kind in PAIR
     ]

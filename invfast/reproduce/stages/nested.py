@@ -13,7 +13,14 @@ from typing import Any
 
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.stages.context import Context, load_stage_model
-from invfast.reproduce.stages.supervised import Evaluator, ModelSpec, load_trained, train_models
+from invfast.reproduce.stages.supervised import (
+    Evaluator,
+    ModelSpec,
+    criterion_level,
+    load_trained,
+    supervised_epochs,
+    train_models,
+)
 from invfast.reproduce.stages.transfer import transfer_dataset, transform_set
 
 __all__ = ["reused_source", "nested_specs", "s8_train", "s8_probe"]
@@ -32,7 +39,8 @@ def nested_specs(cfg: ReproduceConfig) -> list[ModelSpec]:
             cfg.arch,
             functools.partial(transfer_dataset, objects="source", transforms=f"first:{k}"),
             cfg.transfer_n_source,
-            cfg.transfer_epochs,
+            supervised_epochs(cfg),
+            criterion_level(cfg),
         )
         for k in cfg.nested_sizes
         if reused_source(cfg, k) is None

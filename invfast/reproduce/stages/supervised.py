@@ -29,6 +29,10 @@ from invfast.reproduce.stages.pretraining import read_metrics, train_config
 __all__ = [
     "ModelSpec",
     "Builder",
+    "criterion_level",
+    "supervised_epochs",
+    "own_data_accuracy",
+    "fit_supervised",
     "arch_kwargs",
     "optimisation",
     "make_encoder",
@@ -54,15 +58,30 @@ LEARNED_RATIO = 1.2
 @dataclass(frozen=True)
 class ModelSpec:
     """One supervised model: ``arch`` (an :func:`invfast.models.create` name) trained on ``n`` images of
-    ``data(cfg, 'train', n)`` for ``epochs`` epochs; ``key`` names its cache folder and its row in the
-    report. Models of the same architecture start from the same initialisation, so a pair differs only
-    in its data."""
+    ``data(cfg, 'train', n)`` for ``epochs`` epochs — or, with ``level`` and ``cfg.criterion_epochs``, until its
+    own-data accuracy reaches ``level`` (:func:`fit_supervised`), at most ``epochs`` then; ``key`` names its cache
+    folder and its row in the report. Models of the same architecture start from the same initialisation, so a
+    pair differs only in its data."""
 
     key: str
     arch: str
     data: Builder
     n: int
     epochs: int
+    level: float | None = None
+
+
+def criterion_level(cfg: ReproduceConfig) -> float | None:
+    """The own-data accuracy S1's and S8's models (and the transfer models they reuse) train to: the rules' level
+    (:data:`invfast.reproduce.rules.speicher.TRAINED_LEVEL`), or None with ``criterion_epochs`` 0 (fixed epochs)."""
+    from invfast.reproduce.rules.speicher import TRAINED_LEVEL
+
+    return TRAINED_LEVEL if cfg.criterion_epochs else None
+
+
+def supervised_epochs(cfg: ReproduceConfig) -> int:
+    """Those models' epochs: the cap ``criterion_epochs`` when they train to the criterion, else ``transfer_epochs``."""
+    return cfg.criterion_epochs or cfg.transfer_epochs
 
 
 def arch_kwargs(arch: str, cfg: ReproduceConfig) -> dict[str, Any]:
@@ -126,9 +145,56 @@ def _train_one(ctx: Context, spec: ModelSpec) -> dict[str, Any]:
     )
     out = _folder(ctx, spec.key)
     trainer = Trainer(method, data, tc, out=out, meta={"arch": spec.arch, "model": spec.key})
-    trainer.fit(resume=True)
+    stop = fit_supervised(ctx, trainer, spec.data, spec.n, spec.level)
     losses = [r["loss"] for r in read_metrics(out) if "loss" in r]
-    return {"arch": spec.arch, "n": spec.n, "epochs": spec.epochs, "seed": tc.seed, "losses": losses}
+    return {"arch": spec.arch, "n": spec.n, "epochs": spec.epochs, "seed": tc.seed, "losses": losses, **stop}
+
+
+def own_data_accuracy(ctx: Context, data: Builder, n: int) -> Callable[[torch.nn.Module], float]:
+    """``accuracy(model)``: nearest-class-mean accuracy of the model's features on ``transfer_n_target`` held-out
+    images of ``data``, class means from its first ``min(n, 4 x transfer_n_target)`` training images (the images
+    generated once here)."""
+    cfg = ctx.cfg
+    n_fit = min(n, 4 * cfg.transfer_n_target)
+    fit_x, fit_y, _ = data(cfg, "train", n).generate(range(n_fit))
+    n_test = cfg.transfer_n_target
+    test_x, test_y, _ = data(cfg, "test", n_test).generate(range(n_test))
+
+    def accuracy(model: torch.nn.Module) -> float:
+        was_training = model.training
+        model = model.to(cfg.device).eval()
+        try:
+            return ncm_accuracy(extract(model, fit_x), fit_y.numpy(), extract(model, test_x), test_y.numpy())
+        finally:
+            model.train(was_training)
+
+    return accuracy
+
+
+def fit_supervised(ctx: Context, trainer: Any, data: Builder, n: int, level: float | None) -> dict[str, Any]:
+    """Run ``trainer`` (its model file under its output folder): to its end when ``level`` is None or
+    ``criterion_epochs`` is 0 (``stopped``: 'epochs'); else epoch by epoch until the encoder's own-data accuracy
+    (:func:`own_data_accuracy`) reaches ``level`` — then the run ends there (``stopped``: 'criterion') — or to its
+    last epoch (``stopped``: 'cap'). Returns ``stopped``, ``epochs_trained`` and, with a level, ``level``. Resumable:
+    a run killed between epochs resumes from its last checkpoint and stops where an uninterrupted one would."""
+    steps_per_epoch = trainer.steps_per_epoch
+    model_file = os.path.join(trainer.out, "model.pt")
+    if level is None or not ctx.cfg.criterion_epochs:
+        trainer.fit(resume=True)
+        return {"stopped": "epochs", "epochs_trained": trainer.total_steps // steps_per_epoch}
+    if os.path.exists(model_file):  # finished before (at the criterion or the cap): read where it stopped
+        trainer.load_checkpoint(os.path.join(trainer.out, "checkpoint.pt"))
+    else:
+        accuracy = own_data_accuracy(ctx, data, n)
+        while True:
+            trainer.fit(resume=True, until_step=trainer.step + steps_per_epoch)
+            if trainer.step >= trainer.total_steps:
+                break
+            if accuracy(trainer.method.encoder) >= level:
+                trainer.finish()
+                break
+    stopped = "cap" if trainer.step >= trainer.total_steps else "criterion"
+    return {"stopped": stopped, "epochs_trained": trainer.step // steps_per_epoch, "level": level}
 
 
 def learned_check(
@@ -137,15 +203,8 @@ def learned_check(
     """Did the model learn its own task? Nearest-class-mean accuracy of its features on ``transfer_n_target``
     held-out images of ``data`` (class means from its first ``n`` training images), over its initialisation's
     (:data:`LEARNED_RATIO`)."""
-    cfg = ctx.cfg
-    n_fit = min(n, 4 * cfg.transfer_n_target)
-    fit_x, fit_y, _ = data(cfg, "train", n).generate(range(n_fit))
-    n_test = cfg.transfer_n_target
-    test_x, test_y, _ = data(cfg, "test", n_test).generate(range(n_test))
-    scores = {}
-    for name, model in (("trained", trained), ("init", init)):
-        model = model.to(cfg.device).eval()
-        scores[name] = ncm_accuracy(extract(model, fit_x), fit_y.numpy(), extract(model, test_x), test_y.numpy())
+    accuracy = own_data_accuracy(ctx, data, n)
+    scores = {"trained": accuracy(trained), "init": accuracy(init)}
     ratio = scores["trained"] / max(scores["init"], 1e-12)
     return {
         "ncm_trained": scores["trained"],

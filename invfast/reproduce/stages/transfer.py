@@ -139,23 +139,25 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
     images = torch.from_numpy(ctx.array("transfer", f"{source}_images.npy"))
     labels = torch.from_numpy(ctx.array("transfer", f"{source}_labels.npy")).long()
     data = LabelledSource(images, labels, spec=f"reproduce:transfer:{source}:{cfg.seed}:{images.shape[0]}")
+    from invfast.reproduce.stages.supervised import criterion_level, fit_supervised, learned_check, supervised_epochs
+
     method = Supervised(encoder(cfg, "transfer"), num_classes=data.num_classes)
-    tc = train_config(ctx, f"transfer/{source}", cfg.transfer_epochs, len(data), lr=0.05, weight_decay=5e-4)
+    epochs = supervised_epochs(cfg)
+    tc = train_config(ctx, f"transfer/{source}", epochs, len(data), lr=0.05, weight_decay=5e-4)
     steps_per_epoch = len(data) // cfg.batch_size
     tc = dataclasses.replace(tc, log_every=steps_per_epoch, checkpoint_every=steps_per_epoch)
     out = os.path.dirname(ctx.path("transfer", source, "model.pt"))
     trainer = Trainer(
         method, data, tc, out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": f"transfer-{source}"}
     )
-    trainer.fit(resume=True)
-    losses = [r["loss"] for r in read_metrics(out) if "loss" in r]  # one record per epoch: its mean loss
-    from invfast.reproduce.stages.supervised import learned_check
-
     types = {"same": "target", "different": "other", "superset": "target+other"}[source]
     builder = functools.partial(transfer_dataset, objects="source", transforms=types)
+    stop = fit_supervised(ctx, trainer, builder, len(data), criterion_level(cfg))
+    losses = [r["loss"] for r in read_metrics(out) if "loss" in r]  # one record per epoch: its mean loss
     return {
         "source": source,
-        "epochs": cfg.transfer_epochs,
+        "epochs": epochs,
+        **stop,
         "steps": trainer.total_steps,
         "seed": tc.seed,
         "losses": losses,
