@@ -65,12 +65,38 @@ def under_trained(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
             out[key] = {"ratio": ratio, "se": se, "learned": ratio >= LEARNED_RATIO}
     for name, r in results.items():
         if name.startswith("transfer-train-") and "ratio" in r:
-            out[f"transfer-{r['source']}"] = {"ratio": r["ratio"], "learned": r["learned"]}
+            out[f"transfer-{r['source']}"] = _supervised_row(r)
         models = r.get("models") if isinstance(r, dict) else None
         for key, m in models.items() if isinstance(models, dict) else ():
             if isinstance(m, dict) and "ratio" in m:  # a training stage's model (a probe stage names its models)
-                out[key] = {"ratio": m["ratio"], "learned": m["learned"]}
+                out[key] = _supervised_row(m)
     return out
+
+
+def _supervised_row(m: dict[str, Any]) -> dict[str, Any]:
+    """A supervised model's learning row; with a training criterion also how its training ended (``stopped``:
+    'criterion' or 'cap'), its epochs and its own-data accuracy."""
+    row = {"ratio": m["ratio"], "learned": m["learned"]}
+    if m.get("stopped") in ("criterion", "cap"):
+        row.update(stopped=m["stopped"], epochs_trained=m["epochs_trained"], own=m["ncm_trained"], level=m["level"])
+    return row
+
+
+def criterion_summary(rows: list[dict[str, Any]]) -> str:
+    """'k of n reached own-data accuracy L (after a–b epochs); m ended at their epoch cap below it (own-data
+    c–d)' over the rows of models trained to a criterion; '' when none was."""
+    rows = [r for r in rows if "stopped" in r]
+    if not rows:
+        return ""
+    hit = [r for r in rows if r["stopped"] == "criterion"]
+    cap = [r for r in rows if r["stopped"] == "cap"]
+    text = f"{len(hit)} of {len(rows)} reached own-data accuracy {rows[0]['level']:g}"
+    if hit:
+        text += f" (after {min(r['epochs_trained'] for r in hit)}–{max(r['epochs_trained'] for r in hit)} epochs)"
+    if cap:
+        own = [r["own"] for r in cap]
+        text += f"; {len(cap)} ended at their epoch cap below it (own-data {min(own):.2f}–{max(own):.2f})"
+    return text
 
 
 def plot_learning(pretraining: dict[str, Any], path: str) -> None:
@@ -216,6 +242,10 @@ def _ratio_lines(view: ReportView) -> list[str]:
             + ", ".join(f"seed {s} {worst[s]:.2f}" for s in seeds)
             + " (every model's ratio is in `results.json`, `learned`).\n"
         )
+        for s in seeds:
+            text = criterion_summary([learned[s][m] for m in supervised if m in learned[s]])
+            if text:
+                L.append(f"- Trained to a criterion (S1, S8), seed {s}: {text}.")
     weak = sorted({m for s in seeds for m, v in learned[s].items() if not v["learned"]})
     if not weak:
         L.append("\nEvery model learned on every seed.\n")
