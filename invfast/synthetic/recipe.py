@@ -25,6 +25,17 @@ CATEGORY = {
     **{t: "photometric" for t in PHOTOMETRIC},
     **{t: "corruption" for t in CORRUPTION},
 }
+#: a type whose variation two others already produce, with those two: under the default recipe's full rotation
+#: (0–360°), a rotation composed with one flip is the other flip
+IMPLIED_BY = {"vflip": ("rotate", "hflip"), "hflip": ("rotate", "vflip")}
+
+
+def implied_types(types: tuple[str, ...] | list[str] | set[str]) -> list[str]:
+    """The types of ``types`` whose variation the others of ``types`` already produce (:data:`IMPLIED_BY`)."""
+    on = set(types)
+    return sorted(t for t in on if t in IMPLIED_BY and set(IMPLIED_BY[t]) <= on - {t})
+
+
 ALIASES = {
     "rotation": "rotate",
     "translation": "translate",

@@ -588,10 +588,24 @@ def test_s8_not_testable(rng):
     assert v.verdict == NOT_TESTABLE and "≥ 0.9" in v.why
     v = S.judge_s8(s8_results(rng, good, sets=S8_SETS | {"3": ["rotate", "brightness"]}))
     assert v.verdict == NOT_TESTABLE and "nested" in v.why
+    # T3 adds hflip to {rotate, vflip}: a full rotation with one flip is the other flip, so T3 adds no invariance
+    v = S.judge_s8(s8_results(rng, good, sets=S8_SETS | {"3": ["rotate", "vflip", "hflip"]}))
+    assert v.verdict == NOT_TESTABLE and "not implied" in v.why, v.why
+    pre = next(p for p in v.preconditions if "implied" in p.name)
+    assert pre.detail == "T3: hflip"
+
     r = s8_results(rng, good)
     del r["s8-probe"]["accuracy"]["2"]["3"]["oof_correct"]
     v = S.judge_s8(r)
     assert v.verdict == NOT_TESTABLE and "T2's model on T3" in v.why
+
+
+def test_implied_types_of_the_recipe():
+    from invfast.synthetic.recipe import implied_types
+
+    assert implied_types(["rotate", "hflip", "vflip"]) == ["hflip", "vflip"]
+    assert implied_types(["rotate", "hflip"]) == [] and implied_types(["hflip", "vflip"]) == []
+    assert implied_types(["rotate", "vflip", "hue"]) == []
 
 
 def test_every_rule_is_not_testable_on_the_current_stage_layout():

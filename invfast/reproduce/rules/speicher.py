@@ -720,6 +720,16 @@ def judge_s7(results: Results) -> SeedVerdict:
 S8_MARGIN, S8_SUBSET = 0.03, 0.05
 
 
+def _implied_additions(chain: Sequence[set[str]], sizes: Sequence[str]) -> list[str]:
+    """'T<k>: <type>' for each type a step of the chain adds whose variation the rest of that set already makes."""
+    from invfast.synthetic.recipe import implied_types
+
+    out = []
+    for k, (before, now) in zip(sizes, zip([set(), *chain], chain)):
+        out += [f"T{k}: {t}" for t in implied_types(now) if t in now - before]
+    return out
+
+
 @_rule
 def judge_s8(results: Results) -> SeedVerdict:
     """S8, a superset of the needed invariances does not hurt, a subset does: on each target T_j, for every
@@ -727,8 +737,9 @@ def judge_s8(results: Results) -> SeedVerdict:
     every T_i ⊂ T_j, acc(T_j on T_j) − acc(T_i on T_j) ≥ 0.05 with CI > 0 (paired over T_j's images).
 
     Reads ``results['s8-probe']``: ``sizes``, ``sets`` (the types of each T_k), ``models`` (k -> model key) and
-    ``accuracy[i][j]`` (score dicts with ``oof_correct``). Preconditions: the sets are strictly nested; every
-    chain model trained to ≥ 0.9 on its own data."""
+    ``accuracy[i][j]`` (score dicts with ``oof_correct``). Preconditions: the sets are strictly nested; no type a
+    step adds is implied by the rest of its set (:func:`invfast.synthetic.recipe.implied_types`: else the larger
+    set adds no invariance); every chain model trained to ≥ 0.9 on its own data."""
     s8 = need(results, "s8-probe", what="S8's probes (s8-probe)")
     sizes = [str(k) for k in need(s8, "sizes", what="S8's chain")]
     acc = need(s8, "accuracy", what="S8's accuracy table")
@@ -736,8 +747,14 @@ def judge_s8(results: Results) -> SeedVerdict:
     models = need(s8, "models", what="S8's chain models")
     chain = [set(need(sets, k, what=f"the types of T{k}")) for k in sizes]
     nested = all(a < b for a, b in zip(chain, chain[1:]))
+    implied = _implied_additions(chain, sizes)
     pre = [
         Precondition("strictly nested sets T_1 ⊂ … ⊂ T_n", nested and len(sizes) >= 2, f"sizes {sizes}"),
+        Precondition(
+            "each added type not implied by the others (a full rotation with one flip gives the other flip)",
+            not implied,
+            "; ".join(implied) or "none implied",
+        ),
         _trained_to(results, [str(need(models, k, what=f"the model of T{k}")) for k in sizes], TRAINED_LEVEL),
     ]
     crit = []
