@@ -126,3 +126,16 @@ def pytest_configure(config):
         "device_guard: CPU data with tensors created off-device turned into "
         "errors (tests/device_guard.py); runs in the default suite",
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _tiny_in_one_process():
+    """The suite runs ``--preset tiny`` in one process (users get 2: the preset's ``workers``): tests replace stages
+    in this process (monkeypatch), which worker processes would not see; the 2-process path has its own tests
+    (``--workers 2`` in tests/reproduce/test_reproduce.py) and every subprocess run uses the preset as shipped."""
+    from invfast.reproduce.presets import PRESETS
+
+    saved = PRESETS["tiny"].get("workers")
+    PRESETS["tiny"]["workers"] = 1
+    yield
+    PRESETS["tiny"]["workers"] = saved

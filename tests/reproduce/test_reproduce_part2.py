@@ -114,6 +114,11 @@ def test_c7_runs_the_transformers(part2_run):
     report = (part2_run / "report.md").read_text()
     assert "## Transformers — C7" in report and "Downstream (C4 with transformers)" in report
     assert (part2_run / doc["figures"]["vit-interpolation"]).stat().st_size > 1000
+    # C1's control (here C7's): the Prompt-ViT as it started (warm-started from the Default ViT) at both corners
+    init = doc["transformers"]["interpolation"]["init"]["points"]
+    assert [p["i"] for p in init] == [[1.0, 0.0], [0.0, 1.0]]
+    assert all(len(v) == doc["config"]["n_measure"] for p in init for v in p["per_image_cosine"].values())
+    assert "initialisation" not in json.dumps(c7), c7  # the control exists: never 'needs … initialisation'
     # the ResNets' numbers are not the transformers': C2 of each family reads its own measurement
     assert not (part2_run / "cache" / "measure" / "vit-spatial.json").samefile(
         part2_run / "cache" / "measure" / "spatial.json"

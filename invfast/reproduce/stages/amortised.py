@@ -34,35 +34,46 @@ def interpolation_points(n: int) -> list[list[float]]:
     return [[round(1.0 - t, 6), round(t, 6)] for t in np.linspace(0.0, 1.0, n).tolist()]
 
 
-def amortised_interpolation(ctx: Context, key: str = "amortised") -> dict[str, Any]:
-    """Invariance of the amortised model ``key`` as i moves from Spatial to Appearance (and at Default [1, 1])."""
+def _interpolation_point(ctx: Context, model: torch.nn.Module, file_key: str, i: list[float]) -> dict[str, Any]:
+    """The amortised ``model``'s invariance at descriptor ``i``: per test transform (mean and per measurement image)
+    and per family; reference statistics from its own probe-set features at i. Measurement cached as ``file_key``."""
     from invfast.measure import WithDescriptor
+
+    name = f"i=({i[0]:.2f},{i[1]:.2f})"
+    at_i = WithDescriptor(model, i).eval()
+    file = f"{file_key}_{i[0]:.4f}_{i[1]:.4f}"
+    stats = None
+    if not os.path.exists(ctx.path("measure", f"{file}.json")):
+        stats, _ = reference_stats(extract(at_i, ctx.images("probe")))
+    r = measure_one(ctx, at_i, name, file, stats)
+    fam: dict[str, list[float]] = {}
+    for t in r.transforms.values():
+        if t.mean_cosine is not None:
+            fam.setdefault(t.family, []).append(t.mean_cosine)
+    return {
+        "i": i,
+        "name": name,
+        "cosine": r.means("cosine"),
+        "family_cosine": {f: float(np.mean(v)) for f, v in fam.items()},
+        "per_image_cosine": per_image_cosines(r),
+    }
+
+
+def amortised_interpolation(ctx: Context, key: str = "amortised") -> dict[str, Any]:
+    """Invariance of the amortised model ``key`` as i moves from Spatial to Appearance (and at Default [1, 1]), and
+    C1's control: its initialisation (the same seeded encoder before training — for a warm-started Prompt-ViT, the
+    trained Default ViT it starts from) at the two corners [1, 0] and [0, 1]."""
+    from invfast.reproduce.stages.context import encoder
+    from invfast.reproduce.stages.pretraining import warm_start
 
     model = ctx.model(key)
     points = interpolation_points(ctx.cfg.interp_points) + [[1.0, 1.0]]
-    rows = []
-    for i in points:
-        name = f"i=({i[0]:.2f},{i[1]:.2f})"
-        at_i = WithDescriptor(model, i).eval()
-        file = f"{key}_{i[0]:.4f}_{i[1]:.4f}"
-        stats = None
-        if not os.path.exists(ctx.path("measure", f"{file}.json")):
-            stats, _ = reference_stats(extract(at_i, ctx.images("probe")))
-        r = measure_one(ctx, at_i, name, file, stats)
-        fam: dict[str, list[float]] = {}
-        for t in r.transforms.values():
-            if t.mean_cosine is not None:
-                fam.setdefault(t.family, []).append(t.mean_cosine)
-        rows.append(
-            {
-                "i": i,
-                "name": name,
-                "cosine": r.means("cosine"),
-                "family_cosine": {f: float(np.mean(v)) for f, v in fam.items()},
-                "per_image_cosine": per_image_cosines(r),
-            }
-        )
-    return {"points": rows, "prompt_effect": prompt_effect(ctx, model)}
+    rows = [_interpolation_point(ctx, model, key, i) for i in points]
+    init = encoder(ctx.cfg, key)
+    warm_start(ctx, key, init)  # the warm-started Prompt-ViT starts from the trained Default ViT
+    init = init.to(ctx.cfg.device).eval()
+    corners = [_interpolation_point(ctx, init, f"{key}_init", i) for i in ([1.0, 0.0], [0.0, 1.0])]
+    return {"points": rows, "init": {"points": corners}, "prompt_effect": prompt_effect(ctx, model)}
 
 
 def prompt_effect(ctx: Context, model: torch.nn.Module) -> dict[str, Any]:
