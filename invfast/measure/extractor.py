@@ -22,7 +22,15 @@ from invfast.measure.layers import OUTPUT, LayerTap, resolve_layers
 from invfast.measure.units import check_units
 from invfast.models.registry import load_checkpoint
 
-__all__ = ["CALL_ACTIVATION_BYTES", "WithDescriptor", "load_model", "FeatureExtractor", "model_checksum", "setup_model"]
+__all__ = [
+    "CALL_ACTIVATION_BYTES",
+    "WithDescriptor",
+    "load_model",
+    "FeatureExtractor",
+    "pooled_output",
+    "model_checksum",
+    "setup_model",
+]
 
 #: on the CPU, the most bytes the largest activation of one model call may take: a call of more images runs
 #: as sub-batches of fewer (:meth:`FeatureExtractor.images_per_call`). Measured at one thread on this project's
@@ -71,7 +79,11 @@ def load_model(
     try:
         model = models.create(name, **kw)
     except (KeyError, ValueError) as e:
-        raise ValueError(f"unknown model {name!r}; choose one of {list(getattr(models, 'ARCHITECTURES', []))}") from e
+        raise ValueError(
+            f"unknown model {name!r}: invfast's own are {', '.join(getattr(models, 'ARCHITECTURES', []))}; for any "
+            "other model give a factory as module:callable (a function of no arguments returning it, e.g. "
+            "torchvision.models:resnet50)"
+        ) from e
     if checkpoint is not None:
         load_checkpoint(model, checkpoint)
     if invariance is not None:
@@ -80,6 +92,21 @@ def load_model(
 
 
 # ---------------------------------------------------------------------------------------------- features
+def pooled_output(out: Any) -> Any:
+    """The pooled features of a model's output: a tensor as it is; a Hugging Face ``ModelOutput`` (or any object
+    with these attributes) by its ``pooler_output`` when it has one, else the mean over tokens of its
+    ``last_hidden_state`` [B, T, D] -> [B, D]; anything else unchanged (the caller refuses it)."""
+    if isinstance(out, torch.Tensor):
+        return out
+    pooled = getattr(out, "pooler_output", None)
+    if isinstance(pooled, torch.Tensor):
+        return pooled
+    hidden = getattr(out, "last_hidden_state", None)
+    if isinstance(hidden, torch.Tensor) and hidden.dim() == 3:
+        return hidden.mean(1)
+    return out
+
+
 @dataclass
 class FeatureExtractor:
     """Images -> pooled features ``[B, D]`` float32: scaling to [0, 1], optional centre crop,
@@ -226,14 +253,14 @@ class FeatureExtractor:
     def _call(self, x: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
         with self._precision():
             f = self.model(x)
-        got, elements = self._tap.take(f) if self._tap is not None else ({OUTPUT: f}, {})
+        got, elements = self._tap.take(f) if self._tap is not None else ({OUTPUT: pooled_output(f)}, {})
         for v in got.values():
             if not isinstance(v, torch.Tensor) or v.dim() != 2 or v.shape[0] != x.shape[0]:
                 shape = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
                 raise ValueError(
-                    f"the model must return pooled features [B, D] (B={x.shape[0]}), got {shape}; "
-                    "pass a feature extractor (e.g. model.forward_features or the backbone without "
-                    "its head), or measure named layers (layers=...)"
+                    f"the model must return pooled features [B, D], one row per image (this call: {x.shape[0]} "
+                    f"images), got {shape}; pass a feature extractor (e.g. model.forward_features or the backbone "
+                    "without its head), or measure named layers (layers=...)"
                 )
         return {n: v.float() for n, v in got.items()}, elements
 
