@@ -185,6 +185,13 @@ class FeatureStats:
                 raise ValueError(f"an explicit shrinkage λ must be finite and >= 0, got {shrinkage}")
             cov = self.covariance
             shrinkage = "explicit"
+        # every feature's spread within rounding of its mean (std <= 1e-6 x (1 + |mean|)): nothing varies
+        if bool((m2.diagonal() <= 1e-12 * self.n * (1.0 + mean.square())).all()):
+            raise ValueError(
+                f"the features have zero variance: all {self.n} reference samples give the same {d}-d features, "
+                "so no transform can be measured against them (a constant model: a zero-initialised head or "
+                "last layer, an untrained layer after a ReLU that is dead, or the wrong output); check the model"
+            )
         cov.diagonal().add_(lam)
         chol, info = torch.linalg.cholesky_ex(cov)
         if info.item() != 0:

@@ -175,3 +175,19 @@ def test_impossible_saved_moments_are_refused(edit, words, rng, tmp_path):
     with pytest.raises(ValueError, match="impossible") as e:
         FeatureStats.from_state_dict(state)
     assert words in str(e.value)
+
+
+@pytest.mark.parametrize("shrinkage", ["trace", "ledoit-wolf", "none"])
+def test_constant_features_say_zero_variance_not_shrinkage(shrinkage, rng):
+    """Issue 62: a model whose features do not vary (a zero-initialised head) is named as such; more shrinkage, the
+    advice for a rank-deficient covariance, cannot help it."""
+    row = torch.from_numpy(rng.normal(size=(1, 16)))
+    st = FeatureStats().update(row.repeat(12, 1))
+    with pytest.raises(ValueError, match=r"zero variance: all 12 reference samples give the same 16-d features") as e:
+        st.finalize(shrinkage=shrinkage)
+    assert "eps" not in str(e.value) and "\n" not in str(e.value)
+    # one varying feature is enough to keep the shrinkage advice where shrinkage is the remedy
+    x = row.repeat(12, 1)
+    x[:, 0] = torch.from_numpy(rng.normal(size=12))
+    with pytest.raises(ValueError, match="not positive definite"):
+        FeatureStats().update(x).finalize(shrinkage="none")
