@@ -24,14 +24,29 @@ import traceback
 from invfast._messages import one_line_warnings
 
 
+def plain_text(text: str) -> str:
+    """Docstring markup as a terminal shows it: ``code`` and :role:`~a.b.name` become code and name."""
+    import re
+
+    text = re.sub(
+        r":[a-z]+:`~?([^`<]+?)(?:\s*<[^>]*>)?`",
+        lambda m: m.group(1).split(".")[-1] if "~" in m.group(0) else m.group(1),
+        text,
+    )
+    return re.sub(r"``([^`]+)``", r"\1", text)
+
+
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
-    """argparse's help layout (descriptions and epilogs as written) that never breaks a word: a spec such as
-    ``synthetic[:objects=61,n=5000,...]`` stays whole on its line, so it can be copied."""
+    """argparse's help layout (descriptions and epilogs as written, docstring markup shown plain) that never breaks
+    a word: a spec such as ``synthetic[:objects=61,n=5000,...]`` stays whole on its line, so it can be copied."""
 
     def _split_lines(self, text: str, width: int) -> list[str]:
         import textwrap
 
-        return textwrap.wrap(" ".join(text.split()), width, break_long_words=False, break_on_hyphens=False)
+        return textwrap.wrap(" ".join(plain_text(text).split()), width, break_long_words=False, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        return super()._fill_text(plain_text(text), width, indent)
 
 
 # name -> (module, one-line help). Modules that are not present in this checkout are left out.
