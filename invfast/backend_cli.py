@@ -10,6 +10,9 @@ import shutil
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print as JSON (the table under 'dispatch')")
+    parser.add_argument(
+        "--evidence", action="store_true", help="also print each dispatch row's evidence (the benchmark behind it)"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +30,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"{k:<{width}}  {v}")
     print(
         f"\ndispatch table (mode {info['mode']!r}; auto runs the kernel where 'default' says it was measured faster, "
-        f"or {dispatch.CUDA_KERNELS_ENV} opts a CUDA entry in):"
+        f"or {dispatch.CUDA_KERNELS_ENV} opts a CUDA entry in"
+        + ("):" if args.evidence else "; --evidence adds the benchmark behind each row):")
     )
-    print(dispatch.format_table(width=max(100, shutil.get_terminal_size((140, 24)).columns)))
+    width = max(100, shutil.get_terminal_size((140, 24)).columns)
+    print(dispatch.format_table(width=width, evidence=args.evidence))
     return 0

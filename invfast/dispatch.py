@@ -364,10 +364,10 @@ def _missing_kernel_message(e: Entry) -> str:
     )
 
 
-def format_table(entries: list[Entry] | None = None, width: int = 120) -> str:
+def format_table(entries: list[Entry] | None = None, width: int = 120, evidence: bool = True) -> str:
     """The table as aligned text, one row per (op, device): op, device, family, kernel available, default
-    (measured faster), auto (what ``auto`` runs; 'kernel when' under the row's input condition), evidence and
-    condition (wrapped to ``width`` columns)."""
+    (measured faster), auto (what ``auto`` runs; 'kernel when' under the row's input condition) and, with
+    ``evidence``, the evidence and condition (wrapped to ``width`` columns)."""
     rows = [
         (
             e.op,
@@ -381,6 +381,9 @@ def format_table(entries: list[Entry] | None = None, width: int = 120) -> str:
         for e in (table() if entries is None else entries)
     ]
     head = ("op", "device", "family", "kernel", "default", "auto", "evidence")
+    if not evidence:
+        rows = [(*r[:6], "") for r in rows]
+        head = (*head[:6], "")
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(6)]
     indent = sum(widths) + 2 * len(widths)
     lines = []
