@@ -132,3 +132,25 @@ def test_reference_line_says_what_n_le_d_does_under_the_shrinkage_used(shrinkage
     r.stats = {"n": 1000, "dim": 512, "shrinkage": shrinkage, "lambda": 0.002}
     line = [ln for ln in report.to_markdown([r]).splitlines() if ln.startswith("Reference statistics of A")][0]
     assert "N ≤ D" not in line
+
+
+def test_curves_share_one_scale_and_show_a_two_value_grid_as_points(pair, tmp_path):
+    """Issue 62: panels are compared, so they share the y-scale; a flip's grid (off, on) has nothing between its
+    two values, so it is drawn as points, not a line."""
+    import dataclasses
+
+    a, b = pair
+    flip = dataclasses.replace(
+        a["hflip"],
+        params=torch.tensor([0.0, 1.0]).double(),
+        identity=torch.tensor([True, False]),
+        cosine=torch.tensor([1.0, 0.2]).double(),
+        distance=torch.ones(2).double(),
+    )
+    one = InvarianceResult(model="A", transforms={**a.transforms, "hflip": flip}, n_images=a.n_images)
+    fig = report.plot_curves([one], path=tmp_path / "c.png")
+    panels = {ax.get_title().split(" ")[0]: ax for ax in fig.axes if ax.get_visible()}
+    assert len({ax.get_ylim() for ax in panels.values()}) == 1  # one y-scale
+    flip_lines = [ln for ln in panels["hflip"].lines if len(ln.get_xdata()) == 2]
+    assert flip_lines and all(ln.get_linestyle() == "None" for ln in flip_lines)
+    assert all(ln.get_linestyle() == "-" for ln in panels["rot90"].lines if len(ln.get_xdata()) == 3)

@@ -43,9 +43,10 @@ def plot_curves(
     path: str | os.PathLike | None = None,
     cols: int = 6,
 ) -> Any:
-    """Mean ``metric`` over images for each grid parameter, one panel per transform, one line per model.
-    1-D grids are plotted against the parameter value, multi-dimensional grids against the index;
-    identity parameters are marked with open circles."""
+    """Mean ``metric`` over images for each grid parameter, one panel per transform, one line per model, every
+    panel on one y-scale. 1-D grids are plotted against the parameter value, multi-dimensional grids against the
+    index; a grid of two values (a flip: off or on) as points, with no line implying values between; identity
+    parameters are marked with open circles."""
     results = as_results(results)
     _check_metric(metric)
     names = [n for n, _ in ordered_transforms(results) if transforms is None or n in transforms]
@@ -55,7 +56,7 @@ def plot_curves(
     cols = max(1, min(cols, len(names)))
     rows = math.ceil(len(names) / cols)
     fig = _figure(2.6 * cols, 2.1 * rows)
-    axes = fig.subplots(rows, cols, squeeze=False)
+    axes = fig.subplots(rows, cols, squeeze=False, sharey=True)
     for ax, name in zip(axes.flat, names):
         for r in results:
             if name not in r.transforms:
@@ -63,7 +64,7 @@ def plot_curves(
             t = r[name]
             y = getattr(t, metric).numpy()
             x = t.params.numpy() if t.params.dim() == 1 else np.arange(t.params.shape[0])
-            style = "-" if len(y) > 8 else "o-"
+            style = "o" if len(np.unique(x)) <= 2 else ("-" if len(y) > 8 else "o-")
             line = ax.plot(x, y, style, label=r.model, lw=1.2, ms=4)[0]
             ident = t.identity.numpy()
             if ident.any():
