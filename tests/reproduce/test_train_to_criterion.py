@@ -143,14 +143,20 @@ def test_the_report_says_which_models_reached_the_criterion_and_which_the_cap():
 
     results = {
         "transfer-train-same": rec("criterion", 4, 0.93),
-        "s8-train": {"models": {"s8-first-1": rec("criterion", 9, 0.91), "s8-first-6": rec("cap", 30, 0.55)}},
+        "s8-train": {
+            "models": {
+                "s8-first-1": rec("criterion", 9, 0.91),
+                "s8-first-6": rec("cap", 30, 0.55),
+                "s8-first-9": rec("cap", 30, 0.92),  # reached in its last allowed epoch: it counts as reached
+            }
+        },
         "s3-train": {"models": {"s3-C-C": {"ratio": 1.5, "learned": True, "ncm_trained": 0.6}}},
     }
     rows = under_trained(results)
     assert rows["s3-C-C"] == {"ratio": 1.5, "learned": True}  # no criterion: nothing to say
     text = criterion_summary(list(rows.values()))
     assert text == (
-        "2 of 3 reached own-data accuracy 0.9 (after 4–9 epochs); "
+        "3 of 4 reached own-data accuracy 0.9 (after 4–30 epochs); "
         "1 ended at their epoch cap below it (own-data 0.55–0.55)"
     )
     assert criterion_summary([rows["s3-C-C"]]) == ""

@@ -88,8 +88,8 @@ def criterion_summary(rows: list[dict[str, Any]]) -> str:
     rows = [r for r in rows if "stopped" in r]
     if not rows:
         return ""
-    hit = [r for r in rows if r["stopped"] == "criterion"]
-    cap = [r for r in rows if r["stopped"] == "cap"]
+    hit = [r for r in rows if r["own"] >= r["level"]]  # also a model that got there in its last allowed epoch
+    cap = [r for r in rows if r["own"] < r["level"]]
     text = f"{len(hit)} of {len(rows)} reached own-data accuracy {rows[0]['level']:g}"
     if hit:
         text += f" (after {min(r['epochs_trained'] for r in hit)}–{max(r['epochs_trained'] for r in hit)} epochs)"
