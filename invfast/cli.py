@@ -151,8 +151,8 @@ def error_line(exc: BaseException) -> str:
 
 
 def _special_path(tokens: list[str]) -> str | None:
-    """The one-line refusal of the first FIFO, socket or device among the command's arguments (``--opt=PATH``
-    too): a reader would wait on it forever with no message. None when there is none."""
+    """The one-line refusal of the first FIFO, socket or device among the command's arguments (an option's value
+    joined to it by '=' too): a reader would wait on it forever with no message. None when there is none."""
     from invfast.io import require_regular
 
     for token in tokens:

@@ -185,8 +185,10 @@ class FeatureStats:
                 raise ValueError(f"an explicit shrinkage λ must be finite and >= 0, got {shrinkage}")
             cov = self.covariance
             shrinkage = "explicit"
-        # every feature's spread within rounding of its mean (std <= 1e-6 x (1 + |mean|)): nothing varies
-        if bool((m2.diagonal() <= 1e-12 * self.n * (1.0 + mean.square())).all()):
+        # every feature's spread within rounding of its mean (std <= 1e-6 x (1 + |mean|)): nothing varies, and a
+        # shrinkage scaled by the variance cannot help; an explicit λ > 0 still defines the whitening (λ I)
+        constant = bool((m2.diagonal() <= 1e-12 * self.n * (1.0 + mean.square())).all())
+        if constant and not (shrinkage == "explicit" and lam > 0):
             raise ValueError(
                 f"the features have zero variance: all {self.n} reference samples give the same {d}-d features, "
                 "so no transform can be measured against them (a constant model: a zero-initialised head or "

@@ -191,3 +191,9 @@ def test_constant_features_say_zero_variance_not_shrinkage(shrinkage, rng):
     x[:, 0] = torch.from_numpy(rng.normal(size=12))
     with pytest.raises(ValueError, match="not positive definite"):
         FeatureStats().update(x).finalize(shrinkage="none")
+
+
+def test_constant_features_with_an_explicit_shrinkage_are_whitened_by_it(rng):
+    """An explicit λ > 0 defines the whitening (λ I) even for constant features: measured, not refused."""
+    st = FeatureStats().update(torch.from_numpy(rng.normal(size=(1, 4))).repeat(5, 1)).finalize(shrinkage=1e-3)
+    torch.testing.assert_close(st.chol_ @ st.chol_.T, 1e-3 * torch.eye(4, dtype=torch.float64))
