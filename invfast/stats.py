@@ -167,6 +167,15 @@ class FeatureStats:
                 "the reference statistics hold NaN/Inf (in the mean or covariance): they were "
                 "accumulated from non-finite features or the stats file is damaged; recompute them"
             )
+        # every feature's spread within rounding of its mean (std <= 1e-6 x (1 + |mean|)): nothing varies, and a
+        # shrinkage scaled by the variance cannot help; an explicit λ > 0 still defines the whitening (λ I)
+        explicit = not isinstance(shrinkage, str) and float(shrinkage) > 0
+        if not explicit and bool((m2.diagonal() <= 1e-12 * self.n * (1.0 + mean.square())).all()):
+            raise ValueError(
+                f"the features have zero variance: all {self.n} reference samples give the same {d}-d features, "
+                "so no transform can be measured against them (a constant model: a zero-initialised head or "
+                "last layer, an untrained layer after a ReLU that is dead, or the wrong output); check the model"
+            )
         # the shrinkage is added to the diagonal of a fresh covariance in place (no D x D identity)
         if isinstance(shrinkage, str):
             if shrinkage not in _SHRINKAGE:
@@ -185,15 +194,6 @@ class FeatureStats:
                 raise ValueError(f"an explicit shrinkage λ must be finite and >= 0, got {shrinkage}")
             cov = self.covariance
             shrinkage = "explicit"
-        # every feature's spread within rounding of its mean (std <= 1e-6 x (1 + |mean|)): nothing varies, and a
-        # shrinkage scaled by the variance cannot help; an explicit λ > 0 still defines the whitening (λ I)
-        constant = bool((m2.diagonal() <= 1e-12 * self.n * (1.0 + mean.square())).all())
-        if constant and not (shrinkage == "explicit" and lam > 0):
-            raise ValueError(
-                f"the features have zero variance: all {self.n} reference samples give the same {d}-d features, "
-                "so no transform can be measured against them (a constant model: a zero-initialised head or "
-                "last layer, an untrained layer after a ReLU that is dead, or the wrong output); check the model"
-            )
         cov.diagonal().add_(lam)
         chol, info = torch.linalg.cholesky_ex(cov)
         if info.item() != 0:
