@@ -58,6 +58,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure": ("invfast.measure.cli", "measure the invariances of a model"),
     "compare": ("invfast.comparison.cli", "models and layers side by side: significance, invariance vs transfer"),
     "pretrain": ("invfast.pretrain.cli", "contrastive pretraining (MoCo-v2, SimCLR, amortised)"),
+    "features": ("invfast.measure.features_cli", "a model's features on a data source, to a .npy file"),
     "probe": ("invfast.probes.cli", "linear probes with cross-validation on saved features"),
     "reproduce": ("invfast.reproduce.cli", "the papers' findings end to end on built-in synthetic data"),
     "bench": ("invfast.bench", "quick throughput numbers of the compiled ops"),
@@ -79,6 +80,7 @@ USAGE_ERROR, RUNTIME_ERROR, INTERRUPTED = 2, 1, 130
 #: input problems: the user's value, file or folder; any of these raised by invfast's own code is exit 2
 _INPUT_ERRORS: tuple[type[BaseException], ...] = (
     ValueError,
+    ImportError,  # an optional package a given option needs (raised by invfast naming it: 'pip install ...')
     FileNotFoundError,
     FileExistsError,
     IsADirectoryError,

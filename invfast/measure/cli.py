@@ -51,7 +51,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         required=True,
-        help="invfast model name (e.g. resnet18-cifar, resnet50) or 'module:factory' returning an nn.Module",
+        help="invfast model name (e.g. resnet18-cifar, resnet50), another library's model by name (timm:NAME, "
+        "torchvision:NAME, hf:NAME, open_clip:NAME: head removed, its own input size and normalisation) or "
+        "'module:factory' returning an nn.Module",
+    )
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a keyword argument of the model's constructor (repeatable), e.g. pretrained=True for timm, "
+        "weights=DEFAULT for torchvision, width=16 for invfast's",
     )
     parser.add_argument("--invariance", help="descriptor for amortised models (hyper-*, prompt-vit), e.g. 1,0")
     parser.add_argument(
@@ -101,10 +110,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--forward-batch", type=int, default=256, help="images x parameters per model call (default 256)"
     )
     parser.add_argument(
-        "--resize", type=int, default=256, help="folder images: shorter side resized to this, centre-cropped square"
+        "--resize",
+        type=int,
+        default=None,
+        help="folder images: shorter side resized to this, centre-cropped square (default 256; a library model's "
+        "own, e.g. 248 for a timm ViT at crop_pct 0.9)",
     )
     parser.add_argument(
-        "--crop", type=int, default=None, help="centre crop after the transform, before the model (e.g. 224)"
+        "--crop",
+        type=int,
+        default=None,
+        help="centre crop after the transform, before the model, e.g. 224 (default none; a library model's input "
+        "size on folder images)",
     )
     parser.add_argument("--no-normalize", action="store_true", help="do not apply ImageNet mean/std normalisation")
     parser.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available)")
@@ -197,17 +214,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
 
 
-def build_model(spec: str, checkpoint: str | None, invariance: str | None = None, seed: int = 0) -> Any:
-    """An invfast model name, or 'module:attr' where attr is an nn.Module class/factory (called without
-    arguments). Without a checkpoint the weights are a random initialisation seeded with ``seed`` (the
-    same model every run, so a run can resume), and a one-line warning says the model is untrained."""
-    if checkpoint is None:
+def build_model(
+    spec: str, checkpoint: str | None, invariance: str | None = None, seed: int = 0, kwargs: dict | None = None
+) -> Any:
+    """An invfast model name, another library's model (``timm:NAME``, ...: :mod:`invfast.models.library`), or
+    'module:attr' where attr is an nn.Module class/factory (called with ``kwargs``). Without a checkpoint the
+    weights are a random initialisation seeded with ``seed`` (the same model every run, so a run can resume;
+    a library's own pretrained weights asked for in ``kwargs`` excepted), and a one-line warning says so."""
+    kwargs = dict(kwargs or {})
+    if checkpoint is None and not _library_pretrained(spec, kwargs):
         import warnings
 
         torch.manual_seed(seed)
         warnings.warn(
             f"no --checkpoint: {spec} is measured with random weights (initialised with --seed {seed})", stacklevel=2
         )
+    from invfast.models.library import create_library_model, is_library_spec
+
+    if is_library_spec(spec):
+        if invariance:
+            raise ValueError(f"model {spec!r} takes no invariance descriptor; drop --invariance")
+        return create_library_model(spec, checkpoint, **kwargs)
     if ":" in spec:
         from invfast.models.registry import factory
 
@@ -215,7 +242,9 @@ def build_model(spec: str, checkpoint: str | None, invariance: str | None = None
             obj: Any = factory(spec)  # 'module:attr', imported as every model spec is
         except TypeError as e:  # not callable: the user's spec, not a bug
             raise ValueError(f"{spec!r} did not give an nn.Module ({e})") from e
-        model = obj() if not isinstance(obj, torch.nn.Module) else obj
+        if isinstance(obj, torch.nn.Module) and kwargs:
+            raise ValueError(f"{spec!r} is a module, not a factory: it takes no --model-arg")
+        model = obj(**kwargs) if not isinstance(obj, torch.nn.Module) else obj
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"{spec!r} did not give an nn.Module (got {type(model).__name__})")
         if checkpoint:
@@ -231,7 +260,60 @@ def build_model(spec: str, checkpoint: str | None, invariance: str | None = None
             desc = [float(v) for v in invariance.split(",")]
         except ValueError:
             raise ValueError(f"--invariance must be comma-separated numbers like 1,0, got {invariance!r}") from None
-    return load_model(spec, checkpoint, invariance=desc)
+    return load_model(spec, checkpoint, invariance=desc, **kwargs)
+
+
+def _library_pretrained(spec: str, kwargs: dict) -> bool:
+    """Whether ``kwargs`` ask a library for its own trained weights (timm/open_clip ``pretrained``,
+    torchvision ``weights``; a Hugging Face name is always its saved weights)."""
+    lib = spec.partition(":")[0]
+    return lib == "hf" or bool(kwargs.get("pretrained")) or kwargs.get("weights") not in (None, False)
+
+
+def default_input(args: argparse.Namespace, model: Any) -> None:
+    """A library model on folder images: ``--resize`` / ``--crop`` default to its eval transform's (said in one
+    line); otherwise ``--resize`` defaults to 256 and ``--crop`` to none."""
+    from invfast.models.library import LibraryModel
+
+    data = str(args.data)
+    folder = data.startswith("folder:") or os.path.isdir(data)
+    spec = getattr(model, "input", None) if isinstance(model, LibraryModel) else None
+    if spec is not None and folder and (args.resize is None or args.crop is None):
+        args.resize = spec.resize if args.resize is None else args.resize
+        args.crop = spec.size if args.crop is None else args.crop
+        print(
+            f"{args.model}: images resized to {args.resize} px and centre-cropped to {args.crop} px, the model's "
+            "eval transform (--resize / --crop override)",
+            file=sys.stderr,
+        )
+    if args.resize is None:
+        args.resize = 256
+
+
+def _announce_estimate(args: argparse.Namespace, model: Any, device: torch.device) -> None:
+    """One line before a long CPU measurement: its estimated time from one timed forward pass over the first
+    images, and that of ``--quick`` (:mod:`invfast.measure.estimate`)."""
+    from invfast.data.sources import as_source
+    from invfast.measure.estimate import estimate_line, seconds_per_image, views_per_image
+    from invfast.measure.extractor import FeatureExtractor, setup_model
+    from invfast.measure.options import _grid_size, _n_images
+
+    n_max = _n_images(args)
+    source = as_source(args.data, resize=args.resize, strict=False, n=n_max)
+    images, ok = source.load(list(range(min(8, len(source)))))
+    if not bool(torch.as_tensor(ok).any()):
+        return
+    net, _ = setup_model(model, None, device, None, False)
+    extract = FeatureExtractor(net, device, None, False, args.crop, not args.no_normalize, args.forward_batch)
+    try:
+        per_image = seconds_per_image(extract, images[torch.as_tensor(ok)])
+    finally:
+        extract.close()
+    views = views_per_image(args.transforms, _grid_size(args), args.protocol, args.grid_side)
+    quick = views_per_image(args.transforms, QUICK_GRID, args.protocol, args.grid_side)
+    line = estimate_line(len(source), views, per_image, quick, QUICK_IMAGES)
+    if line is not None:
+        print(line, file=sys.stderr)
 
 
 def _folder(args: argparse.Namespace) -> Any:
@@ -275,9 +357,14 @@ def _measure(args: argparse.Namespace) -> int:
     device = resolve_device(args.device or "auto")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    model = build_model(args.model, args.checkpoint, args.invariance, seed=args.seed)
+    from invfast.models.library import model_args
+
+    model = build_model(args.model, args.checkpoint, args.invariance, seed=args.seed, kwargs=model_args(args.model_arg))
+    default_input(args, model)
     stats = FeatureStats.load(args.stats) if args.stats else None
     folder = _folder(args) if shard.rank == 0 else None
+    if shard.rank == 0 and device.type == "cpu" and not (args.quick or args.real_world):
+        _announce_estimate(args, model, device)
     state_files = _state_files(args, model, shard.world_size)
     if folder is not None:
         folder.own(*state_files)

@@ -20,6 +20,7 @@ from invfast.intra_op import at_threads
 from invfast.measure.cpu_pooling import nhwc_max_pools
 from invfast.measure.layers import OUTPUT, LayerTap, resolve_layers
 from invfast.measure.units import check_units
+from invfast.models.outputs import pooled_output
 from invfast.models.registry import load_checkpoint
 
 __all__ = [
@@ -76,13 +77,19 @@ def load_model(
         )
     if invariance is not None and not amortised:
         raise ValueError(f"model {name!r} takes no invariance descriptor; drop invariance / --invariance")
+    from invfast.models.library import create_library_model, is_library_spec
+
+    if is_library_spec(name):
+        if invariance is not None:
+            raise ValueError(f"model {name!r} takes no invariance descriptor; drop invariance / --invariance")
+        return create_library_model(name, checkpoint, **kw)
     try:
         model = models.create(name, **kw)
     except (KeyError, ValueError) as e:
         raise ValueError(
-            f"unknown model {name!r}: invfast's own are {', '.join(getattr(models, 'ARCHITECTURES', []))}; for any "
-            "other model give a factory as module:callable (a function of no arguments returning it, e.g. "
-            "torchvision.models:resnet50)"
+            f"unknown model {name!r}: invfast's own are {', '.join(getattr(models, 'ARCHITECTURES', []))}; "
+            "another library's by name: timm:NAME, torchvision:NAME, hf:NAME, open_clip:NAME; any other as a "
+            "factory module:callable (e.g. torchvision.models:resnet50)"
         ) from e
     if checkpoint is not None:
         load_checkpoint(model, checkpoint)
@@ -92,21 +99,6 @@ def load_model(
 
 
 # ---------------------------------------------------------------------------------------------- features
-def pooled_output(out: Any) -> Any:
-    """The pooled features of a model's output: a tensor as it is; a Hugging Face ``ModelOutput`` (or any object
-    with these attributes) by its ``pooler_output`` when it has one, else the mean over tokens of its
-    ``last_hidden_state`` [B, T, D] -> [B, D]; anything else unchanged (the caller refuses it)."""
-    if isinstance(out, torch.Tensor):
-        return out
-    pooled = getattr(out, "pooler_output", None)
-    if isinstance(pooled, torch.Tensor):
-        return pooled
-    hidden = getattr(out, "last_hidden_state", None)
-    if isinstance(hidden, torch.Tensor) and hidden.dim() == 3:
-        return hidden.mean(1)
-    return out
-
-
 @dataclass
 class FeatureExtractor:
     """Images -> pooled features ``[B, D]`` float32: scaling to [0, 1], optional centre crop,

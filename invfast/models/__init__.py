@@ -7,14 +7,17 @@ models take an invariance descriptor ``i`` ([K] or [B, K], entries in [0, 1]).
 
 torchvision's constructors :func:`resnet18` / :func:`resnet34` / :func:`resnet50` (``weights=`` a
 checkpoint, ``num_classes=``); one registry builds and loads by name: :func:`create` (names of
-:data:`ARCHITECTURES`, :func:`list_models`, or ``"package.module:callable"``) and :func:`load_checkpoint`
-(invfast, torchvision, MoCo and solo-learn ResNet layouts; :func:`to_torchvision_state_dict` exports the
+:data:`ARCHITECTURES`, :func:`list_models`, ``"package.module:callable"``, or another library's model by name,
+``"timm:NAME"``, ``"torchvision:NAME"``, ``"hf:NAME"``, ``"open_clip:NAME"``: a :class:`LibraryModel` with its
+head removed and its eval input in :class:`InputSpec`) and :func:`load_checkpoint` (invfast, torchvision, MoCo and
+solo-learn ResNet layouts; a library's model takes its own layout; :func:`to_torchvision_state_dict` exports the
 other way).
 """
 
 from invfast.models.checkpoints import to_torchvision_state_dict
 from invfast.models.constructors import resnet18, resnet34, resnet50
 from invfast.models.hyper_resnet import HyperResNet
+from invfast.models.library import InputSpec, LibraryModel, create_library_model
 from invfast.models.prompt_vit import PromptViT
 from invfast.models.registry import ARCHITECTURES, create, list_models, load_checkpoint
 from invfast.models.resnet import ResNet
@@ -24,11 +27,14 @@ from invfast.models.vit import ViT
 __all__ = [
     "ARCHITECTURES",
     "HyperResNet",
+    "InputSpec",
+    "LibraryModel",
     "PromptViT",
     "ResNet",
     "VGG",
     "ViT",
     "create",
+    "create_library_model",
     "list_models",
     "load_checkpoint",
     "resnet18",

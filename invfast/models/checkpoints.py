@@ -303,7 +303,8 @@ def convert_state_dict(
     """A checkpoint's state dict in ``model``'s names; returns ``(state dict, notes)``.
 
     Torchvision-layout ResNets (bare, MoCo's ``module.encoder_q.``, solo-learn's ``backbone.``) are
-    found by their ``layer1.0.conv1.weight`` and renamed; invfast-layout ones by ``stem.conv.weight``.
+    found by their ``layer1.0.conv1.weight`` and renamed when ``model`` is an invfast ResNet (or not given);
+    invfast-layout ones by ``stem.conv.weight``. Into any other model the names are kept.
     Otherwise, with ``model``, the prefix under which the checkpoint holds most of the model's keys is
     stripped. Keys under the chosen prefix the encoder has no place for (``fc`` of a model without a
     head, projection heads) are dropped and named in ``notes``; keys outside it (key encoder, queue,
@@ -311,6 +312,8 @@ def convert_state_dict(
     """
     keys = list(sd)
     layout, prefix = detect_layout(sd)
+    if model is not None and layout != "unknown" and "stem.conv.weight" not in nn.Module.state_dict(model):
+        layout = "unknown"  # not an invfast ResNet (a torchvision one, say): the checkpoint's names are kept
     if layout == "unknown" and model is not None:
         own = list(nn.Module.state_dict(model))
         counts = _prefixes(keys, own)

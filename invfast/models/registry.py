@@ -25,6 +25,7 @@ from torch import nn
 
 from invfast.models.checkpoints import checkpoint_stem, convert_state_dict, read_checkpoint
 from invfast.models.hyper_resnet import HyperResNet
+from invfast.models.library import LibraryModel, create_library_model, is_library_spec
 from invfast.models.prompt_vit import PromptViT
 from invfast.models.resnet import STEM_CONV, ResNet
 from invfast.models.vgg import VGG
@@ -67,8 +68,9 @@ def resnet_name(depth: int, stem: str) -> str:
 
 
 def is_factory_spec(name: str) -> bool:
-    """True for a ``"package.module:callable"`` spec (a user's model factory)."""
-    return isinstance(name, str) and ":" in name
+    """True for a ``"package.module:callable"`` spec (a user's model factory; not a library's
+    ``"timm:NAME"``-style spec, :mod:`invfast.models.library`)."""
+    return isinstance(name, str) and ":" in name and not is_library_spec(name)
 
 
 def factory(name: str) -> Callable[..., nn.Module]:
@@ -96,8 +98,12 @@ def factory(name: str) -> Callable[..., nn.Module]:
 
 
 def create(name: str, **kw: Any) -> nn.Module:
-    """Build architecture ``name`` (one of :data:`ARCHITECTURES`, or ``"package.module:callable"``);
-    ``kw`` go to the constructor (e.g. ``width=16``, ``inv_dim=5``). The model's ``.arch`` is ``name``."""
+    """Build architecture ``name`` (one of :data:`ARCHITECTURES`, ``"package.module:callable"``, or another
+    library's model, ``"timm:NAME"`` / ``"torchvision:NAME"`` / ``"hf:NAME"`` / ``"open_clip:NAME"``: a
+    :class:`~invfast.models.library.LibraryModel`, its head removed); ``kw`` go to the constructor (e.g.
+    ``width=16``, ``inv_dim=5``, timm's ``pretrained=True``). The model's ``.arch`` is ``name``."""
+    if is_library_spec(name):
+        return create_library_model(name, **kw)
     model = factory(name)(**kw)
     if not isinstance(model, nn.Module):
         raise TypeError(f"model factory {name!r} returned {type(model).__name__}, not a torch.nn.Module")
@@ -145,20 +151,19 @@ def load_read(
     **kw: Any,
 ) -> nn.Module:
     """:func:`load_checkpoint` on a checkpoint already read by :func:`~invfast.models.checkpoints.read_checkpoint`."""
+    if isinstance(model, str) and is_library_spec(model):
+        return create_library_model(model, dict(raw), **kw)
     if isinstance(model, str):
-        name = model
-        if "width" not in kw and name in _FACTORIES and name.startswith("resnet"):
-            sd, _ = convert_state_dict(raw)
-            w = sd.get("stem.conv.weight")
-            if isinstance(w, torch.Tensor) and w.dim() == 4:
-                kw["width"] = int(w.shape[0])
-        model = create(name, **kw)
+        model = _created_for(model, raw, kw)
     elif kw:
         raise TypeError(f"keyword arguments {sorted(kw)} are only used when model is a name")
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module or a model name, got {type(model).__name__}")
+    wrapper, model = (model, model.model) if isinstance(model, LibraryModel) else (None, model)
     _check_stem(model, raw, top, source)
     sd, notes = convert_state_dict(raw, model)
+    if wrapper is not None:
+        notes += _drop_removed_head(wrapper, sd)
     own = nn.Module.state_dict(model)
     missing = sorted(set(own) - set(sd))
     unexpected = sorted(set(sd) - set(own))
@@ -177,7 +182,7 @@ def load_read(
             f"unexpected {show(unexpected)}" if unexpected else "",
             f"wrong shape {show(shapes)}" if shapes else "",
         ]
-        arch = getattr(model, "arch", type(model).__name__)
+        arch = getattr(wrapper if wrapper is not None else model, "arch", type(model).__name__)
         fix = "Pass the architecture (and width) it was trained with."
         if missing and set(missing) <= {"fc.weight", "fc.bias"} and not (shapes or unexpected):
             fix = "The checkpoint has no classifier head: build the model without num_classes, or pass strict=False."
@@ -193,7 +198,25 @@ def load_read(
 
         warnings.warn(f"checkpoint {source!r}: " + "; ".join(notes), UserWarning, stacklevel=3)
     nn.Module.load_state_dict(model, sd, strict=strict)
-    return model
+    return model if wrapper is None else wrapper
+
+
+def _created_for(name: str, raw: Mapping[str, torch.Tensor], kw: dict[str, Any]) -> nn.Module:
+    """Architecture ``name`` built for the checkpoint ``raw`` (a ResNet's width read from it when not given)."""
+    if "width" not in kw and name in _FACTORIES and name.startswith("resnet"):
+        sd, _ = convert_state_dict(raw)
+        w = sd.get("stem.conv.weight")
+        if isinstance(w, torch.Tensor) and w.dim() == 4:
+            kw = {**kw, "width": int(w.shape[0])}
+    return create(name, **kw)
+
+
+def _drop_removed_head(model: LibraryModel, sd: dict[str, torch.Tensor]) -> list[str]:
+    """Remove from ``sd`` the weights of the head ``model`` removed (they have no place); the note saying so."""
+    dropped = sorted(k for k in sd if model.head and k.startswith(model.head + "."))
+    for k in dropped:
+        del sd[k]
+    return [f"dropped the removed head's {len(dropped)} tensor(s): {', '.join(dropped)}"] if dropped else []
 
 
 def _check_stem(model: nn.Module, raw: Mapping[str, torch.Tensor], top: Mapping[str, Any], source: str) -> None:
