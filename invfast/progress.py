@@ -7,7 +7,8 @@
 When stderr is a terminal the bar is tqdm's. Otherwise (a log file, a pipe, a batch job) nothing is
 redrawn: one line ``desc: 40% (400/1000 view, 12.3 view/s, ETA 49 s)`` is written at most every
 ``INVFAST_PROGRESS_SECONDS`` seconds (default 30) and one when the work ends, so logs carry no escape
-codes and no carriage returns.
+codes and no carriage returns. The rate shown is the mean since the start; the ETA uses the rate since the
+previous line, so work that slows down (a probe's larger penalties, later stages) is not promised early.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class LineBar:
         self.file = file
         self._t0 = self._last = time.monotonic()
         self._n0 = initial
+        self._mark = (self._t0, float(initial))  # (time, n) of the last line: the recent rate the ETA uses
         self._postfix = ""
         self._closed = False
 
@@ -83,20 +85,23 @@ class LineBar:
 
     def _line(self, now: float) -> str:
         rate = (self.n - self._n0) / max(now - self._t0, 1e-9)
+        t_mark, n_mark = self._mark
+        recent = (self.n - n_mark) / (now - t_mark) if now > t_mark and self.n > n_mark else rate
         parts = []
         if self.total:
             parts.append(f"{self.n:.0f}/{self.total:.0f} {self.unit}")
         else:
             parts.append(f"{self.n:.0f} {self.unit}")
         parts.append(f"{rate:.3g} {self.unit}/s")
-        if self.total and rate > 0 and self.n < self.total:
-            parts.append(f"ETA {_seconds((self.total - self.n) / rate)}")
+        if self.total and recent > 0 and self.n < self.total:  # work that slows down: the recent rate, not the mean
+            parts.append(f"ETA {_seconds((self.total - self.n) / recent)}")
         pct = f"{100 * self.n / self.total:.0f}% " if self.total else ""
         post = f" {self._postfix}" if self._postfix else ""
         return f"{self.desc}: {pct}({', '.join(parts)}){post}"
 
     def _print(self, now: float) -> None:
         print(self._line(now), file=self.file or sys.stderr, flush=True)
+        self._mark = (now, float(self.n))
 
     def close(self) -> None:
         if self._closed:

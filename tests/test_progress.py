@@ -24,6 +24,22 @@ def test_line_bar_prints_plain_lines_with_eta():
     assert lines[-1].startswith("measure: 50% (100/200 view") and lines[-1].rstrip().endswith(" s")
 
 
+def test_line_bar_eta_follows_the_recent_rate(monkeypatch):
+    """Work that slows down: 100 units in 10 s, then 10 in the next 10 s. The mean rate (5.5/s) would promise the
+    remaining 890 in under 3 minutes; at the recent 1/s they take 890 s, which the ETA says."""
+    clock = [0.0]
+    monkeypatch.setattr("invfast.progress.time.monotonic", lambda: clock[0])
+    out = io.StringIO()
+    b = LineBar(total=1000, desc="probe", unit="fit", every=5.0, file=out)
+    clock[0] = 10.0
+    b.update(100)
+    clock[0] = 20.0
+    b.update(10)
+    lines = out.getvalue().strip().splitlines()
+    assert "ETA 1.5 min" in lines[0]  # 900 at 10/s
+    assert "5.5 fit/s" in lines[1] and "ETA 14.8 min" in lines[1]  # the mean shown, the recent 1/s for the ETA
+
+
 def test_bar_off_the_terminal_is_a_line_bar(capsys):
     assert isinstance(bar(10, desc="x"), LineBar)  # pytest's captured stderr is not a terminal
     assert type(bar(10, disable=True)).__name__ == "_Off"
