@@ -553,3 +553,12 @@ def test_a_symlink_in_a_finished_comparison_is_refused_and_its_target_untouched(
     err = capsys.readouterr().err
     assert "symbolic link" in err and "report.md" in err and len(err.strip().splitlines()) == 1
     assert precious.read_text() == "mine" and (out / "report.md").is_symlink()
+
+
+def test_comparable_runs_say_how_many_images_were_measured_of_those_listed(rng):
+    """Issue 62: a folder of 19 photographs and a README.txt read 'the same 20 images'."""
+    a, b = _result("A", rng), _result("B", rng)
+    assert "the same 120 images (identity" in compare([a, b]).to_markdown()
+    for r in (a, b):
+        r.n_images = 119  # one listed file was unreadable
+    assert "the same 119 images of 120 files listed; 1 unreadable (identity" in compare([a, b]).to_markdown()

@@ -246,8 +246,9 @@ def compare(
 
 
 def image_sets(rows: Sequence[Row]) -> list[dict[str, Any]]:
-    """The distinct image sets the rows were measured on, in first-seen order: ``{"id", "n", "rows": [labels]}``
-    (id and n from each result's metadata; None where a row has none)."""
+    """The distinct image sets the rows were measured on, in first-seen order: ``{"id", "n", "measured", "rows":
+    [labels]}`` (id and n, the files listed, from each result's metadata; measured: the readable images of the first
+    row on it; None where a row has none)."""
     images: list[dict[str, Any]] = []
     seen: set[tuple[Any, Any]] = set()
     for r in rows:
@@ -256,7 +257,8 @@ def image_sets(rows: Sequence[Row]) -> list[dict[str, Any]]:
         key = (im.get("id"), im.get("n"))
         if key not in seen:
             seen.add(key)
-            images.append({"id": im.get("id"), "n": im.get("n"), "rows": []})
+            measured = r.result.n_images if r.result is not None else None
+            images.append({"id": im.get("id"), "n": im.get("n"), "measured": measured, "rows": []})
         next(x for x in images if (x["id"], x["n"]) == key)["rows"].append(r.label)
     return images
 

@@ -60,9 +60,13 @@ def _header(c: Any) -> list[str]:
     else:
         im = c.images[0] if c.images else {}
         ident = (im.get("id") or "")[:12]
+        n, measured = im.get("n"), im.get("measured")
+        unread = ""
+        if isinstance(measured, int) and isinstance(n, int) and measured != n:
+            unread = f" of {n} files listed; {n - measured} unreadable"
         out.append(
             f"The runs are comparable: the same {len(c.table.columns)} transforms and grids, the same "
-            f"protocol, the same {im.get('n')} images (identity {ident}…)."
+            f"protocol, the same {measured if unread else n} images{unread} (identity {ident}…)."
         )
         out.append("")
     if c.notes:

@@ -145,7 +145,7 @@ def _result(
         ly: InvarianceResult(
             model=cfg.name or run.model_name,
             transforms=results[ly],
-            n_images=run.n,
+            n_images=run.n - errors["count"],  # the images measured: unreadable files are listed, not counted
             stats=stats_info(ref_stats[ly]),
             errors=errors,
             meta=meta,

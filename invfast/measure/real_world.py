@@ -73,14 +73,15 @@ def measure_real_world(
         run.extract.close()
     run.checkpoint(force=True)
     tr, extra = _group_result(run, acc, name, family)
+    errors = run.errors()
     meta = _meta(run, cfg, proto, native, stats is not None, len(members), extra, time.monotonic() - t0)
     return InvarianceResult(
         model=cfg.name or run.model_name,
         transforms={name: tr},
-        n_images=run.n,
+        n_images=run.n - errors["count"],  # the images measured: unreadable files are listed, not counted
         layer=layers[0],
         stats=stats_info(ref_stats),
-        errors=run.errors(),
+        errors=errors,
         meta=meta,
     )
 

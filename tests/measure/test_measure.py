@@ -269,7 +269,8 @@ def test_folder_decode_error_policy(tmp_path):
     (tmp_path / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0 this is not a jpeg")
     (tmp_path / "readme.txt").write_text("hello")
     r = measure_invariance(small_net(dim=6), f"folder:{tmp_path}", [HFlip()], resize=20, crop=16, batch_size=3)
-    assert r.errors["count"] == 2 and r.n_images == 8 and r["hflip"].n_images == 6
+    assert r.errors["count"] == 2 and r.n_images == 6 and r["hflip"].n_images == 6  # unreadable: listed, not counted
+    assert r.meta["images"]["n"] == 8  # the listing (what identifies the image set), per-image arrays sized by it
     assert sorted(os.path.basename(e[0]) for e in r.errors["examples"]) == ["broken.jpg", "readme.txt"]
     assert int(torch.isnan(r["hflip"].per_image_distance).sum()) == 2
     with pytest.raises(ImageDecodeError, match="broken.jpg"):
