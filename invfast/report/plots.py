@@ -194,15 +194,36 @@ def plot_depth(result: ResultLike, *, path: str | os.PathLike | None = None) -> 
     fig = _figure(3.85 * len(panels), 3.4)
     axes = fig.subplots(1, len(panels))
     x = np.arange(len(layers))
+    collapsed = [rank_deficient(r) for r in per]
+    ticks = [f"{n}\n(N ≤ D)" if c else n for n, c in zip(layers, collapsed)]
     for ax, (attr, label) in zip(axes, panels):
         for name in names:
             vals = [getattr(r.transforms[name], attr) if name in r.transforms else None for r in per]
             y = np.array([np.nan if v is None else v for v in vals], dtype=float)
             fam = per[0].transforms[name].family if name in per[0].transforms else ""
             ax.plot(x, y, "-o" if fam == "spatial" else "--s", ms=3, lw=1.1, label=name)
-        ax.set_xticks(x, layers, fontsize=7, rotation=30)
+        for i in np.flatnonzero(collapsed):
+            ax.axvspan(i - 0.4, i + 0.4, color="0.88", zorder=0, lw=0)
+        ax.set_xticks(x, ticks, fontsize=7, rotation=30)
         ax.set_title(label, fontsize=9)
         ax.tick_params(labelsize=7)
     axes[0].set_ylabel(result.model, fontsize=8)
     axes[-1].legend(fontsize=6, ncol=2, loc="best")
+    if any(collapsed):
+        fig.text(
+            0.01,
+            0.01,
+            "shaded, N ≤ D: fewer reference images than features; the covariance is rank-deficient and the "
+            "cosine collapses towards 0 (more images, --stats, or --shrinkage ledoit-wolf)",
+            fontsize=7,
+            color="0.3",
+        )
     return _save(fig, path)
+
+
+def rank_deficient(result: Any) -> bool:
+    """Whether a (layer's) result was whitened with N ≤ D reference samples and a shrinkage that does not make up for
+    it (anything but Ledoit-Wolf): its cosines collapse towards 0 (see :meth:`invfast.FeatureStats.finalize`)."""
+    st = getattr(result, "stats", None) or {}
+    n, d = st.get("n"), st.get("dim")
+    return isinstance(n, int) and isinstance(d, int) and n <= d and st.get("shrinkage") != "ledoit-wolf"

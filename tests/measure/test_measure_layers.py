@@ -269,6 +269,13 @@ def test_cli_layers_end_to_end(tmp_path, monkeypatch, capsys, rng):
         for t in lay.transforms.values():
             t.linear_equivariance = None
     assert len(report.plot_depth(r).axes) == 3
+    r.layers["layer1"].stats = {"n": 12, "dim": 64, "shrinkage": "trace"}  # N <= D: marked (issue 62)
+    r.layers["layer2"].stats = {"n": 12, "dim": 64, "shrinkage": "ledoit-wolf"}  # made up for: not marked
+    r.layers["layer3"].stats = r.layers["layer4"].stats = {"n": 500, "dim": 64, "shrinkage": "trace"}
+    fig = report.plot_depth(r)
+    ticks = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert ticks == ["layer1\n(N ≤ D)", "layer2", "layer3", "layer4"]
+    assert any("N ≤ D" in t.get_text() for t in fig.texts)
 
 
 @pytest.mark.slow
