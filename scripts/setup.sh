@@ -17,5 +17,5 @@ pip install -q --upgrade pip setuptools wheel
 pip install -q "torch==${INVFAST_TORCH_VERSION:-2.13.0}" ${INVFAST_TORCH_INDEX:+--index-url "$INVFAST_TORCH_INDEX"}
 pip install -q ninja pybind11
 # --no-build-isolation: build against the torch installed above (an isolated build would fetch another one)
-pip install -q --no-build-isolation -e ".[test]"
+pip install -q --no-build-isolation -e ".[dev]"
 .venv/bin/python -c "import invfast; print('invfast', invfast.__version__, '- compiled core:', invfast.backend_info()['cpp'])"

@@ -69,3 +69,43 @@ def test_version_and_metadata():
     assert (ROOT / "invfast" / "py.typed").is_file()
     out = subprocess.run([sys.executable, "-m", "invfast", "--version"], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == f"invfast {invfast.__version__}"
+
+
+def _imported_packages(paths: list[pathlib.Path]) -> set[str]:
+    """Top-level names of every module the given files import (anywhere in them: lazily imported too)."""
+    import ast
+
+    names: set[str] = set()
+    for p in paths:
+        for node in ast.walk(ast.parse(p.read_text())):
+            if isinstance(node, ast.Import):
+                names |= {a.name.split(".")[0] for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+    return names
+
+
+def test_what_the_default_commands_import_is_a_dependency():
+    """The default outputs (pictures: matplotlib), image folders (Pillow) and the README's first check (`invfast
+    demo`: scikit-image's photographs) work after a plain install; linters are the developer's extra, not the
+    user-facing test one (issue 62)."""
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = {re.split(r"[<>=!~\[ ]", d)[0].lower() for d in meta["dependencies"]}
+    used = _imported_packages(
+        [
+            ROOT / "invfast" / "report" / "plots.py",
+            ROOT / "invfast" / "data" / "folder.py",
+            ROOT / "invfast" / "demo.py",
+        ]
+    )
+    provides = {"matplotlib": "matplotlib", "PIL": "pillow", "skimage": "scikit-image"}
+    for module, package in provides.items():
+        assert module in used, f"{module} is no longer imported where this test looks; update the test"
+        assert package in deps, f"{package} (imported as {module}) must be in [project] dependencies"
+    extras = meta["optional-dependencies"]
+    linters = {"ruff", "mypy"}
+    assert not linters & {re.split(r"[<>=!~\[ ]", d)[0] for d in extras["test"]}
+    assert linters <= {re.split(r"[<>=!~\[ ]", d)[0] for d in extras["dev"]}
+    assert '".[dev]"' in (ROOT / "scripts" / "setup.sh").read_text()  # check.sh runs ruff and mypy
