@@ -518,8 +518,24 @@ def _reproduce(
     finally:
         bar.close()
     if log is not None:
-        for f in doc["findings"]:
-            why = console_why([v.get("why", "") for v in (f.get("per_seed_verdict") or {}).values()])
-            log(f"finding {f['id']}: {f.get('label', f['status'])}" + (f" ({why})" if why else ""))
+        for line in console_lines(doc["findings"], cfg.preset):
+            log(line)
         log(f"report: {os.path.join(out, 'report.md')} ({(time.perf_counter() - t_start) / 60:.1f} min)")
     return doc
+
+
+#: what a preset's verdicts are, said on the console before them where they are not evidence
+PRESET_CAVEATS = {
+    "tiny": "preset tiny: toy data and models that barely train, a smoke test of every stage; its verdicts are not "
+    "evidence (--quick or --full for that)",
+}
+
+
+def console_lines(findings: Sequence[dict[str, Any]], preset: str) -> list[str]:
+    """The console's summary of a run: the preset's caveat (if it has one), then one line per finding with its
+    verdict over seeds and the short reasons behind its seeds (:func:`console_why`)."""
+    lines = [PRESET_CAVEATS[preset]] if preset in PRESET_CAVEATS else []
+    for f in findings:
+        why = console_why([v.get("why", "") for v in (f.get("per_seed_verdict") or {}).values()])
+        lines.append(f"finding {f['id']}: {f.get('label', f['status'])}" + (f" ({why})" if why else ""))
+    return lines

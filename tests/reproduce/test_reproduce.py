@@ -1150,3 +1150,26 @@ def test_c3_learns_i_from_five_starts_per_task(tmp_path):
         assert all(math.isfinite(r["score_at_half"]) for r in restarts)
     (c3,) = [f for f in next(iter(doc["per_seed"].values()))["findings"] if f["id"] == "C3"]
     assert "restarts of the learned i per task" not in c3["verdict"]["why"]
+
+
+def test_console_summary_says_when_a_presets_verdicts_are_not_evidence():
+    """Issue 62: `--preset tiny` printed 'finding E3: reproduced' with no caveat."""
+    from invfast.reproduce.pipeline import console_lines
+
+    findings = [{"id": "E3", "status": "reproduced", "label": "reproduced, 2 of 2 seeds", "per_seed_verdict": {}}]
+    tiny = console_lines(findings, "tiny")
+    assert tiny[0].startswith("preset tiny:") and "not evidence" in tiny[0]
+    assert tiny[1] == "finding E3: reproduced, 2 of 2 seeds"
+    assert console_lines(findings, "quick") == ["finding E3: reproduced, 2 of 2 seeds"]
+
+
+def test_setup_says_each_papers_scale_against_the_runs():
+    """SPEC §5.2: what differs in scale from the paper (model, data, epochs) is said once per paper."""
+    from invfast.reproduce.sections.summary import _scale_lines
+
+    cfg = RP.preset("quick")
+    lines = _scale_lines(cfg, {"speicher", "chavhan"})
+    assert len(lines) == 2 and lines[0].startswith("- Scale against the paper — Speicher et al.")
+    assert "50 000 training images" in lines[0] and f"{cfg.transfer_n_source} training images per model" in lines[0]
+    assert "ImageNet-100" in lines[1] and f"{cfg.amortised_epochs} epochs" in lines[1]
+    assert _scale_lines(cfg, set()) == []

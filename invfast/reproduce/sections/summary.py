@@ -8,6 +8,7 @@ from typing import Any
 
 from invfast.evidence import OVER_SEED_VERDICTS
 from invfast.reproduce.finding import NOT_RUN
+from invfast.reproduce.rules.speicher import TRAINED_LEVEL
 from invfast.reproduce.sections.base import ReportView, Section
 
 __all__ = ["verdict", "under_trained_note", "HEADER", "SETUP", "DETAILS"]
@@ -104,12 +105,19 @@ def _setup(view: ReportView) -> list[str]:
             )
         )
     if any(f["paper"] == "speicher" for f in doc["findings"]):
+        budget = (
+            f"trained epoch by epoch to {TRAINED_LEVEL:g} nearest-class-mean accuracy on held-out images of their own "
+            f"task, at most {cfg.criterion_epochs} epochs (the learning section says where the cap ended training),"
+            if cfg.criterion_epochs
+            else f"{cfg.transfer_epochs} epoch(s)"
+        )
         L.append(
             f"- Supervised models (Speicher et al.): `{cfg.arch}` width {cfg.width} unless the architecture is the "
-            f"factor, cross-entropy, SGD lr 0.05, weight decay 5e-4, cosine decay, {cfg.transfer_epochs} epoch(s) on "
+            f"factor, cross-entropy, SGD lr 0.05, weight decay 5e-4, cosine decay, {budget} on "
             f"{cfg.transfer_n_source} images ({cfg.irrelevant_n} for S3/S4, {cfg.category_n} for S6/S7), each "
             f"architecture from one seeded initialisation; probed on {cfg.transfer_n_target} held-out images."
         )
+    L += _scale_lines(cfg, {f["paper"] for f in doc["findings"]})
     L += [
         f"- Probes: {cfg.folds}-fold CV over {grid} penalty range (shifted for fusions; at most "
         f"{cfg.logistic_max_iter} L-BFGS iterations per value); logistic regression for classification, ridge for "
@@ -117,6 +125,43 @@ def _setup(view: ReportView) -> list[str]:
         f"- Seeds: master seed {cfg.seed}; stage seeds in `results.json` (`seeds`).\n",
     ]
     return L
+
+
+#: each paper's scale (SPEC §5.2: said once per paper), from the papers' own sections and tables
+PAPER_SCALE = {
+    "ericsson": "Ericsson et al.: ResNet-50, MoCo-v2 for 200 epochs on ImageNet at 224 px; invariance on 1 000 "
+    "ImageNet validation images at grids of 256 values; probes on CIFAR-10, Caltech-101, Flowers, 300W, CelebA and "
+    "Leeds Sports Pose (§2, §4, Tab. 1, App. B)",
+    "speicher": "Speicher et al.: ResNet-18 (also VGG-11, DenseNet-121, ResNet-50, a 7-layer ViT), Transforms-2D at "
+    "32 px from 61 objects on 867 nature backgrounds, 50 000 training images, 50 epochs of Adam, models near 100 % "
+    "on their own data; sensitivities over 10 000 pairs; 10 runs (§3.3, §3.4, App. B)",
+    "chavhan": "Chavhan et al.: Hyper-ResNet-50, 300 epochs (batch 1 024) on ImageNet-100, K = 2 and 5 (26 "
+    "descriptors); Prompt-ViT: ViT-B on ImageNet-1k warm-started from MoCo-v3; downstream on 7 recognition and 3 "
+    "regression datasets, few-shot over 2 000 episodes (§4.1, §4.2, App. A.1.2)",
+}
+
+
+def _scale_lines(cfg: Any, papers: set[str]) -> list[str]:
+    """One line per paper of the run: its scale against this run's (SPEC §5.2)."""
+    here = {
+        "ericsson": f"`{cfg.arch}` width {cfg.width}, {cfg.pretrain_epochs} epochs on {cfg.n_pretrain} Transforms-2D "
+        f"images at {cfg.size} px; {cfg.n_measure} measurement images at grid {cfg.grid_size}; probes on "
+        f"{cfg.n_probe} Transforms-2D images (identity, position, rotation, colour)",
+        "speicher": f"`{cfg.arch}` width {cfg.width} (S1 also {', '.join(a for a in cfg.s1_archs if a != cfg.arch)}), "
+        f"{cfg.transfer_objects} objects, {cfg.transfer_n_source} training images per model, trained to "
+        f"{TRAINED_LEVEL:g} on their own data (at most {cfg.criterion_epochs} epochs); sensitivities over "
+        f"{cfg.sensitivity_n} pairs (S7: {cfg.category_sensitivity_n or cfg.sensitivity_n}); {cfg.seeds} seeds",
+        "chavhan": f"Hyper-ResNet of `{cfg.arch}` width {cfg.width}, {cfg.amortised_epochs} epochs (batch "
+        f"{cfg.batch_size}) on {cfg.n_pretrain} images at {cfg.size} px, K = 2 and 5; Prompt-ViT: {cfg.vit_depth} "
+        f"blocks of width {cfg.vit_dim}"
+        + (", warm-started from the Default ViT" if cfg.vit_warm_start else "")
+        + f"; few-shot over {cfg.fewshot_episodes} episodes",
+    }
+    return [
+        f"- Scale against the paper — {PAPER_SCALE[p]}. Here: {here[p]}."
+        for p in ("ericsson", "speicher", "chavhan")
+        if p in papers
+    ]
 
 
 def _setup_content(view: ReportView) -> dict[str, Any]:
