@@ -18,6 +18,7 @@ import errno
 import importlib
 import importlib.util
 import os
+import re
 import sys
 import traceback
 
@@ -131,6 +132,10 @@ def exit_code(exc: BaseException) -> int:
     return USAGE_ERROR if is_usage_error(exc) else RUNTIME_ERROR
 
 
+#: numpy's ``tofile`` / ``np.save`` error when fewer bytes were written than asked: "92160 requested and 36736 written"
+_SHORT_WRITE = re.compile(r"(\d+) requested and (\d+) written")
+
+
 def error_line(exc: BaseException) -> str:
     """One line naming the cause (and, for file-system errors, the fix)."""
     if (
@@ -140,6 +145,12 @@ def error_line(exc: BaseException) -> str:
     ):
         where = f" {exc.filename!r}" if exc.filename else ""
         return f"cannot write{where}: {_OS_FIXES[exc.errno]}"
+    short = _SHORT_WRITE.fullmatch(str(exc).strip()) if isinstance(exc, OSError) and exc.errno is None else None
+    if short:  # numpy's message for a write the file system cut short, without an errno: a full disk, nearly always
+        return (
+            f"cannot write: the file system took {short[2]} of {short[1]} bytes (no space left on the device?); "
+            "free some space or choose another --out folder"
+        )
     if isinstance(exc, KeyError):  # str(KeyError) is just the repr of the key
         msg = f"missing entry {exc.args[0]!r}" if exc.args else "missing entry"
     else:

@@ -526,6 +526,11 @@ def test_unwritable_out_is_one_line_exit_1(folder, tmp_path, capsys, monkeypatch
     )
     full = OSError(errno.ENOSPC, "No space left on device", "/x/table.md")
     assert exit_code(full) == 1 and "no space left" in error_line(full)
+    short = OSError("92160 requested and 36736 written")  # numpy's, on a full disk (issue 63): no errno
+    assert exit_code(short) == 1 and error_line(short) == (
+        "cannot write: the file system took 36736 of 92160 bytes (no space left on the device?); free some space or "
+        "choose another --out folder"
+    )
 
 
 def test_debug_shows_the_traceback(tmp_path, capsys):

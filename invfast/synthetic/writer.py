@@ -135,10 +135,13 @@ def _plan(folder: RunFolder, dataset: Any, fp: str, overwrite: bool, verify: boo
         return _Plan("new")  # nothing finished here: a new folder or a killed run's remains
     path = Path(folder.path)
     folder.inside(MANIFEST)
+    state = "is missing"
     try:
+        state = "cannot be read" if os.path.lexists(path / MANIFEST) else state
         manifest = read_manifest(path)
         if manifest is None:
             raise ValueError(f"{MANIFEST} is missing")
+        state = "is damaged"
         if manifest.get("fingerprint") != fp and not overwrite:
             cfg = manifest.get("config")
             had = transforms_text(cfg.get("transforms") if isinstance(cfg, dict) else None)
@@ -167,7 +170,7 @@ def _plan(folder: RunFolder, dataset: Any, fp: str, overwrite: bool, verify: boo
             return _Plan("new", replacing=True)
         reason = " ".join(str(e).split()).replace(str(path / MANIFEST), MANIFEST)
         raise ValueError(
-            f"{str(path)!r} holds an `invfast generate` run whose {MANIFEST} is missing or damaged "
+            f"{str(path)!r} holds an `invfast generate` run whose {MANIFEST} {state} "
             f"({reason[:300]}); {_OVERWRITE} to regenerate the dataset"
         ) from None
     if manifest["fingerprint"] != fp:

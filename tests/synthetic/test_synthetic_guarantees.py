@@ -131,9 +131,13 @@ def test_damage_that_cannot_be_repaired_exactly_is_refused_in_one_line(tmp_path,
     os.remove(d / "manifest.json")
     assert gen(d) == 2
     line = one_line(capsys.readouterr().err)
-    assert "manifest.json" in line and "--overwrite" in line
+    assert "manifest.json is missing" in line and "--overwrite" in line
     assert gen(d, "rotate,hue", "--overwrite") == 0
     assert len(storage.load(d)) == 40
+    edit_json(d / "manifest.json", lambda m: m.update(n=-4))  # there, but damaged: not called missing (issue 63)
+    assert gen(d, "rotate,hue") == 2
+    line = one_line(capsys.readouterr().err)
+    assert "manifest.json" in line and "missing" not in line and "--overwrite" in line
 
 
 def test_loader_refuses_an_unfinished_or_malformed_dataset_in_one_line(tmp_path):
