@@ -229,7 +229,8 @@ def build_model(
         warnings.warn(
             f"no --checkpoint: {spec} is measured with random weights (initialised with --seed {seed})", stacklevel=2
         )
-    from invfast.models.library import create_library_model, is_library_spec
+    from invfast.models.library import is_library_spec
+    from invfast.models.registry import create_library_model
 
     if is_library_spec(spec):
         if invariance:

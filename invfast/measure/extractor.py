@@ -28,7 +28,6 @@ __all__ = [
     "WithDescriptor",
     "load_model",
     "FeatureExtractor",
-    "pooled_output",
     "model_checksum",
     "setup_model",
 ]
@@ -77,7 +76,8 @@ def load_model(
         )
     if invariance is not None and not amortised:
         raise ValueError(f"model {name!r} takes no invariance descriptor; drop invariance / --invariance")
-    from invfast.models.library import create_library_model, is_library_spec
+    from invfast.models.library import is_library_spec
+    from invfast.models.registry import create_library_model
 
     if is_library_spec(name):
         if invariance is not None:

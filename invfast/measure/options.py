@@ -34,7 +34,7 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
         pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
         save_every=args.save_every,
         strict=args.strict,
-        resize=args.resize,
+        resize=256 if args.resize is None else args.resize,
         progress=not args.no_progress,
         fingerprint_content=args.hash_images,
         workers=args.workers,

@@ -72,8 +72,7 @@ def measure_real_world(
     finally:
         run.extract.close()
     run.checkpoint(force=True)
-    tr, extra = _group_result(run, acc, name, family)
-    errors = run.errors()
+    (tr, extra), errors = _group_result(run, acc, name, family), run.errors()
     meta = _meta(run, cfg, proto, native, stats is not None, len(members), extra, time.monotonic() - t0)
     return InvarianceResult(
         model=cfg.name or run.model_name,

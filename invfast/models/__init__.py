@@ -17,9 +17,9 @@ other way).
 from invfast.models.checkpoints import to_torchvision_state_dict
 from invfast.models.constructors import resnet18, resnet34, resnet50
 from invfast.models.hyper_resnet import HyperResNet
-from invfast.models.library import InputSpec, LibraryModel, create_library_model
+from invfast.models.library import InputSpec, LibraryModel
 from invfast.models.prompt_vit import PromptViT
-from invfast.models.registry import ARCHITECTURES, create, list_models, load_checkpoint
+from invfast.models.registry import ARCHITECTURES, create, create_library_model, list_models, load_checkpoint
 from invfast.models.resnet import ResNet
 from invfast.models.vgg import VGG
 from invfast.models.vit import ViT

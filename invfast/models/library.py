@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
@@ -99,35 +98,30 @@ class LibraryModel(nn.Module):
         return f"spec={self.spec!r}, input={self.input}, head removed={self.head!r}"
 
 
-def create_library_model(
-    spec: str, checkpoint: str | os.PathLike | Mapping[str, Any] | None = None, **kw: Any
-) -> LibraryModel:
-    """The model ``spec`` (``"timm:NAME"``, ``"torchvision:NAME"``, ``"hf:NAME"``, ``"open_clip:NAME"``) as a
-    :class:`LibraryModel`; ``kw`` go to the library's constructor; ``checkpoint`` (a state dict or a file of one,
-    wrapped or prefixed as :func:`~invfast.models.load_checkpoint` accepts) is loaded into the library's module
-    before its head is removed, strictly, under the library's own names.
+def build_library_model(spec: str, **kw: Any) -> tuple[nn.Module, InputSpec, str]:
+    """The library's own model for ``spec`` (``"timm:NAME"``, ``"torchvision:NAME"``, ``"hf:NAME"``,
+    ``"open_clip:NAME"``), its head still on, with its eval input and how it is called (``"images"`` or
+    ``"pixel_values"``); ``kw`` go to the library's constructor. :func:`invfast.models.create_library_model` loads a
+    checkpoint into it and wraps it (:func:`wrap_library_model`).
 
     Raises:
-        ValueError: not a library spec, an unknown name, or a checkpoint that does not match.
+        ValueError: not a library spec, or the library refuses the name or an argument.
         ImportError: the library is not installed (one line naming the package to install).
     """
     if not is_library_spec(spec):
         raise ValueError(f"{spec!r} is not a library model spec: give {' | '.join(p + ':NAME' for p in LIBRARIES)}")
     prefix, _, name = spec.partition(":")
     lib = _import(prefix, spec)
-    build: Callable[..., tuple[nn.Module, InputSpec, str]] = _BUILDERS[prefix]
     try:
-        model, input, call = build(lib, name, kw)
-    except (ImportError, TypeError, ValueError) as e:  # the library's own refusal: an unknown name or argument
+        return _BUILDERS[prefix](lib, name, dict(kw))
+    except (ImportError, TypeError, ValueError, KeyError, RuntimeError, OSError) as e:  # an unknown name or argument
         raise ValueError(f"cannot build {spec!r}: {type(e).__name__}: {e}") from e
-    except (KeyError, RuntimeError, OSError) as e:
-        raise ValueError(f"cannot build {spec!r}: {type(e).__name__}: {e}") from e
-    if checkpoint is not None:
-        from invfast.models.registry import load_checkpoint
 
-        load_checkpoint(model, checkpoint)
-    head = _remove_head(prefix, model)
-    return LibraryModel(model, spec, input, head, call)
+
+def wrap_library_model(spec: str, model: nn.Module, input: InputSpec, call: str) -> LibraryModel:
+    """``model`` (built by :func:`build_library_model`, weights loaded) with its classification head removed, as
+    invfast measures it."""
+    return LibraryModel(model, spec, input, _remove_head(spec.partition(":")[0], model), call)
 
 
 def _import(prefix: str, spec: str) -> Any:
@@ -274,4 +268,12 @@ def _remove_head(prefix: str, model: nn.Module) -> str | None:
     return path
 
 
-__all__ = ["LIBRARIES", "InputSpec", "LibraryModel", "create_library_model", "is_library_spec", "model_args"]
+__all__ = [
+    "LIBRARIES",
+    "InputSpec",
+    "LibraryModel",
+    "build_library_model",
+    "is_library_spec",
+    "model_args",
+    "wrap_library_model",
+]

@@ -25,7 +25,7 @@ from torch import nn
 
 from invfast.models.checkpoints import checkpoint_stem, convert_state_dict, read_checkpoint
 from invfast.models.hyper_resnet import HyperResNet
-from invfast.models.library import LibraryModel, create_library_model, is_library_spec
+from invfast.models.library import LibraryModel, build_library_model, is_library_spec, wrap_library_model
 from invfast.models.prompt_vit import PromptViT
 from invfast.models.resnet import STEM_CONV, ResNet
 from invfast.models.vgg import VGG
@@ -112,6 +112,25 @@ def create(name: str, **kw: Any) -> nn.Module:
     except (AttributeError, TypeError):  # a module that forbids new attributes keeps its own
         pass
     return model
+
+
+def create_library_model(
+    spec: str, checkpoint: str | os.PathLike | Mapping[str, Any] | None = None, **kw: Any
+) -> LibraryModel:
+    """The model of another library ``spec`` (``"timm:NAME"``, ``"torchvision:NAME"``, ``"hf:NAME"``,
+    ``"open_clip:NAME"``) as a :class:`~invfast.models.library.LibraryModel`; ``kw`` go to the library's
+    constructor; ``checkpoint`` (a state dict or a file of one, wrapped or prefixed as :func:`load_checkpoint`
+    accepts) is loaded into the library's module before its head is removed, strictly, under the library's own
+    names.
+
+    Raises:
+        ValueError: an unknown name or argument, or a checkpoint that does not match.
+        ImportError: the library is not installed (one line naming the package to install).
+    """
+    model, input, call = build_library_model(spec, **kw)
+    if checkpoint is not None:
+        load_checkpoint(model, checkpoint)
+    return wrap_library_model(spec, model, input, call)
 
 
 def load_checkpoint(
@@ -245,4 +264,13 @@ def _check_stem(model: nn.Module, raw: Mapping[str, torch.Tensor], top: Mapping[
     )
 
 
-__all__ = ["ARCHITECTURES", "create", "factory", "is_factory_spec", "list_models", "load_checkpoint", "resnet_name"]
+__all__ = [
+    "ARCHITECTURES",
+    "create",
+    "create_library_model",
+    "factory",
+    "is_factory_spec",
+    "list_models",
+    "load_checkpoint",
+    "resnet_name",
+]

@@ -9,7 +9,8 @@ import torch
 from torch import nn
 
 from invfast.measure import measure_invariance
-from invfast.measure.extractor import load_model, pooled_output
+from invfast.measure.extractor import load_model
+from invfast.models.outputs import pooled_output
 
 
 class Output(OrderedDict):
