@@ -71,5 +71,8 @@ fi
 step features "$IV" features --model resnet18 --checkpoint "$W/r18_tv.pth" --data "folder:$W/photos" --crop 224 \
     --out "$W/feats.npy" --no-progress --overwrite
 step probe "$IV" probe --features "$W/feats.npy" --targets "$W/feats.labels.npy" --task classification --no-progress
-step compare "$IV" compare "$W/quick/" "$W/own/" --out "$W/cmp/" --overwrite
+# compare runs on the same images: one's own checkpoint against the same architecture at random weights
+step random-init "$IV" measure --quick --model resnet18 --data "folder:$W/photos" --crop 224 --out "$W/random/" \
+    --no-progress --overwrite
+step compare "$IV" compare "$W/own/" "$W/random/" --out "$W/cmp/" --overwrite
 exit $FAILED

@@ -154,9 +154,10 @@ def _finish(paths: ExportPaths, source: Any, key: dict[str, Any], rows: Any, bad
         "seconds": round(seconds, 3),
         "features": os.path.basename(paths.features),
     }
-    if groups is not None:
-        atomic_save_npy(paths.labels, torch.as_tensor(groups).cpu().numpy().astype(np.int64)[keep])
-        meta["labels"], meta["classes"] = os.path.basename(paths.labels), list(names or [])
+    if groups is not None:  # labels 0..C-1 over the classes of the readable images (a stray root file is none)
+        used, labels = np.unique(torch.as_tensor(groups).cpu().numpy().astype(np.int64)[keep], return_inverse=True)
+        atomic_save_npy(paths.labels, labels.astype(np.int64))
+        meta["labels"], meta["classes"] = os.path.basename(paths.labels), [list(names or [])[i] for i in used]
     elif os.path.isfile(paths.labels):  # an earlier export's labels (replaced with --overwrite): not these images'
         os.remove(paths.labels)
     atomic_write_text(paths.sidecar, json.dumps(meta, indent=2) + "\n")

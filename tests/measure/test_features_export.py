@@ -26,6 +26,7 @@ def _folder(root) -> str:
         for i in range(n):
             Image.fromarray(rng.integers(0, 256, (40, 36, 3), dtype=np.uint8)).save(root / cls / f"{i}.png")
     (root / "dog" / "broken.png").write_bytes(b"not an image at all")
+    (root / "README.txt").write_text("a stray file at the top: no class of its own")
     return str(root)
 
 
@@ -60,12 +61,15 @@ def test_features_command_writes_rows_labels_and_names_the_unreadable(tmp_path, 
         "cpu",
     ]
     assert main(argv) == 0
-    assert "7 x 64 features, 1 unreadable image(s) skipped" in capsys.readouterr().out
+    assert "7 x 64 features, 2 unreadable image(s) skipped" in capsys.readouterr().out
     feats, labels = np.load(out), np.load(tmp_path / "f.labels.npy")
     meta = json.loads((tmp_path / "f.json").read_text())
     assert feats.shape == (7, 64) and feats.dtype == np.float32
     assert labels.tolist() == [0, 0, 0, 1, 1, 1, 1] and meta["classes"] == ["cat", "dog"]
-    assert meta["n_images"] == 7 and len(meta["skipped"]) == 1 and meta["skipped"][0].endswith("broken.png")
+    assert meta["n_images"] == 7 and sorted(os.path.basename(p) for p in meta["skipped"]) == [
+        "README.txt",
+        "broken.png",
+    ]
     torch.manual_seed(0)  # the command's random initialisation (--seed 0)
     model = create("resnet18-cifar", width=8)
     src = as_source(f"folder:{data}", resize=32)
