@@ -74,5 +74,5 @@ step probe "$IV" probe --features "$W/feats.npy" --targets "$W/feats.labels.npy"
 # compare runs on the same images: one's own checkpoint against the same architecture at random weights
 step random-init "$IV" measure --quick --model resnet18 --data "folder:$W/photos" --crop 224 --out "$W/random/" \
     --no-progress --overwrite
-step compare "$IV" compare "$W/own/" "$W/random/" --out "$W/cmp/" --overwrite
+step compare "$IV" compare "own=$W/own/" "random=$W/random/" --out "$W/cmp/" --overwrite
 exit $FAILED
