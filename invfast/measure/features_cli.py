@@ -19,20 +19,13 @@ from typing import Any
 
 import torch
 
+from invfast.measure.options import add_model_options
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.formatter_class = argparse.RawDescriptionHelpFormatter
     p.epilog = __doc__.split("\n\n", 1)[1]
-    p.add_argument(
-        "--model",
-        required=True,
-        help="invfast model name, another library's (timm:NAME, torchvision:NAME, hf:NAME, open_clip:NAME) or "
-        "'module:factory'",
-    )
-    p.add_argument("--model-arg", action="append", metavar="KEY=VALUE", help="a constructor keyword (repeatable)")
-    p.add_argument("--checkpoint", help="weights (a state dict or a file invfast, torchvision, timm, MoCo wrote)")
-    p.add_argument("--invariance", help="descriptor for amortised models (hyper-*, prompt-vit), e.g. 1,0")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random weights without --checkpoint (default 0)")
+    add_model_options(p)
     p.add_argument("--data", required=True, help="folder:PATH | PATH | npy:FILE.npy | synthetic:KEY=VALUE,...")
     p.add_argument("--out", required=True, metavar="F.npy", help="the features file to write")
     p.add_argument("--images", type=int, default=0, help="first N images of the data (default 0 = all)")

@@ -15,6 +15,37 @@ QUICK_GRID, QUICK_IMAGES = 8, 100  # --quick: ~125 views per image over the 18 t
 PAIRS_DIR = "pairs"
 
 
+def add_model_options(parser: argparse.ArgumentParser) -> None:
+    """The options that choose a frozen model, as ``measure`` and ``features`` share them: ``--model``,
+    ``--model-arg``, ``--invariance``, ``--checkpoint``, ``--seed``."""
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="invfast model name (e.g. resnet18-cifar, resnet50), another library's model by name (timm:NAME, "
+        "torchvision:NAME, hf:NAME, open_clip:NAME: head removed, its own input size and normalisation) or "
+        "'module:factory' returning an nn.Module",
+    )
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="a keyword argument of the model's constructor (repeatable), e.g. pretrained=True for timm, "
+        "weights=DEFAULT for torchvision, width=16 for invfast's",
+    )
+    parser.add_argument("--invariance", help="descriptor for amortised models (hyper-*, prompt-vit), e.g. 1,0")
+    parser.add_argument(
+        "--checkpoint",
+        help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, a file torchvision, timm or MoCo "
+        "wrote, or a dict with 'state_dict'",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seed of the random initialisation when no --checkpoint is given (default 0; recorded)",
+    )
+
+
 def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: str) -> Any:
     """The :class:`MeasureConfig` of ``invfast measure``'s arguments (the one the Python API builds)."""
     from invfast.measure.config import MeasureConfig
