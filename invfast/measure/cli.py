@@ -31,6 +31,7 @@ from invfast.measure.options import (
     PAIRS_DIR,
     QUICK_GRID,
     QUICK_IMAGES,
+    add_model_options,
     check_args,
     config_from_args,
 )
@@ -48,31 +49,7 @@ def _data_help() -> str:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n\n", 1)[1]
-    parser.add_argument(
-        "--model",
-        required=True,
-        help="invfast model name (e.g. resnet18-cifar, resnet50), another library's model by name (timm:NAME, "
-        "torchvision:NAME, hf:NAME, open_clip:NAME: head removed, its own input size and normalisation) or "
-        "'module:factory' returning an nn.Module",
-    )
-    parser.add_argument(
-        "--model-arg",
-        action="append",
-        metavar="KEY=VALUE",
-        help="a keyword argument of the model's constructor (repeatable), e.g. pretrained=True for timm, "
-        "weights=DEFAULT for torchvision, width=16 for invfast's",
-    )
-    parser.add_argument("--invariance", help="descriptor for amortised models (hyper-*, prompt-vit), e.g. 1,0")
-    parser.add_argument(
-        "--checkpoint",
-        help="weights: a state dict, invfast pretrain's model.pt/checkpoint.pt, or a dict with 'state_dict'",
-    )
-    parser.add_argument(
-        "--seed",
-        type=int,
-        default=0,
-        help="seed of the random initialisation when no --checkpoint is given (default 0; recorded)",
-    )
+    add_model_options(parser)
     parser.add_argument("--data", required=True, help=_data_help())
     parser.add_argument(
         "--transforms", default="all", help="all | spatial | appearance | comma-separated names (default all)"
@@ -291,28 +268,65 @@ def default_input(args: argparse.Namespace, model: Any) -> None:
         args.resize = 256
 
 
-def _announce_estimate(args: argparse.Namespace, model: Any, device: torch.device) -> None:
-    """One line before a long CPU measurement: its estimated time from one timed forward pass over the first
-    images, and that of ``--quick`` (:mod:`invfast.measure.estimate`)."""
+def _first_images(args: argparse.Namespace) -> tuple[torch.Tensor | None, int]:
+    """Up to 8 of the first readable images of ``--data`` (None when none of them can be read) and how many
+    images the run will read."""
     from invfast.data.sources import as_source
-    from invfast.measure.estimate import estimate_line, seconds_per_image, views_per_image
-    from invfast.measure.extractor import FeatureExtractor, setup_model
-    from invfast.measure.options import _grid_size, _n_images
+    from invfast.measure.options import _n_images
 
-    n_max = _n_images(args)
-    source = as_source(args.data, resize=args.resize, strict=False, n=n_max)
+    source = as_source(args.data, resize=args.resize, strict=False, n=_n_images(args))
     images, ok = source.load(list(range(min(8, len(source)))))
-    if not bool(torch.as_tensor(ok).any()):
-        return
+    ok = torch.as_tensor(ok)
+    return (images[ok] if bool(ok.any()) else None), len(source)
+
+
+def _extractor(args: argparse.Namespace, model: Any, device: torch.device, **kwargs: Any) -> Any:
+    from invfast.measure.extractor import FeatureExtractor, setup_model
+
     net, _ = setup_model(model, None, device, None, False)
-    extract = FeatureExtractor(net, device, None, False, args.crop, not args.no_normalize, args.forward_batch)
+    return FeatureExtractor(net, device, None, False, args.crop, not args.no_normalize, args.forward_batch, **kwargs)
+
+
+def _announce_estimate(
+    args: argparse.Namespace, model: Any, device: torch.device, images: torch.Tensor, n_images: int
+) -> None:
+    """One line before a long CPU measurement of ``n_images``: its estimated time from one timed forward pass over
+    the first ``images``, and that of ``--quick`` (:mod:`invfast.measure.estimate`)."""
+    from invfast.measure.estimate import estimate_line, seconds_per_image, views_per_image
+    from invfast.measure.options import _grid_size
+
+    extract = _extractor(args, model, device)
     try:
-        per_image = seconds_per_image(extract, images[torch.as_tensor(ok)])
+        per_image = seconds_per_image(extract, images)
     finally:
         extract.close()
     views = views_per_image(args.transforms, _grid_size(args), args.protocol, args.grid_side)
     quick = views_per_image(args.transforms, QUICK_GRID, args.protocol, args.grid_side)
-    line = estimate_line(len(source), views, per_image, quick, QUICK_IMAGES)
+    line = estimate_line(n_images, views, per_image, quick, QUICK_IMAGES)
+    if line is not None:
+        print(line, file=sys.stderr)
+
+
+def _check_unit_memory(args: argparse.Namespace, model: Any, device: torch.device, images: torch.Tensor) -> None:
+    """Before a ``--units elements`` run: its per-unit moments (from one image's activations per layer) against
+    the memory free on the device, refused when larger, announced when large (:func:`moments_line`); processes
+    on one host share its memory."""
+    from invfast.measure.estimate import free_memory_bytes, moments_line, unit_moment_bytes, views_per_transform
+    from invfast.measure.options import _grid_size
+    from invfast.measure.state import current_shard
+
+    extract = _extractor(args, model, device, layers=args.layers, units="elements")
+    try:
+        with torch.no_grad():
+            _, units = extract.features_and_units(images[:1])
+    finally:
+        extract.close()
+    per_layer = [int(u.shape[1]) for u in units.values()]
+    views = views_per_transform(args.transforms, _grid_size(args), args.protocol, args.grid_side)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", current_shard().world_size)) if device.type == "cpu" else 1
+    line = moments_line(
+        local * unit_moment_bytes(views, per_layer), free_memory_bytes(device), str(device), per_layer, views
+    )
     if line is not None:
         print(line, file=sys.stderr)
 
@@ -364,8 +378,13 @@ def _measure(args: argparse.Namespace) -> int:
     default_input(args, model)
     stats = FeatureStats.load(args.stats) if args.stats else None
     folder = _folder(args) if shard.rank == 0 else None
-    if shard.rank == 0 and device.type == "cpu" and not (args.quick or args.real_world):
-        _announce_estimate(args, model, device)
+    timed = shard.rank == 0 and device.type == "cpu" and not args.quick
+    if not args.real_world and (timed or args.units == "elements"):
+        first, n_images = _first_images(args)
+        if first is not None and args.units == "elements":
+            _check_unit_memory(args, model, device, first)
+        if first is not None and timed:
+            _announce_estimate(args, model, device, first, n_images)
     state_files = _state_files(args, model, shard.world_size)
     if folder is not None:
         folder.own(*state_files)

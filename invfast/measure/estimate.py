@@ -1,10 +1,14 @@
-"""How long a measurement will take, said before it starts: the views it computes (model inputs) times one
-timed forward pass per image; on the CPU a run longer than :data:`LONG_RUN_S` gets one line with the estimate
-and what ``--quick`` would take instead."""
+"""How long a measurement will take and, for per-element units, how much memory it will hold, said before it
+starts: the views it computes (model inputs) times one timed forward pass per image (on the CPU a run longer
+than :data:`LONG_RUN_S` gets one line with the estimate and what ``--quick`` would take instead); the float64
+per-unit moments every transform keeps until the run ends, against the memory free on the device (more is
+refused, more than :data:`LARGE_MOMENTS_BYTES` is announced)."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -14,6 +18,8 @@ from invfast.measure.protocol import get_protocol
 
 #: a CPU measurement estimated longer than this (seconds) is announced with the ``--quick`` alternative
 LONG_RUN_S = 600.0
+#: per-unit moments estimated larger than this (bytes) are announced before the run
+LARGE_MOMENTS_BYTES = 1 << 30
 
 
 def views_per_image(transforms: Any, grid_size: int, protocol: str = "invfast", grid_side: int | None = None) -> int:
@@ -21,6 +27,61 @@ def views_per_image(transforms: Any, grid_size: int, protocol: str = "invfast", 
     (the identity parameters too: they are computed, then left out of the means)."""
     grids = transform_grids(transforms, grid_size, get_protocol(protocol), 0, grid_side)
     return 1 + sum(int(params.shape[0]) for _, params, _ in grids)
+
+
+def views_per_transform(
+    transforms: Any, grid_size: int, protocol: str = "invfast", grid_side: int | None = None
+) -> list[int]:
+    """Grid parameters of each transform (its views per image, the identity included where its grid has it)."""
+    grids = transform_grids(transforms, grid_size, get_protocol(protocol), 0, grid_side)
+    return [int(params.shape[0]) for _, params, _ in grids]
+
+
+def unit_moment_bytes(views: Sequence[int], units: Sequence[int]) -> int:
+    """Bytes of the per-unit moments a run holds at its end: a float64 mean and M2 ``[V, U]`` for every
+    transform (``views``: its V) and layer (``units``: its U), each kept until the run ends."""
+    return 16 * sum(views) * sum(units)
+
+
+def free_memory_bytes(device: torch.device) -> int | None:
+    """Memory free for a run's tensors on ``device``: CUDA's free memory, or the host's ``MemAvailable``
+    (``/proc/meminfo``); None where neither can be read."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB"
+
+
+def moments_line(need: int, free: int | None, device: str, units: Sequence[int], views: Sequence[int]) -> str | None:
+    """The line announcing large per-unit moments (None when under :data:`LARGE_MOMENTS_BYTES`); a ValueError
+    when they exceed the memory free on the device. ``units``/``views``: the U of each layer, the V of each
+    transform."""
+    what = (
+        f"the per-element moments need about {_gib(need)} on {device} ({sum(units)} units over {len(units)} "
+        f"layer(s) x {sum(views)} views over {len(views)} transform(s), float64 mean and M2, kept until the run "
+        "ends and saved with its state)"
+    )
+    if free is not None and need > free:
+        raise ValueError(
+            f"{what}, more than the {_gib(free)} free; choose --units channels, fewer --layers, a smaller "
+            "--grid-size or fewer --transforms"
+        )
+    if need < LARGE_MOMENTS_BYTES:
+        return None
+    return f"memory: {what}" + ("" if free is None else f"; {_gib(free)} free")
 
 
 def seconds_per_image(extract: Any, images: torch.Tensor, repeats: int = 2) -> float:
@@ -57,4 +118,14 @@ def estimate_line(
     )
 
 
-__all__ = ["LONG_RUN_S", "estimate_line", "seconds_per_image", "views_per_image"]
+__all__ = [
+    "LARGE_MOMENTS_BYTES",
+    "LONG_RUN_S",
+    "estimate_line",
+    "free_memory_bytes",
+    "moments_line",
+    "seconds_per_image",
+    "unit_moment_bytes",
+    "views_per_image",
+    "views_per_transform",
+]

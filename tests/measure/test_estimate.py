@@ -70,3 +70,51 @@ def test_measure_announces_a_long_run(tmp_path, capsys, monkeypatch):
     assert "estimate: about" in err and "4 images x " in err and "--quick would take" in err
     assert main([*argv[:-6], "--quick", "--out", str(tmp_path / "q"), "--no-progress", "--no-plots"]) == 0
     assert "estimate:" not in capsys.readouterr().err  # --quick runs are not announced
+
+
+def test_unit_moment_bytes_is_a_float64_mean_and_m2_per_view_and_unit():
+    from invfast.measure.estimate import unit_moment_bytes, views_per_transform
+
+    assert unit_moment_bytes([3, 5], [10, 2]) == 16 * 8 * 12
+    rot, hue = resolve_transforms("rotation,hue")
+    assert views_per_transform("rotation,hue", 8) == [len(rot.grid(8)), len(hue.grid(8))]
+    assert sum(views_per_transform("all", 8)) == views_per_image("all", 8) - 1
+
+
+def test_moments_line_refuses_more_than_is_free_and_announces_large_ones():
+    from invfast.measure.estimate import LARGE_MOMENTS_BYTES, moments_line
+
+    with pytest.raises(ValueError, match=r"about 8\.0 GiB on cpu .* more than the 2\.0 GiB free; choose --units"):
+        moments_line(8 << 30, 2 << 30, "cpu", [1000], [10, 20])
+    line = moments_line(LARGE_MOMENTS_BYTES, 4 << 30, "cuda:0", [5, 7], [3])
+    assert line is not None and line.startswith("memory: ") and "12 units over 2 layer(s)" in line and "4.0 GiB free" in line
+    assert moments_line(LARGE_MOMENTS_BYTES - 1, None, "cpu", [1], [1]) is None  # small: said by nobody
+    assert moments_line(LARGE_MOMENTS_BYTES, None, "cpu", [1], [1]) is not None  # free memory unknown: still said
+
+
+def test_free_memory_bytes_reads_the_hosts_available_memory():
+    from invfast.measure.estimate import free_memory_bytes
+
+    free = free_memory_bytes(torch.device("cpu"))
+    assert free is not None and 0 < free
+
+
+def test_measure_refuses_per_element_moments_larger_than_free_memory(tmp_path, capsys, monkeypatch):
+    """A --units elements run whose [V, U] moments would not fit is refused before any work, with one line (exit
+    2) naming the size."""
+    from invfast.cli import main
+
+    monkeypatch.setattr(estimate, "free_memory_bytes", lambda device: 1 << 10)  # 1 KiB free
+    out = tmp_path / "m"
+    argv = ["measure", "--model", "resnet18-cifar", "--model-arg", "width=4", "--data", "synthetic:n=4"]
+    argv += ["--transforms", "rotation", "--grid-size", "4", "--units", "elements", "--layers", "layer1"]
+    argv += ["--out", str(out), "--no-progress", "--no-plots", "--device", "cpu"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    # layer1 of a width-4 CIFAR ResNet on 32-px images: 4 channels x 32 x 32 = 4096 units
+    assert "4096 units over 1 layer(s)" in err and "more than the 0.0 GiB free" in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2
+    monkeypatch.setattr(estimate, "free_memory_bytes", lambda device: 1 << 40)
+    monkeypatch.setattr(estimate, "LARGE_MOMENTS_BYTES", 1)
+    assert main(argv) == 0
+    assert "memory: the per-element moments need about" in capsys.readouterr().err
