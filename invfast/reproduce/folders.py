@@ -41,8 +41,10 @@ def hold(folder: str, option: str, what: str) -> Iterator[None]:
                     clean_temporaries(folder)
 
 
-def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
-    """Make ``folder`` hold ``config.json`` for ``config``; refuse a folder made with another one.
+def claim_folder(folder: str, config: dict[str, Any], what: str, added: dict[str, Any] | None = None) -> None:
+    """Make ``folder`` hold ``config.json`` for ``config``; refuse a folder made with another one, saying which
+    options would resume it (:func:`resume_options`; ``added``: the fields added since folders were made, at
+    their value of before).
 
     A folder with other content but no config.json is refused too (never mixed with unrelated files).
     """
@@ -69,10 +71,12 @@ def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
             )
         diff = config_difference(saved.get("config", {}), config)
         if diff:
+            again = resume_options(saved.get("config", {}), config, added)
             raise ConfigMismatchError(
                 f"{what} {folder!r} was made by a different configuration, so it cannot be resumed:\n  "
                 + "\n  ".join(diff)
-                + "\nUse another folder, delete this one, or rerun with the same settings."
+                + "\nUse another folder, delete this one, or rerun with the same settings"
+                + (f" (to resume it as it was made, add: {' '.join(again)})." if again else ".")
             )
         return
     if os.path.isdir(folder) and any(n for n in os.listdir(folder) if not n.startswith(".")):
@@ -81,6 +85,47 @@ def claim_folder(folder: str, config: dict[str, Any], what: str) -> None:
             f"(no {CONFIG_FILE}); choose an empty or new folder"
         )
     atomic_write_text(path, json.dumps({"format": FORMAT, "config": config}, indent=2))
+
+
+#: fields a command-line option other than ``--set`` sets
+_OPTIONS = {"seed": "--seed", "threads": "--threads", "workers": "--workers", "preset": "--preset"}
+
+
+def _option_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def resume_options(saved: dict[str, Any], config: dict[str, Any], added: dict[str, Any] | None = None) -> list[str]:
+    """The command-line options that make ``config`` the ``saved`` one: for each field they differ in, ``--set
+    KEY=VALUE`` (or the field's own option, such as ``--seed``) with the saved value, or, for a field the saved
+    configuration lacks because it was added later, its value of before (``added``, the config's
+    ``ADDED_FIELDS``); [] when some field differs in a way no option undoes."""
+    added = added or {}
+    out = []
+    for key in sorted(set(saved) | set(config)):
+        if key not in saved and key in added and key in config:
+            value = added[key]
+        elif key not in saved or key not in config:
+            return []
+        elif saved[key] == config[key]:
+            continue
+        else:
+            value = saved[key]
+        if key == "findings":
+            out.append(f"--findings {_option_value(value)}")
+        elif key in _OPTIONS:
+            out.append(f"{_OPTIONS[key]} {_option_value(value)}")
+        elif value is None or (
+            isinstance(value, (list, tuple)) and any(isinstance(v, (list, tuple, dict)) for v in value)
+        ):
+            return []
+        else:
+            out.append(f"--set {key}={_option_value(value)}")
+    return out
 
 
 def check_disk(folder: str, need_mb: float) -> None:

@@ -897,6 +897,34 @@ def test_warmup_is_a_fraction_of_each_pretraining_run_and_old_folders_resume_wit
         claim_folder(str(tmp_path / "old"), cfg.claim_dict(), "folder")
 
 
+@pytest.mark.parametrize("case", ["later default", "own settings", "both"])
+def test_a_refused_folder_says_the_options_that_resume_it(tmp_path, case):
+    """Issue 63: an older folder resumed only with its old values given by --set, and the error did not say so.
+    The options the message names, read back through --set's own parser, resume the folder."""
+    from invfast.reproduce import ConfigMismatchError
+    from invfast.reproduce.config import ADDED_FIELDS
+    from invfast.reproduce.folders import claim_folder
+
+    made = dict(seed=0) if case == "later default" else dict(seed=3, width=16, categories=("translate", "hflip"))
+    saved = RP.preset("quick", **made).claim_dict()
+    if case != "own settings":  # made before vit_dim existed; today's run asks for another one
+        saved.pop("vit_dim", None)
+    claim_folder(str(tmp_path / "f"), saved, "folder", ADDED_FIELDS)
+    now = RP.preset("quick", vit_dim=96)
+    with pytest.raises(ConfigMismatchError, match="to resume it as it was made, add: ") as err:
+        claim_folder(str(tmp_path / "f"), now.claim_dict(), "folder", ADDED_FIELDS)
+    options = str(err.value).split("add: ", 1)[1].rstrip(").").split(" ")
+    fields = {f.name: f for f in dataclasses.fields(now)}
+    overrides: dict = {}
+    for opt, arg in zip(options[::2], options[1::2]):
+        key, value = RP.parse_override(fields, arg) if opt == "--set" else (opt.lstrip("-"), int(arg))
+        overrides[key] = value
+    assert ("--set" in options) and (case == "later default" or "--seed" in options)
+    claim_folder(
+        str(tmp_path / "f"), RP.preset("quick", **{"vit_dim": 96, **overrides}).claim_dict(), "folder", ADDED_FIELDS
+    )
+
+
 def _stage_sleeps(ctx):
     with open(os.path.join(os.path.dirname(ctx.cache), "worker.pid"), "w") as f:
         f.write(str(os.getpid()))
