@@ -9,7 +9,8 @@ every seed with its standard error, the minimum and the median, and how many see
     python scripts/learning_check.py --out /tmp/learning --set pretrain_epochs=40      # another budget
     python scripts/learning_check.py --out /tmp/ai --models amortised --set amortised_epochs=16
 
-``--models amortised`` runs only the amortised model's stages (finding C3: about a tenth of the time).
+``--models amortised`` runs only the amortised model's stages (finding C3: about a tenth of the time),
+``--models policies`` only the three policy models' (finding E2).
 
 The ratio's standard error combines the two probes' fold-to-fold spread (std over the 5 folds / sqrt(5) for
 each, propagated to the ratio): a ratio within about two of them of 1.2 is not told apart from the line.
@@ -69,15 +70,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument(
         "--models",
-        choices=("all", "amortised"),
+        choices=("all", "amortised", "policies"),
         default="all",
-        help="all four models (findings E2, C3) or the amortised model alone (C3)",
+        help="all four models (findings E2, C3), the amortised model alone (C3) or the three policy models (E2)",
     )
     args = ap.parse_args(argv)
     from invfast.cli import main as invfast
 
     first, n = args.seeds
-    findings = "E2,C3" if args.models == "all" else "C3"
+    findings = {"all": "E2,C3", "amortised": "C3", "policies": "E2"}[args.models]
     cmd = ["reproduce", "--quick", "--findings", findings, "--seed", str(first), "--set", f"seeds={n}"]
     cmd += [x for o in args.overrides for x in ("--set", o)]
     rc = invfast([*cmd, "--out", args.out, "--no-progress"])
@@ -86,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     with open(os.path.join(args.out, "results.json"), encoding="utf-8") as f:
         doc = json.load(f)
     print(f"`invfast reproduce {' '.join(cmd[1:])}` (config as in `{args.out}/config.json`)\n")
-    print("\n".join(table(doc, MODELS if args.models == "all" else ("amortised",))))
+    shown = {"all": MODELS, "amortised": ("amortised",), "policies": MODELS[:3]}[args.models]
+    print("\n".join(table(doc, shown)))
     return 0
 
 
