@@ -168,14 +168,18 @@ def score_transform(
         _ViewProducer(run) as producer,
         at_threads(1) if run.device.type == "cpu" else contextlib.nullcontext(),
     ):
+        shown = 0  # image-parameter pairs of the current group already on the bar
         for group, ps, pe, views in producer.views(work):
             if views is not None:
                 group.score_chunk(ps, pe, views)
+                shown += (pe - ps) * (group.e - group.s)
+                bar.update((pe - ps) * (group.e - group.s))  # within the group: a large grid takes minutes
             if pe is None or pe == p:  # the group's last piece: fold it into the accumulators, save now and then
                 if views is not None:
                     group.finish()
                 acc["next"] = group.e
-                bar.update((group.e - group.s) * p)
+                bar.update((group.e - group.s) * p - shown)
+                shown = 0
                 run.checkpoint(before=flush)
     bar.close()
     if flush is not None:

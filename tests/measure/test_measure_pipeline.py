@@ -148,6 +148,38 @@ def test_one_progress_bar_over_images_and_transforms(monkeypatch):
     assert bar.descs[1:] == ["reference statistics", "rot90", "hflip", "brightness"]
 
 
+def test_the_bar_moves_within_a_group_of_images(monkeypatch):
+    """Issue 62: a large grid's first group took 18 minutes with the bar at 0 %. The bar now moves after every
+    chunk of parameters that goes through the model, not only at the end of a group of images, and still ends
+    at its total."""
+    steps = []
+
+    class Bar:
+        def __init__(self, total, initial=0, **kw):
+            self.total, self.n = total, initial
+
+        def update(self, k):
+            self.n += k
+            steps.append(k)
+
+        def set_description(self, desc, refresh=True):
+            pass
+
+        def close(self):
+            pass
+
+    import invfast.progress
+
+    monkeypatch.setattr(invfast.progress, "bar", lambda total, **kw: Bar(total, **kw))
+    # 6 images in one batch (one group); brightness at grid 12: 12 parameters, 2 x 6 = 12 views per model call
+    measure_invariance(
+        small_net(dim=6), random_images(6), [Brightness()], grid_size=12, batch_size=6, forward_batch=12, progress=True
+    )
+    scoring = [k for k in steps[1:] if k]  # after the statistics pass (6 views)
+    assert steps[0] == 6 and sum(scoring) == 6 * 12
+    assert len(scoring) == 6 and set(scoring) == {12}  # six chunks of 2 parameters x 6 images, each shown
+
+
 class _Recorder(torch.nn.Module):
     def __init__(self, inner):
         super().__init__()
