@@ -9,8 +9,9 @@ every seed with its standard error, the minimum and the median, and how many see
     python scripts/learning_check.py --out /tmp/learning --set pretrain_epochs=40      # another budget
     python scripts/learning_check.py --out /tmp/ai --models amortised --set amortised_epochs=16
 
-``--models amortised`` runs only the amortised model's stages (finding C3: about a tenth of the time),
-``--models policies`` only the three policy models' (finding E2).
+Only the stages the ratios need run (the pretraining runs, the features and probes; not the findings' other
+stages). ``--models amortised`` runs only the amortised model's (about a tenth of the time), ``--models
+policies`` only the three policy models' and Random's.
 
 The ratio's standard error combines the two probes' fold-to-fold spread (std over the 5 folds / sqrt(5) for
 each, propagated to the ratio): a ratio within about two of them of 1.2 is not told apart from the line.
@@ -28,6 +29,12 @@ import sys
 from invfast.reproduce.sections.learning import LEARNED_RATIO, clearly_below, under_trained
 
 MODELS = ("default", "spatial", "appearance", "amortised")
+#: per --models: the findings the run is recorded under, the stages it runs (with what they need), the rows shown
+CHOICES = {
+    "all": ("E2,C3", ("probes", "pretrain-amortised"), MODELS),
+    "amortised": ("C3", ("pretrain-amortised",), ("amortised",)),
+    "policies": ("E2", ("probes",), MODELS[:3]),
+}
 
 
 def seed_range(text: str) -> tuple[int, int]:
@@ -74,20 +81,26 @@ def main(argv: list[str] | None = None) -> int:
         default="all",
         help="all four models (findings E2, C3), the amortised model alone (C3) or the three policy models (E2)",
     )
+    ap.add_argument("--preset", default="quick", help="the reproduce preset (default quick; tiny to try the script)")
     args = ap.parse_args(argv)
     from invfast.cli import main as invfast
+    from invfast.reproduce import pipeline
 
     first, n = args.seeds
-    findings = {"all": "E2,C3", "amortised": "C3", "policies": "E2"}[args.models]
-    cmd = ["reproduce", "--quick", "--findings", findings, "--seed", str(first), "--set", f"seeds={n}"]
+    findings, targets, shown = CHOICES[args.models]
+    cmd = ["reproduce", "--preset", args.preset, "--findings", findings, "--seed", str(first), "--set", f"seeds={n}"]
     cmd += [x for o in args.overrides for x in ("--set", o)]
+    # the findings' other stages (kernel probes, learned descriptors, ...) do not bear on the ratios
+    pipeline.selected_plan = lambda stages, cfg: pipeline.plan(stages, cfg, list(targets))
     rc = invfast([*cmd, "--out", args.out, "--no-progress"])
     if rc:
         return rc
     with open(os.path.join(args.out, "results.json"), encoding="utf-8") as f:
         doc = json.load(f)
-    print(f"`invfast reproduce {' '.join(cmd[1:])}` (config as in `{args.out}/config.json`)\n")
-    shown = {"all": MODELS, "amortised": ("amortised",), "policies": MODELS[:3]}[args.models]
+    print(
+        f"`invfast reproduce {' '.join(cmd[1:])}`, stages {', '.join(targets)} and what they need (config as in "
+        f"`{args.out}/config.json`)\n"
+    )
     print("\n".join(table(doc, shown)))
     return 0
 
