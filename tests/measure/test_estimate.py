@@ -87,7 +87,12 @@ def test_moments_line_refuses_more_than_is_free_and_announces_large_ones():
     with pytest.raises(ValueError, match=r"about 8\.0 GiB on cpu .* more than the 2\.0 GiB free; choose --units"):
         moments_line(8 << 30, 2 << 30, "cpu", [1000], [10, 20])
     line = moments_line(LARGE_MOMENTS_BYTES, 4 << 30, "cuda:0", [5, 7], [3])
-    assert line is not None and line.startswith("memory: ") and "12 units over 2 layer(s)" in line and "4.0 GiB free" in line
+    assert (
+        line is not None
+        and line.startswith("memory: ")
+        and "12 units over 2 layer(s)" in line
+        and "4.0 GiB free" in line
+    )
     assert moments_line(LARGE_MOMENTS_BYTES - 1, None, "cpu", [1], [1]) is None  # small: said by nobody
     assert moments_line(LARGE_MOMENTS_BYTES, None, "cpu", [1], [1]) is not None  # free memory unknown: still said
 
