@@ -37,7 +37,7 @@ import sys
 
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.pipeline import reproduce
-from invfast.reproduce.presets import PRESETS, parse_override, preset
+from invfast.reproduce.presets import PRESETS, QUICK_MEASURED, QUICK_MINUTES, parse_override, preset
 
 __all__ = ["add_arguments", "run"]
 
@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="preset",
         action="store_const",
         const="quick",
-        help="the quick configuration (default without CUDA; 3 seeds, about 46 minutes on 2 idle CPU cores)",
+        help=f"the quick configuration (default without CUDA; 3 seeds, about {QUICK_MINUTES['default']:.0f} minutes on "
+        "2 idle CPU cores)",
     )
     mode.add_argument(
         "--full",
@@ -77,8 +78,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         choices=["ericsson", "speicher", "chavhan", "all"],
         help=(
-            "every tested finding of one paper, or of all (--quick on 2 CPU cores, measured 2026-12-05: about 46, "
-            "46 and 58 minutes per paper, 136 for all)"
+            f"every tested finding of one paper, or of all (--quick on 2 CPU cores, measured {QUICK_MEASURED}: about "
+            f"{QUICK_MINUTES['ericsson']:.0f}, {QUICK_MINUTES['speicher']:.0f} and {QUICK_MINUTES['chavhan']:.0f} "
+            f"minutes per paper, {QUICK_MINUTES['all']:.0f} for all)"
         ),
     )
     parser.add_argument(
