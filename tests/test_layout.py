@@ -109,7 +109,6 @@ def test_the_checker_sees_cycles():
 LONG_BY_DESIGN = {
     ("measure/cli.py", "add_arguments"): (170, "argparse declarations: the command's options as one flat list"),
     ("pretrain/cli.py", "add_arguments"): (95, "argparse declarations: the command's options as one flat list"),
-    ("reproduce/cli.py", "add_arguments"): (78, "argparse declarations: the command's options as one flat list"),
     ("synthetic/cli.py", "add_arguments"): (61, "argparse declarations: the command's options as one flat list"),
     ("transforms/builtin.py", "_records"): (
         247,

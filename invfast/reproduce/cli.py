@@ -45,47 +45,9 @@ __all__ = ["add_arguments", "run"]
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = __doc__.split("\n\n", 1)[1]
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--quick",
-        dest="preset",
-        action="store_const",
-        const="quick",
-        help=f"the quick configuration (default without CUDA; 3 seeds, about {QUICK_MINUTES['default']:.0f} minutes on "
-        "2 idle CPU cores)",
-    )
-    mode.add_argument(
-        "--full",
-        dest="preset",
-        action="store_const",
-        const="full",
-        help="larger data and models (hours on a CPU; see docs/reproduce.md)",
-    )
-    mode.add_argument(
-        "--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)"
-    )
-    parser.set_defaults(preset=None)
+    _add_preset_options(parser)
     parser.add_argument("--out", help="output folder: report.md, results.json, figures/ (required to run)")
-    which = parser.add_mutually_exclusive_group()
-    which.add_argument(
-        "--findings",
-        default=None,
-        metavar="IDS",
-        help="the findings to test, comma-separated ids such as S2,S3 (docs/findings.md; default: E1,E2,E3,S8,C1,C3)",
-    )
-    which.add_argument(
-        "--paper",
-        default=None,
-        choices=["ericsson", "speicher", "chavhan", "all"],
-        help=(
-            f"every tested finding of one paper, or of all (--quick on 2 CPU cores, measured {QUICK_MEASURED}: about "
-            f"{QUICK_MINUTES['ericsson']:.0f}, {QUICK_MINUTES['speicher']:.0f} and {QUICK_MINUTES['chavhan']:.0f} "
-            f"minutes per paper, {QUICK_MINUTES['all']:.0f} for all)"
-        ),
-    )
-    parser.add_argument(
-        "--list-findings", action="store_true", help="list every finding id, its source and whether it is tested"
-    )
+    _add_finding_options(parser)
     parser.add_argument(
         "--cache-dir",
         default=None,
@@ -122,6 +84,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--print-config", action="store_true", help="print the configuration and exit")
+
+
+def _add_preset_options(parser: argparse.ArgumentParser) -> None:
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--quick",
+        dest="preset",
+        action="store_const",
+        const="quick",
+        help=f"the quick configuration (default without CUDA; 3 seeds, about {QUICK_MINUTES['default']:.0f} minutes on "
+        "2 idle CPU cores)",
+    )
+    mode.add_argument(
+        "--full",
+        dest="preset",
+        action="store_const",
+        const="full",
+        help="larger data and models (hours on a CPU; see docs/reproduce.md)",
+    )
+    mode.add_argument(
+        "--preset", dest="preset", choices=sorted(PRESETS), help="a named configuration (tiny: smoke test)"
+    )
+    parser.set_defaults(preset=None)
+
+
+def _add_finding_options(parser: argparse.ArgumentParser) -> None:
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument(
+        "--findings",
+        default=None,
+        metavar="IDS",
+        help="the findings to test, comma-separated ids such as S2,S3 (docs/findings.md; default: E1,E2,E3,S8,C1,C3)",
+    )
+    which.add_argument(
+        "--paper",
+        default=None,
+        choices=["ericsson", "speicher", "chavhan", "all"],
+        help=(
+            f"every tested finding of one paper, or of all (--quick on 2 CPU cores, measured {QUICK_MEASURED}: about "
+            f"{QUICK_MINUTES['ericsson']:.0f}, {QUICK_MINUTES['speicher']:.0f} and {QUICK_MINUTES['chavhan']:.0f} "
+            f"minutes per paper, {QUICK_MINUTES['all']:.0f} for all)"
+        ),
+    )
+    parser.add_argument(
+        "--list-findings", action="store_true", help="list every finding id, its source and whether it is tested"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
