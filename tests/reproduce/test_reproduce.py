@@ -872,6 +872,19 @@ def test_moco_queue_size_is_the_library_default_or_a_multiple_of_the_batch():
             RP.preset("quick", queue_size=bad)
 
 
+def test_head_norm_reaches_every_contrastive_model_and_old_folders_resume_without_it(tmp_path):
+    from invfast.reproduce.stages.pretraining import amortised_method, policy_method
+
+    cfg = RP.preset("tiny", head_norm="bn")
+    for method in (policy_method(cfg, "default"), amortised_method(cfg, "amortised")):
+        assert {h.norm for h in method.online.heads} == {"bn"} and method.config()["head_norm"] == "bn"
+    assert {h.norm for h in policy_method(RP.preset("tiny"), "spatial").online.heads} == {"none"}
+    with pytest.raises(ValueError, match="head_norm must be 'none' or 'bn', got 'layer'"):
+        RP.preset("tiny", head_norm="layer")
+    assert "head_norm" not in RP.preset("quick").claim_dict()  # folders of before hold none: they resume
+    assert RP.preset("quick", head_norm="bn").claim_dict()["head_norm"] == "bn"
+
+
 def test_warmup_is_a_fraction_of_each_pretraining_run_and_old_folders_resume_without_it(tmp_path):
     from invfast.reproduce import ConfigMismatchError
     from invfast.reproduce.folders import claim_folder

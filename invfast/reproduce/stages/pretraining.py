@@ -203,6 +203,7 @@ def policy_method(cfg: ReproduceConfig, policy: str, key: str | None = None) -> 
         queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
         proj_dim=cfg.proj_dim,
+        head_norm=cfg.head_norm,
         queue_seed=stage_seed(cfg.seed, f"queue/{key}"),
     )
 
@@ -226,7 +227,9 @@ def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
 
     descriptors = "groups" if AMORTISED[key] == 2 else "individual"
     policies = [view_backgrounds(cfg, p) for p in descriptor_policies(descriptors, cfg.size)]
-    shared: dict[str, Any] = dict(descriptors=descriptors, size=cfg.size, proj_dim=cfg.proj_dim)
+    shared: dict[str, Any] = dict(
+        descriptors=descriptors, size=cfg.size, proj_dim=cfg.proj_dim, head_norm=cfg.head_norm
+    )
     if key in SIMCLR:
         return AmortisedSimCLR(encoder(cfg, key), policies, **shared)
     return AmortisedMoCo(
