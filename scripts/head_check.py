@@ -39,6 +39,7 @@ def head_outputs(checkpoint: str, images: np.ndarray) -> dict[str, float]:
     """The collapse statistics of one MoCo checkpoint's head on ``images`` (uint8 [N, 3, H, W])."""
     from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
     from invfast.models import registry
+    from invfast.pretrain.collapse import output_collapse
 
     ck = torch.load(checkpoint, map_location="cpu", weights_only=False)
     cfg, sd = ck["config"], ck["model"]
@@ -55,13 +56,8 @@ def head_outputs(checkpoint: str, images: np.ndarray) -> dict[str, float]:
     with torch.no_grad():
         z = head(enc((x - mean) / std))
     h = hidden[0]
-    z = z.double()
-    zn = torch.nn.functional.normalize(z, dim=1)
-    n = zn.shape[0]
-    cos = (zn.sum(0).square().sum() - n) / (n * (n - 1))  # mean over pairs i != j of zn_i . zn_j
     return {
-        "cos": float(cos),
-        "mean_share": float(z.mean(0).square().sum() / z.square().sum(1).mean()),
+        **output_collapse(z),
         "alive": int((h > 0).any(0).sum()),
         "hidden": int(h.shape[1]),
         "queue": int(cfg.get("method.queue_size") or 0),

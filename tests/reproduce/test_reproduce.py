@@ -166,6 +166,10 @@ def test_tiny_end_to_end_report(tiny_run):
     for key, run in doc["pretraining"].items():  # the loss at its peak (the queue starts random) and at the end
         loss = [r["loss"] for r in run["curve"]["loss"]]
         assert f"| {key} | {max(loss):.2f} → {loss[-1]:.2f} |" in md, key
+        # issue 57: how collapsed the final head's outputs are, in the record and at the end of the model's row
+        assert -1.0 <= run["head"]["cos"] <= 1.0 and 0.0 <= run["head"]["mean_share"] <= 1.0 + 1e-9, key
+        row = next(x for x in md.splitlines() if x.startswith(f"| {key} | {max(loss):.2f}"))
+        assert row.endswith(f"| {run['head']['cos']:.3f} |"), row
     for heading in (
         "## Verdict",
         "## Invariances (Table 1) — E1",
