@@ -10,8 +10,10 @@ images (eval mode, the first ``--images``) and prints per model:
 - ``alive``: hidden ReLU units of the head positive on at least one image;
 - the final training loss against ln(1 + queue): a loss at that value is InfoNCE with every logit equal.
 
-A head whose outputs all point one way gives InfoNCE no gradient to leave that state (every key, positive or
-negative, is the same vector): the loss sits at ln(1 + K) for the rest of the run and the encoder stops learning.
+Checkpoints of a batch-normalised head (``--set head_norm=bn``) are read too (eval mode: its running
+statistics). A head whose outputs all point one way gives InfoNCE no gradient to leave that state (every key,
+positive or negative, is the same vector): the loss sits at ln(1 + K) for the rest of the run and the encoder
+stops learning.
 The backbone's own collapse indicators (effective rank, kNN) need not show it.
 
     python scripts/head_check.py /work/runs/lc/run/cache            # every seed of a learning check
@@ -37,6 +39,7 @@ def head_outputs(checkpoint: str, images: np.ndarray) -> dict[str, float]:
     """The collapse statistics of one MoCo checkpoint's head on ``images`` (uint8 [N, 3, H, W])."""
     from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
     from invfast.models import registry
+    from invfast.pretrain.collapse import output_collapse
 
     ck = torch.load(checkpoint, map_location="cpu", weights_only=False)
     cfg, sd = ck["config"], ck["model"]
@@ -46,21 +49,32 @@ def head_outputs(checkpoint: str, images: np.ndarray) -> dict[str, float]:
     x = torch.from_numpy(np.array(images)).float() / 255
     mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)
     std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
+    head = _head(cfg, sd)
+    hidden: list[torch.Tensor] = []
+    relu = next(m for m in head if isinstance(m, torch.nn.ReLU))
+    relu.register_forward_pre_hook(lambda _m, a: hidden.append(a[0].clone()))
     with torch.no_grad():
-        f = enc((x - mean) / std)
-        h = f @ sd["online.heads.0.0.weight"].T + sd["online.heads.0.0.bias"]
-        z = torch.relu(h) @ sd["online.heads.0.2.weight"].T + sd["online.heads.0.2.bias"]
-    z = z.double()
-    zn = torch.nn.functional.normalize(z, dim=1)
-    n = zn.shape[0]
-    cos = (zn.sum(0).square().sum() - n) / (n * (n - 1))  # mean over pairs i != j of zn_i . zn_j
+        z = head(enc((x - mean) / std))
+    h = hidden[0]
     return {
-        "cos": float(cos),
-        "mean_share": float(z.mean(0).square().sum() / z.square().sum(1).mean()),
+        **output_collapse(z),
         "alive": int((h > 0).any(0).sum()),
         "hidden": int(h.shape[1]),
         "queue": int(cfg.get("method.queue_size") or 0),
     }
+
+
+def _head(cfg: dict, sd: dict) -> torch.nn.Module:
+    """The online network's first projection head of a checkpoint, in eval mode (plain or batch-normalised)."""
+    from invfast.pretrain.heads import ProjectionHead
+
+    prefix = "online.heads.0."
+    own = {k[len(prefix) :]: v for k, v in sd.items() if k.startswith(prefix)}
+    norm = cfg.get("method.head_norm", "none")
+    w1, w2 = own["0.weight"], own["3.weight" if norm == "bn" else "2.weight"]
+    head = ProjectionHead(w1.shape[1], w1.shape[0], w2.shape[0], norm)
+    head.load_state_dict(own)
+    return head.eval()
 
 
 def seed_folders(cache: str) -> dict[int, str]:

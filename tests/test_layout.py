@@ -108,7 +108,7 @@ def test_the_checker_sees_cycles():
 #: functions allowed over the 60-line budget, with why: (module, qualified name) -> (most lines, reason)
 LONG_BY_DESIGN = {
     ("measure/cli.py", "add_arguments"): (170, "argparse declarations: the command's options as one flat list"),
-    ("pretrain/cli.py", "add_arguments"): (95, "argparse declarations: the command's options as one flat list"),
+    ("pretrain/cli.py", "add_arguments"): (105, "argparse declarations: the command's options as one flat list"),
     ("synthetic/cli.py", "add_arguments"): (61, "argparse declarations: the command's options as one flat list"),
     ("transforms/builtin.py", "_records"): (
         247,

@@ -87,6 +87,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--proj-dim", type=int, default=128)
     p.add_argument("--proj-hidden", type=int, default=None, help="MLP head hidden size (default: feature dim)")
     p.add_argument(
+        "--head-norm",
+        choices=("none", "bn"),
+        default="none",
+        help="the projection head: none (MoCo-v2's MLP, default) or bn (batch-normalised hidden and output "
+        "layers, MoCo v3's: outputs centred per batch, so they cannot collapse to one direction)",
+    )
+    p.add_argument(
         "--aug-backend",
         default="auto",
         choices=("auto", "torch", "dali"),
@@ -277,7 +284,7 @@ def _pretrain_method(
     if args.width is not None and args.width < 1:
         raise ValueError(f"--width must be >= 1, got {args.width}")
     encoder = _encoder(args.arch, amortised, 0 if desc is None else desc.shape[1], args.width)
-    common = dict(tau=args.tau, proj_dim=args.proj_dim, proj_hidden=args.proj_hidden)
+    common = dict(tau=args.tau, proj_dim=args.proj_dim, proj_hidden=args.proj_hidden, head_norm=args.head_norm)
     moco = dict(
         key_momentum=args.key_momentum,
         queue_seed=args.seed,

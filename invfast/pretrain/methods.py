@@ -160,7 +160,8 @@ class ContrastiveMethod(PretrainMethod):
             amortised ones, a sequence with one such policy per descriptor.
         descriptors: None, or the binary descriptors [n, K] of an amortised method.
         tau: temperature of the loss. proj_hidden / proj_dim: projection head sizes
-            (hidden defaults to the encoder's feature_dim, as in MoCo-v2).
+            (hidden defaults to the encoder's feature_dim, as in MoCo-v2). head_norm: 'none' (MoCo-v2's head)
+            or 'bn' (batch-normalised, MoCo v3's; :class:`~invfast.pretrain.heads.ProjectionHead`).
     """
 
     method_name = "contrastive"
@@ -175,6 +176,7 @@ class ContrastiveMethod(PretrainMethod):
         tau: float = 0.2,
         proj_hidden: int | None = None,
         proj_dim: int = 128,
+        head_norm: str = "none",
     ) -> None:
         super().__init__()
         if not (tau > 0):
@@ -199,10 +201,11 @@ class ContrastiveMethod(PretrainMethod):
                 )
         self.augments = augments
         self.descriptor_names = list(descriptor_names) if descriptor_names is not None else [str(i) for i in range(n)]
-        heads = nn.ModuleList(ProjectionHead(fdim, proj_hidden, proj_dim) for _ in range(n))
+        heads = nn.ModuleList(ProjectionHead(fdim, proj_hidden, proj_dim, head_norm) for _ in range(n))
         self.online = OnlineNetwork(encoder, heads, descriptors)
         self.tau = float(tau)
         self.proj_dim = proj_dim
+        self.head_norm = head_norm
 
     def make_views(self, images: torch.Tensor, d: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """The two augmented views [B, 3, S, S] of ``images`` under descriptor ``d``'s policy."""
@@ -211,12 +214,15 @@ class ContrastiveMethod(PretrainMethod):
 
     def config(self) -> dict:
         """The method's hyper-parameters (recorded in checkpoints)."""
-        return {
+        out = {
             "method": self.method_name,
             "tau": self.tau,
             "proj_dim": self.proj_dim,
             "n_descriptors": self.n_descriptors,
         }
+        if self.head_norm != "none":  # checkpoints of before the option hold no entry: their heads are plain
+            out["head_norm"] = self.head_norm
+        return out
 
 
 class MoCoV2(ContrastiveMethod):
@@ -243,6 +249,7 @@ class MoCoV2(ContrastiveMethod):
         tau: float = 0.2,
         proj_hidden: int | None = None,
         proj_dim: int = 128,
+        head_norm: str = "none",
         descriptors: torch.Tensor | None = None,
         descriptor_names: Sequence[str] | None = None,
         queue_seed: int = 0,
@@ -256,6 +263,7 @@ class MoCoV2(ContrastiveMethod):
             tau=tau,
             proj_hidden=proj_hidden,
             proj_dim=proj_dim,
+            head_norm=head_norm,
         )
         self.shuffle_bn = bool(shuffle_bn)
         if not 0.0 <= key_momentum <= 1.0:

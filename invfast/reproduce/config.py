@@ -45,6 +45,8 @@ ADDED_FIELDS: dict[str, Any] = {
     "fewshot_n": 0,
     # 0.6: S1's and S8's supervised models trained transfer_epochs epochs whatever they reached
     "criterion_epochs": 0,
+    # the contrastive models' projection heads were MoCo-v2's plain MLP
+    "head_norm": "none",
 }
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
@@ -196,6 +198,9 @@ class ReproduceConfig(Config):
     lr: float = 0.03
     key_momentum: float = 0.99
     proj_dim: int = 64
+    # the contrastive models' projection heads: 'none' (MoCo-v2's MLP) or 'bn' (batch-normalised, MoCo v3's;
+    # invfast.pretrain.heads.ProjectionHead)
+    head_norm: str = "none"
     # linear learning-rate warm-up of every pretraining run (policies and amortised), as a fraction of the
     # run's steps, before the cosine decay; 0: none (MoCo-v2's schedule)
     warmup: float = 0.0
@@ -438,6 +443,8 @@ class ReproduceConfig(Config):
                 raise ValueError(f"config field {name} must be a number in (0, {MAX_LR:g}], got {v!r}")
         if not 0 <= self.key_momentum <= 1:
             raise ValueError(f"key_momentum must be in [0, 1], got {self.key_momentum}")
+        if self.head_norm not in ("none", "bn"):
+            raise ValueError(f"head_norm must be 'none' or 'bn', got {self.head_norm!r}")
 
     def _validate_data(self) -> None:
         """Backgrounds, objects, Transforms-2D types and the architecture."""

@@ -94,6 +94,18 @@ def test_cli_amortised_with_real_policies(npy, tmp_path):
     assert names and all("+" in n for n in names)
 
 
+def test_cli_head_norm_reaches_the_checkpoint_and_resume_checks_it(npy, tmp_path, capsys):
+    out = tmp_path / "bn"
+    assert main(args(npy, out, "--head-norm", "bn")) == 0
+    ck = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert ck["config"]["method.head_norm"] == "bn" and "online.heads.0.4.running_var" in ck["model"]
+    assert main(args(npy, out, "--resume")) == 2  # a plain head would not continue a normalised one
+    assert "head_norm: checkpoint has 'bn', this run has '<absent>'" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # argparse's own refusal of a choice it does not list
+        main(args(npy, tmp_path / "x", "--head-norm", "layer"))
+    assert "invalid choice: 'layer'" in capsys.readouterr().err
+
+
 def test_cli_synthetic_data_and_folder(tmp_path):
     out = tmp_path / "syn"
     assert (

@@ -225,3 +225,42 @@ def test_amortised_default_policies_come_from_transforms():
     assert [p.name for p in g.augments] == ["default", "spatial", "appearance"]
     v1, v2 = g.make_views((torch.rand(4, 3, 16, 16) * 255).to(torch.uint8), 1, torch.Generator().manual_seed(0))
     assert v1.shape == v2.shape == (4, 3, 16, 16) and not torch.equal(v1, v2)
+
+
+def test_batch_normalised_head_is_moco_v3s_and_centres_each_batch_of_outputs():
+    """head_norm='bn': Linear (no bias) · BN · ReLU · Linear (no bias) · BN without affine, against its formula
+    in float64; each training batch's outputs have mean 0 and variance 1 per dimension whatever the inputs (a
+    common vector added to every feature does not reach the output). 'none' keeps MoCo-v2's three layers."""
+    from invfast.pretrain.heads import ProjectionHead
+
+    torch.manual_seed(0)
+    plain = ProjectionHead(6, 5, 4)
+    assert [type(m).__name__ for m in plain] == ["Linear", "ReLU", "Linear"] and plain[0].bias is not None
+    head = ProjectionHead(6, 5, 4, norm="bn").double().train()
+    x = torch.randn(32, 6, dtype=torch.float64) * 3 + 7.0  # features far from the origin, all sharing a vector
+    z = head(x)
+    w1, w2 = head[0].weight, head[3].weight
+    g, b = head[1].weight, head[1].bias
+    h = x @ w1.T
+    h = (h - h.mean(0)) / torch.sqrt(h.var(0, unbiased=False) + head[1].eps) * g + b
+    o = torch.relu(h) @ w2.T
+    want = (o - o.mean(0)) / torch.sqrt(o.var(0, unbiased=False) + head[4].eps)
+    torch.testing.assert_close(z, want, rtol=1e-10, atol=1e-10)
+    torch.testing.assert_close(z.mean(0), torch.zeros(4, dtype=torch.float64), rtol=0, atol=1e-12)
+    torch.testing.assert_close(head(x + 100.0), z, rtol=1e-6, atol=1e-6)  # the shared vector is gone
+    with pytest.raises(ValueError, match="head norm must be one of none, bn, got 'layer'"):
+        ProjectionHead(6, 5, 4, norm="layer")
+
+
+def test_moco_with_a_batch_normalised_head_records_it_and_trains():
+    enc = TinyEncoder()
+    m = MoCoV2(enc, RandomAug(), queue_size=16, proj_dim=8, head_norm="bn")
+    assert m.config()["head_norm"] == "bn" and "head_norm" not in MoCoV2(TinyEncoder(), RandomAug()).config()
+    assert type(m.key.heads[0][-1]).__name__ == "BatchNorm1d"  # the key network is the same network
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(8, 3, 16, 16, generator=g)
+    v1, v2 = m.make_views(x, 0, g)
+    loss = m.training_loss(v1, v2, 0, generator=g)
+    loss.backward()
+    grad = enc.body[0].weight.grad
+    assert torch.isfinite(loss) and grad is not None and grad.abs().sum() > 0

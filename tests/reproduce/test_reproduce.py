@@ -166,6 +166,10 @@ def test_tiny_end_to_end_report(tiny_run):
     for key, run in doc["pretraining"].items():  # the loss at its peak (the queue starts random) and at the end
         loss = [r["loss"] for r in run["curve"]["loss"]]
         assert f"| {key} | {max(loss):.2f} → {loss[-1]:.2f} |" in md, key
+        # issue 57: how collapsed the final head's outputs are, in the record and at the end of the model's row
+        assert -1.0 <= run["head"]["cos"] <= 1.0 and 0.0 <= run["head"]["mean_share"] <= 1.0 + 1e-9, key
+        row = next(x for x in md.splitlines() if x.startswith(f"| {key} | {max(loss):.2f}"))
+        assert row.endswith(f"| {run['head']['cos']:.3f} |"), row
     for heading in (
         "## Verdict",
         "## Invariances (Table 1) — E1",
@@ -870,6 +874,19 @@ def test_moco_queue_size_is_the_library_default_or_a_multiple_of_the_batch():
     for bad in (-64, 100, True, 64.0):
         with pytest.raises(ValueError, match="queue_size must be 0"):
             RP.preset("quick", queue_size=bad)
+
+
+def test_head_norm_reaches_every_contrastive_model_and_old_folders_resume_without_it(tmp_path):
+    from invfast.reproduce.stages.pretraining import amortised_method, policy_method
+
+    cfg = RP.preset("tiny", head_norm="bn")
+    for method in (policy_method(cfg, "default"), amortised_method(cfg, "amortised")):
+        assert {h.norm for h in method.online.heads} == {"bn"} and method.config()["head_norm"] == "bn"
+    assert {h.norm for h in policy_method(RP.preset("tiny"), "spatial").online.heads} == {"none"}
+    with pytest.raises(ValueError, match="head_norm must be 'none' or 'bn', got 'layer'"):
+        RP.preset("tiny", head_norm="layer")
+    assert "head_norm" not in RP.preset("quick").claim_dict()  # folders of before hold none: they resume
+    assert RP.preset("quick", head_norm="bn").claim_dict()["head_norm"] == "bn"
 
 
 def test_warmup_is_a_fraction_of_each_pretraining_run_and_old_folders_resume_without_it(tmp_path):

@@ -177,21 +177,26 @@ def _markdown(view: ReportView) -> list[str]:
             f"{cfg.curve_every} epochs from the initialisation on (half fitted, half scored; chance "
             f"{1 / cfg.objects:.2f}), and the training loss (seed {view.first.seed}). MoCo's key queue starts as "
             "random unit vectors, so its loss first rises while the queue fills with real keys; the table gives "
-            "the loss at its peak and at the end:\n"
+            "the loss at its peak and at the end; the head's outputs at the end, their mean pairwise cosine on the "
+            "same images (about 0: spread; 1: every image mapped one way, InfoNCE's logits all equal, its loss at "
+            "ln(1 + K) with no gradient out: a collapsed head, which the encoder's effective rank need not show):\n"
         )
         L.append(f"![learning curves]({doc['figures']['learning']})\n")
         L.append(
             "| model | loss peak → last | held-out linear, init → end | held-out kNN, init → end | "
-            "feature effective rank, init → end |\n|---|---|---|---|---|"
+            "feature effective rank, init → end | head output cosine, end |\n|---|---|---|---|---|---:|"
         )
-        curves = {key: (run.get("curve") or {}) for key, run in doc["pretraining"].items()}
-        curves = {k: c for k, c in curves.items() if c.get("probe") and c.get("loss")}
+        runs = {key: run for key, run in doc["pretraining"].items() if (run.get("curve") or {}).get("probe")}
+        curves = {k: run["curve"] for k, run in runs.items() if run["curve"].get("loss")}
         for key, c in curves.items():
             pr, loss = c["probe"], c["loss"]
+            head = runs[key].get("head")
             L.append(
                 f"| {key} | {max(r['loss'] for r in loss):.2f} → {loss[-1]['loss']:.2f} | {pr[0]['linear']:.3f} → "
                 f"{pr[-1]['linear']:.3f} | {pr[0]['knn']:.3f} → {pr[-1]['knn']:.3f} | "
-                f"{pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} |"
+                f"{pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} | "
+                + ("–" if head is None else f"{head['cos']:.3f}")
+                + " |"
             )
         L.extend(["", *curve_table(curves)])
     L += _ratio_lines(view)

@@ -174,19 +174,33 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
     if probe is not None:
         probe.step = lambda: trainer.step
     trainer.fit(resume=True)
+    return _record(ctx, key, method, epochs, trainer.total_steps, tc.seed, out, steps_per_epoch)
+
+
+def _record(
+    ctx: Context, key: str, method: Any, epochs: int, steps: int, seed: int, out: str, steps_per_epoch: int
+) -> dict[str, Any]:
+    """What a finished pretraining run records: its size, its loss and held-out probe curves and, for a
+    contrastive model, how collapsed its final head's outputs are on the held-out probe images (issue 57)."""
     curve = learning_curve(read_metrics(out), steps_per_epoch)
     losses = [r["loss"] for r in curve["loss"]]
-    return {
+    result = {
         "model": key,
-        "steps": trainer.total_steps,
+        "steps": steps,
         "epochs": epochs,
-        "seed": tc.seed,
+        "seed": seed,
         "method": method.method_name,
         "queue_size": int(method.queue.size) if getattr(method, "queue", None) is not None else 0,
         "first_loss": losses[0] if losses else None,
         "final_loss": losses[-1] if losses else None,
         "curve": curve,
     }
+    if hasattr(method, "online"):
+        from invfast.pretrain.collapse import head_collapse
+
+        n = min(ctx.cfg.curve_images, ctx.cfg.n_probe)
+        result["head"] = head_collapse(method, ctx.images("probe")[:n], ctx.cfg.size)
+    return result
 
 
 def policy_method(cfg: ReproduceConfig, policy: str, key: str | None = None) -> Any:
@@ -203,6 +217,7 @@ def policy_method(cfg: ReproduceConfig, policy: str, key: str | None = None) -> 
         queue_size=cfg.moco_queue_size(),
         key_momentum=cfg.key_momentum,
         proj_dim=cfg.proj_dim,
+        head_norm=cfg.head_norm,
         queue_seed=stage_seed(cfg.seed, f"queue/{key}"),
     )
 
@@ -226,7 +241,9 @@ def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
 
     descriptors = "groups" if AMORTISED[key] == 2 else "individual"
     policies = [view_backgrounds(cfg, p) for p in descriptor_policies(descriptors, cfg.size)]
-    shared: dict[str, Any] = dict(descriptors=descriptors, size=cfg.size, proj_dim=cfg.proj_dim)
+    shared: dict[str, Any] = dict(
+        descriptors=descriptors, size=cfg.size, proj_dim=cfg.proj_dim, head_norm=cfg.head_norm
+    )
     if key in SIMCLR:
         return AmortisedSimCLR(encoder(cfg, key), policies, **shared)
     return AmortisedMoCo(
