@@ -163,13 +163,18 @@ def test_tiny_end_to_end_report(tiny_run):
             assert got[m]["learned"] == (got[m]["ratio"] >= LR.LEARNED_RATIO)
     md = (out / "report.md").read_text()
     assert "## Do the models learn?" in md and "figures/learning.png" in md and "| epoch | default linear / kNN" in md
-    for key, run in doc["pretraining"].items():  # the loss at its peak (the queue starts random) and at the end
-        loss = [r["loss"] for r in run["curve"]["loss"]]
-        assert f"| {key} | {max(loss):.2f} → {loss[-1]:.2f} |" in md, key
-        # issue 57: how collapsed the final head's outputs are, in the record and at the end of the model's row
-        assert -1.0 <= run["head"]["cos"] <= 1.0 and 0.0 <= run["head"]["mean_share"] <= 1.0 + 1e-9, key
-        row = next(x for x in md.splitlines() if x.startswith(f"| {key} | {max(loss):.2f}"))
-        assert row.endswith(f"| {run['head']['cos']:.3f} |"), row
+    for seed, seed_doc in doc["per_seed"].items():  # every seed's row: the loss at its peak and at the end
+        runs = {k[len("pretrain-") :]: v for k, v in seed_doc["stages"].items() if k.startswith("pretrain-")}
+        assert runs, seed
+        for key, run in runs.items():
+            loss = [r["loss"] for r in run["curve"]["loss"]]
+            # issue 57: how collapsed the final head's outputs are, in the record and at the end of the row
+            assert -1.0 <= run["head"]["cos"] <= 1.0 and 0.0 <= run["head"]["mean_share"] <= 1.0 + 1e-9, key
+            row = next(x for x in md.splitlines() if x.startswith(f"| {seed} | {key} | {max(loss):.2f} → "))
+            assert f"{loss[-1]:.2f} |" in row and row.endswith(f"| {run['head']['cos']:.3f} |"), row
+            pr = run["curve"]["probe"]
+            assert f"| {pr[0]['knn']:.3f} → {pr[-1]['knn']:.3f} |" in row, row
+            assert f"| {pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} |" in row, row
     for heading in (
         "## Verdict",
         "## Invariances (Table 1) — E1",

@@ -176,30 +176,49 @@ def _markdown(view: ReportView) -> list[str]:
             f"Identity of the object, probed on {min(cfg.curve_images, cfg.n_probe)} held-out probe images every "
             f"{cfg.curve_every} epochs from the initialisation on (half fitted, half scored; chance "
             f"{1 / cfg.objects:.2f}), and the training loss (seed {view.first.seed}). MoCo's key queue starts as "
-            "random unit vectors, so its loss first rises while the queue fills with real keys; the table gives "
-            "the loss at its peak and at the end; the head's outputs at the end, their mean pairwise cosine on the "
-            "same images (about 0: spread; 1: every image mapped one way, InfoNCE's logits all equal, its loss at "
-            "ln(1 + K) with no gradient out: a collapsed head, which the encoder's effective rank need not show):\n"
+            "random unit vectors, so its loss first rises while the queue fills with real keys. The first table "
+            "gives, for every seed, the loss at its peak and at the end, the held-out probes and the features' "
+            "effective rank at the start and the end, and the mean pairwise cosine of the head's outputs at the end "
+            "on the same images (about 0: spread; 1: every image mapped one way, InfoNCE's logits all equal, its "
+            "loss at ln(1 + K) with no gradient out: a collapsed head, which the encoder's effective rank need not "
+            "show); the second, seed "
+            f"{view.first.seed}'s probes epoch by epoch:\n"
         )
         L.append(f"![learning curves]({doc['figures']['learning']})\n")
-        L.append(
-            "| model | loss peak → last | held-out linear, init → end | held-out kNN, init → end | "
-            "feature effective rank, init → end | head output cosine, end |\n|---|---|---|---|---|---:|"
-        )
-        runs = {key: run for key, run in doc["pretraining"].items() if (run.get("curve") or {}).get("probe")}
-        curves = {k: run["curve"] for k, run in runs.items() if run["curve"].get("loss")}
-        for key, c in curves.items():
-            pr, loss = c["probe"], c["loss"]
-            head = runs[key].get("head")
+        L.extend(_end_states(view))
+        curves = {
+            k: run["curve"]
+            for k, run in doc["pretraining"].items()
+            if (run.get("curve") or {}).get("probe") and run["curve"].get("loss")
+        }
+        L.extend(["", *curve_table(curves)])
+    L += _ratio_lines(view)
+    return L
+
+
+def _end_states(view: ReportView) -> list[str]:
+    """Per seed and pretrained model: loss, held-out probes and effective rank at the start and the end, and
+    the head's output cosine at the end (a collapse shows on the seed where it happens, not only the first)."""
+    L = [
+        "| seed | model | loss peak → last | held-out linear, init → end | held-out kNN, init → end | "
+        "feature effective rank, init → end | head output cosine, end |\n|---:|---|---|---|---|---|---:|"
+    ]
+    for r in view.runs:
+        for key, run in r.results.items():
+            if not key.startswith("pretrain-"):
+                continue
+            c = run.get("curve") or {}
+            if not (c.get("probe") and c.get("loss")):
+                continue
+            pr, loss, head = c["probe"], c["loss"], run.get("head")
             L.append(
-                f"| {key} | {max(r['loss'] for r in loss):.2f} → {loss[-1]['loss']:.2f} | {pr[0]['linear']:.3f} → "
-                f"{pr[-1]['linear']:.3f} | {pr[0]['knn']:.3f} → {pr[-1]['knn']:.3f} | "
+                f"| {r.seed} | {key[len('pretrain-') :]} | {max(x['loss'] for x in loss):.2f} → "
+                f"{loss[-1]['loss']:.2f} | {pr[0]['linear']:.3f} → {pr[-1]['linear']:.3f} | "
+                f"{pr[0]['knn']:.3f} → {pr[-1]['knn']:.3f} | "
                 f"{pr[0]['effective_rank']:.1f} → {pr[-1]['effective_rank']:.1f} | "
                 + ("–" if head is None else f"{head['cos']:.3f}")
                 + " |"
             )
-        L.extend(["", *curve_table(curves)])
-    L += _ratio_lines(view)
     return L
 
 
