@@ -17,6 +17,8 @@ from collections.abc import Callable
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
+#: seconds a rank waits at a collective for the others before it gives up (torch's own default for gloo)
+RANK_TIMEOUT_S = 1800.0
 
 
 def free_port() -> int:
@@ -24,6 +26,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def join_group(backend: str, timeout_s: float = RANK_TIMEOUT_S, **kwargs: Any) -> None:
+    """``torch.distributed.init_process_group(backend, ...)`` with an explicit timeout: a rank that waits longer
+    than ``timeout_s`` seconds at a collective for a peer that stopped (or never came) raises instead of hanging.
+    A peer that dies closes its connections, which ends the others at once whatever the timeout."""
+    import datetime
+
+    import torch.distributed as dist
+
+    if not timeout_s > 0:
+        raise ValueError(f"the rank timeout must be a number of seconds > 0, got {timeout_s}")
+    dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
 
 
 def die_with_parent(parent_pid: int) -> None:

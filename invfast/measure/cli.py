@@ -185,6 +185,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--world-size", type=int, default=1, help="shard over N local processes (gloo) when not under torchrun"
     )
     parser.add_argument(
+        "--rank-timeout",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="with several ranks: how long one waits for the others at a collective before it stops with one line "
+        "(default 1800; a rank that dies ends the others at once)",
+    )
+    parser.add_argument(
         "--save-every", type=float, default=60.0, help="seconds between partial-state saves (default 60)"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
@@ -485,12 +493,20 @@ def _rows(result: Any) -> list[Any]:
     return rows
 
 
+def _rank_timeout(args: argparse.Namespace) -> float:
+    from invfast.launch import RANK_TIMEOUT_S
+
+    return RANK_TIMEOUT_S if args.rank_timeout is None else args.rank_timeout
+
+
 def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
     import torch.distributed as dist
 
+    from invfast.launch import join_group
+
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
     torch.set_num_threads(max(1, torch.get_num_threads() // world))
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    join_group("gloo", _rank_timeout(args), rank=rank, world_size=world)
     try:
         _measure(args)
     finally:
@@ -508,12 +524,13 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--world-size is for local processes; under torchrun use --nproc-per-node")
         if not dist.is_initialized():
             from invfast.devices import resolve_device
+            from invfast.launch import join_group
 
             # NCCL (not run in this project's CI: no GPU) all-gathers the float64 sums as CUDA tensors
             device = resolve_device(args.device or "auto")  # GPU $LOCAL_RANK under torchrun
             if device.type == "cuda":
                 torch.cuda.set_device(device)
-            dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+            join_group("nccl" if device.type == "cuda" else "gloo", _rank_timeout(args))
         folder = _folder(args)  # every rank reads the same folder and reaches the same verdict
         if dist.get_rank() != 0:
             return _measure(args)

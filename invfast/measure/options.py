@@ -117,6 +117,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
     if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
         raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
+    if args.rank_timeout is not None and not args.rank_timeout > 0:
+        raise ValueError(f"--rank-timeout must be a number of seconds > 0, got {args.rank_timeout}")
     if not args.save_every >= 0:
         raise ValueError(f"--save-every must be a number of seconds >= 0, got {args.save_every}")
     resolve_device(args.device or "auto")  # an unusable device is refused before any work

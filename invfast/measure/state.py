@@ -8,8 +8,11 @@ state to its own file atomically, so a killed run resumes where it stopped.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +27,15 @@ STATE_FORMAT = "invfast.measure-state/3"
 
 class StateMismatchError(ValueError):
     """A saved partial state belongs to a run with other settings or other data."""
+
+
+class RankLostError(RuntimeError):
+    """Another rank of a distributed measurement stopped answering: it died, was stopped, or did not reach a
+    collective within the process group's timeout."""
+
+
+#: the source location gloo and NCCL put before their messages ("[/path/pair.cc:553] ")
+_BACKEND_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,24 @@ def current_shard() -> Shard:
     return Shard()
 
 
+@contextlib.contextmanager
+def collective(shard: Shard, what: str) -> Iterator[None]:
+    """Run one collective of ``shard``'s group; a backend failure (a peer closed its connection, or did not
+    answer within the group's timeout) becomes one :class:`RankLostError` line naming this rank and ``what``."""
+    try:
+        yield
+    except RankLostError:
+        raise
+    except RuntimeError as e:  # gloo and NCCL raise RuntimeError (DistBackendError is one)
+        first = _BACKEND_PREFIX.sub("", str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__)
+        cause = first.split(". ")[0].rstrip(".")
+        raise RankLostError(
+            f"rank {shard.rank} of {shard.world_size} lost another rank while {what} ({cause}): a process died, "
+            "was stopped or ran out of memory (its own output says which); the state saved so far is kept: "
+            "rerun the same command to resume"
+        ) from e
+
+
 def _comm_device() -> torch.device:
     if dist.is_initialized() and dist.get_backend() == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
@@ -61,7 +91,8 @@ def sum_in_rank_order(t: torch.Tensor, shard: Shard) -> torch.Tensor:
     dev = _comm_device()
     x = t.detach().to(dev).contiguous()
     parts = [torch.empty_like(x) for _ in range(shard.world_size)]
-    dist.all_gather(parts, x)
+    with collective(shard, "adding the ranks' sums"):
+        dist.all_gather(parts, x)
     out = parts[0].clone()
     for p in parts[1:]:
         out += p
@@ -74,7 +105,8 @@ def merge_stats(local: FeatureStats, shard: Shard) -> FeatureStats:
         return local
     state = local.state_dict() if local.n > 0 else None
     states: list[Any] = [None] * shard.world_size
-    dist.all_gather_object(states, state)
+    with collective(shard, "merging the ranks' feature statistics"):
+        dist.all_gather_object(states, state)
     out = FeatureStats(device=local.device)
     for s in states:
         if s is not None:
@@ -86,13 +118,15 @@ def gather_objects(obj: Any, shard: Shard) -> list[Any]:
     if not shard.distributed:
         return [obj]
     out: list[Any] = [None] * shard.world_size
-    dist.all_gather_object(out, obj)
+    with collective(shard, "gathering the ranks' results"):
+        dist.all_gather_object(out, obj)
     return out
 
 
 def barrier(shard: Shard) -> None:
     if shard.distributed:
-        dist.barrier()
+        with collective(shard, "waiting for every rank at a barrier"):
+            dist.barrier()
 
 
 def state_file(path: str | os.PathLike, shard: Shard) -> str:
