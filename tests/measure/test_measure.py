@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
 from measure_helpers import Brightness, HFlip, Rot90, Rot90Averaged, dist_worker, free_port, random_images, small_net
+from ranks import run_ranks
 
 from invfast import FeatureStats, aggregate_scores, invariance_scores
 from invfast.data import FolderSource, ImageDecodeError
@@ -168,7 +168,7 @@ def test_state_of_another_run_is_refused(tmp_path):
 def test_two_gloo_processes_equal_single_process(tmp_path):
     x = random_images(22, seed=7)
     torch.save(x, tmp_path / "x.pt")
-    mp.spawn(dist_worker, args=(2, free_port(), str(tmp_path / "x.pt"), str(tmp_path)), nprocs=2, join=True)
+    run_ranks(dist_worker, 2, (2, free_port(), str(tmp_path / "x.pt"), str(tmp_path)))
     sharded = InvarianceResult.from_json(tmp_path / "result.json")
     single = measure_invariance(
         small_net(dim=6),

@@ -16,9 +16,10 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from ranks import run_ranks
 from test_pretrain_fixtures import FixedAug, TinyEncoder, blob_images
 
+from invfast.launch import free_port
 from invfast.pretrain import AmortisedMoCo, ArraySource, MoCoV2, SimCLR, TrainConfig, Trainer
 
 TOL = 1e-9
@@ -62,15 +63,11 @@ def _run(method: str, out: str | None):
 METHODS = ("moco", "moco-noshuffle", "simclr", "amortised")
 
 
-def _worker(rank: int, world: int, folder: str) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank))
-    dist.init_process_group(
-        "gloo",
-        init_method=f"file://{folder}/rendezvous",
-        rank=rank,
-        world_size=world,
-        timeout=datetime.timedelta(seconds=90),
+def _worker(rank: int, world: int, port: int, folder: str) -> None:
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
     )
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=90))
     try:
         for method in METHODS:
             m, t = run(method, os.path.join(folder, method))
@@ -85,7 +82,7 @@ def _worker(rank: int, world: int, folder: str) -> None:
 @pytest.fixture(scope="module")
 def two_process_runs(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ddp")
-    mp.spawn(_worker, args=(2, str(folder)), nprocs=2, join=True)
+    run_ranks(_worker, 2, (2, free_port(), str(folder)))
     return folder
 
 
