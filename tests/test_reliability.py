@@ -156,17 +156,21 @@ def test_measure_state_with_garbled_floats_is_refused(folder, tmp_path, capsys):
     from measure_helpers import small_net
 
     from invfast.measure import measure_invariance
+    from invfast.measure.finished import finished_file, load_finished
     from invfast.measure.state import load_state
 
     state = tmp_path / "state.pt"
     measure_invariance(small_net(), f"folder:{folder}", "hflip", resize=24, grid_size=4, state_path=state)
-    data = bytearray(state.read_bytes())
-    i = data.find(b"img_c")
-    data[-200:-120] = b"\x3f" * 80  # garble stored float64s (the trailer is the last 81 bytes)
-    state.write_bytes(bytes(data))
+    done = tmp_path / finished_file("state.pt", 0)  # the finished transform's result, beside the state
+    for path, key in ((state, b"stats"), (done, b"per_image_cosine")):
+        data = bytearray(path.read_bytes())
+        assert data.find(key) >= 0
+        data[-200:-120] = b"\x3f" * 80  # garble stored float64s (the trailer is the last 81 bytes)
+        path.write_bytes(bytes(data))
     with pytest.raises(DamagedFileError, match="checksum"):
         load_state(str(state), {})
-    assert i >= 0
+    with pytest.raises(DamagedFileError, match="checksum"):
+        load_finished(str(done), "hflip", {})
 
 
 # ------------------------------------------------------------------------------------------ data loss

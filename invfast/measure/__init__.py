@@ -12,7 +12,8 @@
   (tmeasures's normalized variance, the variance ratio), streamed;
 - :mod:`~invfast.measure.equivariance`: equivariance measures on features (cross-validated linear fit,
   tmeasures's same-equivariance);
-- :mod:`~invfast.measure.state`: shards, resumable partial state;
+- :mod:`~invfast.measure.state`: shards, resumable partial state; :mod:`~invfast.measure.finished`: each finished
+  transform's result in a file of its own (the live state holds one transform's accumulators at most);
 - :mod:`~invfast.measure.cli`: ``invfast measure``.
 """
 

@@ -354,14 +354,19 @@ def _folder(args: argparse.Namespace) -> Any:
 
 def _state_files(args: argparse.Namespace, model: Any, world: int) -> list[str]:
     """The files a run writes under ``state/`` (recorded in the folder's marker before they are written)."""
+    from invfast.measure.finished import finished_file
     from invfast.measure.layers import OUTPUT, resolve_layers
     from invfast.measure.scoring import pair_file
     from invfast.measure.selection import resolve_transforms
 
-    files = [os.path.join(STATE_DIR, "state.pt")] + [os.path.join(STATE_DIR, f"state.pt.rank{r}") for r in range(world)]
-    if args.pair_scores and not args.real_world:
+    states = [os.path.join(STATE_DIR, name) for name in ["state.pt", *(f"state.pt.rank{r}" for r in range(world))]]
+    if args.real_world:
+        return states
+    transforms = resolve_transforms(args.transforms)
+    files = states + [finished_file(st, i) for st in states for i in range(len(transforms))]
+    if args.pair_scores:
         layers = list(resolve_layers(model, args.layers))
-        for t in resolve_transforms(args.transforms):
+        for t in transforms:
             for ly in layers:
                 files += [
                     pair_file(os.path.join(STATE_DIR, PAIRS_DIR), t.name, ly, m, layers != [OUTPUT])

@@ -19,6 +19,7 @@ import torch
 from invfast.measure.assemble import finish_transform
 from invfast.measure.config import MeasureConfig, fingerprint
 from invfast.measure.engine import Run, check_stats, open_progress, stats_fingerprint, stats_info
+from invfast.measure.finished import finished_file, load_finished, save_finished
 from invfast.measure.protocol import get_protocol, resample_indices, resize_center_crop
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.scoring import score_transform
@@ -193,13 +194,38 @@ def _measure(
     results: dict[str, dict[str, TransformResult]] = {ly: {} for ly in run.extract.layer_names}
     n_new = 0
     with torch.inference_mode():
-        for t, params, ident in grids:
-            acc, new = score_transform(run, t, params, ident, ref_stats, cfg.pair_scores_dir, proto.include_identity)
-            n_new += new
-            done = finish_transform(run, t, params, ident, acc, cfg.pair_scores_dir, proto.include_identity)
+        for i, (t, params, ident) in enumerate(grids):
+            done = _finished(run, i, t.name)
+            if done is None:
+                acc, new = score_transform(
+                    run, t, params, ident, ref_stats, cfg.pair_scores_dir, proto.include_identity
+                )
+                n_new += new
+                done = finish_transform(run, t, params, ident, acc, cfg.pair_scores_dir, proto.include_identity)
+                del acc
+                _keep_finished(run, i, t.name, done)
             for ly, tr in done.items():
                 results[ly][t.name] = tr
     return results, ref_stats, n_new
+
+
+def _finished(run: Run, index: int, name: str) -> dict[str, TransformResult] | None:
+    """A resumed run's result of its ``index``-th transform ``name`` (by layer), read back from its file; None
+    where the transform has not finished."""
+    if run.state_path is None or name not in run.state.get("finished", ()):
+        return None
+    return load_finished(finished_file(run.state_path, index), name, run.fingerprint)
+
+
+def _keep_finished(run: Run, index: int, name: str, results: dict[str, TransformResult]) -> None:
+    """Transform ``name``'s accumulators leave the live state: its result goes to a file of its own
+    (:mod:`invfast.measure.finished`), written before the state that names it, so a kill in between only
+    assembles the result again."""
+    if run.state_path is not None:
+        save_finished(finished_file(run.state_path, index), name, run.fingerprint, results)
+        run.state.setdefault("finished", []).append(name)
+    run.state["transforms"].pop(name, None)
+    run.checkpoint(force=True)
 
 
 def _meta(run: Run, cfg: MeasureConfig, proto: Any, n_new: int, elapsed: float) -> dict[str, Any]:

@@ -415,9 +415,12 @@ def open_progress(run: Run, stats_pass: bool, sizes: dict[str, int], n_scored: i
     st = run.state.get("stats")
     if stats_pass and st is not None:
         done += st["next"] - run.start
+    finished = run.state.get("finished", ())
     for name, p in sizes.items():
         acc = run.state["transforms"].get(name)
-        if acc is not None:
+        if name in finished:
+            done += (s1 - s0) * p
+        elif acc is not None:
             done += (acc["next"] - s0) * p
     total = (n_stats if stats_pass else 0) + sum(sizes.values()) * (s1 - s0)
     return run.bar(total, "measure", initial=done)

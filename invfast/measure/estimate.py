@@ -38,9 +38,11 @@ def views_per_transform(
 
 
 def unit_moment_bytes(views: Sequence[int], units: Sequence[int]) -> int:
-    """Bytes of the per-unit moments a run holds at its end: a float64 mean and M2 ``[V, U]`` for every
-    transform (``views``: its V) and layer (``units``: its U), each kept until the run ends."""
-    return 16 * sum(views) * sum(units)
+    """Peak bytes of the per-unit moments of a run: a float64 mean and M2 ``[V, U]`` for every layer (``units``:
+    each U) of the transform being scored, the largest of ``views`` (each transform's V) at worst, plus a copy of
+    one layer's while its result is assembled. Only one transform's are live: a finished transform's result
+    goes to a file of its own (:mod:`invfast.measure.finished`)."""
+    return 16 * max(views) * (sum(units) + max(units))
 
 
 def free_memory_bytes(device: torch.device) -> int | None:
@@ -71,8 +73,8 @@ def moments_line(need: int, free: int | None, device: str, units: Sequence[int],
     transform."""
     what = (
         f"the per-element moments need about {_gib(need)} on {device} ({sum(units)} units over {len(units)} "
-        f"layer(s) x {sum(views)} views over {len(views)} transform(s), float64 mean and M2, kept until the run "
-        "ends and saved with its state)"
+        f"layer(s) x {max(views)} views, the largest grid of {len(views)} transform(s), float64 mean and M2, "
+        "one transform at a time)"
     )
     if free is not None and need > free:
         raise ValueError(

@@ -75,7 +75,8 @@ def test_measure_announces_a_long_run(tmp_path, capsys, monkeypatch):
 def test_unit_moment_bytes_is_a_float64_mean_and_m2_per_view_and_unit():
     from invfast.measure.estimate import unit_moment_bytes, views_per_transform
 
-    assert unit_moment_bytes([3, 5], [10, 2]) == 16 * 8 * 12
+    # one transform live at a time (the largest grid at worst), plus a copy of one layer's while it is assembled
+    assert unit_moment_bytes([3, 5], [10, 2]) == 16 * 5 * (12 + 10)
     rot, hue = resolve_transforms("rotation,hue")
     assert views_per_transform("rotation,hue", 8) == [len(rot.grid(8)), len(hue.grid(8))]
     assert sum(views_per_transform("all", 8)) == views_per_image("all", 8) - 1

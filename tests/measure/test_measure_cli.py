@@ -123,6 +123,8 @@ def test_cli_resumes_partial_state_and_refuses_other_runs_state(folder, tmp_path
     a = json.loads((clean / "result.json").read_text())["transforms"]
     b = json.loads((out / "result.json").read_text())["transforms"]
     assert [t["mean_cosine"] for t in a] == pytest.approx([t["mean_cosine"] for t in b], rel=1e-9)
+    for run in (clean, out):  # the state and each finished transform's file go when the report is written
+        assert not (run / "state").exists() or not any((run / "state").iterdir()), list((run / "state").iterdir())
     other = tmp_path / "other"
     _partial(folder, other, "hflip", monkeypatch)
     assert main(BASE + ["--data", f"folder:{folder}", "--out", str(other)]) == 2
