@@ -230,8 +230,8 @@ def _invfast_listing(root: str, exts: tuple[str, ...] | None) -> list[str]:
     return files
 
 
-def _listing(
-    root: str, listing: str, extensions: Sequence[str] | None, n: int | None
+def folder_listing(
+    root: str, listing: str = "invfast", extensions: Sequence[str] | None = None, n: int | None = None
 ) -> tuple[list[str], torch.Tensor | None, list[str]]:
     """``(files, group of each or None, group names)`` of ``root`` listed by ``listing`` (the first ``n``)."""
     if listing not in LISTINGS:
@@ -291,6 +291,9 @@ class FolderSource(Source):
             image is then its class (none for a folder without sub-folders).
         pixels: ``"range"`` (default: 16-bit, 32-bit and float files read by their range) or ``"pillow"``
             (Pillow's ``convert("RGB")``, as the published code's loader: :func:`open_rgb`).
+        listed: the folder's listing made already (:func:`folder_listing` of the same ``root``, ``listing``,
+            ``extensions`` and ``n``, e.g. by rank 0 of a distributed run, sent to the others): the folder is
+            not listed again.
     """
 
     def __init__(
@@ -307,6 +310,7 @@ class FolderSource(Source):
         exif: bool | None = None,
         listing: str = "invfast",
         pixels: str = "range",
+        listed: tuple[list[str], torch.Tensor | None, list[str]] | None = None,
     ) -> None:
         resize = 256 if resize is None else resize
         root = os.fspath(root)
@@ -322,7 +326,9 @@ class FolderSource(Source):
         self.native = bool(native)
         self.exif = not self.native if exif is None else bool(exif)
         self.listing, self.pixels = listing, pixels
-        self.files, self.groups, self.group_names = _listing(root, listing, extensions, n)
+        self.files, self.groups, self.group_names = (
+            folder_listing(root, listing, extensions, n) if listed is None else listed
+        )
         self.spec = f"folder:{os.path.abspath(root)}"
         self.errors = DecodeErrors()
         self._seen_bad: set[int] = set()

@@ -32,6 +32,7 @@ def open_source(
     native: bool = False,
     listing: str = "invfast",
     pixels: str = "range",
+    listed: Any = None,
 ) -> Source:
     """A source from a data spec string.
 
@@ -41,7 +42,8 @@ def open_source(
       :mod:`invfast.data.arrays`).
 
     ``n`` keeps the first n images; ``strict``, ``workers``, ``extensions``, ``native`` (folder images as
-    loaded, each at its own size), ``listing`` and ``pixels`` (``ImageFolder``'s list, Pillow's reading) go to
+    loaded, each at its own size), ``listing`` and ``pixels`` (``ImageFolder``'s list, Pillow's reading) and
+    ``listed`` (the folder's listing made already: :func:`~invfast.data.folder.folder_listing`) go to
     :class:`FolderSource`.
     """
     if not isinstance(spec, (str, os.PathLike)):
@@ -70,7 +72,20 @@ def open_source(
         native=native,
         listing=listing,
         pixels=pixels,
+        listed=listed,
     )
+
+
+def folder_of(data: Any) -> str | None:
+    """The folder that ``data`` names as :func:`as_source` reads it (``'folder:PATH'`` or a folder's path);
+    None for anything else."""
+    if not isinstance(data, (str, os.PathLike)):
+        return None
+    s = os.fspath(data)
+    if s == "synthetic" or s.startswith(("synthetic:", "npy:")):
+        return None
+    s = s[len("folder:") :] if s.startswith("folder:") else s
+    return s if os.path.isdir(s) else None
 
 
 def as_source(
@@ -84,10 +99,11 @@ def as_source(
     native: bool = False,
     listing: str = "invfast",
     pixels: str = "range",
+    listed: Any = None,
 ) -> Any:
     """Turn what the user gave into a source: a source, tensor/array, folder path, a spec string
-    (:func:`open_source`), or a map-style dataset. ``n`` keeps the first n images; ``native``, ``listing`` and
-    ``pixels`` apply to folders (:class:`~invfast.data.folder.FolderSource`)."""
+    (:func:`open_source`), or a map-style dataset. ``n`` keeps the first n images; ``native``, ``listing``,
+    ``pixels`` and ``listed`` apply to folders (:class:`~invfast.data.folder.FolderSource`)."""
     if hasattr(data, "load") and hasattr(data, "describe") and hasattr(data, "__len__"):
         src = data
     elif isinstance(data, (torch.Tensor, np.ndarray)):
@@ -95,7 +111,15 @@ def as_source(
         return TensorSource(x, groups=None if groups is None else np.asarray(groups)[: len(x)])
     elif isinstance(data, (str, os.PathLike)):
         return open_source(
-            data, resize=resize, n=n, strict=strict, workers=workers, native=native, listing=listing, pixels=pixels
+            data,
+            resize=resize,
+            n=n,
+            strict=strict,
+            workers=workers,
+            native=native,
+            listing=listing,
+            pixels=pixels,
+            listed=listed,
         )
     else:
         return DatasetSource(data, n=n)

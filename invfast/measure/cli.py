@@ -339,6 +339,19 @@ def _check_unit_memory(args: argparse.Namespace, model: Any, device: torch.devic
         print(line, file=sys.stderr)
 
 
+def _before_the_run(args: argparse.Namespace, model: Any, device: torch.device) -> None:
+    """On rank 0 only (its error reaches every rank): a ``--units elements`` run's memory checked, a long CPU
+    run's time estimated, from the first images of ``--data``."""
+    timed = device.type == "cpu" and not args.quick
+    if args.real_world or not (timed or args.units == "elements"):
+        return
+    first, n_images = _first_images(args)
+    if first is not None and args.units == "elements":
+        _check_unit_memory(args, model, device, first)
+    if first is not None and timed:
+        _announce_estimate(args, model, device, first, n_images)
+
+
 def _folder(args: argparse.Namespace) -> Any:
     """The output folder (:class:`invfast.run_folder.RunFolder`): checked before any work on every rank."""
     from invfast.run_folder import RunFolder, refuse_inside
@@ -378,7 +391,7 @@ def _state_files(args: argparse.Namespace, model: Any, world: int) -> list[str]:
 def _measure(args: argparse.Namespace) -> int:
     from invfast.devices import resolve_device
     from invfast.measure import measure_invariance, measure_real_world
-    from invfast.measure.state import StateMismatchError, barrier, current_shard
+    from invfast.measure.state import StateMismatchError, barrier, current_shard, from_first_rank
     from invfast.stats import FeatureStats
 
     shard = current_shard()
@@ -391,13 +404,7 @@ def _measure(args: argparse.Namespace) -> int:
     default_input(args, model)
     stats = FeatureStats.load(args.stats) if args.stats else None
     folder = _folder(args) if shard.rank == 0 else None
-    timed = shard.rank == 0 and device.type == "cpu" and not args.quick
-    if not args.real_world and (timed or args.units == "elements"):
-        first, n_images = _first_images(args)
-        if first is not None and args.units == "elements":
-            _check_unit_memory(args, model, device, first)
-        if first is not None and timed:
-            _announce_estimate(args, model, device, first, n_images)
+    from_first_rank(lambda: _before_the_run(args, model, device), shard, "checking the run on rank 0")
     state_files = _state_files(args, model, shard.world_size)
     if folder is not None:
         folder.own(*state_files)

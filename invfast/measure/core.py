@@ -24,7 +24,7 @@ from invfast.measure.protocol import get_protocol, resample_indices, resize_cent
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.scoring import score_transform
 from invfast.measure.selection import resolve_transforms
-from invfast.measure.state import Shard, files_fingerprint, sum_in_rank_order
+from invfast.measure.state import Shard, files_fingerprint, from_first_rank, sum_in_rank_order
 from invfast.stats import FeatureStats
 from invfast.transforms.transform import FAMILIES
 
@@ -171,7 +171,9 @@ def _fingerprint(run: Run, cfg: MeasureConfig, grids: list[Any], given: Any) -> 
         transforms=[[t.name, int(p.shape[0])] for t, p, _ in grids],
         stats=stats_fingerprint(given),
         world_size=run.shard.world_size,
-        files=files_fingerprint(run.source, cfg.fingerprint_content),
+        files=from_first_rank(
+            lambda: files_fingerprint(run.source, cfg.fingerprint_content), run.shard, "fingerprinting the files"
+        ),
     )
 
 

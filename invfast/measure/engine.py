@@ -19,8 +19,9 @@ from typing import Any
 
 import torch
 
+from invfast.data.folder import folder_listing
 from invfast.data.protocol import Source, pin
-from invfast.data.sources import as_source
+from invfast.data.sources import as_source, folder_of
 from invfast.measure.config import MeasureConfig
 from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
 from invfast.measure.protocol import ResampledSource
@@ -29,6 +30,7 @@ from invfast.measure.state import (
     StateMismatchError,
     barrier,
     current_shard,
+    from_first_rank,
     gather_objects,
     load_state,
     merge_stats,
@@ -102,6 +104,15 @@ def _to_host(obj: Any) -> Any:
     return obj
 
 
+def _listed_once(data: Any, listing: str, n: int | None, shard: Shard) -> Any:
+    """A distributed run's listing of the folder ``data`` names, made on rank 0 and sent to the others (None:
+    one process, or not a folder; the source lists it itself)."""
+    root = folder_of(data) if shard.distributed else None
+    if root is None:
+        return None
+    return from_first_rank(lambda: folder_listing(root, listing, None, n), shard, "listing the data folder on rank 0")
+
+
 # ---------------------------------------------------------------------------------------------- engine
 def _extractor(model: Any, device: torch.device, channels_last: bool, cfg: MeasureConfig, post: Any) -> Any:
     """The measurement's :class:`FeatureExtractor` (with ``post``, the crop is post's)."""
@@ -149,6 +160,7 @@ class Run:
         self.model_name = model if isinstance(model, str) else type(model).__name__
         model, channels_last = setup_model(model, cfg.checkpoint, self.device, cfg.torch_dtype, cfg.channels_last)
         self.model_fp = model_checksum(model)  # after the checkpoint is loaded: the weights measured
+        self.shard = shard or current_shard()
         self.source = (
             source
             if source is not None
@@ -161,13 +173,13 @@ class Run:
                 listing=listing,
                 pixels=pixels,
                 workers=default_workers() if cfg.workers is None else cfg.workers,
+                listed=_listed_once(data, listing, n_images, self.shard),
             )
         )
         self.post = post
         self.n = len(self.source)
         self.extract = _extractor(model, self.device, bool(channels_last), cfg, post)
         self.batch_size = cfg.batch_size
-        self.shard = shard or current_shard()
         self.start, self.stop = self.shard.bounds(self.n)
         self.cfg_state_path = cfg.state_path
         self.state_path = None if cfg.state_path is None else state_file(cfg.state_path, self.shard)

@@ -16,7 +16,7 @@ from invfast.measure.config import MeasureConfig, fingerprint
 from invfast.measure.engine import Run, check_stats, stats_fingerprint, stats_info
 from invfast.measure.protocol import get_protocol, resize_center_crop
 from invfast.measure.result import InvarianceResult, TransformResult
-from invfast.measure.state import Shard, files_fingerprint, gather_objects, sum_in_rank_order
+from invfast.measure.state import Shard, files_fingerprint, from_first_rank, gather_objects, sum_in_rank_order
 from invfast.metrics import invariance_scores
 from invfast.stats import FeatureStats
 
@@ -282,5 +282,7 @@ def _fingerprint(
         groups=[int(m.numel()) for m in members],
         stats=stats_fingerprint(given),
         world_size=run.shard.world_size,
-        files=files_fingerprint(run.source, cfg.fingerprint_content),
+        files=from_first_rank(
+            lambda: files_fingerprint(run.source, cfg.fingerprint_content), run.shard, "fingerprinting the files"
+        ),
     )

@@ -12,7 +12,7 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,6 +121,26 @@ def gather_objects(obj: Any, shard: Shard) -> list[Any]:
     with collective(shard, "gathering the ranks' results"):
         dist.all_gather_object(out, obj)
     return out
+
+
+def from_first_rank(compute: Callable[[], Any], shard: Shard, what: str) -> Any:
+    """``compute()`` run on rank 0 only, its value (or the exception it raised, raised again on every rank)
+    sent to every rank: work that reads the same files on every rank (listing a folder, fingerprinting its
+    files) done once, as a multi-node run on a shared file system wants it."""
+    if not shard.distributed:
+        return compute()
+    box: list[Any] = [None]
+    if shard.rank == 0:
+        try:
+            box[0] = ("value", compute())
+        except Exception as e:  # noqa: BLE001 - every rank raises it, not only rank 0
+            box[0] = ("error", e)
+    with collective(shard, what):
+        dist.broadcast_object_list(box, src=0)
+    kind, value = box[0]
+    if kind == "error":
+        raise value
+    return value
 
 
 def barrier(shard: Shard) -> None:
