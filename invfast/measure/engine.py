@@ -24,6 +24,7 @@ from invfast.data.protocol import Source, pin
 from invfast.data.sources import as_source, folder_of
 from invfast.measure.config import MeasureConfig
 from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
+from invfast.measure.host_memory import HeapTrim
 from invfast.measure.protocol import ResampledSource
 from invfast.measure.state import (
     Shard,
@@ -191,6 +192,7 @@ class Run:
         self._z_cache: dict[tuple[int, str], torch.Tensor] = {}
         self._cached = 0
         self._last_save = time.monotonic()
+        self.heap = HeapTrim()
         self.state: dict[str, Any] = {}
         self.progress_bar: Any = None  # one bar over every pass when set (measure_invariance)
         self._nonfinite: torch.Tensor | None = None  # device flag: a non-finite score was accumulated
@@ -333,7 +335,9 @@ class Run:
         self.state.setdefault("transforms", {})
 
     def checkpoint(self, force: bool = False, before: Callable[[], Any] | None = None) -> None:
-        """Save the state if ``save_every`` seconds passed (or ``force``); ``before`` runs first (flushes)."""
+        """Save the state if ``save_every`` seconds passed (or ``force``); ``before`` runs first (flushes). Called
+        after every batch, it also hands the allocator's free host memory back now and then (:class:`HeapTrim`)."""
+        self.heap.maybe()
         if self.state_path is None:
             return
         now = time.monotonic()
