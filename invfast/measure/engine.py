@@ -114,6 +114,21 @@ def _listed_once(data: Any, listing: str, n: int | None, shard: Shard) -> Any:
     return from_first_rank(lambda: folder_listing(root, listing, None, n), shard, "listing the data folder on rank 0")
 
 
+def _open(data: Any, cfg: MeasureConfig, n: int | None, native: bool, listing: str, pixels: str, shard: Shard) -> Any:
+    """The source of ``data`` read with ``cfg``'s loading options (a folder listed once, on rank 0)."""
+    return as_source(
+        data,
+        n=n,
+        resize=cfg.resize,
+        strict=cfg.strict,
+        native=native,
+        listing=listing,
+        pixels=pixels,
+        workers=default_workers() if cfg.workers is None else cfg.workers,
+        listed=_listed_once(data, listing, n, shard),
+    )
+
+
 # ---------------------------------------------------------------------------------------------- engine
 def _extractor(model: Any, device: torch.device, channels_last: bool, cfg: MeasureConfig, post: Any) -> Any:
     """The measurement's :class:`FeatureExtractor` (with ``post``, the crop is post's)."""
@@ -162,21 +177,7 @@ class Run:
         model, channels_last = setup_model(model, cfg.checkpoint, self.device, cfg.torch_dtype, cfg.channels_last)
         self.model_fp = model_checksum(model)  # after the checkpoint is loaded: the weights measured
         self.shard = shard or current_shard()
-        self.source = (
-            source
-            if source is not None
-            else as_source(
-                data,
-                n=n_images,
-                resize=cfg.resize,
-                strict=cfg.strict,
-                native=native,
-                listing=listing,
-                pixels=pixels,
-                workers=default_workers() if cfg.workers is None else cfg.workers,
-                listed=_listed_once(data, listing, n_images, self.shard),
-            )
-        )
+        self.source = source if source is not None else _open(data, cfg, n_images, native, listing, pixels, self.shard)
         self.post = post
         self.n = len(self.source)
         self.extract = _extractor(model, self.device, bool(channels_last), cfg, post)
