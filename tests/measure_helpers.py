@@ -101,6 +101,39 @@ def random_images(n: int, size: int = 16, seed: int = 0) -> torch.Tensor:
     return (x.clamp(0, 1) * 255).round().to(torch.uint8)
 
 
+def image_folder(path, n: int = 10, size: int = 20, seed: int = 4):
+    """A folder of ``n`` random ``size``-px PNGs (``00.png``, ``01.png``, ...) at ``path`` (made here)."""
+    from PIL import Image
+
+    x = random_images(n, size=size, seed=seed).permute(0, 2, 3, 1).numpy()
+    path.mkdir()
+    for i in range(n):
+        Image.fromarray(x[i]).save(path / f"{i:02d}.png")
+    return path
+
+
+#: a small `invfast measure` on the CPU (add --data and --out): two transforms at grid 3 on 20-px images
+MEASURE_CLI = [
+    "measure",
+    "--model",
+    "measure_helpers:small_net",
+    "--transforms",
+    "rotation,hflip",
+    "--grid-size",
+    "3",
+    "--resize",
+    "20",
+    "--images",
+    "0",
+    "--no-progress",
+    "--no-plots",
+    "--device",
+    "cpu",
+    "--batch-size",
+    "4",
+]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -43,7 +43,7 @@ def run_ranks(target: Callable[..., None], world: int, args: tuple[Any, ...] = (
         reports = [os.path.join(tmp, f"rank{r}.txt") for r in range(world)]
         dump_after = max(deadline_s - 15.0, deadline_s / 2)
         procs = [
-            ctx.Process(target=_entry, args=(target, r, args, reports[r], dump_after), daemon=True)
+            ctx.Process(target=_entry, args=(target, r, args, reports[r], dump_after))  # may start workers
             for r in range(world)
         ]
         for p in procs:

@@ -204,7 +204,7 @@ def _measure(
                 )
                 n_new += new
                 done = finish_transform(run, t, params, ident, acc, cfg.pair_scores_dir, proto.include_identity)
-                del acc
+                del acc  # freed before the next transform's accumulators are made
                 _keep_finished(run, i, t.name, done)
             for ly, tr in done.items():
                 results[ly][t.name] = tr

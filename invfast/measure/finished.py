@@ -37,10 +37,15 @@ def save_finished(path: str, name: str, fingerprint: dict[str, Any], results: di
 def load_finished(path: str, name: str, fingerprint: dict[str, Any]) -> dict[str, TransformResult]:
     """The results (by layer) of transform ``name`` saved at ``path`` by the run of ``fingerprint``.
 
-    Raises ``FileNotFoundError`` when the file is gone, ``DamagedFileError`` when it fails its checksum, and
-    :class:`StateMismatchError` when it holds another transform or another run's result."""
+    Raises ``DamagedFileError`` when it fails its checksum and :class:`StateMismatchError` when it is gone or
+    holds another transform or another run's result."""
     fix = "delete the state folder (or pass --overwrite) to start the measurement over"
-    saved = load_verified(path, what="finished-transform file", fix=fix)
+    try:
+        saved = load_verified(path, what="finished-transform file", fix=fix)
+    except FileNotFoundError:
+        raise StateMismatchError(
+            f"the saved state says transform {name!r} finished, but its result file {path!r} is gone; {fix}"
+        ) from None
     if not isinstance(saved, dict) or saved.get("format") != FINISHED_FORMAT:
         raise StateMismatchError(f"{path!r} is not a finished-transform file of this invfast version; {fix}")
     if saved.get("transform") != name or saved.get("fingerprint") != fingerprint:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import pickle
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -130,17 +131,29 @@ def from_first_rank(compute: Callable[[], Any], shard: Shard, what: str) -> Any:
     if not shard.distributed:
         return compute()
     box: list[Any] = [None]
+    mine: Exception | None = None  # rank 0's own exception, raised there with its traceback
     if shard.rank == 0:
         try:
             box[0] = ("value", compute())
         except Exception as e:  # noqa: BLE001 - every rank raises it, not only rank 0
-            box[0] = ("error", e)
+            box[0] = ("error", e if _picklable(e) else RuntimeError(f"rank 0: {type(e).__name__}: {e}"))
+            mine = e
     with collective(shard, what):
         dist.broadcast_object_list(box, src=0)
     kind, value = box[0]
     if kind == "error":
-        raise value
+        raise mine if mine is not None else value
     return value
+
+
+def _picklable(obj: Any) -> bool:
+    """Whether ``obj`` survives a pickle round trip (an exception whose ``__init__`` takes other arguments than
+    its ``args`` pickles but does not unpickle)."""
+    try:
+        pickle.loads(pickle.dumps(obj))
+    except Exception:  # noqa: BLE001 - any failure means: send a description instead
+        return False
+    return True
 
 
 def barrier(shard: Shard) -> None:

@@ -37,7 +37,7 @@ def uninterrupted(images):
 
 
 class _Stop(Exception):
-    pass
+    """A simulated kill, raised by a state save instead of saving."""
 
 
 def _saves(monkeypatch, stop_when=None) -> list[dict]:
@@ -132,3 +132,6 @@ def test_a_damaged_or_swapped_finished_file_is_refused_with_one_line(images, tmp
     with pytest.raises(DamagedFileError) as e:
         measure_invariance(_model(), images, list(TRANSFORMS), state_path=state, **KW)
     assert "finished-transform file" in str(e.value) and "\n" not in str(e.value)
+    os.remove(t0)  # gone: the state names a finished transform whose result is not there
+    with pytest.raises(StateMismatchError, match=r"says transform 'rot90' finished, but its result file .* is gone"):
+        measure_invariance(_model(), images, list(TRANSFORMS), state_path=state, **KW)

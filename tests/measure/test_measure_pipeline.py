@@ -13,22 +13,13 @@ import threading
 import numpy as np
 import pytest
 import torch
-from measure_helpers import Brightness, HFlip, Rot90, random_images, small_net
-from PIL import Image
+from measure_helpers import MEASURE_CLI, Brightness, HFlip, Rot90, image_folder, random_images, small_net
 
 from invfast.data.folder import FolderSource
 from invfast.measure import measure_invariance
 from invfast.measure.engine import default_workers
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the shared test helpers
-
-
-def _folder(path, n=10, size=20, seed=4):
-    x = random_images(n, size=size, seed=seed).permute(0, 2, 3, 1).numpy()
-    path.mkdir()
-    for i in range(n):
-        Image.fromarray(x[i]).save(path / f"{i:02d}.png")
-    return path
 
 
 def _means(r):
@@ -40,7 +31,7 @@ def _means(r):
 
 def test_folder_is_read_through_batches_with_workers(tmp_path):
     """Worker processes decode the passes (``load`` is never called) and give the in-process numbers."""
-    d = _folder(tmp_path / "imgs")
+    d = image_folder(tmp_path / "imgs")
     (d / "zz_bad.png").write_bytes(b"not a png")
     kw = dict(grid_size=5, batch_size=3, forward_batch=12, resize=16)
     plain = measure_invariance(small_net(dim=6), FolderSource(d, resize=16, workers=0), [Rot90(), Brightness()], **kw)
@@ -68,7 +59,7 @@ def test_folder_is_read_through_batches_with_workers(tmp_path):
 
 
 def test_folder_default_workers(tmp_path):
-    d = _folder(tmp_path / "imgs", n=4)
+    d = image_folder(tmp_path / "imgs", n=4)
     assert 1 <= default_workers() <= 8
     r = measure_invariance(small_net(dim=6), f"folder:{d}", [HFlip()], resize=16, batch_size=2)
     assert r["hflip"].n_images == 4
@@ -231,25 +222,7 @@ def _torchrun(nproc, args, out):
     return json.loads((out / "result.json").read_text())
 
 
-CLI = [
-    "measure",
-    "--model",
-    "measure_helpers:small_net",
-    "--transforms",
-    "rotation,hflip",
-    "--grid-size",
-    "3",
-    "--resize",
-    "20",
-    "--images",
-    "0",
-    "--no-progress",
-    "--no-plots",
-    "--device",
-    "cpu",
-    "--batch-size",
-    "4",
-]
+CLI = MEASURE_CLI
 
 
 def _same_result(a, b):
@@ -263,7 +236,7 @@ def _same_result(a, b):
 def test_torchrun_one_process_joins_a_group_and_equals_plain_run(tmp_path):
     from invfast.cli import main
 
-    d = _folder(tmp_path / "imgs", n=30)  # N > D = 24: well conditioned, so thread counts cannot matter
+    d = image_folder(tmp_path / "imgs", n=30)  # N > D = 24: well conditioned, so thread counts cannot matter
     assert main(CLI + ["--data", f"folder:{d}", "--out", str(tmp_path / "plain")]) == 0
     plain = json.loads((tmp_path / "plain" / "result.json").read_text())
     # world size 1 under torchrun: the gloo group is initialised (NCCL on a GPU) and the numbers are the same
@@ -274,7 +247,7 @@ def test_torchrun_one_process_joins_a_group_and_equals_plain_run(tmp_path):
 
 @pytest.mark.slow
 def test_torchrun_two_gloo_processes_equal_one(tmp_path):
-    d = _folder(tmp_path / "imgs", n=36)  # N > D = 24: the merged statistics are well conditioned
+    d = image_folder(tmp_path / "imgs", n=36)  # N > D = 24: the merged statistics are well conditioned
     one = _torchrun(1, CLI + ["--data", f"folder:{d}"], tmp_path / "tr1")
     two = _torchrun(2, CLI + ["--data", f"folder:{d}"], tmp_path / "tr2")
     assert two["meta"]["world_size"] == 2
@@ -284,7 +257,7 @@ def test_torchrun_two_gloo_processes_equal_one(tmp_path):
 def test_cli_rejects_negative_workers(tmp_path, capsys):
     from invfast.cli import main
 
-    d = _folder(tmp_path / "imgs", n=3)
+    d = image_folder(tmp_path / "imgs", n=3)
     assert main(CLI + ["--data", f"folder:{d}", "--out", str(tmp_path / "o"), "--workers", "-1"]) == 2
     assert "--workers must be >= 0" in capsys.readouterr().err
 

@@ -5,26 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 
 import pytest
 import torch
-from measure_helpers import random_images, small_net
-from PIL import Image
+from measure_helpers import MEASURE_CLI, image_folder, small_net
 from ranks import run_ranks
 
 from invfast.launch import free_port
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _images(path, n=14, size=20, seed=4):
-    x = random_images(n, size=size, seed=seed).permute(0, 2, 3, 1).numpy()
-    path.mkdir()
-    for i in range(n):
-        Image.fromarray(x[i]).save(path / f"{i:02d}.png")
-    return path
 
 
 def _join(rank: int, port: int) -> None:
@@ -33,6 +25,11 @@ def _join(rank: int, port: int) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=2)
+
+
+class _Odd(Exception):
+    def __init__(self, a: int, b: int) -> None:
+        super().__init__(f"{a}/{b}")
 
 
 def _first_rank_worker(rank: int, port: int, out: str) -> None:
@@ -45,8 +42,7 @@ def _first_rank_worker(rank: int, port: int, out: str) -> None:
     try:
 
         def compute():
-            with open(os.path.join(out, f"computed-by-{rank}"), "w"):
-                pass
+            pathlib.Path(out, f"computed-by-{rank}").touch()
             return {"files": [f"a{rank}", "b"]}
 
         got = from_first_rank(compute, shard, "a test")
@@ -59,8 +55,12 @@ def _first_rank_worker(rank: int, port: int, out: str) -> None:
             err = "no error"
         except FileNotFoundError as e:
             err = f"FileNotFoundError: {e}"
+        try:  # an exception that pickles but cannot be unpickled: the others get its line as a RuntimeError
+            from_first_rank(lambda: (_ for _ in ()).throw(_Odd(1, 2)), shard, "a test")
+        except Exception as e:  # noqa: BLE001 - the test names what came
+            odd = f"{type(e).__name__}: {e}"
         with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-            json.dump({"got": got, "error": err}, f)
+            json.dump({"got": got, "error": err, "odd": odd}, f)
     finally:
         dist.destroy_process_group()
 
@@ -70,7 +70,16 @@ def test_from_first_rank_computes_once_and_its_error_reaches_every_rank(tmp_path
     assert sorted(p.name for p in tmp_path.glob("computed-by-*")) == ["computed-by-0"]
     for r in (0, 1):
         said = json.loads((tmp_path / f"rank{r}.json").read_text())
-        assert said == {"got": {"files": ["a0", "b"]}, "error": "FileNotFoundError: no folder 'x' on rank 0"}
+        assert said["got"] == {"files": ["a0", "b"]} and said["error"] == "FileNotFoundError: no folder 'x' on rank 0"
+        assert said["odd"] == ("_Odd: 1/2" if r == 0 else "RuntimeError: rank 0: _Odd: 1/2")
+
+
+def _measure(folder: str, **kw):
+    from invfast.measure import measure_invariance
+
+    return measure_invariance(
+        small_net(), f"folder:{folder}", "rotation,hflip", grid_size=3, resize=20, batch_size=4, workers=0, **kw
+    )
 
 
 def _measure_worker(rank: int, port: int, folder: str, out: str) -> None:
@@ -78,7 +87,6 @@ def _measure_worker(rank: int, port: int, folder: str, out: str) -> None:
 
     import invfast.data.folder
     import invfast.measure.core
-    from invfast.measure import measure_invariance
 
     _join(rank, port)
     if rank == 1:  # any listing or fingerprinting of the files on rank 1 fails the run
@@ -89,19 +97,7 @@ def _measure_worker(rank: int, port: int, folder: str, out: str) -> None:
         invfast.data.folder._invfast_listing = refuse
         invfast.measure.core.files_fingerprint = refuse
     try:
-        r = measure_invariance(
-            small_net(),
-            f"folder:{folder}",
-            "rotation,hflip",
-            grid_size=3,
-            resize=20,
-            batch_size=4,
-            fingerprint_content=True,
-            state_path=os.path.join(out, "state.pt"),
-            device="cpu",
-            progress=False,
-            workers=0,
-        )
+        r = _measure(folder, fingerprint_content=True, state_path=os.path.join(out, "state.pt"))
         if rank == 0:
             r.to_json(os.path.join(out, "result.json"))
     finally:
@@ -109,51 +105,21 @@ def _measure_worker(rank: int, port: int, folder: str, out: str) -> None:
 
 
 def test_only_rank_0_lists_and_fingerprints_the_folder_and_the_numbers_are_one_processs(tmp_path):
-    from invfast.measure import InvarianceResult, measure_invariance
+    from invfast.measure import InvarianceResult
 
-    folder = _images(tmp_path / "imgs", n=30)  # N > D = 24: well conditioned
+    folder = image_folder(tmp_path / "imgs", n=30)  # N > D = 24: well conditioned
     out = tmp_path / "out"
     out.mkdir()
     run_ranks(_measure_worker, 2, (free_port(), str(folder), str(out)))
     two = InvarianceResult.from_json(out / "result.json")
-    one = measure_invariance(
-        small_net(),
-        f"folder:{folder}",
-        "rotation,hflip",
-        grid_size=3,
-        resize=20,
-        batch_size=4,
-        device="cpu",
-        progress=False,
-        workers=0,
-    )
+    one = _measure(str(folder))
     assert two.meta["world_size"] == 2 and two.n_images == one.n_images == 30
     for name in ("rotation", "hflip"):
         torch.testing.assert_close(two[name].per_image_cosine, one[name].per_image_cosine, rtol=1e-5, atol=1e-6)
         assert two[name].mean_distance == pytest.approx(one[name].mean_distance, rel=1e-6)
 
 
-CLI = [
-    "measure",
-    "--model",
-    "measure_helpers:small_net",
-    "--transforms",
-    "rotation,hflip",
-    "--grid-size",
-    "3",
-    "--resize",
-    "20",
-    "--images",
-    "0",
-    "--no-progress",
-    "--no-plots",
-    "--device",
-    "cpu",
-    "--batch-size",
-    "4",
-    "--workers",
-    "1",
-]
+CLI = [*MEASURE_CLI, "--workers", "1"]
 
 
 def test_two_nodes_on_one_machine_equal_one_process(tmp_path):
@@ -161,7 +127,7 @@ def test_two_nodes_on_one_machine_equal_one_process(tmp_path):
     sharing ``--out`` (the documented multi-node command), measures what one process measures."""
     from invfast.cli import main
 
-    folder = _images(tmp_path / "imgs", n=30)
+    folder = image_folder(tmp_path / "imgs", n=30)
     assert main([*CLI, "--data", f"folder:{folder}", "--out", str(tmp_path / "one")]) == 0
     env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", ""), "OMP_NUM_THREADS": "1"}
     port = free_port()
