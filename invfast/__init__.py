@@ -1,8 +1,8 @@
 """invfast: measure, control and exploit the invariances of learned representations, fast.
 
-The foundation (statistics, metrics, significance) is imported eagerly and is light; the
-larger subpackages (transforms, synthetic, models, pretrain, probes, measure) load on
-first attribute access.
+Every public name loads on first attribute access, so ``import invfast`` (and ``invfast --help`` / ``--version``)
+loads neither torch nor the compiled core; the core is loaded by the first op that needs it
+(:func:`invfast._loader.load`).
 """
 
 from __future__ import annotations
@@ -12,31 +12,8 @@ from typing import Any
 
 __version__ = "0.4.0"
 
-from invfast import wait_policy as _wait_policy
-
-_wait_policy.apply()  # the invfast command's OpenMP wait policy: read by the runtime when torch loads, below
-
-from invfast import _loader  # noqa: E402
-
-_loader.load()
-
-from invfast import backend  # noqa: E402
-from invfast.backend import backend_info  # noqa: E402
-from invfast.metrics import (  # noqa: E402
-    acr,
-    aggregate_scores,
-    alignment,
-    class_distance_ratio,
-    invariance_scores,
-    mahalanobis,
-    sensitivity_ratio,
-    standardized_cosine,
-    uniformity,
-)
-from invfast.significance import HoeffdingResult, hoeffding_test, most_invariant  # noqa: E402
-from invfast.stats import FeatureStats  # noqa: E402
-
 _SUBPACKAGES = (
+    "backend",
     "transforms",
     "synthetic",
     "models",
@@ -47,38 +24,41 @@ _SUBPACKAGES = (
     "comparison",
     "evidence",
 )
-#: public functions loaded on first use; ``invfast.compare`` is a function (its subpackage is ``invfast.comparison``)
+#: public name -> (module, attribute); ``invfast.compare`` is a function (its subpackage is ``invfast.comparison``)
 _LAZY = {
+    "backend_info": ("invfast.backend", "backend_info"),
+    "acr": ("invfast.metrics", "acr"),
+    "aggregate_scores": ("invfast.metrics", "aggregate_scores"),
+    "alignment": ("invfast.metrics", "alignment"),
+    "class_distance_ratio": ("invfast.metrics", "class_distance_ratio"),
+    "invariance_scores": ("invfast.metrics", "invariance_scores"),
+    "mahalanobis": ("invfast.metrics", "mahalanobis"),
+    "sensitivity_ratio": ("invfast.metrics", "sensitivity_ratio"),
+    "standardized_cosine": ("invfast.metrics", "standardized_cosine"),
+    "uniformity": ("invfast.metrics", "uniformity"),
+    "HoeffdingResult": ("invfast.significance", "HoeffdingResult"),
+    "hoeffding_test": ("invfast.significance", "hoeffding_test"),
+    "most_invariant": ("invfast.significance", "most_invariant"),
+    "FeatureStats": ("invfast.stats", "FeatureStats"),
     "measure_invariance": ("invfast.measure", "measure_invariance"),
     "measure_real_world": ("invfast.measure", "measure_real_world"),
     "compare": ("invfast.comparison", "compare"),
 }
 
-__all__ = [
-    "FeatureStats",
-    "HoeffdingResult",
-    "acr",
-    "aggregate_scores",
-    "alignment",
-    "backend",
-    "backend_info",
-    "class_distance_ratio",
-    "hoeffding_test",
-    "invariance_scores",
-    "mahalanobis",
-    "most_invariant",
-    "sensitivity_ratio",
-    "standardized_cosine",
-    "uniformity",
-    *_SUBPACKAGES,
-    *_LAZY,
-]
+__all__ = sorted([*_SUBPACKAGES, *_LAZY])
 
 
 def __getattr__(name: str) -> Any:
     if name in _SUBPACKAGES:
-        return importlib.import_module(f"invfast.{name}")
-    if name in _LAZY:
+        value = importlib.import_module(f"invfast.{name}")
+    elif name in _LAZY:
         mod, attr = _LAZY[name]
-        return getattr(importlib.import_module(mod), attr)
-    raise AttributeError(f"module 'invfast' has no attribute {name!r}")
+        value = getattr(importlib.import_module(mod), attr)
+    else:
+        raise AttributeError(f"module 'invfast' has no attribute {name!r}")
+    globals()[name] = value  # looked up once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

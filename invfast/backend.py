@@ -29,6 +29,7 @@ import torch
 
 from invfast import _loader, dispatch, wait_policy
 
+_loader.load()  # torch.ops.invfast.* exist once this module is imported (the package root loads nothing)
 _MODES = dispatch.MODES
 BACKEND_ENV = "INVFAST_BACKEND"
 

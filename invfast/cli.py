@@ -16,12 +16,12 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import importlib.util
 import os
 import re
 import sys
 import traceback
 
+from invfast import wait_policy
 from invfast._messages import one_line_warnings
 
 
@@ -50,7 +50,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return super()._fill_text(plain_text(text), width, indent)
 
 
-# name -> (module, one-line help). Modules that are not present in this checkout are left out.
+# name -> (module, one-line help); only the chosen command's module is imported
 COMMANDS: dict[str, tuple[str, str]] = {
     "info": ("invfast.backend_cli", "what this installation can run (compiled core, CUDA, DALI, threads)"),
     "demo": ("invfast.demo", "minimal invariance demo on real photographs with exact transforms"),
@@ -64,17 +64,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("invfast.reproduce.cli", "the papers' findings end to end on built-in synthetic data"),
     "bench": ("invfast.bench", "quick throughput numbers of the compiled ops"),
 }
-
-
-def _available() -> dict[str, tuple[str, str]]:
-    out = {}
-    for name, (mod, help_) in COMMANDS.items():
-        try:
-            if importlib.util.find_spec(mod) is not None:
-                out[name] = (mod, help_)
-        except ModuleNotFoundError:
-            continue
-    return out
 
 
 USAGE_ERROR, RUNTIME_ERROR, INTERRUPTED = 2, 1, 130
@@ -181,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     debug = "--debug" in argv or os.environ.get("INVFAST_DEBUG", "") not in ("", "0")
     argv = [a for a in argv if a != "--debug"]
-    commands = _available()
+    wait_policy.apply(["invfast", *argv])  # before any subcommand loads torch
     parser = argparse.ArgumentParser(
         prog="invfast", description="measure and exploit the invariances of representations"
     )
@@ -191,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--debug", action="store_true", help="show the full traceback of an error (any position)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     chosen = None
-    for name, (mod, help_) in commands.items():
+    for name, (mod, help_) in COMMANDS.items():
         sp = sub.add_parser(name, help=help_, description=help_)
         if argv and argv[0] == name:
             chosen = importlib.import_module(mod)

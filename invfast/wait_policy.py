@@ -31,12 +31,12 @@ CLI_POLICY = "PASSIVE"
 #: the subcommands that set it: their jobs were measured faster with it beside a busy process, and not slower quiet
 COMMANDS = ("measure",)
 
-#: whether this process's policy was set by the invfast command (at import, before torch)
+#: whether this process's policy was set by the invfast command (by its ``main``, before torch loads)
 set_by_invfast = False
 
 
 def is_command(argv: Sequence[str]) -> bool:
-    """Whether ``argv`` (``sys.argv`` while invfast is imported) is the ``invfast`` command: its console script,
+    """Whether ``argv`` (the command line, program first) is the ``invfast`` command: its console script,
     or ``python -m invfast`` (whose ``sys.argv[0]`` is ``"-m"`` while the package is located)."""
     if not argv:
         return False
@@ -59,10 +59,11 @@ def cli_policy(argv: Sequence[str], environ: Mapping[str, str], torch_loaded: bo
     return CLI_POLICY
 
 
-def apply() -> None:
-    """Set the command's policy in ``os.environ`` (see the module docstring); a no-op for ``import invfast``."""
+def apply(argv: Sequence[str]) -> None:
+    """Set the policy of the command line ``argv`` (``["invfast", subcommand, ...]``) in ``os.environ``; called by
+    the command's ``main`` before it loads torch (see the module docstring). ``import invfast`` sets nothing."""
     global set_by_invfast
-    policy = cli_policy(sys.argv, os.environ, "torch" in sys.modules)
+    policy = cli_policy(argv, os.environ, "torch" in sys.modules)
     if policy is not None:
         os.environ["OMP_WAIT_POLICY"] = policy
         set_by_invfast = True

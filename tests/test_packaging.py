@@ -9,6 +9,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 import invfast
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -69,6 +71,40 @@ def test_version_and_metadata():
     assert (ROOT / "invfast" / "py.typed").is_file()
     out = subprocess.run([sys.executable, "-m", "invfast", "--version"], capture_output=True, text=True, timeout=300)
     assert out.stdout.strip() == f"invfast {invfast.__version__}"
+
+
+_LOADED = (
+    "import sys, runpy; sys.argv = ['invfast', *sys.argv[1:]]\n"
+    "try:\n    runpy.run_module('invfast', run_name='__main__')\n"
+    "except SystemExit:\n    pass\n"
+    "print(sorted(m for m in ('torch', 'numpy', 'invfast._C') if m in sys.modules))"
+)
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--version"], [], ["measure", "--help"], ["probe", "--help"]])
+def test_help_and_version_load_neither_torch_nor_the_core(argv):
+    """``invfast --help`` / ``--version`` answer at once on a fresh machine: the package root is lazy (issue 62, where
+    they took 5.6 s of CPU); a subcommand's own help may load what its options need."""
+    out = subprocess.run([sys.executable, "-c", _LOADED, *argv], capture_output=True, text=True, timeout=300)
+    loaded = out.stdout.strip().splitlines()[-1]
+    if argv in ([], ["--help"], ["--version"]):
+        assert loaded == "[]", out.stdout[-2000:] + out.stderr[-2000:]
+    else:
+        assert "usage: invfast" in out.stdout, out.stdout[-2000:] + out.stderr[-2000:]
+
+
+def test_import_invfast_loads_names_on_first_use():
+    code = (
+        "import sys, invfast\n"
+        "assert 'torch' not in sys.modules, 'import invfast loaded torch'\n"
+        "assert invfast.FeatureStats.__module__ == 'invfast.stats' and callable(invfast.standardized_cosine)\n"
+        "assert set(invfast.__all__) <= set(dir(invfast))\n"
+        "for name in invfast.__all__: getattr(invfast, name)\n"
+        "try:\n    invfast.no_such_name\nexcept AttributeError as e:\n    print(e)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "module 'invfast' has no attribute 'no_such_name'"
 
 
 def _imported_packages(paths: list[pathlib.Path]) -> set[str]:

@@ -84,7 +84,7 @@ def test_other_commands_and_import_invfast_leave_the_runtime_default():
     assert re.search(
         r"^openmp_wait_policy\s+the OpenMP runtime's default .* invfast measure sets PASSIVE", stdout, re.M
     )
-    settings, stdout = _runtime_settings(["-c", "import os, invfast; print(os.environ.get('OMP_WAIT_POLICY'))"])
+    settings, stdout = _runtime_settings(["-c", "import os, invfast, torch; print(os.environ.get('OMP_WAIT_POLICY'))"])
     assert settings["GOMP_SPINCOUNT"] == "300000"
     assert stdout.strip() == "None"
 
