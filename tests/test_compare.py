@@ -562,3 +562,15 @@ def test_comparable_runs_say_how_many_images_were_measured_of_those_listed(rng):
     for r in (a, b):
         r.n_images = 119  # one listed file was unreadable
     assert "the same 119 images of 120 files listed; 1 unreadable (identity" in compare([a, b]).to_markdown()
+
+
+def test_the_pictures_name_the_rows_of_the_table(rng):
+    """Two runs of one model labelled ``own`` and ``random`` (issue 62): the radar's legend and the heatmap's rows
+    name the table's rows, not the model they share."""
+    pytest.importorskip("matplotlib")
+    cmp = compare({"own": _result("resnet18", rng), "random": _result("resnet18", rng)})
+    assert cmp.labels == ["own", "random"]
+    radar = cmp.plot("radar")
+    assert [t.get_text() for t in radar.axes[0].get_legend().get_texts()] == ["own", "random"]
+    heat = cmp.plot("heatmap")
+    assert {t.get_text() for t in heat.axes[0].get_yticklabels()} >= {"own", "random"}
