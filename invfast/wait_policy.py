@@ -3,13 +3,10 @@
 torch's CPU ops run on an OpenMP team. Between parallel regions its threads poll for the next one by default
 (libgomp: 300 000 polls before they sleep), and on a machine where another process holds a core that polling
 costs more than it saves: a polling thread takes the core a working one needs, and the OS later keeps the
-poller's peers off a core for tens of milliseconds. Measured on a 2-core VM beside one busy process
-(docs/performance.md): ``torch.isfinite(x).all()`` on [2 000, 128] (0.26 ms quiet), alternated with
-``torch.pdist``, took 37-45 ms in 14 to 23 of 60 calls (mean 10-16 ms); with ``OMP_WAIT_POLICY=PASSIVE`` no call
-took over 20 ms (mean 0.8-1.0 ms), and the per-layer conv-net job at 2 threads went from a third slower than
-1 thread to about level or faster, quiet the same. But sleeping threads must be woken for every region: a
-pretraining step of many small ops (MoCo-v2, width 8, batch 64) took 96-99 ms instead of 69 ms quiet, and the
-same loaded.
+poller's peers off a core for tens of milliseconds. On a 2-core VM beside one busy process, small ops stalled
+that way and the per-layer measurement at 2 threads fell behind 1 thread; with ``OMP_WAIT_POLICY=PASSIVE`` they
+did not, quiet the same. But sleeping threads must be woken for every region, so a pretraining step of many
+small ops is slower with it, quiet and loaded (the measurements: docs/performance.md).
 
 The runtime reads the policy once, when torch is loaded, so it can only be chosen before ``import torch``. So
 ``invfast measure`` (its console script, ``python -m invfast measure``, torchrun) sets ``OMP_WAIT_POLICY=PASSIVE``

@@ -153,3 +153,22 @@ def test_functions_keep_to_the_budget():
     stale = sorted(k for k in allowed if lengths.get(k, 0) <= FUNCTION_BUDGET)
     assert stale == [], f"listed as long but no longer over the budget (take them off the lists): {stale}"
     assert all(reason for _, reason in LONG_BY_DESIGN.values())
+
+
+#: a speed figure: "3.5x faster", "1.3-1.7× slower", "12.9 ms", "40 us" (CONTRIBUTING: speed claims live in docs/ and
+#: benchmarks/, with the machine and its load beside them, never in the code, where they go stale unseen); a
+#: threshold stated as "N ms of one thread's work" defines a constant and is not a claim
+_SPEED_FIGURE = r"\d(\.\d+)?(-\d+(\.\d+)?)? ?[x×] (faster|slower)|\d ?(ms|us|µs)\b(?! of one)"
+
+
+def test_the_code_quotes_no_speed_figures():
+    import re
+
+    found = [
+        f"{p.relative_to(ROOT)}:{i}: {line.strip()}"
+        for p in sorted(PKG.rglob("*.py"))
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if re.search(_SPEED_FIGURE, line) and 'f"' not in line and "f'" not in line
+    ]
+    assert found == [], "speed figures in the code (move them to docs/performance.md):\n" + "\n".join(found)
+    assert re.search(_SPEED_FIGURE, "measured 1.6x faster") and re.search(_SPEED_FIGURE, "took 12.9 ms")

@@ -86,8 +86,8 @@ class MeasureConfig(Config):
             activation fits 8 MiB, measured once on one image; no more than the call's images / threads), which
             torch's threads take in turn, each at one intra-op thread, instead of one call whose every op splits
             over the threads (None: on, the CPU only). No op waits for the others' threads, so a thread the OS takes
-            away for a while delays only its own share, and each call's activations stay in the cache (ResNet-50
-            at 224 px: a measurement 1.7x faster; docs/performance.md). A model whose kernels pick another
+            away for a while delays only its own share, and each call's activations stay in the cache (faster on
+            ResNet-50 at 224 px: docs/performance.md, *Third step*). A model whose kernels pick another
             algorithm for another batch size can differ in the last bits from one whole-batch call. Turn it off
             for a model whose ``forward`` is not safe to call from two threads at once (one that keeps state
             between calls): then each chunk of ``forward_batch`` images is one call.

@@ -1,13 +1,13 @@
 """Max-pooling of NCHW tensors on the CPU through torch's channels-last kernel, bit for bit.
 
-torch 2.13's CPU ``max_pool2d`` is about 13x slower on an NCHW tensor than on the same tensor in channels-last
-memory (ResNet's stem pool, [32, 64, 32, 32] at one thread: 12.9 ms against 1.0 ms, 3.4 ms with both copies).
+torch 2.13's CPU ``max_pool2d`` is much slower on an NCHW tensor than on the same tensor in channels-last memory,
+even counting both copies (ResNet's stem pool; the figures in docs/performance.md, *Fourth step*).
 A maximum is exact, so pooling a channels-last copy and copying the result back to NCHW gives the same bits,
 NaN and signed infinities included (``tests/measure/test_cpu_pooling.py``). :func:`nhwc_max_pools` does this
 inside every ``nn.MaxPool2d`` of a model with a pair of forward hooks, which the measurement registers on the
 CPU for its forward passes and removes afterwards; the model's code and weights are not changed. (A
-``TorchFunctionMode`` would catch functional calls too, but it costs about 40 us per torch call of the forward
-pass, half of what the faster pool saves in a ResNet-18.)
+``TorchFunctionMode`` would catch functional calls too, but it adds a cost to every torch call of the forward
+pass, which in a ResNet-18 takes back much of what the faster pool saves.)
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class TrainConfig(Config):
     ``probe`` (a :class:`~invfast.pretrain.HeldoutProbe`; also before the first step and at the end),
     0 never. channels_last stores the networks' 4-D weights and the views channels-last (NHWC) while
     training; None means on the CPU, where oneDNN's convolutions run a ResNet-18-CIFAR MoCo step
-    1.3-1.7x faster that way (``benchmarks/bench_pretrain.py``), and off elsewhere (not measured).
+    faster that way (``benchmarks/bench_pretrain.py``, docs/performance.md), and off elsewhere (not measured).
     Only the order of float sums changes; saved weights are written contiguous.
     """
 
