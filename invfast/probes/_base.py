@@ -41,9 +41,9 @@ __all__ = [
 ]
 
 
-class NotFittedError(_SkNotFittedError, RuntimeError):
+class NotFittedError(_SkNotFittedError):
     """A fitted-only method was called before ``fit``: scikit-learn's ``NotFittedError`` (a ValueError
-    and AttributeError), and also the RuntimeError that invfast 0.1 raised."""
+    and AttributeError)."""
 
 
 class ProbeTagsMixin:
