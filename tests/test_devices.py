@@ -332,7 +332,8 @@ def test_measure_real_world_on_device(device):
 
 @pytest.mark.parametrize("kind", ["mocov2", "ai-moco"])
 def test_trainer_resume_on_device(device, kind, tmp_path, monkeypatch):
-    from invfast.pretrain import ArraySource, TrainConfig, Trainer
+    from invfast.data import ArraySource
+    from invfast.pretrain import TrainConfig, Trainer
 
     monkeypatch.setattr(torch.backends.cudnn, "deterministic", True)
     monkeypatch.setattr(torch.backends.cudnn, "benchmark", False)

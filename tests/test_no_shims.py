@@ -108,3 +108,43 @@ def test_no_plain_module_keeps_unused_imports_for_others():
     module does not use it) is there only for old importers: import it from its home instead."""
     hits = [hit for p in _sources() if p.name != "__init__.py" for hit in _private_reexports(p, public=True)]
     assert not hits, "names kept importable through a module that does not use them:\n" + "\n".join(hits)
+
+
+def _second_homes(init: pathlib.Path, root: pathlib.Path = ROOT) -> list[str]:
+    """Names a package's ``__init__`` offers in its ``__all__`` that it imports from outside the package."""
+    package = ".".join(init.parent.relative_to(root).parts)
+    tree = ast.parse(init.read_text(), str(init))
+    offered: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "__all__" for t in node.targets):
+            offered = {e.value for e in getattr(node.value, "elts", []) if isinstance(e, ast.Constant)}
+    return [
+        f"{init.relative_to(root)}: {alias.asname or alias.name} from {node.module}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        and (node.module or "").startswith("invfast")
+        and node.module != package
+        and not (node.module or "").startswith(package + ".")
+        for alias in node.names
+        if (alias.asname or alias.name) in offered
+    ]
+
+
+def test_a_package_offers_only_its_own_names():
+    """A subpackage's ``__all__`` lists what lives inside it, not another package's names under a second home
+    (issue 60: ``invfast.measure.load_checkpoint``, ``invfast.pretrain.ArraySource``, ...); the package root, the
+    public front door, is exempt."""
+    found = [hit for p in sorted(PKG.rglob("__init__.py")) if p.parent != PKG for hit in _second_homes(p)]
+    assert found == [], "names offered by a package that is not their home:\n" + "\n".join(found)
+
+
+def test_the_second_home_scan_finds_one(tmp_path):
+    pkg = tmp_path / "invfast" / "measure"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(
+        "from invfast.models.registry import load_checkpoint\nfrom invfast.measure.core import run\n"
+        '__all__ = ["load_checkpoint", "run"]\n'
+    )
+    assert _second_homes(pkg / "__init__.py", tmp_path) == [
+        "invfast/measure/__init__.py: load_checkpoint from invfast.models.registry"
+    ]

@@ -23,8 +23,6 @@ from invfast.measure.extractor import FeatureExtractor, WithDescriptor, load_mod
 from invfast.measure.real_world import measure_real_world
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.selection import resolve_transforms
-from invfast.models.registry import load_checkpoint
-from invfast.transforms.transform import FAMILIES
 
 __all__ = [
     "MeasureConfig",
@@ -32,10 +30,8 @@ __all__ = [
     "measure_real_world",
     "resolve_transforms",
     "load_model",
-    "load_checkpoint",
     "FeatureExtractor",
     "WithDescriptor",
     "InvarianceResult",
     "TransformResult",
-    "FAMILIES",
 ]

@@ -234,7 +234,7 @@ def build_model(
         if not isinstance(model, torch.nn.Module):
             raise ValueError(f"{spec!r} did not give an nn.Module (got {type(model).__name__})")
         if checkpoint:
-            from invfast.measure import load_checkpoint
+            from invfast.models import load_checkpoint
 
             load_checkpoint(model, checkpoint)
         return model

@@ -8,13 +8,12 @@
 - :class:`Trainer` / :class:`TrainConfig`: CPU, one GPU or DDP over torchrun processes, atomic
   checkpoints with exact resume, JSON/CSV metrics, periodic invariance measurement and a periodic
   :class:`HeldoutProbe` (kNN / linear accuracy on labelled held-out images);
-- image sources: :class:`ArraySource`, :class:`FolderSource`, :class:`SyntheticSource` (those of
-  :mod:`invfast.data`, shared with measurement).
+- image sources: those of :mod:`invfast.data` (:class:`~invfast.data.ArraySource`, ...), shared with
+  measurement.
 
 See docs/pretrain.md and ``invfast pretrain --help``.
 """
 
-from invfast.data import ArraySource, FolderSource, SyntheticSource
 from invfast.pretrain.config import TrainConfig
 from invfast.pretrain.data import open_training_source
 from invfast.pretrain.descriptors import descriptor_set
@@ -39,9 +38,7 @@ __all__ = [
     "METHODS",
     "AmortisedMoCo",
     "AmortisedSimCLR",
-    "ArraySource",
     "ContrastiveMethod",
-    "FolderSource",
     "HeldoutProbe",
     "KeyQueue",
     "LabelledSource",
@@ -50,7 +47,6 @@ __all__ = [
     "ProjectionHead",
     "SimCLR",
     "Supervised",
-    "SyntheticSource",
     "TrainConfig",
     "Trainer",
     "default_queue_size",

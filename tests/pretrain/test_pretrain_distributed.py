@@ -19,8 +19,9 @@ import torch.distributed as dist
 from ranks import run_ranks
 from test_pretrain_fixtures import FixedAug, TinyEncoder, blob_images
 
+from invfast.data import ArraySource
 from invfast.launch import free_port
-from invfast.pretrain import AmortisedMoCo, ArraySource, MoCoV2, SimCLR, TrainConfig, Trainer
+from invfast.pretrain import AmortisedMoCo, MoCoV2, SimCLR, TrainConfig, Trainer
 
 TOL = 1e-9
 

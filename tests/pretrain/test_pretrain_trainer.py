@@ -12,8 +12,9 @@ import pytest
 import torch
 from test_pretrain_fixtures import RandomAug, TinyEncoder, blob_images
 
+from invfast.data import ArraySource, FolderSource
 from invfast.io import atomic_torch_save
-from invfast.pretrain import AmortisedMoCo, ArraySource, FolderSource, MoCoV2, SimCLR, TrainConfig, Trainer
+from invfast.pretrain import AmortisedMoCo, MoCoV2, SimCLR, TrainConfig, Trainer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -79,7 +80,8 @@ def test_resume_after_sigkill(tmp_path):
         torch.set_num_threads(1)
         from test_pretrain_trainer import make, cfg
         from test_pretrain_fixtures import blob_images
-        from invfast.pretrain import ArraySource, Trainer
+        from invfast.data import ArraySource
+        from invfast.pretrain import Trainer
         class Slow(ArraySource):
             def get(self, idx):
                 time.sleep(0.15)

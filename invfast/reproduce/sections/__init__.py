@@ -11,7 +11,6 @@ Finding and Section, and one entry in :data:`SECTIONS` and in the registry.
 
 from __future__ import annotations
 
-from invfast.reproduce.finding import NOT_RUN
 from invfast.reproduce.sections import (
     amortised,
     categories,
@@ -51,7 +50,6 @@ __all__ = [
     "PARTLY",
     "DIRECTION",
     "NOT",
-    "NOT_RUN",
     "MODEL_ORDER",
     "PRETRAINED",
     "paired",

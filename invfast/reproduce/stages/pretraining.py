@@ -127,8 +127,8 @@ def snapshot_steps(ctx: Context, key: str) -> list[int]:
 def pretrain_source(ctx: Context, spec: str) -> Any:
     """The pretraining images as the methods of :func:`policy_method` / :func:`amortised_method` read them: the
     images themselves, or (``fresh_backgrounds``) their objects' RGBA layers, each view composited anew."""
+    from invfast.data import ArraySource
     from invfast.data.tensors import TensorSource
-    from invfast.pretrain import ArraySource
     from invfast.reproduce.stages.data import pretrain_layers
 
     if ctx.cfg.fresh_backgrounds:
