@@ -14,10 +14,6 @@
 
 #include "common/parallel.h"
 
-#ifndef INVFAST_AUGMENT_NS
-#define INVFAST_AUGMENT_NS invfast
-#endif
-
 namespace invfast {
 namespace augment {
 
@@ -153,7 +149,7 @@ at::Tensor warp_coords_cpu(const at::Tensor& images_in, const at::Tensor& coords
 }  // namespace augment
 }  // namespace invfast
 
-TORCH_LIBRARY_IMPL(INVFAST_AUGMENT_NS, CPU, m) {
+TORCH_LIBRARY_IMPL(invfast, CPU, m) {
   m.impl("warp_affine", &invfast::augment::warp_affine_cpu);
   m.impl("warp_coords", &invfast::augment::warp_coords_cpu);
 }

@@ -32,10 +32,6 @@
 #include "augment/augment_views_math.h"
 #include "common/cuda_utils.cuh"
 
-#ifndef INVFAST_AUGMENT_NS
-#define INVFAST_AUGMENT_NS invfast
-#endif
-
 namespace invfast {
 namespace augment {
 namespace {
@@ -372,7 +368,7 @@ at::Tensor augment_views_cuda(const at::Tensor& images, const at::Tensor& matrix
 }  // namespace augment
 }  // namespace invfast
 
-TORCH_LIBRARY_IMPL(INVFAST_AUGMENT_NS, CUDA, m) {
+TORCH_LIBRARY_IMPL(invfast, CUDA, m) {
   m.impl("warp_affine", &invfast::augment::warp_affine_cuda);
   m.impl("warp_coords", &invfast::augment::warp_coords_cuda);
   m.impl("augment_views", &invfast::augment::augment_views_cuda);

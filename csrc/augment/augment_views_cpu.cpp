@@ -28,10 +28,6 @@
 #include "augment/augment_views_math.h"
 #include "common/parallel.h"
 
-#ifndef INVFAST_AUGMENT_NS
-#define INVFAST_AUGMENT_NS invfast
-#endif
-
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define IVF_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
@@ -320,6 +316,6 @@ at::Tensor augment_views_cpu(const at::Tensor& images, const at::Tensor& matrix,
 }  // namespace augment
 }  // namespace invfast
 
-TORCH_LIBRARY_IMPL(INVFAST_AUGMENT_NS, CPU, m) {
+TORCH_LIBRARY_IMPL(invfast, CPU, m) {
   m.impl("augment_views", &invfast::augment::augment_views_cpu);
 }

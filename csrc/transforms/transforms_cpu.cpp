@@ -15,10 +15,6 @@
 #include "common/parallel.h"
 #include "transforms/kernels.h"
 
-#ifndef INVFAST_TT_NS
-#define INVFAST_TT_NS invfast
-#endif
-
 namespace invfast {
 namespace tt {
 namespace {
@@ -241,7 +237,7 @@ at::Tensor warp_affine_u8_cpu(const at::Tensor& images_in, const at::Tensor& mat
 }  // namespace tt
 }  // namespace invfast
 
-TORCH_LIBRARY_IMPL(INVFAST_TT_NS, CPU, m) {
+TORCH_LIBRARY_IMPL(invfast, CPU, m) {
   m.impl("lut_u8", &invfast::tt::lut_u8_cpu);
   m.impl("histogram_u8", &invfast::tt::histogram_u8_cpu);
   m.impl("blend_u8", &invfast::tt::blend_u8_cpu);

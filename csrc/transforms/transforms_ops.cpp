@@ -3,11 +3,7 @@
 // references in invfast/ops/transforms_u8.py define the semantics.
 #include <torch/library.h>
 
-#ifndef INVFAST_TT_NS
-#define INVFAST_TT_NS invfast
-#endif
-
-TORCH_LIBRARY_FRAGMENT(INVFAST_TT_NS, m) {
+TORCH_LIBRARY_FRAGMENT(invfast, m) {
   // images [B, C, H, W] uint8, tables [Bt, P, Ct, 256] uint8 (Bt in {1, B}, Ct in {1, C}):
   // out[b, p, c] = tables[b or 0, p, c or 0][images[b, c]] (brightness, contrast, posterize, invert, equalize)
   m.def("lut_u8(Tensor images, Tensor tables) -> Tensor");
