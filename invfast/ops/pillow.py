@@ -25,7 +25,8 @@ each pass rounding to uint8. Per output pixel, the triangle filter scaled by the
 point (``int(0.5 + w * 2^22)``); the output is ``clip((2^21 + sum(p w)) >> 22, 0, 255)``, in int32 like
 Pillow's, so every device gives Pillow's bits.
 
-**Colour** (torchvision 0.10's ``adjust_*`` / ``rgb_to_grayscale`` on PIL images, :func:`pillow_colour`):
+**Colour** (torchvision 0.10's ``adjust_*`` / ``rgb_to_grayscale`` on PIL images, one function per transform,
+:func:`pillow_brightness` ... :func:`pillow_grayscale`):
 ``ImageEnhance`` is ``Image.blend(degenerate, image, factor)`` (:func:`invfast.ops.color.pillow_blend`) with
 a black image (brightness), the grey ``int(mean(L) + 0.5)`` (contrast; ``L`` = ``convert("L")``), ``L`` as RGB
 (saturation, ``ImageEnhance.Color``) or the ``SMOOTH`` filter's image (sharpness: 3x3 weights 1, centre 5,
@@ -45,11 +46,15 @@ from invfast.ops.augment import _fill_vector, _gather_nearest
 from invfast.ops.color import pillow_adjust_hue, pillow_blend, pillow_luma
 
 __all__ = [
-    "PILLOW_COLOUR",
     "SMOOTH_KERNEL",
     "pillow_affine_indices",
     "pillow_affine_nearest",
-    "pillow_colour",
+    "pillow_brightness",
+    "pillow_contrast",
+    "pillow_grayscale",
+    "pillow_hue",
+    "pillow_saturation",
+    "pillow_sharpness",
     "pillow_resize",
     "pillow_resize_weights",
     "pillow_smooth",
@@ -237,8 +242,6 @@ def pillow_resize(
 # ---------------------------------------------------------------------------------------------- colour
 #: ``ImageFilter.SMOOTH``'s 3x3 weights (row-major); Pillow divides them by their sum, 13
 SMOOTH_KERNEL = (1.0, 1.0, 1.0, 1.0, 5.0, 1.0, 1.0, 1.0, 1.0)
-#: the colour transforms :func:`pillow_colour` makes (torchvision 0.10 function on PIL images)
-PILLOW_COLOUR = ("grayscale", "brightness", "contrast", "saturation", "hue", "sharpness")
 _CHUNK_ELEMENTS = 1 << 22  # float32 elements per intermediate chunk
 
 
@@ -269,38 +272,68 @@ def _level_tables(degenerate: torch.Tensor, factors: torch.Tensor) -> torch.Tens
     return pillow_blend(degenerate.view(-1, 1, 1, 1), lv, factors.view(1, -1, 1, 1))
 
 
-def pillow_colour(name: str, images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
-    """The colour test transform ``name`` (:data:`PILLOW_COLOUR`) as torchvision 0.10 applies it to PIL images:
-    uint8 RGB [B, 3, H, W], params [P] (factors; hue shifts in turns; grayscale 0/1) -> uint8 [B, P, 3, H, W].
+def _rgb_u8(fn: str, images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """``params`` flattened onto the images' device, once ``images`` is checked to be uint8 RGB [B, 3, H, W]."""
+    if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
+        raise ValueError(f"{fn}: images must be uint8 RGB [B, 3, H, W], got {images.dtype} {tuple(images.shape)}")
+    return params.to(images.device).reshape(-1)
 
-    Brightness and contrast blend with a constant, so they are 256-entry tables per view (applied by the
-    ``lut_u8`` op, a plain lookup); saturation, sharpness and hue are computed per pixel."""
+
+def _blend_chunks(degenerate: torch.Tensor, images: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    """``pillow_blend(degenerate, images, f)`` for every factor of ``p`` [P], a chunk of factors at a time."""
+    B, C, H, W = images.shape
+    out = torch.empty((B, p.shape[0], C, H, W), dtype=torch.uint8, device=images.device)
+    step = max(1, _CHUNK_ELEMENTS // max(1, images.numel()))
+    for s0 in range(0, p.shape[0], step):
+        f = p[s0 : s0 + step].view(1, -1, 1, 1, 1)
+        out[:, s0 : s0 + step] = pillow_blend(degenerate.unsqueeze(1), images.unsqueeze(1), f)
+    return out
+
+
+# Each colour transform below is torchvision 0.10's on PIL images: uint8 RGB [B, 3, H, W], params [P] -> uint8
+# [B, P, 3, H, W]. Brightness and contrast blend with a constant, so they are 256-entry tables per view (the
+# ``lut_u8`` op, a plain lookup); saturation, sharpness and hue are computed per pixel.
+
+
+def pillow_brightness(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Brightness``: blend(black, image, f) for each factor f."""
     from invfast.ops import transforms_u8
 
-    if images.dtype != torch.uint8 or images.dim() != 4 or images.shape[1] != 3:
-        raise ValueError(
-            f"pillow_colour: images must be uint8 RGB [B, 3, H, W], got {images.dtype} {tuple(images.shape)}"
-        )
-    if name not in PILLOW_COLOUR:
-        raise ValueError(f"pillow_colour: unknown transform {name!r}; choose one of {', '.join(PILLOW_COLOUR)}")
+    p = _rgb_u8("pillow_brightness", images, params)
+    return transforms_u8.lut(images, _level_tables(torch.zeros(1, device=p.device), p))
+
+
+def pillow_contrast(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Contrast``: blend(grey int(mean(L) + 0.5), image, f); ImageStat's mean is sum / count in
+    double."""
+    from invfast.ops import transforms_u8
+
+    p = _rgb_u8("pillow_contrast", images, params)
+    H, W = images.shape[-2:]
+    mean = pillow_luma(images).to(torch.int64).sum(dim=(1, 2, 3)).double() / float(H * W)
+    return transforms_u8.lut(images, _level_tables(torch.floor(mean + 0.5), p))
+
+
+def pillow_saturation(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Color``: blend(L as RGB, image, f)."""
+    p = _rgb_u8("pillow_saturation", images, params)
+    return _blend_chunks(pillow_luma(images).expand_as(images), images, p)
+
+
+def pillow_sharpness(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """``ImageEnhance.Sharpness``: blend(``ImageFilter.SMOOTH`` of the image, image, f)."""
+    p = _rgb_u8("pillow_sharpness", images, params)
+    return _blend_chunks(pillow_smooth(images), images, p)
+
+
+def pillow_hue(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """torchvision 0.10's ``adjust_hue`` on a PIL image: the H channel of HSV shifted by each param (turns)."""
+    return pillow_adjust_hue(images, _rgb_u8("pillow_hue", images, params), _CHUNK_ELEMENTS)
+
+
+def pillow_grayscale(images: torch.Tensor, params: torch.Tensor) -> torch.Tensor:
+    """``rgb_to_grayscale`` (L as RGB) where a param is 1, the image where it is 0."""
+    p = _rgb_u8("pillow_grayscale", images, params)
     B, C, H, W = images.shape
-    p = params.to(images.device).reshape(-1)
-    P = p.shape[0]
-    if name == "brightness":  # blend(black, image, f)
-        return transforms_u8.lut(images, _level_tables(torch.zeros(1, device=p.device), p))
-    luma = pillow_luma(images)  # [B, 1, H, W]
-    if name == "contrast":  # blend(grey int(mean(L) + 0.5), image, f); ImageStat's mean is sum / count in double
-        mean = luma.to(torch.int64).sum(dim=(1, 2, 3)).double() / float(H * W)
-        return transforms_u8.lut(images, _level_tables(torch.floor(mean + 0.5), p))
-    if name == "hue":
-        return pillow_adjust_hue(images, p, _CHUNK_ELEMENTS)
-    if name == "grayscale":
-        on = (p > 0.5).view(1, P, 1, 1, 1)
-        return torch.where(on, luma.unsqueeze(1).expand(B, P, C, H, W), images.unsqueeze(1))
-    out = torch.empty((B, P, C, H, W), dtype=torch.uint8, device=images.device)
-    step = max(1, _CHUNK_ELEMENTS // max(1, images.numel()))
-    deg = luma.expand(B, C, H, W) if name == "saturation" else pillow_smooth(images)
-    for s0 in range(0, P, step):
-        f = p[s0 : s0 + step].view(1, -1, 1, 1, 1)
-        out[:, s0 : s0 + step] = pillow_blend(deg.unsqueeze(1), images.unsqueeze(1), f)
-    return out
+    on = (p > 0.5).view(1, -1, 1, 1, 1)
+    return torch.where(on, pillow_luma(images).unsqueeze(1).expand(B, p.shape[0], C, H, W), images.unsqueeze(1))

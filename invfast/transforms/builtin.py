@@ -36,6 +36,7 @@ from typing import Any
 
 import torch
 
+from invfast.ops import pillow as Pil
 from invfast.ops import transforms_u8
 from invfast.ops.augment import warp
 from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv
@@ -241,9 +242,9 @@ DALI_WARP = DaliOp(_dali_warp, matrix=True)
 # Ericsson et al.'s published versions (:mod:`invfast.transforms.ericsson_ops`)
 
 
-def _pillow(name: str, lo: float, hi: float) -> Eo.Published:
+def _pillow(colour: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], lo: float, hi: float) -> Eo.Published:
     """A colour transform as Pillow's uint8 arithmetic, on the published ``linspace(lo, hi, k)`` grid."""
-    return Eo.Published(Eo.linear_grid(lo, hi), Eo.pillow(name), builtin_units=True)
+    return Eo.Published(Eo.linear_grid(lo, hi), Eo.pillow(colour), builtin_units=True)
 
 
 def affine_params(t: TestTransform, p: torch.Tensor, H: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -383,7 +384,7 @@ def _records() -> dict[str, Builtin]:
             prepare=_gray,
             u8=u8.grayscale,
             published=Eo.Published(
-                lambda k, resize, crop: G.binary_grid(check_k(k)), Eo.pillow("grayscale"), builtin_units=True
+                lambda k, resize, crop: G.binary_grid(check_k(k)), Eo.pillow(Pil.pillow_grayscale), builtin_units=True
             ),
             dali=DaliOp(_dali_grayscale),
         ),
@@ -396,7 +397,7 @@ def _records() -> dict[str, Builtin]:
             check=G.range_check("brightness", 0.0, None, "the factor"),
             float_op=_brightness,
             u8=u8.brightness,
-            published=_pillow("brightness", 0.25, 5.0),
+            published=_pillow(Pil.pillow_brightness, 0.25, 5.0),
             dali=DaliOp(_dali_brightness),
         ),
         Builtin(
@@ -409,7 +410,7 @@ def _records() -> dict[str, Builtin]:
             float_op=_blend_with("mean"),
             prepare=_mean_luma,
             u8=u8.contrast,
-            published=_pillow("contrast", 0.25, 5.0),
+            published=_pillow(Pil.pillow_contrast, 0.25, 5.0),
         ),
         Builtin(
             name="saturation",
@@ -421,7 +422,7 @@ def _records() -> dict[str, Builtin]:
             float_op=_blend_with("gray"),
             prepare=_gray,
             u8=u8.saturation,
-            published=_pillow("saturation", 0.25, 5.0),
+            published=_pillow(Pil.pillow_saturation, 0.25, 5.0),
         ),
         Builtin(
             name="hue",
@@ -433,7 +434,7 @@ def _records() -> dict[str, Builtin]:
             float_op=_hue,
             prepare=_hsv,
             u8=u8.hue,
-            published=_pillow("hue", -0.5, 0.5),
+            published=_pillow(Pil.pillow_hue, -0.5, 0.5),
         ),
         Builtin(
             name="blur",
@@ -462,7 +463,7 @@ def _records() -> dict[str, Builtin]:
             check=G.range_check("sharpness", 0.0, None, "the factor"),
             float_op=_sharpness,
             u8=u8.sharpness,
-            published=_pillow("sharpness", 1.0, 30.0),
+            published=_pillow(Pil.pillow_sharpness, 1.0, 30.0),
         ),
         Builtin(
             name="equalize",

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from invfast.ops.augment import _fill_vector
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.ops.kernels import gaussian_taps, torchvision_gaussian_taps
-from invfast.ops.pillow import pillow_affine_nearest, pillow_colour, pillow_resize
+from invfast.ops.pillow import pillow_affine_nearest, pillow_resize
 from invfast.transforms import functional as Fn
 from invfast.transforms.ericsson_elastic import elastic_apply, elastic_params
 from invfast.transforms.transform import check_k
@@ -323,14 +323,14 @@ def builtin_apply(t: Any, images: torch.Tensor, p: torch.Tensor, fill: Any) -> t
     return t.builtin.apply(images, p)
 
 
-def pillow(name: str) -> Apply:
-    """The published colour transform ``name``: Pillow's uint8 arithmetic (:func:`invfast.ops.pillow.
-    pillow_colour`) on uint8 images, the built-in's float op on float images."""
+def pillow(colour: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> Apply:
+    """A published colour transform: ``colour``, Pillow's uint8 arithmetic (one of :mod:`invfast.ops.pillow`'s
+    ``pillow_brightness`` ... ``pillow_grayscale``), on uint8 images, the built-in's float op on float images."""
 
     def apply(t: Any, images: torch.Tensor, p: torch.Tensor, fill: Any) -> torch.Tensor:
         if images.dtype != torch.uint8:
             return t.builtin.apply(images, p)
-        return pillow_colour(name, images, p)
+        return colour(images, p)
 
     return apply
 
