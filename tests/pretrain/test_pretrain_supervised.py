@@ -8,8 +8,8 @@ import pytest
 import torch
 from test_pretrain_fixtures import RandomAug, TinyEncoder, blob_images
 
+from invfast.data import ArraySource
 from invfast.pretrain import (
-    ArraySource,
     HeldoutProbe,
     LabelledSource,
     MoCoV2,
