@@ -5,6 +5,7 @@ import torch
 from torch import nn
 
 from invfast.models import HyperResNet
+from invfast.probes import NotFittedError
 from invfast.probes.invariance_probe import InvarianceProbe, quantize
 
 
@@ -106,7 +107,7 @@ def test_bad_configuration():
         InvarianceProbe(MixtureExtractor(), task="regression", init=1.5).fit(x, y)
     with pytest.raises(ValueError, match="inv_dim"):
         InvarianceProbe(nn.Linear(2, 2), task="regression").fit(x, y)
-    with pytest.raises(RuntimeError, match="not fitted"):
+    with pytest.raises(NotFittedError, match="not fitted"):
         InvarianceProbe(MixtureExtractor()).predict(x)
     with pytest.raises(ValueError, match="rows"):
         InvarianceProbe(MixtureExtractor(), task="regression").fit(x, torch.randn(7))
