@@ -298,14 +298,14 @@ def _extractor(args: argparse.Namespace, model: Any, device: torch.device, **kwa
 def _announce_estimate(
     args: argparse.Namespace, model: Any, device: torch.device, images: torch.Tensor, n_images: int
 ) -> None:
-    """One line before a long CPU measurement of ``n_images``: its estimated time from one timed forward pass over
-    the first ``images``, and that of ``--quick`` (:mod:`invfast.measure.estimate`)."""
+    """One line before a long CPU measurement of ``n_images``: its estimated time from the model timed on the first
+    ``images`` repeated to the run's batch size, and that of ``--quick`` (:mod:`invfast.measure.estimate`)."""
     from invfast.measure.estimate import estimate_line, seconds_per_image, views_per_image
     from invfast.measure.options import _grid_size
 
     extract = _extractor(args, model, device)
     try:
-        per_image = seconds_per_image(extract, images)
+        per_image = seconds_per_image(extract, images, args.forward_batch)
     finally:
         extract.close()
     views = views_per_image(args.transforms, _grid_size(args), args.protocol, args.grid_side)

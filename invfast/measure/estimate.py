@@ -1,14 +1,14 @@
 """How long a measurement will take and, for per-element units, how much memory it will hold, said before it
-starts: the views it computes (model inputs) times one timed forward pass per image (on the CPU a run longer
-than :data:`LONG_RUN_S` gets one line with the estimate and what ``--quick`` would take instead); the float64
-per-unit moments every transform keeps until the run ends, against the memory free on the device (more is
-refused, more than :data:`LARGE_MOMENTS_BYTES` is announced)."""
+starts: the views it computes (model inputs) times the model's time per input at the run's batch size (on the
+CPU a run longer than :data:`LONG_RUN_S` gets one line with the estimate and what ``--quick`` would take
+instead); the float64 per-unit moments of the transform being scored, against the memory free on the device
+(more is refused, more than :data:`LARGE_MOMENTS_BYTES` is announced)."""
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -86,18 +86,33 @@ def moments_line(need: int, free: int | None, device: str, units: Sequence[int],
     return f"memory: {what}" + ("" if free is None else f"; {_gib(free)} free")
 
 
-def seconds_per_image(extract: Any, images: torch.Tensor, repeats: int = 2) -> float:
-    """Wall seconds per image of ``extract(images)`` (one call to warm up, then the fastest of ``repeats``)."""
+def seconds_per_image(
+    extract: Any,
+    images: torch.Tensor,
+    batch: int = 256,
+    budget_s: float = 2.0,
+    clock: Callable[[], float] = time.perf_counter,
+) -> float:
+    """Wall seconds per image of ``extract`` at the run's model-call size: ``images`` ``[n, C, H, W]`` repeated
+    into batches of ``n``, ``2n``, ``4n`` ... up to ``batch`` images (the run's ``forward_batch``), each timed
+    once after a warm-up call, stopping once a call took ``budget_s``; the last batch's time per image. A small
+    batch costs more per image than the run's large ones (a fixed cost per call), so timing only the first
+    ``n`` images overestimated runs of small models several-fold."""
     if images.shape[0] == 0:
         raise ValueError("no images to time the model on")
+    if batch < 1 or budget_s <= 0:
+        raise ValueError(f"batch must be >= 1 and budget_s > 0, got {batch} and {budget_s}")
+    n = min(int(images.shape[0]), batch)
     with torch.no_grad():
-        extract(images)
-        best = float("inf")
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            extract(images)
-            best = min(best, time.perf_counter() - t0)
-    return best / images.shape[0]
+        extract(images[:n])
+        while True:
+            x = images[torch.arange(n, device=images.device) % images.shape[0]]
+            t0 = clock()
+            extract(x)
+            took = clock() - t0
+            if n >= batch or took >= budget_s:
+                return took / n
+            n = min(batch, 2 * n)
 
 
 def _minutes(s: float) -> str:
@@ -108,15 +123,16 @@ def estimate_line(
     n_images: int, views: int, per_image_s: float, quick_views: int, quick_images: int, device: str = "cpu"
 ) -> str | None:
     """The line announcing a long CPU run (None when it is short or not on the CPU): its estimated time and that of
-    ``--quick`` (``quick_views`` per image on ``quick_images`` images), both from the same timed forward pass."""
+    ``--quick`` (``quick_views`` per image on ``quick_images`` images), both from the same timing
+    (:func:`seconds_per_image`)."""
     total = n_images * views * per_image_s
     if device != "cpu" or total < LONG_RUN_S:
         return None
     quick = min(n_images, quick_images) * quick_views * per_image_s
     return (
         f"estimate: about {_minutes(total)} on the CPU ({n_images} images x {views} views at "
-        f"{per_image_s * 1e3:.1f} ms per image, one forward pass timed); --quick would take about {_minutes(quick)} "
-        "(fewer parameters and images, the same report)"
+        f"{per_image_s * 1e3:.2f} ms per view, timed at the run's batch size); --quick would take about "
+        f"{_minutes(quick)} (fewer parameters and images, the same report)"
     )
 
 

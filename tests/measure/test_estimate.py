@@ -3,8 +3,6 @@ timed forward pass, and the line that announces a long run with the --quick alte
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import torch
 
@@ -20,23 +18,51 @@ def test_views_per_image_counts_the_statistics_pass_and_every_grid_parameter():
     assert views_per_image("all", 8) > views_per_image("all", 4)
 
 
-def test_seconds_per_image_times_a_warm_call():
-    calls = []
+class _Model:
+    """A model that costs ``fixed`` seconds per call plus ``per`` per image on a fake clock."""
 
-    def slow(x: torch.Tensor) -> torch.Tensor:
-        calls.append(x.shape[0])
-        time.sleep(0.02)
+    def __init__(self, fixed: float, per: float) -> None:
+        self.now, self.fixed, self.per, self.calls = 0.0, fixed, per, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.append(x.shape[0])
+        self.now += self.fixed + self.per * x.shape[0]
         return x.flatten(1)
 
-    per = seconds_per_image(slow, torch.zeros(4, 3, 8, 8))
-    assert calls == [4, 4, 4] and 0.005 <= per < 0.05  # 20 ms over 4 images, plus scheduling
-    with pytest.raises(ValueError, match="no images"):
-        seconds_per_image(slow, torch.zeros(0, 3, 8, 8))
+
+def test_seconds_per_image_times_the_runs_batch_size():
+    m = _Model(fixed=0.08, per=0.001)
+    per = seconds_per_image(m, torch.zeros(8, 3, 8, 8), batch=256, clock=m.clock)
+    assert m.calls == [8, 8, 16, 32, 64, 128, 256]  # a warm-up, then doubling to the run's batch
+    assert per == pytest.approx(0.001 + 0.08 / 256)  # not 0.001 + 0.08 / 8: 3.5x the run's cost
+    m = _Model(fixed=0.0, per=0.5)
+    per = seconds_per_image(m, torch.zeros(8, 3, 8, 8), batch=256, budget_s=2.0, clock=m.clock)
+    assert m.calls == [8, 8] and per == pytest.approx(0.5)  # a slow model: one timed call of 4 s is enough
+    m = _Model(fixed=0.0, per=0.1)
+    assert seconds_per_image(m, torch.zeros(8, 3, 8, 8), batch=3, clock=m.clock) == pytest.approx(0.1)
+    assert m.calls == [3, 3]
+
+
+def test_seconds_per_image_repeats_the_given_images():
+    seen = []
+    x = torch.arange(3.0).view(3, 1, 1, 1)
+    seconds_per_image(lambda v: seen.append(v.flatten().tolist()), x, batch=6)
+    assert seen == [[0, 1, 2], [0, 1, 2], [0, 1, 2, 0, 1, 2]]
+
+
+@pytest.mark.parametrize("n,batch,budget", [(0, 256, 2.0), (4, 0, 2.0), (4, 256, 0.0)])
+def test_seconds_per_image_refuses_bad_input(n, batch, budget):
+    with pytest.raises(ValueError, match="no images|batch must be"):
+        seconds_per_image(lambda v: v, torch.zeros(n, 3, 8, 8), batch=batch, budget_s=budget)
 
 
 def test_estimate_line_only_for_long_cpu_runs():
     line = estimate_line(1000, 2000, 0.001, 150, 100)
-    assert line is not None and "about 33 min on the CPU" in line and "1000 images x 2000 views at 1.0 ms" in line
+    assert line is not None and "about 33 min on the CPU" in line
+    assert "1000 images x 2000 views at 1.00 ms per view" in line
     assert "--quick would take about 0.2 min" in line  # 100 images x 150 views x 1 ms = 15 s
     assert estimate_line(10, 20, 0.001, 5, 100) is None  # 0.2 s: said by nobody
     assert estimate_line(1000, 2000, 0.001, 150, 100, device="cuda") is None
