@@ -12,7 +12,6 @@ from invfast.config_base import Config, scheduling
 __all__ = [
     "ReproduceConfig",
     "DEFAULT_FINDINGS",
-    "disk_estimate_mb",
 ]
 
 
@@ -490,13 +489,9 @@ class ReproduceConfig(Config):
             raise ValueError(
                 f"findings must be a non-empty tuple of finding ids such as ('S2', 'S3'), got {self.findings!r}"
             )
-        from invfast.models import ARCHITECTURES
         from invfast.reproduce.validation import validate_test_transforms
 
         validate_test_transforms(self)
-
-        if any(f.startswith("C") for f in self.findings) and f"hyper-{self.arch}" not in ARCHITECTURES:
-            raise ValueError(f"the amortised model (C findings) needs 'hyper-{self.arch}', which invfast.models lacks")
 
     def moco_queue_size(self) -> int:
         """The MoCo key queue of the pretraining runs: ``queue_size``, or the library default for the data."""
@@ -536,17 +531,3 @@ def background_count(spec: str) -> int | None:
     raise ValueError(
         f"backgrounds must be 'procedural:N', 'builtin:N' (1 <= N <= 867), 'builtin' or 'uniform-random', got {spec!r}"
     )
-
-
-def disk_estimate_mb(cfg: ReproduceConfig) -> float:
-    """Rough disk need of the cache: checkpoints (model, key network, optimiser), features, images."""
-    from invfast.models import create
-
-    n_params = sum(p.numel() for p in create(cfg.arch, width=cfg.width).parameters())
-    amortised = any(f.startswith("C") for f in cfg.findings)
-    supervised = 4 + (80 if any(f.startswith("S") and f != "S8" for f in cfg.findings) else 4)
-    models = 3 + supervised + (1 if amortised else 0)
-    ckpt = models * n_params * 4 * 6 / 2**20
-    images = (cfg.n_pretrain + 2 * cfg.n_probe + cfg.n_measure + 4 * cfg.transfer_n_source) * 3 * cfg.size**2 / 2**20
-    feats = 2 * 8 * cfg.n_probe * 8 * cfg.width * 4 / 2**20
-    return 20 + ckpt + images + feats + (50 * n_params * 4 / 2**20 if amortised else 0)

@@ -51,6 +51,8 @@ class Finding:
         models: the model keys its verdict rests on (a key ending in '-' is a prefix: 's3-'); a seed where one
             of them did not learn (:mod:`invfast.reproduce.sections.learning`) is *not testable*.
         paper_value: the paper's value of the rule's statistic, in words ('' where the paper has a figure only).
+        test_families: the families of test transforms its rule compares (``invfast.transforms`` families): a run
+            selecting it needs ``test_transforms`` to hold one of each (checked with the configuration).
 
     ``check`` describes the numbers for the report (its summary); it decides nothing.
     """
@@ -67,6 +69,7 @@ class Finding:
     judge: Callable[[dict[str, Any]], SeedVerdict] | None = None
     models: tuple[str, ...] = ()
     paper_value: str = ""
+    test_families: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.paper not in PAPERS:
@@ -75,6 +78,12 @@ class Finding:
             raise ValueError(f"finding id {self.id!r} must be {PAPERS[self.paper][0]}<number> for {self.paper}")
         if not self.stages or not all(isinstance(s, str) and s for s in self.stages):
             raise ValueError(f"finding {self.id}: stages must name at least one stage")
+        from invfast.transforms.transform import FAMILIES
+
+        if not isinstance(self.test_families, tuple) or not set(self.test_families) <= set(FAMILIES):
+            raise ValueError(
+                f"finding {self.id}: test_families must be a tuple of {', '.join(FAMILIES)}, got {self.test_families!r}"
+            )
 
     @property
     def cite(self) -> str:

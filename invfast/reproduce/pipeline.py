@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from invfast.io import DamagedFileError, atomic_write_text
-from invfast.reproduce.config import ADDED_FIELDS, ReproduceConfig, disk_estimate_mb
+from invfast.reproduce.config import ADDED_FIELDS, ReproduceConfig
 from invfast.reproduce.folders import check_disk, claim_folder
 from invfast.reproduce.stage import Stage
 
@@ -431,6 +431,25 @@ def seed_prefix(cfg: ReproduceConfig, seed: int) -> str:
     return "" if seed == cfg.seed else f"seed-{seed}/"
 
 
+def disk_estimate_mb(cfg: ReproduceConfig, stages: Sequence[Stage]) -> float:
+    """MiB the cache will hold after the run: what each stage the run selects writes (its ``disk_mb``,
+    :mod:`invfast.reproduce.disk`, the same on every seed) on every seed, plus 20 MiB of stage records and
+    reports. Building the models a stage writes is part of the estimate, so a configuration under which a
+    selected stage cannot make its model (an architecture without a Hyper-ResNet for the amortised models)
+    raises one ValueError naming the stage, before any work."""
+    per_stage: dict[str, float] = {}
+    total = 20.0
+    for c in seed_configs(cfg):
+        for st in selected_plan(stages, c):
+            if st.name not in per_stage:
+                try:
+                    per_stage[st.name] = st.disk_mb(cfg) if st.disk_mb is not None else 0.0
+                except ValueError as e:
+                    raise ValueError(f"stage {st.name!r} cannot make its model under this configuration: {e}") from e
+            total += per_stage[st.name]
+    return total
+
+
 def stage_names(cfg: ReproduceConfig, stages: Sequence[Stage] | None = None) -> list[str]:
     """The stages of a run over every seed, in order (the progress display counts them)."""
     if stages is None:
@@ -467,6 +486,9 @@ def reproduce(
                 f"this configuration ({cfg.preset}) runs on {cfg.device!r}, but torch sees no CUDA device; "
                 "use --quick (CPU) or --set device=cpu"
             )
+    from invfast.reproduce import stages as S
+
+    need_mb = disk_estimate_mb(cfg, S.STAGES)  # before any folder is claimed: it also builds the stages' models
     out = os.path.abspath(out)
     cache = os.path.abspath(cache_dir) if cache_dir is not None else os.path.join(out, "cache")
     conf = cfg.claim_dict()
@@ -476,11 +498,11 @@ def reproduce(
         if cache != out:
             held.enter_context(hold(cache, "--cache-dir", "cache folder"))
             claim_folder(cache, conf, "cache folder", ADDED_FIELDS)
-        return _reproduce(cfg, out, cache, progress, log)
+        return _reproduce(cfg, out, cache, need_mb, progress, log)
 
 
 def _reproduce(
-    cfg: ReproduceConfig, out: str, cache: str, progress: bool, log: Callable[[str], None] | None
+    cfg: ReproduceConfig, out: str, cache: str, need_mb: float, progress: bool, log: Callable[[str], None] | None
 ) -> dict[str, Any]:
     """:func:`reproduce` in its held and claimed folders."""
     from invfast.progress import bar as progress_bar
@@ -488,7 +510,7 @@ def _reproduce(
     from invfast.reproduce import stages as S
     from invfast.reproduce.sections import SeedRun
 
-    check_disk(cache, disk_estimate_mb(cfg))
+    check_disk(cache, need_mb)
     t_start = time.perf_counter()
     names = stage_names(cfg, S.STAGES)
     selected = {c.seed: selected_plan(S.STAGES, c) for c in seed_configs(cfg)}

@@ -24,6 +24,8 @@ class Stage:
         needs: the stages whose outputs it reads (they run first).
         writes: what it creates under the seed's cache folder (paths; a trailing '/' for a folder).
         when: ``when(cfg) -> bool``: whether this configuration runs it (None: always).
+        disk_mb: ``disk_mb(cfg) -> float``: MiB it writes under the seed's cache folder (:mod:`invfast.reproduce.disk`);
+            required when ``writes`` is not empty. The run's disk check sums it over the stages it selects.
     """
 
     name: str
@@ -31,6 +33,7 @@ class Stage:
     needs: tuple[str, ...] = ()
     writes: tuple[str, ...] = ()
     when: Callable[[ReproduceConfig], bool] | None = None
+    disk_mb: Callable[[ReproduceConfig], float] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or not all(c.isalnum() or c in "-_" for c in self.name):
@@ -47,6 +50,13 @@ class Stage:
             raise ValueError(f"stage {self.name!r} needs itself")
         if self.when is not None and not callable(self.when):
             raise TypeError(f"stage {self.name!r}: when must be None or callable(cfg) -> bool")
+        if self.disk_mb is not None and not callable(self.disk_mb):
+            raise TypeError(f"stage {self.name!r}: disk_mb must be None or callable(cfg) -> float")
+        if self.writes and self.disk_mb is None:
+            raise ValueError(
+                f"stage {self.name!r} writes {', '.join(self.writes)}: declare disk_mb(cfg), the MiB it writes "
+                "(invfast.reproduce.disk), so the run's disk check counts it"
+            )
 
     def active(self, cfg: ReproduceConfig) -> bool:
         return self.when is None or bool(self.when(cfg))

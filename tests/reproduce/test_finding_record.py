@@ -129,3 +129,49 @@ def test_the_report_table_shows_every_seed_the_minimum_the_mean_and_the_papers_v
     assert row[4] == "≥ 0.05" and row[7] == "0.1 |"
     mean = f["over_seeds"]["effects"]["acc(A) − acc(B)"]
     assert mean["method"] == "t" and mean["n"] == 2 and row[6].startswith(f"{mean['estimate']:.3f} [")
+
+
+def _toy_train(ctx):
+    return {"models": {}}
+
+
+def _toy_probe(ctx):
+    return {}
+
+
+def _toy_disk(cfg):
+    return 7.0 * cfg.seeds
+
+
+def test_a_new_findings_stages_bring_their_disk_need(registered, monkeypatch):
+    from invfast.reproduce import pipeline as R
+    from invfast.reproduce import presets as RP
+    from invfast.reproduce import stages as S
+    from invfast.reproduce.stage import Stage
+
+    train = Stage("toy-train", _toy_train, writes=("toy/",), disk_mb=_toy_disk)
+    probe = Stage("toy-probe", _toy_probe, needs=("toy-train",))
+    stages = (*S.STAGES, train, probe)
+    cfg = RP.preset("tiny", findings=("E9",))
+    # E9's stages alone: 20 MiB of records and reports, and toy-train's 14 MiB on each of the 2 seeds
+    assert R.disk_estimate_mb(cfg, stages) == pytest.approx(20 + 2 * 14)
+    both = RP.preset("tiny", findings=("E9", "S2"))
+    s2 = R.disk_estimate_mb(RP.preset("tiny", findings=("S2",)), S.STAGES)
+    assert R.disk_estimate_mb(both, stages) == pytest.approx(s2 + 2 * 14)
+    # a stage that writes must say how much
+    with pytest.raises(ValueError, match=r"stage 'toy-train' writes toy/: declare disk_mb"):
+        Stage("toy-train", _toy_train, writes=("toy/",))
+
+
+def test_a_findings_test_families_are_checked_with_the_configuration(monkeypatch):
+    from invfast.reproduce import presets as RP
+
+    rec = dataclasses.replace(_record(), test_families=("appearance",))
+    monkeypatch.setattr(FR, "FINDINGS", (*FR.FINDINGS, rec))
+    monkeypatch.setitem(FR.SPEC_IDS, "E9", "A beats B")
+    RP.preset("tiny", findings=("E9",), test_transforms="hue")  # an appearance transform: enough
+    with pytest.raises(ValueError, match=r"has no appearance transform; E9 compares the appearance family: add one"):
+        RP.preset("tiny", findings=("E9", "S2"), test_transforms="rotation")
+    RP.preset("tiny", findings=("S2",), test_transforms="rotation")  # S2 compares no families
+    with pytest.raises(ValueError, match="test_families must be a tuple of spatial, appearance"):
+        dataclasses.replace(_record(), test_families=("texture",))

@@ -514,13 +514,17 @@ def _stage_b(ctx):
         return {"seed_seen": int(f.read()), "pid": os.getpid()}
 
 
+def _tiny_disk(cfg):
+    return 0.01
+
+
 def _stage_fails(ctx):
     raise ValueError(f"stage failed on seed {ctx.cfg.seed}")
 
 
 def test_parallel_stages_respect_needs_and_raise_a_workers_error(tmp_path):
     cfg = RP.preset("tiny")
-    a, b = R.Stage("a", _stage_a, writes=("a.txt",)), R.Stage("b", _stage_b, needs=("a",))
+    a, b = R.Stage("a", _stage_a, writes=("a.txt",), disk_mb=_tiny_disk), R.Stage("b", _stage_b, needs=("a",))
     jobs = [(c, str(tmp_path / f"s{c.seed}"), R.plan([b, a], c)) for c in R.seed_configs(cfg)]
     results, timings = R.run_parallel(jobs, workers=2)
     assert [r["b"]["seed_seen"] for r in results] == [c.seed for c in R.seed_configs(cfg)]
@@ -784,7 +788,7 @@ def test_adding_a_stage_is_one_record(tiny_run, tmp_path, monkeypatch):
         np.save(path, np.linalg.norm(f, axis=1))
         return {"mean_norm": float(np.linalg.norm(f, axis=1).mean())}
 
-    extra = R.Stage("feature-norms", feature_norms, needs=("features",), writes=("extra/",))
+    extra = R.Stage("feature-norms", feature_norms, needs=("features",), writes=("extra/",), disk_mb=_tiny_disk)
     monkeypatch.setattr(S, "STAGES", (*S.STAGES, extra))
     assert run_cli("--preset", "tiny", "--out", str(out)) == 0
     assert calls == [0, 1]
@@ -1006,7 +1010,7 @@ def _stage_crashes_once(ctx):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a worker killed by a signal")
 def test_a_worker_killed_by_a_native_crash_stops_the_run_and_it_resumes(tmp_path):
     cfg = RP.preset("tiny")
-    a = R.Stage("a", _stage_a, writes=("a.txt",))
+    a = R.Stage("a", _stage_a, writes=("a.txt",), disk_mb=_tiny_disk)
     crash = R.Stage("crash", _stage_crashes_once, needs=("a",))
     jobs = [(cfg, str(tmp_path / "s0"), [a, crash])]
     with pytest.raises(R.StageWorkerDied, match=r"died .* \[seed 0: crash\].*run the same command again"):
@@ -1035,6 +1039,27 @@ def test_a_damaged_cache_file_is_named_with_the_fix_and_the_fix_works(tiny_run, 
     a = json.loads((tiny_run / "results.json").read_text())
     b = json.loads((out / "results.json").read_text())
     assert a["probes"] == b["probes"] and a["findings"] == b["findings"]
+
+
+def test_the_disk_estimate_bounds_what_the_tiny_run_wrote(tiny_run):
+    # the estimate (each selected stage's disk_mb on every seed) against the bytes the cache holds after the run
+    cfg = RP.preset("tiny")
+    wrote = sum(p.stat().st_size for p in (tiny_run / "cache").rglob("*") if p.is_file()) / 2**20
+    need = R.disk_estimate_mb(cfg, S.STAGES)
+    assert wrote <= need <= 2 * wrote + 20, (wrote, need)
+
+
+def test_a_stage_that_cannot_make_its_model_is_refused_before_any_folder(capsys, tmp_path):
+    # E5 reads the K = 5 amortised model: resnet34-cifar has no Hyper-ResNet (a C-finding check missed this)
+    cfg = RP.preset("tiny", arch="resnet34-cifar", findings=("E5",))
+    with pytest.raises(ValueError, match=r"stage 'pretrain-amortised-k5' cannot make its model .*hyper-resnet34"):
+        R.reproduce(cfg, str(tmp_path / "a"), progress=False)
+    assert not (tmp_path / "a").exists()
+    argv = ["reproduce", "--preset", "tiny", "--findings", "C3", "--set", "arch=resnet34-cifar"]
+    assert main([*argv, "--out", str(tmp_path / "b")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot make its model" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()
 
 
 def test_a_one_family_transform_selection_is_refused_where_a_finding_needs_both(capsys, tmp_path):

@@ -164,6 +164,7 @@ FINDINGS = (
         "amortised",
         _statistics_c1,
         models=("amortised", "spatial", "appearance"),
+        test_families=("spatial", "appearance"),
         judge=judge_c1,
     ),
     Finding(

@@ -101,6 +101,7 @@ FINDING = Finding(
     _statistics,
     models=("default", "spatial", "appearance"),
     judge=judge_e1,
+    test_families=("spatial", "appearance"),
     paper_value="Δ_spa 0.35, Δ_app 0.37, Default's position 0.72 / 0.73 (standardised cosine, Tab. 1)",
 )
 

@@ -24,7 +24,7 @@ from invfast.reproduce.stages.supervised import (
 )
 from invfast.reproduce.stages.transfer import transfer_dataset
 
-__all__ = ["FACTORS", "CLASS_RELATIONS", "factor_values", "pair_specs", "s1_train", "s1_probe"]
+__all__ = ["FACTORS", "CLASS_RELATIONS", "factor_values", "factor_specs", "pair_specs", "s1_train", "s1_probe"]
 
 FACTORS = ("size", "arch", "classes")
 #: source object set relative to the target's -> the transfer family's object set
@@ -73,13 +73,14 @@ def pair_specs(cfg: ReproduceConfig, factor: str, value: str) -> list[ModelSpec]
     ]
 
 
-def _specs(cfg: ReproduceConfig, factor: str) -> list[ModelSpec]:
+def factor_specs(cfg: ReproduceConfig, factor: str) -> list[ModelSpec]:
+    """The models S1 trains for ``factor``: the pair of every value but the default (the transfer models)."""
     return [s for v in factor_values(cfg, factor) if not is_default(cfg, factor, v) for s in pair_specs(cfg, factor, v)]
 
 
 def s1_train(ctx: Context, factor: str) -> dict[str, Any]:
     """Train the pairs of every non-default value of ``factor``."""
-    return {"factor": factor, "models": train_models(ctx, _specs(ctx.cfg, factor))}
+    return {"factor": factor, "models": train_models(ctx, factor_specs(ctx.cfg, factor))}
 
 
 def s1_probe(ctx: Context) -> dict[str, Any]:
@@ -87,7 +88,7 @@ def s1_probe(ctx: Context) -> dict[str, Any]:
     cfg = ctx.cfg
     loaders: dict[str, Any] = {f"transfer-{k}": functools.partial(load_stage_model, ctx, f"transfer-{k}") for k in PAIR}
     for factor in FACTORS:
-        for spec in _specs(cfg, factor):
+        for spec in factor_specs(cfg, factor):
             loaders[spec.key] = functools.partial(load_trained, ctx, spec)
     ev = Evaluator(ctx, loaders, {"target": functools.partial(transfer_dataset, objects="target")})
     out: dict[str, Any] = {}

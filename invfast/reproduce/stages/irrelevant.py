@@ -26,6 +26,7 @@ __all__ = [
     "base_set",
     "irrelevant_dataset",
     "s3_specs",
+    "s4_kind_specs",
     "s4_specs",
     "s3_train",
     "s3_evaluate",
@@ -153,8 +154,13 @@ def s3_train(ctx: Context) -> dict[str, Any]:
     return {"models": train_models(ctx, s3_specs(ctx.cfg))}
 
 
+def s4_kind_specs(cfg: ReproduceConfig, kind: str) -> list[ModelSpec]:
+    """S4's models of one sweep: ``kind`` 'alpha' (correlation) or 'beta' (availability)."""
+    return [s for s in s4_specs(cfg) if s.key.startswith(f"s4-{kind}-")]
+
+
 def s4_train(ctx: Context, kind: str) -> dict[str, Any]:
-    return {"models": train_models(ctx, [s for s in s4_specs(ctx.cfg) if s.key.startswith(f"s4-{kind}-")])}
+    return {"models": train_models(ctx, s4_kind_specs(ctx.cfg, kind))}
 
 
 def _views(cfg: ReproduceConfig, vary: str) -> tuple[torch.Tensor, torch.Tensor]:
