@@ -1,11 +1,16 @@
 """The one base of every job's configuration (:class:`~invfast.measure.MeasureConfig`,
 :class:`~invfast.pretrain.TrainConfig`, :class:`~invfast.reproduce.ReproduceConfig`).
 
-A configuration is a frozen dataclass, validated once when it is made (``__post_init__`` calls
-:meth:`Config.validate`, which raises one clear error naming the first bad field). Each field either changes
-the numbers (the default) or only schedules the work — how, where, how often or how visibly it runs — and is
-declared with :func:`scheduling`, with the reason. A resumed job must match every field that changes the
-numbers and may change the others (:meth:`Config.numbers`, :meth:`Config.scheduling_fields`).
+A configuration is a frozen dataclass, validated once when it is made (``__post_init__`` checks what each
+field declares, then calls :meth:`Config.validate` for what concerns several fields; each raises one clear
+error naming the first bad field). Each field either changes the numbers (the default) or only schedules the
+work — how, where, how often or how visibly it runs — and is declared with :func:`scheduling`, with the
+reason. A resumed job must match every field that changes the numbers and may change the others
+(:meth:`Config.numbers`, :meth:`Config.scheduling_fields`).
+
+What a field accepts on its own, the value that gives the numbers of folders made before it existed, and the
+group it belongs to are declared with it (:func:`declare`), once: no list of field names stands beside the
+fields.
 
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
@@ -14,6 +19,12 @@ numbers and may change the others (:meth:`Config.numbers`, :meth:`Config.schedul
     ...     progress: bool = scheduling("display only", True)
     >>> Job().numbers(), Job.scheduling_fields()
     ({'epochs': 10}, ('progress',))
+    >>> @dataclass(frozen=True)
+    ... class Run(Config):
+    ...     epochs: int = declare(10, at_least=1, at_most=1000)
+    ...     warmup: float = declare(0.1, number=True, before=0.0)
+    >>> Run.added_fields()
+    {'warmup': 0.0}
 """
 
 from __future__ import annotations
@@ -21,14 +32,78 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, TypeVar
 
-__all__ = ["Config", "scheduling"]
+__all__ = ["Config", "declare", "scheduling"]
 
 C = TypeVar("C", bound="Config")
 
 
+def declare(
+    default: Any = dataclasses.MISSING,
+    *,
+    at_least: float | None = None,
+    at_most: float | None = None,
+    number: bool = False,
+    flag: bool = False,
+    optional: bool = False,
+    scheduling: str | None = None,
+    before: Any = dataclasses.MISSING,
+    group: str | None = None,
+) -> Any:
+    """A field and what it accepts, declared once.
+
+    Args:
+        default: its value when not given.
+        at_least: an integer (a real number with ``number``) at least this (``number`` alone: at least 0).
+        at_most: and at most this (a run beyond it would take years or not fit in memory).
+        number: a real number (int or float, not NaN) rather than an integer.
+        flag: True or False.
+        optional: None is accepted too (the job decides).
+        scheduling: why it changes none of the numbers (:func:`scheduling`): left out of the resume identity.
+        before: the value that gives the numbers of folders made before the field existed (a folder whose
+            recorded configuration lacks it resumes under that value, and only under it).
+        group: the group of related fields it belongs to (:meth:`Config.groups`).
+    """
+    if number and at_least is None:
+        at_least = 0
+    meta: dict[str, Any] = {}
+    if at_least is not None or at_most is not None or flag:
+        meta["accepts"] = {
+            "kind": "flag" if flag else "number" if number else "integer",
+            "at_least": at_least,
+            "at_most": at_most,
+            "optional": optional,
+        }
+    if scheduling is not None:
+        meta.update(numbers=False, why=scheduling)
+    if before is not dataclasses.MISSING:
+        meta["before"] = before
+    if group is not None:
+        meta["group"] = group
+    return dataclasses.field(default=default, metadata=meta)
+
+
 def scheduling(why: str, default: Any = dataclasses.MISSING) -> Any:
     """A field that changes none of the numbers, and ``why``: left out of the resume identity."""
-    return dataclasses.field(default=default, metadata={"numbers": False, "why": why})
+    return declare(default, scheduling=why)
+
+
+def _problem(name: str, v: Any, accepts: dict[str, Any]) -> tuple[type[Exception], str] | None:
+    """What is wrong with value ``v`` of field ``name`` under its declaration ``accepts`` (None: nothing)."""
+    if accepts["optional"] and v is None:
+        return None
+    none = " (or None)" if accepts["optional"] else ""
+    if accepts["kind"] == "flag":
+        return None if isinstance(v, bool) else (TypeError, f"{name} must be True or False{none}, got {v!r}")
+    lo, hi = accepts["at_least"], accepts["at_most"]
+    real = accepts["kind"] == "number"
+    what = "a number" if real else "an integer"
+    bound = f" >= {lo}" if lo is not None else ""
+    wrong_type = isinstance(v, bool) or not isinstance(v, (int, float) if real else int)
+    if wrong_type or (lo is not None and not v >= lo) or (real and v != v):
+        return ValueError, f"{name} must be {what}{bound}{none}, got {v!r}"
+    if hi is not None and v > hi:
+        return ValueError, f"{name} must be at most {hi}, got {v!r}"
+    return None
 
 
 class Config:
@@ -37,9 +112,35 @@ class Config:
 
     #: what an unknown field is called in :meth:`replace`'s error ("measurement option", "config field")
     field_word = "field"
+    #: what a bad value's error says before the field's name ("config field ": the job's other errors say so)
+    value_prefix = ""
 
     def __post_init__(self) -> None:
+        self.check_declared()
         self.validate()
+
+    def check_declared(self) -> None:
+        """Raise one error naming the first field whose value is not what it declares (:func:`declare`)."""
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            accepts = f.metadata.get("accepts")
+            if accepts is not None:
+                problem = _problem(self.value_prefix + f.name, getattr(self, f.name), accepts)
+                if problem is not None:
+                    raise problem[0](problem[1])
+
+    @classmethod
+    def added_fields(cls) -> dict[str, Any]:
+        """The fields added after folders were made, by name, at the value that gives the numbers of before."""
+        return {f.name: f.metadata["before"] for f in dataclasses.fields(cls) if "before" in f.metadata}  # type: ignore[arg-type]
+
+    @classmethod
+    def groups(cls) -> dict[str, tuple[str, ...]]:
+        """The fields declared with a ``group``, by group, in declaration order."""
+        out: dict[str, list[str]] = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if "group" in f.metadata:
+                out.setdefault(f.metadata["group"], []).append(f.name)
+        return {k: tuple(v) for k, v in out.items()}
 
     def validate(self) -> None:
         """Raise one error naming the first field whose value is out of its range or of the wrong type."""

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from invfast.config_base import Config, scheduling
+from invfast.config_base import Config, declare, scheduling
 from invfast.measure import MeasureConfig
 from invfast.pretrain.config import TrainConfig
 from invfast.reproduce import ReproduceConfig, preset
@@ -58,9 +58,51 @@ def test_the_resume_identities_are_unchanged():
 
 
 def test_job_configs_are_validated_when_made():
-    with pytest.raises(ValueError, match="batch_size must be >= 1"):
+    with pytest.raises(ValueError, match="batch_size must be an integer >= 1, got 0"):
         TrainConfig(batch_size=0)
     with pytest.raises(ValueError, match="grid_size must be an integer >= 1"):
         MeasureConfig(grid_size=0)
     with pytest.raises(ValueError, match="seeds"):
         ReproduceConfig(seeds=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Declared(Config):
+    epochs: int = declare(10, at_least=1, at_most=1000, group="training")
+    workers: int | None = declare(None, at_least=0, optional=True, scheduling="processes", group="execution")
+    rate: float = declare(0.5, number=True, before=0.0, group="training")
+    fast: bool | None = declare(None, flag=True, optional=True)
+    name: str = "job"
+
+
+@pytest.mark.parametrize(
+    "changes, error, words",
+    [
+        (dict(epochs=0), ValueError, "epochs must be an integer >= 1, got 0"),
+        (dict(epochs=2.0), ValueError, "epochs must be an integer >= 1, got 2.0"),
+        (dict(epochs=True), ValueError, "epochs must be an integer >= 1, got True"),
+        (dict(epochs=1001), ValueError, "epochs must be at most 1000, got 1001"),
+        (dict(workers=-1), ValueError, r"workers must be an integer >= 0 \(or None\), got -1"),
+        (dict(rate=float("nan")), ValueError, "rate must be a number >= 0, got nan"),
+        (dict(rate=-0.1), ValueError, "rate must be a number >= 0, got -0.1"),
+        (dict(rate="1"), ValueError, "rate must be a number >= 0, got '1'"),
+        (dict(fast=1), TypeError, r"fast must be True or False \(or None\), got 1"),
+    ],
+)
+def test_a_declared_field_refuses_what_it_does_not_accept(changes, error, words):
+    with pytest.raises(error, match=words):
+        _Declared(**changes)
+
+
+def test_declarations_give_the_resume_identity_the_added_fields_and_the_groups():
+    ok = _Declared(epochs=1000, workers=0, rate=2, fast=False)
+    assert ok.rate == 2 and _Declared(workers=None).workers is None
+    assert _Declared.scheduling_fields() == ("workers",)
+    assert _Declared.added_fields() == {"rate": 0.0}
+    assert _Declared.groups() == {"training": ("epochs", "rate"), "execution": ("workers",)}
+    # the job configurations keep no list of field names beside the fields
+    assert ReproduceConfig.added_fields()["scale_grids"] is False and TrainConfig.added_fields() == {"warmup_steps": 0}
+    import invfast.pretrain.config as PC
+    import invfast.reproduce.config as RC
+
+    assert not {"ADDED_FIELDS", "_POSITIVE", "_MAXIMA"} & (set(vars(RC)) | set(vars(PC)))

@@ -16,11 +16,11 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
-from invfast.config_base import Config, scheduling
+from invfast.config_base import Config, declare
 
 __all__ = ["MeasureConfig", "fingerprint", "DTYPES"]
 
@@ -32,7 +32,8 @@ DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bflo
 class MeasureConfig(Config):
     """Everything that decides how :func:`invfast.measure_invariance` measures (model, data and
     transforms aside). Frozen; validated when made; ``replace(**changes)`` gives a new one. The fields by
-    concern are :attr:`GROUPS`; those declared with :func:`~invfast.config_base.scheduling` change no number.
+    concern are :meth:`groups` (loading, statistics, execution, output); those declared with a ``scheduling``
+    reason change no number.
 
     Attributes:
         grid_size: k of each transform's ``grid(k)``.
@@ -93,101 +94,81 @@ class MeasureConfig(Config):
             between calls): then each chunk of ``forward_batch`` images is one call.
     """
 
-    grid_size: int = 256
-    grid_side: int | None = None
-    batch_size: int = scheduling("images per batch: the per-image scores do not depend on it", 32)
-    forward_batch: int = scheduling("images per model call: bounds memory only", 256)
-    n_images: int | None = None
-    device: str | None = scheduling("the device it resolves to is fingerprinted instead", None)
-    dtype: Any = None
-    channels_last: bool | None = None
-    crop: int | None = None
-    normalize: bool = True
-    checkpoint: str | None = scheduling("the weights it loads are fingerprinted themselves", None)
-    shrinkage: str | float | None = None
-    eps: float = 1e-6
-    pair_scores_dir: str | None = None
-    state_path: str | None = scheduling("where the fingerprint is kept", None)
-    save_every: float = scheduling("how often the state is saved", 60.0)
-    strict: bool = False
-    resize: int = 256
-    progress: bool = scheduling("display only", False)
-    name: str | None = scheduling("a label in tables", None)
-    feature_cache_mb: float = scheduling("a memory budget: cached and recomputed features are equal", 512.0)
-    fingerprint_content: bool = False
-    protocol: Any = "invfast"
-    protocol_seed: int = 0
-    workers: int | None = scheduling("decoding processes: the images they decode are the same", None)
-    pair_block: int = scheduling("real-world mode: rows scored at once, a memory bound", 64)
-    layers: tuple[str, ...] | None = None
-    units: str = "channels"
-    equivariance: bool = False
-    equivariance_mb: float = scheduling("a memory limit: a run over it stops, the numbers never change", 2048.0)
-    overlap: bool | None = scheduling("how work is scheduled: the views and scores are the same", None)
-    split_forward: bool | None = scheduling("how each model call is scheduled: each image meets the same model", None)
+    grid_size: int = declare(256, at_least=1, group="statistics")
+    grid_side: int | None = declare(None, at_least=1, optional=True, group="statistics")
+    batch_size: int = declare(
+        32, at_least=1, scheduling="images per batch: the per-image scores do not depend on it", group="execution"
+    )
+    forward_batch: int = declare(
+        256, at_least=1, scheduling="images per model call: bounds memory only", group="execution"
+    )
+    n_images: int | None = declare(None, at_least=1, optional=True, group="loading")
+    device: str | None = declare(
+        None, scheduling="the device it resolves to is fingerprinted instead", group="execution"
+    )
+    dtype: Any = declare(None, group="execution")
+    channels_last: bool | None = declare(None, flag=True, optional=True, group="execution")
+    crop: int | None = declare(None, at_least=1, optional=True, group="loading")
+    normalize: bool = declare(True, flag=True, group="loading")
+    checkpoint: str | None = declare(
+        None, scheduling="the weights it loads are fingerprinted themselves", group="loading"
+    )
+    shrinkage: str | float | None = declare(None, group="statistics")
+    eps: float = declare(1e-6, number=True, group="statistics")
+    pair_scores_dir: str | None = declare(None, group="output")
+    state_path: str | None = declare(None, scheduling="where the fingerprint is kept", group="output")
+    save_every: float = declare(60.0, number=True, scheduling="how often the state is saved", group="output")
+    strict: bool = declare(False, flag=True, group="loading")
+    resize: int = declare(256, at_least=1, group="loading")
+    progress: bool = declare(False, flag=True, scheduling="display only", group="output")
+    name: str | None = declare(None, scheduling="a label in tables", group="output")
+    feature_cache_mb: float = declare(
+        512.0, number=True, scheduling="a memory budget: cached and recomputed features are equal", group="execution"
+    )
+    fingerprint_content: bool = declare(False, flag=True, group="loading")
+    protocol: Any = declare("invfast", group="loading")
+    protocol_seed: int = declare(0, at_least=0, group="loading")
+    workers: int | None = declare(
+        None,
+        at_least=0,
+        optional=True,
+        scheduling="decoding processes: the images they decode are the same",
+        group="loading",
+    )
+    pair_block: int = declare(
+        64, at_least=1, scheduling="real-world mode: rows scored at once, a memory bound", group="execution"
+    )
+    layers: tuple[str, ...] | None = declare(None, group="statistics")
+    units: str = declare("channels", group="statistics")
+    equivariance: bool = declare(False, flag=True, group="statistics")
+    equivariance_mb: float = declare(
+        2048.0,
+        number=True,
+        scheduling="a memory limit: a run over it stops, the numbers never change",
+        group="execution",
+    )
+    overlap: bool | None = declare(
+        None,
+        flag=True,
+        optional=True,
+        scheduling="how work is scheduled: the views and scores are the same",
+        group="execution",
+    )
+    split_forward: bool | None = declare(
+        None,
+        flag=True,
+        optional=True,
+        scheduling="how each model call is scheduled: each image meets the same model",
+        group="execution",
+    )
 
-    #: the fields by concern (the keyword API stays flat): what is read and how (loading), what is computed
-    #: (statistics), how and where the work runs (execution), and what is written or shown (output)
-    GROUPS: ClassVar[dict[str, tuple[str, ...]]] = {
-        "loading": (
-            "n_images",
-            "crop",
-            "normalize",
-            "resize",
-            "strict",
-            "workers",
-            "checkpoint",
-            "protocol",
-            "protocol_seed",
-            "fingerprint_content",
-        ),
-        "statistics": ("grid_size", "grid_side", "shrinkage", "eps", "layers", "units", "equivariance"),
-        "execution": (
-            "batch_size",
-            "forward_batch",
-            "device",
-            "dtype",
-            "channels_last",
-            "feature_cache_mb",
-            "pair_block",
-            "equivariance_mb",
-            "overlap",
-            "split_forward",
-        ),
-        "output": ("pair_scores_dir", "state_path", "save_every", "progress", "name"),
-    }
     field_word = "measurement option"
 
     def validate(self) -> None:
-        self._check_numbers()
-        self._check_flags()
         object.__setattr__(self, "dtype", _dtype_name(self.dtype))
         self._check_device()
         self._check_statistics()
         self._check_paths_and_names()
-
-    def _check_numbers(self) -> None:
-        """Counts (integers with a lower bound) and budgets (numbers >= 0)."""
-        for k in ("grid_size", "batch_size", "forward_batch", "resize", "pair_block"):
-            _positive_int(self, k)
-        _positive_int(self, "n_images", optional=True)
-        _positive_int(self, "crop", optional=True)
-        _positive_int(self, "grid_side", optional=True)
-        _positive_int(self, "workers", low=0, optional=True)
-        _positive_int(self, "protocol_seed", low=0)
-        for k in ("save_every", "feature_cache_mb", "equivariance_mb", "eps"):
-            v = getattr(self, k)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not v >= 0:
-                raise ValueError(f"{k} must be a number >= 0, got {v!r}")
-
-    def _check_flags(self) -> None:
-        """On/off fields, some with None for 'decide for the device'."""
-        for k in ("overlap", "split_forward", "channels_last"):
-            if getattr(self, k) is not None and not isinstance(getattr(self, k), bool):
-                raise TypeError(f"{k} must be True, False or None, got {getattr(self, k)!r}")
-        for k in ("normalize", "strict", "progress", "fingerprint_content", "equivariance"):
-            if not isinstance(getattr(self, k), bool):
-                raise TypeError(f"{k} must be True or False, got {getattr(self, k)!r}")
 
     def _check_device(self) -> None:
         """``device`` stored as torch spells it ('cuda' -> 'cuda', torch.device('cpu') -> 'cpu')."""
@@ -266,15 +247,6 @@ class MeasureConfig(Config):
     def to_dict(self) -> dict[str, Any]:
         """Every field (JSON-able): what ``result.json`` records as ``meta['config']``."""
         return dataclasses.asdict(self)
-
-
-def _positive_int(cfg: MeasureConfig, k: str, low: int = 1, optional: bool = False) -> None:
-    """Field ``k`` of ``cfg`` is an integer >= ``low`` (or None where ``optional``)."""
-    v = getattr(cfg, k)
-    if optional and v is None:
-        return
-    if isinstance(v, bool) or not isinstance(v, int) or v < low:
-        raise ValueError(f"{k} must be an integer >= {low}{' (or None)' if optional else ''}, got {v!r}")
 
 
 def _dtype_name(dtype: Any) -> str | None:

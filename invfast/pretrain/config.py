@@ -5,13 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from invfast.config_base import Config, scheduling
+from invfast.config_base import Config, declare, scheduling
 from invfast.pretrain import invariance as inv
 from invfast.pretrain.schedules import OPTIMIZERS
-
-#: TrainConfig fields added after checkpoints were saved, at the value that gives the numbers of before they
-#: existed: a checkpoint without one resumes under that value (and only under it)
-ADDED_FIELDS = {"warmup_steps": 0}
 
 
 @dataclass(frozen=True)
@@ -34,46 +30,42 @@ class TrainConfig(Config):
     Only the order of float sums changes; saved weights are written contiguous.
     """
 
-    batch_size: int = 256
+    batch_size: int = declare(256, at_least=1)
     epochs: int = 200
-    steps: int | None = None
+    steps: int | None = declare(None, at_least=1, optional=True)
     lr: float | None = None
     weight_decay: float = 1e-4
     sgd_momentum: float = 0.9
     optimizer: str = "sgd"
     schedule: str = "cosine"
-    warmup_steps: int = 0
+    # added after checkpoints were saved: a checkpoint without it resumes at 0 (its numbers of before)
+    warmup_steps: int = declare(0, at_least=0, before=0)
     seed: int = 0
     size: int = 224
-    checkpoint_every: int = scheduling("how often the state is saved", 500)
-    log_every: int = scheduling("how often the loss is logged", 10)
+    checkpoint_every: int = declare(500, at_least=0, scheduling="how often the state is saved")
+    log_every: int = declare(10, at_least=0, scheduling="how often the loss is logged")
     progress: bool = scheduling("display only", True)
-    invariance_every: int = scheduling("a measurement beside training: it reads the weights only", 0)
+    invariance_every: int = declare(
+        0, at_least=0, scheduling="a measurement beside training: it reads the weights only"
+    )
     invariance_images: int = scheduling("the images of that measurement", 256)
     invariance_transforms: tuple[str, ...] = scheduling("the transforms of that measurement", inv.DEFAULT_TRANSFORMS)
-    probe_every: int = scheduling("a probe beside training: it reads the weights only", 0)
+    probe_every: int = declare(0, at_least=0, scheduling="a probe beside training: it reads the weights only")
     device: str = scheduling("where it runs; a resumed run may move", "auto")
     amp: bool = False
-    channels_last: bool | None = scheduling("memory layout: only the order of float sums changes", None)
+    channels_last: bool | None = declare(
+        None, flag=True, optional=True, scheduling="memory layout: only the order of float sums changes"
+    )
 
     def base_lr(self) -> float:
         return 0.03 * self.batch_size / 256 if self.lr is None else float(self.lr)
 
     def validate(self) -> None:
-        if self.batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.epochs < 1 and self.steps is None:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
-        if self.steps is not None and self.steps < 1:
-            raise ValueError(f"steps must be >= 1, got {self.steps}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.schedule not in ("cosine", "constant"):
             raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
-        for name in ("warmup_steps", "checkpoint_every", "log_every", "invariance_every", "probe_every"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
-        if self.channels_last not in (None, True, False):
-            raise ValueError(f"channels_last must be None, True or False, got {self.channels_last!r}")
         if self.base_lr() <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")

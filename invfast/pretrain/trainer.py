@@ -26,7 +26,7 @@ from invfast.io import atomic_torch_save, config_difference, load_verified, with
 from invfast.pretrain import distributed as D
 from invfast.pretrain import invariance as inv
 from invfast.pretrain import run_log
-from invfast.pretrain.config import ADDED_FIELDS, TrainConfig
+from invfast.pretrain.config import TrainConfig
 from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_channels_last
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
@@ -160,7 +160,7 @@ class Trainer:
         """Everything that determines the result; a checkpoint resumes only under the same values."""
         numbers = self.config.numbers()
         fields = {k: v for k, v in dataclasses.asdict(self.config).items() if k in numbers}
-        cfg = without_added_defaults(fields, ADDED_FIELDS)
+        cfg = without_added_defaults(fields, TrainConfig.added_fields())
         cfg["lr"] = self.config.base_lr()
         cfg.update({f"method.{k}": v for k, v in self.method.config().items()})
         cfg.update(

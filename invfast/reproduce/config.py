@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from invfast.config_base import Config, scheduling
+from invfast.config_base import Config, declare
 
 __all__ = [
     "ReproduceConfig",
@@ -15,38 +15,6 @@ __all__ = [
 ]
 
 
-#: fields added after folders were made, at the value that gives the numbers of before they existed: a folder
-#: whose config.json lacks one resumes under that value (and only under it)
-ADDED_FIELDS: dict[str, Any] = {
-    "warmup": 0.0,
-    # C7's transformers (no stage of before reads them)
-    "vit_patch": 8,
-    "vit_dim": 64,
-    "vit_depth": 4,
-    "vit_heads": 4,
-    "vit_epochs": 30,
-    "vit_lr": 3e-3,
-    # 0.5: the pixel grids scaled to the image (before, the 224-px grids were used at 32 px)
-    "scale_grids": False,
-    # S7's pairs were sensitivity_n's
-    "category_sensitivity_n": 0,
-    # 0.6: the two views of a pretraining pair shared the image's background
-    "fresh_backgrounds": False,
-    # 0.6: E2's kernel-ridge probes did not exist
-    "kernel_probe_n": 0,
-    # 0.6: C6 timed cost_steps steps, not epochs
-    "cost_epochs": 0,
-    # 0.6: the Prompt-ViT trained from its initialisation
-    "vit_warm_start": False,
-    # 0.6: one fit of the learned i per task
-    "ip_restarts": 1,
-    # 0.6: C4's few-shot settings used every probe image
-    "fewshot_n": 0,
-    # 0.6: S1's and S8's supervised models trained transfer_epochs epochs whatever they reached
-    "criterion_epochs": 0,
-    # the contrastive models' projection heads were MoCo-v2's plain MLP
-    "head_norm": "none",
-}
 #: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
 #: releases, within the quick preset's 15 minutes
 DEFAULT_FINDINGS = ("E1", "E2", "E3", "S8", "C1", "C3")
@@ -55,82 +23,8 @@ DEFAULT_FINDINGS = ("E1", "E2", "E3", "S8", "C1", "C3")
 CATEGORIES = ("translate", "rotate", "scale", "hflip", "vflip", "hue+brightness+contrast", "blur", "sharpen")
 
 
-#: config fields that must be positive ints
-_POSITIVE = (
-    "seeds",
-    "threads",
-    "workers",
-    "size",
-    "objects",
-    "n_pretrain",
-    "n_probe",
-    "n_measure",
-    "width",
-    "pretrain_epochs",
-    "batch_size",
-    "grid_size",
-    "folds",
-    "n_penalties",
-    "logistic_max_iter",
-    "transfer_objects",
-    "transfer_transforms",
-    "transfer_n_source",
-    "transfer_n_target",
-    "transfer_epochs",
-    "amortised_epochs",
-    "interp_points",
-    "ip_epochs",
-    "ip_restarts",
-    "ip_n",
-    "curve_images",
-    "s5_objects",
-    "irrelevant_n",
-    "category_objects",
-    "category_n",
-    "sensitivity_n",
-    "snapshot_images",
-    "snapshot_grid",
-    "cost_steps",
-    "fewshot_episodes",
-    "fewshot_splits",
-    "vit_patch",
-    "vit_dim",
-    "vit_depth",
-    "vit_heads",
-    "vit_epochs",
-)
 #: the largest learning rate a run accepts: SGD and Adam diverge far below it, and a larger value is a typo
 MAX_LR = 10.0
-#: the sizes a run can hold; beyond them the run would take years or overflow a 31-bit seed
-_MAXIMA = {
-    "seeds": 100,
-    "threads": 1024,
-    "workers": 256,
-    "size": 1024,
-    "objects": 100_000,
-    "n_pretrain": 10_000_000,
-    "n_probe": 10_000_000,
-    "n_measure": 10_000_000,
-    # model shapes: beyond these the networks do not fit in memory (width 1024: a 32k-channel ResNet stage)
-    "width": 1024,
-    "vit_dim": 4096,
-    "vit_depth": 64,
-    "vit_heads": 64,
-    "vit_patch": 1024,
-    # grids and training lengths: beyond these a stage runs for years
-    "grid_size": 1024,
-    "snapshot_grid": 1024,
-    "batch_size": 65_536,
-    "pretrain_epochs": 100_000,
-    "amortised_epochs": 100_000,
-    "transfer_epochs": 100_000,
-    "criterion_epochs": 100_000,
-    "vit_epochs": 100_000,
-    "ip_epochs": 100_000,
-    "ip_restarts": 1000,
-    "n_penalties": 10_000,
-    "logistic_max_iter": 1_000_000,
-}
 
 
 @dataclass(frozen=True)
@@ -143,22 +37,26 @@ class ReproduceConfig(Config):
     ``size`` x ``size`` pixels. Seeds of every stage derive from ``seed``.
     """
 
+    value_prefix = "config field "
+
     preset: str = "quick"
     seed: int = 0
     # a finding counts as reproduced only when it holds for every one of ``seeds`` master seeds
     # (seed, seed + 1, ...); tables and figures show the first
-    seeds: int = 3
+    seeds: int = declare(3, at_least=1, at_most=100)
     # torch CPU threads while running: float sums depend on how work is split, so a fixed count
     # makes the same machine give identical numbers (recorded with the config)
-    threads: int = 2
+    threads: int = declare(2, at_least=1, at_most=1_024)
     # stages run in this many processes at once (each with ``threads`` torch threads), stages of all seeds
     # in an order that respects their needs (CPU only)
-    workers: int = scheduling("each stage's numbers do not depend on how many run at once", 1)
+    workers: int = declare(
+        1, at_least=1, at_most=256, scheduling="each stage's numbers do not depend on how many run at once"
+    )
     # where models train and run: 'cpu' or 'cuda' (the gpu preset)
     device: str = "cpu"
-    size: int = 32
+    size: int = declare(32, at_least=1, at_most=1_024)
     # main data: Transforms-2D objects under transformations of both families
-    objects: int = 10
+    objects: int = declare(10, at_least=1, at_most=100_000)
     # 'silhouettes': distinct built-in shapes all drawn in one colour, so only the outline tells them
     # apart (with their own colours a colour histogram identified the objects: docs/reproduce.md);
     # 'shared-palette': the built-in objects recoloured onto one shared colour pair (shape and texture
@@ -178,86 +76,88 @@ class ReproduceConfig(Config):
     # each pretraining view composites the object over its own fresh noise background, so a pair of views
     # shares the object and nothing else (without a crop, as in Appearance, the shared noise identifies the
     # image: docs/reproduce.md, What the models tell images apart by); probe and measurement images keep theirs
-    fresh_backgrounds: bool = True
-    n_pretrain: int = 2048
+    fresh_backgrounds: bool = declare(True, before=False)
+    n_pretrain: int = declare(2048, at_least=1, at_most=10_000_000)
     # probe images per task: 3 000 keep the identity probe's noise below the 1.2x learning line on seeds
     # nobody tuned on (1 000 did not: docs/reproduce.md, The probe's own noise)
-    n_probe: int = 3000
+    n_probe: int = declare(3000, at_least=1, at_most=10_000_000)
     # E2's kernel-ridge probes (BMVC Tab. 4) fit on the first kernel_probe_n images of each probe set (0: all);
     # SPEC 5.2 asks for at least 1 000
-    kernel_probe_n: int = 0
-    n_measure: int = 96
+    kernel_probe_n: int = declare(0, before=0)
+    n_measure: int = declare(96, at_least=1, at_most=10_000_000)
     # models and MoCo-v2 pretraining
     arch: str = "resnet18-cifar"
-    width: int = 16
+    width: int = declare(16, at_least=1, at_most=1_024)
     policies: tuple[str, ...] = ("default", "spatial", "appearance")
-    pretrain_epochs: int = 20
+    pretrain_epochs: int = declare(20, at_least=1, at_most=100_000)
     # batch 64 (640 steps in 20 epochs): the settings of the background experiment in docs/reproduce.md
-    batch_size: int = 64
+    batch_size: int = declare(64, at_least=1, at_most=65_536)
     lr: float = 0.03
     key_momentum: float = 0.99
     proj_dim: int = 64
     # the contrastive models' projection heads: 'none' (MoCo-v2's MLP) or 'bn' (batch-normalised, MoCo v3's;
     # invfast.pretrain.heads.ProjectionHead)
-    head_norm: str = "none"
+    head_norm: str = declare("none", before="none")
     # linear learning-rate warm-up of every pretraining run (policies and amortised), as a fraction of the
     # run's steps, before the cosine decay; 0: none (MoCo-v2's schedule)
-    warmup: float = 0.0
+    warmup: float = declare(0.0, before=0.0)
     # MoCo key queue; 0: invfast.pretrain.default_queue_size (an eighth of n_pretrain, at least a batch)
     queue_size: int = 0
     # learning curves: every curve_every epochs (and before the first step) each pretraining run probes
     # object identity (kNN and linear) on the first curve_images probe images (0: no curves)
     curve_every: int = 2
-    curve_images: int = 400
+    curve_images: int = declare(400, at_least=1)
     # invariance measurement
     test_transforms: str = "all"
-    grid_size: int = 6
+    grid_size: int = declare(6, at_least=1, at_most=1_024)
     # the grids given in pixels for 224-px images (translation, blur σ, deform σ) scaled by size / 224
-    scale_grids: bool = True
+    scale_grids: bool = declare(True, before=False)
     # probes (Ericsson et al. 2021, App. E: 45 penalties; logistic L-BFGS iterations per penalty value)
-    folds: int = 5
-    n_penalties: int = 23
-    logistic_max_iter: int = 60
+    folds: int = declare(5, at_least=1)
+    n_penalties: int = declare(23, at_least=1, at_most=10_000)
+    logistic_max_iter: int = declare(60, at_least=1, at_most=1_000_000)
     # same-vs-different transfer (Speicher): supervised pretraining on a source, linear probe on the target
-    transfer_objects: int = 10
-    transfer_transforms: int = 3
-    transfer_n_source: int = 1200
-    transfer_n_target: int = 500
-    transfer_epochs: int = 5
+    transfer_objects: int = declare(10, at_least=1)
+    transfer_transforms: int = declare(3, at_least=1)
+    transfer_n_source: int = declare(1200, at_least=1)
+    transfer_n_target: int = declare(500, at_least=1)
+    transfer_epochs: int = declare(5, at_least=1, at_most=100_000)
     # S1 / S8 (and the transfer models they reuse): train each model until its own-data accuracy reaches the rules'
     # 0.9 (checked after every epoch), at most criterion_epochs epochs (a smaller S1 source proportionally more);
     # 0: transfer_epochs epochs whatever they reach, as before 0.6
-    criterion_epochs: int = 30
+    criterion_epochs: int = declare(30, at_most=100_000, before=0)
     # amortised model (C1, C2, C3, C6); C6 times cost_epochs whole epochs of each model, the models taking turns
     # epoch by epoch (0: cost_steps steps once, as before 0.6: no per-epoch times, so C6 is not testable)
-    amortised_epochs: int = 10
-    cost_steps: int = 10
-    cost_epochs: int = 5
+    amortised_epochs: int = declare(10, at_least=1, at_most=100_000)
+    cost_steps: int = declare(10, at_least=1)
+    cost_epochs: int = declare(5, before=0)
     # C4: few-shot identity episodes and few-shot regression splits per model, drawn from the first fewshot_n images
     # of each task's probe set (0: all); the amortised model learns its i once per episode, so they set C4's cost
-    fewshot_episodes: int = 300
-    fewshot_splits: int = 30
-    fewshot_n: int = 0
-    interp_points: int = 5
-    ip_epochs: int = 10
+    fewshot_episodes: int = declare(300, at_least=1)
+    fewshot_splits: int = declare(30, at_least=1)
+    fewshot_n: int = declare(0, before=0)
+    interp_points: int = declare(5, at_least=1)
+    ip_epochs: int = declare(10, at_least=1, at_most=100_000)
     # C3: restarts of the learned i per task, each also scored with i fixed at (0.5, 0.5) (1: one fit, as before 0.6)
-    ip_restarts: int = 5
-    ip_n: int = 600
+    ip_restarts: int = declare(5, at_least=1, at_most=1_000, before=1)
+    ip_n: int = declare(600, at_least=1)
     # C7 (Chavhan et al. Tab. 3): the transformers, plain ViTs for the three policies and a Prompt-ViT for the
     # amortised model, all of one shape (vit_patch-px patches, vit_dim wide, vit_depth pre-norm blocks of
     # vit_heads heads, MLP ratio 2), each trained vit_epochs epochs with Adam at vit_lr (MoCo's SGD at lr 0.03
     # left them at chance: docs/reproduce.md)
-    vit_patch: int = 8
-    vit_dim: int = 64
-    vit_depth: int = 4
-    vit_heads: int = 4
-    vit_epochs: int = 30
-    vit_lr: float = 3e-3
+    vit_patch: int = declare(8, at_least=1, at_most=1_024, before=8)
+    vit_dim: int = declare(64, at_least=1, at_most=4_096, before=64)
+    vit_depth: int = declare(4, at_least=1, at_most=64, before=4)
+    vit_heads: int = declare(4, at_least=1, at_most=64, before=4)
+    vit_epochs: int = declare(30, at_least=1, at_most=100_000, before=30)
+    vit_lr: float = declare(3e-3, before=0.003)
     # C7's Prompt-ViT starts from the trained Default ViT (its prompt network from its initialisation), as Chavhan
     # et al. warm-start theirs from a pretrained ViT; from scratch it learned to ignore its prompt
-    vit_warm_start: bool = True
+    vit_warm_start: bool = declare(True, before=False)
     # which findings (ids of docs/findings.md) run: their stages and report sections (see invfast.reproduce.findings)
-    findings: tuple[str, ...] = scheduling("a stage's numbers do not depend on which others run", DEFAULT_FINDINGS)
+    findings: tuple[str, ...] = declare(
+        DEFAULT_FINDINGS, scheduling="a stage's numbers do not depend on which others run"
+    )
     # Speicher et al.'s supervised experiments: models trained on transfer_n_source images for
     # transfer_epochs epochs, probed on transfer_n_target images. S8: nested transformation sets of these
     # sizes, the first k of (the target's types, then the disjoint set's); S1: the factor values
@@ -265,25 +165,25 @@ class ReproduceConfig(Config):
     s1_sizes: tuple[float, ...] = (0.25, 0.5, 1.0)
     s1_archs: tuple[str, ...] = ("resnet18-cifar", "resnet34-cifar", "vgg11-cifar", "vit")
     # S5: objects per group (O1 from the source objects, O2 from the target objects)
-    s5_objects: int = 5
+    s5_objects: int = declare(5, at_least=1)
     # S3 / S4: base images ('builtin': the shipped photographs cut into classes; 'folder:PATH': an
     # ImageFolder such as CIFAR-10's), images per training set, correlation and availability sweeps
     base_images: str = "builtin"
-    irrelevant_n: int = 1000
+    irrelevant_n: int = declare(1000, at_least=1)
     alphas: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 0.85, 0.9, 0.95, 1.0)
     betas: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
     # S6 / S7: one model per transformation category (types joined by '+'), on category_objects objects
     categories: tuple[str, ...] = CATEGORIES
-    category_objects: int = 10
-    category_n: int = 1000
+    category_objects: int = declare(10, at_least=1)
+    category_n: int = declare(1000, at_least=1)
     # S3 / S7: pairs of views per sensitivity (S3 and S7 need >= 2 000, rules.speicher.MIN_PAIRS)
-    sensitivity_n: int = 2000
+    sensitivity_n: int = declare(2000, at_least=1)
     # S7 alone: pairs per category and OOD level (0: sensitivity_n); S7 forwards every model over
     # 2 x pairs x categories x levels x 2 kinds of views, so quick keeps it small
-    category_sensitivity_n: int = 0
+    category_sensitivity_n: int = declare(0, before=0)
     # E4 / E5: each pretraining snapshot measured on this many measurement images at grid min(grid_size, this)
-    snapshot_images: int = 96
-    snapshot_grid: int = 4
+    snapshot_images: int = declare(96, at_least=1)
+    snapshot_grid: int = declare(4, at_least=1, at_most=1_024)
 
     def validate(self) -> None:
         """Raise ValueError naming a field whose value cannot work (the first one, in field groups)."""
@@ -300,14 +200,7 @@ class ReproduceConfig(Config):
         validate_speicher(self, ARCHITECTURES)
 
     def _validate_counts(self) -> None:
-        """Every count a positive int within what a run can hold; the seed range."""
-        for name in _POSITIVE:
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"config field {name} must be a positive int, got {v!r}")
-        for name, hi in _MAXIMA.items():
-            if getattr(self, name) > hi:
-                raise ValueError(f"config field {name} must be at most {hi}, got {getattr(self, name)}")
+        """The seed range (every count is checked by its declaration)."""
         if (
             not isinstance(self.seed, int)
             or isinstance(self.seed, bool)
@@ -517,7 +410,7 @@ class ReproduceConfig(Config):
         from invfast.io import without_added_defaults
 
         skip = self.scheduling_fields()
-        return without_added_defaults({k: v for k, v in self.to_dict().items() if k not in skip}, ADDED_FIELDS)
+        return without_added_defaults({k: v for k, v in self.to_dict().items() if k not in skip}, self.added_fields())
 
 
 def background_count(spec: str) -> int | None:

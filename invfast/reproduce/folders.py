@@ -103,7 +103,7 @@ def resume_options(saved: dict[str, Any], config: dict[str, Any], added: dict[st
     """The command-line options that make ``config`` the ``saved`` one: for each field they differ in, ``--set
     KEY=VALUE`` (or the field's own option, such as ``--seed``) with the saved value, or, for a field the saved
     configuration lacks because it was added later, its value of before (``added``, the config's
-    ``ADDED_FIELDS``); [] when some field differs in a way no option undoes."""
+    ``added_fields()``); [] when some field differs in a way no option undoes."""
     added = added or {}
     out = []
     for key in sorted(set(saved) | set(config)):

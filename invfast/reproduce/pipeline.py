@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from invfast.io import DamagedFileError, atomic_write_text
-from invfast.reproduce.config import ADDED_FIELDS, ReproduceConfig
+from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.folders import check_disk, claim_folder
 from invfast.reproduce.stage import Stage
 
@@ -494,10 +494,10 @@ def reproduce(
     conf = cfg.claim_dict()
     with contextlib.ExitStack() as held:  # each folder locked, free of links, then claimed
         held.enter_context(hold(out, "--out", "output folder"))
-        claim_folder(out, conf, "output folder", ADDED_FIELDS)
+        claim_folder(out, conf, "output folder", ReproduceConfig.added_fields())
         if cache != out:
             held.enter_context(hold(cache, "--cache-dir", "cache folder"))
-            claim_folder(cache, conf, "cache folder", ADDED_FIELDS)
+            claim_folder(cache, conf, "cache folder", ReproduceConfig.added_fields())
         return _reproduce(cfg, out, cache, need_mb, progress, log)
 
 

@@ -196,7 +196,7 @@ def test_trainer_bad_input(tmp_path):
         Trainer(make(), data, cfg(batch_size=12))
     with pytest.raises(ValueError, match="schedule"):
         Trainer(make(), data, cfg(schedule="step"))
-    with pytest.raises(ValueError, match="warmup_steps must be >= 0, got -1"):
+    with pytest.raises(ValueError, match="warmup_steps must be an integer >= 0, got -1"):
         Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=-1))
     with pytest.raises(ValueError, match=r"the warm-up \(12 steps\) must be shorter than the run \(12 steps\)"):
         Trainer(make(), ArraySource(blob_images(64)), cfg(warmup_steps=12))
@@ -269,7 +269,7 @@ def test_channels_last_training_matches_contiguous(tmp_path, method):
     for k in sa:
         torch.testing.assert_close(sb[k], sa[k], rtol=1e-3, atol=1e-4, msg=k)
     assert Trainer(make(method), data, cfg()).channels_last  # the CPU default
-    with pytest.raises(ValueError, match="channels_last must be"):
+    with pytest.raises(TypeError, match="channels_last must be True or False"):
         cfg(channels_last="yes")
 
 

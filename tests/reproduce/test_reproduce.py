@@ -539,7 +539,7 @@ def test_parallel_stages_respect_needs_and_raise_a_workers_error(tmp_path):
 
 
 def test_workers_are_checked_and_do_not_block_a_resume(tmp_path):
-    with pytest.raises(ValueError, match="workers must be a positive int"):
+    with pytest.raises(ValueError, match="workers must be an integer >= 1"):
         RP.preset("quick", workers=0)
     with pytest.raises(ValueError, match="needs workers=1"):
         RP.preset("gpu", workers=2)
@@ -928,7 +928,8 @@ def test_a_refused_folder_says_the_options_that_resume_it(tmp_path, case):
     """Issue 63: an older folder resumed only with its old values given by --set, and the error did not say so.
     The options the message names, read back through --set's own parser, resume the folder."""
     from invfast.reproduce import ConfigMismatchError
-    from invfast.reproduce.config import ADDED_FIELDS
+
+    ADDED_FIELDS = RP.ReproduceConfig.added_fields()
     from invfast.reproduce.folders import claim_folder
 
     made = dict(seed=0) if case == "later default" else dict(seed=3, width=16, categories=("translate", "hflip"))
