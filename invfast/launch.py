@@ -1,4 +1,5 @@
-"""Spawning local worker processes for the commands that run on several ranks (gloo on localhost).
+"""Running a command on several ranks: whether torchrun started this process (:func:`under_torchrun`), joining the
+process group with a timeout (:func:`join_group`), and spawning local worker processes (gloo on localhost).
 
 Workers never outlive their launcher: on Linux each worker asks the kernel for SIGKILL when its
 parent dies (``prctl(PR_SET_PDEATHSIG)``, which also covers a launcher killed with SIGKILL), and
@@ -13,12 +14,22 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 #: seconds a rank waits at a collective for the others before it gives up (torch's own default for gloo)
 RANK_TIMEOUT_S = 1800.0
+
+
+def under_torchrun(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process was started by torchrun (or a launcher like it): ``RANK`` and ``WORLD_SIZE`` set, and
+    more than one process or ``LOCAL_RANK`` set too (torchrun sets it even for one process). ``env``: the
+    environment (default ``os.environ``)."""
+    env = os.environ if env is None else env
+    if "RANK" not in env or "WORLD_SIZE" not in env:
+        return False
+    return int(env["WORLD_SIZE"]) > 1 or "LOCAL_RANK" in env
 
 
 def free_port() -> int:

@@ -354,12 +354,12 @@ def _before_the_run(args: argparse.Namespace, model: Any, device: torch.device) 
 
 def _folder(args: argparse.Namespace) -> Any:
     """The output folder (:class:`invfast.run_folder.RunFolder`): checked before any work on every rank."""
+    from invfast.data.sources import folder_of
     from invfast.run_folder import RunFolder, refuse_inside
 
     folder = RunFolder(args.out, "measure", overwrite=args.overwrite, done_file=RESULT_FILE)
-    data = str(args.data)
-    data = data[len("folder:") :] if data.startswith("folder:") else data
-    if os.path.isdir(data):
+    data = folder_of(str(args.data))
+    if data is not None:
         refuse_inside(args.out, data)
     folder.check()
     return folder
@@ -529,9 +529,9 @@ def run(args: argparse.Namespace) -> int:
     import torch.distributed as dist
 
     check_args(args)
-    env = os.environ  # torchrun sets LOCAL_RANK too, so a torchrun of one process still joins a group
-    under_torchrun = "RANK" in env and "WORLD_SIZE" in env and (int(env["WORLD_SIZE"]) > 1 or "LOCAL_RANK" in env)
-    if under_torchrun:
+    from invfast.launch import under_torchrun
+
+    if under_torchrun():  # a torchrun of one process joins a group too
         if args.world_size > 1:
             raise ValueError("--world-size is for local processes; under torchrun use --nproc-per-node")
         if not dist.is_initialized():

@@ -358,17 +358,19 @@ def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None
 
 
 def run(args: argparse.Namespace) -> int:
+    from invfast.data.sources import folder_of
+    from invfast.launch import under_torchrun
     from invfast.run_folder import RunFolder, refuse_inside
 
     check_args(args)
-    data = args.data[len("folder:") :] if args.data.startswith("folder:") else args.data
-    if os.path.isdir(data):
+    data = folder_of(args.data)
+    if data is not None:
         refuse_inside(args.out, data)
-    under_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if under_torchrun and int(os.environ.get("RANK", "0")) != 0:
+    torchrun = under_torchrun()
+    if torchrun and int(os.environ.get("RANK", "0")) != 0:
         return _train(args)  # rank 0 holds the folder for the whole run
     with RunFolder(args.out, "pretrain", overwrite=True).lock():
-        if args.nproc > 1 and not under_torchrun:
+        if args.nproc > 1 and not torchrun:
             from invfast.launch import spawn_local
 
             return spawn_local(_spawned, args.nproc, args, "invfast pretrain")

@@ -32,24 +32,18 @@ def info() -> DistInfo:
 
 
 def init_from_env(device: str = "auto") -> tuple[DistInfo, torch.device]:
-    """Initialise the process group when launched by torchrun (``WORLD_SIZE`` > 1) and pick the device.
+    """Join the process group when launched by torchrun with more than one process (``WORLD_SIZE`` > 1; NCCL on
+    CUDA, gloo on the CPU, with :func:`invfast.launch.join_group`'s timeout) and pick the device
+    (:func:`invfast.devices.resolve_device`: 'auto', 'cpu', 'cuda' or 'cuda:N'; each process takes GPU
+    ``LOCAL_RANK``)."""
+    from invfast.devices import resolve_device
+    from invfast.launch import join_group
 
-    ``device``: 'auto' (CUDA when available, else CPU), 'cpu', 'cuda' or 'cuda:N'. Multi-process runs
-    use NCCL on CUDA and gloo on CPU; each process takes GPU ``LOCAL_RANK``.
-    """
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    dev = resolve_device(device)
     if dev.type == "cuda":
-        if not torch.cuda.is_available():
-            raise ValueError(f"device={device!r} was asked for but this torch has no usable CUDA; use --device cpu")
-        if dev.index is None:
-            dev = torch.device("cuda", local_rank if world > 1 else torch.cuda.current_device())
         torch.cuda.set_device(dev)
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
+        join_group("nccl" if dev.type == "cuda" else "gloo")
     return info(), dev
 
 

@@ -1,0 +1,32 @@
+"""invfast.launch.under_torchrun: the one test of whether torchrun started this process, shared by `invfast
+measure` and `invfast pretrain` (they disagreed for a torchrun of one process)."""
+
+import pytest
+
+from invfast.launch import under_torchrun
+
+
+@pytest.mark.parametrize(
+    "env, started",
+    [
+        ({}, False),
+        ({"WORLD_SIZE": "2"}, False),  # no RANK: not a launcher's environment
+        ({"RANK": "0", "WORLD_SIZE": "1"}, False),  # a hand-set single process
+        ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}, True),  # torchrun --nproc-per-node 1
+        ({"RANK": "1", "WORLD_SIZE": "2"}, True),
+        ({"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, True),
+    ],
+)
+def test_under_torchrun(env, started):
+    assert under_torchrun(env) is started
+
+
+def test_both_commands_use_it():
+    import inspect
+
+    from invfast.measure import cli as measure_cli
+    from invfast.pretrain import cli as pretrain_cli
+
+    for mod in (measure_cli, pretrain_cli):
+        src = inspect.getsource(mod.run)
+        assert "under_torchrun()" in src and "WORLD_SIZE" not in src
