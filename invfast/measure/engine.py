@@ -24,6 +24,7 @@ from invfast.data.protocol import Source, pin
 from invfast.data.sources import as_source, folder_of
 from invfast.measure.config import MeasureConfig
 from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
+from invfast.measure.feature_cache import FeatureCache
 from invfast.measure.host_memory import HeapTrim
 from invfast.measure.protocol import ResampledSource
 from invfast.measure.state import (
@@ -188,10 +189,7 @@ class Run:
         self.save_every = cfg.save_every
         self.progress = cfg.progress and self.shard.rank == 0
         self.bad: set[int] = set()
-        self.cache_bytes = int(cfg.feature_cache_mb * 2**20)
-        self._ref_cache: dict[int, dict[str, torch.Tensor]] = {}
-        self._z_cache: dict[tuple[int, str], torch.Tensor] = {}
-        self._cached = 0
+        self.cache = FeatureCache(int(cfg.feature_cache_mb * 2**20), self.stop - self.start)
         self._last_save = time.monotonic()
         self.heap = HeapTrim()
         self.state: dict[str, Any] = {}
@@ -272,13 +270,14 @@ class Run:
     def reference_features(self, s: int, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """Features (by layer) of the untransformed batch starting at image ``s``, kept in memory while
         they fit ``feature_cache_mb`` so each transform does not recompute them."""
-        f = self._ref_cache.get(s)
-        if f is None or next(iter(f.values())).shape[0] != count(x):
-            f = self.extract.features(self.model_input(x))
-            nbytes = sum(v.numel() * v.element_size() for v in f.values())
-            if self._cached + nbytes <= self.cache_bytes:
-                self._ref_cache[s] = f
-                self._cached += nbytes
+        rows = count(x)
+        kept = {ly: self.cache.get(s, "f:" + ly, rows) for ly in self.extract.layer_names}
+        if all(v is not None for v in kept.values()):
+            return kept  # type: ignore[return-value]
+        f = self.extract.features(self.model_input(x))
+        for ly, v in f.items():
+            if (s, "f:" + ly) not in self.cache.where:
+                self.cache.put(s, "f:" + ly, v)
         return f
 
     def whitened_reference(self, s: int, f: torch.Tensor, layer: str, stats: FeatureStats) -> torch.Tensor:
@@ -286,13 +285,11 @@ class Run:
         :meth:`reference_features`) whitened (:func:`whiten_rows`, float32 unless they are float64), kept like
         the features themselves, so every transform and chunk of parameters scores against them without
         whitening them again. ``stats`` are the run's statistics."""
-        z = self._z_cache.get((s, layer))
-        if z is None or z.shape[0] != f.shape[0]:
+        z = self.cache.get(s, "z:" + layer, f.shape[0])
+        if z is None:
             z = whiten_rows(f, stats, torch.float64 if f.dtype == torch.float64 else torch.float32)
-            nbytes = z.numel() * z.element_size()
-            if self._cached + nbytes <= self.cache_bytes:
-                self._z_cache[(s, layer)] = z
-                self._cached += nbytes
+            if (s, "z:" + layer) not in self.cache.where:
+                self.cache.put(s, "z:" + layer, z)
         return z
 
     def bar(self, total: int, desc: str, initial: int = 0, unit: str = "view") -> Any:
@@ -314,9 +311,7 @@ class Run:
         self.source = ResampledSource(self.source, indices)
         self.n = len(self.source)
         self.start, self.stop = self.shard.bounds(self.n)
-        self._ref_cache.clear()
-        self._z_cache.clear()
-        self._cached = 0
+        self.cache = FeatureCache(self.cache.budget, self.stop - self.start)
 
     def resume(self, fingerprint: dict[str, Any]) -> None:
         """Continue from the saved state of the run described by ``fingerprint``, if there is one."""
