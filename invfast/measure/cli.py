@@ -142,6 +142,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "parameter and layer (R², 1 = the transform acts linearly on the features; docs/measure.md)",
     )
     parser.add_argument(
+        "--feature-cache-mb",
+        type=float,
+        default=512.0,
+        help="memory (MiB) for the reference images' features kept between transforms (default 512; 0: "
+        "recompute them for each transform; the numbers are the same)",
+    )
+    parser.add_argument(
         "--equivariance-mb",
         type=float,
         default=2048.0,

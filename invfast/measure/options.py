@@ -74,6 +74,7 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
         units=args.units,
         equivariance=args.equivariance,
         equivariance_mb=args.equivariance_mb,
+        feature_cache_mb=args.feature_cache_mb,
         shrinkage=_shrinkage(args.shrinkage, quick=args.quick and args.protocol == "invfast"),
         eps=args.eps,
         channels_last={"auto": None, "on": True, "off": False}[args.channels_last],

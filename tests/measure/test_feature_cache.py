@@ -59,3 +59,21 @@ def test_a_measurement_reading_the_cache_equals_one_that_recomputes(layers):
             b = (fresh if ly is None else fresh.layers[ly])[name]
             assert torch.equal(torch.as_tensor(a.per_image_cosine), torch.as_tensor(b.per_image_cosine))
             assert a.mean_cosine == b.mean_cosine and a.mean_distance == b.mean_distance
+
+
+def test_the_cache_budget_reaches_the_cli():
+    import argparse
+
+    from invfast.measure import MeasureConfig
+    from invfast.measure.cli import add_arguments
+    from invfast.measure.options import config_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    base = ["--model", "m", "--data", "d", "--out", "o"]
+    assert config_from_args(parser.parse_args(base), torch.device("cpu"), "s").feature_cache_mb == 512.0
+    args = parser.parse_args([*base, "--feature-cache-mb", "0"])
+    assert config_from_args(args, torch.device("cpu"), "s").feature_cache_mb == 0.0
+    assert MeasureConfig().feature_cache_mb == 512.0  # the CLI's default is the library's
+    with pytest.raises(ValueError, match="feature_cache_mb must be a number >= 0"):
+        config_from_args(parser.parse_args([*base, "--feature-cache-mb", "-1"]), torch.device("cpu"), "s")
