@@ -100,16 +100,15 @@ class Section:
 
 # ---------------------------------------------------------------------------------------------- statistics
 def paired(a: Sequence[float], b: Sequence[float]) -> dict[str, Any]:
-    """Is A better than B over paired folds? Mean difference, one-sided paired t and a status."""
+    """Is A better than B over paired folds? Mean difference, one-sided paired t
+    (:func:`invfast.comparison.paired.paired_t`) and a status."""
     from scipy import stats as st
 
-    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
-    k = d.size
-    mean = float(d.mean())
-    sd = float(d.std(ddof=1)) if k > 1 else 0.0
-    if sd > 0:
-        t = mean / (sd / math.sqrt(k))
-    else:
+    from invfast.comparison.paired import paired_t
+
+    k = len(a)
+    mean, t, _ = paired_t(np.asarray(a), np.asarray(b))
+    if k < 2:
         t = math.copysign(math.inf, mean) if mean != 0 else 0.0
     crit = float(st.t.ppf(0.95, k - 1)) if k > 1 else math.inf
     status = REPRODUCED if mean > 0 and t >= crit else DIRECTION if mean > 0 else NOT
