@@ -22,6 +22,7 @@ __all__ = [
     "check_ids",
     "select",
     "stages_for",
+    "check_families",
     "listing",
     "resting_on",
 ]
@@ -123,6 +124,23 @@ def select(findings: str | None = None, paper: str | None = None) -> tuple[str, 
             raise ValueError(f"--paper must be one of {', '.join([*PAPERS, 'all'])}, got {paper!r}")
         return tuple(f.id for f in FINDINGS if f.paper == paper)
     return DEFAULT
+
+
+def check_families(ids: Sequence[str], test_transforms: str) -> None:
+    """The findings ``ids`` that compare families of test transforms (their records' ``test_families``: E1 and
+    C1) need ``test_transforms`` to hold one transform of each: one ValueError naming them and what is missing."""
+    from invfast.measure.selection import resolve_transforms
+
+    have = {t.family for t in resolve_transforms(test_transforms)}
+    users = [f for f in FINDINGS if f.id in ids and not set(f.test_families) <= have]
+    if users:
+        wanted = list(dict.fromkeys(fam for f in users for fam in f.test_families))
+        missing = ", ".join(fam for fam in wanted if fam not in have)
+        raise ValueError(
+            f"test_transforms={test_transforms!r} has no {missing} transform; "
+            f"{' and '.join(f.id for f in users)} compare{'s' if len(users) == 1 else ''} the {' and '.join(wanted)} "
+            f"famil{'ies' if len(wanted) > 1 else 'y'}: add one of each, or select other findings (--findings)"
+        )
 
 
 def stages_for(ids: Iterable[str]) -> tuple[str, ...]:

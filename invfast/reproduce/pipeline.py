@@ -474,10 +474,11 @@ def reproduce(
     :class:`ConfigMismatchError` when ``out`` or the cache holds another configuration and OSError
     when the disk is too small.
     """
-    from invfast.reproduce.findings import check_ids
+    from invfast.reproduce.findings import check_families, check_ids
     from invfast.reproduce.folders import hold
 
     check_ids(cfg.findings)
+    check_families(cfg.findings, cfg.test_transforms)
     if cfg.device.startswith("cuda"):
         import torch
 

@@ -21,22 +21,11 @@ def base_images_source(spec: str) -> str | None:
 
 
 def validate_test_transforms(cfg: Any) -> None:
-    """The selected findings that compare families of test transforms (their records' ``test_families``: E1 and
-    C1) need ``test_transforms`` to hold one transform of each; ids no record has are left to the run's check."""
+    """``test_transforms`` names known transforms (one ValueError naming the others). Whether the selected findings
+    have the families they compare is checked when a run starts (:func:`invfast.reproduce.findings.check_families`)."""
     from invfast.measure.selection import resolve_transforms
-    from invfast.reproduce.findings import FINDINGS
 
-    chosen = resolve_transforms(cfg.test_transforms)  # unknown names: one ValueError naming them
-    have = {t.family for t in chosen}
-    users = [f for f in FINDINGS if f.id in cfg.findings and not set(f.test_families) <= have]
-    if users:
-        wanted = list(dict.fromkeys(fam for f in users for fam in f.test_families))
-        missing = ", ".join(fam for fam in wanted if fam not in have)
-        raise ValueError(
-            f"test_transforms={cfg.test_transforms!r} has no {missing} transform; "
-            f"{' and '.join(f.id for f in users)} compare{'s' if len(users) == 1 else ''} the {' and '.join(wanted)} "
-            f"famil{'ies' if len(wanted) > 1 else 'y'}: add one of each, or select other findings (--findings)"
-        )
+    resolve_transforms(cfg.test_transforms)
 
 
 def validate_speicher(cfg: Any, architectures: tuple[str, ...]) -> None:

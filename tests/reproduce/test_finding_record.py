@@ -163,15 +163,20 @@ def test_a_new_findings_stages_bring_their_disk_need(registered, monkeypatch):
         Stage("toy-train", _toy_train, writes=("toy/",))
 
 
-def test_a_findings_test_families_are_checked_with_the_configuration(monkeypatch):
+def test_a_findings_test_families_are_checked_when_a_run_starts(monkeypatch, tmp_path):
+    from invfast.reproduce import pipeline as R
     from invfast.reproduce import presets as RP
 
     rec = dataclasses.replace(_record(), test_families=("appearance",))
     monkeypatch.setattr(FR, "FINDINGS", (*FR.FINDINGS, rec))
     monkeypatch.setitem(FR.SPEC_IDS, "E9", "A beats B")
-    RP.preset("tiny", findings=("E9",), test_transforms="hue")  # an appearance transform: enough
+    FR.check_families(("E9",), "hue")  # an appearance transform: enough
     with pytest.raises(ValueError, match=r"has no appearance transform; E9 compares the appearance family: add one"):
-        RP.preset("tiny", findings=("E9", "S2"), test_transforms="rotation")
-    RP.preset("tiny", findings=("S2",), test_transforms="rotation")  # S2 compares no families
+        FR.check_families(("E9", "S2"), "rotation")
+    FR.check_families(("S2",), "rotation")  # S2 compares no families
+    cfg = RP.preset("tiny", findings=("E9",), test_transforms="rotation")  # a configuration may hold it ...
+    with pytest.raises(ValueError, match="E9 compares the appearance family"):  # ... a run refuses it first
+        R.reproduce(cfg, str(tmp_path / "out"), progress=False)
+    assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="test_families must be a tuple of spatial, appearance"):
         dataclasses.replace(_record(), test_families=("texture",))
