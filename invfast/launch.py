@@ -1,5 +1,7 @@
-"""Running a command on several ranks: whether torchrun started this process (:func:`under_torchrun`), joining the
-process group with a timeout (:func:`join_group`), and spawning local worker processes (gloo on localhost).
+"""Running a command on several ranks: where this process sits among them (:class:`Rank`, :func:`current_rank`;
+measurement shards its images by it, pretraining splits its batch by it), whether torchrun started this process
+(:func:`under_torchrun`), joining the process group with a timeout (:func:`join_group`), and spawning local
+worker processes (gloo on localhost).
 
 Workers never outlive their launcher: on Linux each worker asks the kernel for SIGKILL when its
 parent dies (``prctl(PR_SET_PDEATHSIG)``, which also covers a launcher killed with SIGKILL), and
@@ -15,11 +17,45 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 _PR_SET_PDEATHSIG = 1
 #: seconds a rank waits at a collective for the others before it gives up (torch's own default for gloo)
 RANK_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class Rank:
+    """Process ``rank`` of ``world_size`` in the job, ``local_rank`` on its node (its GPU)."""
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        """Rank 0: the process that writes the job's files."""
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    def bounds(self, n: int) -> tuple[int, int]:
+        """This rank's contiguous block ``[start, stop)`` of ``n`` items (the blocks of all ranks tile ``0..n``)."""
+        return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
+
+
+def current_rank() -> Rank:
+    """This process's place in the initialised default process group (``LOCAL_RANK`` from the environment,
+    else its rank); rank 0 of 1 without one."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank()
+        return Rank(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)))
+    return Rank()
 
 
 def under_torchrun(env: Mapping[str, str] | None = None) -> bool:

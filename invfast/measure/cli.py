@@ -326,9 +326,9 @@ def _check_unit_memory(args: argparse.Namespace, model: Any, device: torch.devic
     """Before a ``--units elements`` run: its per-unit moments (from one image's activations per layer) against
     the memory free on the device, refused when larger, announced when large (:func:`moments_line`); processes
     on one host share its memory."""
+    from invfast.launch import current_rank
     from invfast.measure.estimate import free_memory_bytes, moments_line, unit_moment_bytes, views_per_transform
     from invfast.measure.options import _grid_size
-    from invfast.measure.state import current_shard
 
     extract = _extractor(args, model, device, layers=args.layers, units="elements")
     try:
@@ -338,7 +338,7 @@ def _check_unit_memory(args: argparse.Namespace, model: Any, device: torch.devic
         extract.close()
     per_layer = [int(u.shape[1]) for u in units.values()]
     views = views_per_transform(args.transforms, _grid_size(args), args.protocol, args.grid_side)
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", current_shard().world_size)) if device.type == "cpu" else 1
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", current_rank().world_size)) if device.type == "cpu" else 1
     line = moments_line(
         local * unit_moment_bytes(views, per_layer), free_memory_bytes(device), str(device), per_layer, views
     )
@@ -397,11 +397,12 @@ def _state_files(args: argparse.Namespace, model: Any, world: int) -> list[str]:
 
 def _measure(args: argparse.Namespace) -> int:
     from invfast.devices import resolve_device
+    from invfast.launch import current_rank
     from invfast.measure import measure_invariance, measure_real_world
-    from invfast.measure.state import StateMismatchError, barrier, current_shard, from_first_rank
+    from invfast.measure.state import StateMismatchError, barrier, from_first_rank
     from invfast.stats import FeatureStats
 
-    shard = current_shard()
+    shard = current_rank()
     device = resolve_device(args.device or "auto")
     if device.type == "cuda":
         torch.cuda.set_device(device)

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from invfast.launch import Rank
 from invfast.measure.assemble import finish_transform
 from invfast.measure.config import MeasureConfig, fingerprint
 from invfast.measure.engine import Run, check_stats, open_progress, stats_fingerprint, stats_info
@@ -24,7 +25,7 @@ from invfast.measure.protocol import get_protocol, resample_indices, resize_cent
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.scoring import score_transform
 from invfast.measure.selection import resolve_transforms
-from invfast.measure.state import Shard, files_fingerprint, from_first_rank, sum_in_rank_order
+from invfast.measure.state import files_fingerprint, from_first_rank, sum_in_rank_order
 from invfast.stats import FeatureStats
 from invfast.transforms.transform import FAMILIES
 
@@ -67,7 +68,7 @@ def measure_invariance(
     config: MeasureConfig | None = None,
     *,
     stats: FeatureStats | None = None,
-    shard: Shard | None = None,
+    shard: Rank | None = None,
     **overrides: Any,
 ) -> InvarianceResult:
     """How invariant ``model`` is to each transform, on the images of ``data`` (Ericsson et al. 2021, App. C),
@@ -115,7 +116,7 @@ def measure_invariance(
     return _result(run, cfg, results, ref_stats, _meta(run, cfg, proto, n_new, time.monotonic() - t0))
 
 
-def _open_run(model: Any, data: Any, cfg: MeasureConfig, proto: Any, shard: Shard | None, post: Any) -> Run:
+def _open_run(model: Any, data: Any, cfg: MeasureConfig, proto: Any, shard: Rank | None, post: Any) -> Run:
     """The measurement's :class:`Run`, reading ``data`` as ``proto`` says: under a draw with replacement every
     image (the draw picks ``n_images``), folder images as loaded when transforms come before the preprocessing,
     a folder listed (the list the draw indexes) and its files read by the protocol's rules."""

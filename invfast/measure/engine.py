@@ -22,16 +22,15 @@ import torch
 from invfast.data.folder import folder_listing
 from invfast.data.protocol import Source, pin
 from invfast.data.sources import as_source, folder_of
+from invfast.launch import Rank, current_rank
 from invfast.measure.config import MeasureConfig
 from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
 from invfast.measure.feature_cache import FeatureCache
 from invfast.measure.host_memory import HeapTrim
 from invfast.measure.protocol import ResampledSource
 from invfast.measure.state import (
-    Shard,
     StateMismatchError,
     barrier,
-    current_shard,
     from_first_rank,
     gather_objects,
     load_state,
@@ -106,7 +105,7 @@ def _to_host(obj: Any) -> Any:
     return obj
 
 
-def _listed_once(data: Any, listing: str, n: int | None, shard: Shard) -> Any:
+def _listed_once(data: Any, listing: str, n: int | None, shard: Rank) -> Any:
     """A distributed run's listing of the folder ``data`` names, made on rank 0 and sent to the others (None:
     one process, or not a folder; the source lists it itself)."""
     root = folder_of(data) if shard.distributed else None
@@ -115,7 +114,7 @@ def _listed_once(data: Any, listing: str, n: int | None, shard: Shard) -> Any:
     return from_first_rank(lambda: folder_listing(root, listing, None, n), shard, "listing the data folder on rank 0")
 
 
-def _open(data: Any, cfg: MeasureConfig, n: int | None, native: bool, listing: str, pixels: str, shard: Shard) -> Any:
+def _open(data: Any, cfg: MeasureConfig, n: int | None, native: bool, listing: str, pixels: str, shard: Rank) -> Any:
     """The source of ``data`` read with ``cfg``'s loading options (a folder listed once, on rank 0)."""
     return as_source(
         data,
@@ -157,7 +156,7 @@ class Run:
         data: Any,
         cfg: MeasureConfig,
         *,
-        shard: Shard | None = None,
+        shard: Rank | None = None,
         n_images: int | None = None,
         source: Any = None,
         post: Callable[[torch.Tensor], torch.Tensor] | None = None,
@@ -177,7 +176,7 @@ class Run:
         self.model_name = model if isinstance(model, str) else type(model).__name__
         model, channels_last = setup_model(model, cfg.checkpoint, self.device, cfg.torch_dtype, cfg.channels_last)
         self.model_fp = model_checksum(model)  # after the checkpoint is loaded: the weights measured
-        self.shard = shard or current_shard()
+        self.shard = shard or current_rank()
         self.source = source if source is not None else _open(data, cfg, n_images, native, listing, pixels, self.shard)
         self.post = post
         self.n = len(self.source)

@@ -12,11 +12,12 @@ import numpy as np
 import torch
 
 from invfast.data.sources import as_source
+from invfast.launch import Rank
 from invfast.measure.config import MeasureConfig, fingerprint
 from invfast.measure.engine import Run, check_stats, stats_fingerprint, stats_info
 from invfast.measure.protocol import get_protocol, resize_center_crop
 from invfast.measure.result import InvarianceResult, TransformResult
-from invfast.measure.state import Shard, files_fingerprint, from_first_rank, gather_objects, sum_in_rank_order
+from invfast.measure.state import files_fingerprint, from_first_rank, gather_objects, sum_in_rank_order
 from invfast.metrics import invariance_scores
 from invfast.stats import FeatureStats
 
@@ -32,7 +33,7 @@ def measure_real_world(
     name: str = "real-world",
     family: str = "real-world",
     stats: FeatureStats | None = None,
-    shard: Shard | None = None,
+    shard: Rank | None = None,
     model_name: str | None = None,
     **overrides: Any,
 ) -> InvarianceResult:

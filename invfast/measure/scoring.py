@@ -17,12 +17,13 @@ import numpy as np
 import torch
 
 from invfast.intra_op import at_threads
+from invfast.launch import Rank
 from invfast.measure import equivariance as eqv
 from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
 from invfast.measure.mapped_back import KEYS as MAPPED_KEYS
 from invfast.measure.mapped_back import MappedBack
-from invfast.measure.state import Shard, barrier
+from invfast.measure.state import barrier
 from invfast.measure.units import sample_std
 from invfast.metrics import scores_of_whitened
 from invfast.ops.invariance import merge_moments, merge_unit_moments_, moments
@@ -39,7 +40,7 @@ def pair_file(dir_: str, name: str, layer: str, metric: str, layered: bool) -> s
 
 
 def _pair_files(
-    dir_: str, name: str, layers: list[str], n: int, p: int, shard: Shard, fresh: bool
+    dir_: str, name: str, layers: list[str], n: int, p: int, shard: Rank, fresh: bool
 ) -> dict[str, dict[str, np.memmap]]:
     os.makedirs(dir_, exist_ok=True)
     layered = layers != [OUTPUT]

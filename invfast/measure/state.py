@@ -14,13 +14,13 @@ import os
 import pickle
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from invfast.io import atomic_torch_save, load_verified
+from invfast.launch import Rank
 from invfast.stats import FeatureStats
 
 STATE_FORMAT = "invfast.measure-state/3"
@@ -39,30 +39,8 @@ class RankLostError(RuntimeError):
 _BACKEND_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
 
 
-@dataclass(frozen=True)
-class Shard:
-    """This process's part of the work: images [start, stop) of N, rank of world_size."""
-
-    rank: int = 0
-    world_size: int = 1
-
-    @property
-    def distributed(self) -> bool:
-        return self.world_size > 1
-
-    def bounds(self, n: int) -> tuple[int, int]:
-        return n * self.rank // self.world_size, n * (self.rank + 1) // self.world_size
-
-
-def current_shard() -> Shard:
-    """Rank and world size of the initialised default process group (1 process otherwise)."""
-    if dist.is_available() and dist.is_initialized():
-        return Shard(dist.get_rank(), dist.get_world_size())
-    return Shard()
-
-
 @contextlib.contextmanager
-def collective(shard: Shard, what: str) -> Iterator[None]:
+def collective(shard: Rank, what: str) -> Iterator[None]:
     """Run one collective of ``shard``'s group; a backend failure (a peer closed its connection, or did not
     answer within the group's timeout) becomes one :class:`RankLostError` line naming this rank and ``what``."""
     try:
@@ -85,7 +63,7 @@ def _comm_device() -> torch.device:
     return torch.device("cpu")
 
 
-def sum_in_rank_order(t: torch.Tensor, shard: Shard) -> torch.Tensor:
+def sum_in_rank_order(t: torch.Tensor, shard: Rank) -> torch.Tensor:
     """Sum of ``t`` over ranks, added in rank order (bitwise identical on every rank)."""
     if not shard.distributed:
         return t
@@ -100,7 +78,7 @@ def sum_in_rank_order(t: torch.Tensor, shard: Shard) -> torch.Tensor:
     return out.to(t.device)
 
 
-def merge_stats(local: FeatureStats, shard: Shard) -> FeatureStats:
+def merge_stats(local: FeatureStats, shard: Rank) -> FeatureStats:
     """All ranks' FeatureStats merged in rank order (every rank gets the same result)."""
     if not shard.distributed:
         return local
@@ -115,7 +93,7 @@ def merge_stats(local: FeatureStats, shard: Shard) -> FeatureStats:
     return out
 
 
-def gather_objects(obj: Any, shard: Shard) -> list[Any]:
+def gather_objects(obj: Any, shard: Rank) -> list[Any]:
     if not shard.distributed:
         return [obj]
     out: list[Any] = [None] * shard.world_size
@@ -124,7 +102,7 @@ def gather_objects(obj: Any, shard: Shard) -> list[Any]:
     return out
 
 
-def from_first_rank(compute: Callable[[], Any], shard: Shard, what: str) -> Any:
+def from_first_rank(compute: Callable[[], Any], shard: Rank, what: str) -> Any:
     """``compute()`` run on rank 0 only, its value (or the exception it raised, raised again on every rank)
     sent to every rank: work that reads the same files on every rank (listing a folder, fingerprinting its
     files) done once, as a multi-node run on a shared file system wants it."""
@@ -156,13 +134,13 @@ def _picklable(obj: Any) -> bool:
     return True
 
 
-def barrier(shard: Shard) -> None:
+def barrier(shard: Rank) -> None:
     if shard.distributed:
         with collective(shard, "waiting for every rank at a barrier"):
             dist.barrier()
 
 
-def state_file(path: str | os.PathLike, shard: Shard) -> str:
+def state_file(path: str | os.PathLike, shard: Rank) -> str:
     """The state file of this rank: ``path`` itself for one process, ``path.rank<r>`` otherwise."""
     p = os.fspath(path)
     return p if not shard.distributed else f"{p}.rank{shard.rank}"
@@ -184,7 +162,7 @@ def saved_world_size(path: str | os.PathLike) -> int | None:
     return 1 if base in names else None
 
 
-def world_size_problem(path: str | os.PathLike, shard: Shard) -> str | None:
+def world_size_problem(path: str | os.PathLike, shard: Rank) -> str | None:
     """One line where the saved state of ``path`` was written by another number of processes than ``shard``'s
     (resuming would start over and lose that work; the state is per rank, so the same number resumes it);
     None where it was not, or where there is none."""

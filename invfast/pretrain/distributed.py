@@ -5,33 +5,14 @@ a single process."""
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-
-@dataclass(frozen=True)
-class DistInfo:
-    """Where this process sits: ``rank`` of ``world_size`` processes, ``local_rank`` on its node."""
-
-    rank: int = 0
-    world_size: int = 1
-    local_rank: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
+from invfast.launch import Rank, current_rank
 
 
-def info() -> DistInfo:
-    """Rank and world size of the initialised process group (0 of 1 without one)."""
-    if dist.is_available() and dist.is_initialized():
-        return DistInfo(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", dist.get_rank())))
-    return DistInfo()
-
-
-def init_from_env(device: str = "auto") -> tuple[DistInfo, torch.device]:
+def init_from_env(device: str = "auto") -> tuple[Rank, torch.device]:
     """Join the process group when launched by torchrun with more than one process (``WORLD_SIZE`` > 1; NCCL on
     CUDA, gloo on the CPU, with :func:`invfast.launch.join_group`'s timeout) and pick the device
     (:func:`invfast.devices.resolve_device`: 'auto', 'cpu', 'cuda' or 'cuda:N'; each process takes GPU
@@ -44,12 +25,12 @@ def init_from_env(device: str = "auto") -> tuple[DistInfo, torch.device]:
         torch.cuda.set_device(dev)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
         join_group("nccl" if dev.type == "cuda" else "gloo")
-    return info(), dev
+    return current_rank(), dev
 
 
 def all_gather_nograd(x: torch.Tensor) -> torch.Tensor:
     """Concatenate ``x [b, ...]`` from every rank in rank order -> ``[world·b, ...]`` (no gradient)."""
-    d = info()
+    d = current_rank()
     if d.world_size == 1:
         return x
     out = [torch.empty_like(x) for _ in range(d.world_size)]
@@ -60,7 +41,7 @@ def all_gather_nograd(x: torch.Tensor) -> torch.Tensor:
 class _GatherWithGrad(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: torch.Tensor) -> torch.Tensor:
-        d = info()
+        d = current_rank()
         ctx.rank, ctx.b = d.rank, x.shape[0]
         out = [torch.empty_like(x) for _ in range(d.world_size)]
         dist.all_gather(out, x.contiguous())
@@ -75,6 +56,6 @@ class _GatherWithGrad(torch.autograd.Function):
 
 def all_gather_grad(x: torch.Tensor) -> torch.Tensor:
     """Like :func:`all_gather_nograd`, but gradients flow back to every rank's slice (summed over ranks)."""
-    if info().world_size == 1:
+    if current_rank().world_size == 1:
         return x
     return _GatherWithGrad.apply(x)

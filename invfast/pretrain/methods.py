@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from invfast.launch import current_rank
 from invfast.pretrain import distributed as D
 from invfast.pretrain.descriptors import describe, descriptor_policies, descriptor_set
 from invfast.pretrain.heads import ProjectionHead
@@ -280,7 +281,7 @@ class MoCoV2(ContrastiveMethod):
         q = online(v1, d)
         with torch.no_grad():
             momentum_update(self.key, self.online, self.key_momentum)
-            if self.shuffle_bn and D.info().world_size > 1:
+            if self.shuffle_bn and current_rank().world_size > 1:
                 k, keys = self._shuffled_keys(v2, d, generator)
             else:
                 k = F.normalize(self.key(v2, d), dim=1)
@@ -294,7 +295,7 @@ class MoCoV2(ContrastiveMethod):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """MoCo's shuffled BN: the key network sees a random mix of all ranks' images, so BatchNorm
         statistics cannot leak which key belongs to which query. Returns (this rank's keys, all keys)."""
-        dist = D.info()
+        dist = current_rank()
         all_v = D.all_gather_nograd(v2)
         n = all_v.shape[0]
         if generator is not None:
@@ -331,7 +332,7 @@ class SimCLR(ContrastiveMethod):
         b = v1.shape[0]
         z = online(torch.cat([v1, v2], dim=0), d)
         z1, z2 = z[:b], z[b:]
-        dist = D.info()
+        dist = current_rank()
         if dist.world_size == 1:
             return nt_xent(z1, z2, self.tau)
         z1_all, z2_all = D.all_gather_grad(z1), D.all_gather_grad(z2)

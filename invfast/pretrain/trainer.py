@@ -23,7 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from invfast.devices import resolve_device
 from invfast.io import atomic_torch_save, config_difference, load_verified, without_added_defaults
-from invfast.pretrain import distributed as D
+from invfast.launch import current_rank
 from invfast.pretrain import invariance as inv
 from invfast.pretrain import run_log
 from invfast.pretrain.config import TrainConfig
@@ -90,7 +90,7 @@ class Trainer:
                 f"the {method.method_name} method trains on labelled images: pass a LabelledSource "
                 f"(get -> (images, labels)), not {type(source).__name__}"
             )
-        self.dist = D.info()
+        self.dist = current_rank()
         self.device = resolve_device(
             device if device is not None else self.config.device, local_rank=self.dist.local_rank
         )

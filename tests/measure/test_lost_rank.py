@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from invfast.launch import free_port, join_group
-from invfast.measure.state import RankLostError, Shard, barrier, gather_objects, merge_stats, sum_in_rank_order
+from invfast.launch import Rank, free_port, join_group
+from invfast.measure.state import RankLostError, barrier, gather_objects, merge_stats, sum_in_rank_order
 from invfast.stats import FeatureStats
 
 
@@ -18,7 +18,7 @@ def _peer(rank: int, port: int, mode: str, timeout_s: float, out: multiprocessin
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     join_group("gloo", timeout_s, rank=rank, world_size=2)
-    shard = Shard(rank, 2)
+    shard = Rank(rank, 2)
     first = sum_in_rank_order(torch.full((3,), float(rank + 1), dtype=torch.float64), shard)
     if rank == 1:
         if mode == "dies":

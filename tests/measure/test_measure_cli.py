@@ -134,7 +134,8 @@ def test_cli_resumes_partial_state_and_refuses_other_runs_state(folder, tmp_path
 def test_a_changed_world_size_refuses_and_keeps_the_saved_state(folder, tmp_path, capsys, monkeypatch):
     """A killed 2-process run's state is never dropped by a rerun with another number of processes: one line
     says how to resume it; --overwrite discards every state file the earlier run recorded."""
-    from invfast.measure.state import Shard, saved_world_size, world_size_problem
+    from invfast.launch import Rank
+    from invfast.measure.state import saved_world_size, world_size_problem
     from invfast.run_folder import RunFolder
 
     out = tmp_path / "out"
@@ -153,8 +154,8 @@ def test_a_changed_world_size_refuses_and_keeps_the_saved_state(folder, tmp_path
     # the other way round: one process's state met by two ranks
     state.parent.mkdir(exist_ok=True)
     state.write_bytes(b"x")
-    assert saved_world_size(state) == 1 and world_size_problem(state, Shard(0, 1)) is None
-    assert "as one process" in world_size_problem(state, Shard(1, 2))
+    assert saved_world_size(state) == 1 and world_size_problem(state, Rank(0, 1)) is None
+    assert "as one process" in world_size_problem(state, Rank(1, 2))
     assert saved_world_size(tmp_path / "none" / "state.pt") is None
 
 

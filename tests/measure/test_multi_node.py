@@ -35,10 +35,11 @@ class _Odd(Exception):
 def _first_rank_worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from invfast.measure.state import Shard, from_first_rank
+    from invfast.launch import Rank
+    from invfast.measure.state import from_first_rank
 
     _join(rank, port)
-    shard = Shard(rank, 2)
+    shard = Rank(rank, 2)
     try:
 
         def compute():
