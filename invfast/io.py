@@ -43,6 +43,7 @@ __all__ = [
     "atomic_save_npy",
     "save_figure",
     "config_difference",
+    "without_added_defaults",
     "load_verified",
     "require_regular",
     "special_file_kind",

@@ -20,6 +20,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+__all__ = [
+    "RANK_TIMEOUT_S",
+    "Rank",
+    "current_rank",
+    "under_torchrun",
+    "free_port",
+    "join_group",
+    "die_with_parent",
+    "spawn_local",
+]
+
 _PR_SET_PDEATHSIG = 1
 #: seconds a rank waits at a collective for the others before it gives up (torch's own default for gloo)
 RANK_TIMEOUT_S = 1800.0

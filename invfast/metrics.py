@@ -13,6 +13,21 @@ from invfast._validate import as_features, as_labels, check_finite, compiling
 from invfast.ops.invariance import knn_sqdist, pair_scores, pairwise_logsumexp, sqdist_logsumexp
 from invfast.stats import FeatureStats, upper_mm
 
+__all__ = [
+    "invariance_scores",
+    "whiten_rows",
+    "scores_of_whitened",
+    "mahalanobis",
+    "standardized_cosine",
+    "aggregate_scores",
+    "alignment",
+    "pair_block_rows",
+    "uniformity",
+    "acr",
+    "sensitivity_ratio",
+    "class_distance_ratio",
+]
+
 _CHUNK_BYTES = 32 << 20
 
 

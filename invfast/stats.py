@@ -16,6 +16,8 @@ import torch
 from invfast._validate import as_features
 from invfast.intra_op import serial_if_small
 
+__all__ = ["MAX_COUNT", "FeatureStats", "upper_mm"]
+
 _SHRINKAGE = ("trace", "ledoit-wolf", "none")
 
 

@@ -30,6 +30,8 @@ import numpy as np
 from invfast.comparison.inputs import Row, paired_runs
 from invfast.comparison.table import HIGHER_IS_MORE_INVARIANT, METRICS, check_metric
 
+__all__ = ["paired_t", "signed_rank", "holm", "PairedTest", "Paired", "check_test", "paired_tests", "PAIRED_TESTS"]
+
 PAIRED_TESTS = ("t", "wilcoxon")
 
 

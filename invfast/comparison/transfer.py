@@ -31,6 +31,23 @@ import numpy as np
 
 from invfast.comparison.table import METRICS, Table, invariance
 
+__all__ = [
+    "MIN_MODELS",
+    "MIN_MODELS_MARK",
+    "TransferScores",
+    "probe_score",
+    "parse_probe_spec",
+    "as_transfer_scores",
+    "resolve_labels",
+    "spearman_rows",
+    "kendall_rows",
+    "bootstrap_indices",
+    "correlate",
+    "Transfer",
+    "check_bootstrap",
+    "transfer_correlations",
+]
+
 MIN_MODELS = 3
 #: below this many models the bootstrap resamples repeat too few distinct models for their interval to mark
 #: anything (with 4 models in a perfect order every resample gives ρ = 1): no * is shown, Kendall's exact p is

@@ -13,6 +13,8 @@ import torch
 
 from invfast.ops.synth import composite
 
+__all__ = ["as_layers", "uniform_noise", "FreshBackgrounds"]
+
 
 def as_layers(layers: torch.Tensor) -> torch.Tensor:
     """Premultiplied RGBA object layers [B, 4, H, W] as float32 in [0, 1] (uint8 0..255 is divided by 255)."""

@@ -11,6 +11,15 @@ import itertools
 
 import torch
 
+__all__ = [
+    "GROUP_NAMES",
+    "INDIVIDUAL_AUGMENTATIONS",
+    "DESCRIPTOR_SETS",
+    "descriptor_set",
+    "describe",
+    "descriptor_policies",
+]
+
 GROUP_NAMES = ("default", "spatial", "appearance")
 INDIVIDUAL_AUGMENTATIONS = ("crop", "flip", "jitter", "grayscale", "blur")
 DESCRIPTOR_SETS = ("groups", "individual")

@@ -35,6 +35,17 @@ from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import alpha_grid
 from invfast.progress import track
 
+__all__ = [
+    "r2_scores",
+    "mean_r2",
+    "sym_eigh",
+    "scaled_products",
+    "ridge_cv_predictions",
+    "ridge_loo_predictions",
+    "ridge_solve",
+    "RidgeCV",
+]
+
 _F64 = torch.float64
 
 

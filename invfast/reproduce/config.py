@@ -397,7 +397,7 @@ class ReproduceConfig(Config):
         n = background_count(self.backgrounds)
         if n is None:
             return self.backgrounds if self.backgrounds == "uniform-random" else None
-        from invfast.synthetic.banks import builtin_backgrounds
+        from invfast.synthetic import builtin_backgrounds
 
         procedural = self.backgrounds.startswith("procedural:")
         return builtin_backgrounds(n, self.size, procedural_fraction=1.0 if procedural else 0.25)

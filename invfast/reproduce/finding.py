@@ -78,7 +78,7 @@ class Finding:
             raise ValueError(f"finding id {self.id!r} must be {PAPERS[self.paper][0]}<number> for {self.paper}")
         if not self.stages or not all(isinstance(s, str) and s for s in self.stages):
             raise ValueError(f"finding {self.id}: stages must name at least one stage")
-        from invfast.transforms.transform import FAMILIES
+        from invfast.transforms import FAMILIES
 
         if not isinstance(self.test_families, tuple) or not set(self.test_families) <= set(FAMILIES):
             raise ValueError(

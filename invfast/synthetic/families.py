@@ -36,6 +36,19 @@ from invfast.synthetic.placement import alpha_box
 from invfast.synthetic.recipe import TRANSFORMATION_TYPES, canonical
 from invfast.synthetic.transforms2d import Transforms2D
 
+__all__ = [
+    "SameVsDifferent",
+    "same_vs_different",
+    "nested_transformation_sets",
+    "nested",
+    "PerClassTransforms",
+    "mild_ood",
+    "strong_ood",
+    "builtin_base_set",
+    "load_image_folder",
+    "IrrelevantFeatureDataset",
+]
+
 
 @dataclass
 class SameVsDifferent:

@@ -15,6 +15,23 @@ import numpy as np
 
 from invfast.synthetic import rng
 
+__all__ = [
+    "GEOMETRIC",
+    "PHOTOMETRIC",
+    "CORRUPTION",
+    "TRANSFORMATION_TYPES",
+    "CATEGORY",
+    "IMPLIED_BY",
+    "implied_types",
+    "ALIASES",
+    "Recipe",
+    "BINARY",
+    "IDENTITY",
+    "PARAM_NAMES",
+    "canonical",
+    "sample",
+]
+
 GEOMETRIC = ("translate", "rotate", "scale", "shear", "vflip", "hflip")
 PHOTOMETRIC = ("hue", "brightness", "grayscale", "posterize", "invert", "sharpen")
 CORRUPTION = ("blur", "noise", "pixelate", "elastic", "erasing", "contrast")

@@ -11,6 +11,18 @@ import zlib
 
 import numpy as np
 
+__all__ = [
+    "mix",
+    "text_key",
+    "derive_seed",
+    "sample_keys",
+    "stream_bits",
+    "uniform",
+    "normal",
+    "integers",
+    "permutation",
+]
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)

@@ -169,7 +169,7 @@ def _label(c: str) -> str:
 
 
 def _s6_figures(view: ReportView) -> dict[str, str]:
-    from invfast.report.matrices import plot_matrix
+    from invfast.report import plot_matrix
 
     r = view.first.results["s6-probe"]
     cats = r["categories"]

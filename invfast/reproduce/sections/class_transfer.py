@@ -76,7 +76,7 @@ FINDING = Finding(
 
 
 def _figures(view: ReportView) -> dict[str, str]:
-    from invfast.report.matrices import plot_matrix
+    from invfast.report import plot_matrix
 
     acc = view.first.results["s5-probe"]["accuracy"]
     names = [DATASETS[k] for k in DATASETS]

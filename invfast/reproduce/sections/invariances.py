@@ -108,7 +108,7 @@ FINDING = Finding(
 
 # ---------------------------------------------------------------------------------------------- section
 def _results(view: ReportView) -> list[Any]:
-    from invfast.measure.result import InvarianceResult
+    from invfast.measure import InvarianceResult
 
     files = view.first.results["measure"]["files"]
     return [InvarianceResult.from_json(os.path.join(view.first.cache, files[LABELS[k]])) for k in LABELS]

@@ -152,7 +152,7 @@ def _e4_markdown(view: ReportView) -> list[str]:
 
 
 def _e5_figures(view: ReportView) -> dict[str, str]:
-    from invfast.report.matrices import plot_correlation
+    from invfast.report import plot_correlation
 
     e5 = view.first.results["invariance-transfer"]
     ts = list(e5["rho"])

@@ -75,7 +75,7 @@ def silhouette_objects(n: int) -> Any:
     objects differ in outline only, so nothing but shape tells them apart (no colour or texture cue)."""
     import colorsys
 
-    from invfast.synthetic.banks import ObjectBank, builtin_objects
+    from invfast.synthetic import ObjectBank, builtin_objects
 
     if not 1 <= n <= len(SILHOUETTES):
         raise ValueError(f"silhouette objects: 1 to {len(SILHOUETTES)} distinct shapes, asked for {n}")
@@ -107,7 +107,7 @@ def shared_palette_objects(ids: list[int]) -> Any:
     colour there. Shape and texture, as a light / dark pattern, tell the objects apart; colour does not."""
     import colorsys
 
-    from invfast.synthetic.banks import ObjectBank, builtin_objects
+    from invfast.synthetic import ObjectBank, builtin_objects
 
     bank = builtin_objects(max(61, max(ids) + 1))
     light, dark = (np.array(colorsys.hsv_to_rgb(*c)) for c in PALETTE_HSV)
@@ -144,7 +144,7 @@ def main_objects(cfg: ReproduceConfig) -> Any:
     if not cfg.asymmetric_objects:
         ids = list(range(cfg.objects))
     else:
-        from invfast.synthetic.banks import builtin_objects
+        from invfast.synthetic import builtin_objects
 
         names = builtin_objects(max(61, 3 * cfg.objects + 18)).names
         ids = [i for i, nm in enumerate(names) if nm.split("-")[1] in ASYMMETRIC_SHAPES][: cfg.objects]

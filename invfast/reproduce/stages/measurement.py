@@ -34,8 +34,7 @@ def reference_stats(feats: np.ndarray) -> tuple[Any, str]:
 def measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = None) -> Any:
     """``model``'s invariance result on the measurement images (cached as ``measure/<file>.json``;
     the measurement itself resumes from ``measure/<file>.state``)."""
-    from invfast.measure import measure_invariance
-    from invfast.measure.result import InvarianceResult
+    from invfast.measure import InvarianceResult, measure_invariance
 
     path = ctx.path("measure", f"{file}.json")
     if os.path.exists(path):

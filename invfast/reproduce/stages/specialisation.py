@@ -103,7 +103,8 @@ def _population(ctx: Context) -> list[tuple[str, torch.nn.Module]]:
     """E5's population of final models that differ in their augmentations: Random, the three policies' final
     encoders, and the amortised K = 5 model at each of its descriptors (label, frozen model)."""
     from invfast.measure import WithDescriptor
-    from invfast.pretrain.descriptors import describe, descriptor_set
+    from invfast.pretrain import descriptor_set
+    from invfast.pretrain.descriptors import describe
 
     out = [(LABELS[k], ctx.model(k)) for k in ("random", *POLICIES)]
     amortised = ctx.model("amortised-k5")
