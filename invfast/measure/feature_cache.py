@@ -52,7 +52,9 @@ class FeatureCache:
             raise ValueError(f"rows for batch {start} of {name!r} are kept already")
         block = self.blocks.get(name)
         if block is None:
-            row_bytes = max(1, t[0].numel() * t.element_size()) if t.shape[0] else 1
+            if t.shape[0] == 0:  # nothing to keep, and no block sized from an empty batch
+                return False
+            row_bytes = max(1, t[0].numel() * t.element_size())
             capacity = min(self.rows, (self.budget - self.reserved_bytes) // row_bytes)
             if capacity < t.shape[0] or capacity <= 0:
                 return False

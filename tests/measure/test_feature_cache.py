@@ -40,6 +40,9 @@ def test_a_block_holds_at_most_the_runs_rows_and_what_the_budget_leaves():
     assert small.put(0, "g", torch.randn(4, 2)) and small.blocks["g"].shape == (5, 2)
     with pytest.raises(ValueError, match=">= 0"):
         FeatureCache(-1, 3)
+    empty = FeatureCache(budget_bytes=64, rows=1000)
+    assert not empty.put(0, "f", torch.empty(0, 2048)) and empty.reserved_bytes == 0  # a batch of unreadable images
+    assert not empty.put(4, "f", torch.randn(4, 2048))  # 32 KiB of rows over a 64-byte budget: not kept
 
 
 @pytest.mark.parametrize("layers", [None, ["0", "2"]])
