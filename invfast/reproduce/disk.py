@@ -47,25 +47,28 @@ def _mb(n_bytes: float) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def _parameters(cfg: Any, key: str | None, arch: str | None) -> int:
+def _shape(cfg: Any, key: str | None, arch: str | None) -> tuple[int, int]:
+    """(parameters, feature width) of the encoder called ``key`` (``encoder(cfg, key)``), else of a fresh
+    supervised ``arch`` (``make_encoder``)."""
     from invfast.reproduce.stages.context import encoder
     from invfast.reproduce.stages.supervised import make_encoder
 
     with torch.random.fork_rng(devices=[]):  # the encoders seed their initialisation; the caller's RNG stays
         model = encoder(cfg, key) if key is not None else make_encoder(cfg, str(arch))
-    return sum(p.numel() for p in model.parameters())
+    width = int(model.feature_dim)  # type: ignore[arg-type]  # every invfast encoder says how wide its features are
+    return sum(p.numel() for p in model.parameters()), width
 
 
 def encoder_mb(cfg: Any, key: str, copies: int) -> float:
     """MiB of a training run's files for the encoder called ``key`` (``encoder(cfg, key)``: a policy, an amortised
     model, a 'vit-' one), ``copies`` float32 copies of its parameters."""
-    return _mb(4 * copies * _parameters(cfg, key, None))
+    return _mb(4 * copies * _shape(cfg, key, None)[0])
 
 
 def supervised_mb(cfg: Any, specs_of: Callable[..., Iterable[Any]], args: tuple[Any, ...] = ()) -> float:
     """MiB of the supervised runs ``specs_of(cfg, *args)`` (:class:`~invfast.reproduce.stages.supervised.ModelSpec`s:
     each its architecture's parameters x :data:`SUPERVISED_COPIES`)."""
-    return sum(_mb(4 * SUPERVISED_COPIES * _parameters(cfg, None, s.arch)) for s in specs_of(cfg, *args))
+    return sum(_mb(4 * SUPERVISED_COPIES * _shape(cfg, None, s.arch)[0]) for s in specs_of(cfg, *args))
 
 
 def images_mb(n: int, size: int, channels: int = 3) -> float:
@@ -73,11 +76,10 @@ def images_mb(n: int, size: int, channels: int = 3) -> float:
     return _mb(n * channels * size * size)
 
 
-def features_mb(cfg: Any, models: int, tasks: int) -> float:
-    """MiB of the float32 features of ``models`` encoders on ``tasks`` probe sets of ``n_probe`` images (the
-    encoders' output at most 8 x width wide: a ResNet's last stage, or ``vit_dim``)."""
-    width = max(8 * cfg.width, cfg.vit_dim)
-    return _mb(4 * models * tasks * cfg.n_probe * width)
+def features_mb(cfg: Any, models: int, tasks: int, key: str = "default") -> float:
+    """MiB of the float32 features of ``models`` encoders as wide as the one called ``key`` on ``tasks`` probe sets
+    of ``n_probe`` images."""
+    return _mb(4 * models * tasks * cfg.n_probe * _shape(cfg, key, None)[1])
 
 
 def measured_mb(models: int) -> float:

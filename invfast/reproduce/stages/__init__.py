@@ -236,7 +236,7 @@ STAGES: tuple[Stage, ...] = (
         functools.partial(features, family=VIT),
         needs=("data", *_VIT_PRETRAINED),
         writes=(f"features/{VIT}", f"features/rotation-{VIT}"),
-        disk_mb=_features_mb,
+        disk_mb=functools.partial(disk.features_mb, models=1 + len(POLICIES), tasks=2, key=f"{VIT}default"),
     ),
     Stage(
         f"{VIT}measure",
