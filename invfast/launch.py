@@ -10,7 +10,6 @@ the launcher turns SIGTERM/SIGHUP/SIGINT into stopping every worker before it ex
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import signal
@@ -27,6 +26,7 @@ __all__ = [
     "under_torchrun",
     "free_port",
     "join_group",
+    "group_backend",
     "die_with_parent",
     "spawn_local",
 ]
@@ -99,6 +99,17 @@ def join_group(backend: str, timeout_s: float = RANK_TIMEOUT_S, **kwargs: Any) -
     dist.init_process_group(backend, timeout=datetime.timedelta(seconds=timeout_s), **kwargs)
 
 
+def group_backend(device: Any) -> str:
+    """The process-group backend for ranks on ``device`` (a torch.device): NCCL on CUDA when each local rank
+    has its own GPU (``LOCAL_WORLD_SIZE`` at most the GPU count; NCCL refuses two ranks on one GPU), gloo
+    otherwise."""
+    if getattr(device, "type", None) != "cuda":
+        return "gloo"
+    import torch
+
+    return "nccl" if torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1) else "gloo"
+
+
 def die_with_parent(parent_pid: int) -> None:
     """Have the kernel SIGKILL this process when its parent dies (Linux); exit now if it already has."""
     if sys.platform.startswith("linux"):
@@ -111,13 +122,27 @@ def die_with_parent(parent_pid: int) -> None:
         os._exit(1)
 
 
-def _child(rank: int, worker: Callable[..., None], parent_pid: int, nprocs: int, port: int, args: Any) -> None:
+def _child(rank: int, worker: Callable[[Any], Any], parent_pid: int, nprocs: int, port: int, args: Any) -> None:
+    import torch.distributed as dist
+
     from invfast._messages import one_line_warnings
 
     die_with_parent(parent_pid)
-    # every rank runs the same command on the same configuration: rank 0 says each warning once, in one line
-    with one_line_warnings(show=rank == 0):
-        worker(rank, nprocs, port, args)
+    os.environ.update(  # what torchrun gives each of its processes: the worker joins the group as under torchrun
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(nprocs),
+        LOCAL_WORLD_SIZE=str(nprocs),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
+    try:
+        # every rank runs the same command on the same configuration: rank 0 says each warning once, in one line
+        with one_line_warnings(show=rank == 0):
+            worker(args)
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
 
 
 class _Stop(Exception):
@@ -130,9 +155,12 @@ def _raise_stop(signum: int, frame: Any) -> None:
     raise _Stop(signum)
 
 
-def spawn_local(worker: Callable[..., None], nprocs: int, args: argparse.Namespace, prog: str) -> int:
-    """Run ``worker(rank, nprocs, port, args)`` in ``nprocs`` processes; 0 on success, 2 (with the
-    worker's last error line on stderr) when one of them raised, 1 when one died (signal, crash).
+def spawn_local(worker: Callable[[Any], Any], nprocs: int, args: Any, prog: str) -> int:
+    """Run ``worker(args)`` in ``nprocs`` processes on this machine, each with the environment torchrun would
+    give it (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``/``MASTER_PORT`` of a free local port), so
+    the worker joins its group as it would under torchrun (:func:`under_torchrun` is true there); a group it
+    joined is left when it returns. 0 on success, 2 (with the worker's last error line on stderr) when one of
+    them raised, 1 when one died (signal, crash).
 
     A signal to the launcher (SIGTERM, SIGHUP, SIGINT) stops every worker, and the launcher then
     exits with 128 + the signal number; a SIGKILLed launcher takes its workers with it (Linux).

@@ -30,3 +30,18 @@ def test_both_commands_use_it():
     for mod in (measure_cli, pretrain_cli):
         src = inspect.getsource(mod.run)
         assert "under_torchrun()" in src and "WORLD_SIZE" not in src
+
+
+def test_the_group_backend_is_nccl_only_where_each_rank_has_its_own_gpu(monkeypatch):
+    import torch
+
+    from invfast.launch import group_backend
+
+    assert group_backend(torch.device("cpu")) == "gloo"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert group_backend(torch.device("cuda", 0)) == "nccl"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")  # two ranks on one GPU: NCCL refuses them
+    assert group_backend(torch.device("cuda", 0)) == "gloo"
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert group_backend(torch.device("cuda", 1)) == "nccl"

@@ -290,8 +290,8 @@ sys.exit(spawn_local(sleepy_worker, 2, {folder!r}, 'test'))
 """
 
 
-def sleepy_worker(rank: int, world: int, port: int, folder: str) -> None:
-    with open(os.path.join(folder, f"worker{rank}"), "w") as f:
+def sleepy_worker(folder: str) -> None:
+    with open(os.path.join(folder, f"worker{os.environ['RANK']}"), "w") as f:
         f.write(str(os.getpid()))
     time.sleep(120)
     with open(os.path.join(folder, "result.json"), "w") as f:  # what a killed run must never write

@@ -605,20 +605,38 @@ def test_transforms_preview_naming_its_image_is_refused_and_the_image_kept(tmp_p
     assert "--preview" in line and "--image file" in line and img.read_bytes() == before
 
 
-def _warns(rank: int, world: int, port: int, args: object) -> None:
+_TORCHRUN_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def _warns(seen: dict) -> None:
+    seen.update({k: os.environ.get(k) for k in _TORCHRUN_VARS})
     warnings.warn("no --checkpoint: the model is measured with random weights", stacklevel=1)
     warnings.warn("no --checkpoint: the model is measured with random weights", stacklevel=1)
 
 
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_workers_warnings_are_one_line_and_only_rank_0s(rank, capsys, monkeypatch):
+    """A local worker sees the environment torchrun would give it, and only rank 0 says a warning, once."""
     from invfast import launch
 
+    for k in _TORCHRUN_VARS:  # _child sets them for the worker; setenv records each for restoring afterwards
+        monkeypatch.setenv(k, "")
+        monkeypatch.delenv(k)
     monkeypatch.setattr(launch, "die_with_parent", lambda pid: None)
-    launch._child(rank, _warns, os.getppid(), 2, 0, None)
+    seen: dict = {}
+    launch._child(rank, _warns, os.getppid(), 2, 29500, seen)
     err = capsys.readouterr().err
     want = ["invfast: warning: no --checkpoint: the model is measured with random weights"] if rank == 0 else []
     assert err.splitlines() == want
+    assert seen == dict(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE="2",
+        LOCAL_WORLD_SIZE="2",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="29500",
+    )
+    assert launch.under_torchrun(seen)
 
 
 @pytest.mark.slow

@@ -519,22 +519,30 @@ def _rank_timeout(args: argparse.Namespace) -> float:
     return RANK_TIMEOUT_S if args.rank_timeout is None else args.rank_timeout
 
 
-def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
+def _as_rank(args: argparse.Namespace) -> int:
+    """One rank of a group whose environment torchrun (or :func:`invfast.launch.spawn_local`) set: join the
+    group (NCCL on CUDA, gloo on the CPU, with the rank timeout), then measure this rank's share."""
     import torch.distributed as dist
 
-    from invfast.launch import join_group
+    if not dist.is_initialized():
+        from invfast.devices import resolve_device
+        from invfast.launch import group_backend, join_group
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE=str(world))
-    torch.set_num_threads(max(1, torch.get_num_threads() // world))
-    join_group("gloo", _rank_timeout(args), rank=rank, world_size=world)
-    try:
-        _measure(args)
-    finally:
-        dist.destroy_process_group()
+        # NCCL (not run in this project's CI: no GPU) all-gathers the float64 sums as CUDA tensors
+        device = resolve_device(args.device or "auto")  # GPU $LOCAL_RANK
+        if device.type == "cuda":
+            torch.cuda.set_device(device)
+        join_group(group_backend(device), _rank_timeout(args))
+    return _measure(args)
+
+
+def _local_rank(args: argparse.Namespace) -> int:
+    """One of ``--world-size`` local processes: the machine's threads shared between them, then :func:`_as_rank`."""
+    torch.set_num_threads(max(1, torch.get_num_threads() // args.world_size))
+    return _as_rank(args)
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch.distributed as dist
 
     check_args(args)
     from invfast.launch import under_torchrun
@@ -542,23 +550,14 @@ def run(args: argparse.Namespace) -> int:
     if under_torchrun():  # a torchrun of one process joins a group too
         if args.world_size > 1:
             raise ValueError("--world-size is for local processes; under torchrun use --nproc-per-node")
-        if not dist.is_initialized():
-            from invfast.devices import resolve_device
-            from invfast.launch import join_group
-
-            # NCCL (not run in this project's CI: no GPU) all-gathers the float64 sums as CUDA tensors
-            device = resolve_device(args.device or "auto")  # GPU $LOCAL_RANK under torchrun
-            if device.type == "cuda":
-                torch.cuda.set_device(device)
-            join_group("nccl" if device.type == "cuda" else "gloo", _rank_timeout(args))
         folder = _folder(args)  # every rank reads the same folder and reaches the same verdict
-        if dist.get_rank() != 0:
-            return _measure(args)
+        if int(os.environ.get("RANK", "0")) != 0:
+            return _as_rank(args)
         with folder.lock():
-            return _measure(args)
+            return _as_rank(args)
     with _folder(args).lock():
         if args.world_size > 1:
             from invfast.launch import spawn_local
 
-            return spawn_local(_spawned, args.world_size, args, "invfast measure")
+            return spawn_local(_local_rank, args.world_size, args, "invfast measure")
         return _measure(args)

@@ -344,19 +344,6 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spawned(rank: int, world: int, port: int, args: argparse.Namespace) -> None:
-    os.environ.update(
-        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
-    )
-    try:
-        _train(args)
-    finally:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
-
 def run(args: argparse.Namespace) -> int:
     from invfast.data.sources import folder_of
     from invfast.launch import under_torchrun
@@ -373,5 +360,5 @@ def run(args: argparse.Namespace) -> int:
         if args.nproc > 1 and not torchrun:
             from invfast.launch import spawn_local
 
-            return spawn_local(_spawned, args.nproc, args, "invfast pretrain")
+            return spawn_local(_train, args.nproc, args, "invfast pretrain")
         return _train(args)

@@ -13,18 +13,18 @@ from invfast.launch import Rank, current_rank
 
 
 def init_from_env(device: str = "auto") -> tuple[Rank, torch.device]:
-    """Join the process group when launched by torchrun with more than one process (``WORLD_SIZE`` > 1; NCCL on
-    CUDA, gloo on the CPU, with :func:`invfast.launch.join_group`'s timeout) and pick the device
-    (:func:`invfast.devices.resolve_device`: 'auto', 'cpu', 'cuda' or 'cuda:N'; each process takes GPU
-    ``LOCAL_RANK``)."""
+    """Join the process group when launched by torchrun with more than one process (``WORLD_SIZE`` > 1;
+    :func:`invfast.launch.group_backend`: NCCL where each rank has its own GPU, gloo otherwise, with
+    :func:`invfast.launch.join_group`'s timeout) and pick the device (:func:`invfast.devices.resolve_device`:
+    'auto', 'cpu', 'cuda' or 'cuda:N'; each process takes GPU ``LOCAL_RANK``)."""
     from invfast.devices import resolve_device
-    from invfast.launch import join_group
+    from invfast.launch import group_backend, join_group
 
     dev = resolve_device(device)
     if dev.type == "cuda":
         torch.cuda.set_device(dev)
     if int(os.environ.get("WORLD_SIZE", "1")) > 1 and not dist.is_initialized():
-        join_group("nccl" if dev.type == "cuda" else "gloo")
+        join_group(group_backend(dev))
     return current_rank(), dev
 
 
