@@ -12,6 +12,8 @@ from invfast.config_base import Config, declare
 __all__ = [
     "ReproduceConfig",
     "DEFAULT_FINDINGS",
+    "Removed",
+    "REMOVED_FIELDS",
 ]
 
 
@@ -21,6 +23,26 @@ DEFAULT_FINDINGS = ("E1", "E2", "E3", "S8", "C1", "C3")
 #: Speicher et al.'s transformation categories of "Invariance makes a difference" §4.3 (colour jitter as
 #: hue, brightness and contrast together)
 CATEGORIES = ("translate", "rotate", "scale", "hflip", "vflip", "hue+brightness+contrast", "blur", "sharpen")
+
+
+@dataclass(frozen=True)
+class Removed:
+    """A config field that no longer exists: what replaces it (``instead``, said to a ``--set`` of it), and
+    ``only``, the one value it could hold (None: it had several): a folder that recorded it at that value
+    resumes (its numbers are those of today's configuration without it); at any other value it cannot."""
+
+    instead: str
+    only: Any = None
+
+
+#: removed fields, by name
+REMOVED_FIELDS = {
+    "amortised": Removed("the amortised model runs when a C finding is selected: --findings C1,C3 or --paper chavhan"),
+    "policies": Removed(
+        "the findings compare exactly Default, Spatial and Appearance, the only value it accepted",
+        ["default", "spatial", "appearance"],
+    ),
+}
 
 
 #: the largest learning rate a run accepts: SGD and Adam diverge far below it, and a larger value is a typo
@@ -88,7 +110,6 @@ class ReproduceConfig(Config):
     # models and MoCo-v2 pretraining
     arch: str = "resnet18-cifar"
     width: int = declare(16, at_least=1, at_most=1_024)
-    policies: tuple[str, ...] = ("default", "spatial", "appearance")
     pretrain_epochs: int = declare(20, at_least=1, at_most=100_000)
     # batch 64 (640 steps in 20 epochs): the settings of the background experiment in docs/reproduce.md
     batch_size: int = declare(64, at_least=1, at_most=65_536)
@@ -298,7 +319,7 @@ class ReproduceConfig(Config):
             )
 
     def _validate_training(self) -> None:
-        """Learning curves, the policies, the MoCo queue, warm-up, lr and key momentum."""
+        """Learning curves, the MoCo queue, warm-up, lr and key momentum."""
         if not isinstance(self.curve_every, int) or isinstance(self.curve_every, bool) or self.curve_every < 0:
             raise ValueError(
                 f"config field curve_every must be an int >= 0 (epochs; 0: no learning curves), "
@@ -311,10 +332,6 @@ class ReproduceConfig(Config):
             )
         if self.ip_n < 10:
             raise ValueError(f"ip_n must be >= 10, got {self.ip_n}")
-        if set(self.policies) != {"default", "spatial", "appearance"} or len(self.policies) != 3:
-            raise ValueError(
-                "policies must be ('default', 'spatial', 'appearance'): the findings compare exactly these"
-            )
         if (
             not isinstance(self.queue_size, int)
             or isinstance(self.queue_size, bool)
@@ -404,6 +421,11 @@ class ReproduceConfig(Config):
 
     def to_dict(self) -> dict[str, Any]:
         return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    @staticmethod
+    def removed_at() -> dict[str, Any]:
+        """The removed fields that had one value, at it: a folder that recorded one of them there resumes."""
+        return {k: r.only for k, r in REMOVED_FIELDS.items() if r.only is not None}
 
     def claim_dict(self) -> dict[str, Any]:
         """:meth:`to_dict` without the scheduling fields: what a folder's ``config.json`` must match to resume."""

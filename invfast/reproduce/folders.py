@@ -41,10 +41,17 @@ def hold(folder: str, option: str, what: str) -> Iterator[None]:
                     clean_temporaries(folder)
 
 
-def claim_folder(folder: str, config: dict[str, Any], what: str, added: dict[str, Any] | None = None) -> None:
+def claim_folder(
+    folder: str,
+    config: dict[str, Any],
+    what: str,
+    added: dict[str, Any] | None = None,
+    removed: dict[str, Any] | None = None,
+) -> None:
     """Make ``folder`` hold ``config.json`` for ``config``; refuse a folder made with another one, saying which
     options would resume it (:func:`resume_options`; ``added``: the fields added since folders were made, at
-    their value of before).
+    their value of before; ``removed``: fields removed since, at the one value they could hold, which a saved
+    configuration may still record).
 
     A folder with other content but no config.json is refused too (never mixed with unrelated files).
     """
@@ -69,9 +76,11 @@ def claim_folder(folder: str, config: dict[str, Any], what: str, added: dict[str
                 f"{saved.get('format')!r}, this one writes {FORMAT!r}), so it cannot be resumed; "
                 "delete the folder or choose another one"
             )
-        diff = config_difference(saved.get("config", {}), config)
+        gone = removed or {}
+        kept = {k: v for k, v in saved.get("config", {}).items() if not (k in gone and v == gone[k])}
+        diff = config_difference(kept, config)
         if diff:
-            again = resume_options(saved.get("config", {}), config, added)
+            again = resume_options(kept, config, added)
             raise ConfigMismatchError(
                 f"{what} {folder!r} was made by a different configuration, so it cannot be resumed:\n  "
                 + "\n  ".join(diff)

@@ -495,10 +495,10 @@ def reproduce(
     conf = cfg.claim_dict()
     with contextlib.ExitStack() as held:  # each folder locked, free of links, then claimed
         held.enter_context(hold(out, "--out", "output folder"))
-        claim_folder(out, conf, "output folder", ReproduceConfig.added_fields())
+        claim_folder(out, conf, "output folder", ReproduceConfig.added_fields(), ReproduceConfig.removed_at())
         if cache != out:
             held.enter_context(hold(cache, "--cache-dir", "cache folder"))
-            claim_folder(cache, conf, "cache folder", ReproduceConfig.added_fields())
+            claim_folder(cache, conf, "cache folder", ReproduceConfig.added_fields(), ReproduceConfig.removed_at())
         return _reproduce(cfg, out, cache, need_mb, progress, log)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from invfast.reproduce.config import ReproduceConfig
+from invfast.reproduce.config import REMOVED_FIELDS, ReproduceConfig
 
-__all__ = ["PRESETS", "QUICK_MINUTES", "REMOVED_FIELDS", "preset", "parse_override"]
+__all__ = ["PRESETS", "QUICK_MINUTES", "preset", "parse_override"]
 
 #: ``--quick`` wall minutes on 2 CPU cores at 2 workers, per selection (the default findings, each paper, all),
 #: as measured on :data:`QUICK_MEASURED`; the command's help and the docs quote these (a test keeps them equal)
@@ -151,16 +151,13 @@ def preset(name: str, **overrides: Any) -> ReproduceConfig:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
     values = {**PRESETS[name], **overrides, "preset": name}
     fields = {f.name for f in dataclasses.fields(ReproduceConfig)}
+    removed = sorted(set(values) & set(REMOVED_FIELDS))
+    if removed:
+        raise ValueError(f"config field {removed[0]!r} was removed; {REMOVED_FIELDS[removed[0]].instead}")
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ValueError(f"unknown config field(s) {unknown}; fields are {', '.join(sorted(fields))}")
     return ReproduceConfig(**values)
-
-
-#: removed fields -> what replaces them (an override of one gets this hint instead of the field list)
-REMOVED_FIELDS = {
-    "amortised": "the amortised model runs when a C finding is selected: --findings C1,C3 or --paper chavhan",
-}
 
 
 def parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tuple[str, Any]:
@@ -168,7 +165,7 @@ def parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tuple
         raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
     key, raw = (s.strip() for s in text.split("=", 1))
     if key in REMOVED_FIELDS:
-        raise ValueError(f"--set: config field {key!r} was removed; {REMOVED_FIELDS[key]}")
+        raise ValueError(f"--set: config field {key!r} was removed; {REMOVED_FIELDS[key].instead}")
     if key not in cfg_fields or key in ("preset", "findings"):
         hint = " (select findings with --findings or --paper)" if key == "findings" else ""
         raise ValueError(

@@ -37,3 +37,39 @@ def test_absurd_values_are_refused_in_one_line(field, value, message):
 @pytest.mark.parametrize("name", sorted(PRESETS))
 def test_every_preset_is_within_the_bounds(name):
     preset(name)
+
+
+@pytest.mark.parametrize("field", ["policies", "amortised"])
+def test_a_removed_field_is_refused_naming_what_replaces_it(field):
+    from invfast.reproduce.config import REMOVED_FIELDS, ReproduceConfig
+    from invfast.reproduce.presets import parse_override
+
+    fields = {f: None for f in ReproduceConfig.field_names()}
+    with pytest.raises(ValueError) as err:
+        parse_override(fields, f"{field}=x")
+    assert str(err.value) == f"--set: config field {field!r} was removed; {REMOVED_FIELDS[field].instead}"
+    with pytest.raises(ValueError, match=f"config field '{field}' was removed; ") as err:
+        preset("tiny", **{field: ("default",)})
+    assert "\n" not in str(err.value)
+    assert field not in ReproduceConfig.field_names()
+
+
+def test_a_folder_that_recorded_a_removed_field_at_its_only_value_resumes(tmp_path):
+    """A folder made while `policies` existed recorded it at the one value it accepted: it resumes; a config
+    that recorded another value (impossible then, but a hand-edited file) is refused, naming the field."""
+    import json
+
+    from invfast.reproduce.config import ReproduceConfig
+    from invfast.reproduce.folders import CONFIG_FILE, FORMAT, ConfigMismatchError, claim_folder
+
+    conf = preset("tiny").claim_dict()
+    args = (ReproduceConfig.added_fields(), ReproduceConfig.removed_at())
+    for value, resumes in ((["default", "spatial", "appearance"], True), (["default", "spatial"], False)):
+        folder = tmp_path / str(len(value))
+        folder.mkdir()
+        (folder / CONFIG_FILE).write_text(json.dumps({"format": FORMAT, "config": {**conf, "policies": value}}))
+        if resumes:
+            claim_folder(str(folder), conf, "cache folder", *args)
+        else:
+            with pytest.raises(ConfigMismatchError, match=r"policies: folder has \['default', 'spatial'\]"):
+                claim_folder(str(folder), conf, "cache folder", *args)

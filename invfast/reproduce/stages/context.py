@@ -64,7 +64,7 @@ VIT = "vit-"
 AMORTISED = {"amortised": 2, "amortised-k5": 5, f"{VIT}amortised": 2, "amortised-simclr": 2, "amortised-simclr-k5": 5}
 #: C5's AI-SimCLR models (Chavhan et al. Tab. 1, AI-SimCLR(2) and AI-SimCLR(5)): K = 2, then K = 5
 SIMCLR = ("amortised-simclr", "amortised-simclr-k5")
-#: the pretraining policies every run compares (ReproduceConfig.validate insists on exactly these)
+#: the pretraining policies every run compares (the findings compare exactly these three)
 POLICIES = ("default", "spatial", "appearance")
 #: E3's control, 3×Default (Ericsson et al. 2021, Tab. 2): Default's features concatenated with those of two more
 #: Default encoders trained the same way from other seeds (their init, queue and data order come from the key)
