@@ -18,6 +18,7 @@ from typing import Any
 from invfast.io import DamagedFileError, atomic_write_text
 from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.folders import check_disk, claim_folder
+from invfast.reproduce.provenance import code_version
 from invfast.reproduce.stage import Stage
 
 __all__ = [
@@ -184,8 +185,9 @@ def console_why(whys: Sequence[str], width: int = 160) -> str:
 
 class StageCache:
     """Runs stages once: a finished stage's JSON result lives in ``<cache>/stages/<name>.json``
-    (written atomically, with the SHA-256 of the result) and is returned as is on every later call, with its
-    original elapsed time; a record that fails its checks is refused naming the file."""
+    (written atomically, with the SHA-256 of the result and the code that computed it, ``computed_by``) and is
+    returned as is on every later call, with its original elapsed time; a record that fails its checks is
+    refused naming the file."""
 
     def __init__(self, cache: str, bar: Any = None) -> None:
         self.dir = os.path.join(cache, "stages")
@@ -205,7 +207,7 @@ class StageCache:
         p = self.path(name)
         rec = read_stage_record(p, name) if os.path.exists(p) else None
         if rec is not None:
-            self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": True}
+            self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": True, "computed_by": rec.get("computed_by")}
         else:
             t0 = time.perf_counter()
             result = fn()
@@ -214,10 +216,11 @@ class StageCache:
                 "elapsed_s": time.perf_counter() - t0,
                 "result": result,
                 "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "computed_by": code_version(),
                 "sha256": result_digest(result),
             }
             atomic_write_text(p, json.dumps(rec, indent=1, allow_nan=False))
-            self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": False}
+            self.timings[name] = {"elapsed_s": rec["elapsed_s"], "cached": False, "computed_by": rec["computed_by"]}
         if self.bar is not None:
             self.bar.update(1)
         return rec["result"]

@@ -208,7 +208,28 @@ def test_resume_recomputes_nothing(tiny_run, capsys):
     assert {p: os.stat(p).st_mtime_ns for p in ckpts} == ckpts
     doc = json.loads((tiny_run / "results.json").read_text())
     assert all(t["cached"] for t in doc["timings"].values())
-    assert "cached from an earlier invocation" in (tiny_run / "report.md").read_text()
+    md = (tiny_run / "report.md").read_text()
+    assert "cached from an earlier invocation" in md and "Stage results from other code" not in md
+
+
+def test_a_report_names_the_stages_another_commit_computed(tiny_run):
+    """A stage record stamped by other code (a cache kept across an upgrade) is named in the report's header
+    and its time table; its numbers are still read (the stamp is provenance, not part of the result)."""
+    path = tiny_run / "cache" / "stages" / "probes.json"
+    original = path.read_text()
+    rec = json.loads(original)
+    rec["computed_by"] = "invfast 0.3.0, commit 0ld0000"
+    path.write_text(json.dumps(rec))
+    try:
+        assert run_cli("--preset", "tiny", "--out", str(tiny_run)) == 0
+        md = (tiny_run / "report.md").read_text()
+        header = md.split("## Verdict")[1]
+        assert "Stage results from other code" in header and "invfast 0.3.0, commit 0ld0000: 1 (probes)" in header
+        assert "| probes |" in md and "computed by invfast 0.3.0, commit 0ld0000 |" in md
+        doc = json.loads((tiny_run / "results.json").read_text())
+        assert doc["timings"]["probes"]["computed_by"] == "invfast 0.3.0, commit 0ld0000"
+    finally:
+        path.write_text(original)
 
 
 def test_config_mismatch_is_refused(tiny_run, capsys):
@@ -1080,7 +1101,7 @@ def test_the_commit_is_read_without_writing_to_the_checkout(tmp_path):
     import shutil
     import subprocess
 
-    from invfast.reproduce.sections.environment import _git_commit
+    from invfast.reproduce.provenance import git_commit
 
     if shutil.which("git") is None:
         pytest.skip("git is not installed")
@@ -1101,7 +1122,7 @@ def test_the_commit_is_read_without_writing_to_the_checkout(tmp_path):
     index = repo / ".git" / "index"
     os.utime(index, ns=(10**18, 10**18))  # an index older than now: git refreshes it when it may write
     before = (index.read_bytes(), index.stat().st_mtime_ns)
-    commit = _git_commit(str(init))
+    commit = git_commit(str(init))
     assert commit and "modified" not in commit
     assert (index.read_bytes(), index.stat().st_mtime_ns) == before
     assert not (repo / ".git" / "index.lock").exists()

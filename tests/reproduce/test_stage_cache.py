@@ -88,3 +88,33 @@ def test_a_record_without_a_checksum_is_recomputed(tmp_path):
     again = StageCache(str(tmp_path))
     assert again.run("s3-evaluate", lambda: result) == result and not again.timings["s3-evaluate"]["cached"]
     assert json.loads(open(path).read())["sha256"] == result_digest(result)
+
+
+def test_a_record_names_the_code_that_computed_it(tmp_path):
+    from invfast.reproduce.provenance import code_version
+
+    cache, _, _ = _cache_with_one_stage(tmp_path)
+    rec = json.loads(open(cache.path("s3-evaluate")).read())
+    assert rec["computed_by"] == code_version() and rec["computed_by"].startswith("invfast ")
+    assert cache.timings["s3-evaluate"]["computed_by"] == code_version()
+    again = StageCache(str(tmp_path))
+    again.run("s3-evaluate", lambda: pytest.fail("cached"))
+    assert again.timings["s3-evaluate"]["computed_by"] == code_version()
+
+
+def test_stages_from_other_code_are_named_and_the_others_are_not():
+    from invfast.reproduce.provenance import describe, stale_line, stale_stages
+
+    now = describe("0.4.0", "abc1234")
+    timings = {
+        "a": {"elapsed_s": 1.0, "cached": True, "computed_by": now},
+        "b": {"elapsed_s": 1.0, "cached": True, "computed_by": describe("0.4.0", "0ld0000")},
+        "c": {"elapsed_s": 1.0, "cached": True},  # a record written before records were stamped
+        **{f"d{i}": {"elapsed_s": 1.0, "cached": True, "computed_by": None} for i in range(7)},
+    }
+    groups = stale_stages(timings, now)
+    assert groups == {"invfast 0.4.0, commit 0ld0000": ["b"], "not recorded": ["c", *[f"d{i}" for i in range(7)]]}
+    line = stale_line(timings, now)
+    assert "commit 0ld0000: 1 (b)" in line and "not recorded: 8 (c, d0, d1, d2, d3, d4 and 2 more)" in line
+    assert "\n" not in line and now in line
+    assert stale_line({"a": timings["a"]}, now) is None

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import sys
 from typing import Any
 
 import numpy as np
 
+from invfast.reproduce.provenance import describe, git_commit
 from invfast.reproduce.sections.base import ReportView, Section
 
 __all__ = ["environment", "SECTION"]
@@ -25,7 +25,7 @@ def environment() -> dict[str, Any]:
 
     mem = _memory_gib()
     cpu = _cpu_name()
-    commit = _git_commit(invfast.__file__)
+    commit = git_commit(invfast.__file__)
     return {
         "machine": {
             "platform": platform.platform(),
@@ -72,33 +72,6 @@ def _cpu_name() -> str:
     return cpu
 
 
-def _git_commit(package_file: str) -> str | None:
-    """The short commit of the checkout holding the invfast package (``package_file``: its ``__init__.py``),
-    marked when invfast/ has uncommitted changes; None outside a git checkout. Reads only: nothing in the
-    checkout is written (no index refresh, no index.lock)."""
-    commit = None
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(package_file)))
-        commit = (
-            subprocess.run(
-                ["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10
-            ).stdout.strip()
-            or None
-        )
-        if commit:
-            dirty = subprocess.run(
-                ["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--", "invfast"],
-                capture_output=True,
-                text=True,
-                timeout=10,
-                env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},  # status must not refresh (write) the index
-            ).stdout.strip()
-            commit += " (invfast/ modified)" if dirty else ""
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return commit
-
-
 def _markdown(view: ReportView) -> list[str]:
     doc = view.doc
     env, mch = doc["environment"], doc["environment"]["machine"]
@@ -110,8 +83,13 @@ def _markdown(view: ReportView) -> list[str]:
         f"- Total elapsed (sum of stages): {doc['stages_elapsed_s'] / 60:.1f} min.\n",
         "| stage | elapsed (s) | |\n|---|---:|---|",
     ]
+    current = describe(env["versions"]["invfast"], env["versions"]["git_commit"])
     for name, t in doc["timings"].items():
-        L.append(f"| {name} | {t['elapsed_s']:.1f} | {'cached from an earlier invocation' if t['cached'] else ''} |")
+        note = "cached from an earlier invocation" if t["cached"] else ""
+        by = t.get("computed_by") or "not recorded"
+        if by != current:
+            note += f"; computed by {by}"
+        L.append(f"| {name} | {t['elapsed_s']:.1f} | {note} |")
     L.append("")
     return L
 

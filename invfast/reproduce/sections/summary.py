@@ -8,6 +8,7 @@ from typing import Any
 
 from invfast.evidence import OVER_SEED_VERDICTS
 from invfast.reproduce.finding import NOT_RUN
+from invfast.reproduce.provenance import describe, stale_line
 from invfast.reproduce.rules.speicher import TRAINED_LEVEL
 from invfast.reproduce.sections.base import ReportView, Section
 
@@ -52,6 +53,9 @@ def _header(view: ReportView) -> list[str]:
     weak = under_trained_note(doc)
     if weak:
         L.append(f"**{weak}** (see *Do the models learn?*)\n")
+    stale = stale_line(doc["timings"], describe(v["invfast"], v["git_commit"]))
+    if stale:
+        L.append(stale + "\n")
     return L
 
 
