@@ -521,7 +521,7 @@ def _rank_timeout(args: argparse.Namespace) -> float:
 
 def _as_rank(args: argparse.Namespace) -> int:
     """One rank of a group whose environment torchrun (or :func:`invfast.launch.spawn_local`) set: join the
-    group (NCCL on CUDA, gloo on the CPU, with the rank timeout), then measure this rank's share."""
+    group (:func:`invfast.launch.group_backend`, with the rank timeout), then measure this rank's share."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
@@ -543,7 +543,6 @@ def _local_rank(args: argparse.Namespace) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-
     check_args(args)
     from invfast.launch import under_torchrun
 
