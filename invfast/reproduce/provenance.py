@@ -4,7 +4,6 @@ other code than the one rendering it."""
 
 from __future__ import annotations
 
-import functools
 import os
 import subprocess
 
@@ -43,9 +42,9 @@ def describe(version: str, commit: str | None) -> str:
     return f"invfast {version}, commit {commit or 'unknown'}"
 
 
-@functools.lru_cache(maxsize=1)
 def code_version() -> str:
-    """:func:`describe` of the running package; read once per process."""
+    """:func:`describe` of the running package, read again at each call (two short git reads): a stage that
+    finishes while the checkout it imports from has uncommitted changes under invfast/ is stamped so."""
     import invfast
 
     return describe(invfast.__version__, git_commit(invfast.__file__))
