@@ -124,7 +124,8 @@ def _add_finding_options(parser: argparse.ArgumentParser) -> None:
         help=(
             f"every tested finding of one paper, or of all (--quick on 2 CPU cores, measured {QUICK_MEASURED}: about "
             f"{QUICK_MINUTES['ericsson']:.0f}, {QUICK_MINUTES['speicher']:.0f} and {QUICK_MINUTES['chavhan']:.0f} "
-            f"minutes per paper, {QUICK_MINUTES['all']:.0f} for all)"
+            f"minutes per paper (Ericsson's and Chavhan's from the stage times of the run for all), "
+            f"{QUICK_MINUTES['all']:.0f} for all)"
         ),
     )
     parser.add_argument(
