@@ -18,9 +18,11 @@ import shutil
 import subprocess
 import sys
 
+from invfast.reproduce.config import DEFAULT_FINDINGS
+
 #: destination subfolder -> the selection its report tests
 EXAMPLES = {
-    "": ["--findings", "E1,E2,E3,S8,C1,C3"],
+    "": ["--findings", ",".join(DEFAULT_FINDINGS)],
     "ericsson": ["--paper", "ericsson"],
     "speicher": ["--paper", "speicher"],
     "chavhan": ["--paper", "chavhan"],

@@ -34,6 +34,10 @@ class Removed:
     instead: str
     only: Any = None
 
+    def message(self, name: str) -> str:
+        """The one line that refuses a value given for the removed field ``name``."""
+        return f"config field {name!r} was removed; {self.instead}"
+
 
 #: removed fields, by name
 REMOVED_FIELDS = {

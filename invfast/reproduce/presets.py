@@ -155,7 +155,7 @@ def preset(name: str, **overrides: Any) -> ReproduceConfig:
     fields = {f.name for f in dataclasses.fields(ReproduceConfig)}
     removed = sorted(set(values) & set(REMOVED_FIELDS))
     if removed:
-        raise ValueError(f"config field {removed[0]!r} was removed; {REMOVED_FIELDS[removed[0]].instead}")
+        raise ValueError(REMOVED_FIELDS[removed[0]].message(removed[0]))
     unknown = sorted(set(values) - fields)
     if unknown:
         raise ValueError(f"unknown config field(s) {unknown}; fields are {', '.join(sorted(fields))}")
@@ -167,7 +167,7 @@ def parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tuple
         raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
     key, raw = (s.strip() for s in text.split("=", 1))
     if key in REMOVED_FIELDS:
-        raise ValueError(f"--set: config field {key!r} was removed; {REMOVED_FIELDS[key].instead}")
+        raise ValueError(f"--set: {REMOVED_FIELDS[key].message(key)}")
     if key not in cfg_fields or key in ("preset", "findings"):
         hint = " (select findings with --findings or --paper)" if key == "findings" else ""
         raise ValueError(

@@ -4,6 +4,7 @@ other code than the one rendering it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 
@@ -15,7 +16,7 @@ def git_commit(package_file: str) -> str | None:
     marked when invfast/ has uncommitted changes; None outside a git checkout. Reads only: nothing in the
     checkout is written (no index refresh, no index.lock)."""
     commit = None
-    try:
+    with contextlib.suppress(OSError, subprocess.SubprocessError):  # no git, or a hung one: None
         root = os.path.dirname(os.path.dirname(os.path.abspath(package_file)))
         commit = (
             subprocess.run(
@@ -32,8 +33,6 @@ def git_commit(package_file: str) -> str | None:
                 env={**os.environ, "GIT_OPTIONAL_LOCKS": "0"},  # status must not refresh (write) the index
             ).stdout.strip()
             commit += " (invfast/ modified)" if dirty else ""
-    except (OSError, subprocess.SubprocessError):
-        pass
     return commit
 
 
