@@ -58,6 +58,24 @@ def verdicts(results_path: str) -> dict:
     return out
 
 
+def _check_example_folder(dest: str) -> None:
+    """Refuse a destination this script did not make (its figures/ is replaced, its files overwritten): it must
+    be absent, empty, or hold an example's verdicts.json; no file it writes may be a symbolic link."""
+    names = [n for n in os.listdir(dest) if n not in EXAMPLES] if os.path.isdir(dest) else []
+    if names:
+        try:
+            with open(os.path.join(dest, "verdicts.json"), encoding="utf-8") as f:
+                ok = str(json.load(f).get("about", "")).startswith("every verdict of this example")
+        except (OSError, ValueError, AttributeError):
+            ok = False
+        if not ok:
+            raise SystemExit(f"render_examples: {dest!r} holds files and no example's verdicts.json; not touching it")
+    for name in ("figures", "report.md", "config.json", "verdicts.json"):
+        path = os.path.join(dest, name)
+        if os.path.islink(path):
+            raise SystemExit(f"render_examples: {path!r} is a symbolic link; not writing through it")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("cache", help="the cache folder of a finished --quick --paper all run")
@@ -71,6 +89,7 @@ def main() -> int:
         print(" ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         dest = os.path.join(args.dest, sub)
+        _check_example_folder(dest)
         os.makedirs(dest, exist_ok=True)
         shutil.rmtree(os.path.join(dest, "figures"), ignore_errors=True)
         shutil.copytree(os.path.join(work, "figures"), os.path.join(dest, "figures"))
