@@ -7,6 +7,10 @@
 #include <torch/extension.h>
 #include <torch/library.h>
 
+#include <string>
+
+#include "common/cpu_isa.h"
+
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -41,4 +45,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "invfast compiled core: ops are registered under torch.ops.invfast";
   m.def("openmp_threads", &openmp_threads, "OpenMP threads available to the compiled core");
   m.def("built_with_cuda", &built_with_cuda, "whether the CUDA kernels were compiled in");
+  m.def("cpu_isa", [] { return std::string(invfast::cpu_isa_name(invfast::cpu_isa())); },
+        "the instruction set the CPU kernels use: 'baseline', 'avx2' or 'avx512' (INVFAST_CPU_ISA lowers it)");
+  m.def("cpu_isa_supported", [] { return std::string(invfast::cpu_isa_name(invfast::cpu_isa_supported())); },
+        "the highest instruction set of this CPU the kernels have variants for");
 }

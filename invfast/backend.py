@@ -32,6 +32,10 @@ from invfast import _loader, dispatch, wait_policy
 _loader.load()  # torch.ops.invfast.* exist once this module is imported (the package root loads nothing)
 _MODES = dispatch.MODES
 BACKEND_ENV = "INVFAST_BACKEND"
+#: lowers the instruction set of the compiled CPU kernels (read once by the core: csrc/common/cpu_isa.h)
+CPU_ISA_ENV = "INVFAST_CPU_ISA"
+#: its values, lowest first; unset or empty: the highest this CPU supports
+CPU_ISA_LEVELS = ("baseline", "avx2", "avx512")
 
 
 def _mode_from_env() -> tuple[str, str | None]:
@@ -42,7 +46,15 @@ def _mode_from_env() -> tuple[str, str | None]:
     return "auto", f"{BACKEND_ENV}={raw!r} is not a backend mode; valid values: {', '.join(_MODES)}"
 
 
+def _cpu_isa_from_env() -> str | None:
+    raw = os.environ.get(CPU_ISA_ENV, "")
+    if raw in ("", *CPU_ISA_LEVELS):
+        return None
+    return f"{CPU_ISA_ENV}={raw!r} is not an instruction set; valid values: {', '.join(CPU_ISA_LEVELS)}"
+
+
 _mode, _env_problem = _mode_from_env()
+_cpu_isa_problem = _cpu_isa_from_env()
 _env_warned = False
 _references: dict[str, Callable[..., Any]] = {}
 
@@ -52,11 +64,20 @@ def env_problem() -> str | None:
     return _env_problem
 
 
+def cpu_isa_env_problem() -> str | None:
+    """One line describing an invalid ``INVFAST_CPU_ISA`` (read at import), or None when it is valid."""
+    return _cpu_isa_problem
+
+
 def _warn_env_once() -> None:
     global _env_warned
-    if _env_problem is not None and not _env_warned:
-        _env_warned = True
+    if _env_warned:
+        return
+    _env_warned = True
+    if _env_problem is not None:
         warnings.warn(f"{_env_problem}; using 'auto'", RuntimeWarning, stacklevel=4)
+    if _cpu_isa_problem is not None:
+        warnings.warn(f"{_cpu_isa_problem}; using the CPU's highest", RuntimeWarning, stacklevel=4)
 
 
 class _ModeScope:
@@ -168,6 +189,8 @@ def backend_info() -> dict[str, Any]:
         "dali": importlib.util.find_spec("nvidia") is not None and importlib.util.find_spec("nvidia.dali") is not None,
         "threads": torch.get_num_threads(),
         "openmp_threads": mod.openmp_threads() if mod is not None else 0,
+        "cpu_isa": mod.cpu_isa() if mod is not None else "",
+        "cpu_isa_supported": mod.cpu_isa_supported() if mod is not None else "",
         "openmp_wait_policy": wait_policy.describe(),
         "mode": mode(),
         "cuda_kernels_env": os.environ.get(dispatch.CUDA_KERNELS_ENV, ""),

@@ -198,8 +198,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"invfast {args.command}: error: {special}", file=sys.stderr)
         return USAGE_ERROR
 
-    # a mistyped INVFAST_BACKEND or INVFAST_CUDA_KERNELS is a usage error of every command
-    for problem in (backend.env_problem(), dispatch.cuda_env_problem()):
+    # a mistyped INVFAST_BACKEND, INVFAST_CPU_ISA or INVFAST_CUDA_KERNELS is a usage error of every command
+    for problem in (backend.env_problem(), backend.cpu_isa_env_problem(), dispatch.cuda_env_problem()):
         if problem is not None:
             print(f"invfast {args.command}: error: {problem}", file=sys.stderr)
             return USAGE_ERROR

@@ -12,8 +12,8 @@
 //      buffer and a vertical pass fused with the epilogue (images without blur go straight to 4);
 //   4. epilogue: solarize, normalise, store as float32 or bfloat16, NCHW or NHWC.
 // The per-pixel maths are those of augment_views_math.h, which the CUDA kernels (augment_cuda.cu) share:
-// the CPU suite tests the functions the GPU runs. The loops over pixels are compiled twice (target_clones:
-// AVX2 + FMA and baseline x86-64), the AVX2 one chosen at load time where the CPU has it.
+// the CPU suite tests the functions the GPU runs. The loops over pixels are compiled twice (x86-64-v3:
+// AVX2 + FMA, and baseline x86-64), the first run where the core's ISA policy allows it (common/cpu_isa.h).
 #include <torch/library.h>
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
@@ -26,13 +26,10 @@
 
 #include "augment/augment_views_args.h"
 #include "augment/augment_views_math.h"
+#include "common/cpu_isa.h"
 #include "common/parallel.h"
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define IVF_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define IVF_CLONES
-#endif
+#define IVF_V3 INVFAST_TARGET("arch=x86-64-v3")
 
 namespace invfast {
 namespace augment {
@@ -87,7 +84,7 @@ inline void lerp_row(const float* __restrict__ t, const int32_t* __restrict__ ix
 }
 
 template <typename T>
-IVF_CLONES void warp_separable(const T* src, int64_t H, int64_t W, const float* m, int64_t Ho, int64_t Wo,
+INVFAST_ALWAYS_INLINE void warp_separable_impl(const T* src, int64_t H, int64_t W, const float* m, int64_t Ho, int64_t Wo,
                                float unit, Scratch& s) {
   // columns: x0 in [-2, W] (clamped: beyond, both neighbours are zero padding anyway)
   int64_t lo = W, hi = -1;
@@ -117,6 +114,9 @@ IVF_CLONES void warp_separable(const T* src, int64_t H, int64_t W, const float* 
     }
   }
 }
+INVFAST_ISA_TWICE(template <typename T>, CpuIsa::kAvx2, IVF_V3, void, warp_separable,
+                  (const T* src, int64_t H, int64_t W, const float* m, int64_t Ho, int64_t Wo, float unit, Scratch& s),
+                  (src, H, W, m, Ho, Wo, unit, s))
 
 template <typename T>
 void warp_general(const T* src, int64_t H, int64_t W, const float* m, int64_t Ho, int64_t Wo, Scratch& s) {
@@ -148,7 +148,7 @@ inline float mean_luma(const float* __restrict__ r, const float* __restrict__ g,
 
 // The colour chain on the planes: jitter in the image's order (ops 0 brightness, 1 contrast, 2 saturation,
 // 3 hue), then grayscale. Each op is one loop over the pixels.
-IVF_CLONES void colour_planes(float* __restrict__ r, float* __restrict__ g, float* __restrict__ b, int64_t n, const int64_t* order, const float* factors,
+INVFAST_ALWAYS_INLINE void colour_planes_impl(float* __restrict__ r, float* __restrict__ g, float* __restrict__ b, int64_t n, const int64_t* order, const float* factors,
                               bool gray) {
   for (int step = 0; order && step < 4; ++step) {
     const int64_t op = order[step];
@@ -177,9 +177,12 @@ IVF_CLONES void colour_planes(float* __restrict__ r, float* __restrict__ g, floa
   if (gray)
     for (int64_t i = 0; i < n; ++i) r[i] = g[i] = b[i] = luma(r[i], g[i], b[i]);
 }
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, IVF_V3, void, colour_planes,
+                  (float* __restrict__ r, float* __restrict__ g, float* __restrict__ b, int64_t n, const int64_t* order, const float* factors, bool gray),
+                  (r, g, b, n, order, factors, gray))
 
 // Horizontal Gaussian pass of one row (taps k[0..2R], reflect padding).
-IVF_CLONES void blur_row_h(const float* __restrict__ row, const float* __restrict__ k, int64_t R, int64_t Wo,
+INVFAST_ALWAYS_INLINE void blur_row_h_impl(const float* __restrict__ row, const float* __restrict__ k, int64_t R, int64_t Wo,
                            float* __restrict__ out) {
   const int64_t lo = std::min(R, Wo), hi = std::max(lo, Wo - R);
   for (int64_t x = 0; x < lo; ++x) {
@@ -199,9 +202,12 @@ IVF_CLONES void blur_row_h(const float* __restrict__ row, const float* __restric
     out[x] = a;
   }
 }
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, IVF_V3, void, blur_row_h,
+                  (const float* __restrict__ row, const float* __restrict__ k, int64_t R, int64_t Wo, float* __restrict__ out),
+                  (row, k, R, Wo, out))
 
 // Vertical Gaussian pass for output row y of one plane: acc[x] = sum_t k[t] plane[reflect(y - R + t)][x].
-IVF_CLONES void blur_row_v(const float* __restrict__ plane, const float* __restrict__ k, int64_t R, int64_t Ho,
+INVFAST_ALWAYS_INLINE void blur_row_v_impl(const float* __restrict__ plane, const float* __restrict__ k, int64_t R, int64_t Ho,
                            int64_t Wo, int64_t y, float* __restrict__ acc) {
   std::fill(acc, acc + Wo, 0.f);
   for (int64_t t = 0; t <= 2 * R; ++t) {
@@ -210,10 +216,13 @@ IVF_CLONES void blur_row_v(const float* __restrict__ plane, const float* __restr
     for (int64_t x = 0; x < Wo; ++x) acc[x] += w * src[x];
   }
 }
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, IVF_V3, void, blur_row_v,
+                  (const float* __restrict__ plane, const float* __restrict__ k, int64_t R, int64_t Ho, int64_t Wo, int64_t y, float* __restrict__ acc),
+                  (plane, k, R, Ho, Wo, y, acc))
 
 // Epilogue of one row of channel c: solarize, normalise, store with `stride` (1 NCHW, 3 NHWC).
 template <typename O>
-IVF_CLONES void store_row(const float* __restrict__ v, int64_t Wo, bool sol, float thr, float mean, float sd, O* __restrict__ out,
+INVFAST_ALWAYS_INLINE void store_row_impl(const float* __restrict__ v, int64_t Wo, bool sol, float thr, float mean, float sd, O* __restrict__ out,
                           int64_t stride) {
   if (stride == 1) {
     for (int64_t x = 0; x < Wo; ++x) out[x] = static_cast<O>(epilogue(v[x], sol, thr, mean, sd));
@@ -221,6 +230,9 @@ IVF_CLONES void store_row(const float* __restrict__ v, int64_t Wo, bool sol, flo
     for (int64_t x = 0; x < Wo; ++x) out[x * stride] = static_cast<O>(epilogue(v[x], sol, thr, mean, sd));
   }
 }
+INVFAST_ISA_TWICE(template <typename O>, CpuIsa::kAvx2, IVF_V3, void, store_row,
+                  (const float* __restrict__ v, int64_t Wo, bool sol, float thr, float mean, float sd, O* __restrict__ out, int64_t stride),
+                  (v, Wo, sol, thr, mean, sd, out, stride))
 
 // Normalised float32 taps [2R+1] of image b (R = 0: no blur), as the torch path builds them.
 std::vector<float> taps(const ViewArgs& a, int64_t b) {

@@ -15,6 +15,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "common/cpu_isa.h"
+
 #if (defined(__x86_64__) || defined(_M_X64)) && (defined(__GNUC__) || defined(__clang__))
 #define INVFAST_HYPER_HAVE_AVX512 1
 #include <immintrin.h>
@@ -29,12 +31,8 @@ namespace hyper_avx512 {
 
 #if INVFAST_HYPER_HAVE_AVX512
 
-inline bool cpu_has_avx512() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return ok;
-}
+// x86-64-v4 (AVX-512 F/BW/CD/DQ/VL on top of v3's FMA and F16C), where the core's ISA policy allows it
+inline bool cpu_has_avx512() { return cpu_isa_at_least(CpuIsa::kAvx512); }
 
 // 16 x 16 transpose network: unpack (32-bit), unpack (64-bit), two 128-bit lane shuffles.
 INVFAST_AVX512_INLINE void transpose16(__m512 r[16]) {

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 
+#include "common/cpu_isa.h"
 #include "common/parallel.h"
 
 namespace invfast {
@@ -96,9 +97,8 @@ static inline float exp_nonpositive(float x) {
 
 // sum_j exp(-scale * max(sr + sx[j] - 2 g[j], 0) - m) over j in [lo, hi). The exponentials go
 // through a small buffer so that the loop has no reduction and vectorises (with
-// -fno-trapping-math); target_clones adds an AVX2 version chosen at load time.
-__attribute__((target_clones("avx2", "default")))
-double row_sumexp_f32(const float* g, const float* sx, float sr, float scale, float m, int64_t lo, int64_t hi) {
+// -fno-trapping-math); compiled for AVX2 and for the baseline, the core's ISA policy picks one.
+INVFAST_ALWAYS_INLINE double row_sumexp_f32_impl(const float* g, const float* sx, float sr, float scale, float m, int64_t lo, int64_t hi) {
   constexpr int64_t kChunk = 1024;
   float buf[kChunk];
   double total = 0.0;
@@ -124,9 +124,11 @@ double row_sumexp_f32(const float* g, const float* sx, float sr, float scale, fl
   }
   return total;
 }
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, INVFAST_TARGET("avx2"), double, row_sumexp_f32,
+                  (const float* g, const float* sx, float sr, float scale, float m, int64_t lo, int64_t hi),
+                  (g, sx, sr, scale, m, lo, hi))
 
-__attribute__((target_clones("avx2", "default")))
-float row_max_f32(const float* g, const float* sx, float sr, float scale, int64_t lo, int64_t hi) {
+INVFAST_ALWAYS_INLINE float row_max_f32_impl(const float* g, const float* sx, float sr, float scale, int64_t lo, int64_t hi) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t j = lo; j < hi; ++j) {
     float d2 = sr + sx[j] - 2.0f * g[j];
@@ -136,6 +138,9 @@ float row_max_f32(const float* g, const float* sx, float sr, float scale, int64_
   }
   return m;
 }
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, INVFAST_TARGET("avx2"), float, row_max_f32,
+                  (const float* g, const float* sx, float sr, float scale, int64_t lo, int64_t hi),
+                  (g, sx, sr, scale, lo, hi))
 
 template <typename scalar_t>
 void row_logsumexp_f64(const scalar_t* gi, const double* sx, double sr, double scale, int64_t self, int64_t N, double* out) {

@@ -21,6 +21,7 @@
 #include <torch/library.h>
 #include <ATen/Parallel.h>
 
+#include "common/cpu_isa.h"
 #include "common/parallel.h"
 
 #include <algorithm>
@@ -68,7 +69,7 @@ __attribute__((always_inline)) inline double exp_nonpos_f64(double x) {
 // d2[j] = max(qi + q[j] - 2 g[j] / (ni n[j]), 0) for j < len (r = 1 / n); *mn = min_j d2[j]; returns how many
 // entries fall at or below the recompute threshold kc (qi + q[j]).
 template <typename T>
-__attribute__((always_inline)) inline int64_t sqdist_body(const T* g, const double* q, const double* r, double qi,
+INVFAST_ALWAYS_INLINE int64_t sqdist_impl(const T* g, const double* q, const double* r, double qi,
                                                           double ri, double kc, int64_t len, double* d2, double* mn) {
   int64_t close = 0;
   double lo = kInf;
@@ -84,35 +85,22 @@ __attribute__((always_inline)) inline int64_t sqdist_body(const T* g, const doub
   return close;
 }
 
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-int64_t sqdist_f32(const float* g, const double* q, const double* r, double qi, double ri, double kc, int64_t len,
-                   double* d2, double* mn) {
-  return sqdist_body<float>(g, q, r, qi, ri, kc, len, d2, mn);
-}
-
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-int64_t sqdist_f64(const double* g, const double* q, const double* r, double qi, double ri, double kc, int64_t len,
-                   double* d2, double* mn) {
-  return sqdist_body<double>(g, q, r, qi, ri, kc, len, d2, mn);
-}
-
-inline int64_t sqdist(const float* g, const double* q, const double* r, double qi, double ri, double kc, int64_t len,
-                      double* d2, double* mn) {
-  return sqdist_f32(g, q, r, qi, ri, kc, len, d2, mn);
-}
-inline int64_t sqdist(const double* g, const double* q, const double* r, double qi, double ri, double kc, int64_t len,
-                      double* d2, double* mn) {
-  return sqdist_f64(g, q, r, qi, ri, kc, len, d2, mn);
-}
+// the loops compiled for x86-64-v3 and for the baseline; the core's ISA policy picks one (common/cpu_isa.h)
+#define IVF_V3 INVFAST_TARGET("arch=x86-64-v3")
+INVFAST_ISA_TWICE(template <typename T>, CpuIsa::kAvx2, IVF_V3, int64_t, sqdist,
+                  (const T* g, const double* q, const double* r, double qi, double ri, double kc, int64_t len,
+                   double* d2, double* mn),
+                  (g, q, r, qi, ri, kc, len, d2, mn))
 
 // sum_j exp(-scale d2[j] - m), m >= -scale min_j d2[j]
-__attribute__((target_clones("arch=x86-64-v3", "default")))
-double sum_exp(const double* d2, int64_t len, double scale, double m) {
+INVFAST_ALWAYS_INLINE double sum_exp_impl(const double* d2, int64_t len, double scale, double m) {
   double s = 0.0;
 #pragma omp simd reduction(+ : s)
   for (int64_t j = 0; j < len; ++j) s += exp_nonpos_f64(-scale * d2[j] - m);
   return s;
 }
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, IVF_V3, double, sum_exp, (const double* d2, int64_t len, double scale, double m),
+                  (d2, len, scale, m))
 
 // Per-row quantities of x and the error coefficients (see the header comment).
 struct Rows {

@@ -10,9 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
+#include "common/cpu_isa.h"
 #include "common/parallel.h"
 #include "common/no_fp_contract.h"  // after every other include
 
@@ -99,12 +98,11 @@ __attribute__((target("avx512f"))) void merge_block_avx512(const T* x, int64_t B
 #define INVFAST_AVX512_BUILD 0
 #endif
 
-// Whether to take the AVX-512 build: on x86-64 where the CPU and the OS support it, unless the environment variable
-// INVFAST_CPU_ISA is "baseline" (read once; for comparing the two builds). Elsewhere there is only the baseline.
+// Whether to take the AVX-512 build: where the core's ISA policy allows AVX-512 (common/cpu_isa.h; the
+// environment variable INVFAST_CPU_ISA=baseline or avx2 compares the two builds). Elsewhere only the baseline.
 bool vector_path() {
 #if INVFAST_AVX512_BUILD
-  const char* isa = std::getenv("INVFAST_CPU_ISA");
-  return __builtin_cpu_supports("avx512f") && !(isa != nullptr && std::strcmp(isa, "baseline") == 0);
+  return cpu_isa_at_least(CpuIsa::kAvx512);
 #else
   return false;
 #endif

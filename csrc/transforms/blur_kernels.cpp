@@ -108,8 +108,7 @@ void blur_plane(const uint8_t* src, int64_t H, int64_t W, const float* w, int64_
     return;
   }
 #if INVFAST_TT_X86
-  static const bool fma = cpu_has_avx2() && __builtin_cpu_supports("fma");
-  (fma ? blur_plane_avx2 : blur_plane_base)(src, H, W, w, R, dst, scratch);
+  (cpu_isa_at_least(CpuIsa::kAvx2) ? blur_plane_avx2 : blur_plane_base)(src, H, W, w, R, dst, scratch);
 #else
   blur_plane_base(src, H, W, w, R, dst, scratch);
 #endif

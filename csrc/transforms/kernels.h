@@ -75,8 +75,5 @@ void warp_images(const uint8_t* img, const uint8_t* padded, int64_t n, int64_t p
 void warp_images(const uint8_t* img, const float* padded, int64_t n, int64_t pstride, int64_t C, int64_t H, int64_t W,
                  const double* m, int kind, const uint8_t* fill_level, uint8_t* out, int64_t ostride, float* scratch);
 
-// whether the AVX2 variants run on this CPU (x86-64 only; false elsewhere)
-bool cpu_has_avx2();
-
 }  // namespace tt
 }  // namespace invfast

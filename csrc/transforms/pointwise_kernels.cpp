@@ -14,15 +14,6 @@
 namespace invfast {
 namespace tt {
 
-bool cpu_has_avx2() {
-#if INVFAST_TT_X86
-  static const bool ok = __builtin_cpu_supports("avx2");
-  return ok;
-#else
-  return false;
-#endif
-}
-
 namespace {
 
 // v / 255 in float32: torch's uint8 -> float (`to(float32).div_(255.0)`), a true division (a product with

@@ -301,7 +301,7 @@ void warp_base(TT_WARP_ARGS) {
 template <typename T>
 void warp_pick(TT_WARP_ARGS) {
 #if INVFAST_TT_X86
-  if (cpu_has_avx2()) return warp_avx2<T>(TT_WARP_CALL);
+  if (cpu_isa_at_least(CpuIsa::kAvx2)) return warp_avx2<T>(TT_WARP_CALL);
 #endif
   warp_base<T>(TT_WARP_CALL);
 }
