@@ -8,9 +8,8 @@ from typing import Any
 
 import torch
 
-from invfast import backend, dispatch
 from invfast._validate import as_features, as_labels, check_finite, compiling
-from invfast.ops.invariance import knn_sqdist, pair_scores, pairwise_logsumexp, sqdist_logsumexp
+from invfast.ops.invariance import knn_sqdist, pair_scores, pairwise_logsumexp
 from invfast.stats import FeatureStats, upper_mm
 
 __all__ = [
@@ -212,7 +211,8 @@ def uniformity(
     the pairs, the other half by symmetry), the squared distances and the log-sum-exp in float64, and recomputes
     near-duplicate pairs exactly; its error against float64 is at most ``2 t D u / (1 − D u)`` for normalised
     rows (u = 2⁻²⁴ for float32 input, 2⁻⁵³ for float64; 3.1e-5 at t = 2, D = 128 in float32), see
-    csrc/invariance/pairwise_cpu.cpp. Elsewhere the float64 torch reference serves.
+    csrc/invariance/pairwise_cpu.cpp. On CUDA the per-row kernel serves where the dispatch table picks it
+    (:func:`invfast.ops.invariance.pairwise_logsumexp` decides); elsewhere the float64 torch reference.
     """
     x = as_features(x, "x")
     n = x.shape[0]
@@ -224,15 +224,6 @@ def uniformity(
         x = x.float()
     if block_rows is not None and block_rows < 1:
         raise ValueError(f"block_rows must be >= 1, got {block_rows}")
-    if not dispatch.kernel_available("pairwise_logsumexp", x.device.type) and backend.compiled_for(
-        "sqdist_logsumexp", x, x
-    ):
-        # a device with the per-row kernel only (CUDA), where the table or the mode picks it: row blocks through it
-        if normalize:
-            x = torch.nn.functional.normalize(x, dim=1)
-        rows = block_rows or max(1, min(n, (64 << 20) // (8 * n)))
-        parts = [sqdist_logsumexp(x[s : s + rows], x, s, t) for s in range(0, n, rows)]
-        return torch.logsumexp(torch.cat(parts), 0) - math.log(n * (n - 1))
     rows = block_rows or pair_block_rows(n, x.element_size())
     # the sum over i < j counts each unordered pair once; the ordered pairs i != j count it twice
     return pairwise_logsumexp(x, t, normalize, rows) + math.log(2.0 / (n * (n - 1)))

@@ -189,6 +189,34 @@ def test_uniformity_matches_pdist(rng, mode, block):
     assert float(u32) == pytest.approx(ref, rel=1e-5)
 
 
+@pytest.mark.parametrize("block", [None, 7])
+def test_uniformity_through_the_per_row_kernel_matches_pdist(rng, monkeypatch, block):
+    """The route a device without the all-pairs kernel takes (CUDA): row blocks through sqdist_logsumexp, chosen
+    by the ops layer from the dispatch table. Taken here on the CPU by hiding the all-pairs kernel."""
+    from invfast import dispatch
+    from invfast.ops import invariance as ops_inv
+
+    if "sqdist_logsumexp" not in backend.compiled_ops():
+        pytest.skip("the compiled core is not built")
+    calls = []
+    real = ops_inv.pairwise_logsumexp_by_rows
+    monkeypatch.setattr(ops_inv, "pairwise_logsumexp_by_rows", lambda *a: calls.append(1) or real(*a))
+    real_available = dispatch.kernel_available
+    monkeypatch.setattr(
+        dispatch, "kernel_available", lambda op, dev: op != "pairwise_logsumexp" and real_available(op, dev)
+    )
+    x = rng.normal(size=(150, 9))
+    u = ivf.uniformity(torch.from_numpy(x), t=2.0, block_rows=block)
+    u32 = ivf.uniformity(torch.from_numpy(x).float(), t=2.0, block_rows=block)
+    assert len(calls) == 2
+    ref = _uniformity_np(x, 2.0)
+    assert float(u) == pytest.approx(ref, rel=1e-10)
+    assert float(u32) == pytest.approx(ref, rel=1e-5)
+    with backend.use("reference"):  # where the table does not pick the per-row kernel: the reference
+        assert float(ivf.uniformity(torch.from_numpy(x), t=2.0)) == pytest.approx(ref, rel=1e-10)
+    assert len(calls) == 2
+
+
 def test_uniformity_large_scale_is_stable(rng):
     # t large enough that naive exp underflows for every pair: the log-sum-exp must stay finite
     x = torch.from_numpy(rng.normal(size=(60, 3)))

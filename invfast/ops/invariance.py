@@ -3,9 +3,11 @@ for uniformity) and the exact k-nearest-neighbour search behind ACR."""
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from invfast import _loader, backend
+from invfast import _loader, backend, dispatch
 
 
 @backend.register_reference("pair_scores")
@@ -153,11 +155,26 @@ def merge_unit_moments_(
 def pairwise_logsumexp(x: torch.Tensor, scale: float, normalize: bool, block_rows: int) -> torch.Tensor:
     """``log sum_{i<j} exp(-scale ||x^_i - x^_j||^2)`` of x [N, D] (see :func:`pairwise_logsumexp_reference`):
     the compiled kernel where the dispatch table picks it (no backward: inputs that require grad take the
-    reference), the torch reference otherwise."""
+    reference); on a device without it whose per-row kernel the table picks (CUDA), row blocks through
+    :func:`sqdist_logsumexp`; the torch reference otherwise."""
+    if not dispatch.kernel_available("pairwise_logsumexp", x.device.type) and backend.compiled_for(
+        "sqdist_logsumexp", x, x
+    ):
+        return pairwise_logsumexp_by_rows(x, scale, normalize, block_rows)
     fn = backend.compiled_for("pairwise_logsumexp", x)
     if fn is None:
         return pairwise_logsumexp_reference(x, scale, normalize, block_rows)
     return fn(x, float(scale), bool(normalize), int(block_rows))
+
+
+def pairwise_logsumexp_by_rows(x: torch.Tensor, scale: float, normalize: bool, block_rows: int) -> torch.Tensor:
+    """:func:`pairwise_logsumexp` from every row's sum over the others (:func:`sqdist_logsumexp`, ``block_rows``
+    rows per call): each unordered pair counted twice, so ``log 2`` less. Float64 scalar."""
+    if normalize:
+        x = torch.nn.functional.normalize(x, dim=1)
+    n = x.shape[0]
+    parts = [sqdist_logsumexp(x[s : s + block_rows], x, s, scale) for s in range(0, n, block_rows)]
+    return torch.logsumexp(torch.cat(parts), 0) - math.log(2.0)
 
 
 def knn_sqdist(x: torch.Tensor, k: int, normalize: bool, block_rows: int) -> tuple[torch.Tensor, torch.Tensor]:
