@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from invfast.constants import IMAGENET_MEAN, IMAGENET_STD
+from invfast.measure import FeatureExtractor
 from invfast.reproduce.config import ReproduceConfig
 from invfast.synthetic.rng import derive_seed
 
@@ -131,11 +132,15 @@ def normalise(images: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def extract(model: torch.nn.Module, images: torch.Tensor, batch: int = 256) -> np.ndarray:
-    """Pooled features float32 [N, D] of uint8 images [N, 3, H, W]."""
-    model.eval()
-    dev = next(model.parameters()).device
-    out = [model(normalise(images[s : s + batch].to(dev))).float().cpu() for s in range(0, images.shape[0], batch)]
-    return torch.cat(out).numpy()
+    """Pooled features float32 [N, D] of uint8 images [N, 3, H, W]: the library's
+    :class:`~invfast.measure.FeatureExtractor` (ImageNet normalisation, eval mode) in chunks of ``batch`` images,
+    each one model call (no CPU sub-batches: the stages' numbers stay those of whole chunks)."""
+    fx = FeatureExtractor(model, next(model.parameters()).device, forward_batch=batch, split_forward=False)
+    try:
+        (features,) = fx.features(images).values()
+    finally:
+        fx.close()
+    return features.cpu().numpy()
 
 
 def encoder(cfg: ReproduceConfig, key: str) -> torch.nn.Module:
