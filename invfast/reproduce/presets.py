@@ -162,7 +162,11 @@ def preset(name: str, **overrides: Any) -> ReproduceConfig:
     return ReproduceConfig(**values)
 
 
-def parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tuple[str, Any]:
+def parse_override(
+    cfg_fields: dict[str, dataclasses.Field], text: str, config: type[ReproduceConfig] = ReproduceConfig
+) -> tuple[str, Any]:
+    """``--set KEY=VALUE`` read as (field, value) of ``config``, typed as the field's default; ValueError (one
+    line) for a malformed, unknown or removed field or a value that is not of the default's type."""
     if "=" not in text:
         raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
     key, raw = (s.strip() for s in text.split("=", 1))
@@ -174,7 +178,7 @@ def parse_override(cfg_fields: dict[str, dataclasses.Field], text: str) -> tuple
             f"--set: unknown config field {key!r}{hint}; fields are "
             f"{', '.join(sorted(k for k in cfg_fields if k not in ('preset', 'findings')))}"
         )
-    default = getattr(ReproduceConfig(), key)
+    default = getattr(config(), key)
     try:
         if isinstance(default, bool):
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
