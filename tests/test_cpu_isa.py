@@ -20,9 +20,7 @@ from invfast import backend
 ROOT = Path(__file__).resolve().parents[1]
 LEVELS = backend.CPU_ISA_LEVELS
 
-pytestmark = pytest.mark.skipif(
-    "pair_scores" not in backend.compiled_ops(), reason="the compiled core is not built"
-)
+pytestmark = pytest.mark.skipif("pair_scores" not in backend.compiled_ops(), reason="the compiled core is not built")
 
 # Each kernel family with a second build, on fixed inputs; torch.save of {name: output} to argv[1].
 _OUTPUTS = r"""

@@ -8,8 +8,16 @@ import pathlib
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PKG = ROOT / "invfast"
-#: what the compiled-op layer may import besides itself: the loader, the backend switch and plain constants
-OPS_MAY_IMPORT = {"invfast._loader", "invfast.backend", "invfast.constants", "invfast._validate", "invfast._C"}
+#: what the compiled-op layer may import besides itself: the loader, the backend switch, its dispatch table and plain
+#: constants
+OPS_MAY_IMPORT = {
+    "invfast._loader",
+    "invfast.backend",
+    "invfast.dispatch",
+    "invfast.constants",
+    "invfast._validate",
+    "invfast._C",
+}
 
 
 def _modules() -> dict[str, pathlib.Path]:
