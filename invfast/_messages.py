@@ -1,5 +1,5 @@
 """How warnings reach the user: one line each, ``invfast: warning: <message>`` (no source line), each distinct
-message once; the command line (:mod:`invfast.cli`) and every worker process it spawns (:mod:`invfast.launch`)
+message once; the command line (:mod:`invfast.cli`) and every worker process it spawns (:mod:`invfast.runtime.launch`)
 show them the same way."""
 
 from __future__ import annotations

@@ -93,7 +93,7 @@ class DihedralAverage(nn.Module):
 
 def run_demo(n_ref: int = 256, n_test: int = 64, size: int = 64, seed: int = 0, progress: bool = False) -> dict:
     """Scores of both extractors under every exact transform: {model: {transform: {...}}}."""
-    from invfast.progress import bar
+    from invfast.runtime.progress import bar
 
     ref = photo_patches(n_ref, size, seed)
     test = photo_patches(n_test, size, seed + 1)
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     if not 0 <= args.seed < 2**62:
         raise ValueError(f"--seed must be an integer from 0 to 2^62 - 1, got {args.seed}")
     if args.json:  # before the demo: numbers that cannot be saved are refused before they are computed
-        from invfast.write_paths import check_output_file
+        from invfast.runtime.write_paths import check_output_file
 
         check_output_file(args.json, "--json", "demo.json")
     t0 = time.perf_counter()

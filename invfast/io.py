@@ -9,8 +9,8 @@ it), and :func:`load_verified` refuses a file whose bytes no longer match, then 
 ``weights_only=True`` (no code from the file ever runs). :func:`output_lock` gives a command
 exclusive use of its output folder.
 
-No write follows a symbolic link (:mod:`invfast.write_paths`, which this module builds on): temporaries are created
-with ``O_EXCL | O_NOFOLLOW`` under a random name, the lock file is opened with ``O_NOFOLLOW``, figures
+No write follows a symbolic link (:mod:`invfast.runtime.write_paths`, which this module builds on): temporaries are
+created with ``O_EXCL | O_NOFOLLOW`` under a random name, the lock file is opened with ``O_NOFOLLOW``, figures
 go through :func:`save_figure`, and below a folder registered with :func:`write_root` (a command's output
 or cache folder) a link at any component of a path is refused and every temporary is journaled, so that
 :func:`clean_temporaries` deletes only what a dead invfast writer left.
@@ -27,7 +27,7 @@ import pickle
 from collections.abc import Iterator
 from typing import IO, Any
 
-from invfast.write_paths import (
+from invfast.runtime.write_paths import (
     PLAIN,
     check_path,
     is_link,

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from invfast.cli import main
-from invfast.run_folder import MARKER
+from invfast.runtime.run_folder import MARKER
 
 pytestmark = pytest.mark.usefixtures("cli_env")
 MEASURE = [
@@ -144,7 +144,7 @@ def test_random_init_is_seeded_recorded_and_warned(folder, tmp_path, capsys):
 
 
 def test_stale_temporary_files_are_cleaned(folder, tmp_path, monkeypatch):
-    from invfast import write_paths
+    from invfast.runtime import write_paths
 
     out = tmp_path / "out"
     assert main(MEASURE + ["--data", f"folder:{folder}", "--out", str(out)]) == 0

@@ -1,9 +1,9 @@
-"""invfast.launch.under_torchrun: the one test of whether torchrun started this process, shared by `invfast
+"""invfast.runtime.launch.under_torchrun: the one test of whether torchrun started this process, shared by `invfast
 measure` and `invfast pretrain` (they disagreed for a torchrun of one process)."""
 
 import pytest
 
-from invfast.launch import under_torchrun
+from invfast.runtime.launch import under_torchrun
 
 
 @pytest.mark.parametrize(
@@ -35,7 +35,7 @@ def test_both_commands_use_it():
 def test_the_group_backend_is_nccl_only_where_each_rank_has_its_own_gpu(monkeypatch):
     import torch
 
-    from invfast.launch import group_backend
+    from invfast.runtime.launch import group_backend
 
     assert group_backend(torch.device("cpu")) == "gloo"
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)

@@ -8,7 +8,7 @@ import torch
 from measure_helpers import HFlip, Rot90, small_net
 
 from invfast.measure import measure_invariance
-from invfast.progress import LineBar, bar
+from invfast.runtime.progress import LineBar, bar
 
 
 def test_line_bar_prints_plain_lines_with_eta():
@@ -28,7 +28,7 @@ def test_line_bar_eta_follows_the_recent_rate(monkeypatch):
     """Work that slows down: 100 units in 10 s, then 10 in the next 10 s. The mean rate (5.5/s) would promise the
     remaining 890 in under 3 minutes; at the recent 1/s they take 890 s, which the ETA says."""
     clock = [0.0]
-    monkeypatch.setattr("invfast.progress.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("invfast.runtime.progress.time.monotonic", lambda: clock[0])
     out = io.StringIO()
     b = LineBar(total=1000, desc="probe", unit="fit", every=5.0, file=out)
     clock[0] = 10.0
@@ -57,7 +57,7 @@ def test_measure_progress_counts_views(capsys, monkeypatch):
 
 
 def test_track_yields_every_item_and_reports_the_count_in_plain_lines(capsys):
-    from invfast.progress import track
+    from invfast.runtime.progress import track
 
     items = list(range(7))
     assert list(track(iter(items), total=7, desc="folds", unit="fold")) == items
@@ -67,7 +67,7 @@ def test_track_yields_every_item_and_reports_the_count_in_plain_lines(capsys):
 
 
 def test_no_module_uses_tqdm_directly():
-    """Every progress display goes through invfast.progress, so logs never get tqdm's escape codes."""
+    """Every progress display goes through invfast.runtime.progress, so logs never get tqdm's escape codes."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[1] / "invfast"
@@ -84,7 +84,7 @@ def test_every_bar_method_invfast_calls_exists_on_every_kind_of_bar():
     import pathlib
     import re
 
-    from invfast.progress import _Off
+    from invfast.runtime.progress import _Off
 
     root = pathlib.Path(__file__).resolve().parents[1] / "invfast"
     called = {m for p in root.rglob("*.py") for m in re.findall(r"\bbar\.(\w+)\(", p.read_text(encoding="utf-8"))}

@@ -283,7 +283,7 @@ def test_stale_lock_of_a_killed_process_does_not_block(tmp_path):
 _LAUNCHER = """
 import os, sys, time
 sys.path.insert(0, {root!r}); sys.path.insert(0, {tests!r})
-from invfast.launch import spawn_local
+from invfast.runtime.launch import spawn_local
 from test_reliability import sleepy_worker
 print('launcher', os.getpid(), flush=True)
 sys.exit(spawn_local(sleepy_worker, 2, {folder!r}, 'test'))

@@ -73,7 +73,7 @@ def test_probe_loader_refuses_a_fifo_without_the_cli(tmp_path):
 
 
 def test_a_fifo_journal_is_refused_not_waited_on(tmp_path):
-    from invfast.write_paths import JOURNAL
+    from invfast.runtime.write_paths import JOURNAL
 
     out = tmp_path / "out"
     out.mkdir()
@@ -81,7 +81,7 @@ def test_a_fifo_journal_is_refused_not_waited_on(tmp_path):
     r = _within(
         f"""
         from invfast.io import atomic_write_text
-        from invfast.write_paths import clean_temporaries, write_root
+        from invfast.runtime.write_paths import clean_temporaries, write_root
         for action in ("clean", "write"):
             try:
                 with write_root({str(out)!r}):

@@ -25,7 +25,7 @@ import torch
 from PIL import Image
 
 from invfast.cli import main
-from invfast.run_folder import MARKER
+from invfast.runtime.run_folder import MARKER
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = "test_pretrain_fixtures:TinyEncoder"
@@ -303,7 +303,7 @@ def test_planted_temporary_names_are_never_written_through(runs, inputs, tmp_pat
 def test_atomic_write_never_opens_an_existing_temporary_name(tmp_path):
     """The temporary is created with O_EXCL | O_NOFOLLOW: a link (or file) at the name it draws is skipped."""
     from invfast.io import atomic_write_text
-    from invfast.write_paths import write_root
+    from invfast.runtime.write_paths import write_root
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious")
@@ -617,7 +617,7 @@ def _warns(seen: dict) -> None:
 @pytest.mark.parametrize("rank", [0, 1])
 def test_a_workers_warnings_are_one_line_and_only_rank_0s(rank, capsys, monkeypatch):
     """A local worker sees the environment torchrun would give it, and only rank 0 says a warning, once."""
-    from invfast import launch
+    from invfast.runtime import launch
 
     for k in _TORCHRUN_VARS:  # _child sets them for the worker; setenv records each for restoring afterwards
         monkeypatch.setenv(k, "")

@@ -1,6 +1,6 @@
 """The output folder of ``invfast compare``: ``report.md``, ``results.json``, ``table.csv`` and PNGs.
 
-The folder follows :class:`invfast.run_folder.RunFolder`'s rules, like ``invfast measure``'s: under its
+The folder follows :class:`invfast.runtime.run_folder.RunFolder`'s rules, like ``invfast measure``'s: under its
 lock every file is first written into a staging folder inside ``out`` and swapped in only when all are
 complete; a folder of the user's files or of another command's run is refused, symbolic links inside it
 are refused, and only files the run marker lists are ever replaced or deleted.
@@ -13,7 +13,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-from invfast.run_folder import RunFolder
+from invfast.runtime.run_folder import RunFolder
 
 RESULTS = "results.json"
 REPORT_FILES = ("report.md", "table.csv", "radar.png", "heatmap.png", "significance.png", "correlation.png")

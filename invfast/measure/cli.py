@@ -326,9 +326,9 @@ def _check_unit_memory(args: argparse.Namespace, model: Any, device: torch.devic
     """Before a ``--units elements`` run: its per-unit moments (from one image's activations per layer) against
     the memory free on the device, refused when larger, announced when large (:func:`moments_line`); processes
     on one host share its memory."""
-    from invfast.launch import current_rank
     from invfast.measure.estimate import free_memory_bytes, moments_line, unit_moment_bytes, views_per_transform
     from invfast.measure.options import _grid_size
+    from invfast.runtime.launch import current_rank
 
     extract = _extractor(args, model, device, layers=args.layers, units="elements")
     try:
@@ -360,9 +360,9 @@ def _before_the_run(args: argparse.Namespace, model: Any, device: torch.device) 
 
 
 def _folder(args: argparse.Namespace) -> Any:
-    """The output folder (:class:`invfast.run_folder.RunFolder`): checked before any work on every rank."""
+    """The output folder (:class:`invfast.runtime.run_folder.RunFolder`): checked before any work on every rank."""
     from invfast.data.sources import folder_of
-    from invfast.run_folder import RunFolder, refuse_inside
+    from invfast.runtime.run_folder import RunFolder, refuse_inside
 
     folder = RunFolder(args.out, "measure", overwrite=args.overwrite, done_file=RESULT_FILE)
     data = folder_of(str(args.data))
@@ -396,10 +396,10 @@ def _state_files(args: argparse.Namespace, model: Any, world: int) -> list[str]:
 
 
 def _measure(args: argparse.Namespace) -> int:
-    from invfast.devices import resolve_device
-    from invfast.launch import current_rank
     from invfast.measure import measure_invariance, measure_real_world
     from invfast.measure.state import StateMismatchError, barrier, from_first_rank
+    from invfast.runtime.devices import resolve_device
+    from invfast.runtime.launch import current_rank
     from invfast.stats import FeatureStats
 
     shard = current_rank()
@@ -514,19 +514,19 @@ def _rows(result: Any) -> list[Any]:
 
 
 def _rank_timeout(args: argparse.Namespace) -> float:
-    from invfast.launch import RANK_TIMEOUT_S
+    from invfast.runtime.launch import RANK_TIMEOUT_S
 
     return RANK_TIMEOUT_S if args.rank_timeout is None else args.rank_timeout
 
 
 def _as_rank(args: argparse.Namespace) -> int:
-    """One rank of a group whose environment torchrun (or :func:`invfast.launch.spawn_local`) set: join the
-    group (:func:`invfast.launch.group_backend`, with the rank timeout), then measure this rank's share."""
+    """One rank of a group whose environment torchrun (or :func:`invfast.runtime.launch.spawn_local`) set: join the
+    group (:func:`invfast.runtime.launch.group_backend`, with the rank timeout), then measure this rank's share."""
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        from invfast.devices import resolve_device
-        from invfast.launch import group_backend, join_group
+        from invfast.runtime.devices import resolve_device
+        from invfast.runtime.launch import group_backend, join_group
 
         # NCCL (not run in this project's CI: no GPU) all-gathers the float64 sums as CUDA tensors
         device = resolve_device(args.device or "auto")  # GPU $LOCAL_RANK
@@ -544,7 +544,7 @@ def _local_rank(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
-    from invfast.launch import under_torchrun
+    from invfast.runtime.launch import under_torchrun
 
     if under_torchrun():  # a torchrun of one process joins a group too
         if args.world_size > 1:
@@ -556,7 +556,7 @@ def run(args: argparse.Namespace) -> int:
             return _as_rank(args)
     with _folder(args).lock():
         if args.world_size > 1:
-            from invfast.launch import spawn_local
+            from invfast.runtime.launch import spawn_local
 
             return spawn_local(_local_rank, args.world_size, args, "invfast measure")
         return _measure(args)

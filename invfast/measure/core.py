@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 
-from invfast.launch import Rank
 from invfast.measure.assemble import finish_transform
 from invfast.measure.config import MeasureConfig, fingerprint
 from invfast.measure.engine import Run, check_stats, open_progress, stats_fingerprint, stats_info
@@ -26,6 +25,7 @@ from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.scoring import score_transform
 from invfast.measure.selection import resolve_transforms
 from invfast.measure.state import files_fingerprint, from_first_rank, sum_in_rank_order
+from invfast.runtime.launch import Rank
 from invfast.stats import FeatureStats
 from invfast.transforms.transform import FAMILIES
 

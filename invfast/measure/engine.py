@@ -22,7 +22,6 @@ import torch
 from invfast.data.folder import folder_listing
 from invfast.data.protocol import Source, pin
 from invfast.data.sources import as_source, folder_of
-from invfast.launch import Rank, current_rank
 from invfast.measure.config import MeasureConfig
 from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
 from invfast.measure.feature_cache import FeatureCache
@@ -40,6 +39,7 @@ from invfast.measure.state import (
     world_size_problem,
 )
 from invfast.metrics import whiten_rows
+from invfast.runtime.launch import Rank, current_rank
 from invfast.stats import FeatureStats
 
 __all__ = ["Run", "default_workers", "check_stats", "stats_info", "open_progress", "count", "concat"]
@@ -292,8 +292,8 @@ class Run:
         return z
 
     def bar(self, total: int, desc: str, initial: int = 0, unit: str = "view") -> Any:
-        """A progress bar (:func:`invfast.progress.bar`: live on a terminal, plain lines in a log)."""
-        from invfast.progress import bar
+        """A progress bar (:func:`invfast.runtime.progress.bar`: live on a terminal, plain lines in a log)."""
+        from invfast.runtime.progress import bar
 
         return bar(total, desc=desc, unit=unit, initial=initial, disable=not self.progress)
 

@@ -46,7 +46,7 @@ def _check(args: argparse.Namespace) -> Any:
     """The export's paths, once the options and the output file are known to be usable."""
     from invfast.io import require_regular
     from invfast.measure.export import ExportPaths
-    from invfast.write_paths import check_output_file, refuse_input_as_output
+    from invfast.runtime.write_paths import check_output_file, refuse_input_as_output
 
     for k in ("images", "batch_size", "workers"):
         v = getattr(args, k)
@@ -78,12 +78,12 @@ def _check(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from invfast.data.sources import as_source
-    from invfast.devices import resolve_device
     from invfast.measure.cli import build_model, default_input
     from invfast.measure.export import export_features
     from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
     from invfast.models.library import model_args
-    from invfast.progress import bar
+    from invfast.runtime.devices import resolve_device
+    from invfast.runtime.progress import bar
 
     paths = _check(args)
     device = resolve_device(args.device or "auto")

@@ -109,7 +109,7 @@ def _grid_size(args: argparse.Namespace) -> int:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse, with one ValueError naming the option, values that cannot work, before any work."""
-    from invfast.devices import resolve_device
+    from invfast.runtime.devices import resolve_device
 
     for k in ("images", "grid_size", "batch_size", "forward_batch", "world_size", "workers"):
         v = getattr(args, k)

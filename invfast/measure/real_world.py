@@ -12,13 +12,13 @@ import numpy as np
 import torch
 
 from invfast.data.sources import as_source
-from invfast.launch import Rank
 from invfast.measure.config import MeasureConfig, fingerprint
 from invfast.measure.engine import Run, check_stats, stats_fingerprint, stats_info
 from invfast.measure.protocol import get_protocol, resize_center_crop
 from invfast.measure.result import InvarianceResult, TransformResult
 from invfast.measure.state import files_fingerprint, from_first_rank, gather_objects, sum_in_rank_order
 from invfast.metrics import invariance_scores
+from invfast.runtime.launch import Rank
 from invfast.stats import FeatureStats
 
 __all__ = ["measure_real_world"]

@@ -17,7 +17,6 @@ import numpy as np
 import torch
 
 from invfast.intra_op import at_threads
-from invfast.launch import Rank
 from invfast.measure import equivariance as eqv
 from invfast.measure.engine import Run, concat, count
 from invfast.measure.layers import OUTPUT
@@ -27,8 +26,9 @@ from invfast.measure.state import barrier
 from invfast.measure.units import sample_std
 from invfast.metrics import scores_of_whitened
 from invfast.ops.invariance import merge_moments, merge_unit_moments_, moments
+from invfast.runtime.launch import Rank
+from invfast.runtime.write_paths import check_in_place
 from invfast.stats import FeatureStats
-from invfast.write_paths import check_in_place
 
 __all__ = ["score_transform"]
 

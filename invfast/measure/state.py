@@ -20,7 +20,7 @@ import torch
 import torch.distributed as dist
 
 from invfast.io import atomic_torch_save, load_verified
-from invfast.launch import Rank
+from invfast.runtime.launch import Rank
 from invfast.stats import FeatureStats
 
 STATE_FORMAT = "invfast.measure-state/3"

@@ -150,7 +150,7 @@ def check_args(args: argparse.Namespace) -> None:
     """Refuse settings that make no sense together or cannot train, before any work (ValueError)."""
     import math
 
-    from invfast.devices import resolve_device
+    from invfast.runtime.devices import resolve_device
 
     if args.epochs is not None and args.steps is not None:
         raise ValueError(f"--steps {args.steps} and --epochs {args.epochs} both set the length of the run; give one")
@@ -328,8 +328,8 @@ def _train_config(args: argparse.Namespace, size: int, device: torch.device) -> 
 
 
 def _train(args: argparse.Namespace) -> int:
-    from invfast.devices import resolve_device
     from invfast.pretrain import distributed as Dist
+    from invfast.runtime.devices import resolve_device
 
     resolve_device(args.device)  # one clear error for an unknown or unavailable device
     info, device = Dist.init_from_env(args.device)
@@ -346,8 +346,8 @@ def _train(args: argparse.Namespace) -> int:
 
 def run(args: argparse.Namespace) -> int:
     from invfast.data.sources import folder_of
-    from invfast.launch import under_torchrun
-    from invfast.run_folder import RunFolder, refuse_inside
+    from invfast.runtime.launch import under_torchrun
+    from invfast.runtime.run_folder import RunFolder, refuse_inside
 
     check_args(args)
     data = folder_of(args.data)
@@ -358,7 +358,7 @@ def run(args: argparse.Namespace) -> int:
         return _train(args)  # rank 0 holds the folder for the whole run
     with RunFolder(args.out, "pretrain", overwrite=True).lock():
         if args.nproc > 1 and not torchrun:
-            from invfast.launch import spawn_local
+            from invfast.runtime.launch import spawn_local
 
             return spawn_local(_train, args.nproc, args, "invfast pretrain")
         return _train(args)

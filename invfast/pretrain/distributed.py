@@ -9,16 +9,17 @@ import os
 import torch
 import torch.distributed as dist
 
-from invfast.launch import Rank, current_rank
+from invfast.runtime.launch import Rank, current_rank
 
 
 def init_from_env(device: str = "auto") -> tuple[Rank, torch.device]:
     """Join the process group when launched by torchrun with more than one process (``WORLD_SIZE`` > 1;
-    :func:`invfast.launch.group_backend`: NCCL where each rank has its own GPU, gloo otherwise, with
-    :func:`invfast.launch.join_group`'s timeout) and pick the device (:func:`invfast.devices.resolve_device`:
-    'auto', 'cpu', 'cuda' or 'cuda:N'; each process takes GPU ``LOCAL_RANK``)."""
-    from invfast.devices import resolve_device
-    from invfast.launch import group_backend, join_group
+    :func:`invfast.runtime.launch.group_backend`: NCCL where each rank has its own GPU, gloo otherwise, with
+    :func:`invfast.runtime.launch.join_group`'s timeout) and pick the device
+    (:func:`invfast.runtime.devices.resolve_device`: 'auto', 'cpu', 'cuda' or 'cuda:N'; each process takes GPU
+    ``LOCAL_RANK``)."""
+    from invfast.runtime.devices import resolve_device
+    from invfast.runtime.launch import group_backend, join_group
 
     dev = resolve_device(device)
     if dev.type == "cuda":

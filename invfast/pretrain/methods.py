@@ -20,13 +20,13 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from invfast.launch import current_rank
 from invfast.pretrain import distributed as D
 from invfast.pretrain.descriptors import describe, descriptor_policies, descriptor_set
 from invfast.pretrain.heads import ProjectionHead
 from invfast.pretrain.key_queue import KeyQueue
 from invfast.pretrain.losses import contrastive_rows, infonce, nt_xent
 from invfast.pretrain.momentum import momentum_update
+from invfast.runtime.launch import current_rank
 
 Augment = Callable[..., tuple[torch.Tensor, torch.Tensor]]
 

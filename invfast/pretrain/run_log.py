@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from invfast.io import atomic_write_text
-from invfast.write_paths import open_append
+from invfast.runtime.write_paths import open_append
 
 __all__ = ["append", "truncate", "write_csv", "Window"]
 
@@ -32,7 +32,7 @@ def truncate(path: str, step: int) -> list[dict]:
 
 
 def append(path: str, rec: dict) -> None:
-    """Append one record to log ``path`` (:func:`invfast.write_paths.open_append`: no link, no second name)."""
+    """Append one record to log ``path`` (:func:`invfast.runtime.write_paths.open_append`: no link, no second name)."""
     with open_append(path) as f:
         f.write(json.dumps(rec) + "\n")
 

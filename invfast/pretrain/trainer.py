@@ -21,9 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from invfast.devices import resolve_device
 from invfast.io import atomic_torch_save, config_difference, load_verified, without_added_defaults
-from invfast.launch import current_rank
 from invfast.pretrain import invariance as inv
 from invfast.pretrain import run_log
 from invfast.pretrain.config import TrainConfig
@@ -31,6 +29,8 @@ from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
 from invfast.pretrain.schedules import build_optimizer, lr_multiplier
+from invfast.runtime.devices import resolve_device
+from invfast.runtime.launch import current_rank
 
 #: /2: random draws keyed by ``synthetic.rng.derive_seed`` (a /1 checkpoint would not resume bit-identically)
 CHECKPOINT_FORMAT = "invfast.pretrain/2"
@@ -346,7 +346,7 @@ class Trainer:
         self.method.train()
         bar = None
         if self.config.progress and self.dist.is_main:
-            from invfast.progress import bar as progress_bar
+            from invfast.runtime.progress import bar as progress_bar
 
             bar = progress_bar(
                 self.total_steps, initial=self.step, desc=f"pretrain {self.method.method_name}", unit="step"
@@ -376,7 +376,7 @@ class Trainer:
         ``fit(resume=True)`` on the folder refuses to continue it (its model file exists)."""
         if self.out is None:
             raise ValueError("finish() writes the model file: the Trainer needs an output folder (out=...)")
-        from invfast.run_folder import RunFolder
+        from invfast.runtime.run_folder import RunFolder
 
         self._save_final(RunFolder(self.out, "pretrain", overwrite=True), time.perf_counter())
 
@@ -385,7 +385,7 @@ class Trainer:
         a folder of the user's files refused; the checkpoint loaded when resuming, else refused if present."""
         if self.out is None:
             return None
-        from invfast.run_folder import RunFolder
+        from invfast.runtime.run_folder import RunFolder
 
         # only the files listed in OWN_FILES (written by invfast) are ever replaced or deleted
         folder = RunFolder(self.out, "pretrain", overwrite=True)

@@ -110,7 +110,7 @@ def _check_options(args: argparse.Namespace) -> None:
     if args.folds is not None and args.folds < 2:
         raise ValueError(f"--folds must be at least 2, got {args.folds}")
     if args.json:  # before the fit: a probe that cannot be saved is refused before it runs
-        from invfast.write_paths import check_output_file, refuse_input_as_output
+        from invfast.runtime.write_paths import check_output_file, refuse_input_as_output
 
         check_output_file(args.json, "--json", "probe.json")
         refuse_input_as_output(args.json, "--json", {"--features": list(args.features), "--targets": [args.targets]})

@@ -21,7 +21,7 @@ import torch
 from invfast.probes._base import as_class_labels, as_targets, as_tensor, check_positive
 from invfast.probes.grids import alpha_grid
 from invfast.probes.ridge import r2_scores, ridge_loo_predictions, ridge_solve
-from invfast.progress import track
+from invfast.runtime.progress import track
 
 _F64 = torch.float64
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from invfast._validate import as_features, as_labels
 from invfast.probes._base import NotFittedError
-from invfast.progress import track
+from invfast.runtime.progress import track
 
 TASKS = ("classification", "regression")
 CONSTRAINTS = ("project", "sigmoid")

@@ -32,7 +32,7 @@ from invfast.probes.cv_results import search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import KERNEL_ALPHAS, KERNEL_GAMMAS
 from invfast.probes.ridge import mean_r2, r2_scores, scaled_products, sym_eigh
-from invfast.progress import track
+from invfast.runtime.progress import track
 
 _F64 = torch.float64
 # LAPACK's symmetric eigensolver costs 7x (n=400) to 20x (n=1600) one Cholesky factorisation

@@ -44,7 +44,7 @@ from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import alpha_grid
 from invfast.probes.lbfgs import LBFGSResult, lbfgs
 from invfast.probes.softmax import KroneckerPreconditioner, SoftmaxLoss
-from invfast.progress import track
+from invfast.runtime.progress import track
 
 __all__ = ["LogisticCV", "class_scores"]
 

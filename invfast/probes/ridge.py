@@ -33,7 +33,7 @@ from invfast.probes._base import (
 from invfast.probes.cv_results import search_results
 from invfast.probes.folds import resolve_cv
 from invfast.probes.grids import alpha_grid
-from invfast.progress import track
+from invfast.runtime.progress import track
 
 __all__ = [
     "r2_scores",

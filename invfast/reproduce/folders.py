@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from invfast.io import atomic_write_text, config_difference, output_lock, require_regular
-from invfast.write_paths import clean_temporaries, refuse_links, write_root
+from invfast.runtime.write_paths import clean_temporaries, refuse_links, write_root
 
 CONFIG_FILE = "config.json"
 #: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs);

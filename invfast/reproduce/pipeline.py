@@ -299,7 +299,7 @@ def run_parallel(
     # spawn, not fork: a forked child of a process whose OpenMP pool has run can hang
     from concurrent.futures import ProcessPoolExecutor
 
-    from invfast.launch import die_with_parent
+    from invfast.runtime.launch import die_with_parent
 
     # a kill of this process ends the workers too (die_with_parent); a worker that dies (a crash in
     # native code) breaks the pool, which multiprocessing.Pool would have hidden by waiting forever
@@ -509,10 +509,10 @@ def _reproduce(
     cfg: ReproduceConfig, out: str, cache: str, need_mb: float, progress: bool, log: Callable[[str], None] | None
 ) -> dict[str, Any]:
     """:func:`reproduce` in its held and claimed folders."""
-    from invfast.progress import bar as progress_bar
     from invfast.reproduce import document
     from invfast.reproduce import stages as S
     from invfast.reproduce.sections import SeedRun
+    from invfast.runtime.progress import bar as progress_bar
 
     check_disk(cache, need_mb)
     t_start = time.perf_counter()

@@ -4,7 +4,7 @@ the writer, :mod:`invfast.synthetic.writer`).
 
 ``manifest.json`` describes the dataset (config, fingerprint, seed, format and package version, shard
 layout, sha256 of every data file). It is the user's to read and may have been edited: it never decides
-what invfast deletes (the run marker does, :mod:`invfast.run_folder`), and every field is checked before
+what invfast deletes (the run marker does, :mod:`invfast.runtime.run_folder`), and every field is checked before
 it is used.
 """
 
@@ -259,7 +259,7 @@ def damaged(folder: Path, layout: Layout, where: Any = None) -> list[tuple[str, 
 
 def unfinished(path: Path) -> bool:
     """Whether an ``invfast generate`` run in ``path`` started and did not finish (its marker says so)."""
-    from invfast.run_folder import RunFolder
+    from invfast.runtime.run_folder import RunFolder
 
     m = RunFolder(path, COMMAND).marker()
     return bool(m and m.get("command") == COMMAND and m.get("state") != "done")

@@ -3,7 +3,7 @@
 A dataset folder holds ``images_00000.npy ...`` (uint8 [n_shard, 3, S, S], memory-mappable),
 ``labels.npy`` (int64 [n]), ``params.npy`` (float64 [n, len(PARAM_NAMES)]), ``manifest.json`` (config,
 fingerprint, seed, format version, package version, shard layout, sha256 of every data file) and the
-run marker ``.invfast-run.json`` (:mod:`invfast.run_folder`) that says which files invfast wrote.
+run marker ``.invfast-run.json`` (:mod:`invfast.runtime.run_folder`) that says which files invfast wrote.
 :mod:`invfast.synthetic.writer` writes it; the manifest (:mod:`invfast.synthetic.manifest`) describes
 the dataset, the marker alone decides what invfast may replace or delete. The loader reads only the plain
 file names a manifest lists, inside the dataset folder, checks every field of the manifest and (by

@@ -1,6 +1,6 @@
 """Writing a Transforms-2D dataset into its folder (``invfast generate``, ``Transforms2D.materialize``).
 
-The folder follows the rules of every invfast output folder (:mod:`invfast.run_folder`, docs/guarantees.md):
+The folder follows the rules of every invfast output folder (:mod:`invfast.runtime.run_folder`, docs/guarantees.md):
 
 - it is an invfast dataset only when it holds the run marker ``.invfast-run.json`` that invfast wrote
   (command ``generate``); a folder holding other files and no marker is refused. The dataset's own
@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from invfast.io import atomic_write_text
-from invfast.run_folder import MARKER, RunFolder
+from invfast.runtime.run_folder import MARKER, RunFolder
+from invfast.runtime.write_paths import refuse_links
 from invfast.synthetic.manifest import (
     COMMAND,
     FORMAT,
@@ -49,7 +50,6 @@ from invfast.synthetic.manifest import (
     sha256,
 )
 from invfast.synthetic.recipe import PARAM_NAMES
-from invfast.write_paths import refuse_links
 
 __all__ = ["Written", "transforms_text", "write_dataset"]
 _OVERWRITE = "pass --overwrite (Python: overwrite=True)"
@@ -208,7 +208,7 @@ def _render(
     todo = [s for s in shards if tables or s[0] in images]
     bar = None
     if progress:
-        from invfast.progress import bar as progress_bar
+        from invfast.runtime.progress import bar as progress_bar
 
         bar = progress_bar(total=sum(k for _, _, k in todo), unit="img", desc=desc)
     fmt = np.lib.format

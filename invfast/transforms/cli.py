@@ -101,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
             t = get(n)
             print(f"{n:12s} {t.family:10s} grid {tuple(t.grid(256).shape)}")
         return 0
+    from invfast.runtime.write_paths import refuse_input_as_output
     from invfast.transforms.contact_sheet import save_contact_sheet
-    from invfast.write_paths import refuse_input_as_output
 
     refuse_input_as_output(args.preview, "--preview", {"--image": [args.image]})
 

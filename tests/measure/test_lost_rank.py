@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from invfast.launch import Rank, free_port, join_group
 from invfast.measure.state import RankLostError, barrier, gather_objects, merge_stats, sum_in_rank_order
+from invfast.runtime.launch import Rank, free_port, join_group
 from invfast.stats import FeatureStats
 
 

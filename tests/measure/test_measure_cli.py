@@ -134,9 +134,9 @@ def test_cli_resumes_partial_state_and_refuses_other_runs_state(folder, tmp_path
 def test_a_changed_world_size_refuses_and_keeps_the_saved_state(folder, tmp_path, capsys, monkeypatch):
     """A killed 2-process run's state is never dropped by a rerun with another number of processes: one line
     says how to resume it; --overwrite discards every state file the earlier run recorded."""
-    from invfast.launch import Rank
     from invfast.measure.state import saved_world_size, world_size_problem
-    from invfast.run_folder import RunFolder
+    from invfast.runtime.launch import Rank
+    from invfast.runtime.run_folder import RunFolder
 
     out = tmp_path / "out"
     _partial(folder, out, "rotation,hflip,brightness", monkeypatch)

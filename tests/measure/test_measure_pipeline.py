@@ -126,9 +126,9 @@ def test_one_progress_bar_over_images_and_transforms(monkeypatch):
         def close(self):
             self.closed = True
 
-    import invfast.progress
+    import invfast.runtime.progress
 
-    monkeypatch.setattr(invfast.progress, "bar", lambda total, **kw: Bar(total, **kw))
+    monkeypatch.setattr(invfast.runtime.progress, "bar", lambda total, **kw: Bar(total, **kw))
     measure_invariance(
         small_net(dim=6), random_images(10), [Rot90(), HFlip(), Brightness()], grid_size=4, batch_size=3, progress=True
     )
@@ -159,9 +159,9 @@ def test_the_bar_moves_within_a_group_of_images(monkeypatch):
         def close(self):
             pass
 
-    import invfast.progress
+    import invfast.runtime.progress
 
-    monkeypatch.setattr(invfast.progress, "bar", lambda total, **kw: Bar(total, **kw))
+    monkeypatch.setattr(invfast.runtime.progress, "bar", lambda total, **kw: Bar(total, **kw))
     # 6 images in one batch (one group); brightness at grid 12: 12 parameters, 2 x 6 = 12 views per model call
     measure_invariance(
         small_net(dim=6), random_images(6), [Brightness()], grid_size=12, batch_size=6, forward_batch=12, progress=True

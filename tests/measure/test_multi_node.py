@@ -14,7 +14,7 @@ import torch
 from measure_helpers import MEASURE_CLI, image_folder, small_net
 from ranks import run_ranks
 
-from invfast.launch import free_port
+from invfast.runtime.launch import free_port
 
 TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -35,8 +35,8 @@ class _Odd(Exception):
 def _first_rank_worker(rank: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from invfast.launch import Rank
     from invfast.measure.state import from_first_rank
+    from invfast.runtime.launch import Rank
 
     _join(rank, port)
     shard = Rank(rank, 2)

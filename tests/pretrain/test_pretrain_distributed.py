@@ -20,8 +20,8 @@ from ranks import run_ranks
 from test_pretrain_fixtures import FixedAug, TinyEncoder, blob_images
 
 from invfast.data import ArraySource
-from invfast.launch import free_port
 from invfast.pretrain import AmortisedMoCo, MoCoV2, SimCLR, TrainConfig, Trainer
+from invfast.runtime.launch import free_port
 
 TOL = 1e-9
 

@@ -440,7 +440,7 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
         from invfast.io import atomic_torch_save
         from invfast.pretrain.trainer import OWN_FILES
         from invfast.reproduce.stages.transfer import transfer_train
-        from invfast.run_folder import RunFolder
+        from invfast.runtime.run_folder import RunFolder
 
         # a folder that a pretraining run marked as its own (so the load path is reached); even with a valid
         # checksum trailer, the content must be plain tensors and containers

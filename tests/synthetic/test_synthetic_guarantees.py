@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from invfast.cli import main
-from invfast.run_folder import MARKER
+from invfast.runtime.run_folder import MARKER
 from invfast.synthetic import Transforms2D, storage
 from invfast.synthetic.manifest import sha256
 
@@ -198,7 +198,7 @@ def test_links_inside_the_folder_are_refused_and_their_targets_untouched(tmp_pat
 
 def _killed_writers_temporary(folder, target, monkeypatch):
     """What a writer killed in the middle of writing ``target`` leaves: its temporary, in the journal."""
-    from invfast import write_paths
+    from invfast.runtime import write_paths
 
     with monkeypatch.context() as m:
         m.setattr(os, "getpid", lambda: DEAD)

@@ -129,7 +129,7 @@ def test_overwrite_keeps_a_user_file_beside_the_dataset(tmp_path):
 
 def test_overwrite_replaces_dataset_and_own_preview(tmp_path):
     from invfast.cli import main
-    from invfast.run_folder import MARKER
+    from invfast.runtime.run_folder import MARKER
 
     d = tmp_path / "ds"
     args = ["--objects", "5", "--n", "16", "--out", str(d), "--preview", str(d / "grid.png"), "--no-progress"]

@@ -94,7 +94,7 @@ def _episodes_learned_i(
     model: torch.nn.Module, images: torch.Tensor, y: np.ndarray, cfg: ReproduceConfig, seed: int, progress: bool
 ) -> dict[str, list]:
     from invfast.probes import episode_accuracy, sample_episodes
-    from invfast.progress import track
+    from invfast.runtime.progress import track
 
     codes = np.unique(y, return_inverse=True)[1]
     x = normalise(images)
@@ -119,7 +119,7 @@ def _splits_learned_i(
 ) -> dict[str, list]:
     from invfast.probes import regression_splits
     from invfast.probes.ridge import r2_scores, ridge_solve
-    from invfast.progress import track
+    from invfast.runtime.progress import track
 
     t = torch.from_numpy(np.asarray(y, np.float64).reshape(len(y), -1))
     x = normalise(images)

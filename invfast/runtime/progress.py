@@ -1,6 +1,6 @@
 """Progress for long work: a live tqdm bar on a terminal, plain lines in a log file.
 
->>> from invfast.progress import bar
+>>> from invfast.runtime.progress import bar
 >>> b = bar(total=1000, desc="measure", unit="view")
 >>> b.update(10); b.close()
 

@@ -30,8 +30,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from invfast.io import atomic_write_text, output_lock
-from invfast.write_paths import SymlinkError, clean_temporaries, link_error, refuse_links, write_root
-from invfast.write_paths import is_link as _is_link
+from invfast.runtime.write_paths import SymlinkError, clean_temporaries, link_error, refuse_links, write_root
+from invfast.runtime.write_paths import is_link as _is_link
 
 __all__ = ["MARKER", "RunFolder", "refuse_inside"]
 
@@ -156,8 +156,8 @@ class RunFolder:
     @contextlib.contextmanager
     def lock(self) -> Iterator[RunFolder]:
         """Exclusive use of the folder (:func:`invfast.io.output_lock`); inside it the folder is marked as
-        this command's run, every write below it refuses links (:func:`invfast.write_paths.write_root`), and what a
-        killed run of invfast left (journaled temporaries, recorded staging folders) is removed."""
+        this command's run, every write below it refuses links (:func:`invfast.runtime.write_paths.write_root`), and
+        what a killed run of invfast left (journaled temporaries, recorded staging folders) is removed."""
         self.check()
         os.makedirs(self.path, exist_ok=True)
         with output_lock(self.path, f"invfast {self.command}"), write_root(self.path):
@@ -188,8 +188,8 @@ class RunFolder:
 
     def clean_temporaries(self) -> list[str]:
         """Remove what killed invfast writers left here: the temporary files the folder's journal records
-        (:func:`invfast.write_paths.clean_temporaries`: name, inode, owner, writer gone) and the staging folders the
-        marker records; a file that only looks like one of them stays. Returns what was removed."""
+        (:func:`invfast.runtime.write_paths.clean_temporaries`: name, inode, owner, writer gone) and the staging folders
+        the marker records; a file that only looks like one of them stays. Returns what was removed."""
         removed = clean_temporaries(self.path)
         for name in self.staged():
             removed += self._discard(name)
