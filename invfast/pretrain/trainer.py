@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from invfast.io import atomic_torch_save, config_difference, load_verified, without_added_defaults
+from invfast.io import atomic_torch_save, without_added_defaults
 from invfast.pretrain import invariance as inv
 from invfast.pretrain import run_log
 from invfast.pretrain.config import TrainConfig
@@ -29,11 +29,10 @@ from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
 from invfast.pretrain.schedules import build_optimizer, lr_multiplier
+from invfast.pretrain.training_state import checkpoint_record, read_checkpoint, restore_rng
 from invfast.runtime.devices import resolve_device
 from invfast.runtime.launch import current_rank
 
-#: /2: random draws keyed by ``synthetic.rng.derive_seed`` (a /1 checkpoint would not resume bit-identically)
-CHECKPOINT_FORMAT = "invfast.pretrain/2"
 CHECKPOINT_NAME = "checkpoint.pt"
 MODEL_NAME = "model.pt"
 #: every file a pretraining run writes in its output folder (recorded in the folder's marker)
@@ -214,56 +213,29 @@ class Trainer:
         rng = self._rng_states()
         window = [r.pop("loss_window") for r in rng]
         if self.dist.is_main:
-            epoch, pos = divmod(self.step, self.steps_per_epoch)
-            atomic_torch_save(
-                {
-                    "format": CHECKPOINT_FORMAT,
-                    "config": self.run_config(),
-                    "step": self.step,
-                    "data_position": {
-                        "epoch": epoch,
-                        "batch_in_epoch": pos,
-                        "images_seen": self.step * self.config.batch_size,
-                    },
-                    "model": contiguous_state(self.method.state_dict()),
-                    "optimizer": self.optimizer.state_dict(),
-                    "scheduler": self.scheduler.state_dict(),
-                    "rng": rng,
-                    "loss_window": window,  # per rank: the next logged loss averages over these steps too
-                },
-                self._out_file(CHECKPOINT_NAME),
+            record = checkpoint_record(
+                config=self.run_config(),
+                step=self.step,
+                steps_per_epoch=self.steps_per_epoch,
+                batch_size=self.config.batch_size,
+                model=self.method.state_dict(),
+                optimizer=self.optimizer.state_dict(),
+                scheduler=self.scheduler.state_dict(),
+                rng=rng,
+                loss_window=window,
             )
+            atomic_torch_save(record, self._out_file(CHECKPOINT_NAME))
             self._write_csv()
         if self.dist.world_size > 1:
             dist.barrier()
 
     def load_checkpoint(self, path: str) -> None:
         """Restore the state saved by :meth:`save_checkpoint`; refuses another configuration."""
-        ck = load_verified(
-            path, what="pretraining checkpoint", fix="delete it to start over, or choose another --out folder"
-        )
-        fmt = ck.get("format") if isinstance(ck, dict) else None
-        if isinstance(fmt, str) and fmt.startswith("invfast.pretrain/") and fmt != CHECKPOINT_FORMAT:
-            raise ValueError(
-                f"{path!r} was written by another version of invfast (format {fmt!r}, this one writes "
-                f"{CHECKPOINT_FORMAT!r}: its random draws are keyed differently), so it cannot be resumed exactly; "
-                "start over in another --out folder"
-            )
-        if fmt != CHECKPOINT_FORMAT:
-            raise ValueError(f"{path!r} is not an invfast pretraining checkpoint")
-        diff = config_difference(ck["config"], self.run_config(), "checkpoint")
-        if diff:
-            raise ValueError(
-                f"cannot resume from {path!r}: it was written by a run with another configuration "
-                f"({'; '.join(diff)}); use the same settings or another --out folder"
-            )
+        ck = read_checkpoint(path, self.run_config())
         self.method.load_state_dict(ck["model"])
         self.optimizer.load_state_dict(ck["optimizer"])
         self.scheduler.load_state_dict(ck["scheduler"])
-        rng = ck["rng"][self.dist.rank]
-        torch.set_rng_state(rng["cpu"])
-        if "cuda" in rng and self.device.type == "cuda":
-            torch.cuda.set_rng_state(rng["cuda"], self.device)
+        restore_rng(ck["rng"][self.dist.rank], self.device)
         self.step = int(ck["step"])
         windows = ck.get("loss_window")
         self._window = run_log.Window(windows[self.dist.rank] if isinstance(windows, list) else None)
