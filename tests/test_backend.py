@@ -303,30 +303,47 @@ def test_import_without_compiled_core_warns_and_falls_back(tmp_path):
 
 
 def test_backend_env_var():
-    """INVFAST_BACKEND=reference selects the mode; an invalid value does not break the import (one warning
-    naming the valid values, 'auto' used) and is a usage error (exit 2, one line) for every CLI command."""
+    """INVFAST_BACKEND=reference selects the mode (an invalid value: the test below)."""
     res = _run("import invfast; print(invfast.backend.mode())", {"INVFAST_BACKEND": "reference"})
     assert res.returncode == 0 and res.stdout.strip() == "reference", res.stderr
+
+
+#: each start-up setting: an invalid value, the valid values its message names, what serves instead (an expression)
+_SETTINGS = {
+    "INVFAST_BACKEND": ("bogus", "auto, compiled, reference", "invfast.backend.mode() == 'auto'"),
+    "INVFAST_CPU_ISA": (
+        "sse9",
+        "baseline, avx2, avx512",
+        "(lambda m: m is None or m.cpu_isa() == m.cpu_isa_supported())(invfast._loader.load())",
+    ),
+}
+
+
+@pytest.mark.parametrize("var", sorted(_SETTINGS))
+def test_an_invalid_setting_warns_once_and_is_a_usage_error(var):
+    """An invalid value does not break the import: one warning naming the valid values, the default serves; and
+    it is a usage error (exit 2, one line) for every CLI command."""
+    bad, valid, fallback = _SETTINGS[var]
     code = (
         "import warnings, torch\n"
         "with warnings.catch_warnings(record=True) as w:\n"
         "    warnings.simplefilter('always')\n"
-        "    import invfast\n"
+        "    import invfast, invfast._loader\n"
         "    st = invfast.FeatureStats.from_features(torch.randn(20, 3))\n"
         "    for _ in range(2):\n"
         "        invfast.invariance_scores(torch.randn(4, 3), torch.randn(4, 2, 3), st)\n"
-        "    m = invfast.backend.mode()\n"
-        "msgs = [str(x.message) for x in w if 'INVFAST_BACKEND' in str(x.message)]\n"
-        "print(m, len(msgs), msgs[0] if msgs else '')\n"
+        f"    ok = {fallback}\n"
+        f"msgs = [str(x.message) for x in w if {var!r} in str(x.message)]\n"
+        "print(ok, len(msgs), msgs[0] if msgs else '')\n"
     )
-    res = _run(code, {"INVFAST_BACKEND": "bogus"})
+    res = _run(code, {var: bad})
     assert res.returncode == 0, res.stderr
-    mode, count, msg = res.stdout.strip().split(" ", 2)
-    assert mode == "auto" and count == "1"
-    assert "'bogus'" in msg and "auto, compiled, reference" in msg and "\n" not in msg
+    ok, count, msg = res.stdout.strip().split(" ", 2)
+    assert ok == "True" and count == "1"
+    assert f"'{bad}'" in msg and valid in msg and "\n" not in msg
     for args in (("info",), ("info", "--json"), ("bench", "--repeat", "1")):
-        res = _run("", {"INVFAST_BACKEND": "bogus"}, *args)
+        res = _run("", {var: bad}, *args)
         assert res.returncode == 2, (args, res.stderr)
         assert res.stdout == ""
         err = res.stderr.strip().splitlines()
-        assert len(err) == 1 and err[0].startswith(f"invfast {args[0]}: error: INVFAST_BACKEND='bogus'"), err
+        assert len(err) == 1 and err[0].startswith(f"invfast {args[0]}: error: {var}='{bad}'"), err

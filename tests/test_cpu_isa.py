@@ -3,7 +3,8 @@ variant runs the one ``invfast._C.cpu_isa()`` names — the CPU's highest level,
 each lower level gives what the level above gives: the same bits where the kernel promises them (the 18
 transforms' uint8 and float kernels, the per-unit moments), float agreement where the wider build contracts to
 FMA or reduces in another order (the fused augmentation, weight generation, the all-pairs log-sum-exp). Each level
-runs in a fresh process: the core reads the variable once."""
+runs in a fresh process: the core reads the variable once. An unknown value: test_backend.py, with the other
+start-up settings."""
 
 from __future__ import annotations
 
@@ -116,31 +117,3 @@ def test_the_comparison_tells_a_different_input_apart(tmp_path, rng):
     a, b = _outputs(tmp_path, "", seed), _outputs(tmp_path, "", seed + 1)
     assert not torch.equal(a["exact/merge_unit_moments"], b["exact/merge_unit_moments"])
     assert not torch.allclose(a["close/hyper_generate"], b["close/hyper_generate"], rtol=2e-5, atol=2e-5)
-
-
-def test_an_unknown_level_warns_once_in_the_library_and_is_a_usage_error_of_the_cli():
-    env = {**os.environ, "INVFAST_CPU_ISA": "sse9", "PYTHONPATH": str(ROOT)}
-    code = (
-        "import warnings, torch\n"
-        "with warnings.catch_warnings(record=True) as w:\n"
-        "    warnings.simplefilter('always')\n"
-        "    import invfast\n"
-        "    st = invfast.FeatureStats.from_features(torch.randn(20, 3))\n"
-        "    for _ in range(2):\n"
-        "        invfast.invariance_scores(torch.randn(4, 3), torch.randn(4, 2, 3), st)\n"
-        "msgs = [str(x.message) for x in w if 'INVFAST_CPU_ISA' in str(x.message)]\n"
-        "from invfast import _loader\n"
-        "m = _loader.load()\n"
-        "print(len(msgs), m.cpu_isa() == m.cpu_isa_supported(), msgs[0] if msgs else '')\n"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    count, highest, msg = done.stdout.strip().split(" ", 2)
-    assert count == "1" and highest == "True", done.stdout
-    assert "'sse9'" in msg and "baseline, avx2, avx512" in msg and "\n" not in msg
-    done = subprocess.run(
-        [sys.executable, "-m", "invfast", "info"], capture_output=True, text=True, env=env, timeout=120, cwd=ROOT
-    )
-    err = done.stderr.strip().splitlines()
-    assert done.returncode == 2 and done.stdout == ""
-    assert len(err) == 1 and err[0].startswith("invfast info: error: INVFAST_CPU_ISA='sse9'"), err
