@@ -29,7 +29,6 @@
 #include "common/cpu_isa.h"
 #include "common/parallel.h"
 
-#define IVF_V3 INVFAST_TARGET("arch=x86-64-v3")
 
 namespace invfast {
 namespace augment {
@@ -114,7 +113,7 @@ INVFAST_ALWAYS_INLINE void warp_separable_impl(const T* src, int64_t H, int64_t 
     }
   }
 }
-INVFAST_ISA_TWICE(template <typename T>, CpuIsa::kAvx2, IVF_V3, void, warp_separable,
+INVFAST_ISA_TWICE(template <typename T>, CpuIsa::kAvx2, INVFAST_V3, void, warp_separable,
                   (const T* src, int64_t H, int64_t W, const float* m, int64_t Ho, int64_t Wo, float unit, Scratch& s),
                   (src, H, W, m, Ho, Wo, unit, s))
 
@@ -177,7 +176,7 @@ INVFAST_ALWAYS_INLINE void colour_planes_impl(float* __restrict__ r, float* __re
   if (gray)
     for (int64_t i = 0; i < n; ++i) r[i] = g[i] = b[i] = luma(r[i], g[i], b[i]);
 }
-INVFAST_ISA_TWICE(, CpuIsa::kAvx2, IVF_V3, void, colour_planes,
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, INVFAST_V3, void, colour_planes,
                   (float* __restrict__ r, float* __restrict__ g, float* __restrict__ b, int64_t n, const int64_t* order, const float* factors, bool gray),
                   (r, g, b, n, order, factors, gray))
 
@@ -202,7 +201,7 @@ INVFAST_ALWAYS_INLINE void blur_row_h_impl(const float* __restrict__ row, const 
     out[x] = a;
   }
 }
-INVFAST_ISA_TWICE(, CpuIsa::kAvx2, IVF_V3, void, blur_row_h,
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, INVFAST_V3, void, blur_row_h,
                   (const float* __restrict__ row, const float* __restrict__ k, int64_t R, int64_t Wo, float* __restrict__ out),
                   (row, k, R, Wo, out))
 
@@ -216,7 +215,7 @@ INVFAST_ALWAYS_INLINE void blur_row_v_impl(const float* __restrict__ plane, cons
     for (int64_t x = 0; x < Wo; ++x) acc[x] += w * src[x];
   }
 }
-INVFAST_ISA_TWICE(, CpuIsa::kAvx2, IVF_V3, void, blur_row_v,
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, INVFAST_V3, void, blur_row_v,
                   (const float* __restrict__ plane, const float* __restrict__ k, int64_t R, int64_t Ho, int64_t Wo, int64_t y, float* __restrict__ acc),
                   (plane, k, R, Ho, Wo, y, acc))
 
@@ -230,7 +229,7 @@ INVFAST_ALWAYS_INLINE void store_row_impl(const float* __restrict__ v, int64_t W
     for (int64_t x = 0; x < Wo; ++x) out[x * stride] = static_cast<O>(epilogue(v[x], sol, thr, mean, sd));
   }
 }
-INVFAST_ISA_TWICE(template <typename O>, CpuIsa::kAvx2, IVF_V3, void, store_row,
+INVFAST_ISA_TWICE(template <typename O>, CpuIsa::kAvx2, INVFAST_V3, void, store_row,
                   (const float* __restrict__ v, int64_t Wo, bool sol, float thr, float mean, float sd, O* __restrict__ out, int64_t stride),
                   (v, Wo, sol, thr, mean, sd, out, stride))
 

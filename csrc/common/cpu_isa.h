@@ -17,6 +17,9 @@
 #define INVFAST_ALWAYS_INLINE inline
 #endif
 
+// the target of the kAvx2 builds that may contract to FMA (x86-64-v3)
+#define INVFAST_V3 INVFAST_TARGET("arch=x86-64-v3")
+
 // From the always-inline body name##_impl, defines name##_isa compiled for `target` (an INVFAST_TARGET),
 // name##_base compiled for the baseline, and name, which runs the first where cpu_isa_at_least(level).
 // `tmpl` is empty or a one-parameter template header; the template argument is deduced from `args`.

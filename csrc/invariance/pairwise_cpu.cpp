@@ -86,8 +86,7 @@ INVFAST_ALWAYS_INLINE int64_t sqdist_impl(const T* g, const double* q, const dou
 }
 
 // the loops compiled for x86-64-v3 and for the baseline; the core's ISA policy picks one (common/cpu_isa.h)
-#define IVF_V3 INVFAST_TARGET("arch=x86-64-v3")
-INVFAST_ISA_TWICE(template <typename T>, CpuIsa::kAvx2, IVF_V3, int64_t, sqdist,
+INVFAST_ISA_TWICE(template <typename T>, CpuIsa::kAvx2, INVFAST_V3, int64_t, sqdist,
                   (const T* g, const double* q, const double* r, double qi, double ri, double kc, int64_t len,
                    double* d2, double* mn),
                   (g, q, r, qi, ri, kc, len, d2, mn))
@@ -99,7 +98,7 @@ INVFAST_ALWAYS_INLINE double sum_exp_impl(const double* d2, int64_t len, double 
   for (int64_t j = 0; j < len; ++j) s += exp_nonpos_f64(-scale * d2[j] - m);
   return s;
 }
-INVFAST_ISA_TWICE(, CpuIsa::kAvx2, IVF_V3, double, sum_exp, (const double* d2, int64_t len, double scale, double m),
+INVFAST_ISA_TWICE(, CpuIsa::kAvx2, INVFAST_V3, double, sum_exp, (const double* d2, int64_t len, double scale, double m),
                   (d2, len, scale, m))
 
 // Per-row quantities of x and the error coefficients (see the header comment).
