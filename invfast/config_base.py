@@ -8,9 +8,11 @@ work — how, where, how often or how visibly it runs — and is declared with :
 reason. A resumed job must match every field that changes the numbers and may change the others
 (:meth:`Config.numbers`, :meth:`Config.scheduling_fields`).
 
-What a field accepts on its own, the value that gives the numbers of folders made before it existed, and the
-group it belongs to are declared with it (:func:`declare`), once: no list of field names stands beside the
-fields.
+What a field accepts on its own (its type, bounds or choices), the value that gives the numbers of folders made
+before it existed, the group it belongs to and, where a command sets it, its option's help are declared with it
+(:func:`declare`), once: no list of field names stands beside the fields, and no command repeats them
+(:mod:`invfast.runtime.options` makes a command option of each field declared with ``option``: ``batch_size``
+is ``--batch-size``).
 
     >>> from dataclasses import dataclass
     >>> @dataclass(frozen=True)
@@ -30,9 +32,11 @@ fields.
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
-__all__ = ["Config", "declare", "scheduling"]
+__all__ = ["Config", "declare", "declared_problem", "scheduling"]
 
 C = TypeVar("C", bound="Config")
 
@@ -41,6 +45,7 @@ def declare(
     default: Any = dataclasses.MISSING,
     *,
     at_least: float | None = None,
+    above: float | None = None,
     at_most: float | None = None,
     number: bool = False,
     flag: bool = False,
@@ -48,31 +53,41 @@ def declare(
     scheduling: str | None = None,
     before: Any = dataclasses.MISSING,
     group: str | None = None,
+    choices: Sequence[Any] | None = None,
+    option: str | None = None,
 ) -> Any:
     """A field and what it accepts, declared once.
 
     Args:
         default: its value when not given.
         at_least: an integer (a real number with ``number``) at least this (``number`` alone: at least 0).
+        above: a real number greater than this (a learning rate, a temperature: above 0).
         at_most: and at most this (a run beyond it would take years or not fit in memory).
-        number: a real number (int or float, not NaN) rather than an integer.
+        number: a finite real number (int or float, not NaN or infinite) rather than an integer.
         flag: True or False.
         optional: None is accepted too (the job decides).
         scheduling: why it changes none of the numbers (:func:`scheduling`): left out of the resume identity.
         before: the value that gives the numbers of folders made before the field existed (a folder whose
             recorded configuration lacks it resumes under that value, and only under it).
         group: the group of related fields it belongs to (:meth:`Config.groups`).
+        choices: one of these values (a name: ``'cosine'``, ``'constant'``).
+        option: what the field does, in a line: a command that takes the class's options
+            (:func:`invfast.runtime.options.add_config_options`) has the field's option (``batch_size``:
+            ``--batch-size``) with this help, its type, bounds or choices from this declaration, and the
+            field's default (a flag: the option sets True, so its default must be False).
     """
-    if number and at_least is None:
-        at_least = 0
     meta: dict[str, Any] = {}
-    if at_least is not None or at_most is not None or flag:
-        meta["accepts"] = {
-            "kind": "flag" if flag else "number" if number else "integer",
-            "at_least": at_least,
-            "at_most": at_most,
-            "optional": optional,
-        }
+    if at_least is not None or above is not None or at_most is not None or flag or number:
+        meta["accepts"] = _accepts(at_least, above, at_most, number, flag, optional)
+    if choices is not None:
+        meta["choices"] = tuple(choices)
+        meta["optional"] = optional
+    if option is not None:
+        if flag and default is not False:
+            raise TypeError(
+                f"a flag that is a command option must default to False (the option sets True), got {default!r}"
+            )
+        meta["option"] = option
     if scheduling is not None:
         meta.update(numbers=False, why=scheduling)
     if before is not dataclasses.MISSING:
@@ -82,27 +97,58 @@ def declare(
     return dataclasses.field(default=default, metadata=meta)
 
 
+def _accepts(
+    at_least: float | None, above: float | None, at_most: float | None, number: bool, flag: bool, optional: bool
+) -> dict[str, Any]:
+    """What a field declared with these bounds accepts (a number without a lower bound: at least 0)."""
+    number = number or above is not None
+    if number and at_least is None and above is None:
+        at_least = 0
+    kind = "flag" if flag else "number" if number else "integer"
+    return {"kind": kind, "at_least": at_least, "above": above, "at_most": at_most, "optional": optional}
+
+
 def scheduling(why: str, default: Any = dataclasses.MISSING) -> Any:
     """A field that changes none of the numbers, and ``why``: left out of the resume identity."""
     return declare(default, scheduling=why)
 
 
-def _problem(name: str, v: Any, accepts: dict[str, Any]) -> tuple[type[Exception], str] | None:
+def _problem(name: str, v: Any, accepts: dict[str, Any], none: str) -> tuple[type[Exception], str] | None:
     """What is wrong with value ``v`` of field ``name`` under its declaration ``accepts`` (None: nothing)."""
     if accepts["optional"] and v is None:
         return None
-    none = " (or None)" if accepts["optional"] else ""
+    none = none if accepts["optional"] else ""
     if accepts["kind"] == "flag":
         return None if isinstance(v, bool) else (TypeError, f"{name} must be True or False{none}, got {v!r}")
-    lo, hi = accepts["at_least"], accepts["at_most"]
+    lo, above, hi = accepts["at_least"], accepts.get("above"), accepts["at_most"]
     real = accepts["kind"] == "number"
     what = "a number" if real else "an integer"
-    bound = f" >= {lo}" if lo is not None else ""
+    bound = f" >= {lo}" if lo is not None else f" > {above}" if above is not None else ""
     wrong_type = isinstance(v, bool) or not isinstance(v, (int, float) if real else int)
-    if wrong_type or (lo is not None and not v >= lo) or (real and v != v):
+    if (
+        wrong_type
+        or (lo is not None and not v >= lo)
+        or (above is not None and not v > above)
+        or (real and not math.isfinite(v))
+    ):
         return ValueError, f"{name} must be {what}{bound}{none}, got {v!r}"
     if hi is not None and v > hi:
         return ValueError, f"{name} must be at most {hi}, got {v!r}"
+    return None
+
+
+def declared_problem(name: str, v: Any, meta: Any, none: str = " (or None)") -> tuple[type[Exception], str] | None:
+    """What is wrong with value ``v`` of the field declared with ``meta`` (a field's metadata), the error
+    naming it ``name`` and saying ``none`` where None is accepted too (None: nothing is wrong)."""
+    accepts = meta.get("accepts")
+    if accepts is not None:
+        problem = _problem(name, v, accepts, none)
+        if problem is not None:
+            return problem
+    choices = meta.get("choices")
+    if choices is not None and not (meta["optional"] and v is None) and v not in choices:
+        none = none if meta["optional"] else ""
+        return ValueError, f"{name} must be one of {', '.join(map(str, choices))}{none}, got {v!r}"
     return None
 
 
@@ -122,16 +168,19 @@ class Config:
     def check_declared(self) -> None:
         """Raise one error naming the first field whose value is not what it declares (:func:`declare`)."""
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
-            accepts = f.metadata.get("accepts")
-            if accepts is not None:
-                problem = _problem(self.value_prefix + f.name, getattr(self, f.name), accepts)
-                if problem is not None:
-                    raise problem[0](problem[1])
+            problem = declared_problem(self.value_prefix + f.name, getattr(self, f.name), f.metadata)
+            if problem is not None:
+                raise problem[0](problem[1])
 
     @classmethod
     def added_fields(cls) -> dict[str, Any]:
         """The fields added after folders were made, by name, at the value that gives the numbers of before."""
         return {f.name: f.metadata["before"] for f in dataclasses.fields(cls) if "before" in f.metadata}  # type: ignore[arg-type]
+
+    @classmethod
+    def options(cls) -> tuple[dataclasses.Field, ...]:
+        """The fields declared with an ``option`` (each a command option), in declaration order."""
+        return tuple(f for f in dataclasses.fields(cls) if "option" in f.metadata)  # type: ignore[arg-type]
 
     @classmethod
     def groups(cls) -> dict[str, tuple[str, ...]]:

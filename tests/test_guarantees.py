@@ -272,7 +272,10 @@ def test_pretrain_marks_its_run_and_lists_its_files(npy, tmp_path):
 @pytest.mark.parametrize(
     "extra, words",
     [
-        (["--invariance-images", "0"], "--invariance-images must be >= 2"),
+        (["--invariance-images", "0"], "--invariance-images must be an integer >= 2, got 0"),
+        (["--lr", "0"], "--lr must be a number > 0, got 0.0"),
+        (["--sgd-momentum", "1.5"], "--sgd-momentum must be at most 1.0, got 1.5"),
+        (["--weight-decay", "inf"], "--weight-decay must be a number >= 0, got inf"),
         (["--proj-hidden", "-1"], "--proj-hidden must be >= 1"),
         (["--queue-size", "0"], "--queue-size must be >= 1"),
     ],

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from invfast.measure.config import MeasureConfig
 from invfast.measure.options import (
     DEFAULT_GRID,
     DEFAULT_IMAGES,
@@ -35,6 +36,7 @@ from invfast.measure.options import (
     check_args,
     config_from_args,
 )
+from invfast.runtime.options import add_config_options
 
 RESULT_FILE = "result.json"
 STATE_DIR = "state"
@@ -68,13 +70,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"parameters per transform, k of grid(k) (default {DEFAULT_GRID}; {QUICK_GRID} with --quick)",
     )
     parser.add_argument(
-        "--grid-side",
-        type=int,
-        default=None,
-        help="scale the pixel grids (translation, blur σ, deform σ, given for 224-px images) to images of this side "
-        "(e.g. 32 for 32-px images; default: as given)",
-    )
-    parser.add_argument(
         "--quick",
         action="store_true",
         help=f"a first look in minutes: grid size {QUICK_GRID}, at most {QUICK_IMAGES} images and "
@@ -82,23 +77,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "would make every cosine 0) unless --grid-size/--images/--shrinkage say otherwise (the "
         "same report layout)",
     )
-    parser.add_argument("--batch-size", type=int, default=32, help="images per batch (default 32)")
-    parser.add_argument(
-        "--forward-batch", type=int, default=256, help="images x parameters per model call (default 256)"
-    )
+    add_config_options(parser, MeasureConfig)
     parser.add_argument(
         "--resize",
         type=int,
         default=None,
         help="folder images: shorter side resized to this, centre-cropped square (default 256; a library model's "
         "own, e.g. 248 for a timm ViT at crop_pct 0.9)",
-    )
-    parser.add_argument(
-        "--crop",
-        type=int,
-        default=None,
-        help="centre crop after the transform, before the model, e.g. 224 (default none; a library model's input "
-        "size on folder images)",
     )
     parser.add_argument("--no-normalize", action="store_true", help="do not apply ImageNet mean/std normalisation")
     parser.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available)")
@@ -115,46 +100,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="model input memory format (auto: channels_last on CUDA)",
     )
     parser.add_argument(
-        "--workers",
-        type=int,
-        default=None,
-        help="image-folder decoding worker processes, decoding ahead of the measurement "
-        "(default min(8, usable CPUs); 0: decode in the measuring process)",
-    )
-    parser.add_argument(
-        "--layers",
-        default=None,
-        help="measure these layers from one forward pass per view: 'all' (every ResNet stage "
-        "layer1..layer4), or comma-separated names (torchvision-style layer1..layer4, stem, any "
-        "model.named_modules() path, 'output'); default: what the model returns",
-    )
-    parser.add_argument(
-        "--units",
-        choices=("channels", "elements"),
-        default="channels",
-        help="the units of the per-unit measures (normalized variance, variance ratio): channels (default: "
-        "each channel after global average pooling) or elements (every C x H x W activation, as tmeasures)",
-    )
-    parser.add_argument(
-        "--equivariance",
-        action="store_true",
-        help="also fit the cross-validated linear map from each image's features to its view's, per grid "
-        "parameter and layer (R², 1 = the transform acts linearly on the features; docs/measure.md)",
-    )
-    parser.add_argument(
-        "--feature-cache-mb",
-        type=float,
-        default=512.0,
-        help="memory (MiB) for the reference images' features kept between transforms (default 512; 0: "
-        "recompute them for each transform; the numbers are the same)",
-    )
-    parser.add_argument(
-        "--equivariance-mb",
-        type=float,
-        default=2048.0,
-        help="the most memory (MiB) the equivariance fit's per-fold sums may take per transform (default 2048)",
-    )
-    parser.add_argument(
         "--protocol",
         choices=("invfast", "ericsson"),
         default="invfast",
@@ -168,7 +113,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="covariance shrinkage of the reference statistics: trace (λ = eps·tr(Σ)/D), ledoit-wolf, "
         "none, or a number λ (default: the protocol's, trace for invfast, 0 for ericsson)",
     )
-    parser.add_argument("--eps", type=float, default=1e-6, help="ε of the trace shrinkage (default 1e-6)")
     parser.add_argument(
         "--real-world",
         action="store_true",
@@ -179,7 +123,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--pair-scores", action="store_true", help="also write every per-pair score to <out>/pairs/*.npy"
     )
-    parser.add_argument("--strict", action="store_true", help="stop at the first unreadable image file")
     parser.add_argument(
         "--overwrite", action="store_true", help="replace a finished report in --out (once the new one is complete)"
     )
@@ -198,9 +141,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="with several ranks: how long one waits for the others at a collective before it stops with one line "
         "(default 1800; a rank that dies ends the others at once)",
-    )
-    parser.add_argument(
-        "--save-every", type=float, default=60.0, help="seconds between partial-state saves (default 60)"
     )
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")

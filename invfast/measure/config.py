@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from invfast.config_base import Config, declare
+from invfast.measure.units import UNITS
 
 __all__ = ["MeasureConfig", "fingerprint", "DTYPES"]
 
@@ -95,12 +96,27 @@ class MeasureConfig(Config):
     """
 
     grid_size: int = declare(256, at_least=1, group="statistics")
-    grid_side: int | None = declare(None, at_least=1, optional=True, group="statistics")
+    grid_side: int | None = declare(
+        None,
+        at_least=1,
+        optional=True,
+        group="statistics",
+        option="scale the pixel grids (translation, blur σ, deform σ, given for 224-px images) to images of this "
+        "side (e.g. 32 for 32-px images; default: as given)",
+    )
     batch_size: int = declare(
-        32, at_least=1, scheduling="images per batch: the per-image scores do not depend on it", group="execution"
+        32,
+        at_least=1,
+        scheduling="images per batch: the per-image scores do not depend on it",
+        group="execution",
+        option="images per batch",
     )
     forward_batch: int = declare(
-        256, at_least=1, scheduling="images per model call: bounds memory only", group="execution"
+        256,
+        at_least=1,
+        scheduling="images per model call: bounds memory only",
+        group="execution",
+        option="images x parameters per model call",
     )
     n_images: int | None = declare(None, at_least=1, optional=True, group="loading")
     device: str | None = declare(
@@ -108,22 +124,40 @@ class MeasureConfig(Config):
     )
     dtype: Any = declare(None, group="execution")
     channels_last: bool | None = declare(None, flag=True, optional=True, group="execution")
-    crop: int | None = declare(None, at_least=1, optional=True, group="loading")
+    crop: int | None = declare(
+        None,
+        at_least=1,
+        optional=True,
+        group="loading",
+        option="centre crop after the transform, before the model, e.g. 224 (default none; a library model's input "
+        "size on folder images)",
+    )
     normalize: bool = declare(True, flag=True, group="loading")
     checkpoint: str | None = declare(
         None, scheduling="the weights it loads are fingerprinted themselves", group="loading"
     )
     shrinkage: str | float | None = declare(None, group="statistics")
-    eps: float = declare(1e-6, number=True, group="statistics")
+    eps: float = declare(1e-6, number=True, group="statistics", option="ε of the trace shrinkage")
     pair_scores_dir: str | None = declare(None, group="output")
     state_path: str | None = declare(None, scheduling="where the fingerprint is kept", group="output")
-    save_every: float = declare(60.0, number=True, scheduling="how often the state is saved", group="output")
-    strict: bool = declare(False, flag=True, group="loading")
+    save_every: float = declare(
+        60.0,
+        number=True,
+        scheduling="how often the state is saved",
+        group="output",
+        option="seconds between partial-state saves",
+    )
+    strict: bool = declare(False, flag=True, group="loading", option="stop at the first unreadable image file")
     resize: int = declare(256, at_least=1, group="loading")
     progress: bool = declare(False, flag=True, scheduling="display only", group="output")
     name: str | None = declare(None, scheduling="a label in tables", group="output")
     feature_cache_mb: float = declare(
-        512.0, number=True, scheduling="a memory budget: cached and recomputed features are equal", group="execution"
+        512.0,
+        number=True,
+        scheduling="a memory budget: cached and recomputed features are equal",
+        group="execution",
+        option="memory (MiB) for the reference images' features kept between transforms (0: recompute them for "
+        "each transform; the numbers are the same)",
     )
     fingerprint_content: bool = declare(False, flag=True, group="loading")
     protocol: Any = declare("invfast", group="loading")
@@ -134,18 +168,39 @@ class MeasureConfig(Config):
         optional=True,
         scheduling="decoding processes: the images they decode are the same",
         group="loading",
+        option="image-folder decoding worker processes, decoding ahead of the measurement "
+        "(default min(8, usable CPUs); 0: decode in the measuring process)",
     )
     pair_block: int = declare(
         64, at_least=1, scheduling="real-world mode: rows scored at once, a memory bound", group="execution"
     )
-    layers: tuple[str, ...] | None = declare(None, group="statistics")
-    units: str = declare("channels", group="statistics")
-    equivariance: bool = declare(False, flag=True, group="statistics")
+    layers: tuple[str, ...] | None = declare(
+        None,
+        group="statistics",
+        option="measure these layers from one forward pass per view: 'all' (every ResNet stage layer1..layer4), or "
+        "comma-separated names (torchvision-style layer1..layer4, stem, any model.named_modules() path, 'output'); "
+        "default: what the model returns",
+    )
+    units: str = declare(
+        "channels",
+        choices=UNITS,
+        group="statistics",
+        option="the units of the per-unit measures (normalized variance, variance ratio): channels (each channel "
+        "after global average pooling) or elements (every C x H x W activation, as tmeasures)",
+    )
+    equivariance: bool = declare(
+        False,
+        flag=True,
+        group="statistics",
+        option="also fit the cross-validated linear map from each image's features to its view's, per grid "
+        "parameter and layer (R², 1 = the transform acts linearly on the features; docs/measure.md)",
+    )
     equivariance_mb: float = declare(
         2048.0,
         number=True,
         scheduling="a memory limit: a run over it stops, the numbers never change",
         group="execution",
+        option="the most memory (MiB) the equivariance fit's per-fold sums may take per transform",
     )
     overlap: bool | None = declare(
         None,
@@ -206,7 +261,7 @@ class MeasureConfig(Config):
             )
 
     def _check_paths_and_names(self) -> None:
-        """Paths (stored as str), layers (a tuple of module paths), units and the table label."""
+        """Paths (stored as str), layers (a tuple of module paths) and the table label."""
         for k in ("checkpoint", "pair_scores_dir", "state_path"):
             v = getattr(self, k)
             if v is not None:
@@ -223,9 +278,6 @@ class MeasureConfig(Config):
             if not items:
                 raise ValueError("layers is empty; give 'all', module paths like 'layer1,layer4', or None")
             object.__setattr__(self, "layers", tuple(items))
-        from invfast.measure.units import check_units
-
-        check_units(self.units)
         if self.name is not None and not isinstance(self.name, str):
             raise TypeError(f"name must be a string or None, got {type(self.name).__name__}")
 

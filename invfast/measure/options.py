@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from invfast.runtime.options import config_options
+
 DEFAULT_IMAGES = 1000
 DEFAULT_GRID = 256
 QUICK_GRID, QUICK_IMAGES = 8, 100  # --quick: ~125 views per image over the 18 transforms
@@ -51,32 +53,20 @@ def config_from_args(args: argparse.Namespace, device: torch.device, state_dir: 
     from invfast.measure.config import MeasureConfig
 
     return MeasureConfig(
+        **config_options(args, MeasureConfig),
         grid_size=_grid_size(args),
-        grid_side=args.grid_side,
-        batch_size=args.batch_size,
-        forward_batch=args.forward_batch,
         n_images=_n_images(args),
         device=str(device),
         dtype=args.dtype,
-        crop=args.crop,
         normalize=not args.no_normalize,
         protocol=args.protocol,
         state_path=os.path.join(state_dir, "state.pt"),
         pair_scores_dir=os.path.join(state_dir, PAIRS_DIR) if args.pair_scores and not args.real_world else None,
-        save_every=args.save_every,
-        strict=args.strict,
         resize=256 if args.resize is None else args.resize,
         progress=not args.no_progress,
         fingerprint_content=args.hash_images,
-        workers=args.workers,
         name=args.name or args.model,
-        layers=args.layers,
-        units=args.units,
-        equivariance=args.equivariance,
-        equivariance_mb=args.equivariance_mb,
-        feature_cache_mb=args.feature_cache_mb,
         shrinkage=_shrinkage(args.shrinkage, quick=args.quick and args.protocol == "invfast"),
-        eps=args.eps,
         channels_last={"auto": None, "on": True, "off": False}[args.channels_last],
     )
 
@@ -109,19 +99,19 @@ def _grid_size(args: argparse.Namespace) -> int:
 
 def check_args(args: argparse.Namespace) -> None:
     """Refuse, with one ValueError naming the option, values that cannot work, before any work."""
+    from invfast.measure.config import MeasureConfig
     from invfast.runtime.devices import resolve_device
 
-    for k in ("images", "grid_size", "batch_size", "forward_batch", "world_size", "workers"):
+    config_options(args, MeasureConfig)
+    for k in ("images", "grid_size", "world_size"):
         v = getattr(args, k)
-        low = 0 if k in ("images", "workers") else 1
+        low = 0 if k == "images" else 1
         if v is not None and v < low:
             raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
     if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
         raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
     if args.rank_timeout is not None and not args.rank_timeout > 0:
         raise ValueError(f"--rank-timeout must be a number of seconds > 0, got {args.rank_timeout}")
-    if not args.save_every >= 0:
-        raise ValueError(f"--save-every must be a number of seconds >= 0, got {args.save_every}")
     resolve_device(args.device or "auto")  # an unusable device is refused before any work
     if args.images and not args.real_world:
         from invfast.data.sources import as_source

@@ -14,7 +14,9 @@ from typing import Any
 
 import torch
 
+from invfast.pretrain.config import TrainConfig
 from invfast.pretrain.invariance import DEFAULT_TRANSFORMS
+from invfast.runtime.options import add_config_options, config_options
 
 METHOD_NAMES = ("mocov2", "simclr", "ai-moco", "ai-simclr")
 POLICY_NAMES = ("default", "spatial", "appearance", "solarize-default")
@@ -64,18 +66,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="folder images are resized to this on load (default round(size*256/224))",
     )
     p.add_argument("--epochs", type=int, default=None, help=f"passes over the data (default {DEFAULT_EPOCHS})")
-    p.add_argument("--steps", type=int, default=None, help="train this many steps instead (not with --epochs)")
-    p.add_argument("--batch-size", type=int, default=256, help="global batch size (over all processes)")
-    p.add_argument("--lr", type=float, default=None, help="SGD learning rate (default 0.03*batch/256)")
-    p.add_argument("--weight-decay", type=float, default=1e-4)
-    p.add_argument("--sgd-momentum", type=float, default=0.9)
-    p.add_argument("--schedule", default="cosine", choices=("cosine", "constant"))
-    p.add_argument(
-        "--warmup-steps",
-        type=int,
-        default=0,
-        help="linear learning-rate warm-up over the first N steps, then the schedule (default 0: none)",
-    )
+    add_config_options(p, TrainConfig)
     p.add_argument("--tau", type=float, default=0.2, help="temperature")
     p.add_argument(
         "--queue-size",
@@ -99,19 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         choices=("auto", "torch", "dali"),
         help="augmentation pipeline: DALI on GPU when installed (auto), else torch",
     )
-    p.add_argument("--amp", action="store_true", help="bfloat16 autocast for the forward passes (GPU)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", required=True, help="output folder (checkpoint.pt, metrics.jsonl/csv, model.pt)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt")
-    p.add_argument("--checkpoint-every", type=int, default=500, help="steps between checkpoints (0: only at the end)")
-    p.add_argument("--log-every", type=int, default=10)
-    p.add_argument(
-        "--invariance-every",
-        type=int,
-        default=0,
-        help="measure the encoder's invariance on held-out images every N steps (0: never)",
-    )
-    p.add_argument("--invariance-images", type=int, default=256)
     p.add_argument(
         "--invariance-transforms",
         default=",".join(DEFAULT_TRANSFORMS),
@@ -154,17 +135,14 @@ def check_args(args: argparse.Namespace) -> None:
 
     if args.epochs is not None and args.steps is not None:
         raise ValueError(f"--steps {args.steps} and --epochs {args.epochs} both set the length of the run; give one")
-    for k in ("epochs", "steps", "batch_size", "nproc", "workers"):
+    config_options(args, TrainConfig)
+    for k in ("epochs", "nproc", "workers"):
         v = getattr(args, k, None)
         if v is not None and v < 1:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
     if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
         raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
-    for k in ("warmup_steps", "checkpoint_every", "log_every", "invariance_every"):
-        if getattr(args, k) < 0:
-            raise ValueError(f"--{k.replace('_', '-')} must be >= 0, got {getattr(args, k)}")
     for k, low in (
-        ("invariance_images", 2),
         ("proj_dim", 1),
         ("proj_hidden", 1),
         ("queue_size", 1),
@@ -177,12 +155,8 @@ def check_args(args: argparse.Namespace) -> None:
             raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
     if args.steps is not None and args.warmup_steps >= args.steps:
         raise ValueError(f"--warmup-steps {args.warmup_steps} must be shorter than the run (--steps {args.steps})")
-    if args.lr is not None and not (math.isfinite(args.lr) and args.lr > 0):
-        raise ValueError(f"--lr must be a finite number > 0, got {args.lr}")
-    for k, lo, hi in (("weight_decay", 0.0, math.inf), ("sgd_momentum", 0.0, 1.0), ("key_momentum", 0.0, 1.0)):
-        v = getattr(args, k)
-        if not (math.isfinite(v) and lo <= v <= hi):
-            raise ValueError(f"--{k.replace('_', '-')} must be a finite number in [{lo}, {hi}], got {v}")
+    if not (math.isfinite(args.key_momentum) and 0.0 <= args.key_momentum <= 1.0):
+        raise ValueError(f"--key-momentum must be a finite number in [0.0, 1.0], got {args.key_momentum}")
     if not (math.isfinite(args.tau) and args.tau > 0):
         raise ValueError(f"--tau must be a finite number > 0, got {args.tau}")
     if args.descriptors is not None and not args.method.startswith("ai-"):
@@ -303,27 +277,14 @@ def _pretrain_method(
 
 def _train_config(args: argparse.Namespace, size: int, device: torch.device) -> Any:
     """The :class:`TrainConfig` of the parsed arguments (--epochs defaults to DEFAULT_EPOCHS)."""
-    from invfast.pretrain.trainer import TrainConfig
-
     return TrainConfig(
-        batch_size=args.batch_size,
+        **config_options(args, TrainConfig),
         epochs=args.epochs or DEFAULT_EPOCHS,
-        steps=args.steps,
-        lr=args.lr,
-        weight_decay=args.weight_decay,
-        sgd_momentum=args.sgd_momentum,
-        schedule=args.schedule,
-        warmup_steps=args.warmup_steps,
         seed=args.seed,
         size=size,
-        checkpoint_every=args.checkpoint_every,
-        log_every=args.log_every,
         progress=not args.no_progress,
-        invariance_every=args.invariance_every,
-        invariance_images=args.invariance_images,
         invariance_transforms=tuple(t for t in args.invariance_transforms.split(",") if t),
         device=str(device),
-        amp=args.amp,
     )
 
 

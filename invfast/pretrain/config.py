@@ -30,29 +30,52 @@ class TrainConfig(Config):
     Only the order of float sums changes; saved weights are written contiguous.
     """
 
-    batch_size: int = declare(256, at_least=1)
+    batch_size: int = declare(256, at_least=1, option="global batch size (over all processes)")
     epochs: int = 200
-    steps: int | None = declare(None, at_least=1, optional=True)
-    lr: float | None = None
-    weight_decay: float = 1e-4
-    sgd_momentum: float = 0.9
-    optimizer: str = "sgd"
-    schedule: str = "cosine"
+    steps: int | None = declare(
+        None, at_least=1, optional=True, option="train this many steps instead (not with --epochs)"
+    )
+    lr: float | None = declare(None, above=0, optional=True, option="SGD learning rate (default 0.03*batch/256)")
+    weight_decay: float = declare(1e-4, number=True, option="SGD weight decay")
+    sgd_momentum: float = declare(0.9, number=True, at_most=1.0, option="SGD momentum")
+    optimizer: str = declare("sgd", choices=OPTIMIZERS)
+    schedule: str = declare(
+        "cosine",
+        choices=("cosine", "constant"),
+        option="learning rate after the warm-up: cosine decay to 0 over the run, or constant",
+    )
     # added after checkpoints were saved: a checkpoint without it resumes at 0 (its numbers of before)
-    warmup_steps: int = declare(0, at_least=0, before=0)
+    warmup_steps: int = declare(
+        0,
+        at_least=0,
+        before=0,
+        option="linear learning-rate warm-up over the first N steps, then the schedule (default 0: none)",
+    )
     seed: int = 0
     size: int = 224
-    checkpoint_every: int = declare(500, at_least=0, scheduling="how often the state is saved")
-    log_every: int = declare(10, at_least=0, scheduling="how often the loss is logged")
+    checkpoint_every: int = declare(
+        500,
+        at_least=0,
+        scheduling="how often the state is saved",
+        option="steps between checkpoints (0: only at the end)",
+    )
+    log_every: int = declare(
+        10, at_least=0, scheduling="how often the loss is logged", option="steps between two logged losses"
+    )
     progress: bool = scheduling("display only", True)
     invariance_every: int = declare(
-        0, at_least=0, scheduling="a measurement beside training: it reads the weights only"
+        0,
+        at_least=0,
+        scheduling="a measurement beside training: it reads the weights only",
+        option="measure the encoder's invariance on held-out images every N steps (0: never)",
     )
-    invariance_images: int = scheduling("the images of that measurement", 256)
+    invariance_images: int = declare(
+        256, at_least=2, scheduling="the images of that measurement", option="held-out images of that measurement"
+    )
     invariance_transforms: tuple[str, ...] = scheduling("the transforms of that measurement", inv.DEFAULT_TRANSFORMS)
     probe_every: int = declare(0, at_least=0, scheduling="a probe beside training: it reads the weights only")
     device: str = scheduling("where it runs; a resumed run may move", "auto")
-    amp: bool = False
+    amp: bool = declare(False, flag=True, option="bfloat16 autocast for the forward passes (GPU)")
     channels_last: bool | None = declare(
         None, flag=True, optional=True, scheduling="memory layout: only the order of float sums changes"
     )
@@ -63,9 +86,3 @@ class TrainConfig(Config):
     def validate(self) -> None:
         if self.epochs < 1 and self.steps is None:
             raise ValueError(f"epochs must be >= 1, got {self.epochs}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.schedule not in ("cosine", "constant"):
-            raise ValueError(f"schedule must be 'cosine' or 'constant', got {self.schedule!r}")
-        if self.base_lr() <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")

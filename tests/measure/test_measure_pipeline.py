@@ -259,7 +259,7 @@ def test_cli_rejects_negative_workers(tmp_path, capsys):
 
     d = image_folder(tmp_path / "imgs", n=3)
     assert main(CLI + ["--data", f"folder:{d}", "--out", str(tmp_path / "o"), "--workers", "-1"]) == 2
-    assert "--workers must be >= 0" in capsys.readouterr().err
+    assert "--workers must be an integer >= 0, got -1" in capsys.readouterr().err
 
 
 def test_views_made_ahead_on_a_thread_give_the_same_numbers(one_thread):
