@@ -80,17 +80,17 @@ class ReproduceConfig(Config):
     )
     # where models train and run: 'cpu' or 'cuda' (the gpu preset)
     device: str = "cpu"
-    size: int = declare(32, at_least=1, at_most=1_024)
+    size: int = declare(32, at_least=16, at_most=1_024)
     # main data: Transforms-2D objects under transformations of both families
     objects: int = declare(10, at_least=1, at_most=100_000)
     # 'silhouettes': distinct built-in shapes all drawn in one colour, so only the outline tells them
     # apart (with their own colours a colour histogram identified the objects: docs/reproduce.md);
     # 'shared-palette': the built-in objects recoloured onto one shared colour pair (shape and texture
     # tell them apart); 'builtin': the built-in objects with their own colours and textures
-    object_style: str = "silhouettes"
+    object_style: str = declare("silhouettes", choices=("silhouettes", "shared-palette", "builtin"))
     # 'builtin' style: only shapes without rotational symmetry (heart, crescent, arrow, ell, blob, tee),
     # so their rotation can be read off the image at all (silhouettes: the rotation set uses those)
-    asymmetric_objects: bool = True
+    asymmetric_objects: bool = declare(True, flag=True)
     data_transforms: tuple[str, ...] = ("translate", "rotate", "scale", "hue")
     # the main data's backgrounds: 'uniform-random' (fresh uniform pixel noise behind every image),
     # 'procedural:N' (N built-in procedural textures), 'builtin:N' (N of the built-in photo crops and
@@ -102,7 +102,7 @@ class ReproduceConfig(Config):
     # each pretraining view composites the object over its own fresh noise background, so a pair of views
     # shares the object and nothing else (without a crop, as in Appearance, the shared noise identifies the
     # image: docs/reproduce.md, What the models tell images apart by); probe and measurement images keep theirs
-    fresh_backgrounds: bool = declare(True, before=False)
+    fresh_backgrounds: bool = declare(True, flag=True, before=False)
     n_pretrain: int = declare(2048, at_least=1, at_most=10_000_000)
     # probe images per task: 3 000 keep the identity probe's noise below the 1.2x learning line on seeds
     # nobody tuned on (1 000 did not: docs/reproduce.md, The probe's own noise)
@@ -117,12 +117,12 @@ class ReproduceConfig(Config):
     pretrain_epochs: int = declare(20, at_least=1, at_most=100_000)
     # batch 64 (640 steps in 20 epochs): the settings of the background experiment in docs/reproduce.md
     batch_size: int = declare(64, at_least=1, at_most=65_536)
-    lr: float = 0.03
-    key_momentum: float = 0.99
+    lr: float = declare(0.03, above=0, at_most=MAX_LR)
+    key_momentum: float = declare(0.99, number=True, at_most=1.0)
     proj_dim: int = 64
     # the contrastive models' projection heads: 'none' (MoCo-v2's MLP) or 'bn' (batch-normalised, MoCo v3's;
     # invfast.pretrain.heads.ProjectionHead)
-    head_norm: str = declare("none", before="none")
+    head_norm: str = declare("none", choices=("none", "bn"), before="none")
     # linear learning-rate warm-up of every pretraining run (policies and amortised), as a fraction of the
     # run's steps, before the cosine decay; 0: none (MoCo-v2's schedule)
     warmup: float = declare(0.0, before=0.0)
@@ -130,15 +130,15 @@ class ReproduceConfig(Config):
     queue_size: int = 0
     # learning curves: every curve_every epochs (and before the first step) each pretraining run probes
     # object identity (kNN and linear) on the first curve_images probe images (0: no curves)
-    curve_every: int = 2
+    curve_every: int = declare(2, at_least=0)
     curve_images: int = declare(400, at_least=1)
     # invariance measurement
     test_transforms: str = "all"
     grid_size: int = declare(6, at_least=1, at_most=1_024)
     # the grids given in pixels for 224-px images (translation, blur σ, deform σ) scaled by size / 224
-    scale_grids: bool = declare(True, before=False)
+    scale_grids: bool = declare(True, flag=True, before=False)
     # probes (Ericsson et al. 2021, App. E: 45 penalties; logistic L-BFGS iterations per penalty value)
-    folds: int = declare(5, at_least=1)
+    folds: int = declare(5, at_least=2)
     n_penalties: int = declare(23, at_least=1, at_most=10_000)
     logistic_max_iter: int = declare(60, at_least=1, at_most=1_000_000)
     # same-vs-different transfer (Speicher): supervised pretraining on a source, linear probe on the target
@@ -150,12 +150,12 @@ class ReproduceConfig(Config):
     # S1 / S8 (and the transfer models they reuse): train each model until its own-data accuracy reaches the rules'
     # 0.9 (checked after every epoch), at most criterion_epochs epochs (a smaller S1 source proportionally more);
     # 0: transfer_epochs epochs whatever they reach, as before 0.6
-    criterion_epochs: int = declare(30, at_most=100_000, before=0)
+    criterion_epochs: int = declare(30, at_least=0, at_most=100_000, before=0)
     # amortised model (C1, C2, C3, C6); C6 times cost_epochs whole epochs of each model, the models taking turns
     # epoch by epoch (0: cost_steps steps once, as before 0.6: no per-epoch times, so C6 is not testable)
     amortised_epochs: int = declare(10, at_least=1, at_most=100_000)
     cost_steps: int = declare(10, at_least=1)
-    cost_epochs: int = declare(5, before=0)
+    cost_epochs: int = declare(5, at_least=0, at_most=1_000, before=0)
     # C4: few-shot identity episodes and few-shot regression splits per model, drawn from the first fewshot_n images
     # of each task's probe set (0: all); the amortised model learns its i once per episode, so they set C4's cost
     fewshot_episodes: int = declare(300, at_least=1)
@@ -165,7 +165,7 @@ class ReproduceConfig(Config):
     ip_epochs: int = declare(10, at_least=1, at_most=100_000)
     # C3: restarts of the learned i per task, each also scored with i fixed at (0.5, 0.5) (1: one fit, as before 0.6)
     ip_restarts: int = declare(5, at_least=1, at_most=1_000, before=1)
-    ip_n: int = declare(600, at_least=1)
+    ip_n: int = declare(600, at_least=10)
     # C7 (Chavhan et al. Tab. 3): the transformers, plain ViTs for the three policies and a Prompt-ViT for the
     # amortised model, all of one shape (vit_patch-px patches, vit_dim wide, vit_depth pre-norm blocks of
     # vit_heads heads, MLP ratio 2), each trained vit_epochs epochs with Adam at vit_lr (MoCo's SGD at lr 0.03
@@ -175,10 +175,10 @@ class ReproduceConfig(Config):
     vit_depth: int = declare(4, at_least=1, at_most=64, before=4)
     vit_heads: int = declare(4, at_least=1, at_most=64, before=4)
     vit_epochs: int = declare(30, at_least=1, at_most=100_000, before=30)
-    vit_lr: float = declare(3e-3, before=0.003)
+    vit_lr: float = declare(3e-3, above=0, at_most=MAX_LR, before=0.003)
     # C7's Prompt-ViT starts from the trained Default ViT (its prompt network from its initialisation), as Chavhan
     # et al. warm-start theirs from a pretrained ViT; from scratch it learned to ignore its prompt
-    vit_warm_start: bool = declare(True, before=False)
+    vit_warm_start: bool = declare(True, flag=True, before=False)
     # which findings (ids of docs/findings.md) run: their stages and report sections (see invfast.reproduce.findings)
     findings: tuple[str, ...] = declare(
         DEFAULT_FINDINGS, scheduling="a stage's numbers do not depend on which others run"
@@ -247,12 +247,6 @@ class ReproduceConfig(Config):
 
     def _validate_sizes(self) -> None:
         """Sizes that must fit each other: images per fold and class, batches, grids."""
-        if self.size < 16:
-            raise ValueError(f"size must be >= 16 pixels, got {self.size}")
-        if self.folds < 2:
-            raise ValueError(f"folds must be >= 2, got {self.folds}")
-        if not isinstance(self.scale_grids, bool):
-            raise TypeError(f"scale_grids must be True or False, got {self.scale_grids!r}")
         if min(self.grid_size, self.snapshot_grid) < 2:
             raise ValueError(
                 f"grid_size and snapshot_grid must be >= 2 (a grid of 1 holds only the identity parameter), got "
@@ -296,11 +290,7 @@ class ReproduceConfig(Config):
             raise ValueError(f"transfer_n_source ({self.transfer_n_source}) must be >= batch_size ({self.batch_size})")
 
     def _validate_measurements(self) -> None:
-        """The sizes of the measurements some findings add: C6's timed epochs, E2's kernel-probe images, C4's few-shot
-        images."""
-        ce = self.cost_epochs
-        if not isinstance(ce, int) or isinstance(ce, bool) or not 0 <= ce <= 1000:
-            raise ValueError(f"config field cost_epochs must be an int in [0, 1000] (0: cost_steps steps), got {ce!r}")
+        """The sizes of the measurements some findings add: E2's kernel-probe images, C4's few-shot images."""
         if (
             not isinstance(self.kernel_probe_n, int)
             or isinstance(self.kernel_probe_n, bool)
@@ -310,11 +300,6 @@ class ReproduceConfig(Config):
                 f"kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe] = "
                 f"[{self.folds * 2}, {self.n_probe}], got {self.kernel_probe_n!r}"
             )
-        ce = self.criterion_epochs
-        if not isinstance(ce, int) or isinstance(ce, bool) or ce < 0:
-            raise ValueError(
-                f"config field criterion_epochs must be an int >= 0 (0: transfer_epochs, no criterion), got {ce!r}"
-            )
         fn = self.fewshot_n
         if not isinstance(fn, int) or isinstance(fn, bool) or not (fn == 0 or 60 <= fn <= self.n_probe):
             raise ValueError(
@@ -323,19 +308,12 @@ class ReproduceConfig(Config):
             )
 
     def _validate_training(self) -> None:
-        """Learning curves, the MoCo queue, warm-up, lr and key momentum."""
-        if not isinstance(self.curve_every, int) or isinstance(self.curve_every, bool) or self.curve_every < 0:
-            raise ValueError(
-                f"config field curve_every must be an int >= 0 (epochs; 0: no learning curves), "
-                f"got {self.curve_every!r}"
-            )
+        """Learning curves, the MoCo queue and the warm-up."""
         if self.curve_every and min(self.curve_images, self.n_probe) < 4 * self.objects:
             raise ValueError(
                 f"curve_images ({self.curve_images}, at most n_probe = {self.n_probe}) must hold at least "
                 f"4 x objects = {4 * self.objects} images (each class is fitted and scored)"
             )
-        if self.ip_n < 10:
-            raise ValueError(f"ip_n must be >= 10, got {self.ip_n}")
         if (
             not isinstance(self.queue_size, int)
             or isinstance(self.queue_size, bool)
@@ -350,31 +328,15 @@ class ReproduceConfig(Config):
             raise ValueError(
                 f"config field warmup must be a fraction of each pretraining run's steps in [0, 1), got {self.warmup!r}"
             )
-        for name in ("lr", "vit_lr"):
-            v = getattr(self, name)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= MAX_LR:
-                raise ValueError(f"config field {name} must be a number in (0, {MAX_LR:g}], got {v!r}")
-        if not 0 <= self.key_momentum <= 1:
-            raise ValueError(f"key_momentum must be in [0, 1], got {self.key_momentum}")
-        if self.head_norm not in ("none", "bn"):
-            raise ValueError(f"head_norm must be 'none' or 'bn', got {self.head_norm!r}")
 
     def _validate_data(self) -> None:
         """Backgrounds, objects, Transforms-2D types and the architecture."""
         background_count(self.backgrounds)
-        if not isinstance(self.vit_warm_start, bool):
-            raise ValueError(f"vit_warm_start must be true or false, got {self.vit_warm_start!r}")
-        if not isinstance(self.fresh_backgrounds, bool):
-            raise ValueError(f"fresh_backgrounds must be true or false, got {self.fresh_backgrounds!r}")
         if self.fresh_backgrounds and self.backgrounds != "uniform-random":
             raise ValueError(
                 "fresh_backgrounds draws each view's background as uniform noise, which the probe and "
                 f"measurement images share only with backgrounds='uniform-random', got {self.backgrounds!r} "
                 "(with a bank of backgrounds, set fresh_backgrounds=false)"
-            )
-        if self.object_style not in ("silhouettes", "shared-palette", "builtin"):
-            raise ValueError(
-                f"object_style must be 'silhouettes', 'shared-palette' or 'builtin', got {self.object_style!r}"
             )
         if self.object_style == "silhouettes" and self.objects > 18:
             raise ValueError(

@@ -913,7 +913,7 @@ def test_head_norm_reaches_every_contrastive_model_and_old_folders_resume_withou
     for method in (policy_method(cfg, "default"), amortised_method(cfg, "amortised")):
         assert {h.norm for h in method.online.heads} == {"bn"} and method.config()["head_norm"] == "bn"
     assert {h.norm for h in policy_method(RP.preset("tiny"), "spatial").online.heads} == {"none"}
-    with pytest.raises(ValueError, match="head_norm must be 'none' or 'bn', got 'layer'"):
+    with pytest.raises(ValueError, match="head_norm must be one of none, bn, got 'layer'"):
         RP.preset("tiny", head_norm="layer")
     assert "head_norm" not in RP.preset("quick").claim_dict()  # folders of before hold none: they resume
     assert RP.preset("quick", head_norm="bn").claim_dict()["head_norm"] == "bn"

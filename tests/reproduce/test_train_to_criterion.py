@@ -121,7 +121,7 @@ def test_the_real_check_is_nearest_class_mean_on_held_out_images(tmp_path):
 
 
 def test_criterion_epochs_is_validated():
-    with pytest.raises(ValueError, match=r"criterion_epochs must be an int >= 0"):
+    with pytest.raises(ValueError, match=r"criterion_epochs must be an integer >= 0"):
         preset("tiny", criterion_epochs=-1)
     with pytest.raises(ValueError, match=r"criterion_epochs must be at most 100000"):
         preset("tiny", criterion_epochs=10**6)
