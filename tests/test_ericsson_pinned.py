@@ -143,7 +143,9 @@ def test_imagefolder_listing_of_a_flat_folder_and_bad_arguments(tmp_path):
 
 
 class _Seen(torch.nn.Module):
-    """Records every input batch (and pools it to 3 features)."""
+    """Records every input batch (and pools it to 3 features). It keeps state between calls, so it is measured
+    with ``split_forward=False`` (MeasureConfig's rule for such a model): otherwise torch's threads call it on
+    sub-batches in turn and the order of ``seen`` follows the scheduler, not the draw."""
 
     def __init__(self):
         super().__init__()
@@ -185,6 +187,7 @@ def test_the_protocols_draw_indexes_imagefolders_list(tmp_path):
         normalize=False,
         workers=0,
         progress=False,
+        split_forward=False,
     )
     data = r.meta["data"]
     assert data["resampled_from"]["n"] == n and data["resampled_from"]["listing"] == "imagefolder"
@@ -273,7 +276,7 @@ def test_the_protocol_measures_wide_files_as_the_original_reads_them(tmp_path, r
     with Image.open(tmp_path / "c" / "deep.png") as im:
         pillow = torch.from_numpy(np.asarray(im.convert("RGB")).copy()).permute(2, 0, 1)
     every = dataclasses.replace(PROTOCOLS["ericsson"], with_replacement=False, resize=24, crop=24)
-    kw = dict(device="cpu", normalize=False, workers=0, progress=False)
+    kw = dict(device="cpu", normalize=False, workers=0, progress=False, split_forward=False)
     net = _Seen()
     with pytest.warns(
         UserWarning,
