@@ -1,4 +1,5 @@
-"""Input checks shared by the public functions: clear errors that name the argument."""
+"""Input checks shared by the public functions of every package: clear errors that name the argument. The
+module is the library's own (not for users, hence the underscore); ``__all__`` is what its packages take."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+__all__ = ["as_features", "as_labels", "check_finite", "compiling"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 

@@ -29,6 +29,25 @@ import torch
 
 from invfast import _loader, dispatch, wait_policy
 
+__all__ = [
+    "BACKEND_ENV",
+    "CPU_ISA_ENV",
+    "CPU_ISA_LEVELS",
+    "env_problem",
+    "cpu_isa_env_problem",
+    "use",
+    "mode",
+    "register_reference",
+    "reference",
+    "references",
+    "compiled_ops",
+    "device_type",
+    "uses_kernel",
+    "compiled_for",
+    "call",
+    "backend_info",
+]
+
 _loader.load()  # torch.ops.invfast.* exist once this module is imported (the package root loads nothing)
 _MODES = dispatch.MODES
 BACKEND_ENV = "INVFAST_BACKEND"

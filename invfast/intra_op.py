@@ -13,6 +13,8 @@ from collections.abc import Iterator
 
 import torch
 
+__all__ = ["SERIAL_MACS", "serial_if_small", "at_threads"]
+
 #: multiply-adds below which an op runs on one thread: about 2 ms of one float64 CPU thread
 SERIAL_MACS = 2e7
 

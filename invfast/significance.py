@@ -11,6 +11,8 @@ import torch
 
 from invfast._validate import as_features
 
+__all__ = ["HoeffdingResult", "hoeffding_test", "most_invariant"]
+
 
 @dataclass(frozen=True)
 class HoeffdingResult:

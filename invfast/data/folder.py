@@ -494,6 +494,7 @@ __all__ = [
     "LISTINGS",
     "decode_image",
     "decode_native",
+    "folder_listing",
     "image_to_rgb",
     "imagefolder_listing",
     "open_rgb",

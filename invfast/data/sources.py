@@ -135,4 +135,4 @@ def heldout_source(spec: str, train: Any) -> Any:
     return train
 
 
-__all__ = ["as_source", "heldout_source", "open_source"]
+__all__ = ["as_source", "folder_of", "heldout_source", "open_source"]

@@ -13,6 +13,8 @@ import torch
 from invfast.io import atomic_write, atomic_write_text
 from invfast.measure.units import ratio_of_means
 
+__all__ = ["RESULT_FORMAT", "TransformResult", "InvarianceResult"]
+
 RESULT_FORMAT = "invfast.invariance-result/1"
 
 

@@ -18,6 +18,21 @@ from torch import nn
 from invfast.models._checks import CheckedStateDict, check_images
 from invfast.models.convolution import Conv2d
 
+__all__ = [
+    "STEMS",
+    "STEM_CONV",
+    "LAYOUTS",
+    "STEM_SIZES",
+    "ConvSpec",
+    "block_convs",
+    "stage_plan",
+    "Stem",
+    "ResidualBlock",
+    "stem_hint",
+    "GlobalAvgPool",
+    "ResNet",
+]
+
 STEMS = ("cifar", "cifar-solo", "imagenet")
 #: stem -> (kernel, stride, padding) of its conv; the ImageNet stem alone has the 3x3/2 max-pool
 STEM_CONV = {"cifar": (3, 1, 1), "cifar-solo": (3, 1, 2), "imagenet": (7, 2, 3)}

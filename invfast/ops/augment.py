@@ -33,10 +33,23 @@ from invfast._validate import compiling
 from invfast.ops.color import adjust_hue, blend, luma
 from invfast.ops.kernels import gaussian_taps
 
+__all__ = [
+    "fill_vector",
+    "warp",
+    "warp_affine_reference",
+    "warp_affine",
+    "warp_coords_reference",
+    "warp_coords",
+    "augment_views_reference",
+    "augment_views",
+]
 
-def _fill_vector(
+
+def fill_vector(
     fill: float | Sequence[float] | torch.Tensor, channels: int, device: torch.device | str = "cpu"
 ) -> torch.Tensor:
+    """``fill`` (one value, or one per channel) as a float32 ``[channels]`` vector on ``device``; ValueError for
+    another count."""
     f = torch.as_tensor(fill, dtype=torch.float32, device=device).flatten()
     if f.numel() == 1:
         f = f.expand(channels)
@@ -65,7 +78,7 @@ def warp(
     B, C, H, W = images.shape
     per_image = coords.dim() == 5
     P, Ho, Wo = coords.shape[-4], coords.shape[-3], coords.shape[-2]
-    fillv = _fill_vector(fill, C, device=images.device).to(images.dtype)
+    fillv = fill_vector(fill, C, device=images.device).to(images.dtype)
     c = coords if per_image else coords.unsqueeze(0)
     integer = (c == torch.round(c)).flatten(2).all(dim=2).all(dim=0)  # [P]
     if compiling():  # no data-dependent branch in a torch.compile graph: both samplers, each warp picks its own

@@ -9,6 +9,22 @@ import torch
 
 from invfast import _loader, backend, dispatch
 
+__all__ = [
+    "pair_scores_reference",
+    "sqdist_logsumexp_reference",
+    "pairwise_logsumexp_reference",
+    "knn_sqdist_reference",
+    "pair_scores",
+    "sqdist_logsumexp",
+    "moments",
+    "merge_moments",
+    "merge_unit_moments_reference",
+    "merge_unit_moments_",
+    "pairwise_logsumexp",
+    "pairwise_logsumexp_by_rows",
+    "knn_sqdist",
+]
+
 
 @backend.register_reference("pair_scores")
 def pair_scores_reference(

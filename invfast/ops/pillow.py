@@ -42,7 +42,7 @@ from collections.abc import Sequence
 
 import torch
 
-from invfast.ops.augment import _fill_vector, _gather_nearest
+from invfast.ops.augment import _gather_nearest, fill_vector
 from invfast.ops.color import pillow_adjust_hue, pillow_blend, pillow_luma
 
 __all__ = [
@@ -144,7 +144,7 @@ def pillow_affine_nearest(
     """
     B, C = images.shape[:2]
     P = data.shape[0]
-    fillv = _fill_vector(fill, C, device=images.device).to(images.dtype)
+    fillv = fill_vector(fill, C, device=images.device).to(images.dtype)
     out = torch.empty((B, P, C, out_h, out_w), dtype=images.dtype, device=images.device)
     step = max(1, _MAX_INDEX_ELEMENTS // max(1, out_h * out_w))
     for s in range(0, P, step):

@@ -11,6 +11,18 @@ import torch
 from invfast import _loader, backend
 from invfast.ops import synth_reference as ref
 
+__all__ = [
+    "synth_composite_reference",
+    "COLOR_FLAGS",
+    "synth_color_reference",
+    "synth_blur_reference",
+    "synth_warp_reference",
+    "color",
+    "blur",
+    "warp_rgba",
+    "composite",
+]
+
 
 def _check(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tensor) -> None:
     if obj.dtype != torch.float32 or obj.dim() != 4 or obj.shape[1] != 4:

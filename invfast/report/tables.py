@@ -13,6 +13,19 @@ import torch
 from invfast.io import atomic_write_text
 from invfast.significance import most_invariant
 
+__all__ = [
+    "FAMILY_ORDER",
+    "ResultLike",
+    "as_results",
+    "ordered_transforms",
+    "significance",
+    "to_rows",
+    "to_frame",
+    "to_markdown",
+    "to_json",
+    "common_images",
+]
+
 FAMILY_ORDER = ("spatial", "appearance")
 _HEADINGS = {
     "distance": "Mahalanobis distance (lower = more invariant)",

@@ -12,6 +12,20 @@ import torch
 from invfast.synthetic.banks import ObjectBank, builtin_backgrounds, builtin_objects, load_backgrounds, load_objects
 from invfast.synthetic.recipe import ALIASES
 
+__all__ = [
+    "DEFAULT_SIZES",
+    "RANDOM_BACKGROUNDS",
+    "SPLITS",
+    "ORDERS",
+    "LIMITS",
+    "check_int",
+    "as_objects",
+    "as_backgrounds",
+    "as_indices",
+    "check_split",
+    "as_order",
+]
+
 DEFAULT_SIZES = {"train": 50_000, "val": 10_000, "test": 10_000}
 RANDOM_BACKGROUNDS = "uniform-random"
 #: the split names with a default size; ``invfast.synthetic.check_split`` accepts only these

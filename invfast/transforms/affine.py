@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from invfast.ops import transforms_u8
-from invfast.ops.augment import _fill_vector
+from invfast.ops.augment import fill_vector
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import require
@@ -121,7 +121,7 @@ def affine_apply(name: str, affine: Affine, images: torch.Tensor, p: torch.Tenso
             raise ValueError(f"fill must be in [0, 1] (image units), got {[float(fill)] * C}")
         fillv = torch.full((C,), float(fill), dtype=torch.float64, device=_CPU)
     else:
-        fillv = _fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
+        fillv = fill_vector(fill, C).to(torch.float64)  # on the CPU: the warp reads it as numbers
         require((fillv >= 0) & (fillv <= 1), "fill must be in [0, 1] (image units)", lambda: f", got {fillv.tolist()}")
     matrix = affine_matrix(name, affine, p, H, W).to(images.device)
     if images.dtype == torch.uint8:

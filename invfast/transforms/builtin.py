@@ -46,6 +46,18 @@ from invfast.transforms import functional as Fn
 from invfast.transforms import grids as G
 from invfast.transforms.transform import TestTransform, _no_check, check_k
 
+__all__ = [
+    "PIXEL_REFERENCE",
+    "DaliOp",
+    "Builtin",
+    "DALI_WARP",
+    "affine_params",
+    "RECORDS",
+    "SPATIAL",
+    "APPEARANCE",
+    "TEST_TRANSFORMS",
+]
+
 #: the image side the built-in pixel grids (translation, blur σ, deform σ) are given for (Ericsson et al. 2021, App. B)
 PIXEL_REFERENCE = 224
 _CHUNK_ELEMENTS = 1 << 22  # float elements per intermediate chunk (16 MiB: stays cache-friendly)

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from invfast.ops.augment import _fill_vector
+from invfast.ops.augment import fill_vector
 from invfast.ops.geometry import rotation_matrix, shear_matrix
 from invfast.ops.kernels import gaussian_taps, torchvision_gaussian_taps
 from invfast.ops.pillow import pillow_affine_nearest, pillow_resize
@@ -179,7 +179,7 @@ def _with_offsets(A: torch.Tensor, t: torch.Tensor, H: int, W: int) -> torch.Ten
 
 
 def _fill_units(fill: Any, C: int, dtype: torch.dtype) -> torch.Tensor:
-    f = _fill_vector(fill, C).to(torch.float64)
+    f = fill_vector(fill, C).to(torch.float64)
     if bool(((f < 0) | (f > 1)).any()):
         raise ValueError(f"fill must be in [0, 1] (image units), got {f.tolist()}")
     return torch.floor(f * 255.0 + 0.5) if dtype == torch.uint8 else f

@@ -18,6 +18,8 @@ from invfast._validate import check_finite
 from invfast.transforms import functional as Fn
 from invfast.transforms._checks import as_images
 
+__all__ = ["FAMILIES", "Impl", "check_k", "TestTransform", "check_output"]
+
 #: the families a test transform belongs to (Ericsson et al.: spatial vs appearance invariance)
 FAMILIES: tuple[str, ...] = ("spatial", "appearance")
 
