@@ -44,6 +44,7 @@ from invfast.reproduce.sections import task_preferences as F2
 from invfast.reproduce.sections.base import NOT, PARTLY, REPRODUCED, paired
 
 STATUSES = {*OVER_SEED_VERDICTS, NOT_RUN}
+from reproduce_helpers import unresolved_model_keys
 
 
 def run_cli(*args):
@@ -90,6 +91,7 @@ def test_tiny_end_to_end_report(tiny_run):
     assert len(nums) > 500
     bad = [(p, v) for p, v in nums if not math.isfinite(v)]
     assert not bad, bad[:5]
+    assert unresolved_model_keys(doc) == []  # every model a verdict rests on is one the stages made
     # E2's kernel-ridge probes: every regression task, the three policies, out-of-fold predictions per image
     for seed_doc in doc["per_seed"].values():
         kernel = seed_doc["stages"]["probes-kernel"]

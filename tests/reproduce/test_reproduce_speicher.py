@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from reproduce_helpers import unresolved_model_keys
 from scipy import stats as st
 
 from invfast.cli import main
@@ -77,6 +78,7 @@ def test_every_speicher_finding_runs_on_the_tiny_preset(speicher_run):
     assert [f["id"] for f in doc["findings"]] == [f"S{k}" for k in range(1, 9)]
     assert all(f["status"] in STATUSES - {NOT_RUN} for f in doc["findings"])
     assert all(math.isfinite(v) for v in _numbers(doc))
+    assert unresolved_model_keys(doc) == []  # every model a verdict rests on is one the stages made
     # only the stages the selection needs: no MoCo pretraining, no invariance measurement
     assert not any(k.startswith(("pretrain-", "measure", "probes")) for k in doc["timings"])
     report = (speicher_run / "report.md").read_text()
