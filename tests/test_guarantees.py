@@ -278,6 +278,7 @@ def test_pretrain_marks_its_run_and_lists_its_files(npy, tmp_path):
         (["--weight-decay", "inf"], "--weight-decay must be a number >= 0, got inf"),
         (["--proj-hidden", "-1"], "--proj-hidden must be >= 1"),
         (["--queue-size", "0"], "--queue-size must be >= 1"),
+        (["--workers", "-1"], "--workers must be >= 0, got -1"),
     ],
 )
 def test_pretrain_bad_numbers_are_one_line(npy, tmp_path, capsys, extra, words):

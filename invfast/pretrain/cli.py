@@ -136,13 +136,14 @@ def check_args(args: argparse.Namespace) -> None:
     if args.epochs is not None and args.steps is not None:
         raise ValueError(f"--steps {args.steps} and --epochs {args.epochs} both set the length of the run; give one")
     config_options(args, TrainConfig)
-    for k in ("epochs", "nproc", "workers"):
+    for k in ("epochs", "nproc"):
         v = getattr(args, k, None)
         if v is not None and v < 1:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
     if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
         raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
     for k, low in (
+        ("workers", 0),
         ("proj_dim", 1),
         ("proj_hidden", 1),
         ("queue_size", 1),
