@@ -60,7 +60,7 @@ class TrainConfig(Config):
         option="steps between checkpoints (0: only at the end)",
     )
     log_every: int = declare(
-        10, at_least=0, scheduling="how often the loss is logged", option="steps between two logged losses"
+        10, at_least=0, scheduling="how often the loss is logged", option="steps between two logged losses (0: none)"
     )
     progress: bool = scheduling("display only", True)
     invariance_every: int = declare(
