@@ -22,6 +22,13 @@ def test_invfast_input_check_is_a_usage_error(tmp_path, capsys):
     assert err == ["invfast measure: error: --grid-size must be >= 1, got 0"]
 
 
+def test_an_invariance_descriptor_for_a_users_factory_is_refused(tmp_path, capsys):
+    """--invariance reaches only invfast's amortised models; a module:factory model would ignore it."""
+    assert main(MEASURE + [str(tmp_path / "o"), "--invariance", "1,0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--invariance is for invfast's amortised models" in err[0]
+
+
 def test_demo_usage_error_exits_2(capsys):
     assert main(["demo", "--images", "1"]) == 2
     assert "--images and --reference must be at least 2" in capsys.readouterr().err

@@ -169,6 +169,11 @@ def build_model(
             raise ValueError(f"model {spec!r} takes no invariance descriptor; drop --invariance")
         return create_library_model(spec, checkpoint, **kwargs)
     if ":" in spec:
+        if invariance:
+            raise ValueError(
+                f"--invariance is for invfast's amortised models (hyper-*, prompt-vit); {spec!r} is your own "
+                "factory: pass its descriptor as a --model-arg"
+            )
         from invfast.models.registry import factory
 
         try:

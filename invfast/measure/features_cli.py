@@ -36,7 +36,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=64, help="images per batch (default 64)")
     p.add_argument("--device", default=None, help="cpu | cuda | cuda:N (default: cuda if available)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"), default="float32", help="model precision")
-    p.add_argument("--workers", type=int, default=None, help="image-folder decoding processes (default min(8, CPUs))")
+    p.add_argument(
+        "--workers", type=int, default=None, help="image-folder decoding processes (default min(8, usable CPUs))"
+    )
     p.add_argument("--save-every", type=float, default=30.0, help="seconds between partial saves (default 30)")
     p.add_argument("--overwrite", action="store_true", help="replace existing features of this name")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -46,8 +48,10 @@ def _check(args: argparse.Namespace) -> Any:
     """The export's paths, once the options and the output file are known to be usable."""
     from invfast.io import require_regular
     from invfast.measure.export import ExportPaths
+    from invfast.runtime.options import check_seed
     from invfast.runtime.write_paths import check_output_file, refuse_input_as_output
 
+    check_seed(args.seed)
     for k in ("images", "batch_size", "workers"):
         v = getattr(args, k)
         low = 1 if k == "batch_size" else 0
@@ -79,6 +83,7 @@ def _check(args: argparse.Namespace) -> Any:
 def run(args: argparse.Namespace) -> int:
     from invfast.data.sources import as_source
     from invfast.measure.cli import build_model, default_input
+    from invfast.measure.engine import default_workers
     from invfast.measure.export import export_features
     from invfast.measure.extractor import FeatureExtractor, model_checksum, setup_model
     from invfast.models.library import model_args
@@ -89,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(args.device or "auto")
     model = build_model(args.model, args.checkpoint, args.invariance, seed=args.seed, kwargs=model_args(args.model_arg))
     default_input(args, model)
-    workers = min(8, os.cpu_count() or 1) if args.workers is None else args.workers
+    workers = default_workers() if args.workers is None else args.workers
     source = as_source(args.data, n=args.images or None, resize=args.resize, workers=workers)
     dtype = None if args.dtype == "float32" else getattr(torch, args.dtype)
     model, channels_last = setup_model(model, None, device, dtype, None)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from invfast.runtime.options import config_options
+from invfast.runtime.options import check_seed, config_options
 
 DEFAULT_IMAGES = 1000
 DEFAULT_GRID = 256
@@ -108,8 +108,7 @@ def check_args(args: argparse.Namespace) -> None:
         low = 0 if k == "images" else 1
         if v is not None and v < low:
             raise ValueError(f"--{k.replace('_', '-')} must be >= {low}, got {v}")
-    if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
-        raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
+    check_seed(args.seed)
     if args.rank_timeout is not None and not args.rank_timeout > 0:
         raise ValueError(f"--rank-timeout must be a number of seconds > 0, got {args.rank_timeout}")
     resolve_device(args.device or "auto")  # an unusable device is refused before any work

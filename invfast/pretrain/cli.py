@@ -16,7 +16,7 @@ import torch
 
 from invfast.pretrain.config import TrainConfig
 from invfast.pretrain.invariance import DEFAULT_TRANSFORMS
-from invfast.runtime.options import add_config_options, config_options
+from invfast.runtime.options import add_config_options, check_seed, config_options
 
 METHOD_NAMES = ("mocov2", "simclr", "ai-moco", "ai-simclr")
 POLICY_NAMES = ("default", "spatial", "appearance", "solarize-default")
@@ -140,8 +140,7 @@ def check_args(args: argparse.Namespace) -> None:
         v = getattr(args, k, None)
         if v is not None and v < 1:
             raise ValueError(f"--{k.replace('_', '-')} must be >= 1, got {v}")
-    if not -(2**63) <= args.seed < 2**63:  # torch.manual_seed's range
-        raise ValueError(f"--seed must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {args.seed}")
+    check_seed(args.seed)
     for k, low in (
         ("workers", 0),
         ("proj_dim", 1),

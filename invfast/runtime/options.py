@@ -27,7 +27,7 @@ from typing import Any
 
 from invfast.config_base import Config, declared_problem
 
-__all__ = ["add_config_options", "config_options", "option_name"]
+__all__ = ["add_config_options", "check_seed", "config_options", "option_name"]
 
 
 def option_name(field: str) -> str:
@@ -69,3 +69,9 @@ def config_options(args: argparse.Namespace, config: type[Config]) -> dict[str, 
             raise problem[0](problem[1])
         out[f.name] = v
     return out
+
+
+def check_seed(seed: int, option: str = "--seed") -> None:
+    """Refuse, with one ValueError naming ``option``, a seed outside ``torch.manual_seed``'s range."""
+    if not -(2**63) <= seed < 2**63:
+        raise ValueError(f"{option} must be a 64-bit signed integer (-2^63 to 2^63 - 1), got {seed}")

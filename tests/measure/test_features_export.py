@@ -135,6 +135,7 @@ def test_a_partial_export_of_another_key_is_refused(tmp_path):
         (["--out", "x.txt"], "must name a .npy file"),
         (["--batch-size", "0"], "--batch-size must be >= 1"),
         (["--model-arg", "oops"], "KEY=VALUE"),
+        (["--seed", str(2**63)], "--seed must be a 64-bit signed integer"),
     ],
 )
 def test_bad_requests_are_one_line(tmp_path, capsys, monkeypatch, extra, message):
