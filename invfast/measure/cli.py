@@ -154,6 +154,16 @@ def build_model(
     weights are a random initialisation seeded with ``seed`` (the same model every run, so a run can resume;
     a library's own pretrained weights asked for in ``kwargs`` excepted), and a one-line warning says so."""
     kwargs = dict(kwargs or {})
+    from invfast.models.library import is_library_spec
+    from invfast.models.registry import create_library_model
+
+    if invariance and is_library_spec(spec):
+        raise ValueError(f"model {spec!r} takes no invariance descriptor; drop --invariance")
+    if invariance and ":" in spec:
+        raise ValueError(
+            f"--invariance is for invfast's amortised models (hyper-*, prompt-vit); {spec!r} is your own "
+            "factory: pass its descriptor as a --model-arg"
+        )
     if checkpoint is None and not _library_pretrained(spec, kwargs):
         import warnings
 
@@ -161,19 +171,9 @@ def build_model(
         warnings.warn(
             f"no --checkpoint: {spec} is measured with random weights (initialised with --seed {seed})", stacklevel=2
         )
-    from invfast.models.library import is_library_spec
-    from invfast.models.registry import create_library_model
-
     if is_library_spec(spec):
-        if invariance:
-            raise ValueError(f"model {spec!r} takes no invariance descriptor; drop --invariance")
         return create_library_model(spec, checkpoint, **kwargs)
     if ":" in spec:
-        if invariance:
-            raise ValueError(
-                f"--invariance is for invfast's amortised models (hyper-*, prompt-vit); {spec!r} is your own "
-                "factory: pass its descriptor as a --model-arg"
-            )
         from invfast.models.registry import factory
 
         try:
