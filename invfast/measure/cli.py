@@ -61,7 +61,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help=f"first N images of the data (default {DEFAULT_IMAGES}, {QUICK_IMAGES} with --quick, or "
-        "all when fewer; 0 = all); more than the data holds is an error",
+        "all when fewer; all with --real-world; 0 = all); more than the data holds is an error, except under "
+        "--protocol ericsson, which draws N images with replacement",
     )
     parser.add_argument(
         "--grid-size",
@@ -72,10 +73,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--quick",
         action="store_true",
-        help=f"a first look in minutes: grid size {QUICK_GRID}, at most {QUICK_IMAGES} images and "
-        "Ledoit-Wolf shrinkage (fewer images than most models' features: the plain covariance "
-        "would make every cosine 0) unless --grid-size/--images/--shrinkage say otherwise (the "
-        "same report layout)",
+        help=f"a first look in minutes: grid size {QUICK_GRID}, at most {QUICK_IMAGES} images and, under "
+        "--protocol invfast, Ledoit-Wolf shrinkage (fewer images than most models' features: the plain "
+        "covariance would make every cosine 0; --protocol ericsson keeps the original's) unless "
+        "--grid-size/--images/--shrinkage say otherwise (the same report layout)",
     )
     add_config_options(parser, MeasureConfig)
     parser.add_argument(

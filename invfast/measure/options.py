@@ -84,10 +84,14 @@ def _shrinkage(value: str | None, quick: bool = False) -> str | float | None:
 
 
 def _n_images(args: argparse.Namespace) -> int | None:
-    """The number of images to measure (None = all): --images, or the default capped by the data."""
+    """The number of images to measure (None = all): --images, or the default capped by the data; with
+    --real-world every view unless --quick (the groups are the unit: the first 1 000 views of a folder of objects
+    would silently drop the objects after them)."""
     if args.images is not None:
         return args.images or None
-    return QUICK_IMAGES if args.quick else DEFAULT_IMAGES
+    if args.quick:
+        return QUICK_IMAGES
+    return None if args.real_world else DEFAULT_IMAGES
 
 
 def _grid_size(args: argparse.Namespace) -> int:
@@ -95,6 +99,21 @@ def _grid_size(args: argparse.Namespace) -> int:
     if args.grid_size is not None:
         return args.grid_size
     return QUICK_GRID if args.quick else DEFAULT_GRID
+
+
+def _check_real_world(args: argparse.Namespace) -> None:
+    """Refuse the options that --real-world would ignore (it scores pairs of views within groups: no transform,
+    no grid)."""
+    if not args.real_world:
+        return
+    given = [o for o, v in (("--pair-scores", args.pair_scores), ("--grid-size", args.grid_size)) if v]
+    given += ["--grid-side"] if args.grid_side is not None else []
+    if given:
+        raise ValueError(
+            f"{', '.join(given)} concern{'s' if len(given) == 1 else ''} the transforms' grids, which --real-world "
+            "does not use (it scores all pairs of views within each group): drop "
+            f"{'it' if len(given) == 1 else 'them'}"
+        )
 
 
 def check_args(args: argparse.Namespace) -> None:
@@ -112,7 +131,10 @@ def check_args(args: argparse.Namespace) -> None:
     if args.rank_timeout is not None and not args.rank_timeout > 0:
         raise ValueError(f"--rank-timeout must be a number of seconds > 0, got {args.rank_timeout}")
     resolve_device(args.device or "auto")  # an unusable device is refused before any work
-    if args.images and not args.real_world:
+    _check_real_world(args)
+    from invfast.measure.protocol import get_protocol
+
+    if args.images and not args.real_world and not get_protocol(args.protocol).with_replacement:
         from invfast.data.sources import as_source
 
         n = len(as_source(args.data, resize=args.resize, strict=False))

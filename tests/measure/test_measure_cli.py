@@ -240,3 +240,41 @@ def test_shrinkage_and_eps_options(folder, tmp_path):
     assert main(base + ["--out", str(tmp_path / "t"), "--eps", "1e-2"]) == 0
     assert json.loads((tmp_path / "t" / "result.json").read_text())["meta"]["config"]["eps"] == 1e-2
     assert main(base + ["--out", str(tmp_path / "x"), "--shrinkage", "lots"]) == 2
+
+
+def _args(*extra):
+    import argparse
+
+    from invfast.measure.cli import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return parser.parse_args(["--model", "m", "--data", "synthetic:n=4", "--out", "o", "--device", "cpu", *extra])
+
+
+def test_real_world_measures_every_view_by_default():
+    """The groups are the unit: the default 1 000 views of a folder of objects would drop the objects after them."""
+    from invfast.measure.options import _n_images
+
+    assert _n_images(_args()) == 1000 and _n_images(_args("--quick")) == 100
+    assert _n_images(_args("--real-world")) is None and _n_images(_args("--real-world", "--quick")) == 100
+    assert _n_images(_args("--real-world", "--images", "50")) == 50
+
+
+@pytest.mark.parametrize("extra", [["--pair-scores"], ["--grid-size", "8"], ["--grid-side", "32"]])
+def test_real_world_refuses_the_grid_options_it_would_ignore(extra):
+    from invfast.measure.options import check_args
+
+    check_args(_args(*extra))  # fine without --real-world
+    with pytest.raises(
+        ValueError, match=f"^{extra[0]} concerns the transforms' grids, which --real-world does not use"
+    ):
+        check_args(_args("--real-world", *extra))
+
+
+def test_ericsson_draws_images_with_replacement_so_more_than_the_data_is_fine():
+    from invfast.measure.options import check_args
+
+    with pytest.raises(ValueError, match=r"--images 10 is more than the data holds \(4 images\)"):
+        check_args(_args("--images", "10"))
+    check_args(_args("--images", "10", "--protocol", "ericsson"))
