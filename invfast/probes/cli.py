@@ -55,7 +55,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="torch device for the solves (cpu, cuda, cuda:1, ...)")
     p.add_argument("--all", action="store_true", help="also print the score of every α value")
     p.add_argument("--json", metavar="OUT.json", help="write the summary and cv_results to this file (atomically)")
-    p.add_argument("--seed", type=int, default=0, help="shuffle seed (used with --no-stratify)")
+    p.add_argument("--seed", type=int, default=None, help="shuffle seed of --no-stratify's folds (default 0)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars (as every other command)")
 
 
@@ -103,6 +103,11 @@ def _check_options(args: argparse.Namespace) -> None:
                     f"{flag} is for --task classification (logistic regression); regression folds "
                     "are plain K-fold and solved exactly"
                 )
+    if args.seed is not None and not args.no_stratify:
+        raise ValueError(
+            "--seed shuffles --no-stratify's folds; the stratified folds (and regression's) are not shuffled: "
+            "drop --seed or add --no-stratify"
+        )
     if args.loo and args.folds is not None:
         raise ValueError("give either --loo (leave-one-out) or --folds K, not both")
     if args.kernel and args.n_models is not None:
@@ -211,7 +216,7 @@ def _estimator(args: argparse.Namespace, n_models: int, folds: int) -> Any:
             n_models=n_models,
             stratify=not args.no_stratify,
             shuffle=args.no_stratify,
-            random_state=args.seed,
+            random_state=0 if args.seed is None else args.seed,
             max_iter=500 if args.max_iter is None else args.max_iter,
             tol=1e-4 if args.tol is None else args.tol,
             verbose=not args.no_progress,

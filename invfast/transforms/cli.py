@@ -30,7 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         nargs="+",
         default=None,
         metavar="NAME",
-        help=f"transforms to show (default: the 18 built-ins): {' '.join(TEST_TRANSFORMS)}, or a registered one",
+        help=f"transforms to list or show (default: every registered one; the contact sheet: the 18 built-ins): "
+        f"{' '.join(TEST_TRANSFORMS)}, or a registered one",
     )
     parser.add_argument(
         "--import",
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         for n in args.names:
             get(n)  # unknown names raise a ValueError listing the valid ones
     if not args.preview:
-        for n in names():
+        for n in args.names or names():
             t = get(n)
             print(f"{n:12s} {t.family:10s} grid {tuple(t.grid(256).shape)}")
         return 0

@@ -71,6 +71,8 @@ def test_missing_or_unreadable_input_is_a_usage_error(files, tmp_path, capsys):
         ("regression", ["--loo", "--folds", "3"], "--folds"),
         ("regression", ["--kernel", "--n-models", "2"], "--n-models"),
         ("regression", ["--device", "nonsense"], "--device"),
+        ("classification", ["--seed", "3"], "--seed shuffles --no-stratify's folds"),
+        ("regression", ["--seed", "3"], "--seed shuffles --no-stratify's folds"),
     ],
 )
 def test_options_that_do_not_apply_are_refused(files, capsys, task, extra, names):
@@ -185,3 +187,7 @@ def test_kernel_loo_equals_refitting(rng, standardize):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert np.isfinite(est.score(x, y))
+
+
+def test_seed_shuffles_the_unstratified_folds(files, capsys):
+    assert cli_main(_probe(files, "y", "classification", "--no-stratify", "--seed", "3")) == 0

@@ -388,3 +388,12 @@ def test_a_refused_registration_in_an_imported_module_is_one_line(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert "--import 'bad_registration_mod'" in err and "must return a torch.Tensor" in err and "\n" not in err
     assert "bad-reg" not in T.names()
+
+
+def test_the_listing_shows_the_names_asked_for(capsys):
+    """``invfast transforms --names a b`` lists a and b (it listed every transform, the names only checked)."""
+    from invfast.cli import main
+
+    assert main(["transforms", "--names", "rotation", "hflip"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["rotation", "hflip"]
