@@ -113,6 +113,25 @@ def scheduling(why: str, default: Any = dataclasses.MISSING) -> Any:
     return declare(default, scheduling=why)
 
 
+def _num(x: float) -> str:
+    return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def _range(accepts: dict[str, Any]) -> str:
+    """What a declaration accepts, in words: 'an integer in [1, 1024]', 'a finite number > 0', 'an integer'."""
+    lo, above, hi = accepts["at_least"], accepts.get("above"), accepts["at_most"]
+    what = "a finite number" if accepts["kind"] == "number" else "an integer"
+    if hi is not None and lo is not None:
+        return f"{what} in [{_num(lo)}, {_num(hi)}]"
+    if hi is not None and above is not None:
+        return f"{what} in ({_num(above)}, {_num(hi)}]"
+    if lo is not None:
+        return f"{what} >= {_num(lo)}"
+    if above is not None:
+        return f"{what} > {_num(above)}"
+    return f"{what} <= {_num(hi)}" if hi is not None else what
+
+
 def _problem(name: str, v: Any, accepts: dict[str, Any], none: str) -> tuple[type[Exception], str] | None:
     """What is wrong with value ``v`` of field ``name`` under its declaration ``accepts`` (None: nothing)."""
     if accepts["optional"] and v is None:
@@ -122,18 +141,15 @@ def _problem(name: str, v: Any, accepts: dict[str, Any], none: str) -> tuple[typ
         return None if isinstance(v, bool) else (TypeError, f"{name} must be True or False{none}, got {v!r}")
     lo, above, hi = accepts["at_least"], accepts.get("above"), accepts["at_most"]
     real = accepts["kind"] == "number"
-    what = "a number" if real else "an integer"
-    bound = f" >= {lo}" if lo is not None else f" > {above}" if above is not None else ""
     wrong_type = isinstance(v, bool) or not isinstance(v, (int, float) if real else int)
     if (
         wrong_type
+        or (isinstance(v, float) and not math.isfinite(v))
         or (lo is not None and not v >= lo)
         or (above is not None and not v > above)
-        or (real and not math.isfinite(v))
+        or (hi is not None and not v <= hi)
     ):
-        return ValueError, f"{name} must be {what}{bound}{none}, got {v!r}"
-    if hi is not None and v > hi:
-        return ValueError, f"{name} must be at most {hi}, got {v!r}"
+        return ValueError, f"{name} must be {_range(accepts)}{none}, got {v!r}"
     return None
 
 

@@ -54,10 +54,10 @@ def test_given_values_reach_the_config_and_the_defaults_are_the_configs():
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--queue-refresh", "0"], "--queue-refresh must be an integer >= 1, got 0"),
-        (["--queue-refresh", "65"], "--queue-refresh must be at most 64, got 65"),
-        (["--label-noise", "nan"], "--label-noise must be a number >= 0, got nan"),
-        (["--label-noise", "0.75"], "--label-noise must be at most 0.5, got 0.75"),
+        (["--queue-refresh", "0"], "--queue-refresh must be an integer in [1, 64], got 0"),
+        (["--queue-refresh", "65"], "--queue-refresh must be an integer in [1, 64], got 65"),
+        (["--label-noise", "nan"], "--label-noise must be a finite number in [0, 0.5], got nan"),
+        (["--label-noise", "0.75"], "--label-noise must be a finite number in [0, 0.5], got 0.75"),
     ],
 )
 def test_a_bad_value_is_one_error_naming_the_option(argv, message):

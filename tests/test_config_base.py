@@ -78,14 +78,15 @@ class _Declared(Config):
 @pytest.mark.parametrize(
     "changes, error, words",
     [
-        (dict(epochs=0), ValueError, "epochs must be an integer >= 1, got 0"),
-        (dict(epochs=2.0), ValueError, "epochs must be an integer >= 1, got 2.0"),
-        (dict(epochs=True), ValueError, "epochs must be an integer >= 1, got True"),
-        (dict(epochs=1001), ValueError, "epochs must be at most 1000, got 1001"),
+        (dict(epochs=0), ValueError, r"epochs must be an integer in \[1, 1000\], got 0"),
+        (dict(epochs=2.0), ValueError, r"epochs must be an integer in \[1, 1000\], got 2.0"),
+        (dict(epochs=True), ValueError, r"epochs must be an integer in \[1, 1000\], got True"),
+        (dict(epochs=1001), ValueError, r"epochs must be an integer in \[1, 1000\], got 1001"),
         (dict(workers=-1), ValueError, r"workers must be an integer >= 0 \(or None\), got -1"),
-        (dict(rate=float("nan")), ValueError, "rate must be a number >= 0, got nan"),
-        (dict(rate=-0.1), ValueError, "rate must be a number >= 0, got -0.1"),
-        (dict(rate="1"), ValueError, "rate must be a number >= 0, got '1'"),
+        (dict(rate=float("nan")), ValueError, "rate must be a finite number >= 0, got nan"),
+        (dict(rate=-0.1), ValueError, "rate must be a finite number >= 0, got -0.1"),
+        (dict(rate=float("inf")), ValueError, "rate must be a finite number >= 0, got inf"),
+        (dict(rate="1"), ValueError, "rate must be a finite number >= 0, got '1'"),
         (dict(fast=1), TypeError, r"fast must be True or False \(or None\), got 1"),
     ],
 )

@@ -273,9 +273,9 @@ def test_pretrain_marks_its_run_and_lists_its_files(npy, tmp_path):
     "extra, words",
     [
         (["--invariance-images", "0"], "--invariance-images must be an integer >= 2, got 0"),
-        (["--lr", "0"], "--lr must be a number > 0, got 0.0"),
-        (["--sgd-momentum", "1.5"], "--sgd-momentum must be at most 1.0, got 1.5"),
-        (["--weight-decay", "inf"], "--weight-decay must be a number >= 0, got inf"),
+        (["--lr", "0"], "--lr must be a finite number > 0, got 0.0"),
+        (["--sgd-momentum", "1.5"], "--sgd-momentum must be a finite number in [0, 1], got 1.5"),
+        (["--weight-decay", "inf"], "--weight-decay must be a finite number >= 0, got inf"),
         (["--proj-hidden", "-1"], "--proj-hidden must be >= 1"),
         (["--queue-size", "0"], "--queue-size must be >= 1"),
         (["--workers", "-1"], "--workers must be >= 0, got -1"),
@@ -298,7 +298,11 @@ def test_reproduce_takes_the_folder_lock(tmp_path, capsys):
 
 
 @pytest.mark.parametrize(
-    "setting, words", [("seeds=1000000000", "seeds must be at most 100"), ("seed=-1", "seed must be an int in")]
+    "setting, words",
+    [
+        ("seeds=1000000000", "seeds must be an integer in [1, 100], got 1000000000"),
+        ("seed=-1", "seed must be an int in"),
+    ],
 )
 def test_reproduce_absurd_sizes_are_refused(tmp_path, capsys, setting, words):
     assert main(["reproduce", "--preset", "tiny", "--set", setting, "--out", str(tmp_path / "x")]) == 2

@@ -104,10 +104,8 @@ def _check_options(args: argparse.Namespace) -> None:
                     "are plain K-fold and solved exactly"
                 )
     if args.seed is not None and not args.no_stratify:
-        raise ValueError(
-            "--seed shuffles --no-stratify's folds; the stratified folds (and regression's) are not shuffled: "
-            "drop --seed or add --no-stratify"
-        )
+        fix = "drop --seed or add --no-stratify" if args.task == "classification" else "drop --seed"
+        raise ValueError(f"--seed shuffles --no-stratify's folds; {args.task}'s folds are not shuffled: {fix}")
     if args.loo and args.folds is not None:
         raise ValueError("give either --loo (leave-one-out) or --folds K, not both")
     if args.kernel and args.n_models is not None:

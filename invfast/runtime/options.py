@@ -40,6 +40,8 @@ def _help(f: dataclasses.Field) -> str:
     if f.metadata.get("accepts", {}).get("kind") == "flag" or f.default is None or "default" in text:
         return text
     shown = ",".join(map(str, f.default)) if isinstance(f.default, tuple) else f.default
+    if isinstance(shown, float):
+        shown = f"{shown:g}"
     return f"{text} (default {shown})"
 
 
@@ -55,7 +57,8 @@ def add_config_options(parser: argparse.ArgumentParser, config: type[Config]) ->
             continue
         if "choices" in meta:
             kwargs["choices"] = meta["choices"]
-        parser.add_argument(option_name(f.name), type={"integer": int, "number": float}.get(kind, str), **kwargs)
+        plain = type(meta["choices"][0]) if "choices" in meta else str
+        parser.add_argument(option_name(f.name), type={"integer": int, "number": float}.get(kind, plain), **kwargs)
 
 
 def config_options(args: argparse.Namespace, config: type[Config]) -> dict[str, Any]:

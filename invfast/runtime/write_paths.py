@@ -27,7 +27,11 @@ from collections.abc import Iterator
 from typing import IO
 
 __all__ = [
+    "PLAIN",
     "check_output_file",
+    "is_link",
+    "link_error",
+    "plain_fd",
     "JOURNAL",
     "SymlinkError",
     "refuse_input_as_output",

@@ -78,5 +78,5 @@ def test_the_cache_budget_reaches_the_cli():
     args = parser.parse_args([*base, "--feature-cache-mb", "0"])
     assert config_from_args(args, torch.device("cpu"), "s").feature_cache_mb == 0.0
     assert MeasureConfig().feature_cache_mb == 512.0  # the CLI's default is the library's
-    with pytest.raises(ValueError, match="--feature-cache-mb must be a number >= 0, got -1.0"):
+    with pytest.raises(ValueError, match="--feature-cache-mb must be a finite number >= 0, got -1.0"):
         config_from_args(parser.parse_args([*base, "--feature-cache-mb", "-1"]), torch.device("cpu"), "s")

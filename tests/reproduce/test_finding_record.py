@@ -180,3 +180,24 @@ def test_a_findings_test_families_are_checked_when_a_run_starts(monkeypatch, tmp
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="test_families must be a tuple of spatial, appearance"):
         dataclasses.replace(_record(), test_families=("texture",))
+
+
+def test_the_end_to_end_check_names_a_model_the_stages_did_not_make():
+    """tests/reproduce_helpers.unresolved_model_keys, which the tiny runs assert empty, on made-up verdicts: a
+    misspelt key and a pattern no learning number matched are named; a run's own keys are not."""
+    from reproduce_helpers import unresolved_model_keys
+
+    def seed(*names):
+        pre = [{"name": f"{n} learned", "met": True, "detail": "1.50× its baseline"} for n in names]
+        pre.append({"name": "s3-* learned", "met": False, "detail": "no learning number"})
+        return {
+            "findings": [
+                {"id": "E1", "verdict": {"preconditions": pre}},
+                {"id": "S3", "verdict": {"preconditions": pre}},
+            ]
+        }
+
+    doc = {"per_seed": {"0": seed("default", "spatial", "appearance"), "1": seed("default", "spatail", "appearance")}}
+    assert unresolved_model_keys(doc) == ["E1 seed 1: spatial", "S3 seed 0: s3-", "S3 seed 1: s3-"]
+    doc["per_seed"]["0"]["findings"].append({"id": "E2", "status": "not run"})  # a finding that did not run
+    assert unresolved_model_keys(doc) == ["E1 seed 1: spatial", "S3 seed 0: s3-", "S3 seed 1: s3-"]

@@ -250,9 +250,9 @@ def test_vit_fields_are_checked_and_old_folders_resume_without_them(tmp_path):
     for kw, msg in (
         (dict(vit_patch=5), r"vit_patch \(5\) must divide size \(32\)"),
         (dict(vit_heads=3), r"vit_heads \(3\) must divide vit_dim \(64\)"),
-        (dict(vit_lr=0.0), r"vit_lr must be a number > 0, got 0.0"),
-        (dict(vit_lr=float("inf")), r"vit_lr must be a number > 0, got inf"),
-        (dict(vit_epochs=0), "vit_epochs must be an integer >= 1"),
+        (dict(vit_lr=0.0), r"vit_lr must be a finite number in \(0, 10\], got 0.0"),
+        (dict(vit_lr=float("inf")), r"vit_lr must be a finite number in \(0, 10\], got inf"),
+        (dict(vit_epochs=0), r"vit_epochs must be an integer in \[1, 100000\], got 0"),
     ):
         with pytest.raises(ValueError, match=msg):
             preset("quick", **kw)
