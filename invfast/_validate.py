@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["as_features", "as_labels", "check_finite", "compiling"]
+__all__ = ["as_features", "as_labels", "check_finite", "compiling", "require"]
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
@@ -68,3 +68,14 @@ def as_labels(y: Any, name: str, n: int | None = None) -> torch.Tensor:
     if n is not None and y.shape[0] != n:
         raise ValueError(f"{name} has {y.shape[0]} labels but there are {n} samples")
     return y.long()
+
+
+def require(ok: torch.Tensor, message: str) -> None:
+    """ValueError(``message``) where the 0-dim bool tensor ``ok`` is False. On the CPU it is read at once; on
+    another device it is an asynchronous device assertion, so a check inside a loop never waits for the device (a
+    failure surfaces at the next synchronisation as a device-side assertion naming ``message``)."""
+    if ok.device.type == "cpu":
+        if not bool(ok):
+            raise ValueError(message)
+    else:
+        torch._assert_async(ok, message)

@@ -276,3 +276,14 @@ def test_cuda_model_matches_cpu(per_sample, rng):
             with backend.use(mode):
                 got = cuda(x.cuda(), i.cuda()).cpu()
             torch.testing.assert_close(got, ref, atol=1e-3, rtol=1e-3)
+
+
+def test_descriptor_checks_off_the_cpu_never_read_the_device():
+    """On a device (meta stands in: it has no values to read) the descriptor checks are device assertions, not a
+    host read at every forward; on the CPU the same bad values are one ValueError."""
+    from invfast.models._checks import check_descriptor
+
+    for bad in (torch.tensor([1.5, 0.5]), torch.tensor([float("nan"), 0.5])):
+        with pytest.raises(ValueError, match=r"\[0, 1\]|NaN"):
+            check_descriptor(bad, 2)
+        check_descriptor(bad.to("meta"), 2)  # a bool() of a meta tensor would raise here

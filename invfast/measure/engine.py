@@ -361,7 +361,9 @@ class Run:
         saved = {} if resumed is None else resumed["local"]
         # the state file's checksum was verified on load: its moments are the ones this run saved
         local = {
-            n: FeatureStats() if saved.get(n) is None else FeatureStats.from_state_dict(saved[n], check_moments=False)
+            n: FeatureStats(device=self.device)
+            if saved.get(n) is None
+            else FeatureStats.from_state_dict(saved[n], device=self.device, check_moments=False)
             for n in layers
         }
         nxt = self.start if resumed is None else resumed["next"]

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from invfast._validate import require
+
 
 def check_descriptor(i: Any, inv_dim: int, batch: int | None = None, clamp: bool = False) -> torch.Tensor:
     """``i`` as a float tensor [K] or [B, K] with entries in [0, 1].
@@ -34,11 +36,12 @@ def check_descriptor(i: Any, inv_dim: int, batch: int | None = None, clamp: bool
             f"i has {i.shape[0]} descriptors but the image batch has {batch}; pass one descriptor [K] "
             "for the whole batch or one per image [B, K]"
         )
-    if not bool(torch.isfinite(i).all()):
-        raise ValueError("i (invariance descriptor) contains NaN/Inf")
+    require(torch.isfinite(i).all(), "i (invariance descriptor) contains NaN/Inf")
     if clamp:
         return i.clamp(0.0, 1.0)
-    if bool(((i < 0) | (i > 1)).any()):
+    if i.device.type != "cpu":  # the message's min and max would be a read from the device at every forward
+        require(((i >= 0) & (i <= 1)).all(), "i (invariance descriptor) must lie in [0, 1] (pass clamp=True to clamp)")
+    elif bool(((i < 0) | (i > 1)).any()):
         raise ValueError(
             f"i (invariance descriptor) must lie in [0, 1]; got min {float(i.min()):.4g}, max "
             f"{float(i.max()):.4g} (pass clamp=True to clamp)"

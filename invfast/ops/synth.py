@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from invfast import _loader, backend
+from invfast._validate import require
 from invfast.ops import synth_reference as ref
 
 __all__ = [
@@ -43,8 +44,9 @@ def _check(obj: torch.Tensor, backgrounds: torch.Tensor, bg_index: torch.Tensor)
         raise ValueError(
             f"synth_composite: bg_index must be int64 [B={obj.shape[0]}], got {bg_index.dtype} {tuple(bg_index.shape)}"
         )
-    if bg_index.numel() and (int(bg_index.min()) < 0 or int(bg_index.max()) >= backgrounds.shape[0]):
-        raise ValueError(f"synth_composite: bg_index out of range for {backgrounds.shape[0]} backgrounds")
+    if bg_index.numel():
+        inside = (bg_index.min() >= 0) & (bg_index.max() < backgrounds.shape[0])
+        require(inside, f"synth_composite: bg_index out of range for {backgrounds.shape[0]} backgrounds")
 
 
 @backend.register_reference("synth_composite")

@@ -81,3 +81,16 @@ def test_synth_ops_have_no_kernel_off_the_cpu(rng):
     assert synth.blur(pm, torch.full((2, 3), 1 / 3, device="meta")).device.type == "meta"
     with backend.use("compiled"), pytest.raises(RuntimeError, match="'synth_blur' has no compiled kernel.*'meta'"):
         synth.blur(pm, torch.full((2, 3), 1 / 3, device="meta"))
+
+
+def test_an_out_of_range_background_index_is_refused_without_a_host_read_off_the_cpu():
+    from invfast.ops.synth import composite
+
+    obj = torch.zeros(2, 4, 8, 8)
+    bgs = torch.zeros(3, 3, 8, 8, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="bg_index out of range for 3 backgrounds"):
+        composite(obj, bgs, torch.tensor([0, 3]))
+    assert composite(obj, bgs, torch.tensor([0, 2])).shape == (2, 3, 8, 8)
+    # on a device (meta stands in: no values to read) the range check is a device assertion, not a host read
+    meta = composite(obj.to("meta"), bgs.to("meta"), torch.tensor([0, 3], device="meta"))
+    assert meta.shape == (2, 3, 8, 8)
