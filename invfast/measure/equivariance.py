@@ -98,12 +98,17 @@ def sums_bytes(folds: int, p: int, d: int, e: int) -> int:
     return 8 * (folds * (1 + d + d * d + p * e + p + p * d * e) + d)
 
 
+def _fold_rows(fold: torch.Tensor, device: torch.device) -> list[tuple[int, torch.Tensor]]:
+    """``(f, the rows in fold f)`` for every fold present in ``fold [B]`` (on the host), the row indices copied to
+    ``device``: selecting them there reads nothing back (a boolean mask on a device would, to size its result)."""
+    return [(f, (fold == f).nonzero().flatten().to(device, non_blocking=True)) for f in torch.unique(fold).tolist()]
+
+
 def add_reference(sums: dict[str, torch.Tensor], fold: torch.Tensor, x: torch.Tensor) -> None:
     """Add images' reference features ``x [B, D]`` (their folds ``fold [B]``) into ``sums``, in place."""
     x = x.double() - sums["shift"]
-    on_device = fold.to(x.device)
-    for f in torch.unique(fold).tolist():  # ``fold`` on the host: no device read
-        xf = x[on_device == f]
+    for f, rows in _fold_rows(fold, x.device):
+        xf = x.index_select(0, rows)
         sums["n"][f] += xf.shape[0]
         sums["sx"][f] += xf.sum(0)
         sums["sxx"][f] += xf.T @ xf
@@ -118,10 +123,8 @@ def add_views(
     x = x.double() - shift
     y = y.double() - (shift if y.shape[-1] == shift.shape[0] else 0)
     b, c, e = y.shape
-    on_device = fold.to(x.device)
-    for f in torch.unique(fold).tolist():  # ``fold`` on the host: no device read
-        rows = on_device == f
-        xf, yf = x[rows], y[rows]
+    for f, rows in _fold_rows(fold, x.device):
+        xf, yf = x.index_select(0, rows), y.index_select(0, rows)
         sums["sy"][f, first : first + c] += yf.sum(0)
         sums["syy"][f, first : first + c] += yf.square().sum((0, 2))
         sums["sxy"][f, first : first + c] += (xf.T @ yf.reshape(-1, c * e)).view(-1, c, e).transpose(0, 1)
