@@ -183,7 +183,7 @@ def test_a_findings_test_families_are_checked_when_a_run_starts(monkeypatch, tmp
 
 
 def test_the_end_to_end_check_names_a_model_the_stages_did_not_make():
-    """tests/reproduce_helpers.unresolved_model_keys, which the tiny runs assert empty, on made-up verdicts: a
+    """tests/reproduce/reproduce_helpers.unresolved_model_keys, which the tiny runs assert empty, on made-up verdicts: a
     misspelt key and a pattern no learning number matched are named; a run's own keys are not."""
     from reproduce_helpers import unresolved_model_keys
 
