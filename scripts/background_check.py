@@ -39,14 +39,12 @@ def seed_configs(cache: str) -> list[tuple[str, Any]]:
 
     with open(os.path.join(cache, "config.json")) as f:
         values = dict(json.load(f)["config"])
-    name = values.pop("preset")
+    name = values.pop("run.preset")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
-    cfg = preset(name, **values)
+    cfg = preset(name, values)
     out = [(cache, cfg)]
-    for j in range(1, cfg.seeds):
-        import dataclasses
-
-        out.append((os.path.join(cache, f"seed-{cfg.seed + j}"), dataclasses.replace(cfg, seed=cfg.seed + j)))
+    for j in range(1, cfg.run.seeds):
+        out.append((os.path.join(cache, f"seed-{cfg.run.seed + j}"), cfg.with_values({"run.seed": cfg.run.seed + j})))
     return out
 
 
@@ -94,7 +92,7 @@ def score_seed(folder: str, cfg: Any, n: int) -> dict[str, dict[str, float]]:
     rows: dict[str, dict[str, float]] = {}
     for model_key in ("random", *POLICIES):
         for pol in POLICIES if model_key == "random" else (model_key,):
-            policy = T.policy(pol, size=cfg.size)
+            policy = T.policy(pol, size=cfg.data.size)
             g = torch.Generator().manual_seed(1234)
             model = ctx.model(model_key)
             name = f"random ({pol} views)" if model_key == "random" else model_key
@@ -115,9 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|" + "---:|" * len(INPUTS))
     for folder, cfg in seed_configs(args.cache):
         rows = score_seed(folder, cfg, args.n)
-        out["per_seed"][str(cfg.seed)] = rows
+        out["per_seed"][str(cfg.run.seed)] = rows
         for name, r in rows.items():
-            print(f"| {cfg.seed} | {name} | " + " | ".join(f"{r[w]:.3f}" for w in INPUTS) + " |")
+            print(f"| {cfg.run.seed} | {name} | " + " | ".join(f"{r[w]:.3f}" for w in INPUTS) + " |")
         sys.stdout.flush()
     if args.json:
         with open(args.json, "w") as f:

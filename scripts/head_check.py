@@ -80,7 +80,7 @@ def _head(cfg: dict, sd: dict) -> torch.nn.Module:
 def seed_folders(cache: str) -> dict[int, str]:
     """Master seed -> its cache folder (the first seed's is the cache itself, the others' ``seed-N``)."""
     with open(os.path.join(cache, "config.json"), encoding="utf-8") as f:
-        first = int(json.load(f)["config"]["seed"])
+        first = int(json.load(f)["config"]["run.seed"])
     out = {first: cache}
     for d in glob.glob(os.path.join(cache, "seed-*")):
         out[int(os.path.basename(d)[len("seed-") :])] = d

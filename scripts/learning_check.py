@@ -6,8 +6,8 @@ object identity (5-fold, the run's probe) and prints, per model, the ratio to Ra
 every seed with its standard error, the minimum and the median, and how many seeds reach 1.2x.
 
     python scripts/learning_check.py --out /tmp/learning --seeds 100-109 > docs/learning-check.md
-    python scripts/learning_check.py --out /tmp/learning --set pretrain_epochs=40      # another budget
-    python scripts/learning_check.py --out /tmp/ai --models amortised --set amortised_epochs=16
+    python scripts/learning_check.py --out /tmp/learning --set pretrain.epochs=40      # another budget
+    python scripts/learning_check.py --out /tmp/ai --models amortised --set chavhan.amortised_epochs=16
 
 Only the stages the ratios need run (the pretraining runs, the features and probes; not the findings' other
 stages). ``--models amortised`` runs only the amortised model's (about a tenth of the time), ``--models
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="the reproduce folder (resumable)")
     ap.add_argument("--seeds", type=seed_range, default=(100, 10), help="first-last master seed, e.g. 100-109")
-    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE")
     ap.add_argument(
         "--models",
         choices=("all", "amortised", "policies"),
@@ -88,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
 
     first, n = args.seeds
     findings, targets, shown = CHOICES[args.models]
-    cmd = ["reproduce", "--preset", args.preset, "--findings", findings, "--seed", str(first), "--set", f"seeds={n}"]
+    cmd = ["reproduce", "--preset", args.preset, "--findings", findings, "--seed", str(first)]
+    cmd += ["--set", f"run.seeds={n}"]
     cmd += [x for o in args.overrides for x in ("--set", o)]
     # the findings' other stages (kernel probes, learned descriptors, ...) do not bear on the ratios
     pipeline.selected_plan = lambda stages, cfg: pipeline.plan(stages, cfg, list(targets))

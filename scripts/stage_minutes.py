@@ -44,7 +44,7 @@ def main() -> None:
         groups[paper] = select(paper=paper)
     groups["default (no --paper)"] = select()
     for label, ids in groups.items():
-        need = {_base(s) for s in stage_names(preset("quick", findings=ids))}
+        need = {_base(s) for s in stage_names(preset("quick", {"run.findings": ids}))}
         print(f"| {label} | {sum(per_stage.get(s, 0.0) for s in need):.1f} |")
 
 

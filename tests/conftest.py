@@ -135,7 +135,7 @@ def _tiny_in_one_process():
     (``--workers 2`` in tests/reproduce/test_reproduce.py) and every subprocess run uses the preset as shipped."""
     from invfast.reproduce.presets import PRESETS
 
-    saved = PRESETS["tiny"].get("workers")
-    PRESETS["tiny"]["workers"] = 1
+    saved = PRESETS["tiny"].get("run.workers")
+    PRESETS["tiny"]["run.workers"] = 1
     yield
-    PRESETS["tiny"]["workers"] = saved
+    PRESETS["tiny"]["run.workers"] = saved

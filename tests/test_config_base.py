@@ -52,9 +52,9 @@ def test_the_resume_identities_are_unchanged():
         "checkpoint_every", "log_every", "progress", "invariance_every", "invariance_images",
         "invariance_transforms", "probe_every", "device", "channels_last",
     )  # fmt: skip
-    assert ReproduceConfig.scheduling_fields() == ("workers", "findings")
+    assert ReproduceConfig.scheduling_fields() == ("run.workers", "run.findings")
     claim = preset("tiny").claim_dict()
-    assert "workers" not in claim and "findings" not in claim and claim["seed"] == 0
+    assert "run.workers" not in claim and "run.findings" not in claim and claim["run.seed"] == 0
 
 
 def test_job_configs_are_validated_when_made():
@@ -63,7 +63,7 @@ def test_job_configs_are_validated_when_made():
     with pytest.raises(ValueError, match="grid_size must be an integer >= 1"):
         MeasureConfig(grid_size=0)
     with pytest.raises(ValueError, match="seeds"):
-        ReproduceConfig(seeds=0)
+        ReproduceConfig().with_values({"run.seeds": 0})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,7 +102,9 @@ def test_declarations_give_the_resume_identity_the_added_fields_and_the_groups()
     assert _Declared.added_fields() == {"rate": 0.0}
     assert _Declared.groups() == {"training": ("epochs", "rate"), "execution": ("workers",)}
     # the job configurations keep no list of field names beside the fields
-    assert ReproduceConfig.added_fields()["scale_grids"] is False and TrainConfig.added_fields() == {"warmup_steps": 0}
+    assert ReproduceConfig.added_fields()["measurement.scale_grids"] is False and TrainConfig.added_fields() == {
+        "warmup_steps": 0
+    }
     import invfast.pretrain.config as PC
     import invfast.reproduce.config as RC
 

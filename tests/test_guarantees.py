@@ -300,8 +300,8 @@ def test_reproduce_takes_the_folder_lock(tmp_path, capsys):
 @pytest.mark.parametrize(
     "setting, words",
     [
-        ("seeds=1000000000", "seeds must be an integer in [1, 100], got 1000000000"),
-        ("seed=-1", "seed must be an int in"),
+        ("run.seeds=1000000000", "run.seeds must be an integer in [1, 100], got 1000000000"),
+        ("run.seed=-1", "run.seed must be an int in"),
     ],
 )
 def test_reproduce_absurd_sizes_are_refused(tmp_path, capsys, setting, words):

@@ -149,7 +149,7 @@ def command(name: str, out, inputs, measured: str | None = None) -> list[str]:
             "--batch-size", "8", "--no-progress", "--out", out, "--preview", os.path.join(out, "preview.png"),
         ]  # fmt: skip
     assert name == "reproduce"
-    return ["reproduce", "--preset", "tiny", "--set", "seeds=1", "--findings", "E1", "--no-progress", "--out", out]
+    return ["reproduce", "--preset", "tiny", "--set", "run.seeds=1", "--findings", "E1", "--no-progress", "--out", out]
 
 
 @pytest.fixture(scope="module")

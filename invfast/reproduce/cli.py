@@ -9,7 +9,7 @@ synthetic data, each with a verdict computed from the numbers.
     invfast reproduce --preset gpu --out report/     # one GPU (the default where CUDA exists; not yet run on one)
     invfast reproduce --full --out report/           # larger data and models; hours on a CPU, see docs/reproduce.md
     invfast reproduce --preset tiny --paper all --out /tmp/t   # a smoke test of every stage
-    invfast reproduce --quick --set pretrain_epochs=20 --out report/   # any config field overridden
+    invfast reproduce --quick --set pretrain.epochs=20 --out report/   # any config field overridden
 
 By default (E1-E3, S8, C1, C3): pretrains Default, Spatial and Appearance MoCo-v2 models (small
 ResNet, 32-px Transforms-2D data), measures their invariance to the 18 test transforms (Table 1 with
@@ -30,12 +30,10 @@ folder made with a different configuration is refused with the differing fields 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
 
-from invfast.reproduce.config import ReproduceConfig
 from invfast.reproduce.pipeline import reproduce
 from invfast.reproduce.presets import PRESETS, QUICK_MEASURED, QUICK_MINUTES, parse_override, preset
 
@@ -59,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override one config field (repeatable), e.g. --set pretrain_epochs=20",
+        help="override one config field (repeatable), e.g. --set pretrain.epochs=20",
     )
     parser.add_argument("--seed", type=int, default=None, help="master seed (default 0; recorded in the report)")
     parser.add_argument(
@@ -149,17 +147,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"finding {f['id']}: {f.get('label', f['status'])}")
         print(f"verdicts: {os.path.join(args.rejudge, 'verdicts.json')} ({len(out['changed'])} changed)")
         return 0
-    fields = {f.name: f for f in dataclasses.fields(ReproduceConfig)}
-    overrides = dict(parse_override(fields, s) for s in args.overrides)
+    overrides = dict(parse_override(s) for s in args.overrides)
     if args.seed is not None:
-        overrides["seed"] = args.seed
+        overrides["run.seed"] = args.seed
     if args.threads is not None:
-        overrides["threads"] = args.threads
+        overrides["run.threads"] = args.threads
     if args.workers is not None:
-        overrides["workers"] = args.workers
-    overrides["findings"] = select(args.findings, args.paper)
+        overrides["run.workers"] = args.workers
+    overrides["run.findings"] = select(args.findings, args.paper)
     name = args.preset or ("gpu" if torch.cuda.is_available() else "quick")
-    cfg = preset(name, **overrides)  # a bad value is a ValueError naming the field: exit 2 (invfast.cli)
+    cfg = preset(name, overrides)  # a bad value is a ValueError naming the field: exit 2 (invfast.cli)
     if args.print_config:
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0

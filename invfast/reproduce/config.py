@@ -1,28 +1,44 @@
-"""Configuration of ``invfast reproduce``: :class:`ReproduceConfig` (its presets are in
-:mod:`invfast.reproduce.presets`; the on-disk format and the folder claim in :mod:`invfast.reproduce.folders`)."""
+"""Configuration of ``invfast reproduce``: :class:`ReproduceConfig`, made of the sections of
+:mod:`invfast.reproduce.config_sections` (its presets are in :mod:`invfast.reproduce.presets`; the on-disk format
+and the folder claim in :mod:`invfast.reproduce.folders`).
+
+A field is named ``section.field`` (``pretrain.epochs``) wherever a user meets it: ``--set``, the presets,
+``config.json`` and the errors. The flat names of 0.4 (``pretrain_epochs``) are refused naming the new
+one (:data:`FLAT_NAMES`), and a folder that recorded them resumes.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from invfast.config_base import Config, declare
+from invfast.config_base import Config
+from invfast.reproduce.config_sections import (
+    CATEGORIES,
+    DEFAULT_FINDINGS,
+    MAX_LR,
+    ChavhanSettings,
+    DataSettings,
+    MeasurementSettings,
+    PretrainSettings,
+    ProbeSettings,
+    RunSettings,
+    SpeicherSettings,
+    VitSettings,
+)
 
 __all__ = [
     "ReproduceConfig",
     "DEFAULT_FINDINGS",
+    "CATEGORIES",
+    "MAX_LR",
+    "FLAT_NAMES",
     "Removed",
     "REMOVED_FIELDS",
+    "background_count",
 ]
-
-
-#: the findings a run tests unless told otherwise (``--findings`` / ``--paper``): those of the earlier
-#: releases, within the quick preset's 15 minutes
-DEFAULT_FINDINGS = ("E1", "E2", "E3", "S8", "C1", "C3")
-#: Speicher et al.'s transformation categories of "Invariance makes a difference" §4.3 (colour jitter as
-#: hue, brightness and contrast together)
-CATEGORIES = ("translate", "rotate", "scale", "hflip", "vflip", "hue+brightness+contrast", "blur", "sharpen")
 
 
 @dataclass(frozen=True)
@@ -48,172 +64,217 @@ REMOVED_FIELDS = {
     ),
 }
 
+#: every field's flat name of before the sections (format ``invfast.reproduce/3``), to its name now: a flat name is
+#: refused naming its section's, and a folder that recorded the flat names resumes
+FLAT_NAMES: dict[str, str] = {
+    "preset": "run.preset",
+    "seed": "run.seed",
+    "seeds": "run.seeds",
+    "threads": "run.threads",
+    "workers": "run.workers",
+    "device": "run.device",
+    "findings": "run.findings",
+    "size": "data.size",
+    "objects": "data.objects",
+    "object_style": "data.object_style",
+    "asymmetric_objects": "data.asymmetric_objects",
+    "data_transforms": "data.transforms",
+    "backgrounds": "data.backgrounds",
+    "fresh_backgrounds": "data.fresh_backgrounds",
+    "n_pretrain": "data.n_pretrain",
+    "n_probe": "data.n_probe",
+    "n_measure": "data.n_measure",
+    "arch": "pretrain.arch",
+    "width": "pretrain.width",
+    "pretrain_epochs": "pretrain.epochs",
+    "batch_size": "pretrain.batch_size",
+    "lr": "pretrain.lr",
+    "key_momentum": "pretrain.key_momentum",
+    "proj_dim": "pretrain.proj_dim",
+    "head_norm": "pretrain.head_norm",
+    "warmup": "pretrain.warmup",
+    "queue_size": "pretrain.queue_size",
+    "curve_every": "pretrain.curve_every",
+    "curve_images": "pretrain.curve_images",
+    "test_transforms": "measurement.transforms",
+    "grid_size": "measurement.grid_size",
+    "scale_grids": "measurement.scale_grids",
+    "snapshot_images": "measurement.snapshot_images",
+    "snapshot_grid": "measurement.snapshot_grid",
+    "folds": "probe.folds",
+    "n_penalties": "probe.n_penalties",
+    "logistic_max_iter": "probe.logistic_max_iter",
+    "kernel_probe_n": "probe.kernel_n",
+    "transfer_objects": "speicher.transfer_objects",
+    "transfer_transforms": "speicher.transfer_transforms",
+    "transfer_n_source": "speicher.transfer_n_source",
+    "transfer_n_target": "speicher.transfer_n_target",
+    "transfer_epochs": "speicher.transfer_epochs",
+    "criterion_epochs": "speicher.criterion_epochs",
+    "nested_sizes": "speicher.nested_sizes",
+    "s1_sizes": "speicher.s1_sizes",
+    "s1_archs": "speicher.s1_archs",
+    "s5_objects": "speicher.s5_objects",
+    "base_images": "speicher.base_images",
+    "irrelevant_n": "speicher.irrelevant_n",
+    "alphas": "speicher.alphas",
+    "betas": "speicher.betas",
+    "categories": "speicher.categories",
+    "category_objects": "speicher.category_objects",
+    "category_n": "speicher.category_n",
+    "sensitivity_n": "speicher.sensitivity_n",
+    "category_sensitivity_n": "speicher.category_sensitivity_n",
+    "amortised_epochs": "chavhan.amortised_epochs",
+    "cost_steps": "chavhan.cost_steps",
+    "cost_epochs": "chavhan.cost_epochs",
+    "fewshot_episodes": "chavhan.fewshot_episodes",
+    "fewshot_splits": "chavhan.fewshot_splits",
+    "fewshot_n": "chavhan.fewshot_n",
+    "interp_points": "chavhan.interp_points",
+    "ip_epochs": "chavhan.ip_epochs",
+    "ip_restarts": "chavhan.ip_restarts",
+    "ip_n": "chavhan.ip_n",
+    "vit_patch": "vit.patch",
+    "vit_dim": "vit.dim",
+    "vit_depth": "vit.depth",
+    "vit_heads": "vit.heads",
+    "vit_epochs": "vit.epochs",
+    "vit_lr": "vit.lr",
+    "vit_warm_start": "vit.warm_start",
+}
 
-#: the largest learning rate a run accepts: SGD and Adam diverge far below it, and a larger value is a typo
-MAX_LR = 10.0
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
 class ReproduceConfig(Config):
-    """Everything that determines the numbers of a reproduce run (recorded in ``config.json``). Frozen;
-    validated when made. A folder resumes under other values of the fields declared with
-    :func:`~invfast.config_base.scheduling` (``workers``, ``findings``).
+    """Everything that determines the numbers of a reproduce run (recorded in ``config.json``): one frozen
+    section per concern (:mod:`invfast.reproduce.config_sections`), each field checked by its declaration when
+    its section is made; :meth:`validate` checks what spans fields. A folder resumes under other values of the
+    fields declared with :func:`~invfast.config_base.scheduling` (``run.workers``, ``run.findings``).
 
-    Sizes are numbers of images; epochs are passes over the pretraining images; images are
-    ``size`` x ``size`` pixels. Seeds of every stage derive from ``seed``.
+    Fields are read ``cfg.pretrain.epochs`` and named ``"pretrain.epochs"`` (:meth:`flat`, :meth:`with_values`).
     """
 
     value_prefix = "config field "
+    field_word = "config field"
 
-    preset: str = "quick"
-    seed: int = 0
-    # a finding counts as reproduced only when it holds for every one of ``seeds`` master seeds
-    # (seed, seed + 1, ...); tables and figures show the first
-    seeds: int = declare(3, at_least=1, at_most=100)
-    # torch CPU threads while running: float sums depend on how work is split, so a fixed count
-    # makes the same machine give identical numbers (recorded with the config)
-    threads: int = declare(2, at_least=1, at_most=1_024)
-    # stages run in this many processes at once (each with ``threads`` torch threads), stages of all seeds
-    # in an order that respects their needs (CPU only)
-    workers: int = declare(
-        1, at_least=1, at_most=256, scheduling="each stage's numbers do not depend on how many run at once"
-    )
-    # where models train and run: 'cpu' or 'cuda' (the gpu preset)
-    device: str = "cpu"
-    size: int = declare(32, at_least=16, at_most=1_024)
-    # main data: Transforms-2D objects under transformations of both families
-    objects: int = declare(10, at_least=1, at_most=100_000)
-    # 'silhouettes': distinct built-in shapes all drawn in one colour, so only the outline tells them
-    # apart (with their own colours a colour histogram identified the objects: docs/reproduce.md);
-    # 'shared-palette': the built-in objects recoloured onto one shared colour pair (shape and texture
-    # tell them apart); 'builtin': the built-in objects with their own colours and textures
-    object_style: str = declare("silhouettes", choices=("silhouettes", "shared-palette", "builtin"))
-    # 'builtin' style: only shapes without rotational symmetry (heart, crescent, arrow, ell, blob, tee),
-    # so their rotation can be read off the image at all (silhouettes: the rotation set uses those)
-    asymmetric_objects: bool = declare(True, flag=True)
-    data_transforms: tuple[str, ...] = ("translate", "rotate", "scale", "hue")
-    # the main data's backgrounds: 'uniform-random' (fresh uniform pixel noise behind every image),
-    # 'procedural:N' (N built-in procedural textures), 'builtin:N' (N of the built-in photo crops and
-    # textures) or 'builtin' (all 867). MoCo learns what two views of an image share and other images
-    # lack: with hundreds of backgrounds that is the background alone, and even with 8 shared textures
-    # no policy learned the object's identity at this scale. Noise keeps nothing a crop or a colour
-    # change leaves alike, so the object is what the views share (docs/reproduce.md).
-    backgrounds: str = "uniform-random"
-    # each pretraining view composites the object over its own fresh noise background, so a pair of views
-    # shares the object and nothing else (without a crop, as in Appearance, the shared noise identifies the
-    # image: docs/reproduce.md, What the models tell images apart by); probe and measurement images keep theirs
-    fresh_backgrounds: bool = declare(True, flag=True, before=False)
-    n_pretrain: int = declare(2048, at_least=1, at_most=10_000_000)
-    # probe images per task: 3 000 keep the identity probe's noise below the 1.2x learning line on seeds
-    # nobody tuned on (1 000 did not: docs/reproduce.md, The probe's own noise)
-    n_probe: int = declare(3000, at_least=1, at_most=10_000_000)
-    # E2's kernel-ridge probes (BMVC Tab. 4) fit on the first kernel_probe_n images of each probe set (0: all);
-    # SPEC 5.2 asks for at least 1 000
-    kernel_probe_n: int = declare(0, before=0)
-    n_measure: int = declare(96, at_least=1, at_most=10_000_000)
-    # models and MoCo-v2 pretraining
-    arch: str = "resnet18-cifar"
-    width: int = declare(16, at_least=1, at_most=1_024)
-    pretrain_epochs: int = declare(20, at_least=1, at_most=100_000)
-    # batch 64 (640 steps in 20 epochs): the settings of the background experiment in docs/reproduce.md
-    batch_size: int = declare(64, at_least=1, at_most=65_536)
-    lr: float = declare(0.03, above=0, at_most=MAX_LR)
-    key_momentum: float = declare(0.99, number=True, at_most=1.0)
-    proj_dim: int = 64
-    # the contrastive models' projection heads: 'none' (MoCo-v2's MLP) or 'bn' (batch-normalised, MoCo v3's;
-    # invfast.pretrain.heads.ProjectionHead)
-    head_norm: str = declare("none", choices=("none", "bn"), before="none")
-    # linear learning-rate warm-up of every pretraining run (policies and amortised), as a fraction of the
-    # run's steps, before the cosine decay; 0: none (MoCo-v2's schedule)
-    warmup: float = declare(0.0, before=0.0)
-    # MoCo key queue; 0: invfast.pretrain.default_queue_size (an eighth of n_pretrain, at least a batch)
-    queue_size: int = 0
-    # learning curves: every curve_every epochs (and before the first step) each pretraining run probes
-    # object identity (kNN and linear) on the first curve_images probe images (0: no curves)
-    curve_every: int = declare(2, at_least=0)
-    curve_images: int = declare(400, at_least=1)
-    # invariance measurement
-    test_transforms: str = "all"
-    grid_size: int = declare(6, at_least=1, at_most=1_024)
-    # the grids given in pixels for 224-px images (translation, blur σ, deform σ) scaled by size / 224
-    scale_grids: bool = declare(True, flag=True, before=False)
-    # probes (Ericsson et al. 2021, App. E: 45 penalties; logistic L-BFGS iterations per penalty value)
-    folds: int = declare(5, at_least=2)
-    n_penalties: int = declare(23, at_least=1, at_most=10_000)
-    logistic_max_iter: int = declare(60, at_least=1, at_most=1_000_000)
-    # same-vs-different transfer (Speicher): supervised pretraining on a source, linear probe on the target
-    transfer_objects: int = declare(10, at_least=1)
-    transfer_transforms: int = declare(3, at_least=1)
-    transfer_n_source: int = declare(1200, at_least=1)
-    transfer_n_target: int = declare(500, at_least=1)
-    transfer_epochs: int = declare(5, at_least=1, at_most=100_000)
-    # S1 / S8 (and the transfer models they reuse): train each model until its own-data accuracy reaches the rules'
-    # 0.9 (checked after every epoch), at most criterion_epochs epochs (a smaller S1 source proportionally more);
-    # 0: transfer_epochs epochs whatever they reach, as before 0.6
-    criterion_epochs: int = declare(30, at_least=0, at_most=100_000, before=0)
-    # amortised model (C1, C2, C3, C6); C6 times cost_epochs whole epochs of each model, the models taking turns
-    # epoch by epoch (0: cost_steps steps once, as before 0.6: no per-epoch times, so C6 is not testable)
-    amortised_epochs: int = declare(10, at_least=1, at_most=100_000)
-    cost_steps: int = declare(10, at_least=1)
-    cost_epochs: int = declare(5, at_least=0, at_most=1_000, before=0)
-    # C4: few-shot identity episodes and few-shot regression splits per model, drawn from the first fewshot_n images
-    # of each task's probe set (0: all); the amortised model learns its i once per episode, so they set C4's cost
-    fewshot_episodes: int = declare(300, at_least=1)
-    fewshot_splits: int = declare(30, at_least=1)
-    fewshot_n: int = declare(0, before=0)
-    interp_points: int = declare(5, at_least=1)
-    ip_epochs: int = declare(10, at_least=1, at_most=100_000)
-    # C3: restarts of the learned i per task, each also scored with i fixed at (0.5, 0.5) (1: one fit, as before 0.6)
-    ip_restarts: int = declare(5, at_least=1, at_most=1_000, before=1)
-    ip_n: int = declare(600, at_least=10)
-    # C7 (Chavhan et al. Tab. 3): the transformers, plain ViTs for the three policies and a Prompt-ViT for the
-    # amortised model, all of one shape (vit_patch-px patches, vit_dim wide, vit_depth pre-norm blocks of
-    # vit_heads heads, MLP ratio 2), each trained vit_epochs epochs with Adam at vit_lr (MoCo's SGD at lr 0.03
-    # left them at chance: docs/reproduce.md)
-    vit_patch: int = declare(8, at_least=1, at_most=1_024, before=8)
-    vit_dim: int = declare(64, at_least=1, at_most=4_096, before=64)
-    vit_depth: int = declare(4, at_least=1, at_most=64, before=4)
-    vit_heads: int = declare(4, at_least=1, at_most=64, before=4)
-    vit_epochs: int = declare(30, at_least=1, at_most=100_000, before=30)
-    vit_lr: float = declare(3e-3, above=0, at_most=MAX_LR, before=0.003)
-    # C7's Prompt-ViT starts from the trained Default ViT (its prompt network from its initialisation), as Chavhan
-    # et al. warm-start theirs from a pretrained ViT; from scratch it learned to ignore its prompt
-    vit_warm_start: bool = declare(True, flag=True, before=False)
-    # which findings (ids of docs/findings.md) run: their stages and report sections (see invfast.reproduce.findings)
-    findings: tuple[str, ...] = declare(
-        DEFAULT_FINDINGS, scheduling="a stage's numbers do not depend on which others run"
-    )
-    # Speicher et al.'s supervised experiments: models trained on transfer_n_source images for
-    # transfer_epochs epochs, probed on transfer_n_target images. S8: nested transformation sets of these
-    # sizes, the first k of (the target's types, then the disjoint set's); S1: the factor values
-    nested_sizes: tuple[int, ...] = (1, 2, 3, 6)
-    s1_sizes: tuple[float, ...] = (0.25, 0.5, 1.0)
-    s1_archs: tuple[str, ...] = ("resnet18-cifar", "resnet34-cifar", "vgg11-cifar", "vit")
-    # S5: objects per group (O1 from the source objects, O2 from the target objects)
-    s5_objects: int = declare(5, at_least=1)
-    # S3 / S4: base images ('builtin': the shipped photographs cut into classes; 'folder:PATH': an
-    # ImageFolder such as CIFAR-10's), images per training set, correlation and availability sweeps
-    base_images: str = "builtin"
-    irrelevant_n: int = declare(1000, at_least=1)
-    alphas: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 0.85, 0.9, 0.95, 1.0)
-    betas: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
-    # S6 / S7: one model per transformation category (types joined by '+'), on category_objects objects
-    categories: tuple[str, ...] = CATEGORIES
-    category_objects: int = declare(10, at_least=1)
-    category_n: int = declare(1000, at_least=1)
-    # S3 / S7: pairs of views per sensitivity (S3 and S7 need >= 2 000, rules.speicher.MIN_PAIRS)
-    sensitivity_n: int = declare(2000, at_least=1)
-    # S7 alone: pairs per category and OOD level (0: sensitivity_n); S7 forwards every model over
-    # 2 x pairs x categories x levels x 2 kinds of views, so quick keeps it small
-    category_sensitivity_n: int = declare(0, before=0)
-    # E4 / E5: each pretraining snapshot measured on this many measurement images at grid min(grid_size, this)
-    snapshot_images: int = declare(96, at_least=1)
-    snapshot_grid: int = declare(4, at_least=1, at_most=1_024)
+    run: RunSettings = dataclasses.field(default_factory=RunSettings)
+    data: DataSettings = dataclasses.field(default_factory=DataSettings)
+    pretrain: PretrainSettings = dataclasses.field(default_factory=PretrainSettings)
+    measurement: MeasurementSettings = dataclasses.field(default_factory=MeasurementSettings)
+    probe: ProbeSettings = dataclasses.field(default_factory=ProbeSettings)
+    speicher: SpeicherSettings = dataclasses.field(default_factory=SpeicherSettings)
+    chavhan: ChavhanSettings = dataclasses.field(default_factory=ChavhanSettings)
+    vit: VitSettings = dataclasses.field(default_factory=VitSettings)
+
+    # -- the sections and the dotted names
+
+    @classmethod
+    def sections(cls) -> dict[str, type[Config]]:
+        """Each section's name and config class, in order."""
+        return {f.name: type(f.default_factory()) for f in dataclasses.fields(cls)}  # type: ignore[operator]
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """Every field as ``section.field``, in declaration order."""
+        return tuple(f"{s}.{n}" for s, c in cls.sections().items() for n in c.field_names())
+
+    @classmethod
+    def scheduling_fields(cls) -> tuple[str, ...]:
+        return tuple(f"{s}.{n}" for s, c in cls.sections().items() for n in c.scheduling_fields())
+
+    @classmethod
+    def added_fields(cls) -> dict[str, Any]:
+        return {f"{s}.{n}": v for s, c in cls.sections().items() for n, v in c.added_fields().items()}
+
+    @classmethod
+    def groups(cls) -> dict[str, tuple[str, ...]]:
+        """The fields of each section, as ``section.field``."""
+        return {s: tuple(f"{s}.{n}" for n in c.field_names()) for s, c in cls.sections().items()}
+
+    @classmethod
+    def declaration(cls, name: str) -> dataclasses.Field:
+        """The declaration of the field ``name`` (``'pretrain.epochs'``); ValueError (one line) for a flat name
+        of before the sections, a removed or an unknown field."""
+        section, _, rest = name.partition(".")
+        sections = cls.sections()
+        if section in sections and rest:
+            fields = {f.name: f for f in dataclasses.fields(sections[section])}  # type: ignore[arg-type]
+            if rest in fields:
+                return fields[rest]
+        if name in REMOVED_FIELDS:
+            raise ValueError(REMOVED_FIELDS[name].message(name))
+        if name in FLAT_NAMES:
+            raise ValueError(f"config field {name!r} is now {FLAT_NAMES[name]!r} (fields are named section.field)")
+        raise ValueError(
+            f"unknown config field {name!r}; fields are section.field with sections {', '.join(sections)} "
+            "(invfast reproduce --print-config lists them)"
+        )
+
+    def flat(self) -> dict[str, Any]:
+        """Every field's value by ``section.field``."""
+        return {f"{s}.{n}": getattr(getattr(self, s), n) for s, c in self.sections().items() for n in c.field_names()}
+
+    def numbers(self) -> dict[str, Any]:
+        skip = set(self.scheduling_fields())
+        return {k: v for k, v in self.flat().items() if k not in skip}
+
+    def get(self, name: str) -> Any:
+        """The value of the field ``name`` (``'pretrain.epochs'``)."""
+        self.declaration(name)
+        section, _, rest = name.partition(".")
+        return getattr(getattr(self, section), rest)
+
+    def with_values(self, values: Mapping[str, Any]) -> ReproduceConfig:
+        """A copy with ``values`` (by ``section.field``) applied, validated again; a flat, removed or unknown
+        name raises one ValueError naming it."""
+        changes: dict[str, dict[str, Any]] = {}
+        for name, value in values.items():
+            self.declaration(name)
+            section, _, rest = name.partition(".")
+            changes.setdefault(section, {})[rest] = value
+        return dataclasses.replace(
+            self, **{s: dataclasses.replace(getattr(self, s), **kw) for s, kw in changes.items()}
+        )
+
+    def replace(self, **changes: Any) -> ReproduceConfig:
+        """A copy with whole sections replaced (``replace(run=...)``); fields: :meth:`with_values`."""
+        unknown = sorted(set(changes) - set(self.sections()))
+        if unknown:
+            raise TypeError(f"unknown section(s) {unknown}; ReproduceConfig has {list(self.sections())}")
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, by section (JSON-able: tuples as lists)."""
+        return {
+            s: {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(getattr(self, s)).items()}
+            for s in self.sections()
+        }
+
+    @staticmethod
+    def removed_at() -> dict[str, Any]:
+        """The removed fields that had one value, at it: a folder that recorded one of them there resumes."""
+        return {k: r.only for k, r in REMOVED_FIELDS.items() if r.only is not None}
+
+    def claim_dict(self) -> dict[str, Any]:
+        """Every field that changes the numbers by ``section.field`` (tuples as lists), less those added since
+        folders were made at their value of before: what a folder's ``config.json`` must match to resume."""
+        from invfast.io import without_added_defaults
+
+        numbers = {k: list(v) if isinstance(v, tuple) else v for k, v in self.numbers().items()}
+        return without_added_defaults(numbers, self.added_fields())
+
+    # -- what spans fields
 
     def validate(self) -> None:
-        """Raise ValueError naming a field whose value cannot work (the first one, in field groups)."""
-        self._validate_counts()
-        self._validate_device()
+        """Raise ValueError naming a field whose value cannot work with the others (the first one, by section)."""
+        for name, kind in self.sections().items():
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(f"config section {name} must be a {kind.__name__}, got {getattr(self, name)!r}")
+        self._validate_run()
         self._validate_sizes()
         self._validate_measurements()
         self._validate_training()
@@ -224,185 +285,168 @@ class ReproduceConfig(Config):
 
         validate_speicher(self, ARCHITECTURES)
 
-    def _validate_counts(self) -> None:
-        """The seed range (every count is checked by its declaration)."""
-        if (
-            not isinstance(self.seed, int)
-            or isinstance(self.seed, bool)
-            or not 0 <= self.seed <= 2**31 - 1 - self.seeds
-        ):
+    def _validate_run(self) -> None:
+        """The seed range, the device, and workers (CPU processes) only on the CPU."""
+        run = self.run
+        if not _is_int(run.seed) or not 0 <= run.seed <= 2**31 - 1 - run.seeds:
             raise ValueError(
-                f"config field seed must be an int in [0, {2**31 - 1 - self.seeds}] (seeds seed..seed+"
-                f"{self.seeds - 1} are used), got {self.seed!r}"
+                f"config field run.seed must be an int in [0, {2**31 - 1 - run.seeds}] (seeds seed..seed+"
+                f"{run.seeds - 1} are used), got {run.seed!r}"
             )
-
-    def _validate_device(self) -> None:
-        """The device, and workers (CPU processes) only on the CPU."""
-        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {self.device!r}")
-        if self.workers > 1 and self.device != "cpu":
+        if run.device not in ("cpu", "cuda") and not str(run.device).startswith("cuda:"):
+            raise ValueError(f"config field run.device must be 'cpu', 'cuda' or 'cuda:N', got {run.device!r}")
+        if run.workers > 1 and run.device != "cpu":
             raise ValueError(
-                f"workers > 1 runs stages in parallel CPU processes; device {self.device!r} needs workers=1"
+                f"run.workers > 1 runs stages in parallel CPU processes; run.device {run.device!r} needs workers=1"
             )
 
     def _validate_sizes(self) -> None:
         """Sizes that must fit each other: images per fold and class, batches, grids."""
-        if min(self.grid_size, self.snapshot_grid) < 2:
+        d, p, m, s, v = self.data, self.pretrain, self.measurement, self.speicher, self.vit
+        folds = self.probe.folds
+        if min(m.grid_size, m.snapshot_grid) < 2:
             raise ValueError(
-                f"grid_size and snapshot_grid must be >= 2 (a grid of 1 holds only the identity parameter), got "
-                f"{self.grid_size}, {self.snapshot_grid}"
+                "measurement.grid_size and measurement.snapshot_grid must be >= 2 (a grid of 1 holds only the "
+                f"identity parameter), got {m.grid_size}, {m.snapshot_grid}"
             )
-        if self.n_probe < self.folds * self.objects:
+        if d.n_probe < folds * d.objects:
             raise ValueError(
-                f"n_probe ({self.n_probe}) must hold at least folds x objects = "
-                f"{self.folds * self.objects} images (stratified folds need every class in every fold)"
+                f"data.n_probe ({d.n_probe}) must hold at least probe.folds x data.objects = "
+                f"{folds * d.objects} images (stratified folds need every class in every fold)"
             )
-        if self.transfer_n_target < self.folds * self.transfer_objects:
+        if s.transfer_n_target < folds * s.transfer_objects:
             raise ValueError(
-                f"transfer_n_target ({self.transfer_n_target}) must be >= folds x transfer_objects = "
-                f"{self.folds * self.transfer_objects}"
+                f"speicher.transfer_n_target ({s.transfer_n_target}) must be >= probe.folds x "
+                f"speicher.transfer_objects = {folds * s.transfer_objects}"
             )
-        if self.transfer_objects < 3:
+        if s.transfer_objects < 3:
             raise ValueError(
-                f"transfer_objects must be >= 3 (S1's subset of the target objects needs two and is smaller), "
-                f"got {self.transfer_objects}"
+                "speicher.transfer_objects must be >= 3 (S1's subset of the target objects needs two and is "
+                f"smaller), got {s.transfer_objects}"
             )
-        if 2 * self.transfer_objects > 61:
+        if 2 * s.transfer_objects > 61:
             raise ValueError(
-                f"transfer_objects must be <= 30 (two disjoint sets from 61 built-in objects), "
-                f"got {self.transfer_objects}"
+                "speicher.transfer_objects must be <= 30 (two disjoint sets from 61 built-in objects), "
+                f"got {s.transfer_objects}"
             )
-        if 2 * self.transfer_transforms > 18:
+        if 2 * s.transfer_transforms > 18:
             raise ValueError(
-                f"transfer_transforms must be <= 9 (two disjoint sets of the 18 types), got {self.transfer_transforms}"
+                "speicher.transfer_transforms must be <= 9 (two disjoint sets of the 18 types), "
+                f"got {s.transfer_transforms}"
             )
-        if self.size % self.vit_patch or self.vit_dim % self.vit_heads:
+        if d.size % v.patch or v.dim % v.heads:
             raise ValueError(
-                f"vit_patch ({self.vit_patch}) must divide size ({self.size}) and vit_heads ({self.vit_heads}) must "
-                f"divide vit_dim ({self.vit_dim})"
+                f"vit.patch ({v.patch}) must divide data.size ({d.size}) and vit.heads ({v.heads}) must "
+                f"divide vit.dim ({v.dim})"
             )
-        if self.n_pretrain < 2 * self.batch_size:
+        if d.n_pretrain < 2 * p.batch_size:
             raise ValueError(
-                f"n_pretrain ({self.n_pretrain}) must be >= 2 x batch_size ({self.batch_size}) "
+                f"data.n_pretrain ({d.n_pretrain}) must be >= 2 x pretrain.batch_size ({p.batch_size}) "
                 "(a MoCo queue needs two batches)"
             )
-        if self.transfer_n_source < self.batch_size:
-            raise ValueError(f"transfer_n_source ({self.transfer_n_source}) must be >= batch_size ({self.batch_size})")
+        if s.transfer_n_source < p.batch_size:
+            raise ValueError(
+                f"speicher.transfer_n_source ({s.transfer_n_source}) must be >= pretrain.batch_size ({p.batch_size})"
+            )
 
     def _validate_measurements(self) -> None:
         """The sizes of the measurements some findings add: E2's kernel-probe images, C4's few-shot images."""
-        if (
-            not isinstance(self.kernel_probe_n, int)
-            or isinstance(self.kernel_probe_n, bool)
-            or not (self.kernel_probe_n == 0 or self.folds * 2 <= self.kernel_probe_n <= self.n_probe)
-        ):
+        n_probe, folds = self.data.n_probe, self.probe.folds
+        kn = self.probe.kernel_n
+        if not _is_int(kn) or not (kn == 0 or folds * 2 <= kn <= n_probe):
             raise ValueError(
-                f"kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe] = "
-                f"[{self.folds * 2}, {self.n_probe}], got {self.kernel_probe_n!r}"
+                f"probe.kernel_n must be 0 (all probe images) or an int in [2 x probe.folds, data.n_probe] = "
+                f"[{folds * 2}, {n_probe}], got {kn!r}"
             )
-        fn = self.fewshot_n
-        if not isinstance(fn, int) or isinstance(fn, bool) or not (fn == 0 or 60 <= fn <= self.n_probe):
+        fn = self.chavhan.fewshot_n
+        if not _is_int(fn) or not (fn == 0 or 60 <= fn <= n_probe):
             raise ValueError(
-                f"fewshot_n must be 0 (all probe images) or an int in [60, n_probe] = [60, {self.n_probe}] (a 0.05 "
-                f"train fraction needs 3 images), got {fn!r}"
+                f"chavhan.fewshot_n must be 0 (all probe images) or an int in [60, data.n_probe] = [60, {n_probe}] "
+                f"(a 0.05 train fraction needs 3 images), got {fn!r}"
             )
 
     def _validate_training(self) -> None:
         """Learning curves, the MoCo queue and the warm-up."""
-        if self.curve_every and min(self.curve_images, self.n_probe) < 4 * self.objects:
+        p, d = self.pretrain, self.data
+        if p.curve_every and min(p.curve_images, d.n_probe) < 4 * d.objects:
             raise ValueError(
-                f"curve_images ({self.curve_images}, at most n_probe = {self.n_probe}) must hold at least "
-                f"4 x objects = {4 * self.objects} images (each class is fitted and scored)"
+                f"pretrain.curve_images ({p.curve_images}, at most data.n_probe = {d.n_probe}) must hold at least "
+                f"4 x data.objects = {4 * d.objects} images (each class is fitted and scored)"
             )
-        if (
-            not isinstance(self.queue_size, int)
-            or isinstance(self.queue_size, bool)
-            or self.queue_size < 0
-            or self.queue_size % self.batch_size
-        ):
+        if not _is_int(p.queue_size) or p.queue_size < 0 or p.queue_size % p.batch_size:
             raise ValueError(
-                f"config field queue_size must be 0 (the default size) or a positive multiple of batch_size "
-                f"({self.batch_size}), got {self.queue_size!r}"
+                "config field pretrain.queue_size must be 0 (the default size) or a positive multiple of "
+                f"pretrain.batch_size ({p.batch_size}), got {p.queue_size!r}"
             )
-        if not isinstance(self.warmup, (int, float)) or isinstance(self.warmup, bool) or not 0 <= self.warmup < 1:
+        if not isinstance(p.warmup, (int, float)) or isinstance(p.warmup, bool) or not 0 <= p.warmup < 1:
             raise ValueError(
-                f"config field warmup must be a fraction of each pretraining run's steps in [0, 1), got {self.warmup!r}"
+                "config field pretrain.warmup must be a fraction of each pretraining run's steps in [0, 1), "
+                f"got {p.warmup!r}"
             )
 
     def _validate_data(self) -> None:
         """Backgrounds, objects, Transforms-2D types and the architecture."""
-        background_count(self.backgrounds)
-        if self.fresh_backgrounds and self.backgrounds != "uniform-random":
+        d = self.data
+        background_count(d.backgrounds)
+        if d.fresh_backgrounds and d.backgrounds != "uniform-random":
             raise ValueError(
-                "fresh_backgrounds draws each view's background as uniform noise, which the probe and "
-                f"measurement images share only with backgrounds='uniform-random', got {self.backgrounds!r} "
-                "(with a bank of backgrounds, set fresh_backgrounds=false)"
+                "data.fresh_backgrounds draws each view's background as uniform noise, which the probe and "
+                f"measurement images share only with data.backgrounds='uniform-random', got {d.backgrounds!r} "
+                "(with a bank of backgrounds, set data.fresh_backgrounds=false)"
             )
-        if self.object_style == "silhouettes" and self.objects > 18:
+        if d.object_style == "silhouettes" and d.objects > 18:
             raise ValueError(
-                f"object_style 'silhouettes' has 18 distinct shapes, got objects={self.objects}; "
-                "use fewer objects or object_style=builtin"
+                f"data.object_style 'silhouettes' has 18 distinct shapes, got data.objects={d.objects}; "
+                "use fewer objects or data.object_style=builtin"
             )
         from invfast.synthetic import TRANSFORMATION_TYPES as TRANSFORMATIONS
 
-        bad = [t for t in self.data_transforms if t not in TRANSFORMATIONS]
+        bad = [t for t in d.transforms if t not in TRANSFORMATIONS]
         if bad:
-            raise ValueError(f"data_transforms {bad} are not Transforms-2D types ({', '.join(TRANSFORMATIONS)})")
+            raise ValueError(f"data.transforms {bad} are not Transforms-2D types ({', '.join(TRANSFORMATIONS)})")
         needed = {"translate", "rotate", "hue"}
-        if not needed <= set(self.data_transforms):
+        if not needed <= set(d.transforms):
             raise ValueError(
-                f"data_transforms must include {sorted(needed)}: the probe tasks regress position, "
+                f"data.transforms must include {sorted(needed)}: the probe tasks regress position, "
                 "rotation and colour, which only vary under these types"
             )
         from invfast.models import ARCHITECTURES
 
-        if self.arch not in ARCHITECTURES or self.arch.startswith(("hyper-", "prompt")):
-            raise ValueError(f"arch must be a plain ResNet name from {ARCHITECTURES}, got {self.arch!r}")
+        arch = self.pretrain.arch
+        if arch not in ARCHITECTURES or arch.startswith(("hyper-", "prompt")):
+            raise ValueError(f"pretrain.arch must be a plain ResNet name from {ARCHITECTURES}, got {arch!r}")
 
     def _validate_findings(self) -> None:
         """The selection's shape (its ids are checked by :mod:`invfast.reproduce.findings` when a run starts)."""
-        if isinstance(self.findings, str) or not isinstance(self.findings, tuple) or not self.findings:
-            raise ValueError(
-                f"findings must be a non-empty tuple of finding ids such as ('S2', 'S3'), got {self.findings!r}"
-            )
+        f = self.run.findings
+        if isinstance(f, str) or not isinstance(f, tuple) or not f:
+            raise ValueError(f"run.findings must be a non-empty tuple of finding ids such as ('S2', 'S3'), got {f!r}")
         from invfast.reproduce.validation import validate_test_transforms
 
         validate_test_transforms(self)
 
+    # -- derived values
+
     def moco_queue_size(self) -> int:
-        """The MoCo key queue of the pretraining runs: ``queue_size``, or the library default for the data."""
+        """The MoCo key queue of the pretraining runs: ``pretrain.queue_size``, or the library default for the data."""
         from invfast.pretrain import default_queue_size
 
-        return self.queue_size or default_queue_size(self.n_pretrain, self.batch_size)
+        return self.pretrain.queue_size or default_queue_size(self.data.n_pretrain, self.pretrain.batch_size)
 
     def main_backgrounds(self) -> Any:
         """The main data's ``backgrounds`` argument of :class:`invfast.synthetic.Transforms2D`."""
-        n = background_count(self.backgrounds)
+        spec = self.data.backgrounds
+        n = background_count(spec)
         if n is None:
-            return self.backgrounds if self.backgrounds == "uniform-random" else None
+            return spec if spec == "uniform-random" else None
         from invfast.synthetic import builtin_backgrounds
 
-        procedural = self.backgrounds.startswith("procedural:")
-        return builtin_backgrounds(n, self.size, procedural_fraction=1.0 if procedural else 0.25)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
-
-    @staticmethod
-    def removed_at() -> dict[str, Any]:
-        """The removed fields that had one value, at it: a folder that recorded one of them there resumes."""
-        return {k: r.only for k, r in REMOVED_FIELDS.items() if r.only is not None}
-
-    def claim_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` without the scheduling fields: what a folder's ``config.json`` must match to resume."""
-        from invfast.io import without_added_defaults
-
-        skip = self.scheduling_fields()
-        return without_added_defaults({k: v for k, v in self.to_dict().items() if k not in skip}, self.added_fields())
+        procedural = spec.startswith("procedural:")
+        return builtin_backgrounds(n, self.data.size, procedural_fraction=1.0 if procedural else 0.25)
 
 
 def background_count(spec: str) -> int | None:
-    """Number of built-in backgrounds named by a ``backgrounds`` value ('builtin:N' and
+    """Number of built-in backgrounds named by a ``data.backgrounds`` value ('builtin:N' and
     'procedural:N' -> N; None for 'builtin' (all) and 'uniform-random'); ValueError for anything else."""
     if spec in ("builtin", "uniform-random"):
         return None
@@ -410,5 +454,6 @@ def background_count(spec: str) -> int | None:
     if head in ("builtin", "procedural") and count.isdigit() and 1 <= int(count) <= 867:
         return int(count)
     raise ValueError(
-        f"backgrounds must be 'procedural:N', 'builtin:N' (1 <= N <= 867), 'builtin' or 'uniform-random', got {spec!r}"
+        "data.backgrounds must be 'procedural:N', 'builtin:N' (1 <= N <= 867), 'builtin' or 'uniform-random', "
+        f"got {spec!r}"
     )

@@ -4,7 +4,7 @@
 
 1. the results document starts with the configuration, the machine and the seeds, and each section
    adds its entries (``Section.content``, from the first seed's stage results);
-2. every finding the configuration selects (``cfg.findings``, records of
+2. every finding the configuration selects (``cfg.run.findings``, records of
    :data:`invfast.reproduce.findings.FINDINGS`) is decided on every seed, the statuses are combined over
    seeds and the statistics behind them aggregated (``over_seeds``); every seed's findings, statistics and
    stage results go under ``per_seed``;
@@ -56,8 +56,8 @@ def seed_statistics(
 def _seeds(cfg: ReproduceConfig, results: dict[str, Any]) -> dict[str, int]:
     """The master seed and the stage seeds of one seed's run."""
     out = {
-        "master": cfg.seed,
-        **{f"init/{k}": stage_seed(cfg.seed, f"init/{k}") for k in [*LABELS, "transfer", "amortised"]},
+        "master": cfg.run.seed,
+        **{f"init/{k}": stage_seed(cfg.run.seed, f"init/{k}") for k in [*LABELS, "transfer", "amortised"]},
     }
     for name, r in results.items():
         if isinstance(r, dict) and "seed" in r and name.startswith(("pretrain-", "transfer-train-")):
@@ -75,7 +75,7 @@ def write_report(
 ) -> dict[str, Any]:
     """Decide the findings, write ``results.json``, ``report.md`` and ``figures/*.png``; return the document.
 
-    ``runs`` holds one :class:`SeedRun` per master seed, the first (``cfg.seed``) being the one the
+    ``runs`` holds one :class:`SeedRun` per master seed, the first (``cfg.run.seed``) being the one the
     tables and figures show; the findings' statuses are combined over all of them."""
     view = ReportView(cfg=cfg, runs=list(runs), out=out)
     first = view.first.results
@@ -86,11 +86,11 @@ def write_report(
         "environment": environment(),
         "seeds": _seeds(cfg, first),
         "pretraining": {k[len("pretrain-") :]: v for k, v in first.items() if k.startswith("pretrain-")},
-        "findings_selected": list(cfg.findings),
+        "findings_selected": list(cfg.run.findings),
     }
     view.doc = doc
     sections = [s for s in SECTIONS if s.shown(view)]
-    selected = [by_id(fid) for fid in cfg.findings]
+    selected = [by_id(fid) for fid in cfg.run.findings]
     per_seed = [findings_of(r.results, selected) for r in view.runs]
     seed_list = [int(r.seed) for r in view.runs]
     stats = [seed_statistics(r.results, selected, f) for r, f in zip(view.runs, per_seed)]

@@ -16,8 +16,11 @@ from invfast.runtime.write_paths import clean_temporaries, refuse_links, write_r
 
 CONFIG_FILE = "config.json"
 #: the cache and results format; /2: the transfer models live in ``transfer/<source>/`` (Trainer runs);
-#: /3: stage seeds and pretraining draws keyed by ``synthetic.rng.derive_seed``
-FORMAT = "invfast.reproduce/3"
+#: /3: stage seeds and pretraining draws keyed by ``synthetic.rng.derive_seed``; /4: ``config.json`` names the
+#: fields ``section.field`` (the cache is that of /3)
+FORMAT = "invfast.reproduce/4"
+#: the earlier format whose folders resume: its ``config.json`` named the fields flat (``pretrain_epochs``)
+FLAT_FORMAT = "invfast.reproduce/3"
 
 
 class ConfigMismatchError(ValueError):
@@ -70,7 +73,9 @@ def claim_folder(
                 f"{what} {folder!r} holds a {CONFIG_FILE} that is not an invfast reproduce configuration (a JSON "
                 f"{type(saved).__name__}); delete the folder or choose another one"
             )
-        if saved.get("format") != FORMAT:
+        if saved.get("format") == FLAT_FORMAT:
+            saved["config"] = sectioned(saved.get("config", {}))
+        elif saved.get("format") != FORMAT:
             raise ConfigMismatchError(
                 f"{what} {folder!r} was made by another version of invfast reproduce (format "
                 f"{saved.get('format')!r}, this one writes {FORMAT!r}), so it cannot be resumed; "
@@ -87,6 +92,8 @@ def claim_folder(
                 + "\nUse another folder, delete this one, or rerun with the same settings"
                 + (f" (to resume it as it was made, add: {' '.join(again)})." if again else ".")
             )
+        if saved.get("format") != FORMAT:  # resumes: recorded as this format names it
+            atomic_write_text(path, json.dumps({"format": FORMAT, "config": config}, indent=2))
         return
     if os.path.isdir(folder) and any(n for n in os.listdir(folder) if not n.startswith(".")):
         raise ConfigMismatchError(
@@ -97,7 +104,16 @@ def claim_folder(
 
 
 #: fields a command-line option other than ``--set`` sets
-_OPTIONS = {"seed": "--seed", "threads": "--threads", "workers": "--workers", "preset": "--preset"}
+_OPTIONS = {"run.seed": "--seed", "run.threads": "--threads", "run.workers": "--workers", "run.preset": "--preset"}
+
+
+def sectioned(flat: dict[str, Any]) -> dict[str, Any]:
+    """A configuration recorded with the flat field names of format /3 (``pretrain_epochs``), named
+    ``section.field`` (:data:`~invfast.reproduce.config.FLAT_NAMES`); a name it does not know (a removed field)
+    is kept as it was."""
+    from invfast.reproduce.config import FLAT_NAMES
+
+    return {FLAT_NAMES.get(k, k): v for k, v in flat.items()}
 
 
 def _option_value(value: Any) -> str:
@@ -110,21 +126,24 @@ def _option_value(value: Any) -> str:
 
 def resume_options(saved: dict[str, Any], config: dict[str, Any], added: dict[str, Any] | None = None) -> list[str]:
     """The command-line options that make ``config`` the ``saved`` one: for each field they differ in, ``--set
-    KEY=VALUE`` (or the field's own option, such as ``--seed``) with the saved value, or, for a field the saved
-    configuration lacks because it was added later, its value of before (``added``, the config's
-    ``added_fields()``); [] when some field differs in a way no option undoes."""
+    SECTION.FIELD=VALUE`` (or the field's own option, such as ``--seed``) with the saved value, or, for a field the
+    saved configuration lacks because it was added later, its value of before (``added``, the config's
+    ``added_fields()``; a config at that value lacks the field too, and the saved value is the option's); [] when
+    some field differs in a way no option undoes."""
     added = added or {}
     out = []
     for key in sorted(set(saved) | set(config)):
         if key not in saved and key in added and key in config:
             value = added[key]
+        elif key in saved and key in added and key not in config:
+            value = saved[key]
         elif key not in saved or key not in config:
             return []
         elif saved[key] == config[key]:
             continue
         else:
             value = saved[key]
-        if key == "findings":
+        if key == "run.findings":
             out.append(f"--findings {_option_value(value)}")
         elif key in _OPTIONS:
             out.append(f"{_OPTIONS[key]} {_option_value(value)}")

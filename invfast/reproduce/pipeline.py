@@ -5,7 +5,6 @@ report (:mod:`invfast.reproduce.document`)."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import functools
 import hashlib
 import json
@@ -102,7 +101,7 @@ def selected_plan(stages: Sequence[Stage], cfg: ReproduceConfig) -> list[Stage]:
     known = {n for n in stages_for(f.id for f in FINDINGS) if n in by_name}
     anyone = _closure(by_name, sorted(known))
     free = [st.name for st in stages if st.name not in anyone]
-    return plan(stages, cfg, [*stages_for(cfg.findings), *free])
+    return plan(stages, cfg, [*stages_for(cfg.run.findings), *free])
 
 
 def result_digest(result: Any) -> str:
@@ -229,7 +228,7 @@ class StageCache:
 # ---------------------------------------------------------------------------------------------- job
 @contextlib.contextmanager
 def deterministic(cfg: ReproduceConfig) -> Iterator[None]:
-    """Run with ``cfg.threads`` torch threads and deterministic algorithms (cuDNN autotuning off,
+    """Run with ``cfg.run.threads`` torch threads and deterministic algorithms (cuDNN autotuning off,
     deterministic cuBLAS workspace on CUDA); the previous settings come back afterwards.
 
     Float sums depend on how the work is split over threads, so the thread count is part of the
@@ -239,10 +238,10 @@ def deterministic(cfg: ReproduceConfig) -> Iterator[None]:
     threads, det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
     warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     bench = torch.backends.cudnn.benchmark
-    if cfg.device.startswith("cuda"):
+    if cfg.run.device.startswith("cuda"):
         # must be set before the first cuBLAS call of the process
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-    torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(cfg.run.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cudnn.benchmark = False
     try:
@@ -376,7 +375,7 @@ class _ParallelRun:
 
     def describe(self, keys: Sequence[tuple[int, str]]) -> str:
         """``seed S: stage, ...`` for (job index, stage name) ``keys``."""
-        return ", ".join(f"seed {self.jobs[i][0].seed}: {n}" for i, n in keys)
+        return ", ".join(f"seed {self.jobs[i][0].run.seed}: {n}" for i, n in keys)
 
     def finish(self, i: int, name: str, result: Any, timing: dict[str, Any]) -> None:
         """Record a finished stage of job ``i`` and advance the progress bar."""
@@ -425,13 +424,13 @@ def _naming_owner(stages: Sequence[Stage]) -> Iterator[None]:
 
 
 def seed_configs(cfg: ReproduceConfig) -> list[ReproduceConfig]:
-    """One configuration per master seed: ``cfg`` itself, then ``cfg.seed + 1``, ... (``cfg.seeds`` in all)."""
-    return [cfg] + [dataclasses.replace(cfg, seed=cfg.seed + j) for j in range(1, cfg.seeds)]
+    """One configuration per master seed: ``cfg`` itself, then ``cfg.run.seed + 1``, ... (``cfg.run.seeds`` in all)."""
+    return [cfg] + [cfg.with_values({"run.seed": cfg.run.seed + j}) for j in range(1, cfg.run.seeds)]
 
 
 def seed_prefix(cfg: ReproduceConfig, seed: int) -> str:
     """Stage-name prefix and cache subfolder of a seed: '' for the first, 'seed-N/' for the others."""
-    return "" if seed == cfg.seed else f"seed-{seed}/"
+    return "" if seed == cfg.run.seed else f"seed-{seed}/"
 
 
 def disk_estimate_mb(cfg: ReproduceConfig, stages: Sequence[Stage]) -> float:
@@ -460,7 +459,7 @@ def stage_names(cfg: ReproduceConfig, stages: Sequence[Stage] | None = None) -> 
 
         stages = STAGES
     names = [st.name for st in selected_plan(stages, cfg)]
-    return [seed_prefix(cfg, c.seed) + n for c in seed_configs(cfg) for n in names]
+    return [seed_prefix(cfg, c.run.seed) + n for c in seed_configs(cfg) for n in names]
 
 
 def reproduce(
@@ -480,14 +479,14 @@ def reproduce(
     from invfast.reproduce.findings import check_families, check_ids
     from invfast.reproduce.folders import hold
 
-    check_ids(cfg.findings)
-    check_families(cfg.findings, cfg.test_transforms)
-    if cfg.device.startswith("cuda"):
+    check_ids(cfg.run.findings)
+    check_families(cfg.run.findings, cfg.measurement.transforms)
+    if cfg.run.device.startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             raise ValueError(
-                f"this configuration ({cfg.preset}) runs on {cfg.device!r}, but torch sees no CUDA device; "
+                f"this configuration ({cfg.run.preset}) runs on {cfg.run.device!r}, but torch sees no CUDA device; "
                 "use --quick (CPU) or --set device=cpu"
             )
     from invfast.reproduce import stages as S
@@ -517,25 +516,25 @@ def _reproduce(
     check_disk(cache, need_mb)
     t_start = time.perf_counter()
     names = stage_names(cfg, S.STAGES)
-    selected = {c.seed: selected_plan(S.STAGES, c) for c in seed_configs(cfg)}
+    selected = {c.run.seed: selected_plan(S.STAGES, c) for c in seed_configs(cfg)}
     bar = progress_bar(total=len(names) + 1, desc="reproduce", unit="stage", disable=not progress, position=0)
     timings: dict[str, dict[str, Any]] = {}
     try:
         with deterministic(cfg), _naming_owner(S.STAGES):
             configs = seed_configs(cfg)
-            prefixes = [seed_prefix(cfg, c.seed) for c in configs]
+            prefixes = [seed_prefix(cfg, c.run.seed) for c in configs]
             caches = [os.path.join(cache, p) if p else cache for p in prefixes]
-            if cfg.workers > 1:
-                jobs = [(c, sc, selected[c.seed]) for c, sc in zip(configs, caches)]
-                per_seed, per_timings = run_parallel(jobs, cfg.workers, bar)
+            if cfg.run.workers > 1:
+                jobs = [(c, sc, selected[c.run.seed]) for c, sc in zip(configs, caches)]
+                per_seed, per_timings = run_parallel(jobs, cfg.run.workers, bar)
             else:
                 per_seed, per_timings = [], []
                 for c, sc in zip(configs, caches):
                     stage_cache = StageCache(sc, bar)
                     ctx = S.Context(cfg=c, cache=sc, progress=progress)
-                    per_seed.append(run_seed(ctx, stage_cache, selected[c.seed]))
+                    per_seed.append(run_seed(ctx, stage_cache, selected[c.run.seed]))
                     per_timings.append(stage_cache.timings)
-            runs = [SeedRun(seed=c.seed, cache=sc, results=r) for c, sc, r in zip(configs, caches, per_seed)]
+            runs = [SeedRun(seed=c.run.seed, cache=sc, results=r) for c, sc, r in zip(configs, caches, per_seed)]
             for p, t in zip(prefixes, per_timings):
                 timings.update({p + k: v for k, v in t.items()})
             bar.set_description("reproduce [report]")
@@ -544,7 +543,7 @@ def _reproduce(
     finally:
         bar.close()
     if log is not None:
-        for line in console_lines(doc["findings"], cfg.preset):
+        for line in console_lines(doc["findings"], cfg.run.preset):
             log(line)
         log(f"report: {os.path.join(out, 'report.md')} ({(time.perf_counter() - t_start) / 60:.1f} min)")
     return doc

@@ -1,12 +1,12 @@
 """The named configurations of ``invfast reproduce`` (:data:`PRESETS`, :func:`preset`) and the
-``--set KEY=VALUE`` overrides; what each field means is :class:`~invfast.reproduce.config.ReproduceConfig`."""
+``--set SECTION.FIELD=VALUE`` overrides; what each field means is :class:`~invfast.reproduce.config.ReproduceConfig`."""
 
 from __future__ import annotations
 
-import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
-from invfast.reproduce.config import REMOVED_FIELDS, ReproduceConfig
+from invfast.reproduce.config import ReproduceConfig
 
 __all__ = ["PRESETS", "QUICK_MINUTES", "preset", "parse_override"]
 
@@ -20,165 +20,159 @@ QUICK_MEASURED = "2026-12-05"
 
 #: the named configurations; ``quick`` (3 seeds): 45.8 minutes measured on 2 idle CPU cores (docs/reproduce.md)
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": dict(
-        seeds=2,
-        threads=1,
+    "tiny": {
+        "run.seeds": 2,
+        "run.threads": 1,
         # stages in 2 processes: --paper all in 2.9 min on 2 idle cores (4.8 in one, over the 3-minute budget)
-        workers=2,
-        objects=4,
-        n_pretrain=96,
-        n_probe=60,
-        n_measure=12,
-        width=4,
-        pretrain_epochs=1,
-        batch_size=32,
-        proj_dim=16,
-        grid_size=3,
-        folds=3,
-        n_penalties=9,
-        logistic_max_iter=100,
-        transfer_objects=3,
-        transfer_n_source=64,
-        transfer_n_target=30,
-        transfer_epochs=1,
-        criterion_epochs=2,
-        amortised_epochs=1,
-        interp_points=3,
-        ip_epochs=1,
-        ip_n=24,
-        nested_sizes=(1, 3, 6),
-        s1_sizes=(0.5, 1.0),
-        s1_archs=("resnet18-cifar", "vgg11-cifar", "vit"),
-        s5_objects=2,
-        irrelevant_n=64,
-        alphas=(0.0, 0.5, 1.0),
-        betas=(0.0, 0.5, 1.0),
-        categories=("translate", "rotate", "hue+brightness+contrast"),
-        category_objects=3,
-        category_n=64,
-        sensitivity_n=16,
-        snapshot_images=6,
-        snapshot_grid=3,
-        cost_steps=1,
-        fewshot_episodes=10,
-        fewshot_splits=3,
-        vit_dim=16,
-        vit_depth=1,
-        vit_heads=2,
-        vit_epochs=1,
-    ),
+        "run.workers": 2,
+        "data.objects": 4,
+        "data.n_pretrain": 96,
+        "data.n_probe": 60,
+        "data.n_measure": 12,
+        "pretrain.width": 4,
+        "pretrain.epochs": 1,
+        "pretrain.batch_size": 32,
+        "pretrain.proj_dim": 16,
+        "measurement.grid_size": 3,
+        "probe.folds": 3,
+        "probe.n_penalties": 9,
+        "probe.logistic_max_iter": 100,
+        "speicher.transfer_objects": 3,
+        "speicher.transfer_n_source": 64,
+        "speicher.transfer_n_target": 30,
+        "speicher.transfer_epochs": 1,
+        "speicher.criterion_epochs": 2,
+        "chavhan.amortised_epochs": 1,
+        "chavhan.interp_points": 3,
+        "chavhan.ip_epochs": 1,
+        "chavhan.ip_n": 24,
+        "speicher.nested_sizes": (1, 3, 6),
+        "speicher.s1_sizes": (0.5, 1.0),
+        "speicher.s1_archs": ("resnet18-cifar", "vgg11-cifar", "vit"),
+        "speicher.s5_objects": 2,
+        "speicher.irrelevant_n": 64,
+        "speicher.alphas": (0.0, 0.5, 1.0),
+        "speicher.betas": (0.0, 0.5, 1.0),
+        "speicher.categories": ("translate", "rotate", "hue+brightness+contrast"),
+        "speicher.category_objects": 3,
+        "speicher.category_n": 64,
+        "speicher.sensitivity_n": 16,
+        "measurement.snapshot_images": 6,
+        "measurement.snapshot_grid": 3,
+        "chavhan.cost_steps": 1,
+        "chavhan.fewshot_episodes": 10,
+        "chavhan.fewshot_splits": 3,
+        "vit.dim": 16,
+        "vit.depth": 1,
+        "vit.heads": 2,
+        "vit.epochs": 1,
+    },
     # 3 seeds in 45.8 minutes on 2 idle CPU cores (2026-12-04, the default findings; 91 min of stage time: the
     # pretraining runs 68 of it, docs/reproduce.md, What the quick budget costs now): stages in
     # 2 processes of 1 thread each, a width-8 ResNet for 35 epochs, the amortised ones too (SPEC 5.2: at least a
     # specialist's epochs; they trained 8 before, which left C1, C2 and C4 not testable), learning curves every
     # 3 epochs; why these values: docs/reproduce.md
-    "quick": dict(
-        threads=1,
-        workers=2,
-        width=8,
-        pretrain_epochs=35,
-        curve_every=3,
-        amortised_epochs=35,
+    "quick": {
+        "run.threads": 1,
+        "run.workers": 2,
+        "pretrain.width": 8,
+        "pretrain.epochs": 35,
+        "pretrain.curve_every": 3,
+        "chavhan.amortised_epochs": 35,
         # E2's kernel ridge on 1 000 of the 3 000 probe images (SPEC 5.2's least): a few seconds per fit, where all
         # 3 000 would take minutes per seed on 1 thread
-        kernel_probe_n=1000,
+        "probe.kernel_n": 1000,
         # C4's few-shot settings on 1 000 probe images, 100 episodes and 10 splits: the amortised model learns its i
         # per episode (about 0.3 s a support set, 2-3 s a regression split on 1 core), which at the defaults (all
         # 3 000 images, 300 episodes, 30 splits) cost about 20 min per seed; chosen by cost, not by any result
-        fewshot_n=1000,
-        fewshot_episodes=100,
-        fewshot_splits=10,
+        "chavhan.fewshot_n": 1000,
+        "chavhan.fewshot_episodes": 100,
+        "chavhan.fewshot_splits": 10,
         # C1 and C7 read i at >= 7 points (about 20 s a seed more than 3)
-        interp_points=7,
-        ip_epochs=4,
-        ip_n=400,
+        "chavhan.interp_points": 7,
+        "chavhan.ip_epochs": 4,
+        "chavhan.ip_n": 400,
         # S3's 2 000 pairs cost about a minute per seed; S7's would cost over 14 min per seed (2 loaded cores,
         # 2026-12-04), so S7 stays below its 2 000-pair precondition here: not testable in quick
-        category_sensitivity_n=200,
-    ),
+        "speicher.category_sensitivity_n": 200,
+    },
     # one H100, about 30 minutes (untested: see docs/reproduce.md): full-width ResNet-18 at 64 px,
     # all five findings including the amortised model
-    "gpu": dict(
-        device="cuda",
-        threads=8,
-        size=64,
-        objects=18,
-        n_pretrain=12000,
-        n_probe=3000,
-        n_measure=256,
-        width=64,
-        pretrain_epochs=30,
-        batch_size=256,
-        lr=0.06,
-        proj_dim=128,
-        grid_size=16,
-        n_penalties=45,
-        logistic_max_iter=300,
-        transfer_objects=20,
-        transfer_n_source=6000,
-        transfer_n_target=2000,
-        transfer_epochs=15,
-        amortised_epochs=30,
-        interp_points=9,
-        ip_epochs=20,
-        ip_n=1500,
-    ),
-    "full": dict(
-        objects=18,
-        n_pretrain=10000,
-        n_probe=3000,
-        n_measure=256,
-        width=32,
-        pretrain_epochs=30,
-        batch_size=256,
-        lr=0.06,
-        grid_size=16,
-        n_penalties=45,
-        logistic_max_iter=500,
-        transfer_objects=30,
-        transfer_n_source=5000,
-        transfer_n_target=2000,
-        transfer_epochs=15,
-        amortised_epochs=30,
-        interp_points=9,
-        ip_epochs=20,
-        ip_n=1500,
-    ),
+    "gpu": {
+        "run.device": "cuda",
+        "run.threads": 8,
+        "data.size": 64,
+        "data.objects": 18,
+        "data.n_pretrain": 12000,
+        "data.n_probe": 3000,
+        "data.n_measure": 256,
+        "pretrain.width": 64,
+        "pretrain.epochs": 30,
+        "pretrain.batch_size": 256,
+        "pretrain.lr": 0.06,
+        "pretrain.proj_dim": 128,
+        "measurement.grid_size": 16,
+        "probe.n_penalties": 45,
+        "probe.logistic_max_iter": 300,
+        "speicher.transfer_objects": 20,
+        "speicher.transfer_n_source": 6000,
+        "speicher.transfer_n_target": 2000,
+        "speicher.transfer_epochs": 15,
+        "chavhan.amortised_epochs": 30,
+        "chavhan.interp_points": 9,
+        "chavhan.ip_epochs": 20,
+        "chavhan.ip_n": 1500,
+    },
+    "full": {
+        "data.objects": 18,
+        "data.n_pretrain": 10000,
+        "data.n_probe": 3000,
+        "data.n_measure": 256,
+        "pretrain.width": 32,
+        "pretrain.epochs": 30,
+        "pretrain.batch_size": 256,
+        "pretrain.lr": 0.06,
+        "measurement.grid_size": 16,
+        "probe.n_penalties": 45,
+        "probe.logistic_max_iter": 500,
+        "speicher.transfer_objects": 30,
+        "speicher.transfer_n_source": 5000,
+        "speicher.transfer_n_target": 2000,
+        "speicher.transfer_epochs": 15,
+        "chavhan.amortised_epochs": 30,
+        "chavhan.interp_points": 9,
+        "chavhan.ip_epochs": 20,
+        "chavhan.ip_n": 1500,
+    },
 }
 
 
-def preset(name: str, **overrides: Any) -> ReproduceConfig:
-    """The configuration called ``name`` ('tiny', 'quick', 'full') with ``overrides`` applied."""
+def preset(name: str, overrides: Mapping[str, Any] | None = None) -> ReproduceConfig:
+    """The configuration called ``name`` ('tiny', 'quick', 'gpu', 'full') with ``overrides`` (values by
+    ``section.field``: ``{"pretrain.epochs": 20}``) applied; ValueError (one line) naming an unknown preset or
+    field, or a flat name of before the sections with its new name."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose one of {', '.join(PRESETS)}")
-    values = {**PRESETS[name], **overrides, "preset": name}
-    fields = {f.name for f in dataclasses.fields(ReproduceConfig)}
-    removed = sorted(set(values) & set(REMOVED_FIELDS))
-    if removed:
-        raise ValueError(REMOVED_FIELDS[removed[0]].message(removed[0]))
-    unknown = sorted(set(values) - fields)
-    if unknown:
-        raise ValueError(f"unknown config field(s) {unknown}; fields are {', '.join(sorted(fields))}")
-    return ReproduceConfig(**values)
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise TypeError(f"preset overrides must be a mapping of section.field to value, got {overrides!r}")
+    return ReproduceConfig().with_values({**PRESETS[name], **(overrides or {}), "run.preset": name})
 
 
-def parse_override(
-    cfg_fields: dict[str, dataclasses.Field], text: str, config: type[ReproduceConfig] = ReproduceConfig
-) -> tuple[str, Any]:
-    """``--set KEY=VALUE`` read as (field, value) of ``config``, typed as the field's default; ValueError (one
-    line) for a malformed, unknown or removed field or a value that is not of the default's type."""
+def parse_override(text: str, config: type[ReproduceConfig] = ReproduceConfig) -> tuple[str, Any]:
+    """``--set SECTION.FIELD=VALUE`` read as (name, value) of ``config``, typed as the field's default; ValueError
+    (one line) for a malformed, unknown, removed or flat field name or a value that is not of the default's
+    type."""
     if "=" not in text:
-        raise ValueError(f"--set takes KEY=VALUE, got {text!r}")
+        raise ValueError(f"--set takes SECTION.FIELD=VALUE, got {text!r}")
     key, raw = (s.strip() for s in text.split("=", 1))
-    if key in REMOVED_FIELDS:
-        raise ValueError(f"--set: {REMOVED_FIELDS[key].message(key)}")
-    if key not in cfg_fields or key in ("preset", "findings"):
-        hint = " (select findings with --findings or --paper)" if key == "findings" else ""
-        raise ValueError(
-            f"--set: unknown config field {key!r}{hint}; fields are "
-            f"{', '.join(sorted(k for k in cfg_fields if k not in ('preset', 'findings')))}"
-        )
-    default = getattr(config(), key)
+    try:
+        config.declaration(key)
+    except ValueError as e:
+        raise ValueError(f"--set: {e}") from None
+    if key in ("run.preset", "run.findings"):
+        hint = "select findings with --findings or --paper" if key == "run.findings" else "choose it with --preset"
+        raise ValueError(f"--set: config field {key!r} is not set with --set; {hint}")
+    default = config().get(key)
     try:
         if isinstance(default, bool):
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
@@ -190,7 +184,7 @@ def parse_override(
             return key, float(raw)
         if isinstance(default, tuple):
             items = [s.strip() for s in raw.replace("+", ",").split(",") if s.strip()]
-            if key == "categories":  # a category joins types with '+': categories are split on ',' only
+            if key == "speicher.categories":  # a category joins types with '+': categories are split on ',' only
                 items = [s.strip() for s in raw.split(",") if s.strip()]
             kind = type(default[0]) if default else str
             return key, tuple(kind(v) for v in items)

@@ -22,13 +22,13 @@ def _stages_loop(model: torch.nn.Module, images: torch.Tensor, batch: int = 256)
 
 @pytest.mark.parametrize("key", ["random", "amortised", "amortised-k5", "vit-random", "vit-amortised"])
 def test_extract_gives_the_stages_loop_bits(rng, key):
-    cfg = preset("tiny", seed=int(rng.integers(1000)))
+    cfg = preset("tiny", {"run.seed": int(rng.integers(1000))})
     model = encoder(cfg, key)
     if key.endswith(("amortised", "amortised-k5")):
         k = 5 if key.endswith("k5") else 2
         model = WithDescriptor(model, rng.random(k).tolist())
     model.train()  # extract measures in eval mode whatever it is given, and gives the flags back
-    images = torch.from_numpy(rng.integers(0, 256, (300, 3, cfg.size, cfg.size), dtype=np.uint8))
+    images = torch.from_numpy(rng.integers(0, 256, (300, 3, cfg.data.size, cfg.data.size), dtype=np.uint8))
     got = extract(model, images)
     assert model.training and all(m.training for m in model.modules())
     want = _stages_loop(model, images)

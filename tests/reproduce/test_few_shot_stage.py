@@ -1,8 +1,6 @@
 """C4's few-shot settings with i learned per episode (``invfast.reproduce.stages.few_shot``): the same episodes and
 splits as the fixed models', the same readout, and i learned on the support set only."""
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -49,8 +47,10 @@ def _data(rng, n=90, classes=5):
     return images, labels, targets
 
 
-def _cfg(**kw):
-    return dataclasses.replace(preset("tiny"), objects=5, fewshot_episodes=6, fewshot_splits=3, ip_epochs=2, **kw)
+def _cfg():
+    return preset(
+        "tiny", {"data.objects": 5, "chavhan.fewshot_episodes": 6, "chavhan.fewshot_splits": 3, "chavhan.ip_epochs": 2}
+    )
 
 
 def test_blind_model_scores_exactly_as_its_fixed_features(rng):

@@ -140,7 +140,7 @@ def _toy_probe(ctx):
 
 
 def _toy_disk(cfg):
-    return 7.0 * cfg.seeds
+    return 7.0 * cfg.run.seeds
 
 
 def test_a_new_findings_stages_bring_their_disk_need(registered, monkeypatch):
@@ -152,11 +152,11 @@ def test_a_new_findings_stages_bring_their_disk_need(registered, monkeypatch):
     train = Stage("toy-train", _toy_train, writes=("toy/",), disk_mb=_toy_disk)
     probe = Stage("toy-probe", _toy_probe, needs=("toy-train",))
     stages = (*S.STAGES, train, probe)
-    cfg = RP.preset("tiny", findings=("E9",))
+    cfg = RP.preset("tiny", {"run.findings": ("E9",)})
     # E9's stages alone: 20 MiB of records and reports, and toy-train's 14 MiB on each of the 2 seeds
     assert R.disk_estimate_mb(cfg, stages) == pytest.approx(20 + 2 * 14)
-    both = RP.preset("tiny", findings=("E9", "S2"))
-    s2 = R.disk_estimate_mb(RP.preset("tiny", findings=("S2",)), S.STAGES)
+    both = RP.preset("tiny", {"run.findings": ("E9", "S2")})
+    s2 = R.disk_estimate_mb(RP.preset("tiny", {"run.findings": ("S2",)}), S.STAGES)
     assert R.disk_estimate_mb(both, stages) == pytest.approx(s2 + 2 * 14)
     # a stage that writes must say how much
     with pytest.raises(ValueError, match=r"stage 'toy-train' writes toy/: declare disk_mb"):
@@ -174,7 +174,9 @@ def test_a_findings_test_families_are_checked_when_a_run_starts(monkeypatch, tmp
     with pytest.raises(ValueError, match=r"has no appearance transform; E9 compares the appearance family: add one"):
         FR.check_families(("E9", "S2"), "rotation")
     FR.check_families(("S2",), "rotation")  # S2 compares no families
-    cfg = RP.preset("tiny", findings=("E9",), test_transforms="rotation")  # a configuration may hold it ...
+    cfg = RP.preset(
+        "tiny", {"run.findings": ("E9",), "measurement.transforms": "rotation"}
+    )  # a configuration may hold it ...
     with pytest.raises(ValueError, match="E9 compares the appearance family"):  # ... a run refuses it first
         R.reproduce(cfg, str(tmp_path / "out"), progress=False)
     assert not (tmp_path / "out").exists()

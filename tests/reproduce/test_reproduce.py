@@ -111,7 +111,7 @@ def test_tiny_end_to_end_report(tiny_run):
         sc = doc["probes"][task]["scores"]
         assert set(sc) == set(models) | {"Spa+App", "Def+Spa+App"}
         for s in sc.values():
-            assert len(s["fold_scores"]) == doc["config"]["folds"]
+            assert len(s["fold_scores"]) == doc["config"]["probe"]["folds"]
             assert s["mean"] == pytest.approx(np.mean(s["fold_scores"]))
             assert s["std"] == pytest.approx(np.std(s["fold_scores"]))
     assert doc["probes"]["identity"]["kind"] == "classification"
@@ -235,7 +235,7 @@ def test_a_report_names_the_stages_another_commit_computed(tiny_run):
 
 
 def test_config_mismatch_is_refused(tiny_run, capsys):
-    rc = main(["reproduce", "--preset", "tiny", "--set", "objects=5", "--out", str(tiny_run), "--no-progress"])
+    rc = main(["reproduce", "--preset", "tiny", "--set", "data.objects=5", "--out", str(tiny_run), "--no-progress"])
     assert rc == 2
     err = capsys.readouterr().err
     assert "different configuration" in err and "objects: folder has 4, this run has 5" in err
@@ -279,24 +279,33 @@ def test_bad_input(tmp_path, capsys):
     assert (foreign / "notes.txt").read_text() == "mine" and len(os.listdir(foreign)) == 1
     assert main(["reproduce", "--set", "colour=3", "--out", str(tmp_path / "x")]) == 2
     assert "unknown config field 'colour'" in capsys.readouterr().err
-    assert main(["reproduce", "--set", "objects=many", "--out", str(tmp_path / "x")]) == 2
+    assert main(["reproduce", "--set", "data.objects=many", "--out", str(tmp_path / "x")]) == 2
     assert "cannot read 'many' as int" in capsys.readouterr().err
-    assert main(["reproduce", "--preset", "tiny", "--set", "data_transforms=rotate", "--out", str(tmp_path / "x")]) == 2
+    assert main(["reproduce", "--preset", "tiny", "--set", "data.transforms=rotate", "--out", str(tmp_path / "x")]) == 2
     assert "must include" in capsys.readouterr().err
-    assert main(["reproduce", "--preset", "tiny", "--set", "backgrounds=builtin:0", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(["reproduce", "--preset", "tiny", "--set", "data.backgrounds=builtin:0", "--out", str(tmp_path / "x")])
+        == 2
+    )
     assert "backgrounds must be 'procedural:N', 'builtin:N'" in capsys.readouterr().err
-    assert main(["reproduce", "--preset", "tiny", "--set", "backgrounds=photos:3", "--out", str(tmp_path / "x")]) == 2
+    assert (
+        main(["reproduce", "--preset", "tiny", "--set", "data.backgrounds=photos:3", "--out", str(tmp_path / "x")]) == 2
+    )
     assert "backgrounds must be" in capsys.readouterr().err
-    fresh_on_a_bank = ["--set", "fresh_backgrounds=true", "--set", "backgrounds=procedural:8"]
+    fresh_on_a_bank = ["--set", "data.fresh_backgrounds=true", "--set", "data.backgrounds=procedural:8"]
     assert main(["reproduce", "--preset", "tiny", *fresh_on_a_bank, "--out", str(tmp_path / "x")]) == 2
     assert "fresh_backgrounds draws each view's background as uniform noise" in capsys.readouterr().err
-    assert main(["reproduce", "--preset", "tiny", "--set", "kernel_probe_n=3", "--out", str(tmp_path / "x")]) == 2
-    assert "kernel_probe_n must be 0 (all probe images) or an int in [2 x folds, n_probe]" in capsys.readouterr().err
+    assert main(["reproduce", "--preset", "tiny", "--set", "probe.kernel_n=3", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "probe.kernel_n must be 0 (all probe images) or an int in [2 x probe.folds, data.n_probe]" in err
+    assert main(["reproduce", "--preset", "tiny", "--set", "pretrain_epochs=3", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err  # a flat name of before the sections: one line naming the new one
+    assert "config field 'pretrain_epochs' is now 'pretrain.epochs'" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "x").exists()
     with pytest.raises(OSError, match="not enough disk space"):
         check_disk(str(tmp_path / "new" / "dir"), need_mb=1e12)
     assert main(["reproduce", "--preset", "tiny", "--print-config", "--out", str(tmp_path / "y")]) == 0
-    assert json.loads(capsys.readouterr().out)["objects"] == 4
+    assert json.loads(capsys.readouterr().out)["data"]["objects"] == 4
 
 
 def test_paired_against_scipy():
@@ -436,8 +445,8 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
         with pytest.raises(ValueError):
             S.load_stage_model(ctx, "default")
     else:
-        n = cfg.batch_size
-        np.save(ctx.path("transfer", "same_images.npy"), np.zeros((n, 3, cfg.size, cfg.size), np.uint8))
+        n = cfg.pretrain.batch_size
+        np.save(ctx.path("transfer", "same_images.npy"), np.zeros((n, 3, cfg.data.size, cfg.data.size), np.uint8))
         np.save(ctx.path("transfer", "same_labels.npy"), np.arange(n) % 2)
         from invfast.io import atomic_torch_save
         from invfast.pretrain.trainer import OWN_FILES
@@ -457,7 +466,7 @@ def test_crafted_cache_files_never_run_code(tmp_path, where):
 def test_over_seeds_in_the_tiny_report(tiny_run):
     doc = json.loads((tiny_run / "results.json").read_text())
     ov = doc["over_seeds"]
-    assert ov["seeds"] == [0, 1] and doc["config"]["seeds"] == 2
+    assert ov["seeds"] == [0, 1] and doc["config"]["run"]["seeds"] == 2
     for name, v in ov["statistics"].items():
         vals = np.asarray(v["values"])
         assert len(vals) == 2, name
@@ -520,7 +529,7 @@ def test_same_machine_and_seed_give_identical_numbers(tiny_run, tmp_path):
     assert run_cli("--preset", "tiny", "--out", str(out), "--workers", "2") == 0
     a = json.loads((tiny_run / "results.json").read_text())
     b = json.loads((out / "results.json").read_text())
-    assert (a["config"]["workers"], b["config"]["workers"]) == (1, 2)
+    assert (a["config"]["run"]["workers"], b["config"]["run"]["workers"]) == (1, 2)
     for key in ("invariance", "probes", "transfer", "amortised", "features", "findings", "verdict", "over_seeds"):
         assert a[key] == b[key], key
     assert list(a["timings"]) == list(b["timings"])  # every stage of every seed, in plan order
@@ -528,7 +537,7 @@ def test_same_machine_and_seed_give_identical_numbers(tiny_run, tmp_path):
 
 def _stage_a(ctx):
     with open(ctx.path("a.txt"), "w") as f:
-        f.write(str(ctx.cfg.seed))
+        f.write(str(ctx.cfg.run.seed))
     return {"pid": os.getpid()}
 
 
@@ -542,32 +551,32 @@ def _tiny_disk(cfg):
 
 
 def _stage_fails(ctx):
-    raise ValueError(f"stage failed on seed {ctx.cfg.seed}")
+    raise ValueError(f"stage failed on seed {ctx.cfg.run.seed}")
 
 
 def test_parallel_stages_respect_needs_and_raise_a_workers_error(tmp_path):
     cfg = RP.preset("tiny")
     a, b = R.Stage("a", _stage_a, writes=("a.txt",), disk_mb=_tiny_disk), R.Stage("b", _stage_b, needs=("a",))
-    jobs = [(c, str(tmp_path / f"s{c.seed}"), R.plan([b, a], c)) for c in R.seed_configs(cfg)]
+    jobs = [(c, str(tmp_path / f"s{c.run.seed}"), R.plan([b, a], c)) for c in R.seed_configs(cfg)]
     results, timings = R.run_parallel(jobs, workers=2)
-    assert [r["b"]["seed_seen"] for r in results] == [c.seed for c in R.seed_configs(cfg)]
+    assert [r["b"]["seed_seen"] for r in results] == [c.run.seed for c in R.seed_configs(cfg)]
     assert all(list(r) == ["a", "b"] for r in results) and all(list(t) == ["a", "b"] for t in timings)
     assert os.getpid() not in {r[k]["pid"] for r in results for k in r}  # the stages ran in the workers
     # finished stages are cached: a second call reads them back without running anything
     again, t2 = R.run_parallel(jobs, workers=2)
     assert again == results and all(t["a"]["cached"] for t in t2)
-    bad = [(c, str(tmp_path / f"f{c.seed}"), [a, R.Stage("fails", _stage_fails, needs=("a",))]) for c in [cfg]]
+    bad = [(c, str(tmp_path / f"f{c.run.seed}"), [a, R.Stage("fails", _stage_fails, needs=("a",))]) for c in [cfg]]
     with pytest.raises(ValueError, match="stage failed on seed 0"):
         R.run_parallel(bad, workers=2)
 
 
 def test_workers_are_checked_and_do_not_block_a_resume(tmp_path):
     with pytest.raises(ValueError, match=r"workers must be an integer in \[1, 256\], got 0"):
-        RP.preset("quick", workers=0)
+        RP.preset("quick", {"run.workers": 0})
     with pytest.raises(ValueError, match="needs workers=1"):
-        RP.preset("gpu", workers=2)
-    cfg = RP.preset("quick", workers=3)
-    assert "workers" not in cfg.claim_dict() and cfg.to_dict()["workers"] == 3
+        RP.preset("gpu", {"run.workers": 2})
+    cfg = RP.preset("quick", {"run.workers": 3})
+    assert "run.workers" not in cfg.claim_dict() and cfg.to_dict()["run"]["workers"] == 3
 
 
 def _no_rotational_symmetry(alpha, name):
@@ -583,13 +592,16 @@ def _no_rotational_symmetry(alpha, name):
 def test_builtin_main_objects_have_no_rotational_symmetry():
     from invfast.synthetic.banks import builtin_objects
 
-    cfg = RP.preset("quick", object_style="builtin")
+    cfg = RP.preset("quick", {"data.object_style": "builtin"})
     ids = S.main_objects(cfg)
-    assert len(ids) == cfg.objects == len(set(ids))
+    assert len(ids) == cfg.data.objects == len(set(ids))
     bank = builtin_objects(max(61, max(ids) + 1))
     for i in ids:
         _no_rotational_symmetry(bank.images[i][..., 3], bank.names[i])
-    assert S.main_objects(RP.preset("quick", object_style="builtin", asymmetric_objects=False)) == cfg.objects
+    assert (
+        S.main_objects(RP.preset("quick", {"data.object_style": "builtin", "data.asymmetric_objects": False}))
+        == cfg.data.objects
+    )
 
 
 @pytest.mark.parametrize("style", ["silhouettes", "shared-palette"])
@@ -601,9 +613,9 @@ def test_objects_differ_in_shape_and_texture_not_in_colour(style):
     from invfast.reproduce.stages import data as D
     from invfast.synthetic.banks import builtin_objects
 
-    cfg = RP.preset("quick", object_style=style)
+    cfg = RP.preset("quick", {"data.object_style": style})
     bank = S.main_objects(cfg)
-    assert len(bank) == cfg.objects
+    assert len(bank) == cfg.data.objects
     builtin = builtin_objects(61)
     if style == "silhouettes":
         rgb = np.round(np.array(colorsys.hsv_to_rgb(*D.SILHOUETTE_HSV)) * 255)
@@ -627,9 +639,9 @@ def test_objects_differ_in_shape_and_texture_not_in_colour(style):
     for img, name in zip(S.rotation_objects(cfg).images, S.rotation_objects(cfg).names):
         _no_rotational_symmetry(img[..., 3], name)
     with pytest.raises(ValueError, match="18 distinct shapes"):
-        RP.preset("quick", objects=19)
+        RP.preset("quick", {"data.objects": 19})
     with pytest.raises(ValueError, match="object_style"):
-        RP.preset("quick", object_style="painted")
+        RP.preset("quick", {"data.object_style": "painted"})
 
 
 def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
@@ -641,17 +653,17 @@ def test_rotation_task_has_its_own_set_where_only_rotation_varies(tmp_path):
     ctx = S.Context(cfg, str(tmp_path), progress=False)
     info = S.make_data(ctx)
     assert info["splits"]["rotation"]["transforms"] == ["rotate"]
-    assert info["splits"]["probe"]["transforms"] == list(cfg.data_transforms)
+    assert info["splits"]["probe"]["transforms"] == list(cfg.data.transforms)
     ds = Transforms2D(
         objects=S.rotation_objects(cfg),
         transforms=("rotate",),
-        size=cfg.size,
-        n=cfg.n_probe,
-        seed=cfg.seed,
+        size=cfg.data.size,
+        n=cfg.data.n_probe,
+        seed=cfg.run.seed,
         split="val",
         backgrounds=cfg.main_backgrounds(),
     )
-    images, _, params = ds.generate(range(cfg.n_probe))
+    images, _, params = ds.generate(range(cfg.data.n_probe))
     assert torch.equal(ctx.images("rotation"), images)
     for k in ("x", "y", "scale", "hue"):
         assert float(params[k].double().std()) == 0.0, k
@@ -674,24 +686,24 @@ def test_main_data_draws_from_the_configured_backgrounds(tmp_path, spec, count, 
     from invfast.synthetic import Transforms2D
     from invfast.synthetic.banks import builtin_backgrounds
 
-    cfg = RP.preset("tiny", backgrounds=spec, fresh_backgrounds=spec == "uniform-random")
+    cfg = RP.preset("tiny", {"data.backgrounds": spec, "data.fresh_backgrounds": spec == "uniform-random"})
     ctx = S.Context(cfg, str(tmp_path), progress=False)
     assert S.make_data(ctx)["backgrounds"] == spec
     images = ctx.images("probe")
     ds = Transforms2D(
         objects=S.main_objects(cfg),
-        transforms=cfg.data_transforms,
-        size=cfg.size,
-        n=cfg.n_probe,
-        seed=cfg.seed,
+        transforms=cfg.data.transforms,
+        size=cfg.data.size,
+        n=cfg.data.n_probe,
+        seed=cfg.run.seed,
         split="val",
         backgrounds=cfg.main_backgrounds(),
     )
-    _, _, params = ds.generate(range(cfg.n_probe))
-    assert torch.equal(images, ds.generate(range(cfg.n_probe))[0])
+    _, _, params = ds.generate(range(cfg.data.n_probe))
+    assert torch.equal(images, ds.generate(range(cfg.data.n_probe))[0])
     if count is None:
         return
-    bank = builtin_backgrounds(count, cfg.size, procedural_fraction=procedural)
+    bank = builtin_backgrounds(count, cfg.data.size, procedural_fraction=procedural)
     used = params["background"].long()
     assert int(used.max()) < count
     # corner pixels far from the (centred, at most image-sized) object show the bank's background
@@ -707,10 +719,11 @@ def test_gpu_preset_is_the_default_with_cuda(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert main(["reproduce", "--print-config", "--out", str(tmp_path / "g")]) == 0
     cfg = json.loads(capsys.readouterr().out)
-    assert cfg["preset"] == "gpu" and cfg["device"] == "cuda" and "C1" in cfg["findings"] and cfg["seeds"] >= 3
+    run = cfg["run"]
+    assert run["preset"] == "gpu" and run["device"] == "cuda" and "C1" in run["findings"] and run["seeds"] >= 3
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["reproduce", "--print-config", "--out", str(tmp_path / "q")]) == 0
-    assert json.loads(capsys.readouterr().out)["preset"] == "quick"
+    assert json.loads(capsys.readouterr().out)["run"]["preset"] == "quick"
     with pytest.raises(ValueError, match="no CUDA device"):
         R.reproduce(RP.preset("gpu"), str(tmp_path / "g2"), progress=False)
     assert not (tmp_path / "g2").exists()
@@ -718,7 +731,7 @@ def test_gpu_preset_is_the_default_with_cuda(monkeypatch, capsys, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- structure
 def test_stages_are_records_in_an_order_that_respects_their_needs():
-    tiny, quick = RP.preset("tiny"), RP.preset("quick", findings=("E1", "E2", "E3", "S8"))
+    tiny, quick = RP.preset("tiny"), RP.preset("quick", {"run.findings": ("E1", "E2", "E3", "S8")})
     order = R.plan(S.STAGES, tiny)
     names = [st.name for st in order]
     assert len(names) == len(set(names)) == len(S.STAGES)
@@ -778,11 +791,11 @@ def test_selection_by_id_and_by_paper(capsys, tmp_path):
     with pytest.raises(ValueError, match="lists an id twice"):
         FR.select("S2,S2")
     # only the stages the chosen findings need (and what those need) run
-    cfg = RP.preset("tiny", findings=("S2",))
+    cfg = RP.preset("tiny", {"run.findings": ("S2",)})
     want = ["transfer-data", "transfer-train-same", "transfer-train-different", "s2-probe"]
     assert [st.name for st in R.selected_plan(S.STAGES, cfg)] == want
     assert main(["reproduce", "--preset", "tiny", "--findings", "S5", "--print-config"]) == 0
-    assert json.loads(capsys.readouterr().out)["findings"] == ["S5"]
+    assert json.loads(capsys.readouterr().out)["run"]["findings"] == ["S5"]
     with pytest.raises(SystemExit) as both:  # argparse: the two options exclude each other
         main(["reproduce", "--preset", "tiny", "--findings", "S5", "--paper", "speicher", "--out", "x"])
     assert both.value.code == 2
@@ -792,7 +805,7 @@ def test_selection_by_id_and_by_paper(capsys, tmp_path):
     assert main(["reproduce", "--preset", "tiny", "--set", "amortised=true", "--out", str(tmp_path / "a")]) == 2
     assert "--paper chavhan" in capsys.readouterr().err
     # the selection is scheduling only: a folder resumes under another one
-    assert "findings" not in RP.preset("tiny", findings=("S2",)).claim_dict()
+    assert "findings" not in RP.preset("tiny", {"run.findings": ("S2",)}).claim_dict()
 
 
 def test_adding_a_stage_is_one_record(tiny_run, tmp_path, monkeypatch):
@@ -805,7 +818,7 @@ def test_adding_a_stage_is_one_record(tiny_run, tmp_path, monkeypatch):
     calls = []
 
     def feature_norms(ctx):
-        calls.append(ctx.cfg.seed)
+        calls.append(ctx.cfg.run.seed)
         f = ctx.array(*S.feature_file("spatial", "probe"))
         path = ctx.path("extra", "norms.npy")
         np.save(path, np.linalg.norm(f, axis=1))
@@ -901,24 +914,27 @@ def test_moco_queue_size_is_the_library_default_or_a_multiple_of_the_batch():
     from invfast.pretrain import default_queue_size
 
     cfg = RP.preset("quick")
-    assert cfg.queue_size == 0 and cfg.moco_queue_size() == default_queue_size(cfg.n_pretrain, cfg.batch_size) == 256
-    assert RP.preset("quick", queue_size=512).moco_queue_size() == 512
+    assert (
+        cfg.pretrain.queue_size == 0
+        and cfg.moco_queue_size() == default_queue_size(cfg.data.n_pretrain, cfg.pretrain.batch_size) == 256
+    )
+    assert RP.preset("quick", {"pretrain.queue_size": 512}).moco_queue_size() == 512
     for bad in (-64, 100, True, 64.0):
         with pytest.raises(ValueError, match="queue_size must be 0"):
-            RP.preset("quick", queue_size=bad)
+            RP.preset("quick", {"pretrain.queue_size": bad})
 
 
 def test_head_norm_reaches_every_contrastive_model_and_old_folders_resume_without_it(tmp_path):
     from invfast.reproduce.stages.pretraining import amortised_method, policy_method
 
-    cfg = RP.preset("tiny", head_norm="bn")
+    cfg = RP.preset("tiny", {"pretrain.head_norm": "bn"})
     for method in (policy_method(cfg, "default"), amortised_method(cfg, "amortised")):
         assert {h.norm for h in method.online.heads} == {"bn"} and method.config()["head_norm"] == "bn"
     assert {h.norm for h in policy_method(RP.preset("tiny"), "spatial").online.heads} == {"none"}
     with pytest.raises(ValueError, match="head_norm must be one of none, bn, got 'layer'"):
-        RP.preset("tiny", head_norm="layer")
+        RP.preset("tiny", {"pretrain.head_norm": "layer"})
     assert "head_norm" not in RP.preset("quick").claim_dict()  # folders of before hold none: they resume
-    assert RP.preset("quick", head_norm="bn").claim_dict()["head_norm"] == "bn"
+    assert RP.preset("quick", {"pretrain.head_norm": "bn"}).claim_dict()["pretrain.head_norm"] == "bn"
 
 
 def test_warmup_is_a_fraction_of_each_pretraining_run_and_old_folders_resume_without_it(tmp_path):
@@ -927,19 +943,19 @@ def test_warmup_is_a_fraction_of_each_pretraining_run_and_old_folders_resume_wit
     from invfast.reproduce.stages.context import Context
     from invfast.reproduce.stages.pretraining import train_config
 
-    cfg = RP.preset("quick", warmup=0.1)
+    cfg = RP.preset("quick", {"pretrain.warmup": 0.1})
     ctx = Context(cfg, str(tmp_path), progress=False)
-    steps = cfg.pretrain_epochs * (cfg.n_pretrain // cfg.batch_size)
-    assert train_config(ctx, "default", cfg.pretrain_epochs, cfg.n_pretrain, warmup=cfg.warmup).warmup_steps == (
-        steps // 10
-    )
+    steps = cfg.pretrain.epochs * (cfg.data.n_pretrain // cfg.pretrain.batch_size)
+    assert train_config(
+        ctx, "default", cfg.pretrain.epochs, cfg.data.n_pretrain, warmup=cfg.pretrain.warmup
+    ).warmup_steps == (steps // 10)
     assert train_config(ctx, "transfer/x", 5, 1200).warmup_steps == 0  # supervised runs: no warm-up
     for bad in (-0.1, 1.0, True, "0.1"):
         with pytest.raises(ValueError, match="warmup must be a fraction"):
-            RP.preset("quick", warmup=bad)
+            RP.preset("quick", {"pretrain.warmup": bad})
     # a folder made before the field existed holds no 'warmup': it resumes at 0 and only at 0
     old = RP.preset("quick").claim_dict()
-    assert "warmup" not in old and cfg.claim_dict()["warmup"] == 0.1
+    assert "pretrain.warmup" not in old and cfg.claim_dict()["pretrain.warmup"] == 0.1
     claim_folder(str(tmp_path / "old"), old, "folder")
     claim_folder(str(tmp_path / "old"), RP.preset("quick").claim_dict(), "folder")
     with pytest.raises(ConfigMismatchError, match=r"warmup: folder has '<absent>', this run has 0.1"):
@@ -955,23 +971,26 @@ def test_a_refused_folder_says_the_options_that_resume_it(tmp_path, case):
     ADDED_FIELDS = RP.ReproduceConfig.added_fields()
     from invfast.reproduce.folders import claim_folder
 
-    made = dict(seed=0) if case == "later default" else dict(seed=3, width=16, categories=("translate", "hflip"))
-    saved = RP.preset("quick", **made).claim_dict()
-    if case != "own settings":  # made before vit_dim existed; today's run asks for another one
-        saved.pop("vit_dim", None)
+    made = (
+        {"run.seed": 0}
+        if case == "later default"
+        else {"run.seed": 3, "pretrain.width": 16, "speicher.categories": ("translate", "hflip")}
+    )
+    saved = RP.preset("quick", made).claim_dict()
+    if case != "own settings":  # made before vit.dim existed; today's run asks for another one
+        saved.pop("vit.dim", None)
     claim_folder(str(tmp_path / "f"), saved, "folder", ADDED_FIELDS)
-    now = RP.preset("quick", vit_dim=96)
+    now = RP.preset("quick", {"vit.dim": 96})
     with pytest.raises(ConfigMismatchError, match="to resume it as it was made, add: ") as err:
         claim_folder(str(tmp_path / "f"), now.claim_dict(), "folder", ADDED_FIELDS)
     options = str(err.value).split("add: ", 1)[1].rstrip(").").split(" ")
-    fields = {f.name: f for f in dataclasses.fields(now)}
     overrides: dict = {}
     for opt, arg in zip(options[::2], options[1::2]):
-        key, value = RP.parse_override(fields, arg) if opt == "--set" else (opt.lstrip("-"), int(arg))
+        key, value = RP.parse_override(arg) if opt == "--set" else ("run." + opt.lstrip("-"), int(arg))
         overrides[key] = value
     assert ("--set" in options) and (case == "later default" or "--seed" in options)
     claim_folder(
-        str(tmp_path / "f"), RP.preset("quick", **{"vit_dim": 96, **overrides}).claim_dict(), "folder", ADDED_FIELDS
+        str(tmp_path / "f"), RP.preset("quick", {"vit.dim": 96, **overrides}).claim_dict(), "folder", ADDED_FIELDS
     )
 
 
@@ -1028,7 +1047,7 @@ def _stage_crashes_once(ctx):
     if not os.path.exists(flag):
         open(flag, "w").close()
         os.kill(os.getpid(), signal.SIGSEGV)
-    return {"seed_seen": ctx.cfg.seed}
+    return {"seed_seen": ctx.cfg.run.seed}
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="a worker killed by a signal")
@@ -1042,7 +1061,7 @@ def test_a_worker_killed_by_a_native_crash_stops_the_run_and_it_resumes(tmp_path
     assert sorted(os.listdir(tmp_path / "s0" / "stages")) == ["a.json"]
     results, timings = R.run_parallel(jobs, workers=2)
     assert timings[0]["a"]["cached"] and not timings[0]["crash"]["cached"]
-    assert results[0]["crash"] == {"seed_seen": cfg.seed}
+    assert results[0]["crash"] == {"seed_seen": cfg.run.seed}
 
 
 def test_a_damaged_cache_file_is_named_with_the_fix_and_the_fix_works(tiny_run, tmp_path, capsys):
@@ -1075,11 +1094,11 @@ def test_the_disk_estimate_bounds_what_the_tiny_run_wrote(tiny_run):
 
 def test_a_stage_that_cannot_make_its_model_is_refused_before_any_folder(capsys, tmp_path):
     # E5 reads the K = 5 amortised model: resnet34-cifar has no Hyper-ResNet (a C-finding check missed this)
-    cfg = RP.preset("tiny", arch="resnet34-cifar", findings=("E5",))
+    cfg = RP.preset("tiny", {"pretrain.arch": "resnet34-cifar", "run.findings": ("E5",)})
     with pytest.raises(ValueError, match=r"stage 'pretrain-amortised-k5' cannot make its model .*hyper-resnet34"):
         R.reproduce(cfg, str(tmp_path / "a"), progress=False)
     assert not (tmp_path / "a").exists()
-    argv = ["reproduce", "--preset", "tiny", "--findings", "C3", "--set", "arch=resnet34-cifar"]
+    argv = ["reproduce", "--preset", "tiny", "--findings", "C3", "--set", "pretrain.arch=resnet34-cifar"]
     assert main([*argv, "--out", str(tmp_path / "b")]) == 2
     err = capsys.readouterr().err
     assert "cannot make its model" in err and len(err.strip().splitlines()) == 1
@@ -1087,14 +1106,19 @@ def test_a_stage_that_cannot_make_its_model_is_refused_before_any_folder(capsys,
 
 
 def test_a_one_family_transform_selection_is_refused_where_a_finding_needs_both(capsys, tmp_path):
-    assert main(["reproduce", "--preset", "tiny", "--set", "test_transforms=hflip", "--out", str(tmp_path / "a")]) == 2
+    assert (
+        main(["reproduce", "--preset", "tiny", "--set", "measurement.transforms=hflip", "--out", str(tmp_path / "a")])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "has no appearance transform; E1 and C1 compare" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / "a").exists()
-    cfg = RP.preset("tiny", test_transforms="hflip", findings=("S8",))  # no finding of S8 measures families
-    assert cfg.test_transforms == "hflip"
+    cfg = RP.preset(
+        "tiny", {"measurement.transforms": "hflip", "run.findings": ("S8",)}
+    )  # no finding of S8 measures families
+    assert cfg.measurement.transforms == "hflip"
     with pytest.raises(ValueError, match="unknown transform"):
-        RP.preset("tiny", test_transforms="bogus")
+        RP.preset("tiny", {"measurement.transforms": "bogus"})
 
 
 def test_the_commit_is_read_without_writing_to_the_checkout(tmp_path):
@@ -1166,7 +1190,7 @@ def test_the_console_names_each_reason_once_in_one_short_line():
 def test_c6_times_whole_epochs_of_every_model_in_turns(tmp_path):
     """C6's stage times cost_epochs epochs of each model (SPEC 5.2: the median of >= 5), so its rule is testable."""
     out = tmp_path / "c6"
-    assert run_cli("--preset", "tiny", "--findings", "C6", "--set", "seeds=1", "--out", str(out)) == 0
+    assert run_cli("--preset", "tiny", "--findings", "C6", "--set", "run.seeds=1", "--out", str(out)) == 0
     doc = json.loads((out / "results.json").read_text())
     cost = next(iter(doc["per_seed"].values()))["stages"]["amortised-cost"]
     assert cost["timed_epochs"] == 5
@@ -1185,7 +1209,7 @@ def test_c6_times_whole_epochs_of_every_model_in_turns(tmp_path):
 def test_s6_probes_the_untrained_network_as_its_control(tmp_path):
     """S6's rule compares with the untrained network's accuracy, so the stage probes it on every column."""
     out = tmp_path / "s6"
-    assert run_cli("--preset", "tiny", "--findings", "S6", "--set", "seeds=1", "--out", str(out)) == 0
+    assert run_cli("--preset", "tiny", "--findings", "S6", "--set", "run.seeds=1", "--out", str(out)) == 0
     doc = json.loads((out / "results.json").read_text())
     s6 = next(iter(doc["per_seed"].values()))["stages"]["s6-probe"]
     cats = s6["categories"]
@@ -1198,7 +1222,7 @@ def test_s6_probes_the_untrained_network_as_its_control(tmp_path):
 def test_s2_probes_the_crossed_model_on_all_four_sets(tmp_path):
     """S2's crossed design: the (O1, T2) model is probed on the four sets beside the (O1, T1) model."""
     out = tmp_path / "s2"
-    assert run_cli("--preset", "tiny", "--findings", "S2", "--set", "seeds=1", "--out", str(out)) == 0
+    assert run_cli("--preset", "tiny", "--findings", "S2", "--set", "run.seeds=1", "--out", str(out)) == 0
     doc = json.loads((out / "results.json").read_text())
     s2 = next(iter(doc["per_seed"].values()))["stages"]["s2-probe"]
     sets = ["all", "none", "objects", "transforms"]
@@ -1218,11 +1242,11 @@ def test_s5_scores_the_pairs_the_oplus_model_never_saw(tmp_path):
     from invfast.reproduce.stages.class_transfer import class_transfer_dataset
 
     out = tmp_path / "s5"
-    assert run_cli("--preset", "tiny", "--findings", "S5", "--set", "seeds=1", "--out", str(out)) == 0
+    assert run_cli("--preset", "tiny", "--findings", "S5", "--set", "run.seeds=1", "--out", str(out)) == 0
     doc = json.loads((out / "results.json").read_text())
     s5 = next(iter(doc["per_seed"].values()))["stages"]["s5-probe"]
-    cfg = RP.preset("tiny", seeds=1)
-    n, k = cfg.transfer_n_target, cfg.s5_objects
+    cfg = RP.preset("tiny", {"run.seeds": 1})
+    n, k = cfg.speicher.transfer_n_target, cfg.speicher.s5_objects
     for d, group in (("T1", "O2"), ("T2", "O1")):
         labels = class_transfer_dataset(cfg, "val", n, d).generate(range(n))[1].numpy()
         shows = labels >= k if group == "O2" else labels < k
@@ -1238,7 +1262,7 @@ def test_s5_scores_the_pairs_the_oplus_model_never_saw(tmp_path):
 def test_c3_learns_i_from_five_starts_per_task(tmp_path):
     """C3's rule needs >= 5 restarts of the learned i per task, each with the score at i = (0.5, 0.5)."""
     out = tmp_path / "c3"
-    assert run_cli("--preset", "tiny", "--findings", "C3", "--set", "seeds=1", "--out", str(out)) == 0
+    assert run_cli("--preset", "tiny", "--findings", "C3", "--set", "run.seeds=1", "--out", str(out)) == 0
     doc = json.loads((out / "results.json").read_text())
     learned = next(iter(doc["per_seed"].values()))["stages"]["amortised-learned-i"]
     for task in learned.values():
@@ -1269,6 +1293,9 @@ def test_setup_says_each_papers_scale_against_the_runs():
     cfg = RP.preset("quick")
     lines = _scale_lines(cfg, {"speicher", "chavhan"})
     assert len(lines) == 2 and lines[0].startswith("- Scale against the paper — Speicher et al.")
-    assert "50 000 training images" in lines[0] and f"{cfg.transfer_n_source} training images per model" in lines[0]
-    assert "ImageNet-100" in lines[1] and f"{cfg.amortised_epochs} epochs" in lines[1]
+    assert (
+        "50 000 training images" in lines[0]
+        and f"{cfg.speicher.transfer_n_source} training images per model" in lines[0]
+    )
+    assert "ImageNet-100" in lines[1] and f"{cfg.chavhan.amortised_epochs} epochs" in lines[1]
     assert _scale_lines(cfg, set()) == []

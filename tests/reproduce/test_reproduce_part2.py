@@ -23,7 +23,7 @@ def part2_run(tmp_path_factory):
     try:
         findings = "E4,E5,C2,C4,C5,C6,C7"
         args = ["reproduce", "--preset", "tiny", "--findings", findings, "--out", str(out), "--no-progress"]
-        assert main([*args, "--threads", "1", "--set", "seeds=1"]) == 0
+        assert main([*args, "--threads", "1", "--set", "run.seeds=1"]) == 0
     finally:
         torch.set_num_threads(threads)
     return out
@@ -98,8 +98,8 @@ def test_c7_runs_the_transformers(part2_run):
         for k in ("default", "spatial", "appearance", "amortised")
     }
     for k, state in encoders.items():
-        assert state["patch_embed.weight"].shape == (cfg.vit_dim, 3, cfg.vit_patch, cfg.vit_patch), k
-        assert sum(name.endswith("qkv.weight") for name in state) == cfg.vit_depth
+        assert state["patch_embed.weight"].shape == (cfg.vit.dim, 3, cfg.vit.patch, cfg.vit.patch), k
+        assert sum(name.endswith("qkv.weight") for name in state) == cfg.vit.depth
         assert ("prompt_w1" in state) == (k == "amortised")  # the Prompt-ViT only for the amortised model
     tr = doc["transformers"]
     c7 = next(f for f in doc["findings"] if f["id"] == "C7")
@@ -117,7 +117,7 @@ def test_c7_runs_the_transformers(part2_run):
     # C1's control (here C7's): the Prompt-ViT as it started (warm-started from the Default ViT) at both corners
     init = doc["transformers"]["interpolation"]["init"]["points"]
     assert [p["i"] for p in init] == [[1.0, 0.0], [0.0, 1.0]]
-    assert all(len(v) == doc["config"]["n_measure"] for p in init for v in p["per_image_cosine"].values())
+    assert all(len(v) == doc["config"]["data"]["n_measure"] for p in init for v in p["per_image_cosine"].values())
     assert "initialisation" not in json.dumps(c7), c7  # the control exists: never 'needs … initialisation'
     # the ResNets' numbers are not the transformers': C2 of each family reads its own measurement
     assert not (part2_run / "cache" / "measure" / "vit-spatial.json").samefile(
@@ -248,25 +248,25 @@ def test_vit_fields_are_checked_and_old_folders_resume_without_them(tmp_path):
     from invfast.reproduce.stages.context import encoder
 
     for kw, msg in (
-        (dict(vit_patch=5), r"vit_patch \(5\) must divide size \(32\)"),
-        (dict(vit_heads=3), r"vit_heads \(3\) must divide vit_dim \(64\)"),
-        (dict(vit_lr=0.0), r"vit_lr must be a finite number in \(0, 10\], got 0.0"),
-        (dict(vit_lr=float("inf")), r"vit_lr must be a finite number in \(0, 10\], got inf"),
-        (dict(vit_epochs=0), r"vit_epochs must be an integer in \[1, 100000\], got 0"),
+        ({"vit.patch": 5}, r"vit.patch \(5\) must divide data.size \(32\)"),
+        ({"vit.heads": 3}, r"vit.heads \(3\) must divide vit.dim \(64\)"),
+        ({"vit.lr": 0.0}, r"^config field vit.lr must be a finite number in \(0, 10\], got 0.0$"),
+        ({"vit.lr": float("inf")}, r"^config field vit.lr must be a finite number in \(0, 10\], got inf$"),
+        ({"vit.epochs": 0}, r"^config field vit.epochs must be an integer in \[1, 100000\], got 0$"),
     ):
         with pytest.raises(ValueError, match=msg):
-            preset("quick", **kw)
+            preset("quick", kw)
     cfg = preset("quick")
     vit, prompt = encoder(cfg, "vit-default"), encoder(cfg, "vit-amortised")
     assert type(vit) is ViT and isinstance(prompt, PromptViT) and prompt.inv_dim == 2
-    assert vit.patch == prompt.patch == cfg.vit_patch and len(vit.blocks) == len(prompt.blocks) == cfg.vit_depth
+    assert vit.patch == prompt.patch == cfg.vit.patch and len(vit.blocks) == len(prompt.blocks) == cfg.vit.depth
     same = encoder(cfg, "vit-default").state_dict()
     assert all(torch.equal(same[k], v) for k, v in vit.state_dict().items())  # seeded by the master seed and key
     assert not torch.equal(encoder(cfg, "vit-spatial").patch_embed.weight, vit.patch_embed.weight)
     # a folder made before the transformers existed resumes at the quick values, and only at them
-    # (vit_warm_start came later, with its own added default: it changes the Prompt-ViT's numbers)
-    old = {k: v for k, v in cfg.claim_dict().items() if not k.startswith("vit_") or k == "vit_warm_start"}
+    # (vit.warm_start came later, with its own added default: it changes the Prompt-ViT's numbers)
+    old = {k: v for k, v in cfg.claim_dict().items() if not k.startswith("vit.") or k == "vit.warm_start"}
     assert old == cfg.claim_dict()
     claim_folder(str(tmp_path / "old"), old, "folder")
-    with pytest.raises(ConfigMismatchError, match=r"vit_epochs: folder has '<absent>', this run has 10"):
-        claim_folder(str(tmp_path / "old"), preset("quick", vit_epochs=10).claim_dict(), "folder")
+    with pytest.raises(ConfigMismatchError, match=r"vit.epochs: folder has '<absent>', this run has 10"):
+        claim_folder(str(tmp_path / "old"), preset("quick", {"vit.epochs": 10}).claim_dict(), "folder")

@@ -41,7 +41,7 @@ def speicher_run(tmp_path_factory):
     threads = torch.get_num_threads()
     try:
         args = ["reproduce", "--preset", "tiny", "--paper", "speicher", "--out", str(out), "--no-progress"]
-        assert main([*args, "--threads", "1", "--set", "seeds=1"]) == 0
+        assert main([*args, "--threads", "1", "--set", "run.seeds=1"]) == 0
     finally:
         torch.set_num_threads(threads)
     return out
@@ -89,10 +89,10 @@ def test_every_speicher_finding_runs_on_the_tiny_preset(speicher_run):
     cfg = RP.preset("tiny")
     # S1: every factor value, a same and a different model each, probed on the target
     assert set(doc["factors"]["factors"]) == {"size", "arch", "classes"}
-    assert list(doc["factors"]["factors"]["arch"]) == list(cfg.s1_archs)
+    assert list(doc["factors"]["factors"]["arch"]) == list(cfg.speicher.s1_archs)
     assert list(doc["factors"]["factors"]["classes"]) == ["subset", "disjoint", "same", "superset"]
     # S6 / S7: one model per category and 'none'; sensitivities for both kinds at the three OOD levels
-    assert set(doc["categories"]["accuracy"]) == {*cfg.categories, "none", "untrained"}  # S6: its control row
+    assert set(doc["categories"]["accuracy"]) == {*cfg.speicher.categories, "none", "untrained"}  # S6: its control row
     for kind in ("image", "random"):
         assert set(doc["ood"]["sensitivity"][kind]) == {"in distribution", "mild OOD", "strong OOD"}
     # S1's and S8's models (and the transfer models they reuse) train to the 0.9 criterion or the cap, which is said
@@ -119,7 +119,7 @@ def test_the_default_pair_is_one_model_pair_seen_by_s1_s2_and_s8(speicher_run):
     assert all(r["same"]["model"] == "transfer-same" and r["different"]["model"] == "transfer-different" for r in rows)
     assert rows[0] == rows[1] == rows[2]
     assert doc["equivariance"]["scores"]["transforms"]["fold_scores"] == rows[0]["same"]["fold_scores"]
-    k = str(doc["config"]["transfer_transforms"])
+    k = str(doc["config"]["speicher"]["transfer_transforms"])
     assert doc["nested"]["models"][k] == "transfer-same"
     assert doc["nested"]["accuracy"][k][k]["fold_scores"] == rows[0]["same"]["fold_scores"]
 
@@ -249,13 +249,13 @@ def test_irrelevant_feature_sets_keep_train_and_test_apart():
 
 def test_speicher_config_is_checked():
     with pytest.raises(ValueError, match="nested_sizes must lie in 1..6"):
-        RP.preset("quick", nested_sizes=(1, 7))
+        RP.preset("quick", {"speicher.nested_sizes": (1, 7)})
     with pytest.raises(ValueError, match="s1_archs"):
-        RP.preset("quick", s1_archs=("resnet18-cifar", "prompt-vit"))
+        RP.preset("quick", {"speicher.s1_archs": ("resnet18-cifar", "prompt-vit")})
     with pytest.raises(ValueError, match="categories: 'spin'"):
-        RP.preset("quick", categories=("rotate", "spin"))
+        RP.preset("quick", {"speicher.categories": ("rotate", "spin")})
     with pytest.raises(ValueError, match="betas must start at 0"):
-        RP.preset("quick", betas=(0.2, 1.0))
+        RP.preset("quick", {"speicher.betas": (0.2, 1.0)})
     with pytest.raises(ValueError, match="base_images must be 'builtin' or 'folder:PATH'"):
-        RP.preset("quick", base_images="cifar")
+        RP.preset("quick", {"speicher.base_images": "cifar"})
     assert FR.stages_for(["S2", "S8"]) == ("s2-probe", "s8-probe", "transfer-probe")

@@ -424,7 +424,7 @@ def test_e3_runs_three_default_encoders_and_rests_on_their_learning():
 
     rec = FR.by_id("E3")
     assert set(EXTRA_DEFAULTS) <= set(rec.models) and "probes-3xdefault" in rec.stages
-    names = set(stage_names(ReproduceConfig(findings=("E3",))))
+    names = set(stage_names(ReproduceConfig().with_values({"run.findings": ("E3",)})))
     assert {"pretrain-default", "pretrain-default-b", "pretrain-default-c", "probes-3xdefault"} <= names
 
 

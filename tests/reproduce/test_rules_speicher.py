@@ -630,8 +630,10 @@ def test_presets_meet_s3s_pair_precondition_and_say_where_s7_does_not():
     from invfast.reproduce.presets import preset
     from invfast.reproduce.rules.speicher import MIN_PAIRS
 
-    assert ReproduceConfig().sensitivity_n >= MIN_PAIRS and ReproduceConfig().category_sensitivity_n == 0
+    assert (
+        ReproduceConfig().speicher.sensitivity_n >= MIN_PAIRS and ReproduceConfig().speicher.category_sensitivity_n == 0
+    )
     quick = preset("quick")
-    assert quick.sensitivity_n >= MIN_PAIRS and 2 <= quick.category_sensitivity_n < MIN_PAIRS
+    assert quick.speicher.sensitivity_n >= MIN_PAIRS and 2 <= quick.speicher.category_sensitivity_n < MIN_PAIRS
     with pytest.raises(ValueError, match="category_sensitivity_n must be 0"):
-        ReproduceConfig(category_sensitivity_n=1).validate()
+        ReproduceConfig().with_values({"speicher.category_sensitivity_n": 1}).validate()

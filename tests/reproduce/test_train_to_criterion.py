@@ -25,13 +25,13 @@ def _trainer(ctx, key, epochs, n=64):
     torch.manual_seed(0)
     method = Supervised(create("resnet18-cifar", width=4), num_classes=4)
     tc = train_config(ctx, key, epochs, n, lr=0.05)
-    spe = n // ctx.cfg.batch_size
+    spe = n // ctx.cfg.pretrain.batch_size
     tc = dataclasses.replace(tc, log_every=spe, checkpoint_every=spe, progress=False)
     return Trainer(method, data, tc, out=os.path.join(ctx.cache, key))
 
 
-def _ctx(tmp_path, **kw):
-    cfg = dataclasses.replace(preset("tiny"), batch_size=16, **kw)
+def _ctx(tmp_path, criterion_epochs):
+    cfg = preset("tiny", {"pretrain.batch_size": 16, "speicher.criterion_epochs": criterion_epochs})
     return Context(cfg, str(tmp_path), progress=False)
 
 
@@ -105,15 +105,17 @@ def test_the_real_check_is_nearest_class_mean_on_held_out_images(tmp_path):
     from invfast.reproduce.stages.context import extract
     from invfast.reproduce.stages.transfer import transfer_dataset
 
-    ctx = _ctx(tmp_path)
+    ctx = _ctx(tmp_path, preset("tiny").speicher.criterion_epochs)
     cfg = ctx.cfg
     torch.manual_seed(0)
     from invfast.models import create
 
     model = create("resnet18-cifar", width=4).eval()
     got = S.own_data_accuracy(ctx, transfer_dataset, 64)(model)
-    fx, fy, _ = transfer_dataset(cfg, "train", 64).generate(range(min(64, 4 * cfg.transfer_n_target)))
-    tx, ty, _ = transfer_dataset(cfg, "test", cfg.transfer_n_target).generate(range(cfg.transfer_n_target))
+    fx, fy, _ = transfer_dataset(cfg, "train", 64).generate(range(min(64, 4 * cfg.speicher.transfer_n_target)))
+    tx, ty, _ = transfer_dataset(cfg, "test", cfg.speicher.transfer_n_target).generate(
+        range(cfg.speicher.transfer_n_target)
+    )
     a, b = extract(model, fx).astype(np.float64), extract(model, tx).astype(np.float64)
     means = np.stack([a[fy.numpy() == c].mean(0) for c in np.unique(fy.numpy())])
     pred = np.unique(fy.numpy())[((b[:, None, :] - means[None]) ** 2).sum(-1).argmin(1)]
@@ -122,9 +124,9 @@ def test_the_real_check_is_nearest_class_mean_on_held_out_images(tmp_path):
 
 def test_criterion_epochs_is_validated():
     with pytest.raises(ValueError, match=r"criterion_epochs must be an integer in \[0, 100000\]"):
-        preset("tiny", criterion_epochs=-1)
+        preset("tiny", {"speicher.criterion_epochs": -1})
     with pytest.raises(ValueError, match=r"criterion_epochs must be an integer in \[0, 100000\], got 1000000"):
-        preset("tiny", criterion_epochs=10**6)
+        preset("tiny", {"speicher.criterion_epochs": 10**6})
 
 
 def test_the_report_says_which_models_reached_the_criterion_and_which_the_cap():

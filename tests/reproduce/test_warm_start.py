@@ -1,8 +1,6 @@
 """C7's Prompt-ViT starts from the trained Default ViT (issue 56): every shared weight copied, the prompt network
 left at its initialisation, a source that does not fit refused."""
 
-import dataclasses
-
 import pytest
 import torch
 
@@ -38,7 +36,7 @@ def test_the_prompt_vit_starts_from_the_default_vit(rng):
 
 def test_no_warm_start_when_off_or_for_other_models():
     vit, prompt = create("vit", **SHAPE), create("prompt-vit", inv_dim=2, **SHAPE)
-    off = dataclasses.replace(preset("tiny"), vit_warm_start=False)
+    off = preset("tiny").with_values({"vit.warm_start": False})
     before = {k: v.clone() for k, v in prompt.state_dict().items()}
     assert warm_start(_Ctx(off, vit), "vit-amortised", prompt) is None
     assert warm_start(_Ctx(preset("tiny"), vit), "amortised", prompt) is None

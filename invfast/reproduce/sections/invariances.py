@@ -135,7 +135,7 @@ def _markdown(view: ReportView) -> list[str]:
     doc, cfg = view.doc, view.cfg
     inv = doc["invariance"]
     L = ["## Invariances (Table 1) — E1\n", report.to_markdown(_results(view), metrics=("cosine", "distance"))]
-    n_img, n_models = cfg.n_measure, len(inv["cosine"])
+    n_img, n_models = cfg.data.n_measure, len(inv["cosine"])
     need = 4.0 * math.sqrt(math.log((n_models - 1) / 0.05) / (2 * n_img))
     n_marks = sum(1 for v in inv["best"].values() if v)
     L.append(

@@ -173,9 +173,10 @@ def _markdown(view: ReportView) -> list[str]:
     L = ["## Do the models learn?\n"]
     if "learning" in doc["figures"]:
         L.append(
-            f"Identity of the object, probed on {min(cfg.curve_images, cfg.n_probe)} held-out probe images every "
-            f"{cfg.curve_every} epochs from the initialisation on (half fitted, half scored; chance "
-            f"{1 / cfg.objects:.2f}), and the training loss (seed {view.first.seed}). MoCo's key queue starts as "
+            f"Identity of the object, probed on {min(cfg.pretrain.curve_images, cfg.data.n_probe)} held-out "
+            "probe images every "
+            f"{cfg.pretrain.curve_every} epochs from the initialisation on (half fitted, half scored; chance "
+            f"{1 / cfg.data.objects:.2f}), and the training loss (seed {view.first.seed}). MoCo's key queue starts as "
             "random unit vectors, so its loss first rises while the queue fills with real keys. The first table "
             "gives, for every seed, the loss at its peak and at the end, the held-out probes and the features' "
             "effective rank at the start and the end, and the mean pairwise cosine of the head's outputs at the end "

@@ -146,8 +146,9 @@ def _transfer_lines(view: ReportView) -> list[str]:
         f"Source objects {len(setup['source_objects'])}, disjoint target objects {len(setup['target_objects'])}. "
         f"Target transformations: {', '.join(setup['target_transforms'])}; disjoint set: "
         f"{', '.join(setup['other_transforms'])}. Each source model is trained supervised "
-        f"(`invfast.pretrain.Supervised`, {cfg.transfer_epochs} epochs, {cfg.transfer_n_source} images) and probed "
-        f"linearly on {cfg.transfer_n_target} target images.\n",
+        f"(`invfast.pretrain.Supervised`, {cfg.speicher.transfer_epochs} epochs, "
+        f"{cfg.speicher.transfer_n_source} images) and probed "
+        f"linearly on {cfg.speicher.transfer_n_target} target images.\n",
         "| pretraining source | transformations | target accuracy | source train accuracy |\n|---|---|---:|---:|",
         f"| random init | – | {pm(tr['scores']['random'])} | – |",
     ]

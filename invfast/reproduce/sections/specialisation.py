@@ -138,8 +138,10 @@ def _e4_markdown(view: ReportView) -> list[str]:
     curves = view.first.results["invariance-curves"]
     L = [
         "## Invariances during pretraining — E4\n",
-        f"Each policy's encoder kept every {view.cfg.curve_every} epochs, measured on {curves['images']} measurement "
-        f"images (grid {min(view.cfg.grid_size, view.cfg.snapshot_grid)}, reference statistics from the snapshot's "
+        f"Each policy's encoder kept every {view.cfg.pretrain.curve_every} epochs, measured on "
+        f"{curves['images']} measurement "
+        f"images (grid {min(view.cfg.measurement.grid_size, view.cfg.measurement.snapshot_grid)}, reference "
+        "statistics from the snapshot's "
         "probe-set features): mean standardised cosine per family.\n",
         "| policy | epoch | spatial | appearance |\n|---|---:|---:|---:|",
     ]

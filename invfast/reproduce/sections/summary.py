@@ -34,7 +34,7 @@ def _header(view: ReportView) -> list[str]:
     doc = view.doc
     v = doc["environment"]["versions"]
     L = [
-        f"# invfast reproduce — `{view.cfg.preset}` report\n",
+        f"# invfast reproduce — `{view.cfg.run.preset}` report\n",
         f"Generated {doc['generated_at']} by `invfast reproduce` ({v['invfast']}, commit {v['git_commit']}). The "
         f"stages took {doc['stages_elapsed_s'] / 60:.1f} min in total (each timed when it ran; this invocation "
         f"{doc['total_elapsed_s'] / 60:.1f} min, see *Time*). Every number below is in `results.json`.\n",
@@ -86,47 +86,56 @@ def under_trained_note(doc: dict[str, Any]) -> str:
 
 def _setup(view: ReportView) -> list[str]:
     cfg, doc = view.cfg, view.doc
-    grid = "the published 45-value" if cfg.n_penalties == 45 else f"a {cfg.n_penalties}-value subset of the published"
+    data, pre, sp = cfg.data, cfg.pretrain, cfg.speicher
+    grid = (
+        "the published 45-value"
+        if cfg.probe.n_penalties == 45
+        else f"a {cfg.probe.n_penalties}-value subset of the published"
+    )
     L = ["## Setup\n"]
     if "features" in doc:
         L += [
-            f"- Data: Transforms-2D, {cfg.objects} built-in objects under {', '.join(cfg.data_transforms)}, "
-            f"{cfg.size}×{cfg.size} px, backgrounds `{cfg.backgrounds}`; {cfg.n_pretrain} pretraining, {cfg.n_probe} "
-            f"probe and {cfg.n_measure} measurement images (train / val / test splits), and {cfg.n_probe} "
+            f"- Data: Transforms-2D, {data.objects} built-in objects under {', '.join(data.transforms)}, "
+            f"{data.size}×{data.size} px, backgrounds `{data.backgrounds}`; {data.n_pretrain} pretraining, "
+            f"{data.n_probe} "
+            f"probe and {data.n_measure} measurement images (train / val / test splits), and {data.n_probe} "
             "rotation-probe images in which only the rotation varies.",
-            f"- Models: `{cfg.arch}` width {cfg.width} ({doc['features']['dims']['Default']}-d features); MoCo-v2 with "
-            f"the Default / Spatial / Appearance policies, {cfg.pretrain_epochs} epochs, batch {cfg.batch_size}, lr "
-            f"{cfg.lr}, key momentum {cfg.key_momentum}; Random = the same architecture at its seeded initialisation.",
+            f"- Models: `{pre.arch}` width {pre.width} ({doc['features']['dims']['Default']}-d features); MoCo-v2 with "
+            f"the Default / Spatial / Appearance policies, {pre.epochs} epochs, batch {pre.batch_size}, lr "
+            f"{pre.lr}, key momentum {pre.key_momentum}; Random = the same architecture at its seeded initialisation.",
         ]
     if "invariance" in doc:
         L.append(
-            f"- Invariance: the {len(doc['invariance']['families'])} test transforms, grid size {cfg.grid_size}, "
+            f"- Invariance: the {len(doc['invariance']['families'])} test transforms, grid size "
+            f"{cfg.measurement.grid_size}, "
             "standardised cosine and Mahalanobis distance, identity parameters excluded; "
             + (
-                f"the grids given in pixels for 224-px images (translation, blur σ, deform σ) scaled by {cfg.size}/224."
-                if cfg.scale_grids
-                else f"the grids as given for 224-px images, unscaled at {cfg.size} px (a run before 0.5)."
+                "the grids given in pixels for 224-px images (translation, blur σ, deform σ) scaled by "
+                f"{data.size}/224."
+                if cfg.measurement.scale_grids
+                else f"the grids as given for 224-px images, unscaled at {data.size} px (a run before 0.5)."
             )
         )
     if any(f["paper"] == "speicher" for f in doc["findings"]):
         budget = (
             f"trained epoch by epoch to {TRAINED_LEVEL:g} nearest-class-mean accuracy on held-out images of their own "
-            f"task, at most {cfg.criterion_epochs} epochs (the learning section says where the cap ended training),"
-            if cfg.criterion_epochs
-            else f"{cfg.transfer_epochs} epoch(s)"
+            f"task, at most {sp.criterion_epochs} epochs (the learning section says where the cap ended training),"
+            if sp.criterion_epochs
+            else f"{sp.transfer_epochs} epoch(s)"
         )
         L.append(
-            f"- Supervised models (Speicher et al.): `{cfg.arch}` width {cfg.width} unless the architecture is the "
+            f"- Supervised models (Speicher et al.): `{pre.arch}` width {pre.width} unless the architecture is the "
             f"factor, cross-entropy, SGD lr 0.05, weight decay 5e-4, cosine decay, {budget} on "
-            f"{cfg.transfer_n_source} images ({cfg.irrelevant_n} for S3/S4, {cfg.category_n} for S6/S7), each "
-            f"architecture from one seeded initialisation; probed on {cfg.transfer_n_target} held-out images."
+            f"{sp.transfer_n_source} images ({sp.irrelevant_n} for S3/S4, {sp.category_n} for S6/S7), each "
+            f"architecture from one seeded initialisation; probed on {sp.transfer_n_target} held-out images."
         )
     L += _scale_lines(cfg, {f["paper"] for f in doc["findings"]})
     L += [
-        f"- Probes: {cfg.folds}-fold CV over {grid} penalty range (shifted for fusions; at most "
-        f"{cfg.logistic_max_iter} L-BFGS iterations per value); logistic regression for classification, ridge for "
+        f"- Probes: {cfg.probe.folds}-fold CV over {grid} penalty range (shifted for fusions; at most "
+        f"{cfg.probe.logistic_max_iter} L-BFGS iterations per value); logistic regression for classification, "
+        "ridge for "
         "the regressions.",
-        f"- Seeds: master seed {cfg.seed}; stage seeds in `results.json` (`seeds`).\n",
+        f"- Seeds: master seed {cfg.run.seed}; stage seeds in `results.json` (`seeds`).\n",
     ]
     return L
 
@@ -147,19 +156,20 @@ PAPER_SCALE = {
 
 def _scale_lines(cfg: Any, papers: set[str]) -> list[str]:
     """One line per paper of the run: its scale against this run's (SPEC §5.2)."""
+    data, pre, sp, ch = cfg.data, cfg.pretrain, cfg.speicher, cfg.chavhan
     here = {
-        "ericsson": f"`{cfg.arch}` width {cfg.width}, {cfg.pretrain_epochs} epochs on {cfg.n_pretrain} Transforms-2D "
-        f"images at {cfg.size} px; {cfg.n_measure} measurement images at grid {cfg.grid_size}; probes on "
-        f"{cfg.n_probe} Transforms-2D images (identity, position, rotation, colour)",
-        "speicher": f"`{cfg.arch}` width {cfg.width} (S1 also {', '.join(a for a in cfg.s1_archs if a != cfg.arch)}), "
-        f"{cfg.transfer_objects} objects, {cfg.transfer_n_source} training images per model, trained to "
-        f"{TRAINED_LEVEL:g} on their own data (at most {cfg.criterion_epochs} epochs); sensitivities over "
-        f"{cfg.sensitivity_n} pairs (S7: {cfg.category_sensitivity_n or cfg.sensitivity_n}); {cfg.seeds} seeds",
-        "chavhan": f"Hyper-ResNet of `{cfg.arch}` width {cfg.width}, {cfg.amortised_epochs} epochs (batch "
-        f"{cfg.batch_size}) on {cfg.n_pretrain} images at {cfg.size} px, K = 2 and 5; Prompt-ViT: {cfg.vit_depth} "
-        f"blocks of width {cfg.vit_dim}"
-        + (", warm-started from the Default ViT" if cfg.vit_warm_start else "")
-        + f"; few-shot over {cfg.fewshot_episodes} episodes",
+        "ericsson": f"`{pre.arch}` width {pre.width}, {pre.epochs} epochs on {data.n_pretrain} Transforms-2D "
+        f"images at {data.size} px; {data.n_measure} measurement images at grid {cfg.measurement.grid_size}; probes on "
+        f"{data.n_probe} Transforms-2D images (identity, position, rotation, colour)",
+        "speicher": f"`{pre.arch}` width {pre.width} (S1 also {', '.join(a for a in sp.s1_archs if a != pre.arch)}), "
+        f"{sp.transfer_objects} objects, {sp.transfer_n_source} training images per model, trained to "
+        f"{TRAINED_LEVEL:g} on their own data (at most {sp.criterion_epochs} epochs); sensitivities over "
+        f"{sp.sensitivity_n} pairs (S7: {sp.category_sensitivity_n or sp.sensitivity_n}); {cfg.run.seeds} seeds",
+        "chavhan": f"Hyper-ResNet of `{pre.arch}` width {pre.width}, {ch.amortised_epochs} epochs (batch "
+        f"{pre.batch_size}) on {data.n_pretrain} images at {data.size} px, K = 2 and 5; Prompt-ViT: {cfg.vit.depth} "
+        f"blocks of width {cfg.vit.dim}"
+        + (", warm-started from the Default ViT" if cfg.vit.warm_start else "")
+        + f"; few-shot over {ch.fewshot_episodes} episodes",
     }
     return [
         f"- Scale against the paper — {PAPER_SCALE[p]}. Here: {here[p]}."

@@ -100,8 +100,8 @@ def _markdown(view: ReportView) -> list[str]:
         "## Transformers — C7\n",
         f"C1-C4 again, with transformers: an amortised Prompt-ViT (AI-MoCo; its prompt token from i through "
         f"8 averaged two-layer MLPs) against plain ViTs of the same shape trained with MoCo-v2 and each policy — "
-        f"{cfg.vit_patch}-px patches, width {cfg.vit_dim}, {cfg.vit_depth} blocks of {cfg.vit_heads} heads, "
-        f"{cfg.vit_epochs} epochs each with Adam at lr {cfg.vit_lr:g}. Whether each learned is in *Do the models "
+        f"{cfg.vit.patch}-px patches, width {cfg.vit.dim}, {cfg.vit.depth} blocks of {cfg.vit.heads} heads, "
+        f"{cfg.vit.epochs} epochs each with Adam at lr {cfg.vit.lr:g}. Whether each learned is in *Do the models "
         "learn?* (rows 'vit-'). Each part is judged by its own finding's rule:\n",
         "| part | " + " | ".join(f"seed {s}" for s in seeds) + f" | seed {seeds[0]} in numbers |",
         "|---|" + "---|" * len(seeds) + "---|",

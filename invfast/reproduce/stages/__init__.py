@@ -88,7 +88,7 @@ _VIT_PRETRAINED = tuple(f"pretrain-{VIT}{p}" for p in POLICIES)
 
 # what the stages write (invfast.reproduce.disk): module-level, so a record pickles into a worker process
 def _data_mb(cfg: ReproduceConfig) -> float:
-    return disk.images_mb(cfg.n_pretrain + 2 * cfg.n_probe + cfg.n_measure, cfg.size)
+    return disk.images_mb(cfg.data.n_pretrain + 2 * cfg.data.n_probe + cfg.data.n_measure, cfg.data.size)
 
 
 def _features_mb(cfg: ReproduceConfig) -> float:  # Random and the policies, on the probe and rotation images
@@ -104,11 +104,13 @@ def _measure_mb(cfg: ReproduceConfig) -> float:
 
 
 def _interpolation_mb(cfg: ReproduceConfig) -> float:  # the points of i and the initialisation at both ends
-    return disk.measured_mb(len(interpolation_points(cfg.interp_points)) + 2)
+    return disk.measured_mb(len(interpolation_points(cfg.chavhan.interp_points)) + 2)
 
 
 def _transfer_data_mb(cfg: ReproduceConfig) -> float:
-    return disk.images_mb(len(TRANSFER_SOURCES) * cfg.transfer_n_source + cfg.transfer_n_target, cfg.size)
+    return disk.images_mb(
+        len(TRANSFER_SOURCES) * cfg.speicher.transfer_n_source + cfg.speicher.transfer_n_target, cfg.data.size
+    )
 
 
 #: every stage of one seed; the pipeline runs them in an order that respects ``needs``

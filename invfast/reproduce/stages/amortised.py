@@ -67,11 +67,11 @@ def amortised_interpolation(ctx: Context, key: str = "amortised") -> dict[str, A
     from invfast.reproduce.stages.pretraining import warm_start
 
     model = ctx.model(key)
-    points = interpolation_points(ctx.cfg.interp_points) + [[1.0, 1.0]]
+    points = interpolation_points(ctx.cfg.chavhan.interp_points) + [[1.0, 1.0]]
     rows = [_interpolation_point(ctx, model, key, i) for i in points]
     init = encoder(ctx.cfg, key)
     warm_start(ctx, key, init)  # the warm-started Prompt-ViT starts from the trained Default ViT
-    init = init.to(ctx.cfg.device).eval()
+    init = init.to(ctx.cfg.run.device).eval()
     corners = [_interpolation_point(ctx, init, f"{key}_init", i) for i in ([1.0, 0.0], [0.0, 1.0])]
     return {"points": rows, "init": {"points": corners}, "prompt_effect": prompt_effect(ctx, model)}
 
@@ -96,9 +96,9 @@ def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | No
     (every component); each also scores a head fitted the same way with i fixed at (0.5, 0.5) (``score_at_half``:
     what learning i adds). The task's top-level ``i``, ``score`` and ``i_history`` are the first restart's."""
     cfg = ctx.cfg
-    n_restarts = cfg.ip_restarts if restarts is None else restarts
+    n_restarts = cfg.chavhan.ip_restarts if restarts is None else restarts
     model = ctx.model(key)
-    n = min(cfg.ip_n, cfg.n_probe)
+    n = min(cfg.chavhan.ip_n, cfg.data.n_probe)
     cut = int(round(0.8 * n))
     out = {}
     inputs = {split: normalise(ctx.images(split)[:n]) for split in {task_set(t) for t in TASKS}}
@@ -112,7 +112,7 @@ def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | No
             yt = torch.from_numpy((y - mu) / sd).float()
         fits = []
         for r in range(n_restarts):
-            seed = stage_seed(cfg.seed, f"ip/{task}" if r == 0 else f"ip/{task}/{r}")
+            seed = stage_seed(cfg.run.seed, f"ip/{task}" if r == 0 else f"ip/{task}/{r}")
             start = 0.5 if r == 0 else float(np.random.default_rng(seed).uniform(0.1, 0.9))
             probe = learned_i_probe(model, kind, x[:cut], yt[:cut], cfg, seed, start)
             row = {
@@ -147,22 +147,24 @@ def amortised_cost(ctx: Context) -> dict[str, Any]:
     from invfast.reproduce.stages.pretraining import amortised_method, policy_method, pretrain_source
 
     cfg = ctx.cfg
-    data = pretrain_source(ctx, f"reproduce:cost:{cfg.seed}")
-    steps_per_epoch = len(data) // cfg.batch_size
-    rounds, per_round = (cfg.cost_epochs, steps_per_epoch) if cfg.cost_epochs else (1, cfg.cost_steps)
+    data = pretrain_source(ctx, f"reproduce:cost:{cfg.run.seed}")
+    steps_per_epoch = len(data) // cfg.pretrain.batch_size
+    rounds, per_round = (
+        (cfg.chavhan.cost_epochs, steps_per_epoch) if cfg.chavhan.cost_epochs else (1, cfg.chavhan.cost_steps)
+    )
     warm = 1
 
     def trainer_of(method: Any) -> Any:
         tc = TrainConfig(
-            batch_size=cfg.batch_size,
+            batch_size=cfg.pretrain.batch_size,
             steps=warm + rounds * per_round,
-            lr=cfg.lr,
-            seed=stage_seed(cfg.seed, "cost"),
-            size=cfg.size,
+            lr=cfg.pretrain.lr,
+            seed=stage_seed(cfg.run.seed, "cost"),
+            size=cfg.data.size,
             checkpoint_every=0,
             log_every=0,
             progress=False,
-            device=cfg.device,
+            device=cfg.run.device,
         )
         trainer = Trainer(method, data, tc)
         trainer.fit(until_step=warm)
@@ -177,7 +179,7 @@ def amortised_cost(ctx: Context) -> dict[str, Any]:
             t0 = time.perf_counter()
             trainer.fit(until_step=warm + (r + 1) * per_round)
             seconds[key].append(time.perf_counter() - t0)
-    epochs = {**{p: cfg.pretrain_epochs for p in POLICIES}, "amortised": cfg.amortised_epochs}
+    epochs = {**{p: cfg.pretrain.epochs for p in POLICIES}, "amortised": cfg.chavhan.amortised_epochs}
     out: dict[str, Any] = {}
     for key, method in models.items():
         s = float(np.median(seconds[key])) / per_round
@@ -187,10 +189,10 @@ def amortised_cost(ctx: Context) -> dict[str, Any]:
             "parameters": int(sum(p.numel() for p in method.encoder.parameters())),
             "training_seconds": s * epochs[key] * steps_per_epoch,
         }
-        if cfg.cost_epochs:
+        if cfg.chavhan.cost_epochs:
             out[key].update(epoch_seconds=seconds[key], steps_per_epoch=steps_per_epoch)
-    timed = {"timed_epochs": rounds} if cfg.cost_epochs else {"timed_steps": per_round}
-    return {"models": out, **timed, "threads": cfg.threads}
+    timed = {"timed_epochs": rounds} if cfg.chavhan.cost_epochs else {"timed_steps": per_round}
+    return {"models": out, **timed, "threads": cfg.run.threads}
 
 
 #: amortised model key -> its row in the downstream tables
@@ -236,7 +238,7 @@ def _few_shot_of(ctx: Context, key: str | None, task: str, x: np.ndarray, y: np.
     """Per few-shot setting of ``task``, per-episode scores on its first ``fewshot_n`` probe images: of the fixed
     features ``x``, or (``key``) of that amortised model with i learned per episode."""
     kind = TASKS[task][0]
-    n = ctx.cfg.fewshot_n or len(y)
+    n = ctx.cfg.chavhan.fewshot_n or len(y)
     if key is None:
         return few_shot_fixed(x[:n], y[:n], kind, ctx.cfg, seed)
     images = ctx.images(task_set(task))[:n]
@@ -271,7 +273,7 @@ def amortised_downstream(
     keys_of = {AI_LABELS[k]: k for k in keys}
     for task, (kind, _) in TASKS.items():
         y = ctx.array("data", f"probe_target_{task}.npy")
-        seed = stage_seed(cfg.seed, f"few-shot/{task}")
+        seed = stage_seed(cfg.run.seed, f"few-shot/{task}")
         probes[task] = {"kind": kind, "y": y.tolist(), "scores": {}}
         for model, x in _downstream_features(ctx, task, learned, family, fixed).items():
             many = probe_scores(x, y, kind, 1, cfg)

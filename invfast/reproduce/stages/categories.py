@@ -1,4 +1,4 @@
-"""S6 and S7: one supervised model per transformation category (``cfg.categories``; types joined by '+'
+"""S6 and S7: one supervised model per transformation category (``cfg.speicher.categories``; types joined by '+'
 act together), plus a model trained without transformations ('none').
 
 S6 (Speicher et al., "Invariance makes a difference" §4.3, Fig. 6): the image models are probed on every
@@ -48,8 +48,8 @@ def _objects(cfg: ReproduceConfig) -> tuple[list[int], list[int]]:
     """The image objects and, disjoint from them, the mild-OOD objects (a seeded draw from the 61)."""
     from invfast.synthetic import rng
 
-    perm = [int(i) for i in rng.permutation(cfg.seed, "categories/objects", 61)]
-    k = cfg.category_objects
+    perm = [int(i) for i in rng.permutation(cfg.run.seed, "categories/objects", 61)]
+    k = cfg.speicher.category_objects
     return perm[:k], perm[k : 2 * k]
 
 
@@ -60,13 +60,13 @@ def category_dataset(cfg: ReproduceConfig, split: str, n: int, category: str, da
     from invfast.synthetic.families import strong_ood
 
     types = () if category == NONE else tuple(category.split("+"))
-    common: dict[str, Any] = dict(size=cfg.size, n=n, seed=cfg.seed, split=split)
+    common: dict[str, Any] = dict(size=cfg.data.size, n=n, seed=cfg.run.seed, split=split)
     if data in ("image", "image-mild"):
         objs = _objects(cfg)[0 if data == "image" else 1]
         return Transforms2D(builtin_objects(61).subset(objs), types, **common)
     if data in ("random", "random-mild"):
-        pattern_seed = stage_seed(cfg.seed, f"patterns/{data}")
-        return strong_ood(cfg.category_objects, types, pattern_seed=pattern_seed, **common)
+        pattern_seed = stage_seed(cfg.run.seed, f"patterns/{data}")
+        return strong_ood(cfg.speicher.category_objects, types, pattern_seed=pattern_seed, **common)
     raise ValueError(f"data must be image, image-mild, random or random-mild, got {data!r}")
 
 
@@ -75,12 +75,12 @@ def category_specs(cfg: ReproduceConfig, kind: str) -> list[ModelSpec]:
     return [
         ModelSpec(
             f"cat-{kind}-{c}",
-            cfg.arch,
+            cfg.pretrain.arch,
             functools.partial(category_dataset, category=c, data=kind),
-            cfg.category_n,
-            cfg.transfer_epochs,
+            cfg.speicher.category_n,
+            cfg.speicher.transfer_epochs,
         )
-        for c in (*cfg.categories, NONE)
+        for c in (*cfg.speicher.categories, NONE)
     ]
 
 
@@ -92,7 +92,7 @@ def _loaders(ctx: Context, kind: str) -> dict[str, Any]:
     loaders: dict[str, Any] = {
         s.key[len(f"cat-{kind}-") :]: functools.partial(load_trained, ctx, s) for s in category_specs(ctx.cfg, kind)
     }
-    loaders["untrained"] = functools.partial(make_encoder, ctx.cfg, ctx.cfg.arch)
+    loaders["untrained"] = functools.partial(make_encoder, ctx.cfg, ctx.cfg.pretrain.arch)
     return loaders
 
 
@@ -105,7 +105,7 @@ def s6_probe(ctx: Context) -> dict[str, Any]:
     from invfast.metrics import class_distance_ratio
 
     cfg = ctx.cfg
-    cats = list(cfg.categories)
+    cats = list(cfg.speicher.categories)
     ev = Evaluator(
         ctx,
         _loaders(ctx, "image"),
@@ -128,22 +128,22 @@ def s7_sensitivity(ctx: Context) -> dict[str, Any]:
     pairs of ``category_sensitivity_n`` samples (0: ``sensitivity_n``) differing only in that category's
     transformation, per OOD level."""
     cfg = ctx.cfg
-    n = cfg.category_sensitivity_n or cfg.sensitivity_n
+    n = cfg.speicher.category_sensitivity_n or cfg.speicher.sensitivity_n
     out: dict[str, Any] = {}
     pairs: dict[str, Any] = {}
     for kind in KINDS:
-        models = {m: load().to(cfg.device).eval() for m, load in _loaders(ctx, kind).items()}
+        models = {m: load().to(cfg.run.device).eval() for m, load in _loaders(ctx, kind).items()}
         per_level: dict[str, Any] = {}
         pairs[kind] = {}
         for level, data in OOD[kind].items():
             rows: dict[str, dict[str, float]] = {m: {} for m in models}
             terms: dict[str, dict[str, Any]] = {m: {} for m in models}
-            for c in cfg.categories:
+            for c in cfg.speicher.categories:
                 ds = category_dataset(cfg, "test", n, c, data)
                 views = (ds.generate(range(n))[0], ds.generate(range(n), view=1)[0])
                 for m, model in models.items():
-                    rows[m][c], terms[m][c] = sensitivity(model, views, stage_seed(cfg.seed, f"s7/{c}"))
+                    rows[m][c], terms[m][c] = sensitivity(model, views, stage_seed(cfg.run.seed, f"s7/{c}"))
             per_level[level] = rows
             pairs[kind][level] = terms
         out[kind] = per_level
-    return {"categories": list(cfg.categories), "sensitivity": out, "sensitivity_pairs": pairs, "n": n}
+    return {"categories": list(cfg.speicher.categories), "sensitivity": out, "sensitivity_pairs": pairs, "n": n}

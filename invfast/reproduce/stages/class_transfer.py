@@ -27,10 +27,10 @@ def class_transfer_dataset(cfg: ReproduceConfig, split: str, n: int, kind: str) 
     from invfast.synthetic.families import PerClassTransforms
 
     sv = split_of(cfg)
-    k = cfg.s5_objects
+    k = cfg.speicher.s5_objects
     o1, o2 = sv.source_objects[:k], sv.target_objects[:k]
     t1, t2 = tuple(sv.target_transforms), tuple(sv.other_transforms)
-    common: dict[str, Any] = dict(size=cfg.size, n=n, seed=cfg.seed, split=split)
+    common: dict[str, Any] = dict(size=cfg.data.size, n=n, seed=cfg.run.seed, split=split)
     if kind == "oplus":
         return PerClassTransforms([(sv.bank.subset(o1), t1), (sv.bank.subset(o2), t2)], **common)
     types = {"T1": t1, "T2": t2, "circ": t1 + t2}
@@ -43,10 +43,10 @@ def class_transfer_specs(cfg: ReproduceConfig) -> list[ModelSpec]:
     return [
         ModelSpec(
             f"s5-{kind}",
-            cfg.arch,
+            cfg.pretrain.arch,
             functools.partial(class_transfer_dataset, kind=kind),
-            cfg.transfer_n_source,
-            cfg.transfer_epochs,
+            cfg.speicher.transfer_n_source,
+            cfg.speicher.transfer_epochs,
         )
         for kind in DATASETS
     ]
@@ -73,7 +73,7 @@ def s5_probe(ctx: Context) -> dict[str, Any]:
     )
     sv = split_of(ctx.cfg)
     accuracy = {m: {d: ev.probe(m, d) for d in DATASETS} for m in DATASETS}
-    k = ctx.cfg.s5_objects
+    k = ctx.cfg.speicher.s5_objects
     unseen: dict[str, dict[str, Any]] = {}
     for m in ("T1", "T2", "oplus"):
         unseen[m] = {}
@@ -87,5 +87,5 @@ def s5_probe(ctx: Context) -> dict[str, Any]:
         "unseen": unseen,
         "T1": list(sv.target_transforms),
         "T2": list(sv.other_transforms),
-        "objects_per_group": ctx.cfg.s5_objects,
+        "objects_per_group": ctx.cfg.speicher.s5_objects,
     }

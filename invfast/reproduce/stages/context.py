@@ -119,7 +119,7 @@ class Context:
     def model(self, key: str) -> torch.nn.Module:
         """A frozen feature extractor in eval mode: 'random', a policy name, or 'amortised'."""
         if key not in self._models:
-            self._models[key] = load_stage_model(self, key).to(self.cfg.device)
+            self._models[key] = load_stage_model(self, key).to(self.cfg.run.device)
         return self._models[key]
 
 
@@ -149,14 +149,14 @@ def encoder(cfg: ReproduceConfig, key: str) -> torch.nn.Module:
     a plain ViT of the same size for any other 'vit-' key, the plain ResNet otherwise."""
     from invfast.models import create
 
-    torch.manual_seed(stage_seed(cfg.seed, f"init/{key}"))
+    torch.manual_seed(stage_seed(cfg.run.seed, f"init/{key}"))
     if key.startswith(VIT):
-        shape: dict[str, Any] = dict(img_size=cfg.size, patch=cfg.vit_patch, dim=cfg.vit_dim, depth=cfg.vit_depth)
-        shape.update(heads=cfg.vit_heads, mlp_ratio=2.0)
+        shape: dict[str, Any] = dict(img_size=cfg.data.size, patch=cfg.vit.patch, dim=cfg.vit.dim, depth=cfg.vit.depth)
+        shape.update(heads=cfg.vit.heads, mlp_ratio=2.0)
         return create("prompt-vit", inv_dim=AMORTISED[key], **shape) if key in AMORTISED else create("vit", **shape)
     if key in AMORTISED:
-        return create(f"hyper-{cfg.arch}", width=cfg.width, inv_dim=AMORTISED[key])
-    return create(cfg.arch, width=cfg.width)
+        return create(f"hyper-{cfg.pretrain.arch}", width=cfg.pretrain.width, inv_dim=AMORTISED[key])
+    return create(cfg.pretrain.arch, width=cfg.pretrain.width)
 
 
 def load_stage_model(ctx: Context, key: str) -> torch.nn.Module:

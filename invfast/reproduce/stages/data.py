@@ -137,27 +137,27 @@ def shared_palette_objects(ids: list[int]) -> Any:
 def main_objects(cfg: ReproduceConfig) -> Any:
     """The main data's objects (``objects`` of :class:`~invfast.synthetic.Transforms2D`): with
     ``object_style = 'silhouettes'`` the bank of :func:`silhouette_objects`; with 'builtin',
-    ``cfg.objects`` built-in objects with their own colours and textures (only asymmetric shapes when
-    ``cfg.asymmetric_objects``: their indices, else the first ``cfg.objects``)."""
-    if cfg.object_style == "silhouettes":
-        return silhouette_objects(cfg.objects)
-    if not cfg.asymmetric_objects:
-        ids = list(range(cfg.objects))
+    ``cfg.data.objects`` built-in objects with their own colours and textures (only asymmetric shapes when
+    ``cfg.data.asymmetric_objects``: their indices, else the first ``cfg.data.objects``)."""
+    if cfg.data.object_style == "silhouettes":
+        return silhouette_objects(cfg.data.objects)
+    if not cfg.data.asymmetric_objects:
+        ids = list(range(cfg.data.objects))
     else:
         from invfast.synthetic import builtin_objects
 
-        names = builtin_objects(max(61, 3 * cfg.objects + 18)).names
-        ids = [i for i, nm in enumerate(names) if nm.split("-")[1] in ASYMMETRIC_SHAPES][: cfg.objects]
-    if cfg.object_style == "shared-palette":
+        names = builtin_objects(max(61, 3 * cfg.data.objects + 18)).names
+        ids = [i for i, nm in enumerate(names) if nm.split("-")[1] in ASYMMETRIC_SHAPES][: cfg.data.objects]
+    if cfg.data.object_style == "shared-palette":
         return shared_palette_objects(ids)
-    return ids if cfg.asymmetric_objects else cfg.objects
+    return ids if cfg.data.asymmetric_objects else cfg.data.objects
 
 
 def rotation_objects(cfg: ReproduceConfig) -> Any:
     """The rotation-probe set's objects: the main objects without rotational symmetry (for
     silhouettes the first ``min(objects, 6)``; the built-in style uses all main objects)."""
-    if cfg.object_style == "silhouettes":
-        return silhouette_objects(cfg.objects).subset(range(min(cfg.objects, len(ASYMMETRIC_SHAPES))))
+    if cfg.data.object_style == "silhouettes":
+        return silhouette_objects(cfg.data.objects).subset(range(min(cfg.data.objects, len(ASYMMETRIC_SHAPES))))
     return main_objects(cfg)
 
 
@@ -203,15 +203,15 @@ def main_dataset(cfg: ReproduceConfig, name: str, objects: Any = None, backgroun
     from invfast.synthetic import Transforms2D
 
     split, transforms = MAIN_SPLITS[name]
-    n = {"pretrain": cfg.n_pretrain, "measure": cfg.n_measure}.get(name, cfg.n_probe)
+    n = {"pretrain": cfg.data.n_pretrain, "measure": cfg.data.n_measure}.get(name, cfg.data.n_probe)
     if objects is None:
         objects = rotation_objects(cfg) if name == "rotation" else main_objects(cfg)
     return Transforms2D(
         objects=objects,
-        transforms=cfg.data_transforms if transforms is None else transforms,
-        size=cfg.size,
+        transforms=cfg.data.transforms if transforms is None else transforms,
+        size=cfg.data.size,
         n=n,
-        seed=cfg.seed,
+        seed=cfg.run.seed,
         split=split,
         backgrounds=cfg.main_backgrounds() if backgrounds is None else backgrounds,
     )
@@ -232,15 +232,15 @@ def make_data(ctx: Context) -> dict[str, Any]:
 
     cfg = ctx.cfg
     out: dict[str, Any] = {
-        "objects": cfg.objects,
-        "transforms": list(cfg.data_transforms),
-        "backgrounds": cfg.backgrounds,
+        "objects": cfg.data.objects,
+        "transforms": list(cfg.data.transforms),
+        "backgrounds": cfg.data.backgrounds,
         "splits": {},
     }
     backgrounds = cfg.main_backgrounds()
     targets: dict[str, np.ndarray] = {}
     objects, rotation = main_objects(cfg), rotation_objects(cfg)
-    out["object_names"] = list(Transforms2D(objects=objects, size=cfg.size, n=1).classes)
+    out["object_names"] = list(Transforms2D(objects=objects, size=cfg.data.size, n=1).classes)
     for name in MAIN_SPLITS:
         ds = main_dataset(cfg, name, objects=rotation if name == "rotation" else objects, backgrounds=backgrounds)
         n = ds.n

@@ -42,4 +42,4 @@ def s2_probe(ctx: Context) -> dict[str, Any]:
     }
     ev = Evaluator(ctx, loaders, sets)
     accuracy = {m: {name: ev.probe(m, name) for name in EVALUATION_SETS} for m in S2_MODELS}
-    return {"scores": accuracy["same"], "accuracy": accuracy, "n": ctx.cfg.transfer_n_target}
+    return {"scores": accuracy["same"], "accuracy": accuracy, "n": ctx.cfg.speicher.transfer_n_target}

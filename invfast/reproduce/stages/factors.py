@@ -3,7 +3,7 @@ architecture and the class relationship? Per value of each factor a pair of supe
 trained under the target's transformations ("same"), one under the disjoint set ("different") — is
 probed on the target task (the transfer family's target objects under the target transformations).
 
-The pair at the default values (all ``transfer_n_source`` images, ``cfg.arch``, source objects disjoint
+The pair at the default values (all ``transfer_n_source`` images, ``cfg.pretrain.arch``, source objects disjoint
 from the target's) is the transfer experiment's ``transfer-train-same`` / ``-different``; the other values
 train in ``s1-train-<factor>``; ``s1-probe`` probes every pair."""
 
@@ -35,9 +35,9 @@ PAIR = ("same", "different")
 def factor_values(cfg: ReproduceConfig, factor: str) -> list[str]:
     """The values of ``factor`` as report labels: fractions of the source images, architectures, relations."""
     if factor == "size":
-        return [f"{f:g}" for f in cfg.s1_sizes]
+        return [f"{f:g}" for f in cfg.speicher.s1_sizes]
     if factor == "arch":
-        return list(cfg.s1_archs)
+        return list(cfg.speicher.s1_archs)
     if factor == "classes":
         return list(CLASS_RELATIONS)
     raise ValueError(f"factor must be one of {FACTORS}, got {factor!r}")
@@ -45,17 +45,17 @@ def factor_values(cfg: ReproduceConfig, factor: str) -> list[str]:
 
 def is_default(cfg: ReproduceConfig, factor: str, value: str) -> bool:
     """Whether (factor, value) is the transfer experiment's own setting (its pair is reused)."""
-    return (factor, value) in (("size", "1"), ("arch", cfg.arch), ("classes", "disjoint"))
+    return (factor, value) in (("size", "1"), ("arch", cfg.pretrain.arch), ("classes", "disjoint"))
 
 
 def pair_specs(cfg: ReproduceConfig, factor: str, value: str) -> list[ModelSpec]:
     """The same / different models of one non-default factor value. A smaller source set trains for
     proportionally more epochs (the same number of steps): Speicher et al. train every model to near 100%
     training accuracy, and at a fixed epoch budget fewer images would also mean less training."""
-    n, arch, objects, epochs = cfg.transfer_n_source, cfg.arch, "source", supervised_epochs(cfg)
+    n, arch, objects, epochs = cfg.speicher.transfer_n_source, cfg.pretrain.arch, "source", supervised_epochs(cfg)
     if factor == "size":
-        n = max(cfg.batch_size, round(float(value) * cfg.transfer_n_source))
-        epochs = max(1, round(supervised_epochs(cfg) * cfg.transfer_n_source / n))
+        n = max(cfg.pretrain.batch_size, round(float(value) * cfg.speicher.transfer_n_source))
+        epochs = max(1, round(supervised_epochs(cfg) * cfg.speicher.transfer_n_source / n))
     elif factor == "arch":
         arch = value
     else:
@@ -102,4 +102,4 @@ def s1_probe(ctx: Context) -> dict[str, Any]:
             )
             rows[value] = {kind: {"model": key, **ev.probe(key, "target")} for kind, key in zip(PAIR, keys)}
         out[factor] = rows
-    return {"factors": out, "n_target": cfg.transfer_n_target}
+    return {"factors": out, "n_target": cfg.speicher.transfer_n_target}

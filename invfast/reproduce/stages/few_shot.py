@@ -35,12 +35,12 @@ def episode_shape(y: np.ndarray, k_shot: int, cfg: ReproduceConfig) -> dict[str,
     """N-way K-shot episodes of labels ``y`` [N]: 5-way (fewer with fewer objects), up to 15 queries per class
     (as many as the smallest class leaves), ``fewshot_episodes`` episodes."""
     smallest = int(np.bincount(y).min())
-    n_way = min(5, cfg.objects)
+    n_way = min(5, cfg.data.objects)
     return {
         "n_way": n_way,
         "k_shot": k_shot,
         "n_query": max(1, min(15, smallest - k_shot)),
-        "episodes": cfg.fewshot_episodes,
+        "episodes": cfg.chavhan.fewshot_episodes,
     }
 
 
@@ -49,7 +49,9 @@ def few_shot_fixed(x: np.ndarray, y: np.ndarray, kind: str, cfg: ReproduceConfig
     from invfast.probes import few_shot_classification, few_shot_regression
 
     if kind != "classification":
-        fits = few_shot_regression(x, y, fractions=FRACTIONS, splits=cfg.fewshot_splits, alpha=RIDGE_ALPHA, seed=seed)
+        fits = few_shot_regression(
+            x, y, fractions=FRACTIONS, splits=cfg.chavhan.fewshot_splits, alpha=RIDGE_ALPHA, seed=seed
+        )
         return {f"few-shot s={s:g}": short_floats(r.scores) for s, r in fits.items()}
     codes = np.unique(y, return_inverse=True)[1]
     return {
@@ -74,7 +76,7 @@ def learned_i_probe(
     (``x``, ``y``), i from ``init`` (``lr_i=0.0``: i kept there)."""
     from invfast.probes import InvarianceProbe
 
-    probe = InvarianceProbe(model, task=kind, epochs=cfg.ip_epochs, batch_size=64, seed=seed, init=init, **kw)
+    probe = InvarianceProbe(model, task=kind, epochs=cfg.chavhan.ip_epochs, batch_size=64, seed=seed, init=init, **kw)
     return probe.fit(x, y)
 
 
@@ -124,7 +126,7 @@ def _splits_learned_i(
     t = torch.from_numpy(np.asarray(y, np.float64).reshape(len(y), -1))
     x = normalise(images)
     out = {}
-    for frac, perms in regression_splits(len(y), FRACTIONS, cfg.fewshot_splits, seed).items():
+    for frac, perms in regression_splits(len(y), FRACTIONS, cfg.chavhan.fewshot_splits, seed).items():
         m = int(round(frac * len(y)))
         scores = []
         for e, perm in enumerate(track(perms, desc=f"s={frac:g} splits, i learned", disable=not progress, leave=False)):

@@ -66,8 +66,8 @@ def _base(source: str, size: int, seed: int, split: str, n: int) -> tuple[torch.
 def base_set(cfg: ReproduceConfig, split: str, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``n`` base images uint8 [n, 3, size, size] and their class labels, shuffled; 'train' and the
     held-out splits never share an image (other random crops of the photographs, other files)."""
-    seed = cfg.seed if split == "train" else stage_seed(cfg.seed, f"base/{split}")
-    return _base(cfg.base_images, cfg.size, seed, "train" if split == "train" else "test", n)
+    seed = cfg.run.seed if split == "train" else stage_seed(cfg.run.seed, f"base/{split}")
+    return _base(cfg.speicher.base_images, cfg.data.size, seed, "train" if split == "train" else "test", n)
 
 
 def irrelevant_dataset(
@@ -84,13 +84,13 @@ def irrelevant_dataset(
     label ``y`` ('C': base class, 'O': object), with correlation ``alpha`` or availability ``beta``."""
     from invfast.synthetic.families import IrrelevantFeatureDataset
 
-    n = max(n, 4 * cfg.folds * N_OBJECTS)  # every class in every fold of the probes
+    n = max(n, 4 * cfg.probe.folds * N_OBJECTS)  # every class in every fold of the probes
     images, labels = base_set(cfg, split, n)
     if x == "O":
         images = torch.zeros_like(images)
     if x == "C":
         beta = 0.0
-    seed = cfg.seed if split == "train" else stage_seed(cfg.seed, f"irrelevant/{split}")
+    seed = cfg.run.seed if split == "train" else stage_seed(cfg.run.seed, f"irrelevant/{split}")
     return IrrelevantFeatureDataset(
         images,
         labels,
@@ -100,7 +100,7 @@ def irrelevant_dataset(
         task={"C": "base", "O": "object"}[y],
         position=position,
         seed=seed,
-        size=cfg.size,
+        size=cfg.data.size,
     )
 
 
@@ -108,10 +108,10 @@ def s3_specs(cfg: ReproduceConfig) -> list[ModelSpec]:
     return [
         ModelSpec(
             f"s3-{x}-{y}",
-            cfg.arch,
+            cfg.pretrain.arch,
             functools.partial(irrelevant_dataset, x=x, y=y),
-            cfg.irrelevant_n,
-            cfg.transfer_epochs,
+            cfg.speicher.irrelevant_n,
+            cfg.speicher.transfer_epochs,
         )
         for x, y in TASKS_XY
     ]
@@ -122,30 +122,30 @@ def s4_specs(cfg: ReproduceConfig) -> list[ModelSpec]:
     specs = [
         ModelSpec(
             f"s4-alpha-{a:g}",
-            cfg.arch,
+            cfg.pretrain.arch,
             functools.partial(irrelevant_dataset, x="C+O", y="C", alpha=a, position="upper-right"),
-            cfg.irrelevant_n,
-            cfg.transfer_epochs,
+            cfg.speicher.irrelevant_n,
+            cfg.speicher.transfer_epochs,
         )
-        for a in cfg.alphas
+        for a in cfg.speicher.alphas
     ]
     specs += [
         ModelSpec(
             f"s4-beta-{b:g}",
-            cfg.arch,
+            cfg.pretrain.arch,
             functools.partial(irrelevant_dataset, x="C+O", y="C", beta=b, position="upper-right"),
-            cfg.irrelevant_n,
-            cfg.transfer_epochs,
+            cfg.speicher.irrelevant_n,
+            cfg.speicher.transfer_epochs,
         )
-        for b in cfg.betas
-        if not (b == 1.0 and 0.0 in cfg.alphas)
+        for b in cfg.speicher.betas
+        if not (b == 1.0 and 0.0 in cfg.speicher.alphas)
     ]
     return specs
 
 
 def s4_model_key(cfg: ReproduceConfig, kind: str, value: float) -> str:
     """The model trained at ``value`` of the α or β sweep."""
-    if kind == "beta" and value == 1.0 and 0.0 in cfg.alphas:
+    if kind == "beta" and value == 1.0 and 0.0 in cfg.speicher.alphas:
         return "s4-alpha-0"
     return f"s4-{kind}-{value:g}"
 
@@ -165,8 +165,8 @@ def s4_train(ctx: Context, kind: str) -> dict[str, Any]:
 
 def _views(cfg: ReproduceConfig, vary: str) -> tuple[torch.Tensor, torch.Tensor]:
     """Two views of ``sensitivity_n`` held-out C+O images differing only in ``vary`` ('object' or 'base')."""
-    ds = irrelevant_dataset(cfg, "test", cfg.sensitivity_n, "C+O", "C")
-    idx = range(min(cfg.sensitivity_n, len(ds)))
+    ds = irrelevant_dataset(cfg, "test", cfg.speicher.sensitivity_n, "C+O", "C")
+    idx = range(min(cfg.speicher.sensitivity_n, len(ds)))
     return ds.generate(idx)[0], ds.generate(idx, view=1, vary=vary)[0]
 
 
@@ -189,8 +189,10 @@ def s3_evaluate(ctx: Context) -> dict[str, Any]:
         acc[model] = {f"{tx}/{ty}": ev.probe(s.key, f"{tx}/{ty}") for tx, ty in TASKS_XY}
         sens[model], pairs[model] = {}, {}
         for vary, v in views.items():
-            sens[model][vary], pairs[model][vary] = sensitivity(ev.model(s.key), v, stage_seed(cfg.seed, f"s3/{vary}"))
-    return {"accuracy": acc, "sensitivity": sens, "sensitivity_pairs": pairs, "base_images": cfg.base_images}
+            sens[model][vary], pairs[model][vary] = sensitivity(
+                ev.model(s.key), v, stage_seed(cfg.run.seed, f"s3/{vary}")
+            )
+    return {"accuracy": acc, "sensitivity": sens, "sensitivity_pairs": pairs, "base_images": cfg.speicher.base_images}
 
 
 def s4_probe(ctx: Context) -> dict[str, Any]:
@@ -203,7 +205,7 @@ def s4_probe(ctx: Context) -> dict[str, Any]:
         {y: functools.partial(irrelevant_dataset, x="C+O", y=y, position="upper-right") for y in ("O", "C")},
     )
     out: dict[str, Any] = {}
-    for kind, values in (("alpha", cfg.alphas), ("beta", cfg.betas)):
+    for kind, values in (("alpha", cfg.speicher.alphas), ("beta", cfg.speicher.betas)):
         out[kind] = [
             {
                 "value": float(v),

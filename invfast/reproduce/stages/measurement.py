@@ -17,7 +17,7 @@ __all__ = ["measure", "measure_one", "reference_stats", "per_image_cosines", "gr
 
 def grid_side(cfg: Any) -> int | None:
     """The measurements' ``grid_side``: the image size when the run scales the pixel grids (``scale_grids``)."""
-    return int(cfg.size) if cfg.scale_grids else None
+    return int(cfg.data.size) if cfg.measurement.scale_grids else None
 
 
 def reference_stats(feats: np.ndarray) -> tuple[Any, str]:
@@ -42,13 +42,13 @@ def measure_one(ctx: Context, model: Any, name: str, file: str, stats: Any = Non
     r = measure_invariance(
         model,
         ctx.images("measure"),
-        transforms=ctx.cfg.test_transforms,
+        transforms=ctx.cfg.measurement.transforms,
         stats=stats,
-        grid_size=ctx.cfg.grid_size,
+        grid_size=ctx.cfg.measurement.grid_size,
         grid_side=grid_side(ctx.cfg),
         batch_size=16,
         forward_batch=256,
-        device=ctx.cfg.device,
+        device=ctx.cfg.run.device,
         state_path=ctx.path("measure", f"{file}.state"),
         name=name,
         progress=ctx.progress,
@@ -80,7 +80,7 @@ def measure(ctx: Context, family: str = "") -> dict[str, Any]:
         results.append(measure_one(ctx, ctx.model(key), LABELS[k], key, stats))
     return {
         "files": {LABELS[k]: f"measure/{family}{k}.json" for k in LABELS},
-        "reference": {"images": "probe set", "n": ctx.cfg.n_probe, "shrinkage": shrinkage},
+        "reference": {"images": "probe set", "n": ctx.cfg.data.n_probe, "shrinkage": shrinkage},
         "cosine": {r.model: r.means("cosine") for r in results},
         "distance": {r.model: r.means("distance") for r in results},
         "per_image_cosine": {r.model: per_image_cosines(r) for r in results},

@@ -1,5 +1,5 @@
 """S8 (Speicher et al. 2023, §5.2, Fig. 4): a superset of the needed invariances does not hurt, a
-subset does. Nested transformation sets T_1 ⊂ ... ⊂ T_n (``cfg.nested_sizes``: the first k of the
+subset does. Nested transformation sets T_1 ⊂ ... ⊂ T_n (``cfg.speicher.nested_sizes``: the first k of the
 target's types followed by the disjoint set's); one supervised model per set on the source objects,
 each probed on the target objects under every set.
 
@@ -28,7 +28,7 @@ __all__ = ["reused_source", "nested_specs", "s8_train", "s8_probe"]
 
 def reused_source(cfg: ReproduceConfig, k: int) -> str | None:
     """The transfer source whose types are the first ``k`` of the chain, if any ('same', 'superset')."""
-    return {cfg.transfer_transforms: "same", 2 * cfg.transfer_transforms: "superset"}.get(k)
+    return {cfg.speicher.transfer_transforms: "same", 2 * cfg.speicher.transfer_transforms: "superset"}.get(k)
 
 
 def nested_specs(cfg: ReproduceConfig) -> list[ModelSpec]:
@@ -36,13 +36,13 @@ def nested_specs(cfg: ReproduceConfig) -> list[ModelSpec]:
     return [
         ModelSpec(
             f"s8-first-{k}",
-            cfg.arch,
+            cfg.pretrain.arch,
             functools.partial(transfer_dataset, objects="source", transforms=f"first:{k}"),
-            cfg.transfer_n_source,
+            cfg.speicher.transfer_n_source,
             supervised_epochs(cfg),
             criterion_level(cfg),
         )
-        for k in cfg.nested_sizes
+        for k in cfg.speicher.nested_sizes
         if reused_source(cfg, k) is None
     ]
 
@@ -56,20 +56,24 @@ def s8_probe(ctx: Context) -> dict[str, Any]:
     cfg = ctx.cfg
     loaders: dict[str, Any] = {s.key: functools.partial(load_trained, ctx, s) for s in nested_specs(cfg)}
     keys = {}
-    for k in cfg.nested_sizes:
+    for k in cfg.speicher.nested_sizes:
         src = reused_source(cfg, k)
         keys[k] = f"transfer-{src}" if src else f"s8-first-{k}"
         if src:
             loaders[keys[k]] = functools.partial(load_stage_model, ctx, keys[k])
     sets = {
-        str(k): functools.partial(transfer_dataset, objects="target", transforms=f"first:{k}") for k in cfg.nested_sizes
+        str(k): functools.partial(transfer_dataset, objects="target", transforms=f"first:{k}")
+        for k in cfg.speicher.nested_sizes
     }
     ev = Evaluator(ctx, loaders, sets)
-    matrix = {str(i): {str(j): ev.probe(keys[i], str(j)) for j in cfg.nested_sizes} for i in cfg.nested_sizes}
+    matrix = {
+        str(i): {str(j): ev.probe(keys[i], str(j)) for j in cfg.speicher.nested_sizes}
+        for i in cfg.speicher.nested_sizes
+    }
     return {
-        "sizes": list(cfg.nested_sizes),
-        "sets": {str(k): list(transform_set(cfg, f"first:{k}")) for k in cfg.nested_sizes},
-        "models": {str(k): keys[k] for k in cfg.nested_sizes},
+        "sizes": list(cfg.speicher.nested_sizes),
+        "sets": {str(k): list(transform_set(cfg, f"first:{k}")) for k in cfg.speicher.nested_sizes},
+        "models": {str(k): keys[k] for k in cfg.speicher.nested_sizes},
         "accuracy": matrix,
-        "n_target": cfg.transfer_n_target,
+        "n_target": cfg.speicher.transfer_n_target,
     }

@@ -41,26 +41,26 @@ def train_config(
     optimizer: str = "sgd",
 ) -> Any:
     """The :class:`invfast.pretrain.TrainConfig` of model ``key``: ``epochs`` over ``n`` images in
-    batches of ``cfg.batch_size`` with ``optimizer`` at ``lr`` (None: ``cfg.lr``), the first ``warmup`` (a
-    fraction) of its steps a linear LR warm-up, checkpoints five times per run, its seed derived from the master
-    seed."""
+    batches of ``cfg.pretrain.batch_size`` with ``optimizer`` at ``lr`` (None: ``cfg.pretrain.lr``), the first
+    ``warmup`` (a fraction) of its steps a linear LR warm-up, checkpoints five times per run, its seed derived
+    from the master seed."""
     from invfast.pretrain import TrainConfig
 
     cfg = ctx.cfg
-    steps = epochs * (n // cfg.batch_size)
+    steps = epochs * (n // cfg.pretrain.batch_size)
     return TrainConfig(
-        batch_size=cfg.batch_size,
+        batch_size=cfg.pretrain.batch_size,
         epochs=epochs,
-        lr=cfg.lr if lr is None else lr,
+        lr=cfg.pretrain.lr if lr is None else lr,
         optimizer=optimizer,
         weight_decay=weight_decay,
         warmup_steps=int(warmup * steps),
-        seed=stage_seed(cfg.seed, f"train/{key}"),
-        size=cfg.size,
+        seed=stage_seed(cfg.run.seed, f"train/{key}"),
+        size=cfg.data.size,
         checkpoint_every=max(10, steps // 5),
         log_every=max(1, min(10, steps)),
         progress=ctx.progress,
-        device=cfg.device,
+        device=cfg.run.device,
     )
 
 
@@ -76,7 +76,7 @@ def heldout_probe(ctx: Context) -> Any:
     on a stratified half, fitted on the other half)."""
     from invfast.pretrain import HeldoutProbe
 
-    n = min(ctx.cfg.curve_images, ctx.cfg.n_probe)
+    n = min(ctx.cfg.pretrain.curve_images, ctx.cfg.data.n_probe)
     return HeldoutProbe(ctx.images("probe")[:n], ctx.array("data", "probe_target_identity.npy")[:n])
 
 
@@ -131,14 +131,14 @@ def pretrain_source(ctx: Context, spec: str) -> Any:
     from invfast.data.tensors import TensorSource
     from invfast.reproduce.stages.data import pretrain_layers
 
-    if ctx.cfg.fresh_backgrounds:
+    if ctx.cfg.data.fresh_backgrounds:
         return TensorSource(pretrain_layers(ctx.cfg), spec=f"{spec}:layers")
     return ArraySource(ctx.images("pretrain"), spec=spec)
 
 
 def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
-    """Pretrain ``method`` as model ``key`` for ``epochs``: MoCo's SGD at ``cfg.lr``, the transformers ('vit-'
-    keys) Adam at ``cfg.vit_lr``."""
+    """Pretrain ``method`` as model ``key`` for ``epochs``: MoCo's SGD at ``cfg.pretrain.lr``, the transformers ('vit-'
+    keys) Adam at ``cfg.vit.lr``."""
     import dataclasses
 
     from invfast.pretrain import Trainer
@@ -152,23 +152,23 @@ def _fit(ctx: Context, key: str, method: Any, epochs: int) -> dict[str, Any]:
         key,
         epochs,
         images.shape[0],
-        warmup=cfg.warmup,
-        lr=cfg.vit_lr if vit else None,
+        warmup=cfg.pretrain.warmup,
+        lr=cfg.vit.lr if vit else None,
         optimizer="adam" if vit else "sgd",
     )
-    steps_per_epoch = images.shape[0] // cfg.batch_size
+    steps_per_epoch = images.shape[0] // cfg.pretrain.batch_size
     probe = None
-    if cfg.curve_every:
-        tc = dataclasses.replace(tc, probe_every=cfg.curve_every * steps_per_epoch)
+    if cfg.pretrain.curve_every:
+        tc = dataclasses.replace(tc, probe_every=cfg.pretrain.curve_every * steps_per_epoch)
         probe = Snapshots(heldout_probe(ctx), method.encoder, os.path.join(out, "snapshots"))
-    source = pretrain_source(ctx, f"reproduce:pretrain:{cfg.seed}:{images.shape[0]}")
+    source = pretrain_source(ctx, f"reproduce:pretrain:{cfg.run.seed}:{images.shape[0]}")
     trainer = Trainer(
         method,
         source,
         tc,
         out=out,
         # checked on resume: the ResNet runs keep the identity they had before the transformers existed
-        meta={"arch": method.encoder.arch if vit else cfg.arch, "width": cfg.width, "model": key},
+        meta={"arch": method.encoder.arch if vit else cfg.pretrain.arch, "width": cfg.pretrain.width, "model": key},
         probe=probe,
     )
     if probe is not None:
@@ -198,8 +198,8 @@ def _record(
     if hasattr(method, "online"):
         from invfast.pretrain.collapse import head_collapse
 
-        n = min(ctx.cfg.curve_images, ctx.cfg.n_probe)
-        result["head"] = head_collapse(method, ctx.images("probe")[:n], ctx.cfg.size)
+        n = min(ctx.cfg.pretrain.curve_images, ctx.cfg.data.n_probe)
+        result["head"] = head_collapse(method, ctx.images("probe")[:n], ctx.cfg.data.size)
     return result
 
 
@@ -213,12 +213,12 @@ def policy_method(cfg: ReproduceConfig, policy: str, key: str | None = None) -> 
     key = policy if key is None else key
     return MoCoV2(
         encoder(cfg, key),
-        view_backgrounds(cfg, T.policy(policy, size=cfg.size)),
+        view_backgrounds(cfg, T.policy(policy, size=cfg.data.size)),
         queue_size=cfg.moco_queue_size(),
-        key_momentum=cfg.key_momentum,
-        proj_dim=cfg.proj_dim,
-        head_norm=cfg.head_norm,
-        queue_seed=stage_seed(cfg.seed, f"queue/{key}"),
+        key_momentum=cfg.pretrain.key_momentum,
+        proj_dim=cfg.pretrain.proj_dim,
+        head_norm=cfg.pretrain.head_norm,
+        queue_seed=stage_seed(cfg.run.seed, f"queue/{key}"),
     )
 
 
@@ -227,7 +227,7 @@ def view_backgrounds(cfg: ReproduceConfig, policy: Any) -> Any:
     layers with a fresh background per view (:class:`invfast.pretrain.backgrounds.FreshBackgrounds`)."""
     from invfast.pretrain.backgrounds import FreshBackgrounds
 
-    return FreshBackgrounds(policy) if cfg.fresh_backgrounds else policy
+    return FreshBackgrounds(policy) if cfg.data.fresh_backgrounds else policy
 
 
 def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
@@ -240,9 +240,9 @@ def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
     from invfast.pretrain.descriptors import descriptor_policies
 
     descriptors = "groups" if AMORTISED[key] == 2 else "individual"
-    policies = [view_backgrounds(cfg, p) for p in descriptor_policies(descriptors, cfg.size)]
+    policies = [view_backgrounds(cfg, p) for p in descriptor_policies(descriptors, cfg.data.size)]
     shared: dict[str, Any] = dict(
-        descriptors=descriptors, size=cfg.size, proj_dim=cfg.proj_dim, head_norm=cfg.head_norm
+        descriptors=descriptors, size=cfg.data.size, proj_dim=cfg.pretrain.proj_dim, head_norm=cfg.pretrain.head_norm
     )
     if key in SIMCLR:
         return AmortisedSimCLR(encoder(cfg, key), policies, **shared)
@@ -250,8 +250,8 @@ def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
         encoder(cfg, key),
         policies,
         queue_size=cfg.moco_queue_size(),
-        key_momentum=cfg.key_momentum,
-        queue_seed=stage_seed(cfg.seed, f"queue/{key}"),
+        key_momentum=cfg.pretrain.key_momentum,
+        queue_seed=stage_seed(cfg.run.seed, f"queue/{key}"),
         **shared,
     )
 
@@ -266,15 +266,15 @@ def pretrain_policy(ctx: Context, policy: str, key: str | None = None) -> dict[s
 def _epochs(cfg: ReproduceConfig, key: str) -> int:
     """The pretraining epochs of model ``key``."""
     if key.startswith(VIT):
-        return cfg.vit_epochs
-    return cfg.amortised_epochs if key in AMORTISED else cfg.pretrain_epochs
+        return cfg.vit.epochs
+    return cfg.chavhan.amortised_epochs if key in AMORTISED else cfg.pretrain.epochs
 
 
 def warm_start(ctx: Context, key: str, model: torch.nn.Module) -> str | None:
     """Load the trained Default ViT into the Prompt-ViT ``model`` ('vit-amortised' with ``vit_warm_start``; the
     prompt network keeps its initialisation) and return the source's key; None (nothing loaded) otherwise. A run
     that resumes from a checkpoint replaces these weights with the checkpoint's."""
-    if key != f"{VIT}amortised" or not ctx.cfg.vit_warm_start:
+    if key != f"{VIT}amortised" or not ctx.cfg.vit.warm_start:
         return None
     source = f"{VIT}default"
     missing, unexpected = model.load_state_dict(ctx.model(source).state_dict(), strict=False)
@@ -309,6 +309,6 @@ def _identity_probe(ctx: Context, encoder_: torch.nn.Module, k: int) -> dict[str
     from invfast.reproduce.stages.context import extract
     from invfast.reproduce.stages.probing import probe_scores
 
-    model = WithDescriptor(encoder_, [1.0] * k).to(ctx.cfg.device).eval()
+    model = WithDescriptor(encoder_, [1.0] * k).to(ctx.cfg.run.device).eval()
     y = ctx.array("data", "probe_target_identity.npy")
     return probe_scores(extract(model, ctx.images("probe")), y, "classification", 1, ctx.cfg)

@@ -69,18 +69,18 @@ def out_of_fold(oof: Any, y: np.ndarray, kind: str) -> dict[str, Any]:
 
 
 def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: ReproduceConfig) -> dict[str, Any]:
-    """``cfg.folds``-fold CV over the published grid (Ericsson et al. 2021, App. E; ``cfg.n_penalties``
+    """``cfg.probe.folds``-fold CV over the published grid (Ericsson et al. 2021, App. E; ``cfg.probe.n_penalties``
     values, shifted for fusions): mean ± std over folds at the best α. Logistic fits that stopped at
     ``logistic_max_iter`` are counted (``not_converged``) rather than printed."""
     import warnings
 
     from invfast.probes import LogisticCV, RidgeCV, alpha_grid
 
-    grid = alpha_grid(n_models, cfg.n_penalties)
+    grid = alpha_grid(n_models, cfg.probe.n_penalties)
     if kind == "classification":
-        est = LogisticCV(alphas=grid, cv=cfg.folds, n_models=n_models, max_iter=cfg.logistic_max_iter)
+        est = LogisticCV(alphas=grid, cv=cfg.probe.folds, n_models=n_models, max_iter=cfg.probe.logistic_max_iter)
     else:
-        est = RidgeCV(alphas=grid, cv=cfg.folds, n_models=n_models)
+        est = RidgeCV(alphas=grid, cv=cfg.probe.folds, n_models=n_models)
     threads = torch.get_num_threads()
     try:
         # the solvers run many small ops; one thread avoids OpenMP overhead (10x on a loaded 2-core machine)
@@ -92,7 +92,7 @@ def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: Re
         torch.set_num_threads(threads)
     cv = est.cv_results_
     b = int(est.best_index_)
-    folds = [float(cv[f"split{k}_test_score"][b]) for k in range(cfg.folds)]
+    folds = [float(cv[f"split{k}_test_score"][b]) for k in range(cfg.probe.folds)]
     out = {
         "mean": float(est.best_score_),
         "std": float(cv["std_test_score"][b]),
@@ -100,7 +100,9 @@ def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: Re
         "fold_scores": folds,
     }
     if "split0_converged" in cv:
-        conv = np.stack([np.asarray(cv[f"split{k}_converged"]) for k in range(cfg.folds)], axis=1)  # [alphas, folds]
+        conv = np.stack(
+            [np.asarray(cv[f"split{k}_converged"]) for k in range(cfg.probe.folds)], axis=1
+        )  # [alphas, folds]
         out["not_converged"] = int(conv.size - conv.sum())
         out["not_converged_at_best"] = int(conv[b].size - conv[b].sum())
     out.update(out_of_fold(est.oof_predictions_, y, kind))
@@ -136,7 +138,7 @@ def probes(ctx: Context) -> dict[str, Any]:
 
 
 def kernel_probe_scores(x: np.ndarray, y: np.ndarray, cfg: ReproduceConfig) -> dict[str, Any]:
-    """``cfg.folds``-fold CV of an RBF kernel-ridge probe over the library's (α, γ) grid on standardised
+    """``cfg.probe.folds``-fold CV of an RBF kernel-ridge probe over the library's (α, γ) grid on standardised
     features x [n, D] and targets y [n, t]: mean ± std R² over folds at the best pair, the pair, and the
     out-of-fold predictions (:func:`out_of_fold`)."""
     from invfast.probes import KernelRidgeCV
@@ -144,7 +146,7 @@ def kernel_probe_scores(x: np.ndarray, y: np.ndarray, cfg: ReproduceConfig) -> d
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)  # many small solves, as in probe_scores
-        est = KernelRidgeCV(cv=cfg.folds).fit(x, y)
+        est = KernelRidgeCV(cv=cfg.probe.folds).fit(x, y)
     finally:
         torch.set_num_threads(threads)
     cv = est.cv_results_
@@ -154,7 +156,7 @@ def kernel_probe_scores(x: np.ndarray, y: np.ndarray, cfg: ReproduceConfig) -> d
         "std": float(cv["std_test_score"][b]),
         "best_alpha": float(est.alpha_),
         "best_gamma": float(est.gamma_),
-        "fold_scores": [float(cv[f"split{k}_test_score"][b]) for k in range(cfg.folds)],
+        "fold_scores": [float(cv[f"split{k}_test_score"][b]) for k in range(cfg.probe.folds)],
     }
     out.update(out_of_fold(est.oof_predictions_, y, "regression"))
     return out
@@ -169,7 +171,7 @@ def kernel_probes(ctx: Context) -> dict[str, Any]:
     for task in KERNEL_TASKS:
         kind, what = TASKS[task]
         y = ctx.array("data", f"probe_target_{task}.npy")
-        n = y.shape[0] if cfg.kernel_probe_n == 0 else min(cfg.kernel_probe_n, y.shape[0])
+        n = y.shape[0] if cfg.probe.kernel_n == 0 else min(cfg.probe.kernel_n, y.shape[0])
         y = np.asarray(y[:n], np.float64).reshape(n, -1)
         rows = {
             LABELS[k]: kernel_probe_scores(ctx.array(*feature_file(k, task_set(task)))[:n], y, cfg)

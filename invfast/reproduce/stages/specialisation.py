@@ -37,7 +37,7 @@ def snapshot_model(ctx: Context, key: str, step: int) -> torch.nn.Module:
     model.load_state_dict(
         load_verified(path, what="pretraining snapshot", fix="delete the pretraining stage result to retrain")
     )
-    return model.to(ctx.cfg.device).eval()
+    return model.to(ctx.cfg.run.device).eval()
 
 
 def _models(ctx: Context) -> list[tuple[str, str, int, torch.nn.Module]]:
@@ -61,14 +61,14 @@ def _invariance(ctx: Context, model: torch.nn.Module, name: str) -> tuple[dict[s
     stats, _ = reference_stats(extract(model, ctx.images("probe")))
     r = measure_invariance(
         model,
-        ctx.images("measure")[: cfg.snapshot_images],
-        transforms=cfg.test_transforms,
+        ctx.images("measure")[: cfg.measurement.snapshot_images],
+        transforms=cfg.measurement.transforms,
         stats=stats,
-        grid_size=min(cfg.grid_size, cfg.snapshot_grid),
+        grid_size=min(cfg.measurement.grid_size, cfg.measurement.snapshot_grid),
         grid_side=grid_side(cfg),
         batch_size=16,
         forward_batch=256,
-        device=cfg.device,
+        device=cfg.run.device,
         name=name,
         progress=False,
     )
@@ -79,7 +79,7 @@ def invariance_curves(ctx: Context) -> dict[str, Any]:
     """Per model (Random, and each policy at each snapshot): mean standardised cosine per test transform."""
     import invfast.transforms as T
 
-    steps_per_epoch = ctx.cfg.n_pretrain // ctx.cfg.batch_size
+    steps_per_epoch = ctx.cfg.data.n_pretrain // ctx.cfg.pretrain.batch_size
     rows: list[dict[str, Any]] = []
     for label, p, s, m in _models(ctx):
         cosine, per_image = _invariance(ctx, m, label)
@@ -94,7 +94,7 @@ def invariance_curves(ctx: Context) -> dict[str, Any]:
             }
         )
     families = {t: T.get(t).family for t in rows[0]["cosine"]}
-    out = {"models": rows, "families": families, "images": ctx.cfg.snapshot_images}
+    out = {"models": rows, "families": families, "images": ctx.cfg.measurement.snapshot_images}
     atomic_write_text(ctx.path("snapshots", "invariance.json"), json.dumps(out, allow_nan=False))
     return out
 
@@ -148,5 +148,5 @@ def invariance_transfer(ctx: Context) -> dict[str, Any]:
         "scores": scores,
         "rho": rho,
         "families": {t: T.get(t).family for t in transforms},
-        "images": cfg.snapshot_images,
+        "images": cfg.measurement.snapshot_images,
     }

@@ -58,8 +58,8 @@ LEARNED_RATIO = 1.2
 @dataclass(frozen=True)
 class ModelSpec:
     """One supervised model: ``arch`` (an :func:`invfast.models.create` name) trained on ``n`` images of
-    ``data(cfg, 'train', n)`` for ``epochs`` epochs — or, with ``level`` and ``cfg.criterion_epochs``, until its
-    own-data accuracy reaches ``level`` (:func:`fit_supervised`), at most ``epochs`` then; ``key`` names its cache
+    ``data(cfg, 'train', n)`` for ``epochs`` epochs — or, with ``level`` and ``cfg.speicher.criterion_epochs``, until
+    its own-data accuracy reaches ``level`` (:func:`fit_supervised`), at most ``epochs`` then; ``key`` names its cache
     folder and its row in the report. Models of the same architecture start from the same initialisation, so a
     pair differs only in its data."""
 
@@ -76,20 +76,20 @@ def criterion_level(cfg: ReproduceConfig) -> float | None:
     (:data:`invfast.reproduce.rules.speicher.TRAINED_LEVEL`), or None with ``criterion_epochs`` 0 (fixed epochs)."""
     from invfast.reproduce.rules.speicher import TRAINED_LEVEL
 
-    return TRAINED_LEVEL if cfg.criterion_epochs else None
+    return TRAINED_LEVEL if cfg.speicher.criterion_epochs else None
 
 
 def supervised_epochs(cfg: ReproduceConfig) -> int:
     """Those models' epochs: the cap ``criterion_epochs`` when they train to the criterion, else ``transfer_epochs``."""
-    return cfg.criterion_epochs or cfg.transfer_epochs
+    return cfg.speicher.criterion_epochs or cfg.speicher.transfer_epochs
 
 
 def arch_kwargs(arch: str, cfg: ReproduceConfig) -> dict[str, Any]:
-    """Constructor arguments of ``arch`` at the run's scale: ResNets and VGG at ``cfg.width``; the ViT with
+    """Constructor arguments of ``arch`` at the run's scale: ResNets and VGG at ``cfg.pretrain.width``; the ViT with
     8 x width units (as wide as the ResNet's features), 4 blocks of 4 heads, 4-px patches."""
     if arch == "vit":
-        return {"img_size": cfg.size, "patch": 4, "dim": 8 * cfg.width, "depth": 4, "heads": 4}
-    return {"width": cfg.width}
+        return {"img_size": cfg.data.size, "patch": 4, "dim": 8 * cfg.pretrain.width, "depth": 4, "heads": 4}
+    return {"width": cfg.pretrain.width}
 
 
 def optimisation(arch: str) -> dict[str, Any]:
@@ -107,9 +107,9 @@ def make_encoder(cfg: ReproduceConfig, arch: str) -> torch.nn.Module:
     every supervised model of that architecture starts where they do."""
     from invfast.models import create
 
-    if arch == cfg.arch:
+    if arch == cfg.pretrain.arch:
         return encoder(cfg, "transfer")
-    torch.manual_seed(stage_seed(cfg.seed, f"init/supervised/{arch}"))
+    torch.manual_seed(stage_seed(cfg.run.seed, f"init/supervised/{arch}"))
     return create(arch, **arch_kwargs(arch, cfg))
 
 
@@ -133,13 +133,13 @@ def _train_one(ctx: Context, spec: ModelSpec) -> dict[str, Any]:
     cfg = ctx.cfg
     dataset = spec.data(cfg, "train", spec.n)
     images, labels, _ = dataset.generate(range(spec.n))
-    data = LabelledSource(images, labels, spec=f"reproduce:supervised:{spec.key}:{cfg.seed}:{spec.n}")
+    data = LabelledSource(images, labels, spec=f"reproduce:supervised:{spec.key}:{cfg.run.seed}:{spec.n}")
     method = Supervised(make_encoder(cfg, spec.arch), num_classes=int(dataset.num_classes))
     opt = optimisation(spec.arch)
     tc = train_config(
         ctx, f"supervised/{spec.key}", spec.epochs, spec.n, lr=opt["lr"], weight_decay=opt["weight_decay"]
     )
-    steps_per_epoch = spec.n // cfg.batch_size
+    steps_per_epoch = spec.n // cfg.pretrain.batch_size
     tc = dataclasses.replace(
         tc, optimizer=opt["optimizer"], log_every=steps_per_epoch, checkpoint_every=steps_per_epoch
     )
@@ -155,14 +155,14 @@ def own_data_accuracy(ctx: Context, data: Builder, n: int) -> Callable[[torch.nn
     images of ``data``, class means from its first ``min(n, 4 x transfer_n_target)`` training images (the images
     generated once here)."""
     cfg = ctx.cfg
-    n_fit = min(n, 4 * cfg.transfer_n_target)
+    n_fit = min(n, 4 * cfg.speicher.transfer_n_target)
     fit_x, fit_y, _ = data(cfg, "train", n).generate(range(n_fit))
-    n_test = cfg.transfer_n_target
+    n_test = cfg.speicher.transfer_n_target
     test_x, test_y, _ = data(cfg, "test", n_test).generate(range(n_test))
 
     def accuracy(model: torch.nn.Module) -> float:
         was_training = model.training
-        model = model.to(cfg.device).eval()
+        model = model.to(cfg.run.device).eval()
         try:
             return ncm_accuracy(extract(model, fit_x), fit_y.numpy(), extract(model, test_x), test_y.numpy())
         finally:
@@ -179,7 +179,7 @@ def fit_supervised(ctx: Context, trainer: Any, data: Builder, n: int, level: flo
     a run killed between epochs resumes from its last checkpoint and stops where an uninterrupted one would."""
     steps_per_epoch = trainer.steps_per_epoch
     model_file = os.path.join(trainer.out, "model.pt")
-    if level is None or not ctx.cfg.criterion_epochs:
+    if level is None or not ctx.cfg.speicher.criterion_epochs:
         trainer.fit(resume=True)
         return {"stopped": "epochs", "epochs_trained": trainer.total_steps // steps_per_epoch}
     if os.path.exists(model_file):  # finished before (at the criterion or the cap): read where it stopped
@@ -283,12 +283,12 @@ class Evaluator:
 
     def model(self, key: str) -> torch.nn.Module:
         if key not in self._loaded:
-            self._loaded[key] = self._models[key]().to(self.ctx.cfg.device).eval()
+            self._loaded[key] = self._models[key]().to(self.ctx.cfg.run.device).eval()
         return self._loaded[key]
 
     def images(self, name: str) -> tuple[torch.Tensor, np.ndarray]:
         if name not in self._images:
-            n = self.ctx.cfg.transfer_n_target
+            n = self.ctx.cfg.speicher.transfer_n_target
             x, y, _ = self._sets[name](self.ctx.cfg, "val", n).generate(range(n))
             self._images[name] = (x, y.numpy())
         return self._images[name]

@@ -45,7 +45,7 @@ def _split(seed: int, n_objects: int, n_transforms: int, size: int) -> Any:
 
 def split_of(cfg: ReproduceConfig) -> Any:
     """The run's :class:`~invfast.synthetic.families.SameVsDifferent` sets (disjoint objects and types)."""
-    return _split(cfg.seed, cfg.transfer_objects, cfg.transfer_transforms, cfg.size)
+    return _split(cfg.run.seed, cfg.speicher.transfer_objects, cfg.speicher.transfer_transforms, cfg.data.size)
 
 
 def object_set(cfg: ReproduceConfig, name: str) -> list[int]:
@@ -88,7 +88,7 @@ def transfer_dataset(
 
     sv = split_of(cfg)
     bank = sv.bank.subset(object_set(cfg, objects))
-    return Transforms2D(bank, transform_set(cfg, transforms), size=cfg.size, n=n, seed=cfg.seed, split=split)
+    return Transforms2D(bank, transform_set(cfg, transforms), size=cfg.data.size, n=n, seed=cfg.run.seed, split=split)
 
 
 def transfer_data(ctx: Context) -> dict[str, Any]:
@@ -99,22 +99,25 @@ def transfer_data(ctx: Context) -> dict[str, Any]:
 
     cfg = ctx.cfg
     sv = same_vs_different(
-        n_objects=cfg.transfer_objects, n_transforms=cfg.transfer_transforms, seed=cfg.seed, size=cfg.size
+        n_objects=cfg.speicher.transfer_objects,
+        n_transforms=cfg.speicher.transfer_transforms,
+        seed=cfg.run.seed,
+        size=cfg.data.size,
     )
     superset = tuple(sv.target_transforms) + tuple(sv.other_transforms)
     sources = {
-        "same": sv.source_same("train", n=cfg.transfer_n_source),
-        "different": sv.source_different("train", n=cfg.transfer_n_source),
+        "same": sv.source_same("train", n=cfg.speicher.transfer_n_source),
+        "different": sv.source_different("train", n=cfg.speicher.transfer_n_source),
         "superset": Transforms2D(
             sv.bank.subset(sv.source_objects),
             superset,
-            size=cfg.size,
-            n=cfg.transfer_n_source,
-            seed=cfg.seed,
+            size=cfg.data.size,
+            n=cfg.speicher.transfer_n_source,
+            seed=cfg.run.seed,
             split="train",
         ),
     }
-    target = sv.target("val", n=cfg.transfer_n_target)
+    target = sv.target("val", n=cfg.speicher.transfer_n_target)
     for name, ds in [*sources.items(), ("target", target)]:
         images, labels, _ = ds.generate(range(len(ds)))
         atomic_save_npy(ctx.path("transfer", f"{name}_images.npy"), images.numpy())
@@ -138,17 +141,21 @@ def transfer_train(ctx: Context, source: str) -> dict[str, Any]:
     cfg = ctx.cfg
     images = torch.from_numpy(ctx.array("transfer", f"{source}_images.npy"))
     labels = torch.from_numpy(ctx.array("transfer", f"{source}_labels.npy")).long()
-    data = LabelledSource(images, labels, spec=f"reproduce:transfer:{source}:{cfg.seed}:{images.shape[0]}")
+    data = LabelledSource(images, labels, spec=f"reproduce:transfer:{source}:{cfg.run.seed}:{images.shape[0]}")
     from invfast.reproduce.stages.supervised import criterion_level, fit_supervised, learned_check, supervised_epochs
 
     method = Supervised(encoder(cfg, "transfer"), num_classes=data.num_classes)
     epochs = supervised_epochs(cfg)
     tc = train_config(ctx, f"transfer/{source}", epochs, len(data), lr=0.05, weight_decay=5e-4)
-    steps_per_epoch = len(data) // cfg.batch_size
+    steps_per_epoch = len(data) // cfg.pretrain.batch_size
     tc = dataclasses.replace(tc, log_every=steps_per_epoch, checkpoint_every=steps_per_epoch)
     out = os.path.dirname(ctx.path("transfer", source, "model.pt"))
     trainer = Trainer(
-        method, data, tc, out=out, meta={"arch": cfg.arch, "width": cfg.width, "model": f"transfer-{source}"}
+        method,
+        data,
+        tc,
+        out=out,
+        meta={"arch": cfg.pretrain.arch, "width": cfg.pretrain.width, "model": f"transfer-{source}"},
     )
     types = {"same": "target", "different": "other", "superset": "target+other"}[source]
     builder = functools.partial(transfer_dataset, objects="source", transforms=types)
