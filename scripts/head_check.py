@@ -10,7 +10,7 @@ images (eval mode, the first ``--images``) and prints per model:
 - ``alive``: hidden ReLU units of the head positive on at least one image;
 - the final training loss against ln(1 + queue): a loss at that value is InfoNCE with every logit equal.
 
-Checkpoints of a batch-normalised head (``--set head_norm=bn``) are read too (eval mode: its running
+Checkpoints of a batch-normalised head (``--set pretrain.head_norm=bn``) are read too (eval mode: its running
 statistics). A head whose outputs all point one way gives InfoNCE no gradient to leave that state (every key,
 positive or negative, is the same vector): the loss sits at ln(1 + K) for the rest of the run and the encoder
 stops learning.
@@ -79,8 +79,12 @@ def _head(cfg: dict, sd: dict) -> torch.nn.Module:
 
 def seed_folders(cache: str) -> dict[int, str]:
     """Master seed -> its cache folder (the first seed's is the cache itself, the others' ``seed-N``)."""
+    from invfast.reproduce.folders import FLAT_FORMAT, sectioned
+
     with open(os.path.join(cache, "config.json"), encoding="utf-8") as f:
-        first = int(json.load(f)["config"]["run.seed"])
+        saved = json.load(f)
+    config = sectioned(saved["config"]) if saved.get("format") == FLAT_FORMAT else saved["config"]
+    first = int(config["run.seed"])
     out = {first: cache}
     for d in glob.glob(os.path.join(cache, "seed-*")):
         out[int(os.path.basename(d)[len("seed-") :])] = d

@@ -56,8 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         dest="overrides",
         action="append",
         default=[],
-        metavar="KEY=VALUE",
-        help="override one config field (repeatable), e.g. --set pretrain.epochs=20",
+        metavar="SECTION.FIELD=VALUE",
+        help="override one config field (repeatable), e.g. --set pretrain.epochs=20 (--print-config lists them)",
     )
     parser.add_argument("--seed", type=int, default=None, help="master seed (default 0; recorded in the report)")
     parser.add_argument(

@@ -297,7 +297,8 @@ class ReproduceConfig(Config):
             raise ValueError(f"config field run.device must be 'cpu', 'cuda' or 'cuda:N', got {run.device!r}")
         if run.workers > 1 and run.device != "cpu":
             raise ValueError(
-                f"run.workers > 1 runs stages in parallel CPU processes; run.device {run.device!r} needs workers=1"
+                f"run.workers > 1 runs stages in parallel CPU processes; run.device {run.device!r} needs "
+                "run.workers=1 (--workers 1)"
             )
 
     def _validate_sizes(self) -> None:

@@ -78,7 +78,7 @@ def images_mb(n: int, size: int, channels: int = 3) -> float:
 
 def features_mb(cfg: Any, models: int, tasks: int, key: str = "default") -> float:
     """MiB of the float32 features of ``models`` encoders as wide as the one called ``key`` on ``tasks`` probe sets
-    of ``n_probe`` images."""
+    of ``data.n_probe`` images."""
     return _mb(4 * models * tasks * cfg.data.n_probe * _shape(cfg, key, None)[1])
 
 

@@ -52,7 +52,7 @@ class Finding:
             of them did not learn (:mod:`invfast.reproduce.sections.learning`) is *not testable*.
         paper_value: the paper's value of the rule's statistic, in words ('' where the paper has a figure only).
         test_families: the families of test transforms its rule compares (``invfast.transforms`` families): a run
-            selecting it needs ``test_transforms`` to hold one of each (checked with the configuration).
+            selecting it needs ``measurement.transforms`` to hold one of each (checked with the configuration).
 
     ``check`` describes the numbers for the report (its summary); it decides nothing.
     """

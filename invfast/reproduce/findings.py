@@ -87,7 +87,7 @@ def _registry() -> tuple[Finding, ...]:
 
 #: the registry, in the order of docs/findings.md
 FINDINGS: tuple[Finding, ...] = _registry()
-#: the selection of a run without --findings / --paper (ReproduceConfig.findings' default)
+#: the selection of a run without --findings / --paper (ReproduceConfig's run.findings default)
 DEFAULT = DEFAULT_FINDINGS
 
 
@@ -128,7 +128,8 @@ def select(findings: str | None = None, paper: str | None = None) -> tuple[str, 
 
 def check_families(ids: Sequence[str], test_transforms: str) -> None:
     """The findings ``ids`` that compare families of test transforms (their records' ``test_families``: E1 and
-    C1) need ``test_transforms`` to hold one transform of each: one ValueError naming them and what is missing."""
+    C1) need ``test_transforms`` (``measurement.transforms``) to hold one transform of each: one ValueError naming them
+    and what is missing."""
     from invfast.measure.selection import resolve_transforms
 
     have = {t.family for t in resolve_transforms(test_transforms)}
@@ -137,7 +138,7 @@ def check_families(ids: Sequence[str], test_transforms: str) -> None:
         wanted = list(dict.fromkeys(fam for f in users for fam in f.test_families))
         missing = ", ".join(fam for fam in wanted if fam not in have)
         raise ValueError(
-            f"test_transforms={test_transforms!r} has no {missing} transform; "
+            f"measurement.transforms={test_transforms!r} has no {missing} transform; "
             f"{' and '.join(f.id for f in users)} compare{'s' if len(users) == 1 else ''} the {' and '.join(wanted)} "
             f"famil{'ies' if len(wanted) > 1 else 'y'}: add one of each, or select other findings (--findings)"
         )

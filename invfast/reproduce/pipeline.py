@@ -487,7 +487,7 @@ def reproduce(
         if not torch.cuda.is_available():
             raise ValueError(
                 f"this configuration ({cfg.run.preset}) runs on {cfg.run.device!r}, but torch sees no CUDA device; "
-                "use --quick (CPU) or --set device=cpu"
+                "use --quick (CPU) or --set run.device=cpu"
             )
     from invfast.reproduce import stages as S
 

@@ -165,13 +165,13 @@ def parse_override(text: str, config: type[ReproduceConfig] = ReproduceConfig) -
     if "=" not in text:
         raise ValueError(f"--set takes SECTION.FIELD=VALUE, got {text!r}")
     key, raw = (s.strip() for s in text.split("=", 1))
+    own = {"findings": "select findings with --findings or --paper", "preset": "choose it with --preset"}
+    if key in own or key in (f"run.{k}" for k in own):  # set by their own options, flat or dotted
+        raise ValueError(f"--set: config field {key!r} is not set with --set; {own[key.removeprefix('run.')]}")
     try:
         config.declaration(key)
     except ValueError as e:
         raise ValueError(f"--set: {e}") from None
-    if key in ("run.preset", "run.findings"):
-        hint = "select findings with --findings or --paper" if key == "run.findings" else "choose it with --preset"
-        raise ValueError(f"--set: config field {key!r} is not set with --set; {hint}")
     default = config().get(key)
     try:
         if isinstance(default, bool):

@@ -9,7 +9,8 @@ __all__ = ["validate_test_transforms", "validate_speicher", "base_images_source"
 
 
 def base_images_source(spec: str) -> str | None:
-    """The folder of a ``base_images`` value ('folder:PATH' -> PATH; 'builtin' -> None); ValueError otherwise."""
+    """The folder of a ``speicher.base_images`` value ('folder:PATH' -> PATH; 'builtin' -> None); ValueError
+    otherwise."""
     if spec == "builtin":
         return None
     head, _, path = str(spec).partition(":")

@@ -805,7 +805,7 @@ def test_selection_by_id_and_by_paper(capsys, tmp_path):
     assert main(["reproduce", "--preset", "tiny", "--set", "amortised=true", "--out", str(tmp_path / "a")]) == 2
     assert "--paper chavhan" in capsys.readouterr().err
     # the selection is scheduling only: a folder resumes under another one
-    assert "findings" not in RP.preset("tiny", {"run.findings": ("S2",)}).claim_dict()
+    assert "run.findings" not in RP.preset("tiny", {"run.findings": ("S2",)}).claim_dict()
 
 
 def test_adding_a_stage_is_one_record(tiny_run, tmp_path, monkeypatch):
@@ -933,7 +933,7 @@ def test_head_norm_reaches_every_contrastive_model_and_old_folders_resume_withou
     assert {h.norm for h in policy_method(RP.preset("tiny"), "spatial").online.heads} == {"none"}
     with pytest.raises(ValueError, match="head_norm must be one of none, bn, got 'layer'"):
         RP.preset("tiny", {"pretrain.head_norm": "layer"})
-    assert "head_norm" not in RP.preset("quick").claim_dict()  # folders of before hold none: they resume
+    assert "pretrain.head_norm" not in RP.preset("quick").claim_dict()  # folders of before hold none: they resume
     assert RP.preset("quick", {"pretrain.head_norm": "bn"}).claim_dict()["pretrain.head_norm"] == "bn"
 
 

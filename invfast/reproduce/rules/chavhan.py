@@ -820,7 +820,7 @@ def judge_c3(results: Mapping[str, Any]) -> SeedVerdict:
     bootstrap's interval is too narrow, so the CIs are t intervals (Welch's over the tasks' independent restarts,
     :func:`welch_interval`).
 
-    Reads ``amortised-learned-i[task]['restarts'] = [{'i', 'score', 'score_at_half'}, ...]`` (``ip_restarts``;
+    Reads ``amortised-learned-i[task]['restarts'] = [{'i', 'score', 'score_at_half'}, ...]`` (``chavhan.ip_restarts``;
     folders of invfast before 0.6 learned i once per task: not testable). The paper's spatial entries (0.80 vs
     0.48) are not this statistic."""
     return judge(*c3_parts(results))
@@ -1052,8 +1052,8 @@ def judge_c6(results: Mapping[str, Any]) -> SeedVerdict:
     below 0. The ratio AI / one specialist (paper 1.75 at K = 5, RN-50) is reported in the precondition's detail.
 
     Reads ``amortised-cost['models'][key]['epoch_seconds']`` (the amortised model ``'amortised'``, the specialists
-    every other key; ``steps_per_epoch`` compared where recorded), which the stage makes with ``cost_epochs`` ≥ 5
-    (folders of invfast before 0.6 timed ``cost_steps`` steps once: not testable)."""
+    every other key; ``steps_per_epoch`` compared where recorded), which the stage makes with ``chavhan.cost_epochs`` ≥
+    5 (folders of invfast before 0.6 timed ``chavhan.cost_steps`` steps once: not testable)."""
     models = need(results, "amortised-cost", "models", what="the amortised-cost stage")
     what = f"time per epoch of every model over ≥ {MIN_EPOCHS_TIMED} epochs"
     epochs = {k: [float(v) for v in need(m, "epoch_seconds", what=what)] for k, m in models.items()}

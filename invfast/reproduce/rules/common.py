@@ -128,7 +128,12 @@ def per_image(measure: Mapping[str, Any], model: str, transforms: Sequence[str])
 
 def grids_scaled(measure: Mapping[str, Any]) -> Precondition:
     """'test-transform grids scaled to the image': the measurement recorded the side its pixel grids were scaled
-    to (``grid_side``); a measurement made before 0.5, or with ``scale_grids`` off, used the 224-px grids."""
+    to (``grid_side``); a measurement made before 0.5, or with ``measurement.scale_grids`` off, used the 224-px
+    grids."""
     side = measure.get("grid_side")
-    detail = f"scaled to {side} px" if side else "the 224-px grids, unscaled (a run before 0.5 or scale_grids off)"
+    detail = (
+        f"scaled to {side} px"
+        if side
+        else "the 224-px grids, unscaled (a run before 0.5 or measurement.scale_grids off)"
+    )
     return Precondition("test-transform grids scaled to the image", bool(side), detail)

@@ -91,10 +91,11 @@ def prompt_effect(ctx: Context, model: torch.nn.Module) -> dict[str, Any]:
 
 def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | None = None) -> dict[str, Any]:
     """Learn a linear head and i per task on the frozen amortised model ``key`` (InvarianceProbe), i from 0.5;
-    fit on the first 80% of ``ip_n`` probe images, score on the rest. ``restarts`` (default ``ip_restarts``)
-    restarts per task, each its own seed, the first from i = 0.5 and the others from a seeded start in [0.1, 0.9]
-    (every component); each also scores a head fitted the same way with i fixed at (0.5, 0.5) (``score_at_half``:
-    what learning i adds). The task's top-level ``i``, ``score`` and ``i_history`` are the first restart's."""
+    fit on the first 80% of ``chavhan.ip_n`` probe images, score on the rest. ``restarts`` (default
+    ``chavhan.ip_restarts``) restarts per task, each its own seed, the first from i = 0.5 and the others from a seeded
+    start in [0.1, 0.9] (every component); each also scores a head fitted the same way with i fixed at (0.5, 0.5)
+    (``score_at_half``: what learning i adds). The task's top-level ``i``, ``score`` and ``i_history`` are the first
+    restart's."""
     cfg = ctx.cfg
     n_restarts = cfg.chavhan.ip_restarts if restarts is None else restarts
     model = ctx.model(key)
@@ -135,11 +136,11 @@ def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | No
 def amortised_cost(ctx: Context) -> dict[str, Any]:
     """C6: wall time per epoch and parameters of the amortised model (AI-MoCo on the Hyper-ResNet) and of each
     specialist (MoCo-v2 with one policy), trained in this stage on the run's data and batch after one warm-up
-    step each: ``cost_epochs`` whole epochs per model, the models taking turns epoch by epoch so that a change
-    in the machine's load falls on all of them (``epoch_seconds``, one per epoch); or, with ``cost_epochs`` 0,
-    ``cost_steps`` steps once. ``seconds_per_step`` is the median epoch over its steps, ``training_seconds`` that
-    times the steps each model is configured for (``amortised_epochs`` for the amortised model,
-    ``pretrain_epochs`` each specialist)."""
+    step each: ``chavhan.cost_epochs`` whole epochs per model, the models taking turns epoch by epoch so that a change
+    in the machine's load falls on all of them (``epoch_seconds``, one per epoch); or, with ``chavhan.cost_epochs`` 0,
+    ``chavhan.cost_steps`` steps once. ``seconds_per_step`` is the median epoch over its steps, ``training_seconds``
+    that times the steps each model is configured for (``chavhan.amortised_epochs`` for the amortised model,
+    ``pretrain.epochs`` each specialist)."""
     import time
 
     from invfast.pretrain import TrainConfig, Trainer
@@ -235,8 +236,8 @@ def _downstream_features(
 
 
 def _few_shot_of(ctx: Context, key: str | None, task: str, x: np.ndarray, y: np.ndarray, seed: int) -> dict[str, list]:
-    """Per few-shot setting of ``task``, per-episode scores on its first ``fewshot_n`` probe images: of the fixed
-    features ``x``, or (``key``) of that amortised model with i learned per episode."""
+    """Per few-shot setting of ``task``, per-episode scores on its first ``chavhan.fewshot_n`` probe images: of the
+    fixed features ``x``, or (``key``) of that amortised model with i learned per episode."""
     kind = TASKS[task][0]
     n = ctx.cfg.chavhan.fewshot_n or len(y)
     if key is None:
@@ -251,9 +252,9 @@ def amortised_downstream(
     """C4 (and C5 with ``keys`` the K = 2 and K = 5 models, ``fixed`` and ``few_shot`` off): each amortised model
     against the Default, Spatial and Appearance models on every task — the run's many-shot probe at the i learned
     per task (``amortised-learned-i``; its out-of-fold predictions and the targets in ``probes[task]``, which the
-    rules resample by image), few-shot identity episodes (5-way 1- and 5-shot, ``fewshot_episodes`` episodes, ridge
-    on the support set, Chavhan et al. App. A.2) and few-shot regression (train fractions 0.05 and 0.2,
-    ``fewshot_splits`` splits), the amortised models with i learned per episode on its support set (per split on
+    rules resample by image), few-shot identity episodes (5-way 1- and 5-shot, ``chavhan.fewshot_episodes`` episodes,
+    ridge on the support set, Chavhan et al. App. A.2) and few-shot regression (train fractions 0.05 and 0.2,
+    ``chavhan.fewshot_splits`` splits), the amortised models with i learned per episode on its support set (per split on
     its train part: :mod:`invfast.reproduce.stages.few_shot`), each episode's score in ``few_shot[task][setting]
     [label]`` — and each model's rank per (task, setting), 1 = best.
 

@@ -125,8 +125,8 @@ def s6_probe(ctx: Context) -> dict[str, Any]:
 
 def s7_sensitivity(ctx: Context) -> dict[str, Any]:
     """Sensitivity (L2 ratio, lower = more invariant) of every model of both kinds to every category, on
-    pairs of ``category_sensitivity_n`` samples (0: ``sensitivity_n``) differing only in that category's
-    transformation, per OOD level."""
+    pairs of ``speicher.category_sensitivity_n`` samples (0: ``speicher.sensitivity_n``) differing only in that
+    category's transformation, per OOD level."""
     cfg = ctx.cfg
     n = cfg.speicher.category_sensitivity_n or cfg.speicher.sensitivity_n
     out: dict[str, Any] = {}

@@ -1,5 +1,5 @@
 """S5 (Speicher et al., "Invariance makes a difference" §4.2, Fig. 5): does invariance transfer between
-classes? Objects O1 (the first ``s5_objects`` source objects) and O2 (as many target objects), types T1
+classes? Objects O1 (the first ``speicher.s5_objects`` source objects) and O2 (as many target objects), types T1
 (the target's) and T2 (the disjoint set); four datasets over O1 ∪ O2 — D_T1, D_T2, D_T1⊕T2 (O1 under T1,
 O2 under T2) and D_T1∘T2 (every object under both) — one model trained on each, probed on each."""
 

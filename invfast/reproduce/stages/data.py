@@ -1,7 +1,7 @@
 """The ``data`` stage: the main Transforms-2D data (pretraining, probe, rotation-probe and
 measurement images) and the probe tasks' targets, from the known latent factors of each image.
 
-The objects are silhouettes in one shared colour by default (``object_style``): with the built-in
+The objects are silhouettes in one shared colour by default (``data.object_style``): with the built-in
 objects, each with its own colours and texture, a linear probe on colour histograms alone tells the
 10 objects apart (0.79 accuracy, against 0.23 for a random network's features), so the identity
 probe measured colour, which Default and Appearance pretraining are trained to discard
@@ -187,7 +187,7 @@ def task_set(task: str) -> str:
     return TASK_SETS.get(task, "probe")
 
 
-#: the main data's parts: name -> (Transforms-2D split, types; None: the config's ``data_transforms``)
+#: the main data's parts: name -> (Transforms-2D split, types; None: the config's ``data.transforms``)
 MAIN_SPLITS: dict[str, tuple[str, tuple[str, ...] | None]] = {
     "pretrain": ("train", None),
     "probe": ("val", None),
@@ -219,7 +219,7 @@ def main_dataset(cfg: ReproduceConfig, name: str, objects: Any = None, backgroun
 
 def pretrain_layers(cfg: ReproduceConfig) -> torch.Tensor:
     """The pretraining images before their backgrounds: premultiplied RGBA uint8 [n_pretrain, 4, size, size]
-    (each image is these layers over its own background; ``fresh_backgrounds`` draws a new one per view)."""
+    (each image is these layers over its own background; ``data.fresh_backgrounds`` draws a new one per view)."""
     ds = main_dataset(cfg, "pretrain")
     layers = ds.generate_layers(range(ds.n))[0]
     return (layers.clamp(0, 1) * 255).round().to(torch.uint8)

@@ -3,8 +3,8 @@ architecture and the class relationship? Per value of each factor a pair of supe
 trained under the target's transformations ("same"), one under the disjoint set ("different") — is
 probed on the target task (the transfer family's target objects under the target transformations).
 
-The pair at the default values (all ``transfer_n_source`` images, ``cfg.pretrain.arch``, source objects disjoint
-from the target's) is the transfer experiment's ``transfer-train-same`` / ``-different``; the other values
+The pair at the default values (all ``speicher.transfer_n_source`` images, ``cfg.pretrain.arch``, source objects
+disjoint from the target's) is the transfer experiment's ``transfer-train-same`` / ``-different``; the other values
 train in ``s1-train-<factor>``; ``s1-probe`` probes every pair."""
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ RIDGE_ALPHA = 1.0
 
 def episode_shape(y: np.ndarray, k_shot: int, cfg: ReproduceConfig) -> dict[str, Any]:
     """N-way K-shot episodes of labels ``y`` [N]: 5-way (fewer with fewer objects), up to 15 queries per class
-    (as many as the smallest class leaves), ``fewshot_episodes`` episodes."""
+    (as many as the smallest class leaves), ``chavhan.fewshot_episodes`` episodes."""
     smallest = int(np.bincount(y).min())
     n_way = min(5, cfg.data.objects)
     return {
@@ -72,7 +72,7 @@ def learned_i_probe(
     init: float,
     **kw: Any,
 ) -> Any:
-    """An :class:`invfast.probes.InvarianceProbe` of the run's settings (``ip_epochs``, batch 64) fitted on
+    """An :class:`invfast.probes.InvarianceProbe` of the run's settings (``chavhan.ip_epochs``, batch 64) fitted on
     (``x``, ``y``), i from ``init`` (``lr_i=0.0``: i kept there)."""
     from invfast.probes import InvarianceProbe
 
@@ -151,7 +151,7 @@ def few_shot_learned_i(
 ) -> dict[str, list]:
     """Per setting, the per-episode scores of the amortised ``model`` with i learned per episode: on the support
     set of each N-way K-shot episode (the labels local to the episode) or on the train part of each regression
-    split (targets standardised on it), from i = 0.5 over ``ip_epochs``; then the ridge readout of
+    split (targets standardised on it), from i = 0.5 over ``chavhan.ip_epochs``; then the ridge readout of
     :func:`few_shot_fixed` on the model's features at that i. ``images`` uint8 [N, 3, H, W]; the same ``seed`` as
     :func:`few_shot_fixed` gives the same episodes and splits."""
     if kind == "classification":

@@ -56,8 +56,8 @@ def _base(source: str, size: int, seed: int, split: str, n: int) -> tuple[torch.
         x, y = x[keep], y[keep]
         if x.shape[0] < n:
             raise ValueError(
-                f"base_images {source!r} has {x.shape[0]} {split} images; at least {n} are needed "
-                "(lower irrelevant_n or transfer_n_target)"
+                f"speicher.base_images {source!r} has {x.shape[0]} {split} images; at least {n} are needed "
+                "(lower speicher.irrelevant_n or speicher.transfer_n_target)"
             )
     perm = torch.from_numpy(rng.permutation(seed, f"base/{split}", x.shape[0]))
     return x[perm][:n].contiguous(), y[perm][:n].contiguous()
@@ -164,7 +164,7 @@ def s4_train(ctx: Context, kind: str) -> dict[str, Any]:
 
 
 def _views(cfg: ReproduceConfig, vary: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Two views of ``sensitivity_n`` held-out C+O images differing only in ``vary`` ('object' or 'base')."""
+    """Two views of ``speicher.sensitivity_n`` held-out C+O images differing only in ``vary`` ('object' or 'base')."""
     ds = irrelevant_dataset(cfg, "test", cfg.speicher.sensitivity_n, "C+O", "C")
     idx = range(min(cfg.speicher.sensitivity_n, len(ds)))
     return ds.generate(idx)[0], ds.generate(idx, view=1, vary=vary)[0]

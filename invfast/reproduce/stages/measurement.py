@@ -16,7 +16,8 @@ __all__ = ["measure", "measure_one", "reference_stats", "per_image_cosines", "gr
 
 
 def grid_side(cfg: Any) -> int | None:
-    """The measurements' ``grid_side``: the image size when the run scales the pixel grids (``scale_grids``)."""
+    """The measurements' ``grid_side``: the image size when the run scales the pixel grids
+    (``measurement.scale_grids``)."""
     return int(cfg.data.size) if cfg.measurement.scale_grids else None
 
 

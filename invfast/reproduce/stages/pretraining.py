@@ -71,7 +71,7 @@ def read_metrics(folder: str) -> list[dict[str, Any]]:
 
 
 def heldout_probe(ctx: Context) -> Any:
-    """The periodic identity probe of the pretraining runs: the first ``curve_images`` probe-set
+    """The periodic identity probe of the pretraining runs: the first ``pretrain.curve_images`` probe-set
     images and their object labels (:class:`invfast.pretrain.HeldoutProbe`: kNN and linear accuracy
     on a stratified half, fitted on the other half)."""
     from invfast.pretrain import HeldoutProbe
@@ -126,7 +126,7 @@ def snapshot_steps(ctx: Context, key: str) -> list[int]:
 
 def pretrain_source(ctx: Context, spec: str) -> Any:
     """The pretraining images as the methods of :func:`policy_method` / :func:`amortised_method` read them: the
-    images themselves, or (``fresh_backgrounds``) their objects' RGBA layers, each view composited anew."""
+    images themselves, or (``data.fresh_backgrounds``) their objects' RGBA layers, each view composited anew."""
     from invfast.data import ArraySource
     from invfast.data.tensors import TensorSource
     from invfast.reproduce.stages.data import pretrain_layers
@@ -223,7 +223,7 @@ def policy_method(cfg: ReproduceConfig, policy: str, key: str | None = None) -> 
 
 
 def view_backgrounds(cfg: ReproduceConfig, policy: Any) -> Any:
-    """``policy`` as the pretraining runs apply it: over the images, or (``fresh_backgrounds``) over the objects'
+    """``policy`` as the pretraining runs apply it: over the images, or (``data.fresh_backgrounds``) over the objects'
     layers with a fresh background per view (:class:`invfast.pretrain.backgrounds.FreshBackgrounds`)."""
     from invfast.pretrain.backgrounds import FreshBackgrounds
 
@@ -258,7 +258,7 @@ def amortised_method(cfg: ReproduceConfig, key: str = "amortised") -> Any:
 
 def pretrain_policy(ctx: Context, policy: str, key: str | None = None) -> dict[str, Any]:
     """MoCo-v2 with one policy (:func:`policy_method`) as model ``key`` (default: the policy's name; 'vit-<policy>'
-    for the ViT), ``pretrain_epochs`` epochs (the ViT ``vit_epochs``)."""
+    for the ViT), ``pretrain.epochs`` epochs (the ViT ``vit.epochs``)."""
     key = policy if key is None else key
     return _fit(ctx, key, policy_method(ctx.cfg, policy, key), _epochs(ctx.cfg, key))
 
@@ -271,7 +271,7 @@ def _epochs(cfg: ReproduceConfig, key: str) -> int:
 
 
 def warm_start(ctx: Context, key: str, model: torch.nn.Module) -> str | None:
-    """Load the trained Default ViT into the Prompt-ViT ``model`` ('vit-amortised' with ``vit_warm_start``; the
+    """Load the trained Default ViT into the Prompt-ViT ``model`` ('vit-amortised' with ``vit.warm_start``; the
     prompt network keeps its initialisation) and return the source's key; None (nothing loaded) otherwise. A run
     that resumes from a checkpoint replaces these weights with the checkpoint's."""
     if key != f"{VIT}amortised" or not ctx.cfg.vit.warm_start:
@@ -286,7 +286,7 @@ def warm_start(ctx: Context, key: str, model: torch.nn.Module) -> str | None:
 
 
 def pretrain_amortised(ctx: Context, key: str = "amortised") -> dict[str, Any]:
-    """AI-MoCo (:func:`amortised_method`), ``amortised_epochs`` epochs (the Prompt-ViT ``vit_epochs``); then the
+    """AI-MoCo (:func:`amortised_method`), ``chavhan.amortised_epochs`` epochs (the Prompt-ViT ``vit.epochs``); then the
     identity probe of the run (5-fold, the probe set) at the default descriptor [1, 1] for the trained model and
     for its initialisation: whether it learned, measured as the policies' learning is (their identity over
     Random's), where the held-out curve's 200 scored images leave its first and last points ±0.03 apart by

@@ -71,7 +71,7 @@ def out_of_fold(oof: Any, y: np.ndarray, kind: str) -> dict[str, Any]:
 def probe_scores(x: np.ndarray, y: np.ndarray, kind: str, n_models: int, cfg: ReproduceConfig) -> dict[str, Any]:
     """``cfg.probe.folds``-fold CV over the published grid (Ericsson et al. 2021, App. E; ``cfg.probe.n_penalties``
     values, shifted for fusions): mean ± std over folds at the best α. Logistic fits that stopped at
-    ``logistic_max_iter`` are counted (``not_converged``) rather than printed."""
+    ``probe.logistic_max_iter`` are counted (``not_converged``) rather than printed."""
     import warnings
 
     from invfast.probes import LogisticCV, RidgeCV, alpha_grid
@@ -164,7 +164,7 @@ def kernel_probe_scores(x: np.ndarray, y: np.ndarray, cfg: ReproduceConfig) -> d
 
 def kernel_probes(ctx: Context) -> dict[str, Any]:
     """E2's probes (Ericsson et al., BMVC Tab. 4): position, rotation and colour regressed from the Default,
-    Spatial and Appearance features by RBF kernel ridge, on the first ``kernel_probe_n`` images of each task's
+    Spatial and Appearance features by RBF kernel ridge, on the first ``probe.kernel_n`` images of each task's
     probe set (all with 0). Each task as the ``probes`` stage records it, with ``probe`` 'kernel ridge'."""
     cfg = ctx.cfg
     out: dict[str, Any] = {}

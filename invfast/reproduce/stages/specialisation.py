@@ -1,8 +1,8 @@
 """E4 and E5 (Ericsson et al. 2021, App. C.3 and D.1) from the pretraining runs' snapshots (the encoder
-kept each time the held-out probe ran: every ``curve_every`` epochs, :class:`Snapshots`).
+kept each time the held-out probe ran: every ``pretrain.curve_every`` epochs, :class:`Snapshots`).
 
 ``invariance-curves`` (E4): each policy's invariance to the test transforms at every snapshot, kept cheap:
-the first ``snapshot_images`` measurement images at grid ``min(grid_size, snapshot_grid)``, reference
+the first ``measurement.snapshot_images`` measurement images at grid ``min(grid_size, snapshot_grid)``, reference
 statistics from the snapshot's own features of the probe set (computed once per snapshot).
 ``invariance-transfer`` (E5, App. D.1): a population of final models that differ in their augmentations —
 Random, Default, Spatial, Appearance and the amortised K = 5 model at each of its 26 descriptors — each with an
@@ -116,7 +116,7 @@ def _population(ctx: Context) -> list[tuple[str, torch.nn.Module]]:
 
 def invariance_transfer(ctx: Context) -> dict[str, Any]:
     """E5 over the population of final models (:func:`_population`): each model's mean standardised cosine per
-    test transform (measured as E4's snapshots: the first ``snapshot_images`` measurement images, grid
+    test transform (measured as E4's snapshots: the first ``measurement.snapshot_images`` measurement images, grid
     ``min(grid_size, snapshot_grid)``) and probe score per task, and Spearman's ρ across the models between
     each transform's invariance and each task's score (``rho[transform][task]``, for the heat map)."""
     import invfast.transforms as T

@@ -73,14 +73,16 @@ class ModelSpec:
 
 def criterion_level(cfg: ReproduceConfig) -> float | None:
     """The own-data accuracy S1's and S8's models (and the transfer models they reuse) train to: the rules' level
-    (:data:`invfast.reproduce.rules.speicher.TRAINED_LEVEL`), or None with ``criterion_epochs`` 0 (fixed epochs)."""
+    (:data:`invfast.reproduce.rules.speicher.TRAINED_LEVEL`), or None with ``speicher.criterion_epochs`` 0 (fixed
+    epochs)."""
     from invfast.reproduce.rules.speicher import TRAINED_LEVEL
 
     return TRAINED_LEVEL if cfg.speicher.criterion_epochs else None
 
 
 def supervised_epochs(cfg: ReproduceConfig) -> int:
-    """Those models' epochs: the cap ``criterion_epochs`` when they train to the criterion, else ``transfer_epochs``."""
+    """Those models' epochs: the cap ``speicher.criterion_epochs`` when they train to the criterion, else
+    ``speicher.transfer_epochs``."""
     return cfg.speicher.criterion_epochs or cfg.speicher.transfer_epochs
 
 
@@ -151,9 +153,9 @@ def _train_one(ctx: Context, spec: ModelSpec) -> dict[str, Any]:
 
 
 def own_data_accuracy(ctx: Context, data: Builder, n: int) -> Callable[[torch.nn.Module], float]:
-    """``accuracy(model)``: nearest-class-mean accuracy of the model's features on ``transfer_n_target`` held-out
-    images of ``data``, class means from its first ``min(n, 4 x transfer_n_target)`` training images (the images
-    generated once here)."""
+    """``accuracy(model)``: nearest-class-mean accuracy of the model's features on ``speicher.transfer_n_target``
+    held-out images of ``data``, class means from its first ``min(n, 4 x transfer_n_target)`` training images (the
+    images generated once here)."""
     cfg = ctx.cfg
     n_fit = min(n, 4 * cfg.speicher.transfer_n_target)
     fit_x, fit_y, _ = data(cfg, "train", n).generate(range(n_fit))
@@ -173,10 +175,11 @@ def own_data_accuracy(ctx: Context, data: Builder, n: int) -> Callable[[torch.nn
 
 def fit_supervised(ctx: Context, trainer: Any, data: Builder, n: int, level: float | None) -> dict[str, Any]:
     """Run ``trainer`` (its model file under its output folder): to its end when ``level`` is None or
-    ``criterion_epochs`` is 0 (``stopped``: 'epochs'); else epoch by epoch until the encoder's own-data accuracy
-    (:func:`own_data_accuracy`) reaches ``level`` — then the run ends there (``stopped``: 'criterion') — or to its
-    last epoch (``stopped``: 'cap'). Returns ``stopped``, ``epochs_trained`` and, with a level, ``level``. Resumable:
-    a run killed between epochs resumes from its last checkpoint and stops where an uninterrupted one would."""
+    ``speicher.criterion_epochs`` is 0 (``stopped``: 'epochs'); else epoch by epoch until the encoder's own-data
+    accuracy (:func:`own_data_accuracy`) reaches ``level`` — then the run ends there (``stopped``: 'criterion') — or to
+    its last epoch (``stopped``: 'cap'). Returns ``stopped``, ``epochs_trained`` and, with a level, ``level``.
+    Resumable: a run killed between epochs resumes from its last checkpoint and stops where an uninterrupted one
+    would."""
     steps_per_epoch = trainer.steps_per_epoch
     model_file = os.path.join(trainer.out, "model.pt")
     if level is None or not ctx.cfg.speicher.criterion_epochs:
@@ -200,7 +203,7 @@ def fit_supervised(ctx: Context, trainer: Any, data: Builder, n: int, level: flo
 def learned_check(
     ctx: Context, trained: torch.nn.Module, init: torch.nn.Module, data: Builder, n: int
 ) -> dict[str, Any]:
-    """Did the model learn its own task? Nearest-class-mean accuracy of its features on ``transfer_n_target``
+    """Did the model learn its own task? Nearest-class-mean accuracy of its features on ``speicher.transfer_n_target``
     held-out images of ``data`` (class means from its first ``n`` training images), over its initialisation's
     (:data:`LEARNED_RATIO`)."""
     accuracy = own_data_accuracy(ctx, data, n)
