@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import sys
 
-from invfast.reproduce.config import DEFAULT_FINDINGS
+from invfast.reproduce.config_sections import DEFAULT_FINDINGS
 
 #: destination subfolder -> the selection its report tests
 EXAMPLES = {

@@ -16,9 +16,6 @@ from typing import Any
 
 from invfast.config_base import Config
 from invfast.reproduce.config_sections import (
-    CATEGORIES,
-    DEFAULT_FINDINGS,
-    MAX_LR,
     ChavhanSettings,
     DataSettings,
     MeasurementSettings,
@@ -31,9 +28,6 @@ from invfast.reproduce.config_sections import (
 
 __all__ = [
     "ReproduceConfig",
-    "DEFAULT_FINDINGS",
-    "CATEGORIES",
-    "MAX_LR",
     "FLAT_NAMES",
     "Removed",
     "REMOVED_FIELDS",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from invfast.reproduce.config import DEFAULT_FINDINGS
+from invfast.reproduce.config_sections import DEFAULT_FINDINGS
 from invfast.reproduce.finding import PAPERS, Finding, model_matches
 
 __all__ = [

@@ -71,16 +71,7 @@ def validate_speicher(cfg: Any, architectures: tuple[str, ...]) -> None:
             f"speicher.betas must start at 0 (S4 compares availability 0 with the first value above), got {s.betas}"
         )
     base_images_source(s.base_images)
-    from invfast.synthetic import TRANSFORMATION_TYPES
-
-    for c in s.categories:
-        bad = [t for t in c.split("+") if t not in TRANSFORMATION_TYPES]
-        if bad or not c:
-            raise ValueError(
-                f"speicher.categories: {c!r} is not '+'-joined Transforms-2D types ({', '.join(TRANSFORMATION_TYPES)})"
-            )
-    if len(s.categories) < 2 or len(set(s.categories)) < len(s.categories):
-        raise ValueError(f"speicher.categories must be two or more distinct categories, got {s.categories}")
+    _validate_categories(s.categories)
     if 2 * s.category_objects > 61:
         raise ValueError(
             f"speicher.category_objects must be <= 30 (and as many others for mild OOD), got {s.category_objects}"
@@ -92,3 +83,17 @@ def validate_speicher(cfg: Any, architectures: tuple[str, ...]) -> None:
     c = s.category_sensitivity_n
     if isinstance(c, bool) or not isinstance(c, int) or c == 1 or c < 0:
         raise ValueError(f"speicher.category_sensitivity_n must be 0 (as speicher.sensitivity_n) or >= 2, got {c}")
+
+
+def _validate_categories(categories: tuple[str, ...]) -> None:
+    """S6 / S7's categories: two or more distinct '+'-joined Transforms-2D types."""
+    from invfast.synthetic import TRANSFORMATION_TYPES
+
+    for c in categories:
+        bad = [t for t in c.split("+") if t not in TRANSFORMATION_TYPES]
+        if bad or not c:
+            raise ValueError(
+                f"speicher.categories: {c!r} is not '+'-joined Transforms-2D types ({', '.join(TRANSFORMATION_TYPES)})"
+            )
+    if len(categories) < 2 or len(set(categories)) < len(categories):
+        raise ValueError(f"speicher.categories must be two or more distinct categories, got {categories}")

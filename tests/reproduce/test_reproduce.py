@@ -573,7 +573,7 @@ def test_parallel_stages_respect_needs_and_raise_a_workers_error(tmp_path):
 def test_workers_are_checked_and_do_not_block_a_resume(tmp_path):
     with pytest.raises(ValueError, match=r"workers must be an integer in \[1, 256\], got 0"):
         RP.preset("quick", {"run.workers": 0})
-    with pytest.raises(ValueError, match="needs workers=1"):
+    with pytest.raises(ValueError, match=r"needs run.workers=1 \(--workers 1\)"):
         RP.preset("gpu", {"run.workers": 2})
     cfg = RP.preset("quick", {"run.workers": 3})
     assert "run.workers" not in cfg.claim_dict() and cfg.to_dict()["run"]["workers"] == 3

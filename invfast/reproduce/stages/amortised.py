@@ -135,12 +135,11 @@ def amortised_learned_i(ctx: Context, key: str = "amortised", restarts: int | No
 
 def amortised_cost(ctx: Context) -> dict[str, Any]:
     """C6: wall time per epoch and parameters of the amortised model (AI-MoCo on the Hyper-ResNet) and of each
-    specialist (MoCo-v2 with one policy), trained in this stage on the run's data and batch after one warm-up
-    step each: ``chavhan.cost_epochs`` whole epochs per model, the models taking turns epoch by epoch so that a change
-    in the machine's load falls on all of them (``epoch_seconds``, one per epoch); or, with ``chavhan.cost_epochs`` 0,
-    ``chavhan.cost_steps`` steps once. ``seconds_per_step`` is the median epoch over its steps, ``training_seconds``
-    that times the steps each model is configured for (``chavhan.amortised_epochs`` for the amortised model,
-    ``pretrain.epochs`` each specialist)."""
+    specialist (MoCo-v2 with one policy), trained here on the run's data and batch after one warm-up step each:
+    ``chavhan.cost_epochs`` whole epochs per model, the models taking turns epoch by epoch so that a change in the
+    machine's load falls on all (``epoch_seconds``, one per epoch); or, with ``chavhan.cost_epochs`` 0,
+    ``chavhan.cost_steps`` steps once. ``seconds_per_step``: the median epoch over its steps; ``training_seconds``
+    that times the steps each model is configured for (``chavhan.amortised_epochs``, ``pretrain.epochs``)."""
     import time
 
     from invfast.pretrain import TrainConfig, Trainer
