@@ -41,9 +41,14 @@ def test_every_job_config_is_frozen_and_explains_its_scheduling_fields(cls):
     assert issubclass(cls, Config) and cls.__dataclass_params__.frozen
     free = cls.scheduling_fields()
     assert free and set(free) < set(cls.field_names())
-    assert all(f.metadata.get("why") for f in dataclasses.fields(cls) if f.name in free)
-    with pytest.raises(dataclasses.FrozenInstanceError):
-        setattr(cls(), cls.field_names()[0], None)
+    # ReproduceConfig's fields live in its sections (each a frozen Config): section.field
+    sections = cls.sections() if cls is ReproduceConfig else {"": cls}
+    declared = {(f"{s}." if s else "") + f.name: f for s, c in sections.items() for f in dataclasses.fields(c)}
+    assert set(declared) == set(cls.field_names()) and all(declared[n].metadata.get("why") for n in free)
+    for s, c in sections.items():
+        assert c.__dataclass_params__.frozen
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(getattr(cls(), s) if s else cls(), dataclasses.fields(c)[0].name, None)
 
 
 def test_the_resume_identities_are_unchanged():
