@@ -35,12 +35,14 @@ INPUTS = ("image", "background", "object")
 
 def seed_configs(cache: str) -> list[tuple[str, Any]]:
     """(cache folder of the seed, its ReproduceConfig) for every seed of a reproduce cache."""
-    from invfast.reproduce.folders import FLAT_FORMAT, sectioned
+    from invfast.reproduce.folders import recorded_config
     from invfast.reproduce.presets import preset
 
     with open(os.path.join(cache, "config.json")) as f:
         saved = json.load(f)
-    values = sectioned(saved["config"]) if saved.get("format") == FLAT_FORMAT else dict(saved["config"])
+    values = recorded_config(saved)
+    if values is None:
+        raise SystemExit(f"{cache}: not an invfast reproduce cache of a format this invfast reads")
     name = values.pop("run.preset")
     values = {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}
     cfg = preset(name, values)

@@ -79,11 +79,13 @@ def _head(cfg: dict, sd: dict) -> torch.nn.Module:
 
 def seed_folders(cache: str) -> dict[int, str]:
     """Master seed -> its cache folder (the first seed's is the cache itself, the others' ``seed-N``)."""
-    from invfast.reproduce.folders import FLAT_FORMAT, sectioned
+    from invfast.reproduce.folders import recorded_config
 
     with open(os.path.join(cache, "config.json"), encoding="utf-8") as f:
         saved = json.load(f)
-    config = sectioned(saved["config"]) if saved.get("format") == FLAT_FORMAT else saved["config"]
+    config = recorded_config(saved)
+    if config is None:
+        raise SystemExit(f"{cache}: not an invfast reproduce cache of a format this invfast reads")
     first = int(config["run.seed"])
     out = {first: cache}
     for d in glob.glob(os.path.join(cache, "seed-*")):

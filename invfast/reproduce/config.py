@@ -169,7 +169,7 @@ class ReproduceConfig(Config):
     @classmethod
     def sections(cls) -> dict[str, type[Config]]:
         """Each section's name and config class, in order."""
-        return {f.name: type(f.default_factory()) for f in dataclasses.fields(cls)}  # type: ignore[operator]
+        return {f.name: f.default_factory for f in dataclasses.fields(cls)}  # type: ignore[misc]
 
     @classmethod
     def field_names(cls) -> tuple[str, ...]:

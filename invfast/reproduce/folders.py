@@ -73,16 +73,15 @@ def claim_folder(
                 f"{what} {folder!r} holds a {CONFIG_FILE} that is not an invfast reproduce configuration (a JSON "
                 f"{type(saved).__name__}); delete the folder or choose another one"
             )
-        if saved.get("format") == FLAT_FORMAT:
-            saved["config"] = sectioned(saved.get("config", {}))
-        elif saved.get("format") != FORMAT:
+        recorded = recorded_config(saved)
+        if recorded is None:
             raise ConfigMismatchError(
                 f"{what} {folder!r} was made by another version of invfast reproduce (format "
                 f"{saved.get('format')!r}, this one writes {FORMAT!r}), so it cannot be resumed; "
                 "delete the folder or choose another one"
             )
         gone = removed or {}
-        kept = {k: v for k, v in saved.get("config", {}).items() if not (k in gone and v == gone[k])}
+        kept = {k: v for k, v in recorded.items() if not (k in gone and v == gone[k])}
         diff = config_difference(kept, config)
         if diff:
             again = resume_options(kept, config, added)
@@ -107,13 +106,16 @@ def claim_folder(
 _OPTIONS = {"run.seed": "--seed", "run.threads": "--threads", "run.workers": "--workers", "run.preset": "--preset"}
 
 
-def sectioned(flat: dict[str, Any]) -> dict[str, Any]:
-    """A configuration recorded with the flat field names of format /3 (``pretrain_epochs``), named
-    ``section.field`` (:data:`~invfast.reproduce.config.FLAT_NAMES`); a name it does not know (a removed field)
-    is kept as it was."""
+def recorded_config(saved: dict[str, Any]) -> dict[str, Any] | None:
+    """The configuration a ``config.json`` document records, by ``section.field``: as written in this format, or,
+    in format /3, its flat names (``pretrain_epochs``) read through :data:`~invfast.reproduce.config.FLAT_NAMES`
+    (a name it does not know, a removed field, is kept as it was); None for any other format."""
     from invfast.reproduce.config import FLAT_NAMES
 
-    return {FLAT_NAMES.get(k, k): v for k, v in flat.items()}
+    config = saved.get("config", {})
+    if saved.get("format") == FLAT_FORMAT:
+        return {FLAT_NAMES.get(k, k): v for k, v in config.items()}
+    return dict(config) if saved.get("format") == FORMAT else None
 
 
 def _option_value(value: Any) -> str:

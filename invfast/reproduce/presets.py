@@ -172,7 +172,7 @@ def parse_override(text: str, config: type[ReproduceConfig] = ReproduceConfig) -
         config.declaration(key)
     except ValueError as e:
         raise ValueError(f"--set: {e}") from None
-    default = config().get(key)
+    default = config.declaration(key).default
     try:
         if isinstance(default, bool):
             if raw.lower() not in ("true", "false", "1", "0", "yes", "no"):
