@@ -1,13 +1,16 @@
 // Separable Gaussian blur of uint8 planes: a horizontal pass into a float plane, a vertical pass out of it,
 // both over symmetric taps (each pair of mirrored samples added before its one multiply), reflect padding,
 // 32 outputs per step held in registers. Float32 on 0..255 values: within one level of the torch reference
-// (conv2d on v / 255), which sums in another order. Fused multiply-add is allowed here.
+// (conv2d on v / 255), which sums in another order. No fused multiply-add: every CPU level rounds each product
+// and sum alike, so a pixel whose sum lands at a rounding edge is the same level on every machine.
 #include "transforms/kernels.h"
 #include "transforms/simd.h"
 
 #include <algorithm>
 #include <cstring>
 #include <vector>
+
+#include "common/no_fp_contract.h"  // after every other include
 
 namespace invfast {
 namespace tt {
