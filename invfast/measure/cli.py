@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from invfast.measure.config import MeasureConfig
+from invfast.measure.host_memory import limit_arenas
 from invfast.measure.options import (
     DEFAULT_GRID,
     DEFAULT_IMAGES,
@@ -485,11 +486,13 @@ def _as_rank(args: argparse.Namespace) -> int:
 def _local_rank(args: argparse.Namespace) -> int:
     """One of ``--world-size`` local processes: the machine's threads shared between them, then :func:`_as_rank`."""
     torch.set_num_threads(max(1, torch.get_num_threads() // args.world_size))
+    limit_arenas()  # a spawned process does not pass through run()
     return _as_rank(args)
 
 
 def run(args: argparse.Namespace) -> int:
     check_args(args)
+    limit_arenas()  # this process is the command's: its heaps stay few (invfast/measure/host_memory.py)
     from invfast.runtime.launch import under_torchrun
 
     if under_torchrun():  # a torchrun of one process joins a group too

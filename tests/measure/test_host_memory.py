@@ -1,8 +1,13 @@
-"""Issue 59 (2): the measurement hands the allocator's free host memory back every few seconds."""
+"""Issue 59 (2): the measurement hands the allocator's free host memory back every few seconds, and the command
+keeps glibc's heaps (arenas) few."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -10,7 +15,7 @@ from measure_helpers import Brightness, random_images, small_net
 
 import invfast.measure.engine as engine
 from invfast.measure import measure_invariance
-from invfast.measure.host_memory import HeapTrim, malloc_trim
+from invfast.measure.host_memory import ARENAS, HeapTrim, limit_arenas, malloc_trim
 
 
 class _Clock:
@@ -66,3 +71,82 @@ def test_a_measurement_trims_during_its_passes(monkeypatch):
     monkeypatch.undo()
     b = measure_invariance(small_net(dim=6), x, [Brightness()], grid_size=4, batch_size=3)
     torch.testing.assert_close(a["brightness"].per_image_cosine, b["brightness"].per_image_cosine, rtol=0, atol=0)
+
+
+# In a fresh process: cap the heaps (argv[1] == "cap") or not, then 8 threads allocate blocks below the mmap
+# threshold at the same time; prints glibc's own count of its heaps (malloc_info's <heap nr=...> entries).
+_HEAPS = r"""
+import ctypes, os, sys, tempfile, threading
+from invfast.measure.host_memory import limit_arenas
+if sys.argv[1] == "cap":
+    print("capped", limit_arenas(2))
+libc = ctypes.CDLL(None)
+start = threading.Barrier(8)
+def work():
+    start.wait()
+    keep = [bytearray(100_000) for _ in range(50)]
+    start.wait()
+threads = [threading.Thread(target=work) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+path = tempfile.mktemp()
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes, libc.malloc_info.argtypes = [ctypes.c_char_p, ctypes.c_char_p], [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+fp = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, fp)
+libc.fclose(fp)
+print("heaps", open(path).read().count("<heap nr="))
+os.remove(path)
+"""
+
+
+def _heaps(cap: bool, **env: str) -> tuple[str, int]:
+    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+    environ.update(env, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    done = subprocess.run(
+        [sys.executable, "-c", _HEAPS, "cap" if cap else "-"], capture_output=True, text=True, env=environ, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout, int(done.stdout.split("heaps")[1])
+
+
+@pytest.mark.skipif(malloc_trim() is None, reason="needs glibc")
+def test_the_cap_keeps_the_heaps_of_eight_threads_at_two():
+    out, capped = _heaps(cap=True)
+    assert "capped True" in out and capped <= 2, out
+    _, uncapped = _heaps(cap=False)  # the control: without the cap the eight threads spread over more heaps
+    assert uncapped > 2, uncapped
+
+
+@pytest.mark.skipif(malloc_trim() is None, reason="needs glibc")
+def test_a_heap_count_set_in_the_environment_stands():
+    out, heaps = _heaps(cap=True, MALLOC_ARENA_MAX="4")
+    assert "capped False" in out and 2 < heaps <= 4, out
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, "2"])
+def test_a_heap_count_that_cannot_work_is_refused(bad):
+    with pytest.raises(ValueError, match="number of heaps must be an integer >= 1"):
+        limit_arenas(bad)
+
+
+def test_the_measure_command_caps_its_heaps(monkeypatch, tmp_path):
+    import invfast.measure.cli as cli
+
+    calls = []
+    monkeypatch.setattr(cli, "limit_arenas", lambda: calls.append(ARENAS))
+    monkeypatch.setattr(cli, "_measure", lambda args: 0)
+    monkeypatch.setattr(cli, "check_args", lambda args: None)
+
+    class Args:
+        world_size = 1
+        out = str(tmp_path / "run")
+
+    monkeypatch.setattr(cli, "_folder", lambda args: _Lock())
+    assert cli.run(Args()) == 0 and calls == [ARENAS]
+
+
+class _Lock:
+    def lock(self) -> contextlib.nullcontext:
+        return contextlib.nullcontext()
