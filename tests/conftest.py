@@ -27,6 +27,15 @@ def rng(request):
     return np.random.default_rng(seed)
 
 
+@pytest.fixture(autouse=True)
+def _allocator_left_alone(monkeypatch):
+    """In-process runs of `invfast measure` do not cap the pytest process's heaps (a cap lasts for the process and
+    would make later tests depend on the order); the cap's own tests run it in fresh processes."""
+    import invfast.measure.cli as measure_cli
+
+    monkeypatch.setattr(measure_cli, "limit_arenas", lambda *args, **kwargs: False)
+
+
 @pytest.fixture
 def npy(tmp_path) -> str:
     """A .npy file of 48 uint8 blob images [48, 3, 16, 16] for pretraining CLI runs (``--data npy:PATH``)."""

@@ -485,8 +485,8 @@ def _as_rank(args: argparse.Namespace) -> int:
 
 def _local_rank(args: argparse.Namespace) -> int:
     """One of ``--world-size`` local processes: the machine's threads shared between them, then :func:`_as_rank`."""
-    torch.set_num_threads(max(1, torch.get_num_threads() // args.world_size))
     limit_arenas()  # a spawned process does not pass through run()
+    torch.set_num_threads(max(1, torch.get_num_threads() // args.world_size))
     return _as_rank(args)
 
 

@@ -9,8 +9,8 @@ transforms at grid 8, 2 cores, nothing else running; RSS every 3 s from 401 MiB 
 for a minute to 984 MiB, with it at most 565 MiB and flat after 20 s; the run's time within 3 %: 69.0 -> 71.3
 s). Fixing the mmap threshold instead (``MALLOC_MMAP_THRESHOLD_``) kept it low too but made the run 45 % slower.
 
-What the trim cannot hand back is memory fragmented across glibc's per-thread heaps (arenas: up to 8 per core,
-one for each thread that allocates while another holds a heap). ``invfast measure`` caps them at
+What the trim cannot hand back is memory fragmented across glibc's heaps (arenas: each new thread that allocates
+gets its own, up to 8 per core). ``invfast measure`` caps them at
 :data:`ARENAS` for its process (:func:`limit_arenas`): with elements units on four layers, from 5 000 to 50 000
 images the peak grew +10.9 % uncapped (3 runs each) and +0.6 % / +3.6 % capped at 2 (two settings, one run each, 2
 cores), in about the same time (docs/measure.md, Scale).
@@ -37,11 +37,13 @@ _M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 
 def limit_arenas(n: int = ARENAS) -> bool:
     """Cap glibc's number of heaps (arenas) at ``n`` for the rest of the process (``mallopt(M_ARENA_MAX, n)``):
-    threads that allocate later share them instead of each fragmenting its own. Left alone where the environment
-    sets ``MALLOC_ARENA_MAX`` (the user's choice stands) and where there is no glibc. True where the cap was set."""
+    threads that allocate later share them instead of each fragmenting its own. Call it before the threads
+    start: heaps that exist already stay. Left alone where the environment chooses (``MALLOC_ARENA_MAX``, or
+    ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES``) and where there is no glibc. True where the cap was set."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the number of heaps must be an integer >= 1, got {n!r}")
-    if "MALLOC_ARENA_MAX" in os.environ or not sys.platform.startswith("linux"):
+    chosen = "MALLOC_ARENA_MAX" in os.environ or "malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", "")
+    if chosen or not sys.platform.startswith("linux"):
         return False
     try:
         fn = ctypes.CDLL(None).mallopt

@@ -73,19 +73,22 @@ def test_a_measurement_trims_during_its_passes(monkeypatch):
     torch.testing.assert_close(a["brightness"].per_image_cosine, b["brightness"].per_image_cosine, rtol=0, atol=0)
 
 
-# In a fresh process: cap the heaps (argv[1] == "cap") or not, then 8 threads allocate blocks below the mmap
-# threshold at the same time; prints glibc's own count of its heaps (malloc_info's <heap nr=...> entries).
+# In a fresh process: cap the heaps (argv[1] == "cap") or not, then 8 threads malloc blocks below the mmap
+# threshold at the same time (glibc's malloc itself, whatever allocator Python's objects use); prints glibc's
+# own count of its heaps (malloc_info's <heap nr=...> entries).
 _HEAPS = r"""
 import ctypes, os, sys, tempfile, threading
 from invfast.measure.host_memory import limit_arenas
 if sys.argv[1] == "cap":
-    print("capped", limit_arenas(2))
+    print("capped", limit_arenas())
 libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes, libc.free.argtypes = ctypes.c_void_p, [ctypes.c_size_t], [ctypes.c_void_p]
 start = threading.Barrier(8)
 def work():
     start.wait()
-    keep = [bytearray(100_000) for _ in range(50)]
+    keep = [libc.malloc(100_000) for _ in range(50)]
     start.wait()
+    for p in keep: libc.free(p)
 threads = [threading.Thread(target=work) for _ in range(8)]
 for t in threads: t.start()
 for t in threads: t.join()
@@ -101,8 +104,8 @@ os.remove(path)
 """
 
 
-def _heaps(cap: bool, **env: str) -> tuple[str, int]:
-    environ = {k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"}
+def _heaps(cap: bool, /, **env: str) -> tuple[str, int]:
+    environ = {k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}
     environ.update(env, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
     done = subprocess.run(
         [sys.executable, "-c", _HEAPS, "cap" if cap else "-"], capture_output=True, text=True, env=environ, timeout=120
@@ -113,15 +116,16 @@ def _heaps(cap: bool, **env: str) -> tuple[str, int]:
 
 @pytest.mark.skipif(malloc_trim() is None, reason="needs glibc")
 def test_the_cap_keeps_the_heaps_of_eight_threads_at_two():
-    out, capped = _heaps(cap=True)
-    assert "capped True" in out and capped <= 2, out
-    _, uncapped = _heaps(cap=False)  # the control: without the cap the eight threads spread over more heaps
-    assert uncapped > 2, uncapped
+    out, capped = _heaps(True)
+    assert "capped True" in out and capped <= ARENAS == 2, out
+    _, uncapped = _heaps(False)  # the control: without the cap the eight threads spread over more heaps
+    assert uncapped > ARENAS, uncapped
 
 
 @pytest.mark.skipif(malloc_trim() is None, reason="needs glibc")
-def test_a_heap_count_set_in_the_environment_stands():
-    out, heaps = _heaps(cap=True, MALLOC_ARENA_MAX="4")
+@pytest.mark.parametrize("env", [{"MALLOC_ARENA_MAX": "4"}, {"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}])
+def test_a_heap_count_set_in_the_environment_stands(env):
+    out, heaps = _heaps(True, **env)
     assert "capped False" in out and 2 < heaps <= 4, out
 
 
@@ -131,20 +135,29 @@ def test_a_heap_count_that_cannot_work_is_refused(bad):
         limit_arenas(bad)
 
 
-def test_the_measure_command_caps_its_heaps(monkeypatch, tmp_path):
+def test_the_measure_command_caps_its_heaps_before_it_measures(monkeypatch, tmp_path):
+    """One process (and each torchrun rank: run()) and each --world-size process (_local_rank)."""
     import invfast.measure.cli as cli
 
-    calls = []
-    monkeypatch.setattr(cli, "limit_arenas", lambda: calls.append(ARENAS))
-    monkeypatch.setattr(cli, "_measure", lambda args: 0)
+    calls: list[str] = []
+    monkeypatch.setattr(cli, "limit_arenas", lambda: calls.append("cap"))
     monkeypatch.setattr(cli, "check_args", lambda args: None)
+    monkeypatch.setattr(cli, "_folder", lambda args: _Lock())
+
+    def measure(args: object) -> int:
+        calls.append("measure")
+        return 0
+
+    monkeypatch.setattr(cli, "_measure", measure)
+    monkeypatch.setattr(cli, "_as_rank", measure)
 
     class Args:
         world_size = 1
-        out = str(tmp_path / "run")
 
-    monkeypatch.setattr(cli, "_folder", lambda args: _Lock())
-    assert cli.run(Args()) == 0 and calls == [ARENAS]
+    assert cli.run(Args()) == 0 and calls == ["cap", "measure"]
+    calls.clear()
+    Args.world_size = 2
+    assert cli._local_rank(Args()) == 0 and calls == ["cap", "measure"]
 
 
 class _Lock:
