@@ -95,7 +95,8 @@ def test_the_variable_lowers_the_level_and_never_raises_it():
 
 
 # Inputs on which a blur built to contract into fused multiply-adds gave one pixel a level apart at the baseline
-# build (a sum at a rounding edge): the CI failure that made the blur kernel round every product alike.
+# build (a sum at a rounding edge): the CI failure that made the blur kernel round every product alike. It replays
+# those inputs while ``x8`` stays the first draw of _OUTPUTS.
 FMA_EDGE_SEED = 2063784826
 
 

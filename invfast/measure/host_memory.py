@@ -23,6 +23,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from typing import Any
 
 __all__ = ["ARENAS", "TRIM_EVERY_S", "HeapTrim", "limit_arenas", "malloc_trim"]
 
@@ -42,27 +43,29 @@ def limit_arenas(n: int = ARENAS) -> bool:
     ``glibc.malloc.arena_max`` in ``GLIBC_TUNABLES``) and where there is no glibc. True where the cap was set."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"the number of heaps must be an integer >= 1, got {n!r}")
-    chosen = "MALLOC_ARENA_MAX" in os.environ or "malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", "")
-    if chosen or not sys.platform.startswith("linux"):
+    if "MALLOC_ARENA_MAX" in os.environ or "malloc.arena_max" in os.environ.get("GLIBC_TUNABLES", ""):
         return False
+    fn = _glibc("mallopt", [ctypes.c_int, ctypes.c_int])
+    return fn is not None and fn(_M_ARENA_MAX, n) == 1
+
+
+def _glibc(name: str, argtypes: list[Any]) -> Any:
+    """The C library's function ``name`` returning an int, typed with ``argtypes``; None where there is none
+    (not Linux, musl)."""
+    if not sys.platform.startswith("linux"):
+        return None
     try:
-        fn = ctypes.CDLL(None).mallopt
+        fn = getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
-        return False
-    fn.argtypes, fn.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return fn(_M_ARENA_MAX, n) == 1
+        return None
+    fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    return fn
 
 
 def malloc_trim() -> Callable[[], object] | None:
     """glibc's ``malloc_trim(0)`` as a function of no arguments; None where there is none (not Linux, musl)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
-    return lambda: fn(0)
+    fn = _glibc("malloc_trim", [ctypes.c_size_t])
+    return None if fn is None else lambda: fn(0)
 
 
 class HeapTrim:
