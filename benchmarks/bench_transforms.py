@@ -212,6 +212,53 @@ def test_compiled_warp_vs_torch_path(benchmark, name):
 
 
 # ------------------------------------------------------------------------------------------
+# the torch path's blur (matrix products) against direct convolution, on each device
+
+
+def _conv_blur_2d(x: torch.Tensor, k1: torch.Tensor) -> torch.Tensor:
+    """torchvision's ``gaussian_blur`` algorithm: reflect padding, one depthwise conv2d with the outer product."""
+    R = (k1.shape[0] - 1) // 2
+    C = x.shape[1]
+    k2 = torch.outer(k1, k1).expand(C, 1, -1, -1)
+    return torch.nn.functional.conv2d(torch.nn.functional.pad(x, (R, R, R, R), mode="reflect"), k2, groups=C)
+
+
+def _conv_blur_separable(x: torch.Tensor, k1: torch.Tensor) -> torch.Tensor:
+    """The same blur as two depthwise 1-D convolutions (invfast's torch path before the matrix products)."""
+    R = (k1.shape[0] - 1) // 2
+    C = x.shape[1]
+    F = torch.nn.functional
+    h = F.conv2d(F.pad(x, (R, R, 0, 0), mode="reflect"), k1.view(1, 1, 1, -1).expand(C, 1, 1, -1), groups=C)
+    return F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), k1.view(1, 1, -1, 1).expand(C, 1, -1, 1), groups=C)
+
+
+@pytest.mark.parametrize("dev", ["cpu", "cuda"])
+def test_blur_torch_path_vs_direct_convolution(benchmark, record_ratio, dev):
+    """``functional.blur_grid`` (two matrix products per sigma, every sigma at once) against direct convolution
+    with each sigma's own radius, float32 images at 224 px, sigma 0.5..20 px (the blur test grid's range):
+    torchvision's 2-D depthwise convolution, and the separable 1-D pair."""
+    from invfast.ops.kernels import gaussian_taps
+    from invfast.transforms import functional as Fn
+
+    if dev == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    x = (_photos(4 if SMALL else 16, SIZE).float() / 255).to(dev)
+    sigma = torch.linspace(0.5, 5.0 if SMALL else 20.0, 4 if SMALL else 8, dtype=torch.float64)
+    taps = [gaussian_taps(s.view(1))[0].float().to(dev) for s in sigma]
+
+    def sync():
+        if dev == "cuda":
+            torch.cuda.synchronize()
+
+    def direct(conv):
+        return lambda: ([conv(x, k) for k in taps], sync())
+
+    benchmark.pedantic(lambda: (Fn.blur_grid(x, sigma.to(dev)), sync()), rounds=3, iterations=1, warmup_rounds=1)
+    record_ratio(f"blur grid on {dev}: torchvision's 2-D conv / invfast", _time(direct(_conv_blur_2d), 1), "> 1x")
+    record_ratio(f"blur grid on {dev}: separable 1-D convs / invfast", _time(direct(_conv_blur_separable), 2), "> 1x")
+
+
+# ------------------------------------------------------------------------------------------
 # GPU sections (skipped without CUDA)
 
 GPU_B = int(os.environ.get("INVFAST_BENCH_GPU_B", 256))

@@ -157,6 +157,40 @@ def test_degenerate_and_capped_taps_follow_the_formula(rng):
     np.testing.assert_allclose(got, ref / ref.sum(1, keepdims=True), atol=1e-15, rtol=0)
 
 
+def _correlate_mirror(x: np.ndarray, taps: np.ndarray, axis: int) -> np.ndarray:
+    return ndi.correlate1d(x, taps, axis=axis, mode="mirror")  # scipy's mirror = torch's reflect padding
+
+
+def test_separable_filter_is_scipys_mirror_correlation(rng):
+    """Every image through every row of taps along both axes (asymmetric taps: a correlation, not a convolution),
+    radius up to one less than the shorter side, against scipy's float64 correlate1d with mirror padding; the
+    per-image form gives image n filter n."""
+    from invfast.ops.kernels import separable_filter, separable_filter_per_image
+
+    H, W = 7, 12
+    x = torch.from_numpy(rng.random((3, 2, H, W)))
+    for R in (1, 3, H - 1):
+        taps = torch.from_numpy(rng.normal(size=(4, 2 * R + 1)))
+        got = separable_filter(x, taps).numpy()
+        assert got.shape == (3, 4, 2, H, W)
+        for p in range(4):
+            t = taps[p].numpy()
+            ref = _correlate_mirror(_correlate_mirror(x.numpy(), t, 2), t, 3)
+            np.testing.assert_allclose(got[:, p], ref, atol=1e-12, rtol=0)
+        per = separable_filter_per_image(x, taps[:3]).numpy()
+        for n in range(3):
+            t = taps[n].numpy()
+            ref = _correlate_mirror(_correlate_mirror(x[n].numpy(), t, 1), t, 2)
+            np.testing.assert_allclose(per[n], ref, atol=1e-12, rtol=0)
+
+
+def test_reflect_filter_matrix_refuses_a_radius_past_one_reflection():
+    from invfast.ops.kernels import reflect_filter_matrix
+
+    with pytest.raises(ValueError, match="radius 4 must be smaller than the length 4"):
+        reflect_filter_matrix(torch.ones(1, 9), 4)
+
+
 # ---------------------------------------------------------------------------------------------- matrices
 
 

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from invfast import _loader, backend
 from invfast._validate import compiling
 from invfast.ops.color import adjust_hue, blend, luma
-from invfast.ops.kernels import gaussian_taps
+from invfast.ops.kernels import gaussian_taps, separable_filter_per_image
 
 __all__ = [
     "fill_vector",
@@ -204,15 +204,9 @@ def warp_coords(images: torch.Tensor, coords: torch.Tensor, fill: torch.Tensor) 
 
 def _blur(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     """Separable blur of x [B, 3, H, W] with per-image taps [B, 2R+1], reflect padding."""
-    B, C, H, W = x.shape
-    R = (taps.shape[1] - 1) // 2
-    if R == 0:
+    if taps.shape[1] == 1:
         return x
-    kk = taps.repeat_interleave(C, dim=0)
-    flat = x.reshape(1, B * C, H, W)
-    h = F.conv2d(F.pad(flat, (R, R, 0, 0), mode="reflect"), kk.view(B * C, 1, 1, -1), groups=B * C)
-    v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), kk.view(B * C, 1, -1, 1), groups=B * C)
-    return v.reshape(B, C, H, W)
+    return separable_filter_per_image(x, taps)
 
 
 @backend.register_reference("augment_views")

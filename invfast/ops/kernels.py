@@ -1,6 +1,7 @@
 """Gaussian filter taps, the one home of the 1-D Gaussian kernel behind every blur in invfast: the blur
 test transform, the policies' GaussianBlur (torch path and fused reference), the Ericsson-protocol blur
-and elastic smoothing, and the Transforms-2D blur and elastic types."""
+and elastic smoothing, and the Transforms-2D blur and elastic types; and the torch path's separable filter
+with reflect padding, as two matrix products per image (:func:`separable_filter`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,13 @@ import torch
 
 from invfast._validate import compiling
 
-__all__ = ["gaussian_taps", "torchvision_gaussian_taps"]
+__all__ = [
+    "gaussian_taps",
+    "reflect_filter_matrix",
+    "separable_filter",
+    "separable_filter_per_image",
+    "torchvision_gaussian_taps",
+]
 
 
 def gaussian_taps(
@@ -73,3 +80,62 @@ def torchvision_gaussian_taps(sigma: torch.Tensor, size: int) -> torch.Tensor:
         pdf = torch.exp(-0.5 * (x / (s if s > 0 else 1e-12)).pow(2))  # sigma 0 (torchvision refuses it): a delta
         rows.append(pdf / pdf.sum())
     return torch.stack(rows) if rows else torch.zeros(0, size, dtype=torch.float32, device="cpu")
+
+
+def reflect_filter_matrix(taps: torch.Tensor, n: int) -> torch.Tensor:
+    """The 1-D filter ``taps`` [P, 2R + 1] over ``n`` samples with reflect padding (``F.pad(mode="reflect")``,
+    scipy's ``mode="mirror"``), as matrices: ``(M[p] @ v)[i] = sum_t taps[p, R + t] * v[reflect(i + t)]``.
+
+    Args:
+        taps: float [P, 2R + 1], R < n (one reflection).
+        n: the length filtered.
+
+    Returns:
+        [P, n, n] in ``taps``' dtype and device; taps that land on the same sample are summed.
+    """
+    P, K = taps.shape
+    R = (K - 1) // 2
+    if R >= n:
+        raise ValueError(f"reflect_filter_matrix: the radius {R} must be smaller than the length {n}")
+    i = torch.arange(n, device=taps.device).view(n, 1)
+    j = i + torch.arange(-R, R + 1, device=taps.device).view(1, K)
+    j = torch.where(j < 0, -j, j)
+    j = torch.where(j > n - 1, 2 * (n - 1) - j, j)
+    m = torch.zeros(P, n, n, dtype=taps.dtype, device=taps.device)
+    return m.scatter_add_(2, j.expand(P, n, K).contiguous(), taps.view(P, 1, K).expand(P, n, K).contiguous())
+
+
+def separable_filter(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """Every image filtered with every row of ``taps`` along both axes, reflect padding.
+
+    Two matrix products (:func:`reflect_filter_matrix`): columns with all P filters at once, then rows one
+    filter at a time -- GEMMs, whose cost does not grow with the radius, where a direct convolution's does.
+
+    Args:
+        x: float [B, C, H, W]; taps: [P, 2R + 1] in ``x``'s dtype and device, R < min(H, W).
+
+    Returns:
+        [B, P, C, H, W] (a permuted view of a [P, H, B, C, W] buffer).
+    """
+    B, C, H, W = x.shape
+    P = taps.shape[0]
+    cols = x.permute(2, 0, 1, 3).reshape(H, B * C * W)
+    v = (reflect_filter_matrix(taps, H).reshape(P * H, H) @ cols).view(P, H * B * C, W)
+    out = torch.bmm(v, reflect_filter_matrix(taps, W).transpose(1, 2))
+    return out.view(P, H, B, C, W).permute(2, 0, 3, 1, 4)
+
+
+def separable_filter_per_image(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
+    """Image n filtered with ``taps[n]`` along both axes, reflect padding (as :func:`separable_filter`).
+
+    Args:
+        x: float [N, C, H, W]; taps: [N, 2R + 1] in ``x``'s dtype and device, R < min(H, W).
+
+    Returns:
+        [N, C, H, W] (a permuted view).
+    """
+    N, C, H, W = x.shape
+    cols = x.permute(0, 2, 1, 3).reshape(N, H, C * W)
+    v = torch.bmm(reflect_filter_matrix(taps, H), cols).view(N, H * C, W)
+    out = torch.bmm(v, reflect_filter_matrix(taps, W).transpose(1, 2))
+    return out.view(N, H, C, W).permute(0, 2, 1, 3)

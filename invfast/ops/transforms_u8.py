@@ -13,7 +13,7 @@ Ops (``torch.ops.invfast.<name>``; images uint8 [B, C, H, W], output uint8 [B, P
   levels (sharpness), in float32 in the reference's order.
 * ``hue_u8(images, shifts [P])``: torchvision ``adjust_hue`` in float32 in the reference's order.
 * ``blur_u8(images, taps [P, 2R + 1])``: separable blur, reflect padding (float32 sums in another order than
-  ``conv2d``: within one level of the reference).
+  the reference's matrix products: within one level of it).
 * ``warp_affine_u8(images, matrix [P, 2, 3], fill [C])``: the geometric transforms; integer maps are exact
   copies, bilinear maps within one level of :func:`invfast.ops.augment.warp_affine_reference`.
 
@@ -34,7 +34,7 @@ from invfast import _loader, backend
 from invfast.constants import LUMA_WEIGHTS
 from invfast.ops.augment import warp_affine_reference
 from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv
-from invfast.ops.kernels import gaussian_taps
+from invfast.ops.kernels import gaussian_taps, separable_filter
 
 DEGENERATES = ("luma", "luma_levels", "smooth_levels")
 _CHUNK_ELEMENTS = 1 << 22  # float elements per intermediate chunk of the references
@@ -157,20 +157,14 @@ def hue_u8_reference(images: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor
 def blur_u8_reference(images: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
     B, C, H, W = images.shape
     P, K = taps.shape
-    R = (K - 1) // 2
-    flat = _unit(images).reshape(B * C, 1, H, W)
+    x = _unit(images)
     out = torch.empty((B, P, C, H, W), dtype=torch.uint8, device=images.device)
-    if R == 0:
-        out.copy_(_levels(flat.reshape(B, 1, C, H, W) * taps.view(1, P, 1, 1, 1)))
+    if K == 1:
+        out.copy_(_levels(x.unsqueeze(1) * taps.view(1, P, 1, 1, 1)))
         return out
-    hpad = F.pad(flat, (R, R, 0, 0), mode="reflect")
     step = _step(images)
     for s in range(0, P, step):
-        k = taps[s : s + step]
-        n = k.shape[0]
-        h = F.conv2d(hpad, k.view(n, 1, 1, K))
-        v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), k.view(n, 1, K, 1), groups=n)
-        out[:, s : s + n] = _levels(v.reshape(B, C, n, H, W).transpose(1, 2))
+        out[:, s : s + step] = _levels(separable_filter(x, taps[s : s + step]))
     return out
 
 

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from invfast.ops.color import blend, luma
-from invfast.ops.kernels import gaussian_taps
+from invfast.ops.kernels import gaussian_taps, separable_filter, separable_filter_per_image
 from invfast.ops.pillow import SMOOTH_KERNEL
 
 # ----------------------------------------------------------------------------------------------
@@ -206,29 +206,20 @@ def blur_grid(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     B, C, H, W = x.shape
     P = sigma.shape[0]
     k = gaussian_taps(sigma, max_radius=min(H, W) - 1).to(torch.float32).to(device=x.device, dtype=x.dtype)
-    R = (k.shape[1] - 1) // 2
-    flat = x.reshape(B * C, 1, H, W)
-    if R == 0:
-        return flat.expand(B * C, P, H, W).reshape(B, C, P, H, W).transpose(1, 2).clone()
-    h = F.conv2d(F.pad(flat, (R, R, 0, 0), mode="reflect"), k.view(P, 1, 1, -1))
-    v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), k.view(P, 1, -1, 1), groups=P)
-    return v.reshape(B, C, P, H, W).transpose(1, 2)
+    if k.shape[1] == 1:
+        return x.unsqueeze(1).expand(B, P, C, H, W).clone()
+    return separable_filter(x, k)
 
 
 def blur_per_image(x: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
     """Gaussian blur with one sigma per image: x [N, C, H, W], sigma [N] -> [N, C, H, W]."""
-    N, C, H, W = x.shape
+    N = x.shape[0]
     if N == 0:
         return x
-    k = gaussian_taps(sigma, max_radius=min(H, W) - 1).to(torch.float32).to(device=x.device, dtype=x.dtype)
-    R = (k.shape[1] - 1) // 2
-    if R == 0:
+    k = gaussian_taps(sigma, max_radius=min(x.shape[2:]) - 1).to(torch.float32).to(device=x.device, dtype=x.dtype)
+    if k.shape[1] == 1:
         return x.clone()
-    kk = k.repeat_interleave(C, dim=0)  # [N*C, K]
-    flat = x.reshape(1, N * C, H, W)
-    h = F.conv2d(F.pad(flat, (R, R, 0, 0), mode="reflect"), kk.view(N * C, 1, 1, -1), groups=N * C)
-    v = F.conv2d(F.pad(h, (0, 0, R, R), mode="reflect"), kk.view(N * C, 1, -1, 1), groups=N * C)
-    return v.reshape(N, C, H, W)
+    return separable_filter_per_image(x, k)
 
 
 # ----------------------------------------------------------------------------------------------
