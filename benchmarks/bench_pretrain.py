@@ -224,3 +224,35 @@ def test_pretrain_augment_share_cuda(benchmark):
         info.update({f"{label}_augment_s": aug_s, f"{label}_step_s": step_s, f"{label}_augment_share": aug_s / step_s})
     benchmark.extra_info.update(info)
     print("\n" + ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in info.items()))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_trainer_reads_one_step_late_cuda(benchmark, record_ratio):
+    """The Trainer's steps on one GPU with each step's loss and view timings read one step late (the default:
+    the host queues the next step while the GPU finishes this one) against read at once (a wait per step), on
+    ResNet-18-CIFAR at 32 px, batch 256 (a small step, where a wait per step costs most); goal > 1x."""
+    from invfast.data import ArraySource
+    from invfast.pretrain import TrainConfig, Trainer
+    from invfast.pretrain.step_reads import StepReads
+
+    images = (torch.rand(2048, 3, 36, 36, generator=torch.Generator().manual_seed(0)) * 255).to(torch.uint8)
+    steps = 40
+
+    def run(lagged: bool) -> float:
+        torch.manual_seed(0)
+        method = MoCoV2(models.create("resnet18-cifar"), T.policy("default", size=32), queue_size=4096)
+        config = TrainConfig(
+            batch_size=256, steps=steps, size=32, lr=0.03, checkpoint_every=0, log_every=0, progress=False
+        )
+        t = Trainer(method, ArraySource(images), config, device="cuda")
+        t._reads = StepReads(t.device, lagged=lagged)
+        t.fit(until_step=5)  # warm-up
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        t.fit()
+        torch.cuda.synchronize()
+        return time.perf_counter() - t0
+
+    at_once = min(run(False) for _ in range(2))
+    benchmark.pedantic(lambda: run(True), rounds=2, iterations=1)
+    record_ratio("trainer on cuda: steps read at once / one step late", at_once, "> 1x")

@@ -382,3 +382,25 @@ def test_key_queue_enqueue_never_syncs(cuda_device):
         torch.cuda.set_sync_debug_mode("default")
     assert q.ptr.tolist() == [0, 4]
     torch.testing.assert_close(q.keys[1, 0:4], torch.nn.functional.normalize(keys, dim=1))
+
+
+@pytest.mark.parametrize("kind", ["mocov2", "ai-moco"])
+def test_training_steps_never_sync(cuda_device, kind):
+    """Between log records a training step never waits for the GPU: the loss and the view timings are read one
+    step late (invfast.pretrain.step_reads), through pinned memory and events, which torch does not report."""
+    from invfast.data import ArraySource
+    from invfast.pretrain import TrainConfig, Trainer
+
+    data = ArraySource(_images(torch.uint8, seed=9, b=32, h=18, w=18))
+    config = TrainConfig(
+        batch_size=8, steps=8, size=16, lr=0.05, checkpoint_every=0, log_every=0, progress=False, device="cuda"
+    )
+    t = Trainer(_method(kind), data, config)
+    t.fit(until_step=2)  # warm-up: cuDNN's plans, the allocator's first blocks
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        t.fit(until_step=7)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert t.step == 7 and t._window.n == 7

@@ -29,6 +29,7 @@ from invfast.pretrain.memory_layout import channels_last, contiguous_state, use_
 from invfast.pretrain.methods import PretrainMethod
 from invfast.pretrain.randomness import _STREAM_AUG, _STREAM_DATA, _STREAM_DESC, _STREAM_SHUFFLE, generator
 from invfast.pretrain.schedules import build_optimizer, lr_multiplier
+from invfast.pretrain.step_reads import StepRead, StepReads
 from invfast.pretrain.training_state import checkpoint_record, read_checkpoint, restore_rng
 from invfast.runtime.devices import resolve_device
 from invfast.runtime.launch import current_rank
@@ -99,6 +100,7 @@ class Trainer:
         self.online: torch.nn.Module = self._online_network()
         self.step = 0
         self._window = run_log.Window()  # the loss (and timings) the next log record averages
+        self._reads = StepReads(self.device)  # each step's loss and timings, one step late on a GPU
         self._perm_epoch: int | None = None
         self._perm: torch.Tensor | None = None
         self.history: list[dict] = []
@@ -210,6 +212,7 @@ class Trainer:
         """Write the full training state to ``out/checkpoint.pt`` atomically (rank 0 writes)."""
         if self.out is None:
             return
+        self._absorb(self._reads.drain())
         rng = self._rng_states()
         window = [r.pop("loss_window") for r in rng]
         if self.dist.is_main:
@@ -334,6 +337,7 @@ class Trainer:
                 if bar is not None:
                     bar.update(1)
                 self._after_step(d, end, bar)
+            self._absorb(self._reads.drain())
         finally:
             loader.shutdown(wait=True, cancel_futures=True)
             if bar is not None:
@@ -390,7 +394,8 @@ class Trainer:
 
     def _train_step(self, loader: ThreadPoolExecutor, pending: Any, end: int) -> tuple[Any, int]:
         """One optimisation step at ``self.step`` (the next batch loading meanwhile): returns the next batch's
-        pending load and the step's descriptor index; adds the step to the current log window."""
+        pending load and the step's descriptor index; adds the steps read back by now (this one, or on a GPU the
+        one before it: :mod:`invfast.pretrain.step_reads`) to the current log window."""
         cfg, s = self.config, self.step
         t0 = time.perf_counter()
         if pending is None:
@@ -399,11 +404,10 @@ class Trainer:
         pending = loader.submit(self.source.get, self.batch_indices(s + 1)) if s + 1 < end else None
         d = self.method.sample_descriptor(generator(cfg.seed, _STREAM_DESC, s))
         g = generator(cfg.seed, _STREAM_AUG, s, self.dist.rank)
+        self._reads.views_started()
         inputs = self.method.make_views(batch, d, g)
         inputs = tuple(map(channels_last, inputs)) if self.channels_last else inputs
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        t1 = time.perf_counter()
+        self._reads.views_done()
         with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=cfg.amp):
             loss = self.method.training_loss(
                 *inputs, d, online=self.online, generator=generator(cfg.seed, _STREAM_SHUFFLE, s)
@@ -413,15 +417,19 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step = s + 1
-        lv = float(loss.detach())  # the one read from the device per step
-        if not math.isfinite(lv):
-            raise FloatingPointError(f"the loss became {lv} at step {s}; lower the learning rate")
-        w = self._window
-        w.loss_sum += lv
-        w.n += 1
-        w.t_aug += t1 - t0
-        w.t_total += time.perf_counter() - t0
+        self._absorb(self._reads.push(s, loss, t0))
         return pending, d
+
+    def _absorb(self, reads: list[StepRead]) -> None:
+        """Finished steps into the log window; a non-finite loss stops the run (FloatingPointError)."""
+        w = self._window
+        for r in reads:
+            if not math.isfinite(r.loss):
+                raise FloatingPointError(f"the loss became {r.loss} at step {r.step}; lower the learning rate")
+            w.loss_sum += r.loss
+            w.n += 1
+            w.t_aug += r.t_aug
+            w.t_total += r.t_total
 
     def _after_step(self, d: int, end: int, bar: Any) -> None:
         """What falls due after a step: the log record (with invariance and probe scores when due) closing the
@@ -431,6 +439,7 @@ class Trainer:
         inv_now = cfg.invariance_every and (self.step % cfg.invariance_every == 0 or self.step == self.total_steps)
         probe_now = self._probe_due(self.step)
         if log_now or inv_now or probe_now:
+            self._absorb(self._reads.drain())
             w = self._window
             # on the training device: NCCL all-reduces CUDA tensors only
             stat = torch.tensor([w.loss_sum, w.n], dtype=torch.float64, device=self.device)

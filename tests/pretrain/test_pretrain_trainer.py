@@ -301,3 +301,60 @@ def test_adam_steps_as_torchs_adam_and_resumes_bit_identically(tmp_path):
     assert_bit_identical(state(a), state(b2))
     with pytest.raises(ValueError, match="optimizer must be one of"):
         Trainer(make(), data, cfg(optimizer="lamb"))
+
+
+def _run_logs(tmp_path, name, lagged, **kw):
+    """A run whose per-step reads are (or are not) one step late, as on a GPU: its records and checkpoint."""
+    from invfast.pretrain.step_reads import StepReads
+
+    t = Trainer(make(), ArraySource(blob_images(48)), cfg(**kw), out=tmp_path / name)
+    t._reads = StepReads(t.device, lagged=lagged)
+    t.fit(until_step=7)
+    ck = torch.load(tmp_path / name / "checkpoint.pt", weights_only=False)
+    return [(r["step"], r["loss"]) for r in t.history], ck["loss_window"][0][:2]
+
+
+@pytest.mark.parametrize("log_every", [0, 4, 5])
+def test_reads_one_step_late_log_what_reads_at_once_log(tmp_path, log_every):
+    """On a GPU the trainer reads each step's loss one step late (no wait for the device inside the loop); every
+    log record and the window a checkpoint keeps (here the one at step 6, the last before step 7) must hold the
+    same steps' losses as reading each step at once."""
+    kw = dict(log_every=log_every, checkpoint_every=3)
+    now, late = _run_logs(tmp_path, "now", False, **kw), _run_logs(tmp_path, "late", True, **kw)
+    assert late == now
+    assert now[1][1] == (6 % log_every if log_every else 6)  # the steps since the last record, the pending one too
+    assert [step for step, _ in now[0]] == [s for s in range(1, 8) if log_every and (s % log_every == 0 or s == 7)]
+
+
+def test_step_reads_return_each_step_once_in_order():
+    from invfast.pretrain.step_reads import StepReads
+
+    for lagged in (False, True):
+        reads, got = StepReads(torch.device("cpu"), lagged=lagged), []
+        for s in range(5):
+            reads.views_started()
+            reads.views_done()
+            got += reads.push(s, torch.tensor(s + 0.1, dtype=torch.float64), t0=0.0)  # not a float32 value
+            assert len(got) == (s if lagged else s + 1)
+        got += reads.drain()
+        assert [(r.step, r.loss) for r in got] == [(s, s + 0.1) for s in range(5)]
+        assert all(0 <= r.t_aug <= r.t_total for r in got) and reads.drain() == []
+
+
+@pytest.mark.parametrize("lagged", [False, True])
+def test_a_non_finite_loss_stops_the_run_naming_its_step(tmp_path, lagged):
+    from invfast.pretrain.step_reads import StepReads
+
+    m = make()
+    t = Trainer(m, ArraySource(blob_images(48)), cfg(log_every=0, checkpoint_every=0))
+    t._reads = StepReads(t.device, lagged=lagged)
+    loss = m.training_loss
+
+    def poisoned(*a, **kw):
+        out = loss(*a, **kw)
+        return out * float("nan") if t.step == 3 else out
+
+    m.training_loss = poisoned
+    with pytest.raises(FloatingPointError, match="the loss became nan at step 3; lower the learning rate"):
+        t.fit()
+    assert t.step == (5 if lagged else 4)  # one step more when read late, and no further
