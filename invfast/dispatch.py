@@ -209,6 +209,8 @@ for _op in ("lut_u8", "histogram_u8", "blend_u8", "hue_u8", "blur_u8", "warp_aff
     KNOWN[(_op, "cpu")] = Knowledge("transforms", True, measured(_op, "cpu"))
     KNOWN[(_op, "cuda")] = Knowledge("transforms", False, "off: no CUDA kernel (csrc/transforms has CPU kernels only); "
                                      "the torch reference runs on the GPU")
+KNOWN[("warp_affine_u8", "cuda")] = Knowledge("transforms", False, "off: no CUDA kernel; uint8 images take the general "
+                                            "warp_affine there, its CUDA row deciding kernel or reference")
 for _op in ("pairwise_logsumexp", "knn_sqdist"):
     KNOWN[(_op, "cuda")] = Knowledge("invariance", False, "off: no CUDA kernel (csrc/invariance/pairwise_cpu.cpp "
                                      "is CPU only); the torch reference runs on the GPU")

@@ -18,9 +18,10 @@ Ops (``torch.ops.invfast.<name>``; images uint8 [B, C, H, W], output uint8 [B, P
   copies, bilinear maps within one level of :func:`invfast.ops.augment.warp_affine_reference`.
 
 Dispatch: the table (:mod:`invfast.dispatch`) decides per op and device; there are no CUDA kernels, so the
-references run on GPUs. The per-transform functions (``brightness`` ... ``invert``, :func:`warp_u8`) are what
-the test transforms' records (:data:`invfast.transforms.builtin.RECORDS`) call for uint8 images; this layer
-knows no transform names.
+references run on GPUs, except that :func:`warp_u8` hands uint8 images to the general
+:func:`invfast.ops.augment.warp_affine` there (whose CUDA kernel the table picks where measured faster). The
+per-transform functions (``brightness`` ... ``invert``, :func:`warp_u8`) are what the test transforms' records
+(:data:`invfast.transforms.builtin.RECORDS`) call for uint8 images; this layer knows no transform names.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch.nn.functional as F
 
 from invfast import _loader, backend
 from invfast.constants import LUMA_WEIGHTS
-from invfast.ops.augment import warp_affine_reference
+from invfast.ops.augment import warp_affine, warp_affine_reference
 from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv
 from invfast.ops.kernels import gaussian_taps, separable_filter
 
@@ -238,16 +239,18 @@ def blur_taps(images: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
 def warp_u8(images: torch.Tensor, matrix: torch.Tensor, fill: torch.Tensor) -> torch.Tensor:
     """Every image through every affine map ``matrix`` [P, 2, 3] (float64; output pixel (x, y) samples the
     source at ``matrix[p] @ (x, y, 1)``, pixel-centre units), bilinear with ``fill`` [C] (0..255) outside,
-    rounded half up; integer maps copy exactly. uint8 [B, C, H, W] -> [B, P, C, H, W]."""
+    rounded half up; integer maps copy exactly. uint8 [B, C, H, W] -> [B, P, C, H, W].
+
+    Where this op has no kernel (a GPU) the general warp runs: its own kernel where the dispatch table picks it
+    (measured on uint8 images), else the same torch reference."""
     _check_images("warp_affine_u8", images)
     if matrix.dim() != 3 or tuple(matrix.shape[1:]) != (2, 3):
         raise ValueError(f"warp_affine_u8: matrix must be [P, 2, 3], got shape {tuple(matrix.shape)}")
-    return backend.call(
-        "warp_affine_u8",
-        images.contiguous(),
-        matrix.to(torch.float64).contiguous(),
-        fill.to(torch.float64).contiguous(),
-    )
+    args = (images.contiguous(), matrix.to(torch.float64).contiguous(), fill.to(torch.float64).contiguous())
+    fn = backend.compiled_for("warp_affine_u8", *args)
+    if fn is None:
+        return warp_affine(args[0], args[1], images.shape[2], images.shape[3], args[2])
+    return fn(*args)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -116,6 +116,30 @@ def test_opcheck_warp_coords():
 
 
 @compiled
+def test_uint8_warp_without_its_kernel_takes_the_general_warp(monkeypatch, rng):
+    """Where warp_affine_u8 has no kernel (a GPU; here the table is told so) the uint8 test transforms' warp
+    goes through warp_affine, whose kernel the table may pick there: the same images within one level of the
+    uint8 kernel, integral maps exact."""
+    from invfast.ops import transforms_u8
+
+    x = torch.from_numpy(rng.integers(0, 256, (2, 3, 15, 17)).astype(np.uint8))
+    m = torch.tensor([[[-1.0, 0, 16], [0, 1, 0]], [[0.9, 0.2, 1.3], [-0.1, 1.1, -0.7]]], dtype=torch.float64)
+    fill = torch.tensor([10.0, 200.0, 30.0], dtype=torch.float64)
+    want = transforms_u8.warp_u8(x, m, fill)
+    calls = []
+    real = backend.compiled_for
+
+    def no_u8_kernel(name, *args):
+        fn = None if name == "warp_affine_u8" else real(name, *args)
+        return None if fn is None else (lambda *a: calls.append(name) or fn(*a))
+
+    monkeypatch.setattr(backend, "compiled_for", no_u8_kernel)
+    got = transforms_u8.warp_u8(x, m, fill)
+    assert calls == ["warp_affine"] and got.dtype == torch.uint8 and got.shape == want.shape
+    assert torch.equal(got[:, 0], x.flip(-1)) and (got.int() - want.int()).abs().max() <= 1
+
+
+@compiled
 def test_auto_keeps_the_torch_gather_for_integral_maps_on_cpu(monkeypatch):
     """Under auto on CPU a pure pixel-copy map skips the kernel (the gather is faster); others use it."""
     from invfast.ops import augment
