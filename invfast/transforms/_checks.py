@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -38,12 +39,14 @@ def as_images(images: Any, name: str = "images", allow_empty: bool = False) -> t
     if images.shape[2] < 2 or images.shape[3] < 2:
         raise ValueError(f"{name} must be at least 2x2 pixels, got {tuple(images.shape[2:])}")
     if images.is_floating_point() and images.numel():
-        check_finite(images, f"{name} contains NaN/Inf values")
         fix = f"floating {name} must be in [0, 1]"
         if compiling():
+            check_finite(images, f"{name} contains NaN/Inf values")
             require((images >= -1e-3) & (images <= 1.0 + 1e-3), fix + "; for 0..255 data pass uint8 or divide by 255")
         else:
-            lo, hi = float(images.min()), float(images.max())
+            lo, hi = torch.stack(torch.aminmax(images)).tolist()  # one read from the device; NaN propagates
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                raise ValueError(f"{name} contains NaN/Inf values")
             if lo < -1e-3 or hi > 1.0 + 1e-3:
                 raise ValueError(
                     f"{fix}, got values in [{lo:.3g}, {hi:.3g}]; for 0..255 data pass uint8 or divide by 255"

@@ -450,5 +450,10 @@ def test_bad_inputs():
         T.preprocess(x, resize=None, crop=32)
     with pytest.raises(ValueError, match="NaN"):
         T.get("rotation").apply(x, [float("nan")])
+    for bad in (float("nan"), float("inf"), -float("inf")):  # one non-finite pixel among values in range
+        y = x.float() / 255
+        y[1, 2, 3, 4] = bad
+        with pytest.raises(ValueError, match="images contains NaN/Inf values"):
+            T.get("rotation").apply(y, [0.0])
     with pytest.raises(ValueError, match="torch.Tensor"):
         T.get("rotation").apply([[1, 2]], [0.0])
