@@ -31,7 +31,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from invfast import _loader, backend
+from invfast import _loader, backend, dispatch
 from invfast.constants import LUMA_WEIGHTS
 from invfast.ops.augment import warp_affine, warp_affine_reference
 from invfast.ops.color import adjust_hue, blend, luma, rgb_to_hsv
@@ -241,13 +241,15 @@ def warp_u8(images: torch.Tensor, matrix: torch.Tensor, fill: torch.Tensor) -> t
     source at ``matrix[p] @ (x, y, 1)``, pixel-centre units), bilinear with ``fill`` [C] (0..255) outside,
     rounded half up; integer maps copy exactly. uint8 [B, C, H, W] -> [B, P, C, H, W].
 
-    Where this op has no kernel (a GPU) the general warp runs: its own kernel where the dispatch table picks it
-    (measured on uint8 images), else the same torch reference."""
+    Where this op has no kernel (a GPU) the general warp runs, under every backend mode: its own kernel where
+    the mode picks it (measured on uint8 images), else the same torch reference."""
     _check_images("warp_affine_u8", images)
     if matrix.dim() != 3 or tuple(matrix.shape[1:]) != (2, 3):
         raise ValueError(f"warp_affine_u8: matrix must be [P, 2, 3], got shape {tuple(matrix.shape)}")
     args = (images.contiguous(), matrix.to(torch.float64).contiguous(), fill.to(torch.float64).contiguous())
-    fn = backend.compiled_for("warp_affine_u8", *args)
+    fn = None
+    if dispatch.kernel_available("warp_affine_u8", images.device.type):  # (backend 'compiled' raises without one)
+        fn = backend.compiled_for("warp_affine_u8", *args)
     if fn is None:
         return warp_affine(args[0], args[1], images.shape[2], images.shape[3], args[2])
     return fn(*args)

@@ -116,10 +116,12 @@ def test_opcheck_warp_coords():
 
 
 @compiled
-def test_uint8_warp_without_its_kernel_takes_the_general_warp(monkeypatch, rng):
+@pytest.mark.parametrize("mode", ["auto", "compiled"])
+def test_uint8_warp_without_its_kernel_takes_the_general_warp(monkeypatch, rng, mode):
     """Where warp_affine_u8 has no kernel (a GPU; here the table is told so) the uint8 test transforms' warp
-    goes through warp_affine, whose kernel the table may pick there: the same images within one level of the
-    uint8 kernel, integral maps exact."""
+    goes through warp_affine's kernel, under 'auto' and under 'compiled' (which must not refuse the missing
+    uint8 kernel): the same images within one level of the uint8 kernel, integral maps exact."""
+    from invfast import dispatch
     from invfast.ops import transforms_u8
 
     x = torch.from_numpy(rng.integers(0, 256, (2, 3, 15, 17)).astype(np.uint8))
@@ -129,12 +131,14 @@ def test_uint8_warp_without_its_kernel_takes_the_general_warp(monkeypatch, rng):
     calls = []
     real = backend.compiled_for
 
-    def no_u8_kernel(name, *args):
-        fn = None if name == "warp_affine_u8" else real(name, *args)
+    def spy(name, *args):
+        fn = real(name, *args)
         return None if fn is None else (lambda *a: calls.append(name) or fn(*a))
 
-    monkeypatch.setattr(backend, "compiled_for", no_u8_kernel)
-    got = transforms_u8.warp_u8(x, m, fill)
+    monkeypatch.setitem(dispatch._available_cache, ("warp_affine_u8", "cpu"), False)
+    monkeypatch.setattr(backend, "compiled_for", spy)
+    with backend.use(mode):
+        got = transforms_u8.warp_u8(x, m, fill)
     assert calls == ["warp_affine"] and got.dtype == torch.uint8 and got.shape == want.shape
     assert torch.equal(got[:, 0], x.flip(-1)) and (got.int() - want.int()).abs().max() <= 1
 
