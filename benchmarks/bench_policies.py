@@ -33,6 +33,7 @@ import torch
 from conftest import SMALL
 
 import invfast.backend as backend
+import invfast.dispatch as dispatch
 import invfast.transforms as T
 
 # This machine's glibc returns every large freed block to the OS, so each fresh torch temporary
@@ -229,9 +230,20 @@ def _cuda_time(fn, repeats: int = 5) -> float:
     return best
 
 
+@contextlib.contextmanager
 def _cuda_kernels(on: bool):
-    """The compiled CUDA kernels (backend 'compiled') or the torch references (backend 'reference')."""
-    return backend.use("compiled" if on else "reference")
+    """Every compiled CUDA kernel this build has (backend 'auto' with ``INVFAST_CUDA_KERNELS=all``: an op without
+    a CUDA kernel, blur_u8 for one, runs its torch reference inside a transform whose other ops use kernels;
+    backend 'compiled' would refuse it), or the torch references (backend 'reference')."""
+    if not on:
+        with backend.use("reference"):
+            yield
+        return
+    if not backend.backend_info()["cuda_built"]:
+        pytest.skip("invfast was built without CUDA: no kernels to compare with the torch path")
+    with pytest.MonkeyPatch.context() as mp, backend.use("auto"):
+        mp.setenv(dispatch.CUDA_KERNELS_ENV, "all")
+        yield
 
 
 @cuda
