@@ -46,6 +46,7 @@ class StepReads:
     """
 
     def __init__(self, device: torch.device, lagged: bool | None = None) -> None:
+        self.device = device
         self.cuda = device.type == "cuda"
         self.lagged = self.cuda if lagged is None else bool(lagged)
         self._pending: _Pending | None = None
@@ -55,13 +56,13 @@ class StepReads:
     def views_started(self) -> None:
         """Mark the start of the view making (the host time before it counts as loading)."""
         self._t_start = self._t_end = time.perf_counter()
-        self._events = (self._event(), None) if self.cuda else None
+        self._events = (self._event(self.device), None) if self.cuda else None
 
     def views_done(self) -> None:
         """Mark the end of the view making (on CUDA an event: the device's own time for it)."""
         self._t_end = time.perf_counter()
         if self._events is not None:
-            self._events = (self._events[0], self._event())
+            self._events = (self._events[0], self._event(self.device))
 
     def push(self, step: int, loss: torch.Tensor, t0: float) -> list[StepRead]:
         """Queue step ``step``'s ``loss`` (a 0-d tensor), begun at host time ``t0``; the reads now complete."""
@@ -69,7 +70,8 @@ class StepReads:
         if self.cuda:
             host = torch.empty((), dtype=value.dtype, pin_memory=True)
             host.copy_(value, non_blocking=True)
-            pending = _Pending(step, host, self._event(timing=False), self._events, self._t_start - t0, 0.0)
+            copied = self._event(value.device, timing=False)
+            pending = _Pending(step, host, copied, self._events, self._t_start - t0, 0.0)
         else:
             pending = _Pending(step, value, None, None, self._t_end - t0, 0.0)
         self._events = None
@@ -92,9 +94,11 @@ class StepReads:
         return [self._read(pending)]
 
     @staticmethod
-    def _event(timing: bool = True) -> Any:
+    def _event(device: torch.device, timing: bool = True) -> Any:
+        """An event recorded on ``device``'s current stream (where its work and the copy from it are queued),
+        not the current device's, which may be another GPU."""
         event = torch.cuda.Event(enable_timing=timing)
-        event.record()
+        event.record(torch.cuda.current_stream(device))
         return event
 
     @staticmethod

@@ -341,6 +341,28 @@ def test_step_reads_return_each_step_once_in_order():
         assert all(0 <= r.t_aug <= r.t_total for r in got) and reads.drain() == []
 
 
+def test_step_reads_time_the_views_on_the_training_device_s_stream(monkeypatch):
+    """A Trainer on a GPU other than the current one (``device="cuda:1"`` without ``set_device``) must record its
+    events on that GPU's stream: an event on the current device's stream times and waits for nothing of its."""
+    from invfast.pretrain.step_reads import StepReads
+
+    recorded = []
+
+    class Event:
+        def __init__(self, enable_timing: bool = True) -> None:
+            pass
+
+        def record(self, stream=None) -> None:
+            recorded.append(stream)
+
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: ("stream of", device))
+    reads = StepReads(torch.device("cuda", 1))
+    reads.views_started()
+    reads.views_done()
+    assert recorded == [("stream of", torch.device("cuda", 1))] * 2
+
+
 @pytest.mark.parametrize("lagged", [False, True])
 def test_a_non_finite_loss_stops_the_run_naming_its_step(tmp_path, lagged):
     from invfast.pretrain.step_reads import StepReads
