@@ -177,11 +177,32 @@ def test_separable_filter_is_scipys_mirror_correlation(rng):
             t = taps[p].numpy()
             ref = _correlate_mirror(_correlate_mirror(x.numpy(), t, 2), t, 3)
             np.testing.assert_allclose(got[:, p], ref, atol=1e-12, rtol=0)
-        per = separable_filter_per_image(x, taps[:3]).numpy()
+        per_t = separable_filter_per_image(x, taps[:3])
+        per = per_t.numpy()
+        assert per_t.is_contiguous()  # as the fused-view kernel's output, which callers may .view()
         for n in range(3):
             t = taps[n].numpy()
             ref = _correlate_mirror(_correlate_mirror(x[n].numpy(), t, 1), t, 2)
             np.testing.assert_allclose(per[n], ref, atol=1e-12, rtol=0)
+
+
+def test_reflect_filter_matrix_sums_every_tap_where_it_reflects(rng):
+    """Each row against a loop that adds tap k of row i at the reflected index of sample i + k - R (float64),
+    every radius up to n - 1 (where a row's taps land on one sample up to three times), n down to 2."""
+    from invfast.ops.kernels import reflect_filter_matrix
+
+    for n in (2, 3, 5, 8):
+        for R in range(n):
+            taps = rng.normal(size=(3, 2 * R + 1))
+            want = np.zeros((3, n, n))
+            for i in range(n):
+                for k in range(2 * R + 1):
+                    q = i + k - R
+                    q = -q if q < 0 else (2 * (n - 1) - q if q > n - 1 else q)
+                    want[:, i, q] += taps[:, k]
+            got = reflect_filter_matrix(torch.from_numpy(taps), n)
+            assert got.dtype == torch.float64 and got.shape == (3, n, n)
+            np.testing.assert_allclose(got.numpy(), want, atol=1e-14, rtol=0)
 
 
 def test_reflect_filter_matrix_refuses_a_radius_past_one_reflection():

@@ -86,23 +86,34 @@ def reflect_filter_matrix(taps: torch.Tensor, n: int) -> torch.Tensor:
     """The 1-D filter ``taps`` [P, 2R + 1] over ``n`` samples with reflect padding (``F.pad(mode="reflect")``,
     scipy's ``mode="mirror"``), as matrices: ``(M[p] @ v)[i] = sum_t taps[p, R + t] * v[reflect(i + t)]``.
 
+    Built without atomic adds (the same bits on every run and device): tap k of row i reads sample i + k - R,
+    inside the signal or reflected once about either end, so ``M[i, j]`` sums at most three taps, those with
+    i + k - R = j, -j (j >= 1) or 2(n - 1) - j (j <= n - 2); each of the three is a Hankel matrix in (i, j), a
+    strided view of one row of 2n - 1 taps.
+
     Args:
         taps: float [P, 2R + 1], R < n (one reflection).
         n: the length filtered.
 
     Returns:
-        [P, n, n] in ``taps``' dtype and device; taps that land on the same sample are summed.
+        [P, n, n] in ``taps``' dtype and device.
     """
     P, K = taps.shape
     R = (K - 1) // 2
     if R >= n:
         raise ValueError(f"reflect_filter_matrix: the radius {R} must be smaller than the length {n}")
-    i = torch.arange(n, device=taps.device).view(n, 1)
-    j = i + torch.arange(-R, R + 1, device=taps.device).view(1, K)
-    j = torch.where(j < 0, -j, j)
-    j = torch.where(j > n - 1, 2 * (n - 1) - j, j)
-    m = torch.zeros(P, n, n, dtype=taps.dtype, device=taps.device)
-    return m.scatter_add_(2, j.expand(P, n, K).contiguous(), taps.view(P, 1, K).expand(P, n, K).contiguous())
+    padded = torch.cat([taps, taps.new_zeros(P, 1)], dim=1)  # column K: the zero tap
+    q = torch.arange(2 * n - 1, device=taps.device)  # i + j
+
+    def hankel(k: torch.Tensor) -> torch.Tensor:
+        """[P, n, n]: entry (i, j) is tap k[i + j] (zero where k falls outside the taps), a strided view."""
+        row = padded[:, torch.where((k >= 0) & (k < K), k, K)]
+        return row.as_strided((P, n, n), (row.stride(0), 1, 1))
+
+    m = hankel(q - (n - 1) + R).flip(1)  # direct: row i is row n - 1 - i of the Hankel matrix of j - i
+    m[:, :, 1:] += hankel(R - q)[:, :, 1:]
+    m[:, :, : n - 1] += hankel(2 * (n - 1) + R - q)[:, :, : n - 1]
+    return m
 
 
 def separable_filter(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
@@ -115,7 +126,8 @@ def separable_filter(x: torch.Tensor, taps: torch.Tensor) -> torch.Tensor:
         x: float [B, C, H, W]; taps: [P, 2R + 1] in ``x``'s dtype and device, R < min(H, W).
 
     Returns:
-        [B, P, C, H, W] (a permuted view of a [P, H, B, C, W] buffer).
+        [B, P, C, H, W], a permuted view of a [P, H, B, C, W] buffer (a consumer's ``reshape`` or change of
+        memory format makes the one copy it needs).
     """
     B, C, H, W = x.shape
     P = taps.shape[0]
@@ -132,10 +144,10 @@ def separable_filter_per_image(x: torch.Tensor, taps: torch.Tensor) -> torch.Ten
         x: float [N, C, H, W]; taps: [N, 2R + 1] in ``x``'s dtype and device, R < min(H, W).
 
     Returns:
-        [N, C, H, W] (a permuted view).
+        [N, C, H, W], contiguous (as the fused-view kernel's output).
     """
     N, C, H, W = x.shape
     cols = x.permute(0, 2, 1, 3).reshape(N, H, C * W)
     v = torch.bmm(reflect_filter_matrix(taps, H), cols).view(N, H * C, W)
     out = torch.bmm(v, reflect_filter_matrix(taps, W).transpose(1, 2))
-    return out.view(N, H, C, W).permute(0, 2, 1, 3)
+    return out.view(N, H, C, W).permute(0, 2, 1, 3).contiguous()
