@@ -349,18 +349,18 @@ def test_step_reads_time_the_views_on_the_training_device_s_stream(monkeypatch):
     recorded = []
 
     class Event:
-        def __init__(self, enable_timing: bool = True) -> None:
-            pass
+        def __init__(self, enable_timing: bool = False) -> None:
+            self.timing = enable_timing
 
         def record(self, stream=None) -> None:
-            recorded.append(stream)
+            recorded.append((stream, self.timing))
 
     monkeypatch.setattr(torch.cuda, "Event", Event)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: ("stream of", device))
     reads = StepReads(torch.device("cuda", 1))
     reads.views_started()
     reads.views_done()
-    assert recorded == [("stream of", torch.device("cuda", 1))] * 2
+    assert recorded == [(("stream of", torch.device("cuda", 1)), True)] * 2  # timing events, on cuda:1's stream
 
 
 @pytest.mark.parametrize("lagged", [False, True])
